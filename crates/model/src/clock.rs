@@ -1,0 +1,27 @@
+//! The time seam. Nodes never read the system clock directly, so a simulation can drive time.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A source of wall-clock time.
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds since the unix epoch.
+    fn now_unix_ms(&self) -> u64;
+
+    /// Seconds since the unix epoch.
+    fn now_unix_secs(&self) -> u64 {
+        self.now_unix_ms() / 1000
+    }
+}
+
+/// The operating system's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_unix_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}

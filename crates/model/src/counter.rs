@@ -1,0 +1,31 @@
+//! A counter's description: what it counts and how it is spread over slots.
+
+use serde::{Deserialize, Serialize};
+
+use crate::CounterId;
+
+/// What a counter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterType {
+    /// A running total of signed deltas.
+    #[default]
+    Sum,
+}
+
+/// The description of a counter, returned by `POST /counter`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterDescription {
+    /// The counter's id.
+    pub id: CounterId,
+    /// What it counts.
+    #[serde(rename = "type")]
+    pub counter_type: CounterType,
+    /// How many of its datacenter's slots take its writes.
+    pub number_of_shards: u32,
+    /// The length of its rolling window, in seconds.
+    pub window_seconds: u32,
+    /// When it was created, in milliseconds since the unix epoch.
+    pub created_at_ms: u64,
+}

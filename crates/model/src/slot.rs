@@ -1,0 +1,184 @@
+//! Slots: the one-writer parts a counter is split into, and how copies of them merge.
+//!
+//! Every counter has one slot per shard node, named `DC_<DATACENTER>_VAL_<n>`. Only the owning
+//! shard node changes its slot, and each change raises the version, so any two copies of a slot
+//! merge by keeping the higher version (last writer wins). Copies can therefore be sent, repeated
+//! and reordered freely: the merge is commutative, associative and idempotent.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ModelError;
+
+/// The name of one slot: datacenter `datacenter`, shard `index`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotId {
+    /// The datacenter's name, e.g. `USA_0`.
+    pub datacenter: String,
+    /// The shard's index in the datacenter's `shards` list.
+    pub index: u32,
+}
+
+impl SlotId {
+    /// The slot `DC_<datacenter>_VAL_<index>`.
+    pub fn new(datacenter: impl Into<String>, index: u32) -> Self {
+        Self {
+            datacenter: datacenter.into(),
+            index,
+        }
+    }
+}
+
+impl fmt::Display for SlotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DC_{}_VAL_{}", self.datacenter, self.index)
+    }
+}
+
+impl FromStr for SlotId {
+    type Err = ModelError;
+
+    fn from_str(name: &str) -> Result<Self, ModelError> {
+        let invalid = || ModelError::InvalidSlotName(name.to_owned());
+        let rest = name.strip_prefix("DC_").ok_or_else(invalid)?;
+        let (datacenter, index) = rest.rsplit_once("_VAL_").ok_or_else(invalid)?;
+        if datacenter.is_empty() || index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(invalid());
+        }
+        let index = index.parse().map_err(|_| invalid())?;
+        Ok(Self::new(datacenter, index))
+    }
+}
+
+/// One copy of one slot of one counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SlotState {
+    /// The slot's share of the counter's total.
+    pub value: i64,
+    /// Raised by the owner on every change; 0 means never written.
+    pub version: u64,
+}
+
+impl SlotState {
+    /// Merges another copy of the same slot into this one: the higher version wins.
+    ///
+    /// One writer per slot makes equal versions with different values impossible; should they
+    /// still meet (a bug elsewhere), the larger value wins so that the merge stays commutative.
+    /// Returns whether `self` changed.
+    pub fn merge(&mut self, other: SlotState) -> bool {
+        let newer = (other.version, other.value) > (self.version, self.value);
+        if newer {
+            *self = other;
+        }
+        newer
+    }
+
+    /// The state after the owner applies `delta` as change number `version`.
+    ///
+    /// Refuses a delta that would overflow and leaves nothing changed.
+    pub fn apply(self, delta: i64, version: u64) -> Result<SlotState, ModelError> {
+        let value = checked_add(self.value, delta)?;
+        Ok(SlotState { value, version })
+    }
+}
+
+/// `value + delta`, or [`ModelError::Overflow`].
+pub fn checked_add(value: i64, delta: i64) -> Result<i64, ModelError> {
+    value
+        .checked_add(delta)
+        .ok_or(ModelError::Overflow { value, delta })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn merged(mut a: SlotState, b: SlotState) -> SlotState {
+        a.merge(b);
+        a
+    }
+
+    fn state() -> impl Strategy<Value = SlotState> {
+        (any::<i64>(), 0u64..8).prop_map(|(value, version)| SlotState { value, version })
+    }
+
+    proptest! {
+        #[test]
+        fn merge_is_commutative(a in state(), b in state()) {
+            prop_assert_eq!(merged(a, b), merged(b, a));
+        }
+
+        #[test]
+        fn merge_is_associative(a in state(), b in state(), c in state()) {
+            prop_assert_eq!(merged(merged(a, b), c), merged(a, merged(b, c)));
+        }
+
+        #[test]
+        fn merge_is_idempotent(a in state(), b in state()) {
+            prop_assert_eq!(merged(a, a), a);
+            let ab = merged(a, b);
+            prop_assert_eq!(merged(ab, b), ab);
+        }
+
+        #[test]
+        fn any_delivery_order_converges_to_the_newest(deltas in proptest::collection::vec(-1000i64..1000, 1..20), seed in any::<u64>()) {
+            // The owner's successive states, then delivered to a copy in a shuffled order with repeats.
+            let mut owner = SlotState::default();
+            let mut history = Vec::new();
+            for (i, delta) in deltas.iter().enumerate() {
+                owner = owner.apply(*delta, i as u64 + 1).unwrap();
+                history.push(owner);
+            }
+            let mut order: Vec<usize> = (0..history.len()).chain(0..history.len()).collect();
+            let mut x = seed | 1;
+            for i in (1..order.len()).rev() {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                order.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            let mut copy = SlotState::default();
+            for i in order {
+                copy.merge(history[i]);
+            }
+            prop_assert_eq!(copy, owner);
+            prop_assert_eq!(copy.value, deltas.iter().sum::<i64>());
+        }
+    }
+
+    #[test]
+    fn merge_reports_change() {
+        let mut a = SlotState { value: 1, version: 1 };
+        assert!(a.merge(SlotState { value: 5, version: 2 }));
+        assert!(!a.merge(SlotState { value: 9, version: 1 }));
+        assert_eq!(a, SlotState { value: 5, version: 2 });
+    }
+
+    #[test]
+    fn overflow_is_refused_and_changes_nothing() {
+        let top = SlotState { value: i64::MAX - 1, version: 7 };
+        assert_eq!(top.apply(1, 8).unwrap().value, i64::MAX);
+        assert_eq!(
+            top.apply(2, 8),
+            Err(ModelError::Overflow { value: i64::MAX - 1, delta: 2 })
+        );
+        let bottom = SlotState { value: i64::MIN + 1, version: 3 };
+        assert!(bottom.apply(-1, 4).is_ok());
+        assert!(bottom.apply(-2, 4).is_err());
+        assert!(bottom.apply(i64::MIN, 4).is_err());
+        assert_eq!(top.version, 7);
+    }
+
+    #[test]
+    fn slot_names_round_trip() {
+        let slot = SlotId::new("USA_0", 2);
+        assert_eq!(slot.to_string(), "DC_USA_0_VAL_2");
+        assert_eq!("DC_USA_0_VAL_2".parse::<SlotId>().unwrap(), slot);
+        assert_eq!("DC_A_VAL_B_VAL_3".parse::<SlotId>().unwrap(), SlotId::new("A_VAL_B", 3));
+        for bad in ["USA_0_VAL_2", "DC__VAL_1", "DC_USA_VAL_", "DC_USA_VAL_x", "DC_USA_0"] {
+            assert!(bad.parse::<SlotId>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The topology file: which datacenters exist, where their aggregators and shard nodes listen,
+//! and the settings of each tier.
+//!
+//! Read with figment from TOML; any key can be overridden from the environment with a
+//! `GEOCOUNT_` prefix and `__` between levels (`GEOCOUNT_SHARD__DURABILITY=async`). Every error
+//! names the file and the key.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::SlotId;
+
+/// The whole topology.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// The global aggregator.
+    pub global: GlobalConfig,
+    /// Settings shared by every shard node.
+    #[serde(default)]
+    pub shard: ShardDefaults,
+    /// The datacenters; each runs one aggregator and one shard node per slot.
+    pub datacenters: Vec<DatacenterConfig>,
+}
+
+/// The global aggregator's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobalConfig {
+    /// Where the global aggregator listens.
+    pub listen: SocketAddr,
+}
+
+/// One datacenter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatacenterConfig {
+    /// Its name, used in slot names `DC_<name>_VAL_<n>`: letters, digits and `_`.
+    pub name: String,
+    /// Where its datacenter aggregator listens.
+    pub aggregator: SocketAddr,
+    /// Where its shard nodes listen; the node at index `n` owns slot `DC_<name>_VAL_<n>`.
+    pub shards: Vec<SocketAddr>,
+}
+
+/// When a shard node acknowledges a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// After the write is fsynced to the node's log (group commit). Nothing acknowledged is lost.
+    #[default]
+    Sync,
+    /// At once; the log is fsynced every `async_flush_interval_ms`, so a machine crash loses at
+    /// most that interval of acknowledged writes.
+    Async,
+}
+
+/// Settings of every shard node, with defaults for a production deployment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShardDefaults {
+    /// Where shard nodes keep their data; each node uses `<data_dir>/DC_<dc>_VAL_<n>` unless
+    /// `--data-dir` says otherwise.
+    pub data_dir: PathBuf,
+    /// When writes are acknowledged.
+    pub durability: Durability,
+    /// In `async` durability, the longest time between two fsyncs of the log, in milliseconds.
+    pub async_flush_interval_ms: u64,
+    /// The `numberOfShards` of a counter created by a write rather than by `POST /counter`.
+    pub default_number_of_shards: u32,
+    /// The rolling window of a counter created without `windowSeconds`, in seconds.
+    pub default_window_seconds: u32,
+    /// The largest request body accepted, in bytes; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// The most entries in one batched write; more get 413.
+    pub max_batch_entries: usize,
+    /// How long an `Idempotency-Key` is remembered, in seconds.
+    pub idempotency_retention_secs: u64,
+    /// The log is checkpointed into the store once it grows past this many bytes.
+    pub checkpoint_log_bytes: u64,
+    /// The log is checkpointed at least this often while writes arrive, in milliseconds.
+    pub checkpoint_interval_ms: u64,
+}
+
+impl Default for ShardDefaults {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("data"),
+            durability: Durability::Sync,
+            async_flush_interval_ms: 100,
+            default_number_of_shards: 1,
+            default_window_seconds: 300,
+            max_body_bytes: 8 * 1024 * 1024,
+            max_batch_entries: 100_000,
+            idempotency_retention_secs: 600,
+            checkpoint_log_bytes: 64 * 1024 * 1024,
+            checkpoint_interval_ms: 30_000,
+        }
+    }
+}
+
+/// A topology that could not be read or is inconsistent. Displays as one line:
+/// `<file>: <key>: <what is wrong>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {key}: {message}", file.display())]
+pub struct TopologyError {
+    /// The topology file.
+    pub file: PathBuf,
+    /// The offending key, e.g. `datacenters[1].shards[0]`.
+    pub key: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl Topology {
+    /// Reads `file`, applies `GEOCOUNT_*` environment overrides, and validates the result.
+    pub fn load(file: &Path) -> Result<Self, TopologyError> {
+        Self::load_with_env(file, Env::prefixed("GEOCOUNT_").split("__"))
+    }
+
+    fn load_with_env(file: &Path, env: Env) -> Result<Self, TopologyError> {
+        let error = |key: &str, message: String| TopologyError {
+            file: file.to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+        // figment treats a missing file as empty; a missing topology must be an error.
+        std::fs::metadata(file).map_err(|e| error("(file)", format!("cannot read: {e}")))?;
+        let topology: Topology = Figment::from(Toml::file_exact(file))
+            .merge(env)
+            .extract()
+            .map_err(|e| {
+                let key = if e.path.is_empty() {
+                    "(file)".to_owned()
+                } else {
+                    e.path.join(".")
+                };
+                error(&key, one_line(&e.kind.to_string()))
+            })?;
+        topology.validate().map_err(|(key, message)| error(&key, message))?;
+        Ok(topology)
+    }
+
+    /// Parses a topology from TOML text (no environment overrides), for tools and tests.
+    pub fn from_toml(name: &str, text: &str) -> Result<Self, TopologyError> {
+        let error = |key: String, message: String| TopologyError {
+            file: PathBuf::from(name),
+            key,
+            message,
+        };
+        let topology: Topology = Figment::from(Toml::string(text)).extract().map_err(|e| {
+            let key = if e.path.is_empty() {
+                "(file)".to_owned()
+            } else {
+                e.path.join(".")
+            };
+            error(key, one_line(&e.kind.to_string()))
+        })?;
+        topology.validate().map_err(|(key, message)| error(key, message))?;
+        Ok(topology)
+    }
+
+    /// Checks what serde cannot: names, sizes, duplicate addresses.
+    fn validate(&self) -> Result<(), (String, String)> {
+        if self.datacenters.is_empty() {
+            return Err(("datacenters".into(), "at least one datacenter is needed".into()));
+        }
+        let mut addresses: HashMap<SocketAddr, String> = HashMap::new();
+        let mut claim = |addr: SocketAddr, key: String| match addresses.get(&addr) {
+            Some(first) => Err((key, format!("duplicate address {addr} (also at {first})"))),
+            None => {
+                addresses.insert(addr, key);
+                Ok(())
+            }
+        };
+        claim(self.global.listen, "global.listen".into())?;
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        for (i, dc) in self.datacenters.iter().enumerate() {
+            let key = format!("datacenters[{i}].name");
+            if dc.name.is_empty()
+                || !dc.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err((
+                    key,
+                    format!("{:?} must be letters, digits and _ only", dc.name),
+                ));
+            }
+            if let Some(first) = names.insert(&dc.name, i) {
+                return Err((
+                    key,
+                    format!("duplicate datacenter {:?} (also datacenters[{first}])", dc.name),
+                ));
+            }
+            claim(dc.aggregator, format!("datacenters[{i}].aggregator"))?;
+            if dc.shards.is_empty() {
+                return Err((
+                    format!("datacenters[{i}].shards"),
+                    "at least one shard is needed".into(),
+                ));
+            }
+            for (n, shard) in dc.shards.iter().enumerate() {
+                claim(*shard, format!("datacenters[{i}].shards[{n}]"))?;
+            }
+        }
+        let shard = &self.shard;
+        let positive = [
+            ("shard.async_flush_interval_ms", shard.async_flush_interval_ms),
+            ("shard.default_number_of_shards", shard.default_number_of_shards.into()),
+            ("shard.default_window_seconds", shard.default_window_seconds.into()),
+            ("shard.max_batch_entries", shard.max_batch_entries as u64),
+            ("shard.idempotency_retention_secs", shard.idempotency_retention_secs),
+            ("shard.checkpoint_log_bytes", shard.checkpoint_log_bytes),
+            ("shard.checkpoint_interval_ms", shard.checkpoint_interval_ms),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err((key.into(), "must be greater than 0".into()));
+            }
+        }
+        if shard.max_body_bytes < 1024 {
+            return Err(("shard.max_body_bytes".into(), "must be at least 1024".into()));
+        }
+        Ok(())
+    }
+
+    /// The datacenter named `name`, or an error naming the known ones.
+    pub fn datacenter(&self, name: &str) -> Result<&DatacenterConfig, String> {
+        self.datacenters.iter().find(|dc| dc.name == name).ok_or_else(|| {
+            let known: Vec<&str> = self.datacenters.iter().map(|dc| dc.name.as_str()).collect();
+            format!("no datacenter named {name:?} (known: {})", known.join(", "))
+        })
+    }
+
+    /// Where the shard node owning `slot` listens, or an error naming the key at fault.
+    pub fn shard_address(&self, slot: &SlotId) -> Result<SocketAddr, (String, String)> {
+        let dc = self
+            .datacenter(&slot.datacenter)
+            .map_err(|m| ("datacenters".to_owned(), m))?;
+        let i = self.datacenters.iter().position(|d| d.name == dc.name).unwrap_or(0);
+        dc.shards.get(slot.index as usize).copied().ok_or_else(|| {
+            (
+                format!("datacenters[{i}].shards"),
+                format!(
+                    "slot {} is out of range: datacenter {} has {} shard(s), VAL_0..VAL_{}",
+                    slot.index,
+                    dc.name,
+                    dc.shards.len(),
+                    dc.shards.len() - 1
+                ),
+            )
+        })
+    }
+}
+
+/// Folds a multi-line message (TOML syntax errors carry a source excerpt) into one line.
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Durability::Sync => "sync",
+            Durability::Async => "async",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[global]
+listen = "127.0.0.1:7000"
+
+[[datacenters]]
+name = "USA_0"
+aggregator = "127.0.0.1:7100"
+shards = ["127.0.0.1:7101", "127.0.0.1:7102"]
+
+[[datacenters]]
+name = "ASIA_0"
+aggregator = "127.0.0.1:7200"
+shards = ["127.0.0.1:7201"]
+"#;
+
+    fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("topology.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    fn load(text: &str) -> Result<Topology, TopologyError> {
+        let (_dir, path) = write(text);
+        Topology::load_with_env(&path, Env::prefixed("GEOCOUNT_TEST_NEVER_SET_"))
+    }
+
+    #[test]
+    fn good_topology_loads_with_defaults() {
+        let t = load(GOOD).unwrap();
+        assert_eq!(t.datacenters.len(), 2);
+        assert_eq!(t.shard, ShardDefaults::default());
+        assert_eq!(
+            t.shard_address(&SlotId::new("USA_0", 1)).unwrap(),
+            "127.0.0.1:7102".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn duplicate_address_names_the_key() {
+        let text = GOOD.replace("127.0.0.1:7201", "127.0.0.1:7101");
+        let err = load(&text).unwrap_err();
+        assert_eq!(err.key, "datacenters[1].shards[0]");
+        assert!(err.message.contains("datacenters[0].shards[0]"), "{err}");
+        assert!(err.to_string().contains("topology.toml: datacenters[1].shards[0]: duplicate"));
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let err = load(&GOOD.replace("127.0.0.1:7000", "nowhere")).unwrap_err();
+        assert_eq!(err.key, "global.listen");
+        let err = load(&format!("{GOOD}\n[shard]\ndurability = \"maybe\"\n")).unwrap_err();
+        assert_eq!(err.key, "shard.durability");
+        let err = load(&format!("{GOOD}\n[shard]\nmax_batch_entries = 0\n")).unwrap_err();
+        assert_eq!(err.key, "shard.max_batch_entries");
+        let err = load(&GOOD.replace("ASIA_0", "ASIA-0")).unwrap_err();
+        assert_eq!(err.key, "datacenters[1].name");
+        let err = load(&GOOD.replace("listen", "lisen")).unwrap_err();
+        assert!(err.to_string().contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_are_one_line() {
+        let err = load("[global\nlisten = 1").unwrap_err();
+        assert!(!err.to_string().contains('\n'), "{err}");
+        assert!(err.to_string().contains("topology.toml"));
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let err = Topology::load(Path::new("/nonexistent/geo.toml")).unwrap_err();
+        assert!(err.to_string().starts_with("/nonexistent/geo.toml: (file): cannot read"));
+    }
+
+    #[test]
+    fn environment_overrides_keys() {
+        let (_dir, path) = write(GOOD);
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("GEOCOUNT_JAILTEST_SHARD__DURABILITY", "async");
+            jail.set_env("GEOCOUNT_JAILTEST_GLOBAL__LISTEN", "127.0.0.1:7999");
+            let t = Topology::load_with_env(&path, Env::prefixed("GEOCOUNT_JAILTEST_").split("__"))
+                .unwrap();
+            assert_eq!(t.shard.durability, Durability::Async);
+            assert_eq!(t.global.listen, "127.0.0.1:7999".parse().unwrap());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn slot_out_of_range_and_unknown_dc() {
+        let t = load(GOOD).unwrap();
+        let (key, msg) = t.shard_address(&SlotId::new("ASIA_0", 1)).unwrap_err();
+        assert_eq!(key, "datacenters[1].shards");
+        assert!(msg.contains("out of range"));
+        let (key, msg) = t.shard_address(&SlotId::new("MARS_0", 0)).unwrap_err();
+        assert_eq!(key, "datacenters");
+        assert!(msg.contains("USA_0, ASIA_0"));
+    }
+}

@@ -1,0 +1,116 @@
+//! A small HTTP/1.1 client over hyper, for tools, tests and calls between tiers.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The URL or a header could not be used.
+    #[error("bad request {0}")]
+    Request(String),
+    /// No connection, or it broke.
+    #[error("{url}: {message}")]
+    Transport {
+        /// The URL asked.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// No answer in time.
+    #[error("{0}: timed out")]
+    Timeout(String),
+}
+
+/// A pooled keep-alive client.
+#[derive(Debug, Clone)]
+pub struct HttpClient {
+    inner: Client<HttpConnector, Full<Bytes>>,
+    timeout: Duration,
+}
+
+/// An answer: its status, content type and body.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<String>,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// The body parsed as JSON (`Value::Null` when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl HttpClient {
+    /// A client whose requests give up after `timeout`.
+    pub fn new(timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(timeout));
+        Self {
+            inner: Client::builder(TokioExecutor::new()).build(connector),
+            timeout,
+        }
+    }
+
+    /// `GET url`.
+    pub async fn get(&self, url: &str) -> Result<Answer, ClientError> {
+        self.send(Method::GET, url, &[], Bytes::new()).await
+    }
+
+    /// Sends a request with the given headers and body and reads the whole answer.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Answer, ClientError> {
+        let mut request = Request::builder().method(method).uri(url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| ClientError::Request(format!("{url}: {e}")))?;
+        let transport = |e: &dyn std::fmt::Display| ClientError::Transport {
+            url: url.to_owned(),
+            message: e.to_string(),
+        };
+        let exchange = async {
+            let response = self.inner.request(request).await.map_err(|e| transport(&e))?;
+            let status = response.status();
+            let content_type = response
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| transport(&e))?
+                .to_bytes();
+            Ok(Answer {
+                status,
+                content_type,
+                body,
+            })
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| ClientError::Timeout(url.to_owned()))?
+    }
+}

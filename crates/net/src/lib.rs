@@ -1,0 +1,21 @@
+//! HTTP plumbing shared by every geocount tier, so that each tier's crate holds only its own
+//! routes and logic.
+//!
+//! - [`listener`]: the network seam ([`Listener`]): tokio's TCP listener in production, a
+//!   simulated one under test harnesses.
+//! - [`server`]: the accept loop with graceful shutdown ([`serve`]).
+//! - [`client`]: a pooled HTTP/1.1 client for tools, tests and calls between tiers ([`HttpClient`]).
+//! - [`body`]: reading a request body under a size limit ([`read_body`]).
+//! - [`response`]: JSON answers and the `{"error": ...}` shape every error takes ([`HttpError`]).
+
+pub mod body;
+pub mod client;
+pub mod listener;
+pub mod response;
+pub mod server;
+
+pub use body::{BodyError, read_body};
+pub use client::{Answer, ClientError, HttpClient};
+pub use listener::Listener;
+pub use response::{HttpError, Response, bytes_response, error_response, json_response};
+pub use server::serve;

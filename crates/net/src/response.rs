@@ -1,0 +1,52 @@
+//! Answers: JSON bodies, postcard bodies, and the one error shape `{"error": "..."}`.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::StatusCode;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use serde::Serialize;
+
+/// The response type of every handler.
+pub type Response = hyper::Response<Full<Bytes>>;
+
+/// An error a tier can answer with: each tier's error enum says its status in one place.
+pub trait HttpError: std::fmt::Display {
+    /// The HTTP status this error is answered with.
+    fn status(&self) -> StatusCode;
+
+    /// The answer `{"error": "<self>"}` with [`HttpError::status`].
+    fn to_response(&self) -> Response {
+        error_response(self.status(), &self.to_string())
+    }
+}
+
+/// A JSON answer.
+pub fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => bytes_response(status, "application/json", bytes.into()),
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("cannot encode answer: {e}"),
+        ),
+    }
+}
+
+/// An answer with the given content type.
+pub fn bytes_response(status: StatusCode, content_type: &'static str, body: Bytes) -> Response {
+    let mut response = hyper::Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// The JSON error answer `{"error": message}`.
+pub fn error_response(status: StatusCode, message: &str) -> Response {
+    #[derive(Serialize)]
+    struct ErrorBody<'a> {
+        error: &'a str,
+    }
+    let bytes = serde_json::to_vec(&ErrorBody { error: message }).unwrap_or_default();
+    bytes_response(status, "application/json", bytes.into())
+}

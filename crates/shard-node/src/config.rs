@@ -1,0 +1,46 @@
+//! A shard node's resolved configuration: which slot it owns, where it listens and keeps data.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use geocount_model::{ShardDefaults, SlotId, Topology, TopologyError};
+
+/// Everything a shard node needs to run.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The slot this node owns.
+    pub slot: SlotId,
+    /// Where it listens (the topology's address for its slot).
+    pub listen: SocketAddr,
+    /// Its data directory: the log segments and the checkpoint store.
+    pub data_dir: PathBuf,
+    /// The shard settings from the topology.
+    pub settings: ShardDefaults,
+}
+
+impl NodeConfig {
+    /// Resolves slot `DC_<dc>_VAL_<slot>` in a topology read from `file`.
+    pub fn from_topology(
+        topology: &Topology,
+        file: &Path,
+        datacenter: &str,
+        slot: u32,
+        data_dir: Option<PathBuf>,
+    ) -> Result<Self, TopologyError> {
+        let slot = SlotId::new(datacenter, slot);
+        let listen = topology
+            .shard_address(&slot)
+            .map_err(|(key, message)| TopologyError {
+                file: file.to_owned(),
+                key,
+                message,
+            })?;
+        let data_dir = data_dir.unwrap_or_else(|| topology.shard.data_dir.join(slot.to_string()));
+        Ok(Self {
+            slot,
+            listen,
+            data_dir,
+            settings: topology.shard.clone(),
+        })
+    }
+}

@@ -1,0 +1,140 @@
+//! The shard node's errors, and the one place that maps each to its HTTP status.
+
+use geocount_model::ModelError;
+use geocount_net::{BodyError, HttpError};
+use hyper::StatusCode;
+
+/// Everything a shard node can refuse or fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    /// The model refused the input (bad id, bad delta, overflow).
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// A request that cannot be understood: malformed JSON or postcard, bad query, bad header.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The body could not be read or is too large.
+    #[error(transparent)]
+    Body(#[from] BodyError),
+    /// A batch with more entries than the configured maximum.
+    #[error("batch has {entries} entries; the limit is {limit}")]
+    TooManyEntries {
+        /// Entries sent.
+        entries: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A counter this node has never seen.
+    #[error("counter {0:?} does not exist on this node")]
+    NotFound(String),
+    /// A path no route matches.
+    #[error("no such endpoint: {0}")]
+    NoRoute(String),
+    /// A known path with a method it does not take.
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed {
+        /// The method used.
+        method: String,
+        /// The path.
+        path: String,
+    },
+    /// `POST /counter` for an id that already exists.
+    #[error("counter {0:?} already exists")]
+    AlreadyExists(String),
+    /// An `Idempotency-Key` reused for a different write.
+    #[error(
+        "Idempotency-Key {key:?} was already used for a different write (counter {counter:?}, delta {delta})"
+    )]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The counter of the first write with this key.
+        counter: String,
+        /// The delta of the first write with this key.
+        delta: i64,
+    },
+    /// The disk is full: nothing was written.
+    #[error("storage is full: {0}")]
+    StorageFull(String),
+    /// The log or the store failed: nothing of this request was acknowledged.
+    #[error("storage failed: {0}")]
+    Storage(String),
+    /// The node is starting, shutting down, or stopped taking writes after a storage failure.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl HttpError for ShardError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ShardError::Model(ModelError::Overflow { .. }) => StatusCode::UNPROCESSABLE_ENTITY,
+            ShardError::Model(_) | ShardError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ShardError::Body(BodyError::TooLarge { .. }) | ShardError::TooManyEntries { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            ShardError::Body(BodyError::Read(_)) => StatusCode::BAD_REQUEST,
+            ShardError::NotFound(_) | ShardError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ShardError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ShardError::AlreadyExists(_) => StatusCode::CONFLICT,
+            ShardError::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ShardError::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ShardError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl ShardError {
+    /// Wraps a storage failure, telling a full disk apart.
+    pub fn from_storage(error: &StorageError) -> Self {
+        if error.is_disk_full() {
+            ShardError::StorageFull(error.to_string())
+        } else {
+            ShardError::Storage(error.to_string())
+        }
+    }
+}
+
+/// Failures of the log and the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, with the path.
+        context: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A log segment other than the newest has a bad record: not a torn tail but corruption.
+    #[error("log segment {file} is corrupt at byte {offset}: {reason}")]
+    Corrupt {
+        /// The segment file.
+        file: String,
+        /// Where its first bad record starts.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The embedded store failed.
+    #[error("store: {0}")]
+    Store(#[from] redb::Error),
+    /// A record could not be encoded or decoded.
+    #[error("record encoding: {0}")]
+    Encoding(#[from] postcard::Error),
+}
+
+impl StorageError {
+    /// Wraps an I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        StorageError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Whether the disk ran out of space.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull)
+    }
+}

@@ -1,0 +1,34 @@
+//! The geocount shard node: it owns slot `DC_<dc>_VAL_<n>` of every counter.
+//!
+//! A write's path through this crate, one file per step:
+//!
+//! - [`api`]: the HTTP handler parses and validates it and sends a [`commit::Command`].
+//! - [`commit`]: the single-writer commit loop groups waiting writes, applies each to its slot
+//!   (overflow, [`idempotency`] keys, a new version), and
+//! - [`wal`]: appends the group to the write-ahead log and fsyncs once (group commit); then
+//! - [`slot_table`]: installs the result in the in-memory table that reads are served from, and
+//!   answers.
+//! - [`checkpoint`]: a thread folds closed log segments into the [`store`] (redb) and deletes them.
+//! - [`recovery`]: at startup, the store plus the log replayed rebuild exactly what was
+//!   acknowledged.
+//!
+//! Around them: [`server::run`] wires it all to a listener (the binary and tests call it),
+//! [`config`] resolves the node's slot from the topology, [`metrics`] exports Prometheus text,
+//! and [`error`] maps every failure to its HTTP status.
+
+pub mod api;
+pub mod checkpoint;
+pub mod commit;
+pub mod config;
+pub mod error;
+pub mod idempotency;
+pub mod metrics;
+pub mod recovery;
+pub mod server;
+pub mod slot_table;
+pub mod store;
+pub mod wal;
+
+pub use config::NodeConfig;
+pub use error::{ShardError, StorageError};
+pub use server::run;

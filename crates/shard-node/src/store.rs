@@ -1,0 +1,164 @@
+//! The checkpoint store (redb): the log's records are folded in here periodically so that the log
+//! can be deleted and restart does not replay history.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use geocount_model::{CounterDescription, SlotState};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::error::StorageError;
+use crate::idempotency::IdempotencyRecord;
+
+const SLOTS: TableDefinition<&str, (i64, u64)> = TableDefinition::new("slots");
+const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
+const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
+
+/// Everything a checkpoint writes: the changes of log segments up to `through_segment`.
+#[derive(Debug, Default)]
+pub struct Checkpoint {
+    /// The newest state of each slot changed since the previous checkpoint.
+    pub slots: HashMap<Box<str>, SlotState>,
+    /// Counters created since the previous checkpoint.
+    pub descriptions: Vec<CounterDescription>,
+    /// Idempotency keys recorded since the previous checkpoint.
+    pub idempotency_added: Vec<(Box<str>, IdempotencyRecord)>,
+    /// Idempotency keys expired since the previous checkpoint.
+    pub idempotency_expired: Vec<Box<str>>,
+    /// The newest log segment whose records this checkpoint holds.
+    pub through_segment: u64,
+}
+
+impl Checkpoint {
+    /// Whether the checkpoint would write nothing.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+            && self.descriptions.is_empty()
+            && self.idempotency_added.is_empty()
+            && self.idempotency_expired.is_empty()
+    }
+
+    /// Adds a slot state, keeping the newer version.
+    pub fn record_slot(&mut self, id: &str, state: SlotState) {
+        match self.slots.get_mut(id) {
+            Some(current) => {
+                current.merge(state);
+            }
+            None => {
+                self.slots.insert(id.into(), state);
+            }
+        }
+    }
+
+    /// Folds a later checkpoint into this one (used to retry a checkpoint that failed).
+    pub fn absorb(&mut self, later: Checkpoint) {
+        for (id, state) in later.slots {
+            self.record_slot(&id, state);
+        }
+        self.descriptions.extend(later.descriptions);
+        self.idempotency_added.extend(later.idempotency_added);
+        self.idempotency_expired.extend(later.idempotency_expired);
+        self.through_segment = self.through_segment.max(later.through_segment);
+    }
+}
+
+/// The open redb database.
+#[derive(Debug)]
+pub struct Store {
+    db: Database,
+}
+
+/// What the store held at startup.
+#[derive(Debug, Default)]
+pub struct StoredState {
+    /// Every slot state.
+    pub slots: Vec<(Box<str>, SlotState)>,
+    /// Every counter description.
+    pub descriptions: Vec<CounterDescription>,
+    /// Every idempotency record not yet deleted.
+    pub idempotency: Vec<(Box<str>, IdempotencyRecord)>,
+}
+
+fn store_error(e: impl Into<redb::Error>) -> StorageError {
+    StorageError::Store(e.into())
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path`. redb locks the file, so two nodes cannot share a
+    /// data directory.
+    pub fn open(path: &Path) -> Result<Self, StorageError> {
+        let db = Database::create(path).map_err(store_error)?;
+        let txn = db.begin_write().map_err(store_error)?;
+        txn.open_table(SLOTS).map_err(store_error)?;
+        txn.open_table(DESCRIPTIONS).map_err(store_error)?;
+        txn.open_table(IDEMPOTENCY).map_err(store_error)?;
+        txn.commit().map_err(store_error)?;
+        Ok(Self { db })
+    }
+
+    /// Reads everything the store holds.
+    pub fn load(&self) -> Result<StoredState, StorageError> {
+        let txn = self.db.begin_read().map_err(store_error)?;
+        let mut state = StoredState::default();
+        for row in txn.open_table(SLOTS).map_err(store_error)?.iter().map_err(store_error)? {
+            let (id, slot) = row.map_err(store_error)?;
+            let (value, version) = slot.value();
+            state
+                .slots
+                .push((id.value().into(), SlotState { value, version }));
+        }
+        for row in txn
+            .open_table(DESCRIPTIONS)
+            .map_err(store_error)?
+            .iter()
+            .map_err(store_error)?
+        {
+            let (_, bytes) = row.map_err(store_error)?;
+            state.descriptions.push(postcard::from_bytes(bytes.value())?);
+        }
+        for row in txn
+            .open_table(IDEMPOTENCY)
+            .map_err(store_error)?
+            .iter()
+            .map_err(store_error)?
+        {
+            let (key, bytes) = row.map_err(store_error)?;
+            state
+                .idempotency
+                .push((key.value().into(), postcard::from_bytes(bytes.value())?));
+        }
+        Ok(state)
+    }
+
+    /// Writes a checkpoint in one durable transaction.
+    pub fn write(&self, checkpoint: &Checkpoint) -> Result<(), StorageError> {
+        let txn = self.db.begin_write().map_err(store_error)?;
+        {
+            let mut slots = txn.open_table(SLOTS).map_err(store_error)?;
+            for (id, state) in &checkpoint.slots {
+                slots
+                    .insert(&**id, (state.value, state.version))
+                    .map_err(store_error)?;
+            }
+            let mut descriptions = txn.open_table(DESCRIPTIONS).map_err(store_error)?;
+            for description in &checkpoint.descriptions {
+                let bytes = postcard::to_allocvec(description)?;
+                descriptions
+                    .insert(description.id.as_str(), bytes.as_slice())
+                    .map_err(store_error)?;
+            }
+            let mut idempotency = txn.open_table(IDEMPOTENCY).map_err(store_error)?;
+            for key in &checkpoint.idempotency_expired {
+                idempotency.remove(&**key).map_err(store_error)?;
+            }
+            for (key, record) in &checkpoint.idempotency_added {
+                let bytes = postcard::to_allocvec(record)?;
+                idempotency
+                    .insert(&**key, bytes.as_slice())
+                    .map_err(store_error)?;
+            }
+        }
+        txn.commit().map_err(store_error)?;
+        Ok(())
+    }
+}

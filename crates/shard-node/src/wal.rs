@@ -1,0 +1,353 @@
+//! The write-ahead log: every committed group of writes is appended here and fsynced before it is
+//! acknowledged.
+//!
+//! The log is a series of segment files `wal-<n>.log`. Each record is
+//! `[payload length: u32 LE][crc32 of payload: u32 LE][payload: postcard LogRecord]`. A record
+//! holds the slot states *after* the group (not the deltas), so replaying a record twice, or
+//! replaying one the checkpoint store already holds, changes nothing: the merge is by version.
+//!
+//! A crash can leave a torn record at the end of the newest segment; replay stops there and cuts
+//! it off (it was never acknowledged). A bad record anywhere else is corruption and stops startup.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use geocount_model::{CounterDescription, SlotState};
+use serde::{Deserialize, Serialize};
+
+use crate::error::StorageError;
+use crate::idempotency::IdempotencyRecord;
+
+const HEADER_BYTES: usize = 8;
+
+/// What one committed group changed.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogRecord {
+    /// The new state of every slot the group changed.
+    pub slots: Vec<(Box<str>, SlotState)>,
+    /// Counters created by the group.
+    pub descriptions: Vec<CounterDescription>,
+    /// Idempotency keys first used by the group.
+    pub idempotency: Vec<(Box<str>, IdempotencyRecord)>,
+}
+
+impl LogRecord {
+    /// Whether the record changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty() && self.descriptions.is_empty() && self.idempotency.is_empty()
+    }
+}
+
+/// The open, newest segment that records are appended to.
+#[derive(Debug)]
+pub struct Wal {
+    dir: PathBuf,
+    segment: u64,
+    file: File,
+    len: u64,
+    synced_len: u64,
+    buffer: Vec<u8>,
+}
+
+fn segment_path(dir: &Path, segment: u64) -> PathBuf {
+    dir.join(format!("wal-{segment:020}.log"))
+}
+
+/// The segment numbers present in `dir`, oldest first.
+pub fn segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
+    let entries = fs::read_dir(dir)
+        .map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(n) = name
+            .strip_prefix("wal-")
+            .and_then(|rest| rest.strip_suffix(".log"))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            found.push(n);
+        }
+    }
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// Makes the directory's entries (created or removed files) durable.
+fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StorageError::io(format!("syncing directory {}", dir.display()), e))
+}
+
+/// Reads every segment in `dir`, oldest first, handing each record to `apply`. Cuts a torn
+/// tail off the newest segment. Returns the newest segment number (0 when there is none).
+pub fn replay(dir: &Path, mut apply: impl FnMut(LogRecord)) -> Result<u64, StorageError> {
+    let all = segments(dir)?;
+    for (i, &segment) in all.iter().enumerate() {
+        let path = segment_path(dir, segment);
+        let bytes = fs::read(&path)
+            .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
+        let mut offset = 0usize;
+        while offset < bytes.len() {
+            match decode_at(&bytes, offset) {
+                Ok((record, next)) => {
+                    apply(record);
+                    offset = next;
+                }
+                Err(reason) if i + 1 == all.len() => {
+                    tracing::warn!(
+                        file = %path.display(), offset, reason,
+                        "cutting off a torn record at the end of the log (it was never acknowledged)"
+                    );
+                    let file = OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .map_err(|e| StorageError::io(format!("opening {}", path.display()), e))?;
+                    file.set_len(offset as u64)
+                        .and_then(|()| file.sync_all())
+                        .map_err(|e| StorageError::io(format!("truncating {}", path.display()), e))?;
+                    break;
+                }
+                Err(reason) => {
+                    return Err(StorageError::Corrupt {
+                        file: path.display().to_string(),
+                        offset: offset as u64,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+    Ok(all.last().copied().unwrap_or(0))
+}
+
+fn decode_at(bytes: &[u8], offset: usize) -> Result<(LogRecord, usize), String> {
+    let header = bytes
+        .get(offset..offset + HEADER_BYTES)
+        .ok_or("incomplete record header")?;
+    let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    let start = offset + HEADER_BYTES;
+    let payload = bytes
+        .get(start..start + len)
+        .ok_or("record runs past the end of the segment")?;
+    if crc32fast::hash(payload) != crc {
+        return Err("checksum mismatch".into());
+    }
+    let record = postcard::from_bytes(payload).map_err(|e| format!("undecodable record: {e}"))?;
+    Ok((record, start + len))
+}
+
+impl Wal {
+    /// Creates segment number `segment` in `dir` and opens it for appending.
+    pub fn create(dir: &Path, segment: u64) -> Result<Self, StorageError> {
+        let path = segment_path(dir, segment);
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| StorageError::io(format!("creating {}", path.display()), e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?
+            .len();
+        sync_dir(dir)?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            segment,
+            file,
+            len,
+            synced_len: len,
+            buffer: Vec::with_capacity(64 * 1024),
+        })
+    }
+
+    /// Appends a record (not yet durable: see [`Wal::sync`]). On failure the segment is cut back
+    /// to where it was, so a refused record can never be replayed.
+    pub fn append(&mut self, record: &LogRecord) -> Result<(), StorageError> {
+        self.buffer.clear();
+        self.buffer.extend_from_slice(&[0; HEADER_BYTES]);
+        postcard::to_io(record, &mut self.buffer)?;
+        let payload_len = self.buffer.len() - HEADER_BYTES;
+        let len = u32::try_from(payload_len).map_err(|_| {
+            StorageError::io(
+                "appending to the log",
+                std::io::Error::other("record larger than 4 GiB"),
+            )
+        })?;
+        let crc = crc32fast::hash(&self.buffer[HEADER_BYTES..]);
+        self.buffer[0..4].copy_from_slice(&len.to_le_bytes());
+        self.buffer[4..8].copy_from_slice(&crc.to_le_bytes());
+        if let Err(e) = self.file.write_all(&self.buffer) {
+            self.cut_back();
+            return Err(StorageError::io(self.context("appending to"), e));
+        }
+        self.len += self.buffer.len() as u64;
+        Ok(())
+    }
+
+    /// Makes every appended record durable. On failure, cuts back the records appended since the
+    /// last successful sync (they were not acknowledged).
+    pub fn sync(&mut self) -> Result<(), StorageError> {
+        if self.synced_len == self.len {
+            return Ok(());
+        }
+        if let Err(e) = self.file.sync_data() {
+            self.len = self.synced_len;
+            self.cut_back();
+            return Err(StorageError::io(self.context("syncing"), e));
+        }
+        self.synced_len = self.len;
+        Ok(())
+    }
+
+    /// Whether records were appended since the last sync.
+    pub fn has_unsynced(&self) -> bool {
+        self.synced_len != self.len
+    }
+
+    fn cut_back(&mut self) {
+        if let Err(e) = self.file.set_len(self.len).and_then(|()| self.file.sync_data()) {
+            tracing::error!(error = %e, file = %self.path().display(), "cannot cut the log back after a failed write");
+        }
+    }
+
+    /// Bytes in the open segment.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the open segment is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Syncs the open segment and starts the next one. Returns the number of the segment just
+    /// closed: it and every older one may be deleted once a checkpoint holds their records.
+    pub fn rotate(&mut self) -> Result<u64, StorageError> {
+        self.file
+            .sync_data()
+            .map_err(|e| StorageError::io(self.context("syncing"), e))?;
+        let next = Wal::create(&self.dir, self.segment + 1)?;
+        let closed = self.segment;
+        *self = next;
+        Ok(closed)
+    }
+
+    fn path(&self) -> PathBuf {
+        segment_path(&self.dir, self.segment)
+    }
+
+    fn context(&self, action: &str) -> String {
+        format!("{action} {}", self.path().display())
+    }
+}
+
+/// Deletes every segment numbered `through` or lower: a checkpoint now holds their records.
+pub fn delete_through(dir: &Path, through: u64) -> Result<(), StorageError> {
+    for segment in segments(dir)?.into_iter().filter(|&s| s <= through) {
+        let path = segment_path(dir, segment);
+        fs::remove_file(&path)
+            .map_err(|e| StorageError::io(format!("removing {}", path.display()), e))?;
+    }
+    sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, value: i64, version: u64) -> LogRecord {
+        LogRecord {
+            slots: vec![(id.into(), SlotState { value, version })],
+            ..LogRecord::default()
+        }
+    }
+
+    fn replay_all(dir: &Path) -> Result<Vec<LogRecord>, StorageError> {
+        let mut records = Vec::new();
+        replay(dir, |r| records.push(r))?;
+        Ok(records)
+    }
+
+    #[test]
+    fn records_round_trip_across_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 1).unwrap();
+        wal.append(&record("a", 1, 1)).unwrap();
+        wal.sync().unwrap();
+        assert_eq!(wal.rotate().unwrap(), 1);
+        wal.append(&record("b", 2, 2)).unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        assert_eq!(replay_all(dir.path()).unwrap(), vec![record("a", 1, 1), record("b", 2, 2)]);
+        delete_through(dir.path(), 1).unwrap();
+        assert_eq!(segments(dir.path()).unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn torn_tail_is_cut_off_and_the_log_stays_usable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 1).unwrap();
+        wal.append(&record("a", 1, 1)).unwrap();
+        wal.append(&record("b", 2, 2)).unwrap();
+        wal.sync().unwrap();
+        let full = wal.len();
+        drop(wal);
+        let path = segment_path(dir.path(), 1);
+        // Every possible tear inside the second record leaves exactly the first.
+        let first_len = {
+            let bytes = fs::read(&path).unwrap();
+            decode_at(&bytes, 0).unwrap().1 as u64
+        };
+        for cut in first_len + 1..full {
+            let bytes = fs::read(&path).unwrap();
+            let torn = dir.path().join("torn");
+            fs::create_dir_all(&torn).unwrap();
+            fs::write(segment_path(&torn, 7), &bytes[..cut as usize]).unwrap();
+            assert_eq!(replay_all(&torn).unwrap(), vec![record("a", 1, 1)], "cut at {cut}");
+            assert_eq!(fs::metadata(segment_path(&torn, 7)).unwrap().len(), first_len);
+            fs::remove_dir_all(&torn).unwrap();
+        }
+    }
+
+    #[test]
+    fn flipped_bit_in_the_newest_segment_is_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 1).unwrap();
+        wal.append(&record("a", 1, 1)).unwrap();
+        wal.append(&record("b", 2, 2)).unwrap();
+        drop(wal);
+        let path = segment_path(dir.path(), 1);
+        let mut bytes = fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        fs::write(&path, &bytes).unwrap();
+        assert_eq!(replay_all(dir.path()).unwrap(), vec![record("a", 1, 1)]);
+    }
+
+    #[test]
+    fn corruption_in_an_older_segment_stops_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), 1).unwrap();
+        wal.append(&record("a", 1, 1)).unwrap();
+        wal.rotate().unwrap();
+        wal.append(&record("b", 2, 2)).unwrap();
+        drop(wal);
+        let path = segment_path(dir.path(), 1);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[HEADER_BYTES] ^= 0xff;
+        fs::write(&path, &bytes).unwrap();
+        let err = replay_all(dir.path()).unwrap_err();
+        assert!(matches!(err, StorageError::Corrupt { offset: 0, .. }), "{err}");
+    }
+
+    #[test]
+    fn empty_directory_replays_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(replay(dir.path(), |_| panic!("no records")).unwrap(), 0);
+    }
+}
