@@ -37,7 +37,9 @@ pub fn validate(id: &str) -> Result<(), ModelError> {
         return Err(ModelError::InvalidCounterId("it is longer than 256 bytes"));
     }
     if id.chars().any(char::is_control) {
-        return Err(ModelError::InvalidCounterId("it contains a control character"));
+        return Err(ModelError::InvalidCounterId(
+            "it contains a control character",
+        ));
     }
     Ok(())
 }

@@ -44,8 +44,7 @@ impl FromStr for SlotId {
         let invalid = || ModelError::InvalidSlotName(name.to_owned());
         let rest = name.strip_prefix("DC_").ok_or_else(invalid)?;
         let (datacenter, index) = rest.rsplit_once("_VAL_").ok_or_else(invalid)?;
-        if datacenter.is_empty() || index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit())
-        {
+        if datacenter.is_empty() || index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
             return Err(invalid());
         }
         let index = index.parse().map_err(|_| invalid())?;
@@ -150,21 +149,45 @@ mod tests {
 
     #[test]
     fn merge_reports_change() {
-        let mut a = SlotState { value: 1, version: 1 };
-        assert!(a.merge(SlotState { value: 5, version: 2 }));
-        assert!(!a.merge(SlotState { value: 9, version: 1 }));
-        assert_eq!(a, SlotState { value: 5, version: 2 });
+        let mut a = SlotState {
+            value: 1,
+            version: 1,
+        };
+        assert!(a.merge(SlotState {
+            value: 5,
+            version: 2
+        }));
+        assert!(!a.merge(SlotState {
+            value: 9,
+            version: 1
+        }));
+        assert_eq!(
+            a,
+            SlotState {
+                value: 5,
+                version: 2
+            }
+        );
     }
 
     #[test]
     fn overflow_is_refused_and_changes_nothing() {
-        let top = SlotState { value: i64::MAX - 1, version: 7 };
+        let top = SlotState {
+            value: i64::MAX - 1,
+            version: 7,
+        };
         assert_eq!(top.apply(1, 8).unwrap().value, i64::MAX);
         assert_eq!(
             top.apply(2, 8),
-            Err(ModelError::Overflow { value: i64::MAX - 1, delta: 2 })
+            Err(ModelError::Overflow {
+                value: i64::MAX - 1,
+                delta: 2
+            })
         );
-        let bottom = SlotState { value: i64::MIN + 1, version: 3 };
+        let bottom = SlotState {
+            value: i64::MIN + 1,
+            version: 3,
+        };
         assert!(bottom.apply(-1, 4).is_ok());
         assert!(bottom.apply(-2, 4).is_err());
         assert!(bottom.apply(i64::MIN, 4).is_err());
@@ -176,8 +199,17 @@ mod tests {
         let slot = SlotId::new("USA_0", 2);
         assert_eq!(slot.to_string(), "DC_USA_0_VAL_2");
         assert_eq!("DC_USA_0_VAL_2".parse::<SlotId>().unwrap(), slot);
-        assert_eq!("DC_A_VAL_B_VAL_3".parse::<SlotId>().unwrap(), SlotId::new("A_VAL_B", 3));
-        for bad in ["USA_0_VAL_2", "DC__VAL_1", "DC_USA_VAL_", "DC_USA_VAL_x", "DC_USA_0"] {
+        assert_eq!(
+            "DC_A_VAL_B_VAL_3".parse::<SlotId>().unwrap(),
+            SlotId::new("A_VAL_B", 3)
+        );
+        for bad in [
+            "USA_0_VAL_2",
+            "DC__VAL_1",
+            "DC_USA_VAL_",
+            "DC_USA_VAL_x",
+            "DC_USA_0",
+        ] {
             assert!(bad.parse::<SlotId>().is_err(), "{bad}");
         }
     }

@@ -10,8 +10,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use figment::Figment;
 use figment::providers::{Env, Format, Toml};
+use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
 use crate::SlotId;
@@ -124,7 +124,7 @@ impl Topology {
         Self::load_with_env(file, Env::prefixed("GEOCOUNT_").split("__"))
     }
 
-    fn load_with_env(file: &Path, env: Env) -> Result<Self, TopologyError> {
+    fn load_with_env(file: &Path, env: impl Provider) -> Result<Self, TopologyError> {
         let error = |key: &str, message: String| TopologyError {
             file: file.to_owned(),
             key: key.to_owned(),
@@ -136,14 +136,12 @@ impl Topology {
             .merge(env)
             .extract()
             .map_err(|e| {
-                let key = if e.path.is_empty() {
-                    "(file)".to_owned()
-                } else {
-                    e.path.join(".")
-                };
-                error(&key, one_line(&e.kind.to_string()))
+                let (key, message) = describe_figment_error(&e);
+                error(&key, message)
             })?;
-        topology.validate().map_err(|(key, message)| error(&key, message))?;
+        topology
+            .validate()
+            .map_err(|(key, message)| error(&key, message))?;
         Ok(topology)
     }
 
@@ -155,21 +153,22 @@ impl Topology {
             message,
         };
         let topology: Topology = Figment::from(Toml::string(text)).extract().map_err(|e| {
-            let key = if e.path.is_empty() {
-                "(file)".to_owned()
-            } else {
-                e.path.join(".")
-            };
-            error(key, one_line(&e.kind.to_string()))
+            let (key, message) = describe_figment_error(&e);
+            error(key, message)
         })?;
-        topology.validate().map_err(|(key, message)| error(key, message))?;
+        topology
+            .validate()
+            .map_err(|(key, message)| error(key, message))?;
         Ok(topology)
     }
 
     /// Checks what serde cannot: names, sizes, duplicate addresses.
     fn validate(&self) -> Result<(), (String, String)> {
         if self.datacenters.is_empty() {
-            return Err(("datacenters".into(), "at least one datacenter is needed".into()));
+            return Err((
+                "datacenters".into(),
+                "at least one datacenter is needed".into(),
+            ));
         }
         let mut addresses: HashMap<SocketAddr, String> = HashMap::new();
         let mut claim = |addr: SocketAddr, key: String| match addresses.get(&addr) {
@@ -184,7 +183,10 @@ impl Topology {
         for (i, dc) in self.datacenters.iter().enumerate() {
             let key = format!("datacenters[{i}].name");
             if dc.name.is_empty()
-                || !dc.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                || !dc
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
             {
                 return Err((
                     key,
@@ -194,7 +196,10 @@ impl Topology {
             if let Some(first) = names.insert(&dc.name, i) {
                 return Err((
                     key,
-                    format!("duplicate datacenter {:?} (also datacenters[{first}])", dc.name),
+                    format!(
+                        "duplicate datacenter {:?} (also datacenters[{first}])",
+                        dc.name
+                    ),
                 ));
             }
             claim(dc.aggregator, format!("datacenters[{i}].aggregator"))?;
@@ -210,11 +215,23 @@ impl Topology {
         }
         let shard = &self.shard;
         let positive = [
-            ("shard.async_flush_interval_ms", shard.async_flush_interval_ms),
-            ("shard.default_number_of_shards", shard.default_number_of_shards.into()),
-            ("shard.default_window_seconds", shard.default_window_seconds.into()),
+            (
+                "shard.async_flush_interval_ms",
+                shard.async_flush_interval_ms,
+            ),
+            (
+                "shard.default_number_of_shards",
+                shard.default_number_of_shards.into(),
+            ),
+            (
+                "shard.default_window_seconds",
+                shard.default_window_seconds.into(),
+            ),
             ("shard.max_batch_entries", shard.max_batch_entries as u64),
-            ("shard.idempotency_retention_secs", shard.idempotency_retention_secs),
+            (
+                "shard.idempotency_retention_secs",
+                shard.idempotency_retention_secs,
+            ),
             ("shard.checkpoint_log_bytes", shard.checkpoint_log_bytes),
             ("shard.checkpoint_interval_ms", shard.checkpoint_interval_ms),
         ];
@@ -224,17 +241,23 @@ impl Topology {
             }
         }
         if shard.max_body_bytes < 1024 {
-            return Err(("shard.max_body_bytes".into(), "must be at least 1024".into()));
+            return Err((
+                "shard.max_body_bytes".into(),
+                "must be at least 1024".into(),
+            ));
         }
         Ok(())
     }
 
     /// The datacenter named `name`, or an error naming the known ones.
     pub fn datacenter(&self, name: &str) -> Result<&DatacenterConfig, String> {
-        self.datacenters.iter().find(|dc| dc.name == name).ok_or_else(|| {
-            let known: Vec<&str> = self.datacenters.iter().map(|dc| dc.name.as_str()).collect();
-            format!("no datacenter named {name:?} (known: {})", known.join(", "))
-        })
+        self.datacenters
+            .iter()
+            .find(|dc| dc.name == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.datacenters.iter().map(|dc| dc.name.as_str()).collect();
+                format!("no datacenter named {name:?} (known: {})", known.join(", "))
+            })
     }
 
     /// Where the shard node owning `slot` listens, or an error naming the key at fault.
@@ -242,7 +265,11 @@ impl Topology {
         let dc = self
             .datacenter(&slot.datacenter)
             .map_err(|m| ("datacenters".to_owned(), m))?;
-        let i = self.datacenters.iter().position(|d| d.name == dc.name).unwrap_or(0);
+        let i = self
+            .datacenters
+            .iter()
+            .position(|d| d.name == dc.name)
+            .unwrap_or(0);
         dc.shards.get(slot.index as usize).copied().ok_or_else(|| {
             (
                 format!("datacenters[{i}].shards"),
@@ -256,6 +283,26 @@ impl Topology {
             )
         })
     }
+}
+
+/// The key and a one-line message for a figment error, naming the environment variable when the
+/// bad value came from one.
+fn describe_figment_error(e: &figment::Error) -> (String, String) {
+    let key = if e.path.is_empty() {
+        "(file)".to_owned()
+    } else {
+        e.path.join(".")
+    };
+    let mut message = one_line(&e.kind.to_string());
+    let from_environment = e
+        .metadata
+        .as_ref()
+        .is_some_and(|m| m.name.contains("environment"));
+    if from_environment && !e.path.is_empty() {
+        let variable = format!("GEOCOUNT_{}", e.path.join("__").to_uppercase());
+        message.push_str(&format!(" (from environment variable {variable})"));
+    }
+    (key, message)
 }
 
 /// Folds a multi-line message (TOML syntax errors carry a source excerpt) into one line.
@@ -320,7 +367,10 @@ shards = ["127.0.0.1:7201"]
         let err = load(&text).unwrap_err();
         assert_eq!(err.key, "datacenters[1].shards[0]");
         assert!(err.message.contains("datacenters[0].shards[0]"), "{err}");
-        assert!(err.to_string().contains("topology.toml: datacenters[1].shards[0]: duplicate"));
+        assert!(
+            err.to_string()
+                .contains("topology.toml: datacenters[1].shards[0]: duplicate")
+        );
     }
 
     #[test]
@@ -347,21 +397,22 @@ shards = ["127.0.0.1:7201"]
     #[test]
     fn missing_file_is_an_error() {
         let err = Topology::load(Path::new("/nonexistent/geo.toml")).unwrap_err();
-        assert!(err.to_string().starts_with("/nonexistent/geo.toml: (file): cannot read"));
+        assert!(
+            err.to_string()
+                .starts_with("/nonexistent/geo.toml: (file): cannot read")
+        );
     }
 
     #[test]
-    fn environment_overrides_keys() {
+    fn overrides_replace_keys_and_are_validated() {
+        use figment::providers::Serialized;
         let (_dir, path) = write(GOOD);
-        figment::Jail::expect_with(|jail| {
-            jail.set_env("GEOCOUNT_JAILTEST_SHARD__DURABILITY", "async");
-            jail.set_env("GEOCOUNT_JAILTEST_GLOBAL__LISTEN", "127.0.0.1:7999");
-            let t = Topology::load_with_env(&path, Env::prefixed("GEOCOUNT_JAILTEST_").split("__"))
-                .unwrap();
-            assert_eq!(t.shard.durability, Durability::Async);
-            assert_eq!(t.global.listen, "127.0.0.1:7999".parse().unwrap());
-            Ok(())
-        });
+        let overrides = Serialized::default("shard.durability", "async").key("shard.durability");
+        let t = Topology::load_with_env(&path, overrides).unwrap();
+        assert_eq!(t.shard.durability, Durability::Async);
+        let overrides = Serialized::default("global.listen", "127.0.0.1:7101");
+        let err = Topology::load_with_env(&path, overrides).unwrap_err();
+        assert_eq!(err.key, "datacenters[0].shards[0]", "{err}");
     }
 
     #[test]

@@ -20,7 +20,10 @@ pub enum BodyError {
 
 /// Reads the whole body, refusing one larger than `limit` bytes before reading it when the
 /// client declared its length, and as soon as it passes the limit otherwise.
-pub async fn read_body(request: hyper::Request<Incoming>, limit: usize) -> Result<Bytes, BodyError> {
+pub async fn read_body(
+    request: hyper::Request<Incoming>,
+    limit: usize,
+) -> Result<Bytes, BodyError> {
     let declared = request
         .headers()
         .get(hyper::header::CONTENT_LENGTH)

@@ -90,7 +90,11 @@ impl HttpClient {
             message: e.to_string(),
         };
         let exchange = async {
-            let response = self.inner.request(request).await.map_err(|e| transport(&e))?;
+            let response = self
+                .inner
+                .request(request)
+                .await
+                .map_err(|e| transport(&e))?;
             let status = response.status();
             let content_type = response
                 .headers()

@@ -58,7 +58,10 @@ where
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still open after the drain timeout; closing them");
     }
 }

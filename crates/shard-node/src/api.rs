@@ -91,7 +91,11 @@ async fn dispatch(state: &NodeState, request: Request<Incoming>) -> Result<Respo
         .at(path)
         .map_err(|_| ShardError::NoRoute(path.to_owned()))?;
     let route = *matched.value;
-    let id = matched.params.get("id").map(decode_counter_id).transpose()?;
+    let id = matched
+        .params
+        .get("id")
+        .map(decode_counter_id)
+        .transpose()?;
     let method = request.method().clone();
     match (route, method, id) {
         (Route::Create, Method::POST, _) => create(state, request).await,
@@ -124,7 +128,8 @@ fn json_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ShardErr
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(bytes).map_err(|e| ShardError::BadRequest(format!("malformed JSON body: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| ShardError::BadRequest(format!("malformed JSON body: {e}")))
 }
 
 fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, ShardError> {
@@ -161,7 +166,11 @@ async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Respons
     let body: CreateBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
     let id = match body.id {
         Some(id) => CounterId::new(id)?,
-        None => CounterId::new(format!("c-{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>()))?,
+        None => CounterId::new(format!(
+            "c-{:016x}{:016x}",
+            rand::random::<u64>(),
+            rand::random::<u64>()
+        ))?,
     };
     let number_of_shards = body
         .number_of_shards
@@ -230,12 +239,18 @@ struct WriteBody {
     timestamp: Option<u64>,
 }
 
-async fn write(state: &NodeState, id: CounterId, request: Request<Incoming>) -> Result<Response, ShardError> {
+async fn write(
+    state: &NodeState,
+    id: CounterId,
+    request: Request<Incoming>,
+) -> Result<Response, ShardError> {
     let query = request.uri().query().unwrap_or("");
     let op = form_urlencoded::parse(query.as_bytes())
         .find(|(name, _)| name == "op")
         .map(|(_, value)| value.into_owned())
-        .ok_or_else(|| ShardError::BadRequest("missing query parameter op=INCREMENT|DECREMENT".into()))?;
+        .ok_or_else(|| {
+            ShardError::BadRequest("missing query parameter op=INCREMENT|DECREMENT".into())
+        })?;
     let sign = match op.as_str() {
         "INCREMENT" => 1,
         "DECREMENT" => -1,
@@ -251,18 +266,26 @@ async fn write(state: &NodeState, id: CounterId, request: Request<Incoming>) -> 
     if delta <= 0 {
         return Err(ModelError::NonPositiveDelta(delta).into());
     }
-    let timestamp_secs = body.timestamp.unwrap_or_else(|| state.clock.now_unix_secs());
+    let timestamp_secs = body
+        .timestamp
+        .unwrap_or_else(|| state.clock.now_unix_secs());
     write_one(state, id, sign * delta, key, timestamp_secs).await
 }
 
-async fn increment(state: &NodeState, id: CounterId, request: Request<Incoming>) -> Result<Response, ShardError> {
+async fn increment(
+    state: &NodeState,
+    id: CounterId,
+    request: Request<Incoming>,
+) -> Result<Response, ShardError> {
     let key = idempotency_key(&request)?;
     let body: WriteBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
     let delta = body.delta.unwrap_or(1);
     if delta == 0 {
         return Err(ShardError::BadRequest("delta must not be 0".into()));
     }
-    let timestamp_secs = body.timestamp.unwrap_or_else(|| state.clock.now_unix_secs());
+    let timestamp_secs = body
+        .timestamp
+        .unwrap_or_else(|| state.clock.now_unix_secs());
     write_one(state, id, delta, key, timestamp_secs).await
 }
 
@@ -302,7 +325,10 @@ async fn batch(state: &NodeState, request: Request<Incoming>) -> Result<Response
             limit,
         });
     }
-    state.metrics.batch_entries.observe(batch.entries.len() as f64);
+    state
+        .metrics
+        .batch_entries
+        .observe(batch.entries.len() as f64);
     let now_secs = state.clock.now_unix_secs();
     let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; batch.entries.len()];
     let mut writes = Vec::with_capacity(batch.entries.len());
@@ -352,7 +378,11 @@ async fn batch(state: &NodeState, request: Request<Incoming>) -> Result<Response
     };
     let bytes = postcard::to_allocvec(&response)
         .map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
-    Ok(bytes_response(StatusCode::OK, POSTCARD_CONTENT_TYPE, bytes.into()))
+    Ok(bytes_response(
+        StatusCode::OK,
+        POSTCARD_CONTENT_TYPE,
+        bytes.into(),
+    ))
 }
 
 fn refused(error: &ShardError) -> EntryOutcome {
@@ -390,7 +420,10 @@ fn health(state: &NodeState) -> Response {
 
 impl NodeState {
     async fn send(&self, command: Command) -> Result<(), ShardError> {
-        self.commands.send(command).await.map_err(|_| self.stopped())
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| self.stopped())
     }
 
     async fn submit(&self, writes: Vec<WriteRequest>) -> Result<WriteResults, ShardError> {

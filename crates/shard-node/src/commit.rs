@@ -342,7 +342,8 @@ impl CommitLoop {
             return;
         }
         let big = self.wal.len() >= self.settings.checkpoint_log_bytes;
-        let old = now_ms.saturating_sub(self.last_checkpoint_ms) >= self.settings.checkpoint_interval_ms;
+        let old =
+            now_ms.saturating_sub(self.last_checkpoint_ms) >= self.settings.checkpoint_interval_ms;
         if big || old {
             self.start_checkpoint(now_ms);
         }
@@ -395,7 +396,9 @@ fn answer(replies: Vec<Reply>, metrics: &ShardMetrics) {
             Reply::Write(sender, results) => {
                 let applied = results.iter().filter(|r| r.is_ok()).count() as u64;
                 metrics.writes_applied.inc_by(applied);
-                metrics.writes_refused.inc_by(results.len() as u64 - applied);
+                metrics
+                    .writes_refused
+                    .inc_by(results.len() as u64 - applied);
                 // A handler that gave up waiting is not an error here.
                 let _ = sender.send(results);
             }
@@ -411,7 +414,10 @@ fn refuse_all(replies: Vec<Reply>, error: &StorageError, metrics: &ShardMetrics)
         match reply {
             Reply::Write(sender, results) => {
                 metrics.writes_refused.inc_by(results.len() as u64);
-                let refused = results.iter().map(|_| Err(ShardError::from_storage(error))).collect();
+                let refused = results
+                    .iter()
+                    .map(|_| Err(ShardError::from_storage(error)))
+                    .collect();
                 let _ = sender.send(refused);
             }
             Reply::Create(sender, _) => {

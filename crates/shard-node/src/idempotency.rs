@@ -103,7 +103,10 @@ mod tests {
         IdempotencyRecord {
             counter: counter.into(),
             delta,
-            outcome: SlotState { value: delta, version: 1 },
+            outcome: SlotState {
+                value: delta,
+                version: 1,
+            },
             created_at_ms: at,
         }
     }

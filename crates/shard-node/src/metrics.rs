@@ -49,17 +49,60 @@ impl Default for ShardMetrics {
             checkpoint_failures: Counter::default(),
             registry: Registry::default(),
         };
-        registry.register("writes_applied", "Writes applied and acknowledged", metrics.writes_applied.clone());
-        registry.register("writes_refused", "Writes refused; nothing of them was applied", metrics.writes_refused.clone());
-        registry.register("idempotent_replays", "Retries answered from an Idempotency-Key record", metrics.idempotent_replays.clone());
-        registry.register("batch_entries", "Entries per batched write request", metrics.batch_entries.clone());
-        registry.register("group_commit_writes", "Writes per group commit (one fsync)", metrics.group_commit_writes.clone());
-        registry.register("commit_seconds", "Time to append and fsync one group commit", metrics.commit_seconds.clone());
-        registry.register("counters", "Counters held by this node", metrics.counters_held.clone());
-        registry.register("log_bytes", "Bytes in the open log segment", metrics.log_bytes.clone());
-        registry.register("checkpoints", "Checkpoints written into the store", metrics.checkpoints.clone());
-        registry.register("checkpoint_failures", "Checkpoints that failed and were retried", metrics.checkpoint_failures.clone());
-        Self { registry, ..metrics }
+        registry.register(
+            "writes_applied",
+            "Writes applied and acknowledged",
+            metrics.writes_applied.clone(),
+        );
+        registry.register(
+            "writes_refused",
+            "Writes refused; nothing of them was applied",
+            metrics.writes_refused.clone(),
+        );
+        registry.register(
+            "idempotent_replays",
+            "Retries answered from an Idempotency-Key record",
+            metrics.idempotent_replays.clone(),
+        );
+        registry.register(
+            "batch_entries",
+            "Entries per batched write request",
+            metrics.batch_entries.clone(),
+        );
+        registry.register(
+            "group_commit_writes",
+            "Writes per group commit (one fsync)",
+            metrics.group_commit_writes.clone(),
+        );
+        registry.register(
+            "commit_seconds",
+            "Time to append and fsync one group commit",
+            metrics.commit_seconds.clone(),
+        );
+        registry.register(
+            "counters",
+            "Counters held by this node",
+            metrics.counters_held.clone(),
+        );
+        registry.register(
+            "log_bytes",
+            "Bytes in the open log segment",
+            metrics.log_bytes.clone(),
+        );
+        registry.register(
+            "checkpoints",
+            "Checkpoints written into the store",
+            metrics.checkpoints.clone(),
+        );
+        registry.register(
+            "checkpoint_failures",
+            "Checkpoints that failed and were retried",
+            metrics.checkpoint_failures.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
     }
 }
 

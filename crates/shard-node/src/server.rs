@@ -66,7 +66,8 @@ pub async fn run<L: Listener>(
     metrics.counters_held.set(counters as i64);
     tracing::info!(slot = %slot_name, counters, data_dir = %config.data_dir.display(), durability = %settings.durability, "recovered");
 
-    let checkpointer = Checkpointer::spawn(recovered.store, config.data_dir.clone(), metrics.clone());
+    let checkpointer =
+        Checkpointer::spawn(recovered.store, config.data_dir.clone(), metrics.clone());
     let commit_loop = CommitLoop::new(
         recovered.log,
         table.clone(),
@@ -105,7 +106,12 @@ pub async fn run<L: Listener>(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, slot = %state.slot_name, "serving");
     }
-    serve(listener, move |request| api::handle(state.clone(), request), shutdown).await;
+    serve(
+        listener,
+        move |request| api::handle(state.clone(), request),
+        shutdown,
+    )
+    .await;
 
     ticker.abort();
     let _ = commands.send(Command::Shutdown).await;

@@ -100,7 +100,12 @@ impl Store {
     pub fn load(&self) -> Result<StoredState, StorageError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let mut state = StoredState::default();
-        for row in txn.open_table(SLOTS).map_err(store_error)?.iter().map_err(store_error)? {
+        for row in txn
+            .open_table(SLOTS)
+            .map_err(store_error)?
+            .iter()
+            .map_err(store_error)?
+        {
             let (id, slot) = row.map_err(store_error)?;
             let (value, version) = slot.value();
             state
@@ -114,7 +119,9 @@ impl Store {
             .map_err(store_error)?
         {
             let (_, bytes) = row.map_err(store_error)?;
-            state.descriptions.push(postcard::from_bytes(bytes.value())?);
+            state
+                .descriptions
+                .push(postcard::from_bytes(bytes.value())?);
         }
         for row in txn
             .open_table(IDEMPOTENCY)

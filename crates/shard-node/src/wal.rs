@@ -56,8 +56,8 @@ fn segment_path(dir: &Path, segment: u64) -> PathBuf {
 
 /// The segment numbers present in `dir`, oldest first.
 pub fn segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
-    let entries = fs::read_dir(dir)
-        .map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
+    let entries =
+        fs::read_dir(dir).map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
     let mut found = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
@@ -108,7 +108,9 @@ pub fn replay(dir: &Path, mut apply: impl FnMut(LogRecord)) -> Result<u64, Stora
                         .map_err(|e| StorageError::io(format!("opening {}", path.display()), e))?;
                     file.set_len(offset as u64)
                         .and_then(|()| file.sync_all())
-                        .map_err(|e| StorageError::io(format!("truncating {}", path.display()), e))?;
+                        .map_err(|e| {
+                            StorageError::io(format!("truncating {}", path.display()), e)
+                        })?;
                     break;
                 }
                 Err(reason) => {
@@ -210,7 +212,11 @@ impl Wal {
     }
 
     fn cut_back(&mut self) {
-        if let Err(e) = self.file.set_len(self.len).and_then(|()| self.file.sync_data()) {
+        if let Err(e) = self
+            .file
+            .set_len(self.len)
+            .and_then(|()| self.file.sync_data())
+        {
             tracing::error!(error = %e, file = %self.path().display(), "cannot cut the log back after a failed write");
         }
     }
@@ -283,7 +289,10 @@ mod tests {
         wal.append(&record("b", 2, 2)).unwrap();
         wal.sync().unwrap();
         drop(wal);
-        assert_eq!(replay_all(dir.path()).unwrap(), vec![record("a", 1, 1), record("b", 2, 2)]);
+        assert_eq!(
+            replay_all(dir.path()).unwrap(),
+            vec![record("a", 1, 1), record("b", 2, 2)]
+        );
         delete_through(dir.path(), 1).unwrap();
         assert_eq!(segments(dir.path()).unwrap(), vec![2]);
     }
@@ -308,8 +317,15 @@ mod tests {
             let torn = dir.path().join("torn");
             fs::create_dir_all(&torn).unwrap();
             fs::write(segment_path(&torn, 7), &bytes[..cut as usize]).unwrap();
-            assert_eq!(replay_all(&torn).unwrap(), vec![record("a", 1, 1)], "cut at {cut}");
-            assert_eq!(fs::metadata(segment_path(&torn, 7)).unwrap().len(), first_len);
+            assert_eq!(
+                replay_all(&torn).unwrap(),
+                vec![record("a", 1, 1)],
+                "cut at {cut}"
+            );
+            assert_eq!(
+                fs::metadata(segment_path(&torn, 7)).unwrap().len(),
+                first_len
+            );
             fs::remove_dir_all(&torn).unwrap();
         }
     }
@@ -342,7 +358,10 @@ mod tests {
         bytes[HEADER_BYTES] ^= 0xff;
         fs::write(&path, &bytes).unwrap();
         let err = replay_all(dir.path()).unwrap_err();
-        assert!(matches!(err, StorageError::Corrupt { offset: 0, .. }), "{err}");
+        assert!(
+            matches!(err, StorageError::Corrupt { offset: 0, .. }),
+            "{err}"
+        );
     }
 
     #[test]

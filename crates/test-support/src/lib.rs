@@ -1,1 +1,17 @@
-//! placeholder
+//! Helpers shared by geocount's tests. Every end-to-end test starts the real binaries:
+//!
+//! - [`ports`]: free loopback addresses, never handed out twice in one test process.
+//! - [`cluster`]: [`TestTopology`], a topology file on fresh ports in a temporary directory.
+//! - [`process`]: [`NodeProcess`], a running binary that is killed when dropped (so a failing
+//!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT.
+//! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
+
+pub mod api;
+pub mod cluster;
+pub mod ports;
+pub mod process;
+
+pub use api::Api;
+pub use cluster::TestTopology;
+pub use hyper::Method;
+pub use process::NodeProcess;

@@ -1,0 +1,145 @@
+//! A client for the nodes' HTTP API, speaking JSON and the batched postcard path.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use geocount_model::wire::{BatchEntry, BatchRequest, BatchResponse, POSTCARD_CONTENT_TYPE};
+use geocount_net::{Answer, ClientError, HttpClient};
+use hyper::Method;
+use serde_json::Value;
+
+/// A client bound to one node.
+#[derive(Debug, Clone)]
+pub struct Api {
+    base: String,
+    client: HttpClient,
+}
+
+/// Percent-encodes a counter id for use in a path.
+pub fn encode_id(id: &str) -> String {
+    let mut out = String::new();
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.~:".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+impl Api {
+    /// A client for the node at `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            base: format!("http://{addr}"),
+            client: HttpClient::new(Duration::from_secs(10)),
+        }
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Result<Answer, ClientError> {
+        self.client.get(&format!("{}{path}", self.base)).await
+    }
+
+    /// Any request, with a raw body.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Result<Answer, ClientError> {
+        self.client
+            .send(
+                method,
+                &format!("{}{path}", self.base),
+                headers,
+                body.into(),
+            )
+            .await
+    }
+
+    /// `GET /counter/{id}` → (status, JSON).
+    pub async fn read(&self, id: &str) -> (u16, Value) {
+        let answer = self
+            .get(&format!("/counter/{}", encode_id(id)))
+            .await
+            .expect("read");
+        (answer.status.as_u16(), answer.json())
+    }
+
+    /// The value of counter `id` (panics unless the read answers 200).
+    pub async fn value(&self, id: &str) -> i64 {
+        let (status, body) = self.read(id).await;
+        assert_eq!(status, 200, "read {id}: {body}");
+        body["value"].as_i64().expect("value is a number")
+    }
+
+    /// `PATCH /counter/{id}/write?op=..` with an optional JSON body and idempotency key.
+    pub async fn write(
+        &self,
+        id: &str,
+        op: &str,
+        body: Option<Value>,
+        idempotency_key: Option<&str>,
+    ) -> Result<(u16, Value), ClientError> {
+        let headers: Vec<(&str, &str)> = idempotency_key
+            .map(|k| ("Idempotency-Key", k))
+            .into_iter()
+            .collect();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let answer = self
+            .send(
+                Method::PATCH,
+                &format!("/counter/{}/write?op={op}", encode_id(id)),
+                &headers,
+                body,
+            )
+            .await?;
+        Ok((answer.status.as_u16(), answer.json()))
+    }
+
+    /// `INCREMENT` by `delta` (> 0) or `DECREMENT` by `-delta`.
+    pub async fn add(&self, id: &str, delta: i64) -> Result<(u16, Value), ClientError> {
+        let op = if delta >= 0 { "INCREMENT" } else { "DECREMENT" };
+        self.write(
+            id,
+            op,
+            Some(serde_json::json!({ "delta": delta.abs() })),
+            None,
+        )
+        .await
+    }
+
+    /// `POST /counter` with a JSON body.
+    pub async fn create(&self, body: Value) -> (u16, Value) {
+        let answer = self
+            .send(Method::POST, "/counter", &[], body.to_string())
+            .await
+            .expect("create");
+        (answer.status.as_u16(), answer.json())
+    }
+
+    /// `POST /batch` with postcard entries; the decoded answer, or the status and JSON error.
+    pub async fn batch(&self, entries: &[BatchEntry<'_>]) -> Result<BatchResponse, (u16, Value)> {
+        let body = postcard::to_allocvec(&BatchRequest {
+            entries: entries.to_vec(),
+        })
+        .expect("encode batch");
+        let answer = self
+            .send(
+                Method::POST,
+                "/batch",
+                &[("content-type", POSTCARD_CONTENT_TYPE)],
+                body,
+            )
+            .await
+            .map_err(|e| (0, Value::String(e.to_string())))?;
+        if answer.status != 200 {
+            return Err((answer.status.as_u16(), answer.json()));
+        }
+        Ok(postcard::from_bytes(&answer.body).expect("decode batch answer"))
+    }
+}

@@ -1,0 +1,108 @@
+//! Topology files for tests: every address a fresh loopback port, every data directory
+//! temporary.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use geocount_model::Topology;
+use tempfile::TempDir;
+
+use crate::ports::free_addr;
+use crate::process::NodeProcess;
+
+/// A topology written to a temporary directory, which also holds the nodes' data and logs.
+#[derive(Debug)]
+pub struct TestTopology {
+    dir: TempDir,
+    /// The topology file.
+    pub path: PathBuf,
+    /// Its parsed contents.
+    pub topology: Topology,
+}
+
+impl TestTopology {
+    /// Datacenters named and sized as given (`[("USA_0", 3), ("ASIA_0", 2)]`), with `shard_toml`
+    /// (lines of `key = value`) added to the `[shard]` table.
+    pub fn new(datacenters: &[(&str, usize)], shard_toml: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("geocount-test-")
+            .tempdir()
+            .expect("temporary directory");
+        let mut text = String::new();
+        writeln!(text, "[global]\nlisten = \"{}\"\n", free_addr()).unwrap();
+        writeln!(
+            text,
+            "[shard]\ndata_dir = \"{}\"\n{shard_toml}\n",
+            dir.path().join("data").display()
+        )
+        .unwrap();
+        for (name, shards) in datacenters {
+            let shards: Vec<String> = (0..*shards)
+                .map(|_| format!("\"{}\"", free_addr()))
+                .collect();
+            writeln!(
+                text,
+                "[[datacenters]]\nname = \"{name}\"\naggregator = \"{}\"\nshards = [{}]\n",
+                free_addr(),
+                shards.join(", ")
+            )
+            .unwrap();
+        }
+        let path = dir.path().join("topology.toml");
+        std::fs::write(&path, &text).expect("write topology");
+        let topology = Topology::load(&path).expect("generated topology is valid");
+        Self {
+            dir,
+            path,
+            topology,
+        }
+    }
+
+    /// One datacenter `USA_0` with one shard.
+    pub fn single(shard_toml: &str) -> Self {
+        Self::new(&[("USA_0", 1)], shard_toml)
+    }
+
+    /// The temporary directory everything lives in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The address of shard `slot` of datacenter `dc`.
+    pub fn shard_addr(&self, dc: &str, slot: usize) -> SocketAddr {
+        self.topology
+            .datacenter(dc)
+            .expect("known datacenter")
+            .shards[slot]
+    }
+
+    /// The default data directory of a shard node.
+    pub fn shard_data_dir(&self, dc: &str, slot: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join("data")
+            .join(format!("DC_{dc}_VAL_{slot}"))
+    }
+
+    /// Starts shard node `slot` of `dc` and waits until it is healthy.
+    pub async fn start_shard(&self, dc: &str, slot: usize) -> NodeProcess {
+        let name = format!("DC_{dc}_VAL_{slot}");
+        let args = [
+            "--config".to_owned(),
+            self.path.display().to_string(),
+            "--dc".to_owned(),
+            dc.to_owned(),
+            "--slot".to_owned(),
+            slot.to_string(),
+        ];
+        NodeProcess::start(
+            "shard-node",
+            &name,
+            &args,
+            self.shard_addr(dc, slot),
+            self.dir(),
+        )
+        .await
+    }
+}
