@@ -10,9 +10,13 @@ use geocount_model::wire::{BatchEntry, EntryOutcome};
 use geocount_test_support::{Api, Method, TestTopology};
 use serde_json::json;
 
+/// These tests run a shard node without its datacenter aggregator: a fresh node need not wait
+/// long for a restore source that is not there.
+const ALONE: &str = "restore_timeout_ms = 100";
+
 #[tokio::test]
 async fn create_write_and_read_round_trip() {
-    let topology = TestTopology::single("");
+    let topology = TestTopology::single(ALONE);
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
 
@@ -103,7 +107,7 @@ async fn create_write_and_read_round_trip() {
 
 #[tokio::test]
 async fn idempotent_retries_apply_once_even_across_a_crash() {
-    let topology = TestTopology::single("");
+    let topology = TestTopology::single(ALONE);
     let mut node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
 
@@ -212,7 +216,7 @@ async fn idempotent_retries_apply_once_even_across_a_crash() {
 
 #[tokio::test]
 async fn idempotency_keys_expire_after_the_retention() {
-    let topology = TestTopology::single("idempotency_retention_secs = 1");
+    let topology = TestTopology::single("idempotency_retention_secs = 1\nrestore_timeout_ms = 100");
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     api.write("c", "INCREMENT", None, Some("k")).await.unwrap();
@@ -252,200 +256,78 @@ async fn expect_refusal(
 
 #[tokio::test]
 async fn bad_input_is_refused_with_a_json_error_and_changes_nothing() {
-    let topology = TestTopology::single("max_body_bytes = 2048\nmax_batch_entries = 10");
+    let topology = TestTopology::single(
+        "max_body_bytes = 2048\nmax_batch_entries = 10\nrestore_timeout_ms = 100",
+    );
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     api.add("c", 10).await.unwrap();
     let (_, before) = api.read("c").await;
 
-    let long_id = "x".repeat(257);
-    let cases: Vec<(Method, String, Vec<(&str, &str)>, String, u16)> = vec![
+    let long_write = format!("/counter/{}/write?op=INCREMENT", "x".repeat(257));
+    let too_big = format!(r#"{{"delta": 1, "pad": "{}"}}"#, "p".repeat(4096));
+    const WRITE: &str = "/counter/c/write?op=INCREMENT";
+    const INCREMENT: &str = "/counters/c/increment";
+    // (method, path, body, status)
+    let refusals: &[(Method, &str, &str, u16)] = &[
+        (Method::PATCH, &long_write, "", 400),
+        (Method::PATCH, "/counter/a%0Ab/write?op=INCREMENT", "", 400),
+        (Method::PATCH, "/counter/%FF%FE/write?op=INCREMENT", "", 400),
+        (Method::GET, "/counter/a%00b", "", 400),
+        (Method::PATCH, "/counter/c/write", "", 400),
+        (Method::PATCH, "/counter/c/write?op=MULTIPLY", "", 400),
+        (Method::PATCH, WRITE, r#"{"delta": 0}"#, 400),
+        (Method::PATCH, WRITE, r#"{"delta": -3}"#, 400),
+        (Method::PATCH, WRITE, r#"{"delta": 1.5}"#, 400),
+        (Method::PATCH, WRITE, r#"{"delta": "5"}"#, 400),
         (
             Method::PATCH,
-            format!("/counter/{long_id}/write?op=INCREMENT"),
-            vec![],
-            String::new(),
+            WRITE,
+            r#"{"delta": 99999999999999999999}"#,
             400,
         ),
-        (
-            Method::PATCH,
-            "/counter/a%0Ab/write?op=INCREMENT".into(),
-            vec![],
-            String::new(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/%FF%FE/write?op=INCREMENT".into(),
-            vec![],
-            String::new(),
-            400,
-        ),
-        (
-            Method::GET,
-            "/counter/a%00b".into(),
-            vec![],
-            String::new(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write".into(),
-            vec![],
-            String::new(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=MULTIPLY".into(),
-            vec![],
-            String::new(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            r#"{"delta": 0}"#.into(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            r#"{"delta": -3}"#.into(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            r#"{"delta": 1.5}"#.into(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            r#"{"delta": "5"}"#.into(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            r#"{"delta": 99999999999999999999}"#.into(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            r#"{"delta": 1"#.into(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            r#"{"detla": 1}"#.into(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            r#"{"timestamp": -1}"#.into(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![("Idempotency-Key", "")],
-            String::new(),
-            400,
-        ),
-        (
-            Method::PATCH,
-            "/counter/c/write?op=INCREMENT".into(),
-            vec![],
-            format!(r#"{{"delta": 1, "pad": "{}"}}"#, "p".repeat(4096)),
-            413,
-        ),
+        (Method::PATCH, WRITE, r#"{"delta": 1"#, 400),
+        (Method::PATCH, WRITE, r#"{"detla": 1}"#, 400),
+        (Method::PATCH, WRITE, r#"{"timestamp": -1}"#, 400),
+        (Method::PATCH, WRITE, &too_big, 413),
+        (Method::POST, INCREMENT, r#"{"delta": 0}"#, 400),
+        (Method::POST, INCREMENT, "[]", 400),
+        (Method::POST, "/counter", r#"{"id": ""}"#, 400),
         (
             Method::POST,
-            "/counters/c/increment".into(),
-            vec![],
-            r#"{"delta": 0}"#.into(),
+            "/counter",
+            r#"{"id": "n", "numberOfShards": 0}"#,
             400,
         ),
         (
             Method::POST,
-            "/counters/c/increment".into(),
-            vec![],
-            "[]".into(),
+            "/counter",
+            r#"{"id": "n", "windowSeconds": 0}"#,
             400,
         ),
         (
             Method::POST,
-            "/counter".into(),
-            vec![],
-            r#"{"id": ""}"#.into(),
+            "/counter",
+            r#"{"id": "n", "type": "product"}"#,
             400,
         ),
-        (
-            Method::POST,
-            "/counter".into(),
-            vec![],
-            r#"{"id": "n", "numberOfShards": 0}"#.into(),
-            400,
-        ),
-        (
-            Method::POST,
-            "/counter".into(),
-            vec![],
-            r#"{"id": "n", "windowSeconds": 0}"#.into(),
-            400,
-        ),
-        (
-            Method::POST,
-            "/counter".into(),
-            vec![],
-            r#"{"id": "n", "type": "product"}"#.into(),
-            400,
-        ),
-        (
-            Method::POST,
-            "/counter".into(),
-            vec![],
-            "not json".into(),
-            400,
-        ),
-        (
-            Method::POST,
-            "/batch".into(),
-            vec![],
-            "\u{ff}garbage".into(),
-            400,
-        ),
-        (
-            Method::DELETE,
-            "/counter/c".into(),
-            vec![],
-            String::new(),
-            405,
-        ),
-        (
-            Method::GET,
-            "/no/such/endpoint".into(),
-            vec![],
-            String::new(),
-            404,
-        ),
+        (Method::POST, "/counter", "not json", 400),
+        (Method::POST, "/batch", "\u{ff}garbage", 400),
+        (Method::DELETE, "/counter/c", "", 405),
+        (Method::GET, "/no/such/endpoint", "", 404),
     ];
-    for (method, path, headers, body, status) in &cases {
-        expect_refusal(&api, method.clone(), path, headers, body, *status).await;
+    for (method, path, body, status) in refusals {
+        expect_refusal(&api, method.clone(), path, &[], body, *status).await;
     }
+    expect_refusal(
+        &api,
+        Method::PATCH,
+        WRITE,
+        &[("Idempotency-Key", "")],
+        "",
+        400,
+    )
+    .await;
     // Overflow: refused with 422 and nothing applied.
     let (status, _) = api.add("big", i64::MAX).await.unwrap();
     assert_eq!(status, 200);
@@ -512,7 +394,7 @@ async fn bad_input_is_refused_with_a_json_error_and_changes_nothing() {
 
 #[tokio::test]
 async fn batches_are_answered_per_entry() {
-    let topology = TestTopology::single("");
+    let topology = TestTopology::single(ALONE);
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     let long = "y".repeat(300);
@@ -638,7 +520,7 @@ async fn write_until_stopped(
 /// kill -9 under concurrent writes, restart, and check every acknowledged write is there and
 /// nothing is doubled.
 async fn crash_under_load(shard_toml: &str) {
-    let topology = TestTopology::single(shard_toml);
+    let topology = TestTopology::single(&format!("{shard_toml}\n{ALONE}"));
     let mut node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     let stop = Arc::new(AtomicBool::new(false));
@@ -697,7 +579,7 @@ async fn async_durability_survives_a_process_crash() {
 
 #[tokio::test]
 async fn graceful_shutdown_exits_zero_and_keeps_state() {
-    let topology = TestTopology::single("");
+    let topology = TestTopology::single(ALONE);
     let mut node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     let (status, _) = api
@@ -731,7 +613,7 @@ async fn graceful_shutdown_exits_zero_and_keeps_state() {
 
 #[tokio::test]
 async fn metrics_and_health_are_served() {
-    let topology = TestTopology::single("");
+    let topology = TestTopology::single(ALONE);
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     api.add("m", 1).await.unwrap();
@@ -759,7 +641,7 @@ async fn metrics_and_health_are_served() {
 
 #[tokio::test]
 async fn topology_errors_exit_with_one_line_naming_file_and_key() {
-    let topology = TestTopology::new(&[("USA_0", 2)], "");
+    let topology = TestTopology::new(&[("USA_0", 2)], ALONE);
     let binary = geocount_test_support::process::binary("shard-node");
     let run = |args: &[&str], env: &[(&str, &str)]| {
         let output = std::process::Command::new(&binary)
@@ -793,7 +675,10 @@ async fn topology_errors_exit_with_one_line_naming_file_and_key() {
         &[("GEOCOUNT_SHARD__DURABILITY", "sometimes")],
     );
     assert_eq!(code, Some(2));
-    assert!(stderr.contains("shard.durability") && stderr.contains("GEOCOUNT_SHARD__DURABILITY"), "{stderr}");
+    assert!(
+        stderr.contains("shard.durability") && stderr.contains("GEOCOUNT_SHARD__DURABILITY"),
+        "{stderr}"
+    );
 
     let text = std::fs::read_to_string(&topology.path).unwrap();
     let dc = &topology.topology.datacenters[0];

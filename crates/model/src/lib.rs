@@ -7,9 +7,13 @@
 //! - [`counter_id`]: what a counter id may be ([`CounterId`]).
 //! - [`slot`]: slot names ([`SlotId`]), a slot's `(value, version)` state ([`SlotState`]) and its
 //!   last-writer-wins merge, and overflow-checked deltas.
-//! - [`counter`]: a counter's description (type, number of shards, window, creation time).
+//! - [`counter`]: a counter's description (type, number of shards, window, creation time) and
+//!   its versioned form ([`VersionedDescription`]) that every node merges.
+//! - [`hlc`]: hybrid logical clock timestamps, the versions of descriptions.
+//! - [`placement`]: consistent hashing of counters onto a datacenter's slots.
 //! - [`topology`]: the TOML topology file every binary and script reads ([`Topology`]).
-//! - [`wire`]: the postcard messages that cross process boundaries (the batched write path).
+//! - [`wire`]: the postcard messages that cross process boundaries: batched writes, and the
+//!   sync pages every tier pulls from the one below (and descriptions from the one above).
 //! - [`clock`]: the time seam ([`Clock`]), so simulations can inject time.
 //! - [`error`]: this crate's error enum ([`ModelError`]).
 
@@ -17,13 +21,20 @@ pub mod clock;
 pub mod counter;
 pub mod counter_id;
 pub mod error;
+pub mod hlc;
+pub mod placement;
 pub mod slot;
 pub mod topology;
 pub mod wire;
 
 pub use clock::{Clock, SystemClock};
-pub use counter::{CounterDescription, CounterType};
+pub use counter::{CounterDescription, CounterType, VersionedDescription};
 pub use counter_id::CounterId;
 pub use error::ModelError;
-pub use slot::{SlotId, SlotState};
-pub use topology::{DatacenterConfig, Durability, ShardDefaults, Topology, TopologyError};
+pub use hlc::{Hlc, HlcTimestamp};
+pub use placement::Placement;
+pub use slot::{SlotId, SlotState, next_slot_version};
+pub use topology::{
+    DatacenterConfig, Durability, GlobalConfig, Selection, ShardDefaults, SyncSettings, Topology,
+    TopologyError,
+};

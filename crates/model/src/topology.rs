@@ -25,6 +25,9 @@ pub struct Topology {
     /// Settings shared by every shard node.
     #[serde(default)]
     pub shard: ShardDefaults,
+    /// How often each tier pulls from its neighbours.
+    #[serde(default)]
+    pub sync: SyncSettings,
     /// The datacenters; each runs one aggregator and one shard node per slot.
     pub datacenters: Vec<DatacenterConfig>,
 }
@@ -35,6 +38,58 @@ pub struct Topology {
 pub struct GlobalConfig {
     /// Where the global aggregator listens.
     pub listen: SocketAddr,
+    /// A read whose datacenters are staler than this (milliseconds) is refused with 503 unless
+    /// it allows a partial answer; `max_staleness_ms` in the query overrides it.
+    #[serde(default = "default_max_staleness_ms")]
+    pub max_staleness_ms: u64,
+}
+
+fn default_max_staleness_ms() -> u64 {
+    5_000
+}
+
+/// How often each tier pulls from its neighbours, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyncSettings {
+    /// A datacenter aggregator pulls each of its shard nodes this often.
+    pub shard_to_datacenter_ms: u64,
+    /// The global aggregator pulls each datacenter aggregator this often.
+    pub datacenter_to_global_ms: u64,
+    /// A shard node pulls each peer of its datacenter (its replicas) this often.
+    pub peer_ms: u64,
+    /// Descriptions flow down (global → datacenter aggregators → shard nodes) this often.
+    pub downward_ms: u64,
+    /// A pull that has not answered after this long fails (the source's staleness grows).
+    pub timeout_ms: u64,
+    /// The most counters in one sync page.
+    pub page_entries: usize,
+}
+
+impl Default for SyncSettings {
+    fn default() -> Self {
+        Self {
+            shard_to_datacenter_ms: 50,
+            datacenter_to_global_ms: 250,
+            peer_ms: 100,
+            downward_ms: 250,
+            timeout_ms: 1_000,
+            page_entries: 50_000,
+        }
+    }
+}
+
+/// How a shard node picks one of a counter's slots for a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// Each of the counter's slots in turn.
+    #[default]
+    RoundRobin,
+    /// A random one of the counter's slots.
+    Random,
+    /// The slot whose node reported the lowest write rate.
+    LeastLoaded,
 }
 
 /// One datacenter.
@@ -86,6 +141,16 @@ pub struct ShardDefaults {
     pub checkpoint_log_bytes: u64,
     /// The log is checkpointed at least this often while writes arrive, in milliseconds.
     pub checkpoint_interval_ms: u64,
+    /// How a write picks one of its counter's slots.
+    pub selection: Selection,
+    /// Points each slot owns on the placement ring.
+    pub virtual_nodes: u32,
+    /// A counter writing more than this per second per slot grows its `numberOfShards`; one
+    /// under a quarter of it shrinks back (never below its created count).
+    pub hot_writes_per_slot: u64,
+    /// A node starting on an empty data directory waits this long (milliseconds) for its peers
+    /// and its aggregator to hand back its slot before it starts empty.
+    pub restore_timeout_ms: u64,
 }
 
 impl Default for ShardDefaults {
@@ -101,6 +166,10 @@ impl Default for ShardDefaults {
             idempotency_retention_secs: 600,
             checkpoint_log_bytes: 64 * 1024 * 1024,
             checkpoint_interval_ms: 30_000,
+            selection: Selection::RoundRobin,
+            virtual_nodes: 64,
+            hot_writes_per_slot: 2_000,
+            restore_timeout_ms: 3_000,
         }
     }
 }
@@ -180,6 +249,15 @@ impl Topology {
         };
         claim(self.global.listen, "global.listen".into())?;
         let mut names: HashMap<&str, usize> = HashMap::new();
+        if self
+            .datacenters
+            .iter()
+            .map(|dc| dc.shards.len())
+            .sum::<usize>()
+            > usize::from(u16::MAX)
+        {
+            return Err(("datacenters".into(), "more than 65535 slots in all".into()));
+        }
         for (i, dc) in self.datacenters.iter().enumerate() {
             let key = format!("datacenters[{i}].name");
             if dc.name.is_empty()
@@ -234,6 +312,21 @@ impl Topology {
             ),
             ("shard.checkpoint_log_bytes", shard.checkpoint_log_bytes),
             ("shard.checkpoint_interval_ms", shard.checkpoint_interval_ms),
+            ("shard.virtual_nodes", shard.virtual_nodes.into()),
+            ("shard.hot_writes_per_slot", shard.hot_writes_per_slot),
+            ("global.max_staleness_ms", self.global.max_staleness_ms),
+            (
+                "sync.shard_to_datacenter_ms",
+                self.sync.shard_to_datacenter_ms,
+            ),
+            (
+                "sync.datacenter_to_global_ms",
+                self.sync.datacenter_to_global_ms,
+            ),
+            ("sync.peer_ms", self.sync.peer_ms),
+            ("sync.downward_ms", self.sync.downward_ms),
+            ("sync.timeout_ms", self.sync.timeout_ms),
+            ("sync.page_entries", self.sync.page_entries as u64),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -258,6 +351,11 @@ impl Topology {
                 let known: Vec<&str> = self.datacenters.iter().map(|dc| dc.name.as_str()).collect();
                 format!("no datacenter named {name:?} (known: {})", known.join(", "))
             })
+    }
+
+    /// The index of datacenter `name` in `datacenters`.
+    pub fn datacenter_index(&self, name: &str) -> Option<usize> {
+        self.datacenters.iter().position(|dc| dc.name == name)
     }
 
     /// Where the shard node owning `slot` listens, or an error naming the key at fault.

@@ -1,11 +1,18 @@
 //! Messages between processes, encoded with postcard.
 //!
+//! Replication: every tier pulls from the tier below with `POST /sync` (a [`SyncRequest`]
+//! answered by a [`SyncPage`]): the slot states and descriptions changed since the puller's
+//! [`Cursor`]. Descriptions also flow down the same way. A shard node restoring its slot asks for
+//! `GET /slots/{slot}/copy` ([`SlotCopy`]).
+//!
 //! The batched write path: a client sends a [`BatchRequest`] as the body of `POST /batch` with
 //! content type [`POSTCARD_CONTENT_TYPE`], and gets a [`BatchResponse`] with one [`EntryOutcome`]
 //! per entry, in order. Entries borrow from the request body, so decoding allocates only the
 //! entry list.
 
 use serde::{Deserialize, Serialize};
+
+use crate::{SlotState, VersionedDescription};
 
 /// The content type of postcard bodies.
 pub const POSTCARD_CONTENT_TYPE: &str = "application/x-postcard";
@@ -57,4 +64,107 @@ pub enum EntryOutcome {
         /// What is wrong.
         error: String,
     },
+}
+
+/// Where a puller is in a source's change stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Cursor {
+    /// Nothing pulled yet: the source sends everything.
+    #[default]
+    Start,
+    /// Part-way through a full copy: resume at entry `next_index`, then continue with the
+    /// changes after `resume_seq`.
+    Scan {
+        /// The source's incarnation: a cursor from an earlier one starts over.
+        epoch: u64,
+        /// The change sequence number when the full copy began.
+        resume_seq: u64,
+        /// The next entry of the copy.
+        next_index: u64,
+    },
+    /// Caught up to change `seq` of incarnation `epoch`.
+    Seq {
+        /// The source's incarnation.
+        epoch: u64,
+        /// The last change seen.
+        seq: u64,
+    },
+}
+
+/// A pull: which streams the puller wants, from which cursors.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SyncRequest {
+    /// Slot states changed since this cursor; `None` to skip them.
+    pub slots: Option<Cursor>,
+    /// Descriptions changed since this cursor; `None` to skip them.
+    pub descriptions: Option<Cursor>,
+}
+
+/// One slot state of one counter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotEntry {
+    /// Index into [`SlotPage::slot_names`].
+    pub slot: u16,
+    /// The counter.
+    pub id: String,
+    /// Its state in that slot.
+    pub state: SlotState,
+}
+
+/// Slot states changed since the puller's cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SlotPage {
+    /// The slot names the entries refer to by index.
+    pub slot_names: Vec<String>,
+    /// The changed states.
+    pub entries: Vec<SlotEntry>,
+    /// The cursor to ask from next time.
+    pub next: Cursor,
+    /// Whether the page reaches the source's newest change (else pull again at once).
+    pub caught_up: bool,
+}
+
+/// Descriptions changed since the puller's cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DescriptionPage {
+    /// The changed descriptions.
+    pub items: Vec<VersionedDescription>,
+    /// The cursor to ask from next time.
+    pub next: Cursor,
+    /// Whether the page reaches the source's newest change.
+    pub caught_up: bool,
+}
+
+/// How fresh a source's copy of one slot is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotFreshness {
+    /// The slot's name.
+    pub slot: String,
+    /// How long ago the source last had the slot's complete state; `None`: never.
+    pub staleness_ms: Option<u64>,
+}
+
+/// The answer to a [`SyncRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SyncPage {
+    /// Who answers (a slot or datacenter name).
+    pub source: String,
+    /// The slot states asked for.
+    pub slots: Option<SlotPage>,
+    /// The descriptions asked for.
+    pub descriptions: Option<DescriptionPage>,
+    /// An aggregator's view of each of its slots' freshness (empty from a shard node, whose own
+    /// slot is fresh by definition).
+    pub freshness: Vec<SlotFreshness>,
+    /// Writes per second the source applied lately (for least-loaded routing).
+    pub load: u64,
+}
+
+/// A copy of every counter's state in one slot, for a node restoring its own slot.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SlotCopy {
+    /// The slot.
+    pub slot: String,
+    /// Every counter's state in it.
+    pub entries: Vec<(String, SlotState)>,
 }

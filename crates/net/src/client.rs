@@ -15,7 +15,15 @@ pub enum ClientError {
     /// The URL or a header could not be used.
     #[error("bad request {0}")]
     Request(String),
-    /// No connection, or it broke.
+    /// No connection could be made: the request was certainly not delivered.
+    #[error("{url}: cannot connect: {message}")]
+    Connect {
+        /// The URL asked.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The connection broke after the request may have been delivered.
     #[error("{url}: {message}")]
     Transport {
         /// The URL asked.
@@ -50,6 +58,13 @@ impl Answer {
     /// The body parsed as JSON (`Value::Null` when it is not JSON).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl ClientError {
+    /// Whether the request certainly never reached the server (safe to send elsewhere).
+    pub fn is_connect(&self) -> bool {
+        matches!(self, ClientError::Connect { .. })
     }
 }
 
@@ -90,11 +105,17 @@ impl HttpClient {
             message: e.to_string(),
         };
         let exchange = async {
-            let response = self
-                .inner
-                .request(request)
-                .await
-                .map_err(|e| transport(&e))?;
+            let response = self.inner.request(request).await.map_err(|e| {
+                // The connector failed: nothing was sent, so the request may go elsewhere.
+                if e.is_connect() {
+                    ClientError::Connect {
+                        url: url.to_owned(),
+                        message: e.to_string(),
+                    }
+                } else {
+                    transport(&e)
+                }
+            })?;
             let status = response.status();
             let content_type = response
                 .headers()
@@ -116,5 +137,26 @@ impl HttpClient {
         tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| ClientError::Timeout(url.to_owned()))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error() {
+        // Bind then drop: nothing listens on the port any more.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let client = HttpClient::new(Duration::from_secs(2));
+        let error = client
+            .get(&format!("http://127.0.0.1:{port}/healthz"))
+            .await
+            .unwrap_err();
+        assert!(error.is_connect(), "{error:?}");
     }
 }

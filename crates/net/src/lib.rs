@@ -7,13 +7,17 @@
 //! - [`client`]: a pooled HTTP/1.1 client for tools, tests and calls between tiers ([`HttpClient`]).
 //! - [`body`]: reading a request body under a size limit ([`read_body`]).
 //! - [`response`]: JSON answers and the `{"error": ...}` shape every error takes ([`HttpError`]).
+//! - [`binary`]: what every tier's binary does around its server: logging, exit codes, the
+//!   listener, stopping on SIGTERM or Ctrl-C ([`run_tier`]).
 
+pub mod binary;
 pub mod body;
 pub mod client;
 pub mod listener;
 pub mod response;
 pub mod server;
 
+pub use binary::run_tier;
 pub use body::{BodyError, read_body};
 pub use client::{Answer, ClientError, HttpClient};
 pub use listener::Listener;

@@ -7,10 +7,16 @@
 //! | `PATCH /counter/{id}/write?op=INCREMENT\|DECREMENT` | write `{"delta"?: n > 0, "timestamp"?}` |
 //! | `POST /counters/{id}/increment` | write `{"delta"?: n ≠ 0, "timestamp"?}` |
 //! | `POST /batch` | many writes, postcard [`BatchRequest`] → [`BatchResponse`] |
+//! | `GET /counter/{id}/route` | the counter's slots in this datacenter and their nodes |
+//! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
+//! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
 //! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
 //!
-//! Writes may carry an `Idempotency-Key` header. Every refusal is `{"error": ...}` with a 4xx.
+//! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
+//! this node's is forwarded to one that does ([`crate::routing`]). Every refusal is
+//! `{"error": ...}` with a 4xx.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -20,14 +26,17 @@ use geocount_model::{CounterDescription, CounterId, CounterType, ModelError, Slo
 use geocount_net::{HttpError, Response, bytes_response, json_response, read_body};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
-use percent_encoding::percent_decode_str;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::commit::{Command, WriteRequest, WriteResults};
 use crate::error::ShardError;
 use crate::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
+use crate::routing::FORWARDED_HEADER;
 use crate::server::NodeState;
+use geocount_model::wire::{BatchEntry, SlotCopy, SyncPage};
+use geocount_sync::http::{self, RequestError, Routed};
+use geocount_sync::{answer_slot_copy, answer_sync};
 
 /// The most slots a counter may be spread over.
 pub const MAX_SHARDS_PER_COUNTER: u32 = 1024;
@@ -47,6 +56,12 @@ pub enum Route {
     Increment,
     /// `/batch`
     Batch,
+    /// `/counter/{id}/route`
+    Route,
+    /// `/sync`
+    Sync,
+    /// `/slots/{slot}/copy`
+    SlotCopy,
     /// `/healthz`
     Health,
     /// `/metrics`
@@ -55,72 +70,46 @@ pub enum Route {
 
 /// Builds the router once per node.
 pub fn router() -> matchit::Router<Route> {
-    let mut router = matchit::Router::new();
-    let routes = [
+    http::router([
         ("/counter", Route::Create),
         ("/counter/{id}", Route::Counter),
         ("/counter/{id}/write", Route::Write),
         ("/counters/{id}/increment", Route::Increment),
         ("/batch", Route::Batch),
+        ("/counter/{id}/route", Route::Route),
+        ("/sync", Route::Sync),
+        ("/slots/{slot}/copy", Route::SlotCopy),
         ("/healthz", Route::Health),
         ("/metrics", Route::Metrics),
-    ];
-    for (path, route) in routes {
-        router.insert(path, route).expect("routes do not conflict");
-    }
-    router
+    ])
 }
 
-/// Answers one request; every error becomes its JSON answer here.
+/// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
-    match dispatch(&state, request).await {
-        Ok(response) => response,
-        Err(error) => {
-            if error.status().is_server_error() {
-                tracing::warn!(%error, "request failed");
-            }
-            error.to_response()
-        }
-    }
+    http::answer(&state.routes, request, |routed, request| {
+        dispatch(&state, routed, request)
+    })
+    .await
 }
 
-async fn dispatch(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
-    let path = request.uri().path();
-    let matched = state
-        .router
-        .at(path)
-        .map_err(|_| ShardError::NoRoute(path.to_owned()))?;
-    let route = *matched.value;
-    let id = matched
-        .params
-        .get("id")
-        .map(decode_counter_id)
-        .transpose()?;
-    let method = request.method().clone();
-    match (route, method, id) {
-        (Route::Create, Method::POST, _) => create(state, request).await,
-        (Route::Counter, Method::GET, Some(id)) => read(state, &id),
-        (Route::Write, Method::PATCH, Some(id)) => write(state, id, request).await,
-        (Route::Increment, Method::POST, Some(id)) => increment(state, id, request).await,
-        (Route::Batch, Method::POST, _) => batch(state, request).await,
-        (Route::Health, Method::GET, _) => Ok(health(state)),
-        (Route::Metrics, Method::GET, _) => Ok(bytes_response(
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            state.metrics.encode().into(),
-        )),
-        (_, method, _) => Err(ShardError::MethodNotAllowed {
-            method: method.to_string(),
-            path: request.uri().path().to_owned(),
-        }),
+async fn dispatch(
+    state: &Arc<NodeState>,
+    Routed { route, id, slot }: Routed<Route>,
+    request: Request<Incoming>,
+) -> Result<Response, ShardError> {
+    match (route, request.method().clone(), id, slot) {
+        (Route::Create, Method::POST, _, _) => create(state, request).await,
+        (Route::Counter, Method::GET, Some(id), _) => read(state, &id),
+        (Route::Write, Method::PATCH, Some(id), _) => write(state, id, request).await,
+        (Route::Increment, Method::POST, Some(id), _) => increment(state, id, request).await,
+        (Route::Batch, Method::POST, _, _) => batch(state, request).await,
+        (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
+        (Route::Sync, Method::POST, _, _) => sync(state, request).await,
+        (Route::SlotCopy, Method::GET, _, Some(slot)) => slot_copy(state, &slot),
+        (Route::Health, Method::GET, _, _) => Ok(health(state)),
+        (Route::Metrics, Method::GET, _, _) => Ok(http::metrics_response(state.metrics.registry())),
+        _ => Err(RequestError::method_not_allowed(&request).into()),
     }
-}
-
-fn decode_counter_id(raw: &str) -> Result<CounterId, ShardError> {
-    let decoded = percent_decode_str(raw)
-        .decode_utf8()
-        .map_err(|_| ModelError::InvalidCounterId("it is not valid UTF-8"))?;
-    Ok(CounterId::new(decoded)?)
 }
 
 /// Parses an optional JSON body: empty means every field takes its default.
@@ -130,6 +119,11 @@ fn json_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ShardErr
     }
     serde_json::from_slice(bytes)
         .map_err(|e| ShardError::BadRequest(format!("malformed JSON body: {e}")))
+}
+
+/// Whether another node forwarded this write here: it is applied here, never sent on.
+fn is_forwarded(request: &Request<Incoming>) -> bool {
+    request.headers().contains_key(FORWARDED_HEADER)
 }
 
 fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, ShardError> {
@@ -192,6 +186,7 @@ async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Respons
         id,
         counter_type: body.counter_type.unwrap_or_default(),
         number_of_shards,
+        base_number_of_shards: number_of_shards,
         window_seconds,
         created_at_ms: state.clock.now_unix_ms(),
     };
@@ -210,12 +205,12 @@ struct SlotAnswer<'a> {
     version: u64,
 }
 
-fn slot_answer(state: &NodeState, id: &CounterId, slot: SlotState) -> Response {
+fn slot_answer(_state: &NodeState, slot_name: &str, id: &CounterId, slot: SlotState) -> Response {
     json_response(
         StatusCode::OK,
         &SlotAnswer {
             id: id.as_str(),
-            slot: &state.slot_name,
+            slot: slot_name,
             value: slot.value,
             version: slot.version,
         },
@@ -223,13 +218,26 @@ fn slot_answer(state: &NodeState, id: &CounterId, slot: SlotState) -> Response {
 }
 
 fn read(state: &NodeState, id: &CounterId) -> Result<Response, ShardError> {
-    let slot = state
+    let stored = state
         .table
         .read()
         .expect("slot table lock")
-        .get(id.as_str())
-        .ok_or_else(|| ShardError::NotFound(id.to_string()))?;
-    Ok(slot_answer(state, id, slot))
+        .get(id.as_str());
+    // A counter described (created here or elsewhere) but not yet written here reads as 0.
+    let slot = match stored {
+        Some(slot) => slot,
+        None if state
+            .descriptions
+            .read()
+            .expect("descriptions lock")
+            .get(id.as_str())
+            .is_some() =>
+        {
+            SlotState::default()
+        }
+        None => return Err(ShardError::NotFound(id.to_string())),
+    };
+    Ok(slot_answer(state, &state.slot_name, id, slot))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -261,6 +269,7 @@ async fn write(
         }
     };
     let key = idempotency_key(&request)?;
+    let forwarded = is_forwarded(&request);
     let body: WriteBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
     let delta = body.delta.unwrap_or(1);
     if delta <= 0 {
@@ -269,7 +278,13 @@ async fn write(
     let timestamp_secs = body
         .timestamp
         .unwrap_or_else(|| state.clock.now_unix_secs());
-    write_one(state, id, sign * delta, key, timestamp_secs).await
+    let write = WriteRequest {
+        id,
+        delta: sign * delta,
+        idempotency_key: key,
+        timestamp_secs,
+    };
+    write_one(state, write, forwarded).await
 }
 
 async fn increment(
@@ -278,6 +293,7 @@ async fn increment(
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
     let key = idempotency_key(&request)?;
+    let forwarded = is_forwarded(&request);
     let body: WriteBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
     let delta = body.delta.unwrap_or(1);
     if delta == 0 {
@@ -286,29 +302,97 @@ async fn increment(
     let timestamp_secs = body
         .timestamp
         .unwrap_or_else(|| state.clock.now_unix_secs());
-    write_one(state, id, delta, key, timestamp_secs).await
-}
-
-async fn write_one(
-    state: &NodeState,
-    id: CounterId,
-    delta: i64,
-    idempotency_key: Option<Box<str>>,
-    timestamp_secs: u64,
-) -> Result<Response, ShardError> {
-    let request = WriteRequest {
+    let write = WriteRequest {
         id,
         delta,
-        idempotency_key,
+        idempotency_key: key,
         timestamp_secs,
     };
-    let id = request.id.clone();
-    let mut results = state.submit(vec![request]).await?;
-    let slot = results.pop().ok_or_else(|| state.stopped())??;
-    Ok(slot_answer(state, &id, slot))
+    write_one(state, write, forwarded).await
 }
 
-async fn batch(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
+/// Applies one write here, or forwards it to the node owning the slot it is routed to.
+async fn write_one(
+    state: &NodeState,
+    write: WriteRequest,
+    forwarded: bool,
+) -> Result<Response, ShardError> {
+    let target = if forwarded {
+        state.router.own_slot()
+    } else {
+        state
+            .router
+            .target(write.id.as_str(), write.idempotency_key.as_deref())
+    };
+    if target != state.router.own_slot() {
+        // `None`: the target was unreachable before anything was sent, so the write is taken here.
+        if let Some(response) = forward_one(state, target, &write).await? {
+            return Ok(response);
+        }
+    }
+    let id = write.id.clone();
+    let mut results = state.submit(vec![write]).await?;
+    let slot = results.pop().ok_or_else(|| state.stopped())??;
+    Ok(slot_answer(state, &state.slot_name, &id, slot))
+}
+
+/// Forwards one write. `None` when the target could not be reached and the write carries no
+/// idempotency key, so it may safely be applied here instead.
+async fn forward_one(
+    state: &NodeState,
+    target: u32,
+    write: &WriteRequest,
+) -> Result<Option<Response>, ShardError> {
+    let entry = BatchEntry {
+        id: write.id.as_str(),
+        delta: write.delta,
+        idempotency_key: write.idempotency_key.as_deref(),
+        timestamp: Some(write.timestamp_secs),
+    };
+    let body = encode_batch(std::slice::from_ref(&entry))?;
+    state.metrics.writes_forwarded.inc();
+    let slot_name = state.router.slot_name(target);
+    match state.router.forward(target, body).await {
+        Ok(mut answer) => match answer.outcomes.pop() {
+            Some(EntryOutcome::Applied { value, version }) => Ok(Some(slot_answer(
+                state,
+                slot_name,
+                &write.id,
+                SlotState { value, version },
+            ))),
+            Some(EntryOutcome::Refused { status, error }) => {
+                Ok(Some(geocount_net::error_response(
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                    &error,
+                )))
+            }
+            None => Err(ShardError::OutcomeUnknown(format!(
+                "{slot_name} answered no outcome"
+            ))),
+        },
+        Err(error) if error.is_connect() && write.idempotency_key.is_none() => {
+            tracing::warn!(%error, "forwarding target unreachable; applying the write here");
+            Ok(None)
+        }
+        Err(error) if error.is_connect() => Err(ShardError::Unreachable(format!(
+            "{slot_name}, which takes writes with this Idempotency-Key, is unreachable ({error}); retry later"
+        ))),
+        Err(error) => Err(ShardError::OutcomeUnknown(format!(
+            "forwarding to {slot_name} failed after sending ({error}); retry with an Idempotency-Key to be safe"
+        ))),
+    }
+}
+
+fn encode_batch(entries: &[BatchEntry<'_>]) -> Result<Bytes, ShardError> {
+    postcard::to_allocvec(&BatchRequest {
+        entries: entries.to_vec(),
+    })
+    .map(Bytes::from)
+    .map_err(|e| ShardError::BadRequest(format!("cannot encode a forwarded batch: {e}")))
+}
+
+async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
+    let forwarded = is_forwarded(&request);
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let (batch, rest): (BatchRequest, _) = postcard::take_from_bytes(&body)
         .map_err(|e| ShardError::BadRequest(format!("malformed postcard batch: {e}")))?;
@@ -357,16 +441,86 @@ async fn batch(state: &NodeState, request: Request<Incoming>) -> Result<Response
             Err(error) => outcomes[position] = Some(refused(&error)),
         }
     }
-    if !writes.is_empty() {
-        let results = state.submit(writes).await?;
-        for (position, result) in positions.into_iter().zip(results) {
-            outcomes[position] = Some(match result {
-                Ok(slot) => EntryOutcome::Applied {
-                    value: slot.value,
-                    version: slot.version,
-                },
-                Err(error) => refused(&error),
-            });
+    // Route: entries for other slots go to their nodes, concurrently with the local ones.
+    let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
+    let mut local = Vec::with_capacity(writes.len());
+    let own = state.router.own_slot();
+    for (position, write) in positions.into_iter().zip(writes) {
+        let target = if forwarded {
+            own
+        } else {
+            state
+                .router
+                .target(write.id.as_str(), write.idempotency_key.as_deref())
+        };
+        if target == own {
+            local.push((position, write));
+        } else {
+            remote.entry(target).or_default().push((position, write));
+        }
+    }
+    let mut forwards = tokio::task::JoinSet::new();
+    for (target, group) in remote {
+        let state = Arc::clone(state);
+        forwards.spawn(async move {
+            let entries: Vec<BatchEntry<'_>> = group
+                .iter()
+                .map(|(_, w)| BatchEntry {
+                    id: w.id.as_str(),
+                    delta: w.delta,
+                    idempotency_key: w.idempotency_key.as_deref(),
+                    timestamp: Some(w.timestamp_secs),
+                })
+                .collect();
+            state.metrics.writes_forwarded.inc_by(entries.len() as u64);
+            let result = match encode_batch(&entries) {
+                Ok(body) => state.router.forward(target, body).await,
+                Err(error) => Err(geocount_net::ClientError::Request(error.to_string())),
+            };
+            (target, group, result)
+        });
+    }
+    apply_locally(state, local, &mut outcomes).await?;
+    while let Some(joined) = forwards.join_next().await {
+        let (target, group, result) =
+            joined.map_err(|e| ShardError::OutcomeUnknown(e.to_string()))?;
+        let slot_name = state.router.slot_name(target).to_owned();
+        match result {
+            Ok(answer) if answer.outcomes.len() == group.len() => {
+                for ((position, _), outcome) in group.iter().zip(answer.outcomes) {
+                    outcomes[*position] = Some(outcome);
+                }
+            }
+            Ok(_) => {
+                let error = ShardError::OutcomeUnknown(format!(
+                    "{slot_name} answered a different number of outcomes"
+                ));
+                for (position, _) in &group {
+                    outcomes[*position] = Some(refused(&error));
+                }
+            }
+            Err(error) if error.is_connect() => {
+                // Nothing reached the target: unkeyed entries may be taken here; keyed ones
+                // must wait for their slot so retries stay deduplicated.
+                let (keyed, unkeyed): (Vec<_>, Vec<_>) = group
+                    .into_iter()
+                    .partition(|(_, w)| w.idempotency_key.is_some());
+                let unreachable = ShardError::Unreachable(format!(
+                    "{slot_name} is unreachable ({error}); retry later"
+                ));
+                for (position, _) in &keyed {
+                    outcomes[*position] = Some(refused(&unreachable));
+                }
+                apply_locally(state, unkeyed, &mut outcomes).await?;
+            }
+            Err(error) => {
+                let unknown = ShardError::OutcomeUnknown(format!(
+                    "forwarding to {slot_name} failed after sending ({error}); retry with an Idempotency-Key to be safe"
+                ));
+                for (position, _) in &group {
+                    outcomes[*position] = Some(refused(&unknown));
+                }
+            }
         }
     }
     let response = BatchResponse {
@@ -385,11 +539,105 @@ async fn batch(state: &NodeState, request: Request<Incoming>) -> Result<Response
     ))
 }
 
+/// Applies writes to this node's slot, filling in their outcomes.
+async fn apply_locally(
+    state: &NodeState,
+    writes: Vec<(usize, WriteRequest)>,
+    outcomes: &mut [Option<EntryOutcome>],
+) -> Result<(), ShardError> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let (positions, writes): (Vec<usize>, Vec<WriteRequest>) = writes.into_iter().unzip();
+    let results = state.submit(writes).await?;
+    for (position, result) in positions.into_iter().zip(results) {
+        outcomes[position] = Some(match result {
+            Ok(slot) => EntryOutcome::Applied {
+                value: slot.value,
+                version: slot.version,
+            },
+            Err(error) => refused(&error),
+        });
+    }
+    Ok(())
+}
+
 fn refused(error: &ShardError) -> EntryOutcome {
     EntryOutcome::Refused {
         status: error.status().as_u16(),
         error: error.to_string(),
     }
+}
+
+fn route_answer(state: &NodeState, id: &CounterId) -> Response {
+    #[derive(Serialize)]
+    struct SlotRoute<'a> {
+        slot: &'a str,
+        address: String,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct RouteAnswer<'a> {
+        id: &'a str,
+        number_of_shards: u32,
+        slots: Vec<SlotRoute<'a>>,
+    }
+    let slots = state.router.slots_of(id.as_str());
+    json_response(
+        StatusCode::OK,
+        &RouteAnswer {
+            id: id.as_str(),
+            number_of_shards: state.router.number_of_shards(id.as_str()),
+            slots: slots
+                .iter()
+                .map(|s| SlotRoute {
+                    slot: state.router.slot_name(*s),
+                    address: state.router.address(*s).to_string(),
+                })
+                .collect(),
+        },
+    )
+}
+
+async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let limit = state.sync.page_entries;
+    Ok(answer_sync(&body, |asked| SyncPage {
+        source: state.slot_name.clone(),
+        slots: asked.slots.map(|cursor| {
+            state
+                .table
+                .read()
+                .expect("slot table lock")
+                .page(&state.slot_name, cursor, limit)
+        }),
+        descriptions: asked.descriptions.map(|cursor| {
+            state
+                .descriptions
+                .read()
+                .expect("descriptions lock")
+                .page(cursor, limit)
+        }),
+        freshness: Vec::new(),
+        load: state.load.load(std::sync::atomic::Ordering::Relaxed),
+    }))
+}
+
+fn slot_copy(state: &NodeState, slot: &str) -> Result<Response, ShardError> {
+    let entries = if slot == state.slot_name {
+        let table = state.table.read().expect("slot table lock");
+        table.iter().map(|(id, s)| (id.to_owned(), s)).collect()
+    } else {
+        let replicas = state.replicas.read().expect("replicas lock");
+        let index = replicas.slot_index(slot).ok_or_else(|| {
+            ShardError::NotFound(format!("slot {slot} is not of this datacenter"))
+        })?;
+        replicas.copy_of_slot(index)
+    };
+    Ok(answer_slot_copy(&SlotCopy {
+        slot: slot.to_owned(),
+        entries,
+    }))
 }
 
 fn health(state: &NodeState) -> Response {
@@ -400,6 +648,13 @@ fn health(state: &NodeState) -> Response {
         counters: usize,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        sources: Vec<Source>,
+    }
+    #[derive(Serialize)]
+    struct Source {
+        source: String,
+        staleness_ms: Option<u64>,
+        last_error: Option<String>,
     }
     let counters = state.table.read().expect("slot table lock").len();
     let error = state.health.storage_error();
@@ -414,6 +669,15 @@ fn health(state: &NodeState) -> Response {
             slot: &state.slot_name,
             counters,
             error,
+            sources: state
+                .sources
+                .iter()
+                .map(|s| Source {
+                    source: s.name().to_owned(),
+                    staleness_ms: s.staleness_ms(),
+                    last_error: s.last_error(),
+                })
+                .collect(),
         },
     )
 }

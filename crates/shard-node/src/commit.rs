@@ -7,14 +7,20 @@
 //! fsyncs, the next group gathers in the queue, so one fsync serves many writers.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use geocount_model::{Clock, CounterDescription, CounterId, Durability, ShardDefaults, SlotState};
+use geocount_model::{
+    Clock, CounterDescription, CounterId, Durability, Hlc, Placement, ShardDefaults, SlotState,
+    VersionedDescription, next_slot_version,
+};
+use geocount_sync::DescriptionTable;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::checkpoint::Checkpointer;
 use crate::error::{ShardError, StorageError};
+use crate::hot::{HotCounters, changed_description};
 use crate::idempotency::{IdempotencyCache, IdempotencyRecord};
 use crate::metrics::ShardMetrics;
 use crate::recovery::LogState;
@@ -58,6 +64,8 @@ pub enum Command {
         /// Where the result goes.
         reply: oneshot::Sender<Result<CounterDescription, ShardError>>,
     },
+    /// Adopt descriptions learned from other nodes (kept where newer than what is known).
+    Describe(Vec<VersionedDescription>),
     /// Periodic: flush in async mode, expire idempotency keys, start due checkpoints.
     Tick,
     /// Flush, checkpoint, and stop.
@@ -94,7 +102,7 @@ impl NodeHealth {
 #[derive(Default)]
 struct Staged {
     slots: HashMap<Box<str>, SlotState>,
-    descriptions: Vec<CounterDescription>,
+    descriptions: Vec<VersionedDescription>,
     idempotency: HashMap<Box<str>, IdempotencyRecord>,
 }
 
@@ -106,47 +114,62 @@ enum Reply {
     ),
 }
 
+/// What the commit loop shares with the rest of the node.
+pub struct CommitContext {
+    /// The committed slot states (the loop is their only writer).
+    pub table: SharedSlotTable,
+    /// The known descriptions (the loop is their only writer).
+    pub descriptions: Arc<RwLock<DescriptionTable>>,
+    /// Writes the closed log segments into the store.
+    pub checkpointer: Checkpointer,
+    /// Shard settings.
+    pub settings: ShardDefaults,
+    /// The time seam.
+    pub clock: Arc<dyn Clock>,
+    /// Versions of descriptions.
+    pub hlc: Arc<Hlc>,
+    /// Where counters go in this datacenter.
+    pub placement: Placement,
+    /// This node's slot index.
+    pub own_slot: u32,
+    /// Writes per second applied lately, reported to peers.
+    pub load: Arc<AtomicU64>,
+    /// Metrics.
+    pub metrics: Arc<ShardMetrics>,
+    /// Health, for `/healthz`.
+    pub health: Arc<NodeHealth>,
+}
+
 /// The state only the commit loop touches.
 pub struct CommitLoop {
-    table: SharedSlotTable,
+    shared: CommitContext,
     wal: Wal,
     idempotency: IdempotencyCache,
-    next_version: u64,
+    last_version: u64,
     pending: Checkpoint,
-    checkpointer: Checkpointer,
-    settings: ShardDefaults,
-    clock: Arc<dyn Clock>,
-    metrics: Arc<ShardMetrics>,
-    health: Arc<NodeHealth>,
+    hot: HotCounters,
     last_sync_ms: u64,
     last_checkpoint_ms: u64,
 }
 
 impl CommitLoop {
-    /// The loop resuming from `log`; `table` holds the state recovered with it.
-    pub fn new(
-        log: LogState,
-        table: SharedSlotTable,
-        checkpointer: Checkpointer,
-        settings: ShardDefaults,
-        clock: Arc<dyn Clock>,
-        metrics: Arc<ShardMetrics>,
-        health: Arc<NodeHealth>,
-    ) -> Self {
-        let now = clock.now_unix_ms();
+    /// The loop resuming from `log`; `shared.table` holds the state recovered with it.
+    pub fn new(log: LogState, shared: CommitContext) -> Self {
+        let now = shared.clock.now_unix_ms();
+        let hot = HotCounters::new(
+            shared.settings.hot_writes_per_slot,
+            shared.settings.default_number_of_shards,
+            now,
+        );
         Self {
-            table,
             wal: log.wal,
             idempotency: log.idempotency,
-            next_version: log.next_version,
+            last_version: log.last_version,
             pending: log.pending,
-            checkpointer,
-            settings,
-            clock,
-            metrics,
-            health,
+            hot,
             last_sync_ms: now,
             last_checkpoint_ms: now,
+            shared,
         }
     }
 
@@ -175,7 +198,7 @@ impl CommitLoop {
     }
 
     fn commit_group(&mut self, group: Vec<Command>) {
-        let now_ms = self.clock.now_unix_ms();
+        let now_ms = self.shared.clock.now_unix_ms();
         let expired = self.idempotency.expire(now_ms);
         self.pending.idempotency_expired.extend(expired);
 
@@ -183,8 +206,10 @@ impl CommitLoop {
         let mut replies = Vec::with_capacity(group.len());
         let mut writes = 0u64;
         {
-            let table = Arc::clone(&self.table);
+            let table = Arc::clone(&self.shared.table);
             let table = table.read().expect("slot table lock");
+            let descriptions = Arc::clone(&self.shared.descriptions);
+            let descriptions = descriptions.read().expect("descriptions lock");
             for command in group {
                 match command {
                     Command::Write {
@@ -199,15 +224,26 @@ impl CommitLoop {
                         replies.push(Reply::Write(reply, results));
                     }
                     Command::Create { description, reply } => {
-                        let result = stage_create(&table, &mut staged, description);
+                        let result =
+                            self.stage_create(&table, &descriptions, &mut staged, description);
                         replies.push(Reply::Create(reply, result));
+                    }
+                    Command::Describe(learned) => {
+                        for description in learned {
+                            self.shared.hlc.observe(description.version);
+                            stage_description(&descriptions, &mut staged, description);
+                        }
                     }
                     Command::Tick | Command::Shutdown => {}
                 }
             }
+            self.propose_shard_changes(now_ms, &descriptions, &mut staged);
         }
         if writes > 0 {
-            self.metrics.group_commit_writes.observe(writes as f64);
+            self.shared
+                .metrics
+                .group_commit_writes
+                .observe(writes as f64);
         }
 
         let record = LogRecord {
@@ -218,12 +254,12 @@ impl CommitLoop {
         match self.make_durable(&record) {
             Ok(()) => {
                 self.install(record, now_ms);
-                answer(replies, &self.metrics);
+                answer(replies, &self.shared.metrics);
             }
             Err(error) => {
                 tracing::error!(%error, "group commit failed; its writes are refused");
-                self.health.set(Some(error.to_string()));
-                refuse_all(replies, &error, &self.metrics);
+                self.shared.health.set(Some(error.to_string()));
+                refuse_all(replies, &error, &self.shared.metrics);
             }
         }
         self.flush_if_due(now_ms);
@@ -245,7 +281,7 @@ impl CommitLoop {
                 .or_else(|| self.idempotency.get(key));
             if let Some(first) = first {
                 if first.matches(id, write.delta) {
-                    self.metrics.idempotent_replays.inc();
+                    self.shared.metrics.idempotent_replays.inc();
                     return Ok(first.outcome);
                 }
                 return Err(ShardError::IdempotencyKeyReused {
@@ -261,8 +297,9 @@ impl CommitLoop {
             .copied()
             .or_else(|| table.get(id))
             .unwrap_or_default();
-        let next = current.apply(write.delta, self.next_version)?;
-        self.next_version += 1;
+        let next = current.apply(write.delta, next_slot_version(self.last_version, now_ms))?;
+        self.last_version = next.version;
+        self.hot.count(id, 1);
         match staged.slots.get_mut(id) {
             Some(slot) => *slot = next,
             None => {
@@ -288,28 +325,32 @@ impl CommitLoop {
         }
         let started = Instant::now();
         self.wal.append(record)?;
-        if self.settings.durability == Durability::Sync {
+        if self.shared.settings.durability == Durability::Sync {
             self.wal.sync()?;
-            self.last_sync_ms = self.clock.now_unix_ms();
+            self.last_sync_ms = self.shared.clock.now_unix_ms();
         }
-        self.metrics
+        let metrics = &self.shared.metrics;
+        metrics
             .commit_seconds
             .observe(started.elapsed().as_secs_f64());
-        self.metrics.log_bytes.set(self.wal.len() as i64);
-        self.health.set(None);
+        metrics.log_bytes.set(self.wal.len() as i64);
+        self.shared.health.set(None);
         Ok(())
     }
 
     fn install(&mut self, record: LogRecord, now_ms: u64) {
         {
-            let mut table = self.table.write().expect("slot table lock");
+            let mut table = self.shared.table.write().expect("slot table lock");
             for (id, state) in &record.slots {
                 table.merge(id, *state);
             }
+            self.shared.metrics.counters_held.set(table.len() as i64);
+        }
+        if !record.descriptions.is_empty() {
+            let mut descriptions = self.shared.descriptions.write().expect("descriptions lock");
             for description in &record.descriptions {
-                table.describe(description.clone());
+                descriptions.merge(description.clone());
             }
-            self.metrics.counters_held.set(table.len() as i64);
         }
         for (id, state) in &record.slots {
             self.pending.record_slot(id, *state);
@@ -324,7 +365,8 @@ impl CommitLoop {
     /// In async durability, fsyncs once the flush interval has passed since the last fsync.
     fn flush_if_due(&mut self, now_ms: u64) {
         if !self.wal.has_unsynced()
-            || now_ms.saturating_sub(self.last_sync_ms) < self.settings.async_flush_interval_ms
+            || now_ms.saturating_sub(self.last_sync_ms)
+                < self.shared.settings.async_flush_interval_ms
         {
             return;
         }
@@ -332,18 +374,18 @@ impl CommitLoop {
             Ok(()) => self.last_sync_ms = now_ms,
             Err(error) => {
                 tracing::error!(%error, "background flush failed");
-                self.health.set(Some(error.to_string()));
+                self.shared.health.set(Some(error.to_string()));
             }
         }
     }
 
     fn checkpoint_if_due(&mut self, now_ms: u64) {
-        if self.checkpointer.is_busy() || self.pending.is_empty() {
+        if self.shared.checkpointer.is_busy() || self.pending.is_empty() {
             return;
         }
-        let big = self.wal.len() >= self.settings.checkpoint_log_bytes;
-        let old =
-            now_ms.saturating_sub(self.last_checkpoint_ms) >= self.settings.checkpoint_interval_ms;
+        let settings = &self.shared.settings;
+        let big = self.wal.len() >= settings.checkpoint_log_bytes;
+        let old = now_ms.saturating_sub(self.last_checkpoint_ms) >= settings.checkpoint_interval_ms;
         if big || old {
             self.start_checkpoint(now_ms);
         }
@@ -354,7 +396,7 @@ impl CommitLoop {
             Ok(closed) => {
                 let mut checkpoint = std::mem::take(&mut self.pending);
                 checkpoint.through_segment = closed;
-                self.checkpointer.submit(checkpoint);
+                self.shared.checkpointer.submit(checkpoint);
                 self.last_checkpoint_ms = now_ms;
                 self.last_sync_ms = now_ms;
             }
@@ -367,27 +409,92 @@ impl CommitLoop {
             tracing::error!(%error, "final flush failed");
         }
         if !self.pending.is_empty() {
-            let now_ms = self.clock.now_unix_ms();
+            let now_ms = self.shared.clock.now_unix_ms();
             self.start_checkpoint(now_ms);
         }
-        self.checkpointer.finish();
+        self.shared.checkpointer.finish();
+    }
+
+    fn stage_create(
+        &self,
+        table: &SlotTable,
+        descriptions: &DescriptionTable,
+        staged: &mut Staged,
+        description: CounterDescription,
+    ) -> Result<CounterDescription, ShardError> {
+        let id = description.id.as_str();
+        let exists = table.contains(id)
+            || descriptions.get(id).is_some()
+            || staged.slots.contains_key(id)
+            || staged
+                .descriptions
+                .iter()
+                .any(|d| d.description.id == description.id);
+        if exists {
+            return Err(ShardError::AlreadyExists(id.to_owned()));
+        }
+        staged.descriptions.push(VersionedDescription {
+            description: description.clone(),
+            version: self.shared.hlc.now(),
+        });
+        Ok(description)
+    }
+
+    /// At the end of each load window: report the load, and version the slot-count changes of
+    /// hot and cooled counters.
+    fn propose_shard_changes(
+        &mut self,
+        now_ms: u64,
+        descriptions: &DescriptionTable,
+        staged: &mut Staged,
+    ) {
+        let shared = &self.shared;
+        let Some((load, changes)) =
+            self.hot
+                .end_window_if_due(now_ms, descriptions, &shared.placement, shared.own_slot)
+        else {
+            return;
+        };
+        shared.load.store(load, Ordering::Relaxed);
+        for change in changes {
+            let Ok(id) = CounterId::new(change.id.as_str()) else {
+                continue;
+            };
+            let defaults = CounterDescription {
+                id,
+                counter_type: Default::default(),
+                number_of_shards: shared.settings.default_number_of_shards,
+                base_number_of_shards: shared.settings.default_number_of_shards,
+                window_seconds: shared.settings.default_window_seconds,
+                created_at_ms: now_ms,
+            };
+            let description = changed_description(descriptions.get(&change.id), defaults, &change);
+            tracing::info!(counter = %change.id, shards = change.number_of_shards, "changing a counter's slot count");
+            shared.metrics.shard_count_changes.inc();
+            staged.descriptions.push(VersionedDescription {
+                description,
+                version: shared.hlc.now(),
+            });
+        }
     }
 }
 
-fn stage_create(
-    table: &SlotTable,
+/// Stages a learned description if it is newer than what is known.
+fn stage_description(
+    descriptions: &DescriptionTable,
     staged: &mut Staged,
-    description: CounterDescription,
-) -> Result<CounterDescription, ShardError> {
-    let id = description.id.as_str();
-    let exists = table.contains(id)
-        || staged.slots.contains_key(id)
-        || staged.descriptions.iter().any(|d| d.id == description.id);
-    if exists {
-        return Err(ShardError::AlreadyExists(id.to_owned()));
+    description: VersionedDescription,
+) {
+    let id = description.description.id.as_str();
+    let known = staged
+        .descriptions
+        .iter()
+        .rev()
+        .find(|d| d.description.id.as_str() == id)
+        .or_else(|| descriptions.get(id));
+    if known.is_none_or(|k| k.is_older_than(&description)) {
+        staged.descriptions.push(description);
     }
-    staged.descriptions.push(description.clone());
-    Ok(description)
 }
 
 fn answer(replies: Vec<Reply>, metrics: &ShardMetrics) {

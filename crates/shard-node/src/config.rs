@@ -3,7 +3,9 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use geocount_model::{ShardDefaults, SlotId, Topology, TopologyError};
+use geocount_model::{
+    DatacenterConfig, ShardDefaults, SlotId, SyncSettings, Topology, TopologyError,
+};
 
 /// Everything a shard node needs to run.
 #[derive(Debug, Clone)]
@@ -16,9 +18,20 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// The shard settings from the topology.
     pub settings: ShardDefaults,
+    /// This node's datacenter: its aggregator and its peers.
+    pub datacenter: DatacenterConfig,
+    /// How often to pull peers and descriptions.
+    pub sync: SyncSettings,
 }
 
 impl NodeConfig {
+    /// The names of every slot of this node's datacenter, by index.
+    pub fn slot_names(&self) -> Vec<String> {
+        (0..self.datacenter.shards.len())
+            .map(|n| SlotId::new(&self.datacenter.name, n as u32).to_string())
+            .collect()
+    }
+
     /// Resolves slot `DC_<dc>_VAL_<slot>` in a topology read from `file`.
     pub fn from_topology(
         topology: &Topology,
@@ -36,11 +49,17 @@ impl NodeConfig {
                 message,
             })?;
         let data_dir = data_dir.unwrap_or_else(|| topology.shard.data_dir.join(slot.to_string()));
+        let datacenter = topology
+            .datacenter(datacenter)
+            .expect("shard_address found the datacenter")
+            .clone();
         Ok(Self {
             slot,
             listen,
             data_dir,
             settings: topology.shard.clone(),
+            datacenter,
+            sync: topology.sync.clone(),
         })
     }
 }

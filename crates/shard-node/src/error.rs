@@ -2,6 +2,7 @@
 
 use geocount_model::ModelError;
 use geocount_net::{BodyError, HttpError};
+use geocount_sync::http::RequestError;
 use hyper::StatusCode;
 
 /// Everything a shard node can refuse or fail at.
@@ -24,20 +25,12 @@ pub enum ShardError {
         /// The configured limit.
         limit: usize,
     },
+    /// Refused before the node's own logic ran: unknown path or method, bad counter id.
+    #[error(transparent)]
+    Request(#[from] RequestError),
     /// A counter this node has never seen.
     #[error("counter {0:?} does not exist on this node")]
     NotFound(String),
-    /// A path no route matches.
-    #[error("no such endpoint: {0}")]
-    NoRoute(String),
-    /// A known path with a method it does not take.
-    #[error("method {method} is not allowed on {path}")]
-    MethodNotAllowed {
-        /// The method used.
-        method: String,
-        /// The path.
-        path: String,
-    },
     /// `POST /counter` for an id that already exists.
     #[error("counter {0:?} already exists")]
     AlreadyExists(String),
@@ -59,6 +52,12 @@ pub enum ShardError {
     /// The log or the store failed: nothing of this request was acknowledged.
     #[error("storage failed: {0}")]
     Storage(String),
+    /// The node a write must go to cannot be reached; nothing was applied.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// A forwarded write may or may not have been applied.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
     /// The node is starting, shutting down, or stopped taking writes after a storage failure.
     #[error("unavailable: {0}")]
     Unavailable(String),
@@ -73,13 +72,16 @@ impl HttpError for ShardError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             ShardError::Body(BodyError::Read(_)) => StatusCode::BAD_REQUEST,
-            ShardError::NotFound(_) | ShardError::NoRoute(_) => StatusCode::NOT_FOUND,
-            ShardError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ShardError::Request(refusal) => refusal.status(),
+            ShardError::NotFound(_) => StatusCode::NOT_FOUND,
             ShardError::AlreadyExists(_) => StatusCode::CONFLICT,
             ShardError::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ShardError::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ShardError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ShardError::Unavailable(_) | ShardError::Unreachable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ShardError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 }

@@ -12,6 +12,11 @@
 //! - [`recovery`]: at startup, the store plus the log replayed rebuild exactly what was
 //!   acknowledged.
 //!
+//! Replication and routing: [`replication`] pulls the peers' slots (replicas) and descriptions,
+//! [`restore`] rebuilds a lost disk's slot from the datacenter's copies, [`routing`] sends each
+//! write to one of its counter's slots (consistent hashing) and [`hot`] spreads hot counters
+//! over more slots.
+//!
 //! Around them: [`server::run`] wires it all to a listener (the binary and tests call it),
 //! [`config`] resolves the node's slot from the topology, [`metrics`] exports Prometheus text,
 //! and [`error`] maps every failure to its HTTP status.
@@ -21,9 +26,13 @@ pub mod checkpoint;
 pub mod commit;
 pub mod config;
 pub mod error;
+pub mod hot;
 pub mod idempotency;
 pub mod metrics;
 pub mod recovery;
+pub mod replication;
+pub mod restore;
+pub mod routing;
 pub mod server;
 pub mod slot_table;
 pub mod store;

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Parser;
 use geocount_model::{SystemClock, Topology};
 use shard_node::NodeConfig;
@@ -29,53 +28,15 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let config = Topology::load(&args.config).and_then(|topology| {
         NodeConfig::from_topology(&topology, &args.config, &args.dc, args.slot, args.data_dir)
     });
-    let config = match config {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("shard-node: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    match serve(config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("shard-node: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn serve(config: NodeConfig) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {} for {}", config.listen, config.slot))?;
-        shard_node::run(config, listener, Arc::new(SystemClock), shutdown_signal())
-            .await
-            .context("storage")
-    })
-}
-
-/// Completes on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("cannot listen for SIGTERM");
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::info!("shutting down");
+    geocount_net::run_tier(
+        "shard-node",
+        config,
+        |config| config.listen,
+        |config, listener, shutdown| {
+            shard_node::run(config, listener, Arc::new(SystemClock), shutdown)
+        },
+    )
 }

@@ -1,8 +1,9 @@
 //! The node's Prometheus metrics, in a registry of its own (no process-global state, so several
 //! nodes can share a process in tests and simulations).
 
-use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -31,6 +32,23 @@ pub struct ShardMetrics {
     pub checkpoints: Counter,
     /// Checkpoints that failed (retried with the next one).
     pub checkpoint_failures: Counter,
+    /// Slot-count changes this node proposed for hot or cooled counters.
+    pub shard_count_changes: Counter,
+    /// Writes forwarded to the node owning one of the counter's slots.
+    pub writes_forwarded: Counter,
+    /// Sync pulls from peers and the aggregator that succeeded, by source.
+    pub pulls_ok: Family<SourceLabel, Counter>,
+    /// Sync pulls that failed, by source.
+    pub pulls_failed: Family<SourceLabel, Counter>,
+    /// Slot states merged into the peer replicas.
+    pub replica_merges: Counter,
+}
+
+/// The `source` label of per-source metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    /// The source's name.
+    pub source: String,
 }
 
 impl Default for ShardMetrics {
@@ -47,6 +65,11 @@ impl Default for ShardMetrics {
             log_bytes: Gauge::default(),
             checkpoints: Counter::default(),
             checkpoint_failures: Counter::default(),
+            shard_count_changes: Counter::default(),
+            writes_forwarded: Counter::default(),
+            pulls_ok: Family::default(),
+            pulls_failed: Family::default(),
+            replica_merges: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -107,11 +130,8 @@ impl Default for ShardMetrics {
 }
 
 impl ShardMetrics {
-    /// The metrics in Prometheus text format.
-    pub fn encode(&self) -> String {
-        let mut text = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut text, &self.registry);
-        text
+    /// The registry holding every metric, for `GET /metrics`.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 }

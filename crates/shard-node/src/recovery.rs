@@ -9,14 +9,19 @@ use crate::idempotency::IdempotencyCache;
 use crate::slot_table::SlotTable;
 use crate::store::{Checkpoint, Store};
 use crate::wal::{self, Wal};
+use geocount_sync::DescriptionTable;
 
 /// The state a node starts serving from.
 #[derive(Debug)]
 pub struct Recovered {
     /// Every acknowledged slot state and description: the HTTP handlers read it.
     pub table: SlotTable,
+    /// The known counter descriptions.
+    pub descriptions: DescriptionTable,
     /// The open checkpoint store: the checkpointer writes it.
     pub store: Store,
+    /// Whether the data directory held no store: a new node, or one whose disk was lost.
+    pub fresh: bool,
     /// The commit loop's own state.
     pub log: LogState,
 }
@@ -30,8 +35,8 @@ pub struct LogState {
     pub idempotency: IdempotencyCache,
     /// What the log holds beyond the store: the next checkpoint must write it.
     pub pending: Checkpoint,
-    /// The version the next change gets.
-    pub next_version: u64,
+    /// The highest version of the slot so far.
+    pub last_version: u64,
 }
 
 /// Opens the store in `data_dir` (creating the directory), loads it, and replays the log.
@@ -42,17 +47,20 @@ pub fn recover(
 ) -> Result<Recovered, StorageError> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| StorageError::io(format!("creating {}", data_dir.display()), e))?;
-    let store = Store::open(&data_dir.join("store.redb"))?;
+    let store_path = data_dir.join("store.redb");
+    let fresh = !store_path.exists();
+    let store = Store::open(&store_path)?;
     let stored = store.load()?;
 
     let mut table = SlotTable::default();
+    let mut descriptions = DescriptionTable::default();
     let mut idempotency = IdempotencyCache::new(settings.idempotency_retention_secs * 1000);
     let mut pending = Checkpoint::default();
     for (id, state) in stored.slots {
         table.merge(&id, state);
     }
     for description in stored.descriptions {
-        table.describe(description);
+        descriptions.merge(description);
     }
     // The cache expires keys oldest first, so it must be filled in age order.
     let mut stored_keys = stored.idempotency;
@@ -71,7 +79,7 @@ pub fn recover(
             pending.record_slot(&id, state);
         }
         for description in record.descriptions {
-            table.describe(description.clone());
+            descriptions.merge(description.clone());
             pending.descriptions.push(description);
         }
         for (key, entry) in record.idempotency {
@@ -80,15 +88,18 @@ pub fn recover(
         }
     })?;
     let wal = Wal::create(data_dir, newest + 1)?;
-    let next_version = table.max_version() + 1;
+    let last_version = table.max_version();
+    let fresh = fresh && table.is_empty();
     Ok(Recovered {
         table,
+        descriptions,
         store,
+        fresh,
         log: LogState {
             wal,
             idempotency,
             pending,
-            next_version,
+            last_version,
         },
     })
 }

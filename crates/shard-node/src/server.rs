@@ -1,21 +1,27 @@
 //! `run`: a whole shard node on a listener, until shutdown. The binary and the tests call it.
 
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use geocount_model::{Clock, Durability, ShardDefaults};
-use geocount_net::{Listener, serve};
+use geocount_model::{Clock, Durability, Hlc, Placement, ShardDefaults, SyncSettings};
+use geocount_net::{HttpClient, Listener, serve};
+use geocount_sync::{DescriptionTable, PullSink, SlotCopies, spawn_puller};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{self, Route};
 use crate::checkpoint::Checkpointer;
-use crate::commit::{Command, CommitLoop, NodeHealth};
+use crate::commit::{Command, CommitContext, CommitLoop, NodeHealth};
 use crate::config::NodeConfig;
 use crate::error::StorageError;
 use crate::metrics::ShardMetrics;
-use crate::recovery;
+use crate::recovery::{self, Recovered};
+use crate::replication::PeerSink;
+use crate::restore::restore_slot;
+use crate::routing::{RouterSetup, WriteRouter};
 use crate::slot_table::SharedSlotTable;
+use crate::wal::LogRecord;
 
 /// Commands waiting for the commit loop; beyond this, handlers wait (backpressure).
 const COMMAND_QUEUE: usize = 16_384;
@@ -24,24 +30,37 @@ const COMMAND_QUEUE: usize = 16_384;
 pub struct NodeState {
     /// The owned slot's name, e.g. `DC_USA_0_VAL_1`.
     pub slot_name: String,
-    /// Committed state, for reads.
+    /// Committed state of the own slot, for reads and sync.
     pub table: SharedSlotTable,
+    /// Known counter descriptions.
+    pub descriptions: Arc<RwLock<DescriptionTable>>,
+    /// Copies of the peers' slots.
+    pub replicas: Arc<RwLock<SlotCopies>>,
+    /// The peers and the aggregator this node pulls, for `/healthz`.
+    pub sources: Vec<Arc<PeerSink>>,
+    /// Picks slots and forwards writes.
+    pub router: WriteRouter,
     /// The way to the commit loop.
     pub commands: mpsc::Sender<Command>,
     /// Shard settings from the topology.
     pub settings: ShardDefaults,
+    /// Sync settings from the topology.
+    pub sync: SyncSettings,
     /// The time seam.
     pub clock: Arc<dyn Clock>,
+    /// Writes per second applied lately.
+    pub load: Arc<AtomicU64>,
     /// The node's metrics.
     pub metrics: Arc<ShardMetrics>,
     /// Storage health, for `/healthz`.
     pub health: Arc<NodeHealth>,
     /// The endpoints.
-    pub router: matchit::Router<Route>,
+    pub routes: matchit::Router<Route>,
 }
 
-/// Recovers the node's state from its data directory, serves `listener` until `shutdown`
-/// completes, then drains requests, flushes the log and checkpoints.
+/// Recovers the node's state from its data directory (restoring its slot from its peers and
+/// aggregator when the directory is empty), serves `listener` until `shutdown` completes, then
+/// drains requests, flushes the log and checkpoints.
 pub async fn run<L: Listener>(
     config: NodeConfig,
     listener: L,
@@ -52,32 +71,52 @@ pub async fn run<L: Listener>(
     let metrics = Arc::new(ShardMetrics::default());
     let health = Arc::new(NodeHealth::default());
     let settings = config.settings.clone();
+    let client = HttpClient::new(Duration::from_millis(config.sync.timeout_ms));
 
     let now_ms = clock.now_unix_ms();
     let data_dir = config.data_dir.clone();
     let recover_settings = settings.clone();
-    let recovered = tokio::task::spawn_blocking(move || {
+    let mut recovered = tokio::task::spawn_blocking(move || {
         recovery::recover(&data_dir, &recover_settings, now_ms)
     })
     .await
     .expect("recovery does not panic")?;
+    if recovered.fresh {
+        restore_from_datacenter(&config, &client, &mut recovered).await?;
+    }
     let table: SharedSlotTable = Arc::new(RwLock::new(recovered.table));
+    let descriptions = Arc::new(RwLock::new(recovered.descriptions));
     let counters = table.read().expect("slot table lock").len();
     metrics.counters_held.set(counters as i64);
     tracing::info!(slot = %slot_name, counters, data_dir = %config.data_dir.display(), durability = %settings.durability, "recovered");
 
+    let own_slot = config.slot.index;
+    let placement = Placement::new(
+        &config.datacenter.name,
+        config.datacenter.shards.len() as u32,
+        settings.virtual_nodes,
+    );
+    let hlc = Arc::new(Hlc::new(&slot_name, clock.clone()));
+    let load = Arc::new(AtomicU64::new(0));
+    let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
     let checkpointer =
         Checkpointer::spawn(recovered.store, config.data_dir.clone(), metrics.clone());
     let commit_loop = CommitLoop::new(
         recovered.log,
-        table.clone(),
-        checkpointer,
-        settings.clone(),
-        clock.clone(),
-        metrics.clone(),
-        health.clone(),
+        CommitContext {
+            table: table.clone(),
+            descriptions: descriptions.clone(),
+            checkpointer,
+            settings: settings.clone(),
+            clock: clock.clone(),
+            hlc,
+            placement: placement.clone(),
+            own_slot,
+            load: load.clone(),
+            metrics: metrics.clone(),
+            health: health.clone(),
+        },
     );
-    let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
     let (stopped, commit_loop_done) = oneshot::channel::<()>();
     std::thread::Builder::new()
         .name("commit".into())
@@ -87,21 +126,86 @@ pub async fn run<L: Listener>(
         })
         .expect("cannot start the commit thread");
 
+    // Pull each peer's slot and descriptions, and descriptions from the aggregator.
+    let slot_names = config.slot_names();
+    let replicas = Arc::new(RwLock::new(SlotCopies::new(slot_names.clone())));
+    let mut sources = Vec::new();
+    let mut peers = Vec::new();
+    let mut pullers = Vec::new();
+    for (index, address) in config.datacenter.shards.iter().enumerate() {
+        if index as u32 == own_slot {
+            continue;
+        }
+        let sink = Arc::new(PeerSink::new(
+            &slot_names[index],
+            Some(replicas.clone()),
+            descriptions.clone(),
+            commands.clone(),
+            metrics.clone(),
+            clock.clone(),
+        ));
+        let every = Duration::from_millis(config.sync.peer_ms);
+        pullers.push(spawn_puller(
+            address.to_string(),
+            every,
+            client.clone(),
+            clock.clone(),
+            sink.clone() as Arc<dyn PullSink>,
+        ));
+        peers.push((index as u32, sink.clone()));
+        sources.push(sink);
+    }
+    let aggregator = Arc::new(PeerSink::new(
+        &format!("aggregator {}", config.datacenter.name),
+        None,
+        descriptions.clone(),
+        commands.clone(),
+        metrics.clone(),
+        clock.clone(),
+    ));
+    let every = Duration::from_millis(config.sync.downward_ms);
+    pullers.push(spawn_puller(
+        config.datacenter.aggregator.to_string(),
+        every,
+        client.clone(),
+        clock.clone(),
+        aggregator.clone() as Arc<dyn PullSink>,
+    ));
+    sources.push(aggregator);
+
     let tick_every = match settings.durability {
-        Durability::Async => settings.async_flush_interval_ms.min(1000),
-        Durability::Sync => 1000,
+        Durability::Async => settings.async_flush_interval_ms.min(250),
+        Durability::Sync => 250,
     };
     let ticker = tokio::spawn(tick(commands.clone(), Duration::from_millis(tick_every)));
 
+    let router = WriteRouter::new(RouterSetup {
+        placement,
+        own_slot,
+        addresses: config.datacenter.shards.clone(),
+        slot_names,
+        selection: settings.selection,
+        default_shards: settings.default_number_of_shards,
+        descriptions: descriptions.clone(),
+        own_load: load.clone(),
+        peers,
+        client,
+    });
     let state = Arc::new(NodeState {
         slot_name,
         table,
+        descriptions,
+        replicas,
+        sources,
+        router,
         commands: commands.clone(),
         settings,
+        sync: config.sync.clone(),
         clock,
+        load,
         metrics,
         health,
-        router: api::router(),
+        routes: api::router(),
     });
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, slot = %state.slot_name, "serving");
@@ -113,10 +217,53 @@ pub async fn run<L: Listener>(
     )
     .await;
 
+    for puller in pullers {
+        puller.abort();
+    }
     ticker.abort();
     let _ = commands.send(Command::Shutdown).await;
     let _ = commit_loop_done.await;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Restores the own slot of a node whose data directory was empty from the copies its
+/// aggregator and peers hold, and makes the result durable before any write is taken.
+async fn restore_from_datacenter(
+    config: &NodeConfig,
+    client: &HttpClient,
+    recovered: &mut Recovered,
+) -> Result<(), StorageError> {
+    let mut sources = vec![config.datacenter.aggregator];
+    sources.extend(
+        config
+            .datacenter
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(n, _)| *n as u32 != config.slot.index)
+            .map(|(_, address)| *address),
+    );
+    let slot = config.slot.to_string();
+    let timeout = Duration::from_millis(config.settings.restore_timeout_ms);
+    let restored = restore_slot(&slot, &sources, client, timeout).await;
+    if restored.answered == 0 {
+        tracing::warn!(%slot, "empty data directory and no peer or aggregator answered: starting empty");
+        return Ok(());
+    }
+    let mut record = LogRecord::default();
+    for (id, state) in restored.entries {
+        if recovered.table.merge(&id, state) {
+            recovered.log.pending.record_slot(&id, state);
+            recovered.log.last_version = recovered.log.last_version.max(state.version);
+            record.slots.push((id.into(), state));
+        }
+    }
+    tracing::info!(%slot, counters = record.slots.len(), sources = restored.answered, "restored the slot from the datacenter");
+    if !record.is_empty() {
+        recovered.log.wal.append(&record)?;
+        recovered.log.wal.sync()?;
+    }
     Ok(())
 }
 

@@ -1,71 +1,119 @@
-//! The node's committed state in memory: its slot of every counter it holds, and the
-//! descriptions of the counters created here. Only durable changes are installed, so every read
-//! answers with acknowledged state.
+//! The node's committed state of its own slot, in memory: every read is answered from here, and
+//! only durable changes are installed. A change journal lets the datacenter aggregator and the
+//! peers pull just what changed since their cursor.
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use geocount_model::{CounterDescription, SlotState};
+use geocount_model::SlotState;
+use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
+use geocount_sync::{ChangeJournal, Journaled};
+use indexmap::IndexMap;
 
 /// The table, shared by the HTTP handlers (readers) and the commit thread (the only writer).
 pub type SharedSlotTable = Arc<RwLock<SlotTable>>;
 
-/// Committed slot states and counter descriptions.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    state: SlotState,
+    latest_seq: u64,
+}
+
+/// This slot's state of every counter the node holds.
 #[derive(Debug, Default)]
 pub struct SlotTable {
-    slots: HashMap<Box<str>, SlotState>,
-    descriptions: HashMap<Box<str>, CounterDescription>,
+    rows: IndexMap<Box<str>, Row>,
+    journal: ChangeJournal,
 }
 
 impl SlotTable {
     /// This slot's state of counter `id`, if the node has seen it.
     pub fn get(&self, id: &str) -> Option<SlotState> {
-        self.slots.get(id).copied()
-    }
-
-    /// The description of counter `id`, if it was created with `POST /counter`.
-    pub fn description(&self, id: &str) -> Option<&CounterDescription> {
-        self.descriptions.get(id)
+        self.rows.get(id).map(|row| row.state)
     }
 
     /// Whether the node has seen counter `id` at all.
     pub fn contains(&self, id: &str) -> bool {
-        self.slots.contains_key(id)
+        self.rows.contains_key(id)
     }
 
     /// How many counters the node holds.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.rows.len()
     }
 
     /// Whether the node holds no counter.
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.rows.is_empty()
     }
 
-    /// Merges a copy of counter `id`'s slot by version (last writer wins).
-    pub fn merge(&mut self, id: &str, state: SlotState) {
-        match self.slots.get_mut(id) {
-            Some(current) => {
-                current.merge(state);
+    /// Merges a state of counter `id` by version (last writer wins); returns whether it changed.
+    pub fn merge(&mut self, id: &str, state: SlotState) -> bool {
+        let index = match self.rows.get_full_mut(id) {
+            Some((index, _, row)) => {
+                if !row.state.merge(state) {
+                    return false;
+                }
+                index
             }
             None => {
-                self.slots.insert(id.into(), state);
+                let row = Row {
+                    state,
+                    latest_seq: 0,
+                };
+                self.rows.insert_full(id.into(), row).0
             }
-        }
-    }
-
-    /// Records a counter's description; the counter exists from now on.
-    pub fn describe(&mut self, description: CounterDescription) {
-        let id = description.id.as_str();
-        if !self.slots.contains_key(id) {
-            self.slots.insert(id.into(), SlotState::default());
-        }
-        self.descriptions.insert(id.into(), description);
+        };
+        self.rows[index].latest_seq = self.journal.record(index);
+        true
     }
 
     /// The highest version of any counter: the next change must be numbered above it.
     pub fn max_version(&self) -> u64 {
-        self.slots.values().map(|s| s.version).max().unwrap_or(0)
+        self.rows
+            .values()
+            .map(|r| r.state.version)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Every counter's state.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, SlotState)> {
+        self.rows.iter().map(|(id, row)| (&**id, row.state))
+    }
+
+    /// The states changed since `cursor`, as a page named after `slot_name`.
+    pub fn page(&self, slot_name: &str, cursor: Cursor, limit: usize) -> SlotPage {
+        let (entries, next, caught_up) = geocount_sync::page(self, cursor, limit);
+        SlotPage {
+            slot_names: vec![slot_name.to_owned()],
+            entries,
+            next,
+            caught_up,
+        }
+    }
+}
+
+impl Journaled for SlotTable {
+    type Item = SlotEntry;
+
+    fn journal(&self) -> &ChangeJournal {
+        &self.journal
+    }
+
+    fn entry_count(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn latest_seq(&self, index: usize) -> u64 {
+        self.rows[index].latest_seq
+    }
+
+    fn items(&self, index: usize, out: &mut Vec<SlotEntry>) {
+        let (id, row) = self.rows.get_index(index).expect("index in range");
+        out.push(SlotEntry {
+            slot: 0,
+            id: id.to_string(),
+            state: row.state,
+        });
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use geocount_model::{CounterDescription, SlotState};
+use geocount_model::{SlotState, VersionedDescription};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::StorageError;
@@ -20,7 +20,7 @@ pub struct Checkpoint {
     /// The newest state of each slot changed since the previous checkpoint.
     pub slots: HashMap<Box<str>, SlotState>,
     /// Counters created since the previous checkpoint.
-    pub descriptions: Vec<CounterDescription>,
+    pub descriptions: Vec<VersionedDescription>,
     /// Idempotency keys recorded since the previous checkpoint.
     pub idempotency_added: Vec<(Box<str>, IdempotencyRecord)>,
     /// Idempotency keys expired since the previous checkpoint.
@@ -74,7 +74,7 @@ pub struct StoredState {
     /// Every slot state.
     pub slots: Vec<(Box<str>, SlotState)>,
     /// Every counter description.
-    pub descriptions: Vec<CounterDescription>,
+    pub descriptions: Vec<VersionedDescription>,
     /// Every idempotency record not yet deleted.
     pub idempotency: Vec<(Box<str>, IdempotencyRecord)>,
 }
@@ -151,7 +151,7 @@ impl Store {
             for description in &checkpoint.descriptions {
                 let bytes = postcard::to_allocvec(description)?;
                 descriptions
-                    .insert(description.id.as_str(), bytes.as_slice())
+                    .insert(description.description.id.as_str(), bytes.as_slice())
                     .map_err(store_error)?;
             }
             let mut idempotency = txn.open_table(IDEMPOTENCY).map_err(store_error)?;

@@ -13,7 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use geocount_model::{CounterDescription, SlotState};
+use geocount_model::{SlotState, VersionedDescription};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;
@@ -27,7 +27,7 @@ pub struct LogRecord {
     /// The new state of every slot the group changed.
     pub slots: Vec<(Box<str>, SlotState)>,
     /// Counters created by the group.
-    pub descriptions: Vec<CounterDescription>,
+    pub descriptions: Vec<VersionedDescription>,
     /// Idempotency keys first used by the group.
     pub idempotency: Vec<(Box<str>, IdempotencyRecord)>,
 }

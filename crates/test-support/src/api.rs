@@ -70,6 +70,20 @@ impl Api {
         (answer.status.as_u16(), answer.json())
     }
 
+    /// A global aggregator's `GET /counter/{id}?{query}` → (status, JSON); `query` may be empty.
+    pub async fn global_read(&self, id: &str, query: &str) -> (u16, Value) {
+        let separator = if query.is_empty() { "" } else { "?" };
+        let path = format!("/counter/{}{separator}{query}", encode_id(id));
+        let answer = self.get(&path).await.expect("global read");
+        (answer.status.as_u16(), answer.json())
+    }
+
+    /// `GET path` → (status, JSON).
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let answer = self.get(path).await.expect("get");
+        (answer.status.as_u16(), answer.json())
+    }
+
     /// The value of counter `id` (panics unless the read answers 200).
     pub async fn value(&self, id: &str) -> i64 {
         let (status, body) = self.read(id).await;

@@ -105,4 +105,34 @@ impl TestTopology {
         )
         .await
     }
+
+    /// Starts the aggregator of datacenter `dc` and waits until it is healthy.
+    pub async fn start_datacenter_aggregator(&self, dc: &str) -> NodeProcess {
+        let addr = self
+            .topology
+            .datacenter(dc)
+            .expect("known datacenter")
+            .aggregator;
+        let args = [self.config_flag(), vec!["--dc".to_owned(), dc.to_owned()]].concat();
+        NodeProcess::start(
+            "datacenter-aggregator",
+            &format!("aggregator-{dc}"),
+            &args,
+            addr,
+            self.dir(),
+        )
+        .await
+    }
+
+    /// Starts the global aggregator and waits until it is healthy.
+    pub async fn start_global_aggregator(&self) -> NodeProcess {
+        let addr = self.topology.global.listen;
+        let args = self.config_flag();
+        NodeProcess::start("global-aggregator", "global", &args, addr, self.dir()).await
+    }
+
+    /// `--config <topology file>`.
+    fn config_flag(&self) -> Vec<String> {
+        vec!["--config".to_owned(), self.path.display().to_string()]
+    }
 }

@@ -1,0 +1,281 @@
+//! The processes a topology needs ([`roles`]) and how to start each one ([`Role::launch`]).
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use geocount_model::{SlotId, Topology};
+
+use crate::error::ClusterError;
+
+/// One process of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// The shard node owning slot `DC_<datacenter>_VAL_<slot>`.
+    Shard {
+        /// The datacenter's name.
+        datacenter: String,
+        /// The slot: the node's index in the datacenter's `shards`.
+        slot: u32,
+    },
+    /// The aggregator of one datacenter.
+    DatacenterAggregator {
+        /// The datacenter's name.
+        datacenter: String,
+    },
+    /// The global aggregator.
+    GlobalAggregator,
+}
+
+/// How to start a role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// The binary's file name, looked for in the bin directory.
+    pub binary: &'static str,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Where it listens; it is healthy once `GET http://<address>/healthz` answers 200.
+    pub address: SocketAddr,
+}
+
+/// Every process `topology` needs, in start order: the aggregators first, so that a shard node
+/// starting on an empty data directory finds its datacenter's copies at once.
+pub fn roles(topology: &Topology) -> Vec<Role> {
+    let mut roles = vec![Role::GlobalAggregator];
+    roles.extend(
+        topology
+            .datacenters
+            .iter()
+            .map(|dc| Role::DatacenterAggregator {
+                datacenter: dc.name.clone(),
+            }),
+    );
+    for dc in &topology.datacenters {
+        roles.extend((0..dc.shards.len()).map(|slot| Role::Shard {
+            datacenter: dc.name.clone(),
+            slot: u32::try_from(slot).expect("a datacenter has fewer than 2^32 shards"),
+        }));
+    }
+    roles
+}
+
+impl Role {
+    /// What kind of process this is, for the ROLE column.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Role::Shard { .. } => "shard",
+            Role::DatacenterAggregator { .. } => "datacenter-aggregator",
+            Role::GlobalAggregator => "global-aggregator",
+        }
+    }
+
+    /// Its name, unique in the cluster and used for its log file: `DC_USA_0_VAL_1`,
+    /// `aggregator_USA_0`, `global`.
+    pub fn name(&self) -> String {
+        match self {
+            Role::Shard { datacenter, slot } => SlotId::new(datacenter.as_str(), *slot).to_string(),
+            Role::DatacenterAggregator { datacenter } => format!("aggregator_{datacenter}"),
+            Role::GlobalAggregator => "global".to_owned(),
+        }
+    }
+
+    /// Its binary, arguments and address, for the topology read from `config` with data kept
+    /// under `data_dir`.
+    pub fn launch(
+        &self,
+        topology: &Topology,
+        config: &Path,
+        data_dir: &Path,
+    ) -> Result<Launch, ClusterError> {
+        match self {
+            Role::Shard { datacenter, slot } => {
+                let name = self.name();
+                let address = topology
+                    .shard_address(&SlotId::new(datacenter.as_str(), *slot))
+                    .map_err(|(key, message)| ClusterError::Role {
+                        name: name.clone(),
+                        message: format!("{key}: {message}"),
+                    })?;
+                Ok(Launch {
+                    binary: "shard-node",
+                    args: vec![
+                        "--config".into(),
+                        config.into(),
+                        "--dc".into(),
+                        datacenter.into(),
+                        "--slot".into(),
+                        slot.to_string().into(),
+                        "--data-dir".into(),
+                        data_dir.join(&name).into(),
+                    ],
+                    address,
+                })
+            }
+            Role::DatacenterAggregator { datacenter } => {
+                let dc = topology
+                    .datacenter(datacenter)
+                    .map_err(|message| ClusterError::Role {
+                        name: self.name(),
+                        message,
+                    })?;
+                Ok(Launch {
+                    binary: "datacenter-aggregator",
+                    args: vec![
+                        "--config".into(),
+                        config.into(),
+                        "--dc".into(),
+                        datacenter.into(),
+                    ],
+                    address: dc.aggregator,
+                })
+            }
+            Role::GlobalAggregator => Ok(Launch {
+                binary: "global-aggregator",
+                args: vec!["--config".into(), config.into()],
+                address: topology.global.listen,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mirrors config/local.toml.
+    const LOCAL: &str = r#"
+[global]
+listen = "127.0.0.1:7000"
+
+[shard]
+data_dir = "data/local"
+durability = "sync"
+
+[[datacenters]]
+name = "USA_0"
+aggregator = "127.0.0.1:7100"
+shards = ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]
+
+[[datacenters]]
+name = "ASIA_0"
+aggregator = "127.0.0.1:7200"
+shards = ["127.0.0.1:7201", "127.0.0.1:7202"]
+
+[[datacenters]]
+name = "EUROPE_0"
+aggregator = "127.0.0.1:7300"
+shards = ["127.0.0.1:7301"]
+"#;
+
+    #[test]
+    fn local_topology_starts_the_aggregators_first() {
+        let topology = Topology::from_toml("local.toml", LOCAL).unwrap();
+        let roles = roles(&topology);
+        let config = Path::new("config/local.toml");
+        let data_dir = Path::new("data/local");
+        let global = roles[0].launch(&topology, config, data_dir).unwrap();
+        assert_eq!(
+            (roles[0].kind(), roles[0].name()),
+            ("global-aggregator", "global".to_owned())
+        );
+        assert_eq!(global.address.to_string(), "127.0.0.1:7000");
+        assert_eq!(
+            global.args,
+            vec![
+                OsString::from("--config"),
+                OsString::from("config/local.toml")
+            ]
+        );
+        for (role, (dc, address)) in roles[1..4].iter().zip([
+            ("USA_0", "127.0.0.1:7100"),
+            ("ASIA_0", "127.0.0.1:7200"),
+            ("EUROPE_0", "127.0.0.1:7300"),
+        ]) {
+            assert_eq!(
+                role,
+                &Role::DatacenterAggregator {
+                    datacenter: dc.to_owned()
+                }
+            );
+            let launch = role.launch(&topology, config, data_dir).unwrap();
+            assert_eq!(
+                (launch.binary, launch.address.to_string()),
+                ("datacenter-aggregator", address.to_owned())
+            );
+            assert_eq!(
+                launch.args[2..],
+                [OsString::from("--dc"), OsString::from(dc)]
+            );
+        }
+    }
+
+    #[test]
+    fn local_topology_has_six_shards() {
+        let topology = Topology::from_toml("local.toml", LOCAL).unwrap();
+        let roles: Vec<Role> = roles(&topology)
+            .into_iter()
+            .filter(|r| matches!(r, Role::Shard { .. }))
+            .collect();
+        let expected = [
+            ("USA_0", 0, "127.0.0.1:7101"),
+            ("USA_0", 1, "127.0.0.1:7102"),
+            ("USA_0", 2, "127.0.0.1:7103"),
+            ("ASIA_0", 0, "127.0.0.1:7201"),
+            ("ASIA_0", 1, "127.0.0.1:7202"),
+            ("EUROPE_0", 0, "127.0.0.1:7301"),
+        ];
+        assert_eq!(roles.len(), expected.len());
+        let config = Path::new("config/local.toml");
+        let data_dir = Path::new("data/local");
+        for (role, (dc, slot, address)) in roles.iter().zip(expected) {
+            let name = format!("DC_{dc}_VAL_{slot}");
+            assert_eq!(
+                role,
+                &Role::Shard {
+                    datacenter: dc.to_owned(),
+                    slot,
+                }
+            );
+            assert_eq!(role.kind(), "shard");
+            assert_eq!(role.name(), name);
+            let launch = role.launch(&topology, config, data_dir).unwrap();
+            let args: Vec<OsString> = [
+                "--config",
+                "config/local.toml",
+                "--dc",
+                dc,
+                "--slot",
+                &slot.to_string(),
+                "--data-dir",
+                &format!("data/local/{name}"),
+            ]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+            assert_eq!(
+                launch,
+                Launch {
+                    binary: "shard-node",
+                    args,
+                    address: address.parse().unwrap(),
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_slot_is_an_error_naming_the_role() {
+        let topology = Topology::from_toml("local.toml", LOCAL).unwrap();
+        let role = Role::Shard {
+            datacenter: "EUROPE_0".into(),
+            slot: 1,
+        };
+        let error = role
+            .launch(&topology, Path::new("c.toml"), Path::new("d"))
+            .unwrap_err();
+        assert!(
+            error.to_string().starts_with("DC_EUROPE_0_VAL_1: "),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! The datacenter aggregator's HTTP API. Every answer comes from memory: no read waits on a
+//! shard.
+//!
+//! | route | does |
+//! |---|---|
+//! | `GET /counter/{id}` | the datacenter's sum, with every slot's value, version and staleness |
+//! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for the global aggregator |
+//! | `GET /slots/{slot}/copy` | postcard [`SlotCopy`] of one slot, for a shard node restoring it |
+//! | `GET /healthz`, `GET /metrics` | health with each slot's staleness, Prometheus text |
+//!
+//! Every refusal is `{"error": ...}` with a 4xx.
+//!
+//! [`SyncRequest`]: geocount_model::wire::SyncRequest
+//! [`SyncPage`]: geocount_model::wire::SyncPage
+//! [`SlotCopy`]: geocount_model::wire::SlotCopy
+
+use std::sync::Arc;
+
+use geocount_model::CounterId;
+use geocount_net::{Response, json_response};
+use geocount_sync::http::{self, Named, RequestError, Routed, serve_sync};
+use geocount_sync::{SourceHealth, answer_slot_copy};
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde::Serialize;
+
+use crate::error::AggregatorError;
+use crate::state::{AggregatorState, freshness, read_counter};
+
+/// The endpoints, as matched by the router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `/counter/{id}`
+    Counter,
+    /// `/sync`
+    Sync,
+    /// `/slots/{slot}/copy`
+    SlotCopy,
+    /// `/healthz`
+    Health,
+    /// `/metrics`
+    Metrics,
+}
+
+/// Builds the router once per aggregator.
+pub fn router() -> matchit::Router<Route> {
+    http::router([
+        ("/counter/{id}", Route::Counter),
+        ("/sync", Route::Sync),
+        ("/slots/{slot}/copy", Route::SlotCopy),
+        ("/healthz", Route::Health),
+        ("/metrics", Route::Metrics),
+    ])
+}
+
+/// Answers one request; every error becomes its JSON answer.
+pub async fn handle(state: Arc<AggregatorState>, request: Request<Incoming>) -> Response {
+    http::answer(&state.router, request, |routed, request| {
+        dispatch(&state, routed, request)
+    })
+    .await
+}
+
+async fn dispatch(
+    state: &AggregatorState,
+    Routed { route, id, slot }: Routed<Route>,
+    request: Request<Incoming>,
+) -> Result<Response, AggregatorError> {
+    match (route, request.method(), id, slot) {
+        (Route::Counter, &Method::GET, Some(id), _) => read(state, &id),
+        (Route::Sync, &Method::POST, _, _) => Ok(sync(state, request).await?),
+        (Route::SlotCopy, &Method::GET, _, Some(slot)) => slot_copy(state, slot),
+        (Route::Health, &Method::GET, _, _) => Ok(health(state)),
+        (Route::Metrics, &Method::GET, _, _) => {
+            let replica = state.replica.read().expect("replica lock");
+            Ok(state.metrics.scrape(&replica, state.clock.now_unix_ms()))
+        }
+        _ => Err(RequestError::method_not_allowed(&request).into()),
+    }
+}
+
+fn read(state: &AggregatorState, id: &CounterId) -> Result<Response, AggregatorError> {
+    let now_ms = state.clock.now_unix_ms();
+    let reading = {
+        let replica = state.replica.read().expect("replica lock");
+        read_counter(
+            &replica,
+            &state.config.datacenter,
+            &state.slot_names,
+            id.as_str(),
+            now_ms,
+        )
+    };
+    let reading = reading.ok_or_else(|| AggregatorError::CounterNotFound(id.to_string()))?;
+    Ok(json_response(StatusCode::OK, &reading))
+}
+
+async fn sync(
+    state: &AggregatorState,
+    request: Request<Incoming>,
+) -> Result<Response, RequestError> {
+    let now_ms = state.clock.now_unix_ms();
+    serve_sync(
+        request,
+        &state.replica,
+        &state.config.datacenter,
+        state.config.sync.page_entries,
+        |replica| freshness(replica, &state.slot_names, now_ms),
+    )
+    .await
+}
+
+fn slot_copy(state: &AggregatorState, slot: String) -> Result<Response, AggregatorError> {
+    let copy = state.replica.read().expect("replica lock").slot_copy(&slot);
+    let copy = copy.ok_or_else(|| AggregatorError::UnknownSlot {
+        slot,
+        datacenter: state.config.datacenter.clone(),
+    })?;
+    Ok(answer_slot_copy(&copy))
+}
+
+fn health(state: &AggregatorState) -> Response {
+    #[derive(Serialize)]
+    struct Health<'a> {
+        status: &'a str,
+        datacenter: &'a str,
+        counters: usize,
+        slots: Named<SourceHealth>,
+    }
+    let now_ms = state.clock.now_unix_ms();
+    let replica = state.replica.read().expect("replica lock");
+    let slots = state
+        .slot_names
+        .iter()
+        .enumerate()
+        .map(|(slot, name)| (name.clone(), replica.source_health(slot, now_ms)))
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &Health {
+            status: "ok",
+            datacenter: &state.config.datacenter,
+            counters: replica.copies.len(),
+            slots,
+        },
+    )
+}

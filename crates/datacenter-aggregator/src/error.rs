@@ -1,0 +1,35 @@
+//! The datacenter aggregator's errors, and the one place that maps each to its HTTP status.
+
+use geocount_net::HttpError;
+use geocount_sync::http::RequestError;
+use hyper::StatusCode;
+
+/// Everything a datacenter aggregator refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum AggregatorError {
+    /// Refused before reaching this tier's logic: bad path, method, id or body.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// A counter no slot of this datacenter holds.
+    #[error("counter {0:?} is held by no slot of this datacenter")]
+    CounterNotFound(String),
+    /// A slot that is not one of this datacenter's.
+    #[error("slot {slot:?} is not a slot of datacenter {datacenter}")]
+    UnknownSlot {
+        /// The slot asked for.
+        slot: String,
+        /// This datacenter.
+        datacenter: String,
+    },
+}
+
+impl HttpError for AggregatorError {
+    fn status(&self) -> StatusCode {
+        match self {
+            AggregatorError::Request(error) => error.status(),
+            AggregatorError::CounterNotFound(_) | AggregatorError::UnknownSlot { .. } => {
+                StatusCode::NOT_FOUND
+            }
+        }
+    }
+}

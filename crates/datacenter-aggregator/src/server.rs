@@ -1,0 +1,46 @@
+//! `run`: a whole datacenter aggregator on a listener, until shutdown. The binary and the tests
+//! call it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use geocount_model::Clock;
+use geocount_net::Listener;
+use geocount_sync::start_pulling;
+
+use crate::api;
+use crate::config::AggregatorConfig;
+use crate::metrics::PREFIX;
+use crate::state::AggregatorState;
+
+/// Starts pulling every shard of the datacenter and the global aggregator, and serves
+/// `listener` until `shutdown` completes; then stops the pullers and drains requests.
+pub async fn run<L: Listener>(
+    config: AggregatorConfig,
+    listener: L,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let slot_names = config.slot_names();
+    let timeout = Duration::from_millis(config.sync.timeout_ms);
+    let (replica, metrics, pullers) = start_pulling(
+        slot_names.clone(),
+        &config.sources(),
+        timeout,
+        clock.clone(),
+        PREFIX,
+    );
+    tracing::info!(addr = %config.listen, datacenter = %config.datacenter, "serving");
+    let state = Arc::new(AggregatorState {
+        config,
+        slot_names,
+        replica,
+        clock,
+        metrics,
+        router: api::router(),
+    });
+    let handler = move |request| api::handle(state.clone(), request);
+    pullers.serve(listener, handler, shutdown).await;
+    tracing::info!("stopped");
+}

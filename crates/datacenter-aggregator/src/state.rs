@@ -1,0 +1,207 @@
+//! What a datacenter aggregator holds, and the rules it reads it by.
+//!
+//! - A slot's staleness is its shard's: how long ago this aggregator last had a complete copy
+//!   of that shard ([`geocount_sync::SourceStatus::staleness_ms`]); `None` when the shard was
+//!   never heard since this aggregator started. A dead or stopped shard only grows its own.
+//! - The datacenter's staleness is the worst of its slots' (`None` if any was never heard).
+//! - A counter's value is the sum of its slots' copies; a slot holding no copy counts 0.
+
+use std::sync::Arc;
+
+use geocount_model::wire::SlotFreshness;
+use geocount_model::{Clock, SlotState};
+use geocount_sync::http::Named;
+use geocount_sync::{Replica, ReplicaMetrics, SharedReplica, worst_staleness};
+use serde::Serialize;
+
+use crate::api::Route;
+use crate::config::AggregatorConfig;
+
+/// What the HTTP handlers share.
+pub struct AggregatorState {
+    /// The configuration it runs with.
+    pub config: AggregatorConfig,
+    /// The datacenter's slot names, by index (source `n` is the shard owning slot `n`).
+    pub slot_names: Vec<String>,
+    /// The copies of the datacenter's slots, fed by the pullers.
+    pub replica: SharedReplica,
+    /// The time seam.
+    pub clock: Arc<dyn Clock>,
+    /// The aggregator's metrics.
+    pub metrics: ReplicaMetrics,
+    /// The endpoints.
+    pub router: matchit::Router<Route>,
+}
+
+/// Each slot's staleness at `now_ms`, by slot index (the first `slots` sources are the shards).
+pub fn slot_staleness(replica: &Replica, slots: usize, now_ms: u64) -> Vec<Option<u64>> {
+    replica.sources[..slots]
+        .iter()
+        .map(|source| source.staleness_ms(now_ms))
+        .collect()
+}
+
+/// Each slot's freshness, as `POST /sync` reports it to the global aggregator.
+pub fn freshness(replica: &Replica, slot_names: &[String], now_ms: u64) -> Vec<SlotFreshness> {
+    slot_names
+        .iter()
+        .zip(slot_staleness(replica, slot_names.len(), now_ms))
+        .map(|(slot, staleness_ms)| SlotFreshness {
+            slot: slot.clone(),
+            staleness_ms,
+        })
+        .collect()
+}
+
+/// One slot of a counter, as a read reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SlotReading {
+    /// The slot's share of the counter (0 where the slot holds no copy).
+    pub value: i64,
+    /// The version of that share (0 where the slot holds no copy).
+    pub version: u64,
+    /// The slot's staleness (`None`: never heard).
+    pub staleness_ms: Option<u64>,
+}
+
+/// The answer to `GET /counter/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CounterReading {
+    /// The counter's id.
+    pub id: String,
+    /// The sum of its slots (wide enough that no sum of 64-bit slots overflows).
+    pub value: i128,
+    /// This datacenter.
+    pub datacenter: String,
+    /// The datacenter's staleness (`None` if any slot was never heard).
+    pub staleness_ms: Option<u64>,
+    /// Whether every slot was heard.
+    pub complete: bool,
+    /// Every slot of the datacenter, in index order.
+    pub slots: Named<SlotReading>,
+}
+
+/// Counter `id` as this datacenter holds it at `now_ms`, or `None` when no slot holds it.
+pub fn read_counter(
+    replica: &Replica,
+    datacenter: &str,
+    slot_names: &[String],
+    id: &str,
+    now_ms: u64,
+) -> Option<CounterReading> {
+    let mut states = vec![SlotState::default(); slot_names.len()];
+    for (slot, state) in replica.copies.get(id)? {
+        if let Some(held) = states.get_mut(usize::from(*slot)) {
+            *held = *state;
+        }
+    }
+    let staleness = slot_staleness(replica, slot_names.len(), now_ms);
+    let slots: Named<SlotReading> = slot_names
+        .iter()
+        .zip(&states)
+        .zip(&staleness)
+        .map(|((name, state), staleness_ms)| {
+            let reading = SlotReading {
+                value: state.value,
+                version: state.version,
+                staleness_ms: *staleness_ms,
+            };
+            (name.clone(), reading)
+        })
+        .collect();
+    let datacenter_staleness = worst_staleness(staleness.iter().copied());
+    Some(CounterReading {
+        id: id.to_owned(),
+        value: states.iter().map(|s| i128::from(s.value)).sum(),
+        datacenter: datacenter.to_owned(),
+        staleness_ms: datacenter_staleness,
+        complete: datacenter_staleness.is_some(),
+        slots,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::wire::{Cursor, SlotEntry, SlotPage, SyncPage};
+    use geocount_sync::PullSource;
+    use std::time::Duration;
+
+    fn names() -> Vec<String> {
+        vec!["DC_A_VAL_0".into(), "DC_A_VAL_1".into()]
+    }
+
+    fn replica() -> Replica {
+        let sources: Vec<PullSource> = names()
+            .into_iter()
+            .chain(["global".to_owned()])
+            .map(|name| PullSource {
+                name,
+                address: "127.0.0.1:1".into(),
+                interval: Duration::from_millis(50),
+                slots: true,
+                descriptions: true,
+            })
+            .collect();
+        Replica::new(names(), &sources)
+    }
+
+    /// Slot 0's shard answered at `sent_at_ms` with `value` for counter `c`.
+    fn heard(replica: &mut Replica, slot: u16, value: i64, sent_at_ms: u64) {
+        let page = SyncPage {
+            slots: Some(SlotPage {
+                slot_names: names(),
+                entries: vec![SlotEntry {
+                    slot,
+                    id: "c".into(),
+                    state: SlotState {
+                        value,
+                        version: sent_at_ms,
+                    },
+                }],
+                next: Cursor::Seq { epoch: 1, seq: 1 },
+                caught_up: true,
+            }),
+            ..SyncPage::default()
+        };
+        replica.copies.apply_page(page.slots.as_ref().unwrap());
+        replica.sources[usize::from(slot)].advance(&page, sent_at_ms, sent_at_ms + 1);
+    }
+
+    #[test]
+    fn a_counter_sums_its_slots_and_lists_every_slot() {
+        let mut replica = replica();
+        heard(&mut replica, 0, i64::MAX, 1_000);
+        let reading = read_counter(&replica, "A", &names(), "c", 1_500).unwrap();
+        assert_eq!(reading.value, i128::from(i64::MAX));
+        assert_eq!(reading.slots.0.len(), 2, "every slot, held or not");
+        assert_eq!(
+            reading.slots.0[1].1,
+            SlotReading {
+                value: 0,
+                version: 0,
+                staleness_ms: None
+            }
+        );
+        assert_eq!(reading.slots.0[0].1.staleness_ms, Some(500));
+        assert!(!reading.complete, "slot 1 never heard");
+        assert_eq!(reading.staleness_ms, None);
+
+        heard(&mut replica, 1, i64::MAX, 1_200);
+        let reading = read_counter(&replica, "A", &names(), "c", 1_500).unwrap();
+        assert_eq!(reading.value, 2 * i128::from(i64::MAX), "no overflow");
+        assert!(reading.complete);
+        assert_eq!(reading.staleness_ms, Some(500), "the worst slot");
+        assert!(read_counter(&replica, "A", &names(), "unknown", 1_500).is_none());
+    }
+
+    #[test]
+    fn freshness_reports_each_slot() {
+        let mut replica = replica();
+        heard(&mut replica, 1, 3, 1_000);
+        let freshness = freshness(&replica, &names(), 1_250);
+        assert_eq!(freshness[0].staleness_ms, None);
+        assert_eq!(freshness[1].slot, "DC_A_VAL_1");
+        assert_eq!(freshness[1].staleness_ms, Some(250));
+    }
+}

@@ -1,0 +1,7 @@
+//! One module per subcommand. Each has its options struct and an async `run(cluster, options,
+//! out)` that prints to `out`, plus the pure functions that format what it prints.
+
+pub mod create;
+pub mod get;
+pub mod incr;
+pub mod lag;

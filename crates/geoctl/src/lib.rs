@@ -1,0 +1,53 @@
+//! geoctl: a command line for a geocount cluster, for people and for measurements.
+//!
+//! - [`cluster`]: where the cluster is: the topology file, the global aggregator's address,
+//!   picking shard nodes at random ([`Cluster`]), encoding ids in paths, reading answers.
+//! - [`cmd`]: one module per subcommand:
+//!   - [`cmd::get`]: read a counter from the global aggregator and summarize it per datacenter;
+//!   - [`cmd::create`]: `POST /counter` through a random shard node;
+//!   - [`cmd::incr`]: one write through a random shard node;
+//!   - [`cmd::lag`]: measure how long a write takes to show at the global aggregator.
+//! - [`error`]: this crate's error enum ([`GeoctlError`]).
+//!
+//! [`run`] loads the topology and runs one [`Command`]; the `geoctl` binary only parses flags
+//! and calls it.
+
+pub mod cluster;
+pub mod cmd;
+pub mod error;
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+pub use cluster::Cluster;
+pub use error::GeoctlError;
+
+/// How long `get`, `create` and `incr` wait for an answer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One subcommand with its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Read a counter from the global aggregator.
+    Get(cmd::get::GetOptions),
+    /// Create a counter.
+    Create(cmd::create::CreateOptions),
+    /// Write to a counter once.
+    Incr(cmd::incr::IncrOptions),
+    /// Measure visibility lag.
+    Lag(cmd::lag::LagOptions),
+}
+
+/// Loads the topology file `config` and runs `command`, printing to `out`.
+pub async fn run(config: &Path, command: &Command, out: &mut dyn Write) -> Result<(), GeoctlError> {
+    let cluster = Cluster::load(config, REQUEST_TIMEOUT)?;
+    match command {
+        Command::Get(options) => cmd::get::run(&cluster, options, out).await,
+        Command::Create(options) => cmd::create::run(&cluster, options, out).await,
+        Command::Incr(options) => cmd::incr::run(&cluster, options, out).await,
+        Command::Lag(options) => cmd::lag::run(&cluster, options, out).await.map(drop),
+    }?;
+    out.flush()?;
+    Ok(())
+}

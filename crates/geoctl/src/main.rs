@@ -1,0 +1,154 @@
+//! `geoctl [--config FILE] get|create|incr|lag ...`: parses flags and calls the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::builder::RangedU64ValueParser;
+use clap::{Parser, Subcommand};
+use geoctl::Command;
+use geoctl::cmd::create::CreateOptions;
+use geoctl::cmd::get::GetOptions;
+use geoctl::cmd::incr::IncrOptions;
+use geoctl::cmd::lag::{DEFAULT_CONCURRENCY, DEFAULT_SAMPLES, LagOptions};
+
+/// A command line for a geocount cluster: read, create and write counters, and measure how long
+/// writes take to show at the global aggregator.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// The topology file (TOML) that says where the cluster is; `GEOCOUNT_*` environment
+    /// variables override its keys.
+    #[arg(long, global = true, default_value = "config/local.toml")]
+    config: PathBuf,
+    /// What to do.
+    #[command(subcommand)]
+    command: Sub,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Read a counter from the global aggregator: its value, whether it is complete, its
+    /// staleness and each datacenter's part. Exits 1 when the counter is not found or stale
+    /// datacenters refuse the read.
+    Get {
+        /// The counter's id.
+        id: String,
+        /// Count a datacenter as stale when its data is older than this (milliseconds)
+        /// [default: the global aggregator's `max_staleness_ms`].
+        #[arg(long, value_name = "N")]
+        max_staleness_ms: Option<u64>,
+        /// Answer with stale datacenters' last known values rather than refusing.
+        #[arg(long)]
+        allow_partial: bool,
+        /// Print the global aggregator's JSON answer as it came.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a counter (POST /counter to a random shard node) and print its description.
+    Create {
+        /// The new counter's id.
+        id: String,
+        /// How many of each datacenter's slots take its writes [default: the nodes'
+        /// `shard.default_number_of_shards`].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        shards: Option<u32>,
+    },
+    /// Write to a counter once through a random shard node and print the slot that took it,
+    /// that slot's value and its version.
+    Incr {
+        /// The counter's id.
+        id: String,
+        /// The change: positive increments, negative decrements by its magnitude; not 0.
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 1,
+            allow_negative_numbers = true
+        )]
+        delta: i64,
+        /// An idempotency key: a retry with the same key and delta is applied at most once.
+        #[arg(long, value_name = "IDEMPOTENCY_KEY")]
+        key: Option<String>,
+    },
+    /// Measure visibility lag: write +1 to fresh counters through random shard nodes and time
+    /// how long each takes to show at the global aggregator.
+    Lag {
+        /// How many samples (one fresh counter each) to take.
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_SAMPLES,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+        samples: usize,
+        /// How many samples run at once.
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
+        concurrency: usize,
+        /// Sample k writes counter `<P>-<k>` [default: `lag-probe-<random hex>`].
+        #[arg(long, value_name = "P")]
+        counter_prefix: Option<String>,
+        /// Before its write, each sample waits a random time below this many milliseconds, so
+        /// writes land at random points of the aggregators' pull cycles [default: the
+        /// shard → datacenter plus datacenter → global intervals]. 0: no wait; writes then
+        /// fall into step with the global pulls and measure close to that interval.
+        #[arg(long, value_name = "MS")]
+        start_jitter_ms: Option<u64>,
+        /// Also write the figures as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
+}
+
+impl From<Sub> for Command {
+    fn from(sub: Sub) -> Self {
+        match sub {
+            Sub::Get {
+                id,
+                max_staleness_ms,
+                allow_partial,
+                json,
+            } => Command::Get(GetOptions {
+                id,
+                max_staleness_ms,
+                allow_partial,
+                json,
+            }),
+            Sub::Create { id, shards } => Command::Create(CreateOptions { id, shards }),
+            Sub::Incr { id, delta, key } => Command::Incr(IncrOptions { id, delta, key }),
+            Sub::Lag {
+                samples,
+                concurrency,
+                counter_prefix,
+                start_jitter_ms,
+                json,
+            } => Command::Lag(LagOptions {
+                samples,
+                concurrency,
+                counter_prefix,
+                start_jitter_ms,
+                json,
+            }),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("geoctl: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let command = Command::from(args.command);
+    let mut stdout = std::io::stdout().lock();
+    match runtime.block_on(geoctl::run(&args.config, &command, &mut stdout)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("geoctl: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! `run`: the whole global aggregator on a listener, until shutdown. The binary and the tests
+//! call it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use geocount_model::Clock;
+use geocount_net::Listener;
+use geocount_sync::start_pulling;
+
+use crate::api;
+use crate::config::GlobalAggregatorConfig;
+use crate::metrics::PREFIX;
+use crate::state::GlobalState;
+
+/// Starts pulling every datacenter aggregator, and serves `listener` until `shutdown`
+/// completes; then stops the pullers and drains requests.
+pub async fn run<L: Listener>(
+    config: GlobalAggregatorConfig,
+    listener: L,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let sources = config.sources();
+    let timeout = Duration::from_millis(config.sync.timeout_ms);
+    let (replica, metrics, pullers) = start_pulling(
+        config.slot_names(),
+        &sources,
+        timeout,
+        clock.clone(),
+        PREFIX,
+    );
+    tracing::info!(addr = %config.listen, datacenters = sources.len(), "serving");
+    let state = Arc::new(GlobalState {
+        names: sources.into_iter().map(|source| source.name).collect(),
+        slot_datacenters: config.slot_datacenters(),
+        config,
+        replica,
+        clock,
+        metrics,
+        router: api::router(),
+    });
+    pullers
+        .serve(
+            listener,
+            move |request| api::handle(state.clone(), request),
+            shutdown,
+        )
+        .await;
+    tracing::info!("stopped");
+}

@@ -1,0 +1,390 @@
+//! What the global aggregator holds, and the rules it answers reads by.
+//!
+//! - A datacenter's staleness is how long ago this aggregator last had that datacenter's
+//!   complete state ([`geocount_sync::SourceStatus::staleness_ms`]): a datacenter whose own
+//!   aggregator has a slot never heard stays incomplete. `None`: never.
+//! - A datacenter is stale for a read when its staleness is `None` or above the read's
+//!   `max_staleness_ms`.
+//! - A counter's value is the sum over every datacenter of the sum of its slots' copies; a
+//!   stale datacenter counts with its last known values.
+
+use std::sync::Arc;
+
+use geocount_model::Clock;
+use geocount_sync::http::Named;
+use geocount_sync::{Replica, ReplicaMetrics, SharedReplica, worst_staleness};
+use serde::Serialize;
+
+use crate::api::Route;
+use crate::config::GlobalAggregatorConfig;
+
+/// What the HTTP handlers share.
+pub struct GlobalState {
+    /// The configuration it runs with.
+    pub config: GlobalAggregatorConfig,
+    /// The datacenters' names, by index (source `n` is datacenter `n`).
+    pub names: Vec<String>,
+    /// The index of the datacenter of each slot, by slot index.
+    pub slot_datacenters: Vec<usize>,
+    /// The copies of every slot, fed by the pullers.
+    pub replica: SharedReplica,
+    /// The time seam.
+    pub clock: Arc<dyn Clock>,
+    /// The aggregator's metrics.
+    pub metrics: ReplicaMetrics,
+    /// The endpoints.
+    pub router: matchit::Router<Route>,
+}
+
+/// One datacenter's part of a counter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DatacenterReading {
+    /// The sum of the datacenter's slots (its last known values when stale).
+    pub value: i128,
+    /// The datacenter's staleness (`None`: never complete).
+    pub staleness_ms: Option<u64>,
+    /// Whether the datacenter's aggregator ever answered.
+    pub heard: bool,
+}
+
+/// Counter `id` per datacenter at `now_ms` (datacenters in order), and whether any slot holds it.
+pub fn read_datacenters(
+    replica: &Replica,
+    slot_datacenters: &[usize],
+    id: &str,
+    now_ms: u64,
+) -> (bool, Vec<DatacenterReading>) {
+    let mut readings: Vec<DatacenterReading> = replica
+        .sources
+        .iter()
+        .map(|source| DatacenterReading {
+            value: 0,
+            staleness_ms: source.staleness_ms(now_ms),
+            heard: source.last_heard_ms.is_some(),
+        })
+        .collect();
+    let copies = replica.copies.get(id);
+    for (slot, state) in copies.unwrap_or_default() {
+        let dc = slot_datacenters[usize::from(*slot)];
+        readings[dc].value += i128::from(state.value);
+    }
+    (copies.is_some(), readings)
+}
+
+/// The datacenters stale for a read allowing `max_staleness_ms`: never complete, or staler.
+pub fn stale_datacenters(readings: &[DatacenterReading], max_staleness_ms: u64) -> Vec<usize> {
+    readings
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.staleness_ms.is_none_or(|ms| ms > max_staleness_ms))
+        .map(|(index, _)| index)
+        .collect()
+}
+
+/// The answer to a global read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CounterReading {
+    /// The counter's id.
+    pub id: String,
+    /// The sum over every datacenter (stale ones with their last known values).
+    pub value: i128,
+    /// Whether no datacenter is stale.
+    pub complete: bool,
+    /// The largest datacenter staleness (`None` if any was never complete).
+    pub staleness_ms: Option<u64>,
+    /// Each datacenter's part, in topology order.
+    pub datacenters: Named<DatacenterReading>,
+}
+
+/// A read refused because datacenters are stale: the body of its 503.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StaleRead {
+    /// Which datacenters are stale and how.
+    pub error: String,
+    /// Their names.
+    pub stale_datacenters: Vec<String>,
+    /// Each datacenter's part, in topology order.
+    pub datacenters: Named<DatacenterReading>,
+}
+
+/// What a global read answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GlobalRead {
+    /// 200: the sum (complete or, when allowed, partial).
+    Counter(CounterReading),
+    /// 503: stale datacenters and no partial answer allowed.
+    Stale(StaleRead),
+    /// 404: no slot holds the counter and no datacenter is stale.
+    NotFound,
+}
+
+/// Applies the staleness rules to counter `id`'s per-datacenter readings (`held`: whether any
+/// slot holds it), datacenters named `names`.
+pub fn answer_read(
+    id: &str,
+    names: &[String],
+    held: bool,
+    readings: Vec<DatacenterReading>,
+    max_staleness_ms: u64,
+    allow_partial: bool,
+) -> GlobalRead {
+    let stale = stale_datacenters(&readings, max_staleness_ms);
+    if stale.is_empty() && !held {
+        return GlobalRead::NotFound;
+    }
+    if !stale.is_empty() && !allow_partial {
+        let reasons: Vec<String> = stale
+            .iter()
+            .map(|&dc| {
+                let reading = &readings[dc];
+                let why = match (reading.staleness_ms, reading.heard) {
+                    (Some(ms), _) => format!("staleness {ms} ms > {max_staleness_ms} ms"),
+                    (None, false) => "never heard".to_owned(),
+                    (None, true) => "never complete: some of its slots never heard".to_owned(),
+                };
+                format!("{} ({why})", names[dc])
+            })
+            .collect();
+        return GlobalRead::Stale(StaleRead {
+            error: format!("stale datacenters: {}", reasons.join(", ")),
+            stale_datacenters: stale.iter().map(|&dc| names[dc].clone()).collect(),
+            datacenters: named(names, readings),
+        });
+    }
+    GlobalRead::Counter(CounterReading {
+        id: id.to_owned(),
+        value: readings.iter().map(|r| r.value).sum(),
+        complete: stale.is_empty(),
+        staleness_ms: worst_staleness(readings.iter().map(|r| r.staleness_ms)),
+        datacenters: named(names, readings),
+    })
+}
+
+fn named<T>(names: &[String], values: Vec<T>) -> Named<T> {
+    names.iter().cloned().zip(values).collect()
+}
+
+/// One datacenter as `GET /datacenters` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DatacenterStatus {
+    /// Where its aggregator listens.
+    pub aggregator: String,
+    /// Whether its aggregator ever answered.
+    pub heard: bool,
+    /// How long ago it last answered.
+    pub last_heard_ms_ago: Option<u64>,
+    /// How long ago this aggregator last had its complete state (`None`: never).
+    pub staleness_ms: Option<u64>,
+    /// Counters with any copy from it.
+    pub counters: usize,
+    /// The last pull failure, cleared by the next success.
+    pub last_error: Option<String>,
+}
+
+/// Every datacenter's status at `now_ms`. Counts counters by walking every copy: meant for an
+/// operator's occasional look, not for a hot path.
+pub fn datacenter_statuses(
+    replica: &Replica,
+    config: &GlobalAggregatorConfig,
+    slot_datacenters: &[usize],
+    now_ms: u64,
+) -> Named<DatacenterStatus> {
+    let mut counters = vec![0usize; config.datacenters.len()];
+    // The last counter counted for each datacenter, so a counter counts once per datacenter.
+    let mut counted = vec![usize::MAX; config.datacenters.len()];
+    for (n, (_, copies)) in replica.copies.iter().enumerate() {
+        for (slot, _) in copies {
+            let dc = slot_datacenters[usize::from(*slot)];
+            if counted[dc] != n {
+                counted[dc] = n;
+                counters[dc] += 1;
+            }
+        }
+    }
+    config
+        .datacenters
+        .iter()
+        .zip(&replica.sources)
+        .zip(counters)
+        .map(|((dc, source), counters)| {
+            let status = DatacenterStatus {
+                aggregator: dc.aggregator.to_string(),
+                heard: source.last_heard_ms.is_some(),
+                last_heard_ms_ago: source.last_heard_ms.map(|t| now_ms.saturating_sub(t)),
+                staleness_ms: source.staleness_ms(now_ms),
+                counters,
+                last_error: source.last_error.clone(),
+            };
+            (dc.name.clone(), status)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(value: i128, staleness_ms: Option<u64>, heard: bool) -> DatacenterReading {
+        DatacenterReading {
+            value,
+            staleness_ms,
+            heard,
+        }
+    }
+
+    fn names() -> Vec<String> {
+        vec!["USA_0".into(), "ASIA_0".into(), "EUROPE_0".into()]
+    }
+
+    #[test]
+    fn datacenters_sum_their_own_slots() {
+        use geocount_model::SlotState;
+        use geocount_model::wire::{Cursor, SyncPage};
+        use geocount_sync::PullSource;
+        let sources: Vec<PullSource> = ["USA_0", "ASIA_0"]
+            .into_iter()
+            .map(|name| PullSource {
+                name: name.into(),
+                address: "127.0.0.1:1".into(),
+                interval: std::time::Duration::from_millis(250),
+                slots: true,
+                descriptions: true,
+            })
+            .collect();
+        let slots = ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"].map(String::from);
+        let mut replica = Replica::new(slots.to_vec(), &sources);
+        for (slot, value) in [(0, 7), (1, -2), (2, 100)] {
+            let state = SlotState { value, version: 1 };
+            replica.copies.merge(slot, "c", state);
+        }
+        replica.copies.merge(
+            0,
+            "d",
+            SlotState {
+                value: 1,
+                version: 1,
+            },
+        );
+        let caught_up = SyncPage {
+            slots: Some(geocount_model::wire::SlotPage {
+                next: Cursor::Seq { epoch: 1, seq: 1 },
+                caught_up: true,
+                ..Default::default()
+            }),
+            ..SyncPage::default()
+        };
+        replica.sources[0].advance(&caught_up, 1_000, 1_000);
+        let (held, readings) = read_datacenters(&replica, &[0, 0, 1], "c", 1_400);
+        assert!(held);
+        assert_eq!(readings[0], reading(5, Some(400), true));
+        assert_eq!(readings[1], reading(100, None, false));
+        assert!(!read_datacenters(&replica, &[0, 0, 1], "e", 1_400).0);
+
+        let config = GlobalAggregatorConfig {
+            listen: "127.0.0.1:1".parse().unwrap(),
+            max_staleness_ms: 1_000,
+            datacenters: ["USA_0", "ASIA_0"]
+                .map(|name| crate::config::Datacenter {
+                    name: name.into(),
+                    aggregator: "127.0.0.1:2".parse().unwrap(),
+                    slots: 1,
+                })
+                .to_vec(),
+            sync: Default::default(),
+        };
+        let statuses = datacenter_statuses(&replica, &config, &[0, 0, 1], 1_400);
+        let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);
+        assert_eq!(
+            (usa.counters, usa.heard, usa.last_heard_ms_ago),
+            (2, true, Some(400))
+        );
+        assert_eq!(
+            (asia.counters, asia.heard, asia.staleness_ms),
+            (1, false, None)
+        );
+    }
+
+    #[test]
+    fn stale_means_never_complete_or_staler_than_allowed() {
+        let readings = [
+            reading(1, Some(1000), true),
+            reading(2, Some(1001), true),
+            reading(3, None, false),
+        ];
+        assert_eq!(stale_datacenters(&readings, 1000), [1, 2]);
+        assert_eq!(stale_datacenters(&readings, 5000), [2]);
+    }
+
+    #[test]
+    fn fresh_datacenters_sum_to_a_complete_answer() {
+        let readings = vec![
+            reading(10, Some(20), true),
+            reading(-3, Some(300), true),
+            reading(i128::from(i64::MAX), Some(5), true),
+        ];
+        let GlobalRead::Counter(answer) = answer_read("c", &names(), true, readings, 1000, false)
+        else {
+            panic!("complete");
+        };
+        assert_eq!(answer.value, 7 + i128::from(i64::MAX));
+        assert!(answer.complete);
+        assert_eq!(answer.staleness_ms, Some(300));
+        assert_eq!(answer.datacenters.0[1].0, "ASIA_0");
+    }
+
+    #[test]
+    fn stale_datacenters_refuse_unless_partial_is_allowed() {
+        let readings = vec![
+            reading(10, Some(20), true),
+            reading(5, Some(5123), true),
+            reading(0, None, false),
+        ];
+        let GlobalRead::Stale(refusal) =
+            answer_read("c", &names(), true, readings.clone(), 1000, false)
+        else {
+            panic!("refused");
+        };
+        assert_eq!(
+            refusal.error,
+            "stale datacenters: ASIA_0 (staleness 5123 ms > 1000 ms), EUROPE_0 (never heard)"
+        );
+        assert_eq!(refusal.stale_datacenters, ["ASIA_0", "EUROPE_0"]);
+        let GlobalRead::Counter(partial) = answer_read("c", &names(), true, readings, 1000, true)
+        else {
+            panic!("partial");
+        };
+        assert_eq!(partial.value, 15, "stale ones count with their last values");
+        assert!(!partial.complete);
+        assert_eq!(partial.staleness_ms, None, "one never heard");
+        assert!(!partial.datacenters.0[2].1.heard);
+    }
+
+    #[test]
+    fn an_unknown_counter_is_not_found_only_when_nothing_is_stale() {
+        let fresh = vec![reading(0, Some(1), true); 3];
+        assert_eq!(
+            answer_read("c", &names(), false, fresh, 1000, false),
+            GlobalRead::NotFound
+        );
+        let one_stale = vec![
+            reading(0, Some(1), true),
+            reading(0, None, true),
+            reading(0, Some(1), true),
+        ];
+        let GlobalRead::Stale(refusal) =
+            answer_read("c", &names(), false, one_stale.clone(), 1000, false)
+        else {
+            panic!("refused");
+        };
+        assert!(
+            refusal.error.contains("ASIA_0 (never complete"),
+            "{}",
+            refusal.error
+        );
+        let GlobalRead::Counter(partial) = answer_read("c", &names(), false, one_stale, 1000, true)
+        else {
+            panic!("partial");
+        };
+        assert_eq!((partial.value, partial.complete), (0, false));
+    }
+}

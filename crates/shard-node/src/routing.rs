@@ -1,0 +1,170 @@
+//! Write routing inside a datacenter: which of a counter's slots takes a write, and forwarding
+//! to the node that owns it.
+//!
+//! A counter uses `numberOfShards` of the datacenter's slots, chosen by consistent hashing
+//! ([`Placement`]). A write with an `Idempotency-Key` always goes to the slot its key hashes to,
+//! so retries meet their first attempt wherever they arrive; other writes to a counter with one
+//! slot go to it, and writes to a counter spread over several pick one by the configured
+//! [`Selection`]. Forwarded writes carry [`FORWARDED_HEADER`] and are applied where they land,
+//! so a write never takes two hops even while nodes disagree about a counter's slot count.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use geocount_model::wire::{BatchResponse, POSTCARD_CONTENT_TYPE};
+use geocount_model::{Placement, Selection};
+use geocount_net::{ClientError, HttpClient};
+use geocount_sync::DescriptionTable;
+use hyper::Method;
+
+use crate::replication::PeerSink;
+
+/// Marks a write forwarded by another node: apply it here.
+pub const FORWARDED_HEADER: &str = "x-geocount-forwarded";
+
+/// Picks the slot for each write and forwards writes to other nodes.
+pub struct WriteRouter {
+    placement: Placement,
+    own_slot: u32,
+    addresses: Vec<SocketAddr>,
+    slot_names: Vec<String>,
+    selection: Selection,
+    next_turn: AtomicUsize,
+    default_shards: u32,
+    descriptions: Arc<RwLock<DescriptionTable>>,
+    own_load: Arc<AtomicU64>,
+    peers: Vec<(u32, Arc<PeerSink>)>,
+    client: HttpClient,
+}
+
+/// What a router needs to know about the datacenter.
+pub struct RouterSetup {
+    /// The datacenter's ring.
+    pub placement: Placement,
+    /// This node's slot.
+    pub own_slot: u32,
+    /// Every slot's node address, by slot index.
+    pub addresses: Vec<SocketAddr>,
+    /// Every slot's name, by slot index.
+    pub slot_names: Vec<String>,
+    /// How writes pick among a counter's slots.
+    pub selection: Selection,
+    /// The slot count of counters without a description.
+    pub default_shards: u32,
+    /// The known descriptions.
+    pub descriptions: Arc<RwLock<DescriptionTable>>,
+    /// This node's write rate.
+    pub own_load: Arc<AtomicU64>,
+    /// The peers' pull sinks (their reported loads), by slot index.
+    pub peers: Vec<(u32, Arc<PeerSink>)>,
+    /// The client for forwarding.
+    pub client: HttpClient,
+}
+
+impl WriteRouter {
+    /// A router for one node.
+    pub fn new(setup: RouterSetup) -> Self {
+        Self {
+            placement: setup.placement,
+            own_slot: setup.own_slot,
+            addresses: setup.addresses,
+            slot_names: setup.slot_names,
+            selection: setup.selection,
+            next_turn: AtomicUsize::new(0),
+            default_shards: setup.default_shards,
+            descriptions: setup.descriptions,
+            own_load: setup.own_load,
+            peers: setup.peers,
+            client: setup.client,
+        }
+    }
+
+    /// This node's slot.
+    pub fn own_slot(&self) -> u32 {
+        self.own_slot
+    }
+
+    /// The counter's `numberOfShards` as this node knows it.
+    pub fn number_of_shards(&self, id: &str) -> u32 {
+        self.descriptions
+            .read()
+            .expect("descriptions lock")
+            .get(id)
+            .map_or(self.default_shards, |d| d.description.number_of_shards)
+    }
+
+    /// The slots counter `id` uses in this datacenter.
+    pub fn slots_of(&self, id: &str) -> Vec<u32> {
+        self.placement.slots_for(id, self.number_of_shards(id))
+    }
+
+    /// The slot a write to counter `id` (with idempotency key `key`) goes to.
+    pub fn target(&self, id: &str, key: Option<&str>) -> u32 {
+        let slots = self.slots_of(id);
+        if let Some(key) = key {
+            return Placement::slot_for_key(&slots, key);
+        }
+        if slots.len() == 1 {
+            return slots[0];
+        }
+        match self.selection {
+            Selection::RoundRobin => {
+                slots[self.next_turn.fetch_add(1, Ordering::Relaxed) % slots.len()]
+            }
+            Selection::Random => slots[rand::random_range(0..slots.len())],
+            Selection::LeastLoaded => *slots
+                .iter()
+                .min_by_key(|slot| (self.load_of(**slot), **slot != self.own_slot))
+                .expect("a counter has at least one slot"),
+        }
+    }
+
+    fn load_of(&self, slot: u32) -> u64 {
+        if slot == self.own_slot {
+            return self.own_load.load(Ordering::Relaxed);
+        }
+        self.peers
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map_or(u64::MAX, |(_, peer)| peer.load())
+    }
+
+    /// The name of slot `slot`.
+    pub fn slot_name(&self, slot: u32) -> &str {
+        &self.slot_names[slot as usize]
+    }
+
+    /// The address of slot `slot`'s node.
+    pub fn address(&self, slot: u32) -> SocketAddr {
+        self.addresses[slot as usize]
+    }
+
+    /// Sends an encoded batch to slot `slot`'s node, marked as forwarded.
+    pub async fn forward(&self, slot: u32, batch: Bytes) -> Result<BatchResponse, ClientError> {
+        let url = format!("http://{}/batch", self.address(slot));
+        let headers = [
+            ("content-type", POSTCARD_CONTENT_TYPE),
+            (FORWARDED_HEADER, "1"),
+        ];
+        let answer = self
+            .client
+            .send(Method::POST, &url, &headers, batch)
+            .await?;
+        if !answer.status.is_success() {
+            return Err(ClientError::Transport {
+                url,
+                message: format!(
+                    "answered {}: {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                ),
+            });
+        }
+        postcard::from_bytes(&answer.body).map_err(|e| ClientError::Transport {
+            url,
+            message: format!("undecodable batch answer: {e}"),
+        })
+    }
+}

@@ -1,0 +1,222 @@
+//! The HTTP pieces both aggregators' APIs share: matching a path to a route with its decoded
+//! parameters and answering the result ([`answer`]), the refusals any route can give
+//! ([`RequestError`]), `GET /metrics`, and JSON objects whose keys keep their order ([`Named`]).
+
+use std::future::Future;
+
+use geocount_model::wire::SlotFreshness;
+use geocount_model::{CounterId, ModelError};
+use geocount_net::{BodyError, HttpError, Response, bytes_response, read_body};
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use percent_encoding::percent_decode_str;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+use crate::{Replica, SharedReplica, answer_sync};
+
+/// The largest `POST /sync` body read (a request is a few bytes).
+pub const MAX_SYNC_REQUEST_BYTES: usize = 64 * 1024;
+
+/// What any route of a tier's API refuses before its own logic runs, in the order the checks
+/// happen: the path, the method, the counter id, then the query or body.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// A path no route matches.
+    #[error("no such endpoint: {0}")]
+    NoRoute(String),
+    /// A known path with a method it does not take.
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed {
+        /// The method used.
+        method: Method,
+        /// The path.
+        path: String,
+    },
+    /// An invalid counter id in the path.
+    #[error(transparent)]
+    InvalidId(#[from] ModelError),
+    /// A request that cannot be understood: a bad query, a malformed body.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The body could not be read or is too large.
+    #[error(transparent)]
+    Body(#[from] BodyError),
+}
+
+impl HttpError for RequestError {
+    fn status(&self) -> StatusCode {
+        match self {
+            RequestError::NoRoute(_) => StatusCode::NOT_FOUND,
+            RequestError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            RequestError::InvalidId(_) | RequestError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            RequestError::Body(BodyError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
+            RequestError::Body(BodyError::Read(_)) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+impl RequestError {
+    /// The refusal of `request`'s method on its path.
+    pub fn method_not_allowed(request: &Request<Incoming>) -> Self {
+        RequestError::MethodNotAllowed {
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+        }
+    }
+}
+
+/// A path matched to a route, with its parameters decoded: `{id}` as a validated counter id,
+/// `{slot}` as it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed<R> {
+    /// The route.
+    pub route: R,
+    /// The `{id}` parameter, percent-decoded and validated.
+    pub id: Option<CounterId>,
+    /// The `{slot}` parameter.
+    pub slot: Option<String>,
+}
+
+/// A router of `(path, route)` pairs.
+pub fn router<R>(routes: impl IntoIterator<Item = (&'static str, R)>) -> matchit::Router<R> {
+    let mut router = matchit::Router::new();
+    for (path, route) in routes {
+        router.insert(path, route).expect("routes do not conflict");
+    }
+    router
+}
+
+/// Matches `path` in `router`: 404 when no route matches, 400 when `{id}` is not a valid
+/// counter id.
+pub fn route<R: Copy>(router: &matchit::Router<R>, path: &str) -> Result<Routed<R>, RequestError> {
+    let matched = router
+        .at(path)
+        .map_err(|_| RequestError::NoRoute(path.to_owned()))?;
+    Ok(Routed {
+        route: *matched.value,
+        id: matched
+            .params
+            .get("id")
+            .map(decode_counter_id)
+            .transpose()?,
+        slot: matched.params.get("slot").map(str::to_owned),
+    })
+}
+
+/// Answers `request`: matches its path in `router`, hands the match to `dispatch`, and turns
+/// the result, or the refusal to route it, into the answer (server failures are logged).
+pub async fn answer<R, E, F, Fut>(
+    router: &matchit::Router<R>,
+    request: Request<Incoming>,
+    dispatch: F,
+) -> Response
+where
+    R: Copy,
+    E: HttpError + From<RequestError>,
+    F: FnOnce(Routed<R>, Request<Incoming>) -> Fut,
+    Fut: Future<Output = Result<Response, E>>,
+{
+    let result = match route(router, request.uri().path()) {
+        Ok(routed) => dispatch(routed, request).await,
+        Err(refusal) => Err(refusal.into()),
+    };
+    result.unwrap_or_else(|error| {
+        // 503 is an expected answer (a stale read), not a failure of this process.
+        let status = error.status();
+        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(%error, "request failed");
+        }
+        error.to_response()
+    })
+}
+
+/// A counter id from a path segment: percent-decoded, then validated.
+pub fn decode_counter_id(raw: &str) -> Result<CounterId, RequestError> {
+    let decoded = percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ModelError::InvalidCounterId("it is not valid UTF-8"))?;
+    Ok(CounterId::new(decoded)?)
+}
+
+/// Answers `POST /sync` from `replica`: the streams the request asks for, at most `limit`
+/// entries each, under the name `source` and with the freshness `freshness` reports.
+pub async fn serve_sync(
+    request: Request<Incoming>,
+    replica: &SharedReplica,
+    source: &str,
+    limit: usize,
+    freshness: impl FnOnce(&Replica) -> Vec<SlotFreshness>,
+) -> Result<Response, RequestError> {
+    let body = read_body(request, MAX_SYNC_REQUEST_BYTES).await?;
+    let replica = replica.read().expect("replica lock");
+    Ok(answer_sync(&body, |asked| {
+        replica.sync_page(asked, source, limit, freshness(&replica))
+    }))
+}
+
+/// `GET /metrics`: `registry` in the OpenMetrics text format.
+pub fn metrics_response(registry: &Registry) -> Response {
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    bytes_response(
+        StatusCode::OK,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        text.into(),
+    )
+}
+
+/// Named values that serialize as one JSON object, keys in list order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Named<T>(pub Vec<(String, T)>);
+
+impl<T: Serialize> Serialize for Named<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, value)| (name, value)))
+    }
+}
+
+impl<T> FromIterator<(String, T)> for Named<T> {
+    fn from_iter<I: IntoIterator<Item = (String, T)>>(iter: I) -> Self {
+        Named(iter.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Route {
+        Counter,
+        Copy,
+    }
+
+    #[test]
+    fn routes_decode_and_validate_their_parameters() {
+        let router = router([
+            ("/counter/{id}", Route::Counter),
+            ("/slots/{slot}/copy", Route::Copy),
+        ]);
+        let routed = route(&router, "/counter/a%2Fb%20%E6%97%A5").unwrap();
+        assert_eq!(routed.route, Route::Counter);
+        assert_eq!(routed.id.unwrap().as_str(), "a/b 日");
+        let routed = route(&router, "/slots/DC_A_VAL_0/copy").unwrap();
+        assert_eq!(routed.slot.as_deref(), Some("DC_A_VAL_0"));
+        let bad = route(&router, "/counter/%0A").unwrap_err();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        let bad = route(&router, "/counter/%FF").unwrap_err();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        let none = route(&router, "/nothing").unwrap_err();
+        assert_eq!(none.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn named_values_keep_their_order() {
+        let named: Named<u32> = [("b".to_owned(), 1), ("a".to_owned(), 2)]
+            .into_iter()
+            .collect();
+        assert_eq!(serde_json::to_string(&named).unwrap(), r#"{"b":1,"a":2}"#);
+    }
+}

@@ -1,0 +1,40 @@
+//! Replication between geocount's tiers.
+//!
+//! Every tier pulls from its neighbours with `POST /sync`: a shard's datacenter aggregator and
+//! its peers pull its slot, the global aggregator pulls each datacenter aggregator, and
+//! descriptions flow back down the same way. Every copy merges by version, so a page delivered
+//! twice, late or out of order changes nothing.
+//!
+//! - [`journal`]: the change journal behind cursors ([`ChangeJournal`]) and the paging of a
+//!   journaled table ([`page`]).
+//! - [`slot_copies`]: copies of many slots of many counters ([`SlotCopies`]), as aggregators and
+//!   peers hold them.
+//! - [`descriptions`]: versioned counter descriptions ([`DescriptionTable`]).
+//! - [`serve`]: answering `POST /sync` and `GET /slots/{slot}/copy` ([`answer_sync`]).
+//! - [`puller`]: the pull loop ([`spawn_puller`]) and the freshness of a source
+//!   ([`SourceStatus`]).
+//! - [`replica`]: what an aggregator holds of the tier below ([`Replica`]) and the pullers that
+//!   feed it ([`start_pulling`]).
+//! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
+//! - [`http`]: the HTTP pieces both aggregators' APIs share (routing with decoded counter ids,
+//!   the common refusals, `/metrics`).
+
+pub mod descriptions;
+pub mod http;
+pub mod journal;
+pub mod metrics;
+pub mod puller;
+pub mod replica;
+pub mod serve;
+pub mod slot_copies;
+
+pub use descriptions::DescriptionTable;
+pub use journal::{ChangeJournal, Journaled, page};
+pub use metrics::ReplicaMetrics;
+pub use puller::{PullSink, SourceStatus, spawn_puller};
+pub use replica::{
+    PullSource, Pullers, Replica, SharedReplica, SourceHealth, spawn_pullers, start_pulling,
+    worst_staleness,
+};
+pub use serve::{answer_slot_copy, answer_sync};
+pub use slot_copies::SlotCopies;

@@ -1,0 +1,137 @@
+//! The metrics every aggregator exports, in a registry of its own per process (no global
+//! state): pulls per source, what they merged, each source's staleness, and what is held.
+
+use geocount_net::Response;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::http::metrics_response;
+use crate::{PullSource, Replica};
+
+/// The `source` label: a shard's slot name, a datacenter's name, or `global`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    /// The source's name.
+    pub source: String,
+}
+
+/// What the pullers count; clones share the same series.
+#[derive(Debug, Clone)]
+pub struct PullCounters {
+    sources: Vec<SourceLabel>,
+    /// Pulls answered and merged, per source.
+    pub succeeded: Family<SourceLabel, Counter>,
+    /// Pulls that failed (no answer in time, refused, undecodable), per source.
+    pub failed: Family<SourceLabel, Counter>,
+    /// Slot states that changed a copy.
+    pub states_merged: Counter,
+    /// Descriptions that changed a copy.
+    pub descriptions_merged: Counter,
+}
+
+impl PullCounters {
+    /// Counts a pull of source `source` that merged `states` slot states and `descriptions`
+    /// descriptions.
+    pub fn succeeded(&self, source: usize, states: usize, descriptions: usize) {
+        if let Some(label) = self.sources.get(source) {
+            self.succeeded.get_or_create(label).inc();
+        }
+        self.states_merged.inc_by(states as u64);
+        self.descriptions_merged.inc_by(descriptions as u64);
+    }
+
+    /// Counts a failed pull of source `source`.
+    pub fn failed(&self, source: usize) {
+        if let Some(label) = self.sources.get(source) {
+            self.failed.get_or_create(label).inc();
+        }
+    }
+}
+
+/// Every metric of an aggregator, exported at `GET /metrics` as `<prefix>_<name>`:
+///
+/// - `pulls_succeeded_total{source}`, `pulls_failed_total{source}`: pulls per source;
+/// - `states_merged_total`, `descriptions_merged_total`: what the pulls changed;
+/// - `staleness_ms{source}`: how long ago the copy of each source was complete, -1 for one
+///   never complete since this process started;
+/// - `counters`, `descriptions`: how many are held.
+///
+/// The gauges are set when scraped ([`ReplicaMetrics::scrape`]).
+#[derive(Debug)]
+pub struct ReplicaMetrics {
+    registry: Registry,
+    /// What the pullers count.
+    pub pulls: PullCounters,
+    /// Each source's staleness in milliseconds (-1: never complete).
+    pub staleness_ms: Family<SourceLabel, Gauge>,
+    /// Counters held.
+    pub counters_held: Gauge,
+    /// Descriptions held.
+    pub descriptions_held: Gauge,
+}
+
+impl ReplicaMetrics {
+    /// The metrics of an aggregator pulling `sources`, named `<prefix>_<name>`.
+    pub fn new(prefix: &str, sources: &[PullSource]) -> Self {
+        let sources = sources
+            .iter()
+            .map(|s| SourceLabel {
+                source: s.name.clone(),
+            })
+            .collect();
+        let mut metrics = Self {
+            registry: Registry::with_prefix(prefix),
+            pulls: PullCounters {
+                sources,
+                succeeded: Family::default(),
+                failed: Family::default(),
+                states_merged: Counter::default(),
+                descriptions_merged: Counter::default(),
+            },
+            staleness_ms: Family::default(),
+            counters_held: Gauge::default(),
+            descriptions_held: Gauge::default(),
+        };
+        let (r, pulls) = (&mut metrics.registry, &metrics.pulls);
+        r.register("pulls_succeeded", "Pulls merged", pulls.succeeded.clone());
+        r.register("pulls_failed", "Pulls failed", pulls.failed.clone());
+        r.register(
+            "states_merged",
+            "States changed",
+            pulls.states_merged.clone(),
+        );
+        let descriptions_merged = pulls.descriptions_merged.clone();
+        r.register(
+            "descriptions_merged",
+            "Descriptions changed",
+            descriptions_merged,
+        );
+        let staleness = metrics.staleness_ms.clone();
+        r.register(
+            "staleness_ms",
+            "Staleness per source (-1: never)",
+            staleness,
+        );
+        r.register("counters", "Counters held", metrics.counters_held.clone());
+        let descriptions = metrics.descriptions_held.clone();
+        r.register("descriptions", "Descriptions held", descriptions);
+        metrics
+    }
+
+    /// `GET /metrics`, with the gauges set from `replica` at `now_ms`.
+    pub fn scrape(&self, replica: &Replica, now_ms: u64) -> Response {
+        for (label, source) in self.pulls.sources.iter().zip(&replica.sources) {
+            let value = source
+                .staleness_ms(now_ms)
+                .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
+            self.staleness_ms.get_or_create(label).set(value);
+        }
+        self.counters_held.set(replica.copies.len() as i64);
+        self.descriptions_held
+            .set(replica.descriptions.len() as i64);
+        metrics_response(&self.registry)
+    }
+}

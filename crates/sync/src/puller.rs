@@ -1,0 +1,183 @@
+//! The pull loop: asks a source for what changed since its cursors, hands each page to a sink,
+//! and keeps track of how fresh the source's copy is.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use geocount_model::Clock;
+use geocount_model::wire::{Cursor, POSTCARD_CONTENT_TYPE, SyncPage, SyncRequest};
+use geocount_net::HttpClient;
+use hyper::Method;
+use tokio::task::JoinHandle;
+
+/// What a puller feeds.
+pub trait PullSink: Send + Sync + 'static {
+    /// The request to send next (the sink's cursors).
+    fn request(&self) -> SyncRequest;
+    /// Merges a page pulled with a request sent at `sent_at_ms`.
+    fn apply(&self, page: SyncPage, sent_at_ms: u64);
+    /// Records a failed pull.
+    fn failed(&self, error: String);
+}
+
+/// Pulls `http://{source}/sync` into `sink` every `interval` (at once again while the source has
+/// more pages), until the returned task is aborted.
+pub fn spawn_puller(
+    source: String,
+    interval: Duration,
+    client: HttpClient,
+    clock: Arc<dyn Clock>,
+    sink: Arc<dyn PullSink>,
+) -> JoinHandle<()> {
+    let url = format!("http://{source}/sync");
+    tokio::spawn(async move {
+        loop {
+            let sent_at_ms = clock.now_unix_ms();
+            let request = sink.request();
+            let body = match postcard::to_allocvec(&request) {
+                Ok(body) => Bytes::from(body),
+                Err(e) => {
+                    sink.failed(format!("cannot encode a sync request: {e}"));
+                    tokio::time::sleep(interval).await;
+                    continue;
+                }
+            };
+            let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
+            let mut more = false;
+            match client.send(Method::POST, &url, &headers, body).await {
+                Ok(answer) if answer.status.is_success() => {
+                    match postcard::from_bytes::<SyncPage>(&answer.body) {
+                        Ok(page) => {
+                            more = page.slots.as_ref().is_some_and(|p| !p.caught_up)
+                                || page.descriptions.as_ref().is_some_and(|p| !p.caught_up);
+                            sink.apply(page, sent_at_ms);
+                        }
+                        Err(e) => sink.failed(format!("{url}: undecodable sync page: {e}")),
+                    }
+                }
+                Ok(answer) => sink.failed(format!(
+                    "{url}: answered {}: {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                )),
+                Err(e) => sink.failed(e.to_string()),
+            }
+            if !more {
+                tokio::time::sleep(interval).await;
+            }
+        }
+    })
+}
+
+/// A puller's view of one source: its cursors and how fresh the copy of it is.
+#[derive(Debug, Clone, Default)]
+pub struct SourceStatus {
+    /// The slot-state cursor, if slot states are pulled.
+    pub slots: Option<Cursor>,
+    /// The description cursor, if descriptions are pulled.
+    pub descriptions: Option<Cursor>,
+    /// When (this node's clock, unix ms) the copy was last complete: every stream caught up,
+    /// and for an aggregator source every one of its slots heard.
+    pub complete_as_of_ms: Option<u64>,
+    /// When the source last answered.
+    pub last_heard_ms: Option<u64>,
+    /// The last pull failure, cleared by the next success.
+    pub last_error: Option<String>,
+    /// The source's reported write rate.
+    pub load: u64,
+}
+
+impl SourceStatus {
+    /// A status pulling slot states and/or descriptions from the start.
+    pub fn new(slots: bool, descriptions: bool) -> Self {
+        Self {
+            slots: slots.then_some(Cursor::Start),
+            descriptions: descriptions.then_some(Cursor::Start),
+            ..Self::default()
+        }
+    }
+
+    /// The next request.
+    pub fn request(&self) -> SyncRequest {
+        SyncRequest {
+            slots: self.slots,
+            descriptions: self.descriptions,
+        }
+    }
+
+    /// Moves the cursors past `page` (already merged) and updates freshness. The copy is as
+    /// fresh as the moment the request was sent, less the source's own staleness.
+    pub fn advance(&mut self, page: &SyncPage, sent_at_ms: u64, now_ms: u64) {
+        let mut caught_up = true;
+        if let (Some(cursor), Some(p)) = (&mut self.slots, &page.slots) {
+            *cursor = p.next;
+            caught_up &= p.caught_up;
+        }
+        if let (Some(cursor), Some(p)) = (&mut self.descriptions, &page.descriptions) {
+            *cursor = p.next;
+            caught_up &= p.caught_up;
+        }
+        self.last_heard_ms = Some(now_ms);
+        self.last_error = None;
+        self.load = page.load;
+        let source_staleness =
+            crate::worst_staleness(page.freshness.iter().map(|f| f.staleness_ms));
+        if let (true, Some(behind)) = (caught_up, source_staleness) {
+            let as_of = sent_at_ms.saturating_sub(behind);
+            self.complete_as_of_ms = Some(self.complete_as_of_ms.map_or(as_of, |t| t.max(as_of)));
+        }
+    }
+
+    /// How long ago the copy was complete (`None`: never).
+    pub fn staleness_ms(&self, now_ms: u64) -> Option<u64> {
+        self.complete_as_of_ms.map(|t| now_ms.saturating_sub(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::wire::{SlotFreshness, SlotPage};
+
+    #[test]
+    fn freshness_counts_the_source_staleness_and_never_goes_back() {
+        let mut status = SourceStatus::new(true, false);
+        let page = |caught_up, staleness: Vec<Option<u64>>| SyncPage {
+            slots: Some(SlotPage {
+                caught_up,
+                next: Cursor::Seq { epoch: 1, seq: 5 },
+                ..SlotPage::default()
+            }),
+            freshness: staleness
+                .into_iter()
+                .map(|s| SlotFreshness {
+                    slot: "s".into(),
+                    staleness_ms: s,
+                })
+                .collect(),
+            ..SyncPage::default()
+        };
+        status.advance(&page(false, vec![]), 1000, 1001);
+        assert_eq!(
+            status.staleness_ms(2000),
+            None,
+            "not complete until caught up"
+        );
+        assert_eq!(status.slots, Some(Cursor::Seq { epoch: 1, seq: 5 }));
+        status.advance(&page(true, vec![Some(30), Some(70)]), 1000, 1001);
+        assert_eq!(status.staleness_ms(2000), Some(1070));
+        status.advance(&page(true, vec![Some(10), None]), 1500, 1501);
+        assert_eq!(
+            status.staleness_ms(2000),
+            Some(1070),
+            "a slot never heard keeps it incomplete"
+        );
+        status.advance(&page(true, vec![Some(900)]), 1500, 1501);
+        assert_eq!(
+            status.staleness_ms(2000),
+            Some(1070),
+            "never older than before"
+        );
+    }
+}

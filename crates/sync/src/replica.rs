@@ -1,0 +1,357 @@
+//! What an aggregator holds of the tier below it, and how its pullers feed it.
+//!
+//! Both aggregators keep the same three things in memory: copies of slots ([`SlotCopies`]),
+//! counter descriptions ([`DescriptionTable`]) and one [`SourceStatus`] per source they pull.
+//! [`spawn_pullers`] starts one puller per source, each feeding a [`ReplicaSink`] that merges
+//! the pulled page into the tables and moves that source's cursors and freshness on. Reads,
+//! `POST /sync` answers ([`Replica::sync_page`]) and slot copies ([`Replica::slot_copy`]) are
+//! served from the same tables, so nothing a reader does waits on a source.
+
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use geocount_model::Clock;
+use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
+use geocount_net::{HttpClient, Listener, Response};
+use hyper::Request;
+use hyper::body::Incoming;
+use serde::Serialize;
+use tokio::task::JoinHandle;
+
+use crate::metrics::{PullCounters, ReplicaMetrics};
+use crate::{DescriptionTable, PullSink, SlotCopies, SourceStatus, spawn_puller};
+
+/// An aggregator's copy of the tier below it.
+#[derive(Debug)]
+pub struct Replica {
+    /// The slot copies, merged by version.
+    pub copies: SlotCopies,
+    /// The counter descriptions, merged by version.
+    pub descriptions: DescriptionTable,
+    /// One status per source, in the order the sources were given to [`spawn_pullers`].
+    pub sources: Vec<SourceStatus>,
+}
+
+/// A [`Replica`] shared by the pullers and the HTTP handlers.
+pub type SharedReplica = Arc<RwLock<Replica>>;
+
+/// A source's freshness as `/healthz` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceHealth {
+    /// How long ago the copy of the source was complete (`None`: never).
+    pub staleness_ms: Option<u64>,
+    /// The last pull failure, cleared by the next success.
+    pub last_error: Option<String>,
+}
+
+impl Replica {
+    /// Empty copies of the slots named `slot_names`, to be pulled from `sources` (none heard
+    /// yet).
+    pub fn new(slot_names: Vec<String>, sources: &[PullSource]) -> Self {
+        Self {
+            copies: SlotCopies::new(slot_names),
+            descriptions: DescriptionTable::default(),
+            sources: sources
+                .iter()
+                .map(|s| SourceStatus::new(s.slots, s.descriptions))
+                .collect(),
+        }
+    }
+
+    /// The replica behind a lock, for the pullers and the handlers to share.
+    pub fn shared(self) -> SharedReplica {
+        Arc::new(RwLock::new(self))
+    }
+
+    /// The answer to a `POST /sync` from the tier that pulls this one: each stream asked for,
+    /// from its cursor, at most `limit` entries, with this replica's `freshness`.
+    pub fn sync_page(
+        &self,
+        request: &SyncRequest,
+        source: &str,
+        limit: usize,
+        freshness: Vec<SlotFreshness>,
+    ) -> SyncPage {
+        SyncPage {
+            source: source.to_owned(),
+            slots: request.slots.map(|cursor| self.copies.page(cursor, limit)),
+            descriptions: request
+                .descriptions
+                .map(|cursor| self.descriptions.page(cursor, limit)),
+            freshness,
+            load: 0,
+        }
+    }
+
+    /// Every counter's state in slot `name`, for a shard node restoring it; `None` when this
+    /// replica does not hold that slot.
+    pub fn slot_copy(&self, name: &str) -> Option<SlotCopy> {
+        let index = self.copies.slot_index(name)?;
+        Some(SlotCopy {
+            slot: name.to_owned(),
+            entries: self.copies.copy_of_slot(index),
+        })
+    }
+
+    /// How fresh source `source` is at `now_ms`, and its last error.
+    pub fn source_health(&self, source: usize, now_ms: u64) -> SourceHealth {
+        let status = &self.sources[source];
+        SourceHealth {
+            staleness_ms: status.staleness_ms(now_ms),
+            last_error: status.last_error.clone(),
+        }
+    }
+}
+
+/// The worst of several stalenesses: `None` (never complete) if any is `None`, else the largest
+/// (0 for none at all).
+pub fn worst_staleness(staleness: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
+    staleness
+        .into_iter()
+        .try_fold(0u64, |worst, s| s.map(|s| worst.max(s)))
+}
+
+/// Merges the pages pulled from one source into a [`Replica`].
+pub struct ReplicaSink {
+    replica: SharedReplica,
+    source: usize,
+    clock: Arc<dyn Clock>,
+    metrics: PullCounters,
+}
+
+impl PullSink for ReplicaSink {
+    fn request(&self) -> SyncRequest {
+        self.replica.read().expect("replica lock").sources[self.source].request()
+    }
+
+    fn apply(&self, page: SyncPage, sent_at_ms: u64) {
+        let now_ms = self.clock.now_unix_ms();
+        let (states, descriptions) = {
+            let mut replica = self.replica.write().expect("replica lock");
+            let states = page
+                .slots
+                .as_ref()
+                .map_or(0, |p| replica.copies.apply_page(p));
+            let descriptions = page
+                .descriptions
+                .as_ref()
+                .map_or(0, |p| replica.descriptions.apply_page(p).len());
+            replica.sources[self.source].advance(&page, sent_at_ms, now_ms);
+            (states, descriptions)
+        };
+        self.metrics.succeeded(self.source, states, descriptions);
+    }
+
+    fn failed(&self, error: String) {
+        tracing::debug!(source = self.source, %error, "pull failed");
+        self.replica.write().expect("replica lock").sources[self.source].last_error = Some(error);
+        self.metrics.failed(self.source);
+    }
+}
+
+/// One source to pull: its name, where it listens, how often and what to pull.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullSource {
+    /// Its name (a slot, a datacenter, `global`), for logs and metrics.
+    pub name: String,
+    /// Its `host:port`.
+    pub address: String,
+    /// The pause between two pulls once caught up.
+    pub interval: Duration,
+    /// Whether slot states are pulled.
+    pub slots: bool,
+    /// Whether descriptions are pulled.
+    pub descriptions: bool,
+}
+
+/// The running pullers of a replica; dropping this aborts them.
+#[derive(Debug)]
+pub struct Pullers(Vec<JoinHandle<()>>);
+
+impl Pullers {
+    /// Stops every puller at once (a pull in flight is abandoned; its page is never merged).
+    pub fn abort(self) {
+        drop(self);
+    }
+
+    /// Serves `handler` on `listener` until `shutdown` completes: the pullers stop as soon as it
+    /// does, then in-flight requests drain.
+    pub async fn serve<L, H, F>(self, listener: L, handler: H, shutdown: impl Future<Output = ()>)
+    where
+        L: Listener,
+        H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Response> + Send + 'static,
+    {
+        let shutdown = async move {
+            shutdown.await;
+            self.abort();
+        };
+        geocount_net::serve(listener, handler, shutdown).await;
+    }
+}
+
+impl Drop for Pullers {
+    fn drop(&mut self) {
+        for puller in &self.0 {
+            puller.abort();
+        }
+    }
+}
+
+/// An aggregator's replica of the slots `slot_names` pulled from `sources`, with its metrics
+/// (named `<metrics_prefix>_<name>`) and its running pullers ([`spawn_pullers`]).
+pub fn start_pulling(
+    slot_names: Vec<String>,
+    sources: &[PullSource],
+    timeout: Duration,
+    clock: Arc<dyn Clock>,
+    metrics_prefix: &str,
+) -> (SharedReplica, ReplicaMetrics, Pullers) {
+    let replica = Replica::new(slot_names, sources).shared();
+    let metrics = ReplicaMetrics::new(metrics_prefix, sources);
+    let pullers = spawn_pullers(&replica, sources, timeout, clock, &metrics);
+    for source in sources {
+        tracing::info!(source = %source.name, address = %source.address, "pulling");
+    }
+    (replica, metrics, pullers)
+}
+
+/// Starts one puller per source: `sources[i]` feeds `replica.sources[i]` (the replica was made
+/// from the same list) and is counted as source `i` in `metrics`. A pull that has not answered
+/// after `timeout` fails, so a dead or stopped source only grows its own staleness.
+pub fn spawn_pullers(
+    replica: &SharedReplica,
+    sources: &[PullSource],
+    timeout: Duration,
+    clock: Arc<dyn Clock>,
+    metrics: &ReplicaMetrics,
+) -> Pullers {
+    let client = HttpClient::new(timeout);
+    let handles = sources
+        .iter()
+        .enumerate()
+        .map(|(index, source)| {
+            let sink = ReplicaSink {
+                replica: replica.clone(),
+                source: index,
+                clock: clock.clone(),
+                metrics: metrics.pulls.clone(),
+            };
+            spawn_puller(
+                source.address.clone(),
+                source.interval,
+                client.clone(),
+                clock.clone(),
+                Arc::new(sink),
+            )
+        })
+        .collect();
+    Pullers(handles)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::SlotState;
+    use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
+
+    struct FixedClock(u64);
+    impl Clock for FixedClock {
+        fn now_unix_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    fn page(value: i64, version: u64) -> SyncPage {
+        SyncPage {
+            source: "DC_A_VAL_0".into(),
+            slots: Some(SlotPage {
+                slot_names: vec!["DC_A_VAL_0".into()],
+                entries: vec![SlotEntry {
+                    slot: 0,
+                    id: "c".into(),
+                    state: SlotState { value, version },
+                }],
+                next: Cursor::Seq { epoch: 1, seq: 1 },
+                caught_up: true,
+            }),
+            ..SyncPage::default()
+        }
+    }
+
+    #[test]
+    fn a_sink_merges_pages_and_tracks_its_source() {
+        let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
+        let sources: Vec<PullSource> = names
+            .iter()
+            .map(|name| PullSource {
+                name: name.clone(),
+                address: "127.0.0.1:1".into(),
+                interval: Duration::from_millis(50),
+                slots: true,
+                descriptions: false,
+            })
+            .collect();
+        let replica = Replica::new(names, &sources).shared();
+        let metrics = ReplicaMetrics::new("test", &sources);
+        let sink = ReplicaSink {
+            replica: replica.clone(),
+            source: 0,
+            clock: Arc::new(FixedClock(1_000)),
+            metrics: metrics.pulls.clone(),
+        };
+        assert_eq!(sink.request().slots, Some(Cursor::Start));
+        sink.apply(page(5, 2), 900);
+        sink.apply(page(3, 1), 950);
+        sink.failed("refused".into());
+        let r = replica.read().unwrap();
+        assert_eq!(
+            r.copies.get("c").unwrap(),
+            &[(
+                0,
+                SlotState {
+                    value: 5,
+                    version: 2
+                }
+            )]
+        );
+        assert_eq!(r.source_health(0, 1_100).staleness_ms, Some(150));
+        assert_eq!(
+            r.source_health(0, 1_100).last_error.as_deref(),
+            Some("refused")
+        );
+        assert_eq!(r.source_health(1, 1_100).staleness_ms, None, "never heard");
+        assert_eq!(r.sources[0].slots, Some(Cursor::Seq { epoch: 1, seq: 1 }));
+        let copy = r.slot_copy("DC_A_VAL_0").unwrap();
+        assert_eq!(
+            copy.entries,
+            vec![(
+                "c".to_owned(),
+                SlotState {
+                    value: 5,
+                    version: 2
+                }
+            )]
+        );
+        assert!(r.slot_copy("DC_B_VAL_0").is_none());
+        let answer = r.sync_page(
+            &SyncRequest {
+                slots: None,
+                descriptions: Some(Cursor::Start),
+            },
+            "A",
+            10,
+            Vec::new(),
+        );
+        assert!(answer.slots.is_none() && answer.descriptions.is_some());
+        assert_eq!(metrics.pulls.states_merged.get(), 1);
+    }
+
+    #[test]
+    fn the_worst_staleness_is_never_when_any_is_never() {
+        assert_eq!(worst_staleness([Some(5), Some(80), Some(3)]), Some(80));
+        assert_eq!(worst_staleness([Some(5), None]), None);
+        assert_eq!(worst_staleness([]), Some(0));
+    }
+}

@@ -1,0 +1,218 @@
+//! Copies of many slots of many counters, merged by version: what a datacenter aggregator holds
+//! of its shards, the global aggregator of every datacenter, and a shard node of its peers.
+
+use std::collections::HashMap;
+
+use geocount_model::SlotState;
+use geocount_model::wire::{SlotEntry, SlotPage};
+use indexmap::IndexMap;
+
+use crate::journal::{ChangeJournal, Journaled};
+
+/// One counter's copies: `(slot index, state)` for each slot that ever held a value.
+#[derive(Debug, Default)]
+struct CounterCopies {
+    slots: Vec<(u16, SlotState)>,
+    latest_seq: u64,
+}
+
+/// Slot copies keyed by counter, with a change journal so they can be pulled in turn.
+#[derive(Debug)]
+pub struct SlotCopies {
+    slot_names: Vec<String>,
+    slot_index: HashMap<String, u16>,
+    counters: IndexMap<Box<str>, CounterCopies>,
+    journal: ChangeJournal,
+}
+
+impl SlotCopies {
+    /// Copies of the slots named `slot_names` (their order gives their indices).
+    pub fn new(slot_names: Vec<String>) -> Self {
+        let slot_index = slot_names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.clone(), i as u16))
+            .collect();
+        Self {
+            slot_names,
+            slot_index,
+            counters: IndexMap::new(),
+            journal: ChangeJournal::default(),
+        }
+    }
+
+    /// The slots held, by index.
+    pub fn slot_names(&self) -> &[String] {
+        &self.slot_names
+    }
+
+    /// The index of slot `name`, if held.
+    pub fn slot_index(&self, name: &str) -> Option<u16> {
+        self.slot_index.get(name).copied()
+    }
+
+    /// Merges one slot state of counter `id`; returns whether anything changed.
+    pub fn merge(&mut self, slot: u16, id: &str, state: SlotState) -> bool {
+        let (index, copies) = match self.counters.get_full_mut(id) {
+            Some((index, _, copies)) => (index, copies),
+            None => {
+                let (index, _) = self
+                    .counters
+                    .insert_full(id.into(), CounterCopies::default());
+                (index, &mut self.counters[index])
+            }
+        };
+        let changed = match copies.slots.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, current)) => current.merge(state),
+            None => {
+                copies.slots.push((slot, state));
+                true
+            }
+        };
+        if changed {
+            copies.latest_seq = self.journal.record(index);
+        }
+        changed
+    }
+
+    /// Merges a pulled page, mapping its slot names onto this table's; entries of slots this
+    /// table does not hold are skipped. Returns how many states changed.
+    pub fn apply_page(&mut self, page: &SlotPage) -> usize {
+        let mapping: Vec<Option<u16>> =
+            page.slot_names.iter().map(|n| self.slot_index(n)).collect();
+        let mut changed = 0;
+        for entry in &page.entries {
+            if let Some(Some(slot)) = mapping.get(entry.slot as usize) {
+                changed += usize::from(self.merge(*slot, &entry.id, entry.state));
+            }
+        }
+        changed
+    }
+
+    /// Counter `id`'s copies, `(slot index, state)`.
+    pub fn get(&self, id: &str) -> Option<&[(u16, SlotState)]> {
+        self.counters.get(id).map(|c| c.slots.as_slice())
+    }
+
+    /// Every counter with its copies.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[(u16, SlotState)])> {
+        self.counters
+            .iter()
+            .map(|(id, c)| (&**id, c.slots.as_slice()))
+    }
+
+    /// How many counters are held.
+    pub fn len(&self) -> usize {
+        self.counters.len()
+    }
+
+    /// Whether no counter is held.
+    pub fn is_empty(&self) -> bool {
+        self.counters.is_empty()
+    }
+
+    /// Every counter's state in slot `slot`.
+    pub fn copy_of_slot(&self, slot: u16) -> Vec<(String, SlotState)> {
+        self.counters
+            .iter()
+            .filter_map(|(id, c)| {
+                c.slots
+                    .iter()
+                    .find(|(s, _)| *s == slot)
+                    .map(|(_, state)| (id.to_string(), *state))
+            })
+            .collect()
+    }
+
+    /// A page of the states changed since `cursor`, at most `limit` counters.
+    pub fn page(&self, cursor: geocount_model::wire::Cursor, limit: usize) -> SlotPage {
+        let (entries, next, caught_up) = crate::journal::page(self, cursor, limit);
+        SlotPage {
+            slot_names: self.slot_names.clone(),
+            entries,
+            next,
+            caught_up,
+        }
+    }
+}
+
+impl Journaled for SlotCopies {
+    type Item = SlotEntry;
+
+    fn journal(&self) -> &ChangeJournal {
+        &self.journal
+    }
+
+    fn entry_count(&self) -> usize {
+        self.counters.len()
+    }
+
+    fn latest_seq(&self, index: usize) -> u64 {
+        self.counters[index].latest_seq
+    }
+
+    fn items(&self, index: usize, out: &mut Vec<SlotEntry>) {
+        let (id, copies) = self.counters.get_index(index).expect("index in range");
+        for (slot, state) in &copies.slots {
+            out.push(SlotEntry {
+                slot: *slot,
+                id: id.to_string(),
+                state: *state,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::wire::Cursor;
+
+    fn state(value: i64, version: u64) -> SlotState {
+        SlotState { value, version }
+    }
+
+    #[test]
+    fn pages_replay_into_another_table_in_any_order() {
+        let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
+        let mut source = SlotCopies::new(names.clone());
+        source.merge(0, "c", state(5, 10));
+        source.merge(1, "c", state(3, 7));
+        source.merge(0, "d", state(1, 2));
+        // The puller holds the slots in another order.
+        let mut copy = SlotCopies::new(vec![
+            names[1].clone(),
+            names[0].clone(),
+            "DC_B_VAL_0".into(),
+        ]);
+        let page = source.page(Cursor::Start, 100);
+        assert!(page.caught_up);
+        assert_eq!(copy.apply_page(&page), 3);
+        assert_eq!(copy.apply_page(&page), 0, "a repeated page changes nothing");
+        let mut c: Vec<_> = copy.get("c").unwrap().to_vec();
+        c.sort_unstable_by_key(|(s, _)| *s);
+        assert_eq!(c, vec![(0, state(3, 7)), (1, state(5, 10))]);
+        // An old state arriving late does not win.
+        source.merge(0, "c", state(9, 11));
+        let newer = source.page(page.next, 100);
+        assert_eq!(newer.entries.len(), 2, "both slots of the changed counter");
+        copy.apply_page(&newer);
+        copy.apply_page(&page);
+        assert_eq!(
+            copy.get("c")
+                .unwrap()
+                .iter()
+                .find(|(s, _)| *s == 1)
+                .unwrap()
+                .1,
+            state(9, 11)
+        );
+        assert_eq!(
+            copy.copy_of_slot(1),
+            vec![
+                ("c".to_owned(), state(9, 11)),
+                ("d".to_owned(), state(1, 2))
+            ]
+        );
+    }
+}

@@ -1,0 +1,442 @@
+//! End-to-end tests of routing and replication inside a datacenter, and of descriptions
+//! crossing every tier: real binaries on loopback ports.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use geocount_model::wire::{BatchEntry, EntryOutcome};
+use geocount_test_support::{Api, NodeProcess, TestTopology};
+use serde_json::{Value, json};
+
+/// Polls `check` every 25 ms until it returns `Some`, or panics after `within`.
+async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn start_shards(topology: &TestTopology, dc: &str, count: usize) -> Vec<NodeProcess> {
+    let mut nodes = Vec::new();
+    for slot in 0..count {
+        nodes.push(topology.start_shard(dc, slot).await);
+    }
+    nodes
+}
+
+/// The counter's route as a node sees it: (numberOfShards, slot names).
+async fn route(api: &Api, id: &str) -> (u64, Vec<String>) {
+    let answer = api.get(&format!("/counter/{id}/route")).await.unwrap();
+    assert_eq!(answer.status, 200);
+    let body = answer.json();
+    let slots = body["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["slot"].as_str().unwrap().to_owned())
+        .collect();
+    (body["numberOfShards"].as_u64().unwrap(), slots)
+}
+
+/// Each node's own-slot value of counter `id` (absent where it holds none).
+async fn slot_values(nodes: &[NodeProcess], id: &str) -> HashMap<String, i64> {
+    let mut values = HashMap::new();
+    for node in nodes {
+        let (status, body) = node.api().read(id).await;
+        if status == 200 {
+            values.insert(
+                body["slot"].as_str().unwrap().to_owned(),
+                body["value"].as_i64().unwrap(),
+            );
+        }
+    }
+    values
+}
+
+#[tokio::test]
+async fn writes_land_on_the_counters_slot_from_any_node() {
+    let topology = TestTopology::new(&[("USA_0", 3)], "restore_timeout_ms = 200");
+    let nodes = start_shards(&topology, "USA_0", 3).await;
+    let (shards, slots) = route(&nodes[0].api(), "tweet:9:likes").await;
+    assert_eq!((shards, slots.len()), (1, 1));
+    // Every node agrees on the route.
+    for node in &nodes {
+        assert_eq!(route(&node.api(), "tweet:9:likes").await.1, slots);
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        let (status, body) = node.api().add("tweet:9:likes", i as i64 + 1).await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["slot"],
+            slots[0].as_str(),
+            "the answer names the slot that took it"
+        );
+    }
+    let values = slot_values(&nodes, "tweet:9:likes").await;
+    assert_eq!(
+        values,
+        HashMap::from([(slots[0].clone(), 6)]),
+        "all three writes in the counter's one slot"
+    );
+
+    // A batch through one node reaches each counter's own slot.
+    let ids: Vec<String> = (0..30).map(|n| format!("batch-{n}")).collect();
+    let entries: Vec<BatchEntry> = ids
+        .iter()
+        .map(|id| BatchEntry {
+            id,
+            delta: 2,
+            idempotency_key: None,
+            timestamp: None,
+        })
+        .collect();
+    let answer = nodes[1].api().batch(&entries).await.unwrap();
+    assert!(
+        answer
+            .outcomes
+            .iter()
+            .all(|o| matches!(o, EntryOutcome::Applied { value: 2, .. })),
+        "{answer:?}"
+    );
+    let mut slots_used = std::collections::HashSet::new();
+    for id in &ids {
+        let (_, slots) = route(&nodes[0].api(), id).await;
+        assert_eq!(
+            slot_values(&nodes, id).await,
+            HashMap::from([(slots[0].clone(), 2)]),
+            "{id}"
+        );
+        slots_used.insert(slots[0].clone());
+    }
+    assert_eq!(
+        slots_used.len(),
+        3,
+        "thirty counters spread over all three slots"
+    );
+    let metrics =
+        String::from_utf8(nodes[1].api().get("/metrics").await.unwrap().body.to_vec()).unwrap();
+    assert!(
+        !metrics.contains("geocount_shard_writes_forwarded_total 0\n"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_idempotent_retry_is_deduplicated_wherever_it_arrives() {
+    let topology = TestTopology::new(&[("USA_0", 3)], "restore_timeout_ms = 200");
+    let nodes = start_shards(&topology, "USA_0", 3).await;
+    // Spread the counter over every slot: only the key then decides the slot.
+    let (status, _) = nodes[0]
+        .api()
+        .create(json!({"id": "spread", "numberOfShards": 3}))
+        .await;
+    assert_eq!(status, 201);
+    for node in &nodes {
+        let api = node.api();
+        eventually(
+            Duration::from_secs(5),
+            "the description to reach every node",
+            || {
+                let api = api.clone();
+                async move { (route(&api, "spread").await.0 == 3).then_some(()) }
+            },
+        )
+        .await;
+    }
+    let mut first = None;
+    for node in nodes.iter().cycle().take(9) {
+        let answer = node
+            .api()
+            .write(
+                "spread",
+                "INCREMENT",
+                Some(json!({"delta": 4})),
+                Some("payment-77"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.0, 200, "{answer:?}");
+        let first = first.get_or_insert_with(|| answer.clone());
+        assert_eq!(&answer, first, "every retry answers as the first write");
+    }
+    let total: i64 = slot_values(&nodes, "spread").await.values().sum();
+    assert_eq!(total, 4, "nine retries through three nodes applied once");
+}
+
+#[tokio::test]
+async fn a_description_created_anywhere_reaches_every_node_of_every_datacenter() {
+    let topology = TestTopology::new(&[("USA_0", 2), ("ASIA_0", 2)], "restore_timeout_ms = 500");
+    let _global = topology.start_global_aggregator().await;
+    let _usa = topology.start_datacenter_aggregator("USA_0").await;
+    let _asia = topology.start_datacenter_aggregator("ASIA_0").await;
+    let mut nodes = start_shards(&topology, "USA_0", 2).await;
+    nodes.extend(start_shards(&topology, "ASIA_0", 2).await);
+    let (status, created) = nodes[0]
+        .api()
+        .create(json!({"id": "launch", "numberOfShards": 2, "windowSeconds": 60}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    for node in &nodes {
+        let api = node.api();
+        eventually(
+            Duration::from_secs(8),
+            &format!("the description at {}", node.name),
+            || {
+                let api = api.clone();
+                async move { (route(&api, "launch").await.0 == 2).then_some(()) }
+            },
+        )
+        .await;
+        // Known there, so it reads as 0 rather than 404.
+        let (status, body) = api.read("launch").await;
+        assert_eq!(
+            (status, body["value"].as_i64()),
+            (200, Some(0)),
+            "{}",
+            node.name
+        );
+    }
+    // A second create of the same id anywhere is a conflict once the description arrived.
+    let (status, _) = nodes[3].api().create(json!({"id": "launch"})).await;
+    assert_eq!(status, 409);
+}
+
+/// Writes `rounds` increments of 1 to each counter through every node in turn; returns the
+/// acknowledged total per counter.
+async fn write_through_all(
+    nodes: &[NodeProcess],
+    ids: &[String],
+    rounds: usize,
+) -> HashMap<String, i64> {
+    let mut acknowledged = HashMap::new();
+    for round in 0..rounds {
+        for id in ids {
+            let node = &nodes[round % nodes.len()];
+            let (status, body) = node.api().add(id, 1).await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            *acknowledged.entry(id.clone()).or_default() += 1;
+        }
+    }
+    acknowledged
+}
+
+#[tokio::test]
+async fn a_shard_restarted_on_an_empty_disk_restores_its_slot_from_its_peers() {
+    let topology = TestTopology::new(&[("USA_0", 3), ("ASIA_0", 1)], "restore_timeout_ms = 3000");
+    let global = topology.start_global_aggregator().await;
+    let _usa = topology.start_datacenter_aggregator("USA_0").await;
+    let _asia = topology.start_datacenter_aggregator("ASIA_0").await;
+    let mut nodes = start_shards(&topology, "USA_0", 3).await;
+    let asia = topology.start_shard("ASIA_0", 0).await;
+    let ids: Vec<String> = (0..40).map(|n| format!("restore-{n}")).collect();
+    let mut acknowledged = write_through_all(&nodes, &ids, 3).await;
+    for id in &ids[..5] {
+        asia.api().add(id, 10).await.unwrap();
+        *acknowledged.get_mut(id).unwrap() += 10;
+    }
+    // The victim's slot, as its peers hold it, must be complete before the disk is lost.
+    let victim_slot = nodes[0].name.clone();
+    let victim_values: HashMap<String, i64> = {
+        let mut values = HashMap::new();
+        for id in &ids {
+            let (status, body) = nodes[0].api().read(id).await;
+            if status == 200 {
+                values.insert(id.clone(), body["value"].as_i64().unwrap());
+            }
+        }
+        values
+    };
+    assert!(
+        victim_values.len() > 5,
+        "the victim's slot holds too few counters to test: {}",
+        victim_values.len()
+    );
+    let peer = nodes[1].api();
+    eventually(
+        Duration::from_secs(5),
+        "the peer's replica of the victim's slot",
+        || {
+            let peer = peer.clone();
+            let slot = victim_slot.clone();
+            let want = victim_values.len();
+            async move {
+                let answer = peer.get(&format!("/slots/{slot}/copy")).await.ok()?;
+                let copy: geocount_model::wire::SlotCopy =
+                    postcard::from_bytes(&answer.body).ok()?;
+                (copy.entries.len() == want).then_some(())
+            }
+        },
+    )
+    .await;
+
+    nodes[0].kill9();
+    std::fs::remove_dir_all(topology.shard_data_dir("USA_0", 0)).unwrap();
+    nodes[0].restart().await;
+    for (id, value) in &victim_values {
+        assert_eq!(nodes[0].api().value(id).await, *value, "{id} restored");
+    }
+    // It keeps taking writes, numbered above everything restored.
+    let id = victim_values.keys().next().unwrap().clone();
+    let (_, before) = nodes[0].api().read(&id).await;
+    let (status, after) = nodes[0].api().add(&id, 1).await.unwrap();
+    assert_eq!(status, 200);
+    if after["slot"] == before["slot"] {
+        assert!(after["version"].as_u64() > before["version"].as_u64());
+    }
+    *acknowledged.get_mut(&id).unwrap() += 1;
+
+    // And the global totals stay exact.
+    let global = global.api();
+    for (id, total) in &acknowledged {
+        let path = format!("/counter/{id}");
+        eventually(
+            Duration::from_secs(8),
+            &format!("the global total of {id}"),
+            || {
+                let global = global.clone();
+                let path = path.clone();
+                async move {
+                    let body: Value = global.get(&path).await.ok()?.json();
+                    (body["value"].as_i64() == Some(*total) && body["complete"] == true)
+                        .then_some(())
+                }
+            },
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_hot_counter_spreads_over_more_slots_and_stays_exact() {
+    let topology = TestTopology::new(
+        &[("USA_0", 3)],
+        "restore_timeout_ms = 200\nhot_writes_per_slot = 40",
+    );
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let nodes = start_shards(&topology, "USA_0", 3).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..6 {
+        let api = nodes[w % 3].api();
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let mut sum = 0i64;
+            let mut n = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let delta = if n % 5 == 0 { -2 } else { 3 };
+                let (status, body) = api.add("trending", delta).await.unwrap();
+                assert_eq!(status, 200, "{body}");
+                sum += delta;
+            }
+            sum
+        }));
+    }
+    let api = nodes[0].api();
+    eventually(Duration::from_secs(10), "the hot counter to grow", || {
+        let api = api.clone();
+        async move { (route(&api, "trending").await.0 > 1).then_some(()) }
+    })
+    .await;
+    // Keep writing a little so the new slots take writes too.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acknowledged = 0;
+    for writer in writers {
+        acknowledged += writer.await.unwrap();
+    }
+    let values = slot_values(&nodes, "trending").await;
+    assert!(
+        values.len() > 1,
+        "writes spread over several slots: {values:?}"
+    );
+    assert_eq!(values.values().sum::<i64>(), acknowledged, "{values:?}");
+    let aggregator = aggregator.api();
+    eventually(Duration::from_secs(5), "the datacenter total", || {
+        let aggregator = aggregator.clone();
+        async move {
+            let body: Value = aggregator.get("/counter/trending").await.ok()?.json();
+            (body["value"].as_i64() == Some(acknowledged)).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_write_for_an_unreachable_slot_is_taken_locally_unless_it_carries_a_key() {
+    let topology = TestTopology::new(&[("USA_0", 2)], "restore_timeout_ms = 200");
+    let mut nodes = start_shards(&topology, "USA_0", 2).await;
+    // A counter whose one slot is node 1's.
+    let id = (0..)
+        .map(|n| format!("orphan-{n}"))
+        .find(|id| placed_on(&topology, id, 1))
+        .unwrap();
+    nodes[1].kill9();
+    let (status, body) = nodes[0].api().add(&id, 5).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["slot"],
+        nodes[0].name.as_str(),
+        "taken by the node that received it"
+    );
+    let (status, body) = nodes[0]
+        .api()
+        .write(&id, "INCREMENT", None, Some("k-1"))
+        .await
+        .unwrap();
+    assert_eq!(status, 503, "a keyed write waits for its slot: {body}");
+    // Batches follow the same rule entry by entry.
+    let entries = [
+        BatchEntry {
+            id: &id,
+            delta: 1,
+            idempotency_key: None,
+            timestamp: None,
+        },
+        BatchEntry {
+            id: &id,
+            delta: 1,
+            idempotency_key: Some("k-2"),
+            timestamp: None,
+        },
+    ];
+    let answer = nodes[0].api().batch(&entries).await.unwrap();
+    assert!(
+        matches!(answer.outcomes[0], EntryOutcome::Applied { value: 6, .. }),
+        "{answer:?}"
+    );
+    assert!(
+        matches!(
+            answer.outcomes[1],
+            EntryOutcome::Refused { status: 503, .. }
+        ),
+        "{answer:?}"
+    );
+    nodes[1].restart().await;
+    let values = slot_values(&nodes, &id).await;
+    assert_eq!(values.values().sum::<i64>(), 6, "{values:?}");
+}
+
+/// Whether counter `id` (one slot) is placed on slot `slot` of USA_0.
+fn placed_on(topology: &TestTopology, id: &str, slot: u32) -> bool {
+    let dc = topology.topology.datacenter("USA_0").unwrap();
+    let placement = geocount_model::Placement::new(
+        "USA_0",
+        dc.shards.len() as u32,
+        topology.topology.shard.virtual_nodes,
+    );
+    placement.slots_for(id, 1) == [slot]
+}
