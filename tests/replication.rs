@@ -128,10 +128,16 @@ async fn writes_land_on_the_counters_slot_from_any_node() {
     );
     let metrics =
         String::from_utf8(nodes[1].api().get("/metrics").await.unwrap().body.to_vec()).unwrap();
-    assert!(
-        !metrics.contains("geocount_shard_writes_forwarded_total 0\n"),
-        "{metrics}"
-    );
+    let forwarded: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("geocount_shard_writes_forwarded_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no forwarded-writes counter in\n{metrics}"));
+    assert!(forwarded > 0, "{metrics}");
+    for peer in ["DC_USA_0_VAL_0", "DC_USA_0_VAL_2"] {
+        let line = format!("geocount_shard_source_staleness_ms{{source=\"{peer}\"}}");
+        assert!(metrics.contains(&line), "no {line} in\n{metrics}");
+    }
 }
 
 #[tokio::test]

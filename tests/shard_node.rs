@@ -634,6 +634,10 @@ async fn metrics_and_health_are_served() {
         "geocount_shard_batch_entries_count 1",
         "geocount_shard_commit_seconds_count",
         "geocount_shard_group_commit_writes_count",
+        "geocount_shard_writes_forwarded_total 0",
+        "geocount_shard_replica_merges_total",
+        "geocount_shard_shard_count_changes_total",
+        "geocount_shard_source_staleness_ms{source=",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }

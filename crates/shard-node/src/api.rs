@@ -107,7 +107,10 @@ async fn dispatch(
         (Route::Sync, Method::POST, _, _) => sync(state, request).await,
         (Route::SlotCopy, Method::GET, _, Some(slot)) => slot_copy(state, &slot),
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
-        (Route::Metrics, Method::GET, _, _) => Ok(http::metrics_response(state.metrics.registry())),
+        (Route::Metrics, Method::GET, _, _) => {
+            let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));
+            Ok(http::metrics_response(state.metrics.scrape(staleness)))
+        }
         _ => Err(RequestError::method_not_allowed(&request).into()),
     }
 }

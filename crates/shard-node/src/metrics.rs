@@ -42,6 +42,9 @@ pub struct ShardMetrics {
     pub pulls_failed: Family<SourceLabel, Counter>,
     /// Slot states merged into the peer replicas.
     pub replica_merges: Counter,
+    /// How long ago this node last had each pulled source's complete state (-1: never); set
+    /// when scraped.
+    pub source_staleness_ms: Family<SourceLabel, Gauge>,
 }
 
 /// The `source` label of per-source metrics.
@@ -70,6 +73,7 @@ impl Default for ShardMetrics {
             pulls_ok: Family::default(),
             pulls_failed: Family::default(),
             replica_merges: Counter::default(),
+            source_staleness_ms: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -122,6 +126,36 @@ impl Default for ShardMetrics {
             "Checkpoints that failed and were retried",
             metrics.checkpoint_failures.clone(),
         );
+        registry.register(
+            "shard_count_changes",
+            "Slot-count changes proposed for hot or cooled counters",
+            metrics.shard_count_changes.clone(),
+        );
+        registry.register(
+            "writes_forwarded",
+            "Writes forwarded to a node owning one of the counter's slots",
+            metrics.writes_forwarded.clone(),
+        );
+        registry.register(
+            "sync_pulls_ok",
+            "Sync pulls that succeeded, by source",
+            metrics.pulls_ok.clone(),
+        );
+        registry.register(
+            "sync_pulls_failed",
+            "Sync pulls that failed, by source",
+            metrics.pulls_failed.clone(),
+        );
+        registry.register(
+            "replica_merges",
+            "Peer slot states merged into the replicas",
+            metrics.replica_merges.clone(),
+        );
+        registry.register(
+            "source_staleness_ms",
+            "How long ago each pulled source was last complete here (-1: never)",
+            metrics.source_staleness_ms.clone(),
+        );
         Self {
             registry,
             ..metrics
@@ -130,8 +164,19 @@ impl Default for ShardMetrics {
 }
 
 impl ShardMetrics {
-    /// The registry holding every metric, for `GET /metrics`.
-    pub fn registry(&self) -> &Registry {
+    /// The registry holding every metric, for `GET /metrics`, with the per-source staleness
+    /// `staleness` gives (`None`: never complete) brought up to date.
+    pub fn scrape<'a>(
+        &self,
+        staleness: impl IntoIterator<Item = (&'a str, Option<u64>)>,
+    ) -> &Registry {
+        for (source, ms) in staleness {
+            let label = SourceLabel {
+                source: source.to_owned(),
+            };
+            let ms = ms.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
+            self.source_staleness_ms.get_or_create(&label).set(ms);
+        }
         &self.registry
     }
 }

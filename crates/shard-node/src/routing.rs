@@ -168,3 +168,67 @@ impl WriteRouter {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    fn router(selection: Selection, own_load: u64) -> WriteRouter {
+        WriteRouter::new(RouterSetup {
+            placement: Placement::new("USA_0", 3, 16),
+            own_slot: 1,
+            addresses: (0..3)
+                .map(|n| SocketAddr::from(([127, 0, 0, 1], 9000 + n)))
+                .collect(),
+            slot_names: (0..3).map(|n| format!("DC_USA_0_VAL_{n}")).collect(),
+            selection,
+            // Every counter spread over all three slots.
+            default_shards: 3,
+            descriptions: Arc::default(),
+            own_load: Arc::new(AtomicU64::new(own_load)),
+            peers: Vec::new(),
+            client: HttpClient::new(Duration::from_secs(1)),
+        })
+    }
+
+    #[test]
+    fn round_robin_takes_each_slot_in_turn() {
+        let router = router(Selection::RoundRobin, 0);
+        let picks: Vec<u32> = (0..6).map(|_| router.target("c", None)).collect();
+        assert_eq!(
+            picks[..3].iter().collect::<HashSet<_>>().len(),
+            3,
+            "{picks:?}"
+        );
+        assert_eq!(picks[..3], picks[3..]);
+    }
+
+    #[test]
+    fn random_reaches_every_slot() {
+        let router = router(Selection::Random, 0);
+        let picks: HashSet<u32> = (0..200).map(|_| router.target("c", None)).collect();
+        assert_eq!(picks.len(), 3);
+    }
+
+    #[test]
+    fn least_loaded_prefers_a_node_that_reported_less() {
+        // Peers that never reported count as fully loaded: the own slot wins.
+        let router = router(Selection::LeastLoaded, 1_000_000);
+        assert!((0..10).all(|_| router.target("c", None) == 1));
+    }
+
+    #[test]
+    fn a_key_always_picks_the_same_slot_whatever_the_selection() {
+        for selection in [
+            Selection::RoundRobin,
+            Selection::Random,
+            Selection::LeastLoaded,
+        ] {
+            let router = router(selection, 0);
+            let first = router.target("c", Some("retry-1"));
+            assert!((0..20).all(|_| router.target("c", Some("retry-1")) == first));
+        }
+    }
+}
