@@ -647,9 +647,10 @@ async fn metrics_and_health_are_served() {
 async fn topology_errors_exit_with_one_line_naming_file_and_key() {
     let topology = TestTopology::new(&[("USA_0", 2)], ALONE);
     let binary = geocount_test_support::process::binary("shard-node");
-    let run = |args: &[&str], env: &[(&str, &str)]| {
+    // Runs `shard-node --config CONFIG --dc DC --slot SLOT` with extra environment variables.
+    let run = |config: &str, dc: &str, slot: &str, env: &[(&str, &str)]| {
         let output = std::process::Command::new(&binary)
-            .args(args)
+            .args(["--config", config, "--dc", dc, "--slot", slot])
             .envs(env.iter().copied())
             .output()
             .unwrap();
@@ -659,7 +660,7 @@ async fn topology_errors_exit_with_one_line_naming_file_and_key() {
         )
     };
     let config = topology.path.to_str().unwrap();
-    let (code, stderr) = run(&["--config", config, "--dc", "MARS_0", "--slot", "0"], &[]);
+    let (code, stderr) = run(config, "MARS_0", "0", &[]);
     assert_eq!(code, Some(2));
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
@@ -667,17 +668,15 @@ async fn topology_errors_exit_with_one_line_naming_file_and_key() {
         "{stderr}"
     );
 
-    let (code, stderr) = run(&["--config", config, "--dc", "USA_0", "--slot", "2"], &[]);
+    let (code, stderr) = run(config, "USA_0", "2", &[]);
     assert_eq!(code, Some(2));
     assert!(
         stderr.contains("datacenters[0].shards") && stderr.contains("out of range"),
         "{stderr}"
     );
 
-    let (code, stderr) = run(
-        &["--config", config, "--dc", "USA_0", "--slot", "0"],
-        &[("GEOCOUNT_SHARD__DURABILITY", "sometimes")],
-    );
+    let environment = [("GEOCOUNT_SHARD__DURABILITY", "sometimes")];
+    let (code, stderr) = run(config, "USA_0", "0", &environment);
     assert_eq!(code, Some(2));
     assert!(
         stderr.contains("shard.durability") && stderr.contains("GEOCOUNT_SHARD__DURABILITY"),
@@ -689,17 +688,7 @@ async fn topology_errors_exit_with_one_line_naming_file_and_key() {
     let duplicate = text.replace(&dc.shards[1].to_string(), &dc.shards[0].to_string());
     let path = topology.dir().join("duplicate.toml");
     std::fs::write(&path, duplicate).unwrap();
-    let (code, stderr) = run(
-        &[
-            "--config",
-            path.to_str().unwrap(),
-            "--dc",
-            "USA_0",
-            "--slot",
-            "0",
-        ],
-        &[],
-    );
+    let (code, stderr) = run(path.to_str().unwrap(), "USA_0", "0", &[]);
     assert_eq!(code, Some(2));
     assert!(
         stderr.contains("duplicate.toml: datacenters[0].shards[1]: duplicate address"),
@@ -708,17 +697,7 @@ async fn topology_errors_exit_with_one_line_naming_file_and_key() {
 
     let path = topology.dir().join("broken.toml");
     std::fs::write(&path, "[global\nlisten = 1").unwrap();
-    let (code, stderr) = run(
-        &[
-            "--config",
-            path.to_str().unwrap(),
-            "--dc",
-            "USA_0",
-            "--slot",
-            "0",
-        ],
-        &[],
-    );
+    let (code, stderr) = run(path.to_str().unwrap(), "USA_0", "0", &[]);
     assert_eq!(code, Some(2));
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("broken.toml"), "{stderr}");

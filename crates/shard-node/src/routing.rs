@@ -2,10 +2,11 @@
 //! to the node that owns it.
 //!
 //! A counter uses `numberOfShards` of the datacenter's slots, chosen by consistent hashing
-//! ([`Placement`]). A write with an `Idempotency-Key` always goes to the slot its key hashes to,
-//! so retries meet their first attempt wherever they arrive; other writes to a counter with one
-//! slot go to it, and writes to a counter spread over several pick one by the configured
-//! [`Selection`]. Forwarded writes carry [`FORWARDED_HEADER`] and are applied where they land,
+//! ([`Placement`]). A write with an `Idempotency-Key` always goes to the slot its key hashes to
+//! among the counter's *base* slots (the count it was created with, which hot-counter growth
+//! never changes), so retries meet their first attempt wherever they arrive, even if the counter
+//! grew or shrank in between; other writes to a counter with one slot go to it, and writes to a
+//! counter spread over several pick one by the configured [`Selection`]. Forwarded writes carry [`FORWARDED_HEADER`] and are applied where they land,
 //! so a write never takes two hops even while nodes disagree about a counter's slot count.
 
 use std::net::SocketAddr;
@@ -88,11 +89,21 @@ impl WriteRouter {
 
     /// The counter's `numberOfShards` as this node knows it.
     pub fn number_of_shards(&self, id: &str) -> u32 {
+        self.shard_counts(id).0
+    }
+
+    /// The counter's `(numberOfShards, baseNumberOfShards)` as this node knows them.
+    fn shard_counts(&self, id: &str) -> (u32, u32) {
         self.descriptions
             .read()
             .expect("descriptions lock")
             .get(id)
-            .map_or(self.default_shards, |d| d.description.number_of_shards)
+            .map_or((self.default_shards, self.default_shards), |d| {
+                (
+                    d.description.number_of_shards,
+                    d.description.base_number_of_shards,
+                )
+            })
     }
 
     /// The slots counter `id` uses in this datacenter.
@@ -102,10 +113,13 @@ impl WriteRouter {
 
     /// The slot a write to counter `id` (with idempotency key `key`) goes to.
     pub fn target(&self, id: &str, key: Option<&str>) -> u32 {
-        let slots = self.slots_of(id);
+        let (shards, base) = self.shard_counts(id);
         if let Some(key) = key {
-            return Placement::slot_for_key(&slots, key);
+            // Growth keeps the first `base` slots, so a key's slot never moves.
+            let base_slots = self.placement.slots_for(id, base);
+            return Placement::slot_for_key(&base_slots, key);
         }
+        let slots = self.placement.slots_for(id, shards);
         if slots.len() == 1 {
             return slots[0];
         }
@@ -217,6 +231,36 @@ mod tests {
         // Peers that never reported count as fully loaded: the own slot wins.
         let router = router(Selection::LeastLoaded, 1_000_000);
         assert!((0..10).all(|_| router.target("c", None) == 1));
+    }
+
+    #[test]
+    fn a_keys_slot_does_not_move_when_a_hot_counter_grows() {
+        use geocount_model::{CounterDescription, CounterId, HlcTimestamp, VersionedDescription};
+        let router = router(Selection::RoundRobin, 0);
+        let describe = |shards: u32, at: u64| VersionedDescription {
+            description: CounterDescription {
+                id: CounterId::new("hot").unwrap(),
+                counter_type: Default::default(),
+                number_of_shards: shards,
+                base_number_of_shards: 1,
+                window_seconds: 300,
+                created_at_ms: 0,
+            },
+            version: HlcTimestamp {
+                physical_ms: at,
+                logical: 0,
+                node: 0,
+            },
+        };
+        router.descriptions.write().unwrap().merge(describe(1, 1));
+        let keys: Vec<String> = (0..50).map(|n| format!("key-{n}")).collect();
+        let before: Vec<u32> = keys.iter().map(|k| router.target("hot", Some(k))).collect();
+        router.descriptions.write().unwrap().merge(describe(3, 2));
+        let after: Vec<u32> = keys.iter().map(|k| router.target("hot", Some(k))).collect();
+        assert_eq!(before, after);
+        // Unkeyed writes do use the new slots.
+        let unkeyed: HashSet<u32> = (0..6).map(|_| router.target("hot", None)).collect();
+        assert_eq!(unkeyed.len(), 3);
     }
 
     #[test]
