@@ -67,7 +67,7 @@ async fn dispatch(
     request: Request<Incoming>,
 ) -> Result<Response, AggregatorError> {
     match (route, request.method(), id, slot) {
-        (Route::Counter, &Method::GET, Some(id), _) => read(state, &id),
+        (Route::Counter, &Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
         (Route::Sync, &Method::POST, _, _) => Ok(sync(state, request).await?),
         (Route::SlotCopy, &Method::GET, _, Some(slot)) => slot_copy(state, slot),
         (Route::Health, &Method::GET, _, _) => Ok(health(state)),
@@ -79,15 +79,25 @@ async fn dispatch(
     }
 }
 
-fn read(state: &AggregatorState, id: &CounterId) -> Result<Response, AggregatorError> {
+fn read(
+    state: &AggregatorState,
+    id: &CounterId,
+    query: Option<&str>,
+) -> Result<Response, AggregatorError> {
     let now_ms = state.clock.now_unix_ms();
+    let window = http::parse_read_query(query, now_ms / 1000, |_, _| Ok(false))?;
     let reading = {
         let replica = state.replica.read().expect("replica lock");
+        if let Some(window) = &window {
+            window
+                .check(replica.window_seconds(id.as_str(), state.config.default_window_seconds))?;
+        }
         read_counter(
             &replica,
             &state.config.datacenter,
             &state.slot_names,
             id.as_str(),
+            window.as_ref(),
             now_ms,
         )
     };

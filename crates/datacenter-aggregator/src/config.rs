@@ -21,6 +21,8 @@ pub struct AggregatorConfig {
     pub global: SocketAddr,
     /// How often it pulls, and the page size it answers with.
     pub sync: SyncSettings,
+    /// The window of counters without a description (`shard.default_window_seconds`).
+    pub default_window_seconds: u32,
 }
 
 impl AggregatorConfig {
@@ -44,6 +46,7 @@ impl AggregatorConfig {
             shards: dc.shards.clone(),
             global: topology.global.listen,
             sync: topology.sync.clone(),
+            default_window_seconds: topology.shard.default_window_seconds,
         })
     }
 

@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
+use geocount_model::Clock;
 use geocount_model::wire::SlotFreshness;
-use geocount_model::{Clock, SlotState};
-use geocount_sync::http::Named;
+use geocount_sync::http::{Named, WindowQuery};
 use geocount_sync::{Replica, ReplicaMetrics, SharedReplica, worst_staleness};
 use serde::Serialize;
 
@@ -56,8 +56,8 @@ pub fn freshness(replica: &Replica, slot_names: &[String], now_ms: u64) -> Vec<S
 /// One slot of a counter, as a read reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SlotReading {
-    /// The slot's share of the counter (0 where the slot holds no copy).
-    pub value: i64,
+    /// The slot's share of the counter, or of its window (0 where the slot holds no copy).
+    pub value: i128,
     /// The version of that share (0 where the slot holds no copy).
     pub version: u64,
     /// The slot's staleness (`None`: never heard).
@@ -79,31 +79,36 @@ pub struct CounterReading {
     pub complete: bool,
     /// Every slot of the datacenter, in index order.
     pub slots: Named<SlotReading>,
+    /// The rolling window the values count, when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowQuery>,
 }
 
-/// Counter `id` as this datacenter holds it at `now_ms`, or `None` when no slot holds it.
+/// Counter `id` as this datacenter holds it at `now_ms` (running totals, or the hits in
+/// `window`), or `None` when no slot holds it.
 pub fn read_counter(
     replica: &Replica,
     datacenter: &str,
     slot_names: &[String],
     id: &str,
+    window: Option<&WindowQuery>,
     now_ms: u64,
 ) -> Option<CounterReading> {
-    let mut states = vec![SlotState::default(); slot_names.len()];
-    for (slot, state) in replica.copies.get(id)? {
-        if let Some(held) = states.get_mut(usize::from(*slot)) {
-            *held = *state;
+    let mut held = vec![(0i128, 0u64); slot_names.len()];
+    for (slot, record) in replica.copies.get(id)? {
+        if let Some(held) = held.get_mut(usize::from(*slot)) {
+            *held = (WindowQuery::value_of(window, record), record.state.version);
         }
     }
     let staleness = slot_staleness(replica, slot_names.len(), now_ms);
     let slots: Named<SlotReading> = slot_names
         .iter()
-        .zip(&states)
+        .zip(&held)
         .zip(&staleness)
-        .map(|((name, state), staleness_ms)| {
+        .map(|((name, (value, version)), staleness_ms)| {
             let reading = SlotReading {
-                value: state.value,
-                version: state.version,
+                value: *value,
+                version: *version,
                 staleness_ms: *staleness_ms,
             };
             (name.clone(), reading)
@@ -112,11 +117,12 @@ pub fn read_counter(
     let datacenter_staleness = worst_staleness(staleness.iter().copied());
     Some(CounterReading {
         id: id.to_owned(),
-        value: states.iter().map(|s| i128::from(s.value)).sum(),
+        value: held.iter().map(|(value, _)| value).sum(),
         datacenter: datacenter.to_owned(),
         staleness_ms: datacenter_staleness,
         complete: datacenter_staleness.is_some(),
         slots,
+        window: window.copied(),
     })
 }
 
@@ -154,10 +160,11 @@ mod tests {
                 entries: vec![SlotEntry {
                     slot,
                     id: "c".into(),
-                    state: SlotState {
+                    record: geocount_model::SlotState {
                         value,
                         version: sent_at_ms,
-                    },
+                    }
+                    .into(),
                 }],
                 next: Cursor::Seq { epoch: 1, seq: 1 },
                 caught_up: true,
@@ -172,7 +179,7 @@ mod tests {
     fn a_counter_sums_its_slots_and_lists_every_slot() {
         let mut replica = replica();
         heard(&mut replica, 0, i64::MAX, 1_000);
-        let reading = read_counter(&replica, "A", &names(), "c", 1_500).unwrap();
+        let reading = read_counter(&replica, "A", &names(), "c", None, 1_500).unwrap();
         assert_eq!(reading.value, i128::from(i64::MAX));
         assert_eq!(reading.slots.0.len(), 2, "every slot, held or not");
         assert_eq!(
@@ -188,11 +195,11 @@ mod tests {
         assert_eq!(reading.staleness_ms, None);
 
         heard(&mut replica, 1, i64::MAX, 1_200);
-        let reading = read_counter(&replica, "A", &names(), "c", 1_500).unwrap();
+        let reading = read_counter(&replica, "A", &names(), "c", None, 1_500).unwrap();
         assert_eq!(reading.value, 2 * i128::from(i64::MAX), "no overflow");
         assert!(reading.complete);
         assert_eq!(reading.staleness_ms, Some(500), "the worst slot");
-        assert!(read_counter(&replica, "A", &names(), "unknown", 1_500).is_none());
+        assert!(read_counter(&replica, "A", &names(), "unknown", None, 1_500).is_none());
     }
 
     #[test]

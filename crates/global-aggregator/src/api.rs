@@ -19,7 +19,7 @@ use std::sync::Arc;
 use geocount_model::CounterId;
 use geocount_net::{Response, json_response};
 use geocount_sync::SourceHealth;
-use geocount_sync::http::{self, Named, RequestError, Routed, serve_sync};
+use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -62,7 +62,11 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
     let dispatch = |routed: Routed<Route>, request: Request<Incoming>| async move {
         match (routed.route, request.method(), routed.id) {
             (Route::Counter, &Method::GET, Some(id)) => {
-                let query = ReadQuery::parse(request.uri().query(), state.config.max_staleness_ms)?;
+                let query = ReadQuery::parse(
+                    request.uri().query(),
+                    state.config.max_staleness_ms,
+                    now_ms / 1000,
+                )?;
                 read(state, &id, query, now_ms)
             }
             (Route::Datacenters, &Method::GET, _) => Ok(datacenters(state, now_ms)),
@@ -91,49 +95,49 @@ pub struct ReadQuery {
     pub max_staleness_ms: u64,
     /// Whether stale datacenters give a partial answer (200, `complete: false`) rather than 503.
     pub allow_partial: bool,
+    /// The rolling window asked for, if any (`window=S&at=T`).
+    pub window: Option<WindowQuery>,
 }
 
 impl ReadQuery {
-    /// Parses `max_staleness_ms=N&allow_partial=true|false`, both optional (`N` defaults to
-    /// `default_max_staleness_ms`, partial answers to not allowed). Any other key, a key given
-    /// twice or a bad value is refused.
-    pub fn parse(query: Option<&str>, default_max_staleness_ms: u64) -> Result<Self, RequestError> {
+    /// Parses `max_staleness_ms=N&allow_partial=true|false&window=S&at=T`, all optional (`N`
+    /// defaults to `default_max_staleness_ms`, partial answers to not allowed, `T` to
+    /// `now_secs`). Any other key, a key given twice or a bad value is refused.
+    pub fn parse(
+        query: Option<&str>,
+        default_max_staleness_ms: u64,
+        now_secs: u64,
+    ) -> Result<Self, RequestError> {
         let mut max_staleness_ms = None;
         let mut allow_partial = None;
         let bad = |message: String| RequestError::BadRequest(message);
-        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-            match key.as_ref() {
-                "max_staleness_ms" if max_staleness_ms.is_none() => {
-                    max_staleness_ms = Some(value.parse::<u64>().map_err(|_| {
-                        bad(format!(
-                            "max_staleness_ms must be a whole number of milliseconds, got {value:?}"
-                        ))
-                    })?);
-                }
-                "allow_partial" if allow_partial.is_none() => {
-                    allow_partial = Some(match value.as_ref() {
-                        "true" => true,
-                        "false" => false,
-                        _ => {
-                            return Err(bad(format!(
-                                "allow_partial must be true or false, got {value:?}"
-                            )));
-                        }
-                    });
-                }
-                "max_staleness_ms" | "allow_partial" => {
-                    return Err(bad(format!("query parameter {key} is given twice")));
-                }
-                _ => {
-                    return Err(bad(format!(
-                        "unknown query parameter {key:?}: expected max_staleness_ms or allow_partial"
-                    )));
-                }
+        let window = http::parse_read_query(query, now_secs, |key, value| match key {
+            "max_staleness_ms" => {
+                max_staleness_ms = Some(value.parse::<u64>().map_err(|_| {
+                    bad(format!(
+                        "max_staleness_ms must be a whole number of milliseconds, got {value:?}"
+                    ))
+                })?);
+                Ok(true)
             }
-        }
+            "allow_partial" => {
+                allow_partial = Some(match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(bad(format!(
+                            "allow_partial must be true or false, got {value:?}"
+                        )));
+                    }
+                });
+                Ok(true)
+            }
+            _ => Ok(false),
+        })?;
         Ok(Self {
             max_staleness_ms: max_staleness_ms.unwrap_or(default_max_staleness_ms),
             allow_partial: allow_partial.unwrap_or(false),
+            window,
         })
     }
 }
@@ -146,7 +150,18 @@ fn read(
 ) -> Result<Response, GlobalError> {
     let (held, readings) = {
         let replica = state.replica.read().expect("replica lock");
-        read_datacenters(&replica, &state.slot_datacenters, id.as_str(), now_ms)
+        if let Some(window) = &query.window {
+            window
+                .check(replica.window_seconds(id.as_str(), state.config.default_window_seconds))?;
+        }
+        let slot_datacenters = &state.slot_datacenters;
+        read_datacenters(
+            &replica,
+            slot_datacenters,
+            id.as_str(),
+            query.window.as_ref(),
+            now_ms,
+        )
     };
     let answer = answer_read(
         id.as_str(),
@@ -157,7 +172,10 @@ fn read(
         query.allow_partial,
     );
     match answer {
-        GlobalRead::Counter(reading) => Ok(json_response(StatusCode::OK, &reading)),
+        GlobalRead::Counter(mut reading) => {
+            reading.window = query.window;
+            Ok(json_response(StatusCode::OK, &reading))
+        }
         GlobalRead::Stale(refusal) => Err(GlobalError::Stale(Box::new(refusal))),
         GlobalRead::NotFound => Err(GlobalError::CounterNotFound(id.to_string())),
     }
@@ -200,20 +218,38 @@ mod tests {
     use geocount_net::HttpError;
 
     #[test]
-    fn the_query_takes_two_optional_keys() {
+    fn the_query_takes_optional_staleness_partial_and_window_keys() {
         assert_eq!(
-            ReadQuery::parse(None, 5000).unwrap(),
+            ReadQuery::parse(None, 5000, 77).unwrap(),
             ReadQuery {
                 max_staleness_ms: 5000,
-                allow_partial: false
+                allow_partial: false,
+                window: None,
             }
         );
         assert_eq!(
-            ReadQuery::parse(Some("allow_partial=true&max_staleness_ms=300"), 5000).unwrap(),
+            ReadQuery::parse(
+                Some("allow_partial=true&max_staleness_ms=300&window=60"),
+                5000,
+                77
+            )
+            .unwrap(),
             ReadQuery {
                 max_staleness_ms: 300,
-                allow_partial: true
+                allow_partial: true,
+                window: Some(WindowQuery {
+                    seconds: 60,
+                    at: 77
+                }),
             }
+        );
+        let query = ReadQuery::parse(Some("window=300&at=4"), 5000, 77).unwrap();
+        assert_eq!(
+            query.window,
+            Some(WindowQuery {
+                seconds: 300,
+                at: 4
+            })
         );
         for bad in [
             "max_staleness_ms=soon",
@@ -221,8 +257,13 @@ mod tests {
             "allow_partial=yes",
             "colour=blue",
             "max_staleness_ms=1&max_staleness_ms=2",
+            "window=0",
+            "window=x",
+            "at=5",
+            "window=5&at=-1",
+            "window=5&window=6",
         ] {
-            let error = ReadQuery::parse(Some(bad), 5000).unwrap_err();
+            let error = ReadQuery::parse(Some(bad), 5000, 77).unwrap_err();
             assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{bad}");
         }
     }

@@ -30,6 +30,8 @@ pub struct GlobalAggregatorConfig {
     pub datacenters: Vec<Datacenter>,
     /// How often it pulls, and the page size it answers with.
     pub sync: SyncSettings,
+    /// The window of counters without a description (`shard.default_window_seconds`).
+    pub default_window_seconds: u32,
 }
 
 impl GlobalAggregatorConfig {
@@ -48,6 +50,7 @@ impl GlobalAggregatorConfig {
                 })
                 .collect(),
             sync: topology.sync.clone(),
+            default_window_seconds: topology.shard.default_window_seconds,
         }
     }
 

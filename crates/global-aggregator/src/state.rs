@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use geocount_model::Clock;
-use geocount_sync::http::Named;
+use geocount_sync::http::{Named, WindowQuery};
 use geocount_sync::{Replica, ReplicaMetrics, SharedReplica, worst_staleness};
 use serde::Serialize;
 
@@ -47,11 +47,13 @@ pub struct DatacenterReading {
     pub heard: bool,
 }
 
-/// Counter `id` per datacenter at `now_ms` (datacenters in order), and whether any slot holds it.
+/// Counter `id` per datacenter at `now_ms` (datacenters in order): running totals, or hits in
+/// `window`; and whether any slot holds it.
 pub fn read_datacenters(
     replica: &Replica,
     slot_datacenters: &[usize],
     id: &str,
+    window: Option<&WindowQuery>,
     now_ms: u64,
 ) -> (bool, Vec<DatacenterReading>) {
     let mut readings: Vec<DatacenterReading> = replica
@@ -64,9 +66,9 @@ pub fn read_datacenters(
         })
         .collect();
     let copies = replica.copies.get(id);
-    for (slot, state) in copies.unwrap_or_default() {
+    for (slot, record) in copies.unwrap_or_default() {
         let dc = slot_datacenters[usize::from(*slot)];
-        readings[dc].value += i128::from(state.value);
+        readings[dc].value += WindowQuery::value_of(window, record);
     }
     (copies.is_some(), readings)
 }
@@ -94,6 +96,9 @@ pub struct CounterReading {
     pub staleness_ms: Option<u64>,
     /// Each datacenter's part, in topology order.
     pub datacenters: Named<DatacenterReading>,
+    /// The rolling window the values count, when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowQuery>,
 }
 
 /// A read refused because datacenters are stale: the body of its 503.
@@ -157,6 +162,7 @@ pub fn answer_read(
         complete: stale.is_empty(),
         staleness_ms: worst_staleness(readings.iter().map(|r| r.staleness_ms)),
         datacenters: named(names, readings),
+        window: None,
     })
 }
 
@@ -255,15 +261,16 @@ mod tests {
         let mut replica = Replica::new(slots.to_vec(), &sources);
         for (slot, value) in [(0, 7), (1, -2), (2, 100)] {
             let state = SlotState { value, version: 1 };
-            replica.copies.merge(slot, "c", state);
+            replica.copies.merge(slot, "c", &state.into());
         }
         replica.copies.merge(
             0,
             "d",
-            SlotState {
+            &SlotState {
                 value: 1,
                 version: 1,
-            },
+            }
+            .into(),
         );
         let caught_up = SyncPage {
             slots: Some(geocount_model::wire::SlotPage {
@@ -274,11 +281,11 @@ mod tests {
             ..SyncPage::default()
         };
         replica.sources[0].advance(&caught_up, 1_000, 1_000);
-        let (held, readings) = read_datacenters(&replica, &[0, 0, 1], "c", 1_400);
+        let (held, readings) = read_datacenters(&replica, &[0, 0, 1], "c", None, 1_400);
         assert!(held);
         assert_eq!(readings[0], reading(5, Some(400), true));
         assert_eq!(readings[1], reading(100, None, false));
-        assert!(!read_datacenters(&replica, &[0, 0, 1], "e", 1_400).0);
+        assert!(!read_datacenters(&replica, &[0, 0, 1], "e", None, 1_400).0);
 
         let config = GlobalAggregatorConfig {
             listen: "127.0.0.1:1".parse().unwrap(),
@@ -291,6 +298,7 @@ mod tests {
                 })
                 .to_vec(),
             sync: Default::default(),
+            default_window_seconds: 300,
         };
         let statuses = datacenter_statuses(&replica, &config, &[0, 0, 1], 1_400);
         let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);

@@ -11,6 +11,7 @@
 //!   its versioned form ([`VersionedDescription`]) that every node merges.
 //! - [`hlc`]: hybrid logical clock timestamps, the versions of descriptions.
 //! - [`placement`]: consistent hashing of counters onto a datacenter's slots.
+//! - [`window`]: per-second hit buckets of a rolling window ([`Window`]).
 //! - [`topology`]: the TOML topology file every binary and script reads ([`Topology`]).
 //! - [`wire`]: the postcard messages that cross process boundaries: batched writes, and the
 //!   sync pages every tier pulls from the one below (and descriptions from the one above).
@@ -25,6 +26,7 @@ pub mod hlc;
 pub mod placement;
 pub mod slot;
 pub mod topology;
+pub mod window;
 pub mod wire;
 
 pub use clock::{Clock, SystemClock};
@@ -33,8 +35,9 @@ pub use counter_id::CounterId;
 pub use error::ModelError;
 pub use hlc::{Hlc, HlcTimestamp};
 pub use placement::Placement;
-pub use slot::{SlotId, SlotState, next_slot_version};
+pub use slot::{SlotId, SlotRecord, SlotState, next_slot_version};
 pub use topology::{
     DatacenterConfig, Durability, GlobalConfig, Selection, ShardDefaults, SyncSettings, Topology,
     TopologyError,
 };
+pub use window::{Recorded, Window};

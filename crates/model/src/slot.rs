@@ -96,6 +96,40 @@ pub fn next_slot_version(last: u64, now_unix_ms: u64) -> u64 {
     (last + 1).max(now_unix_ms << 10)
 }
 
+/// Everything a slot holds for one counter: its running total and version, and its window of
+/// per-second hits. Only the owner changes it, raising the version, so copies merge as a whole by
+/// version like [`SlotState`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRecord {
+    /// The running total and its version.
+    pub state: SlotState,
+    /// The hits of the counter's rolling window.
+    pub window: crate::Window,
+}
+
+impl From<SlotState> for SlotRecord {
+    /// A record with this state and an empty window.
+    fn from(state: SlotState) -> Self {
+        Self {
+            state,
+            window: crate::Window::default(),
+        }
+    }
+}
+
+impl SlotRecord {
+    /// Merges another copy of the same slot: the higher version wins. Returns whether `self`
+    /// changed.
+    pub fn merge(&mut self, other: &SlotRecord) -> bool {
+        let mut state = self.state;
+        if !state.merge(other.state) {
+            return false;
+        }
+        *self = other.clone();
+        true
+    }
+}
+
 /// `value + delta`, or [`ModelError::Overflow`].
 pub fn checked_add(value: i64, delta: i64) -> Result<i64, ModelError> {
     value

@@ -131,6 +131,11 @@ pub struct ShardDefaults {
     pub default_number_of_shards: u32,
     /// The rolling window of a counter created without `windowSeconds`, in seconds.
     pub default_window_seconds: u32,
+    /// The longest `windowSeconds` a counter may be created with.
+    pub max_window_seconds: u32,
+    /// A write timestamped more than this many seconds ahead of the node's clock is refused
+    /// (422), so one client with a bad clock cannot push every window into the future.
+    pub max_future_skew_secs: u64,
     /// The largest request body accepted, in bytes; larger ones get 413.
     pub max_body_bytes: usize,
     /// The most entries in one batched write; more get 413.
@@ -161,6 +166,8 @@ impl Default for ShardDefaults {
             async_flush_interval_ms: 100,
             default_number_of_shards: 1,
             default_window_seconds: 300,
+            max_window_seconds: 3_600,
+            max_future_skew_secs: 60,
             max_body_bytes: 8 * 1024 * 1024,
             max_batch_entries: 100_000,
             idempotency_retention_secs: 600,
@@ -305,6 +312,7 @@ impl Topology {
                 "shard.default_window_seconds",
                 shard.default_window_seconds.into(),
             ),
+            ("shard.max_window_seconds", shard.max_window_seconds.into()),
             ("shard.max_batch_entries", shard.max_batch_entries as u64),
             (
                 "shard.idempotency_retention_secs",
@@ -332,6 +340,15 @@ impl Topology {
             if value == 0 {
                 return Err((key.into(), "must be greater than 0".into()));
             }
+        }
+        if shard.default_window_seconds > shard.max_window_seconds {
+            return Err((
+                "shard.default_window_seconds".into(),
+                format!(
+                    "{} is above shard.max_window_seconds ({})",
+                    shard.default_window_seconds, shard.max_window_seconds
+                ),
+            ));
         }
         if shard.max_body_bytes < 1024 {
             return Err((

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{SlotState, VersionedDescription};
+use crate::{SlotRecord, VersionedDescription};
 
 /// The content type of postcard bodies.
 pub const POSTCARD_CONTENT_TYPE: &str = "application/x-postcard";
@@ -107,8 +107,8 @@ pub struct SlotEntry {
     pub slot: u16,
     /// The counter.
     pub id: String,
-    /// Its state in that slot.
-    pub state: SlotState,
+    /// Its total, version and window in that slot.
+    pub record: SlotRecord,
 }
 
 /// Slot states changed since the puller's cursor.
@@ -165,6 +165,6 @@ pub struct SyncPage {
 pub struct SlotCopy {
     /// The slot.
     pub slot: String,
-    /// Every counter's state in it.
-    pub entries: Vec<(String, SlotState)>,
+    /// Every counter's record in it.
+    pub entries: Vec<(String, SlotRecord)>,
 }

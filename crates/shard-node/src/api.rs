@@ -22,7 +22,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use geocount_model::counter_id::validate as validate_counter_id;
 use geocount_model::wire::{BatchRequest, BatchResponse, EntryOutcome, POSTCARD_CONTENT_TYPE};
-use geocount_model::{CounterDescription, CounterId, CounterType, ModelError, SlotState};
+use geocount_model::{
+    CounterDescription, CounterId, CounterType, ModelError, SlotRecord, SlotState,
+};
 use geocount_net::{HttpError, Response, bytes_response, json_response, read_body};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -35,13 +37,11 @@ use crate::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
 use crate::routing::FORWARDED_HEADER;
 use crate::server::NodeState;
 use geocount_model::wire::{BatchEntry, SlotCopy, SyncPage};
-use geocount_sync::http::{self, RequestError, Routed};
+use geocount_sync::http::{self, RequestError, Routed, WindowQuery};
 use geocount_sync::{answer_slot_copy, answer_sync};
 
 /// The most slots a counter may be spread over.
 pub const MAX_SHARDS_PER_COUNTER: u32 = 1024;
-/// The longest rolling window a counter may have, in seconds.
-pub const MAX_WINDOW_SECONDS: u32 = 86_400;
 
 /// The endpoints, as matched by the router.
 #[derive(Debug, Clone, Copy)]
@@ -99,7 +99,7 @@ async fn dispatch(
 ) -> Result<Response, ShardError> {
     match (route, request.method().clone(), id, slot) {
         (Route::Create, Method::POST, _, _) => create(state, request).await,
-        (Route::Counter, Method::GET, Some(id), _) => read(state, &id),
+        (Route::Counter, Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
         (Route::Write, Method::PATCH, Some(id), _) => write(state, id, request).await,
         (Route::Increment, Method::POST, Some(id), _) => increment(state, id, request).await,
         (Route::Batch, Method::POST, _, _) => batch(state, request).await,
@@ -180,9 +180,10 @@ async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Respons
     let window_seconds = body
         .window_seconds
         .unwrap_or(state.settings.default_window_seconds);
-    if !(1..=MAX_WINDOW_SECONDS).contains(&window_seconds) {
+    let max_window = state.settings.max_window_seconds;
+    if !(1..=max_window).contains(&window_seconds) {
         return Err(ShardError::BadRequest(format!(
-            "windowSeconds must be 1 to {MAX_WINDOW_SECONDS}, got {window_seconds}"
+            "windowSeconds must be 1 to {max_window}, got {window_seconds}"
         )));
     }
     let description = CounterDescription {
@@ -220,27 +221,62 @@ fn slot_answer(_state: &NodeState, slot_name: &str, id: &CounterId, slot: SlotSt
     )
 }
 
-fn read(state: &NodeState, id: &CounterId) -> Result<Response, ShardError> {
-    let stored = state
+fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Response, ShardError> {
+    let window = http::parse_read_query(query, state.clock.now_unix_secs(), |_, _| Ok(false))?;
+    let record = state
         .table
         .read()
         .expect("slot table lock")
-        .get(id.as_str());
+        .get_record(id.as_str())
+        .cloned();
+    let descriptions = state.descriptions.read().expect("descriptions lock");
+    let description = descriptions.get(id.as_str());
     // A counter described (created here or elsewhere) but not yet written here reads as 0.
-    let slot = match stored {
-        Some(slot) => slot,
-        None if state
-            .descriptions
-            .read()
-            .expect("descriptions lock")
-            .get(id.as_str())
-            .is_some() =>
-        {
-            SlotState::default()
-        }
+    let record = match record {
+        Some(record) => record,
+        None if description.is_some() => SlotRecord::default(),
         None => return Err(ShardError::NotFound(id.to_string())),
     };
-    Ok(slot_answer(state, &state.slot_name, id, slot))
+    let Some(window) = window else {
+        return Ok(slot_answer(state, &state.slot_name, id, record.state));
+    };
+    let window_seconds = description.map_or(state.settings.default_window_seconds, |d| {
+        d.description.window_seconds
+    });
+    window.check(window_seconds)?;
+    #[derive(Serialize)]
+    struct WindowAnswer<'a> {
+        id: &'a str,
+        slot: &'a str,
+        value: i128,
+        version: u64,
+        window: WindowQuery,
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &WindowAnswer {
+            id: id.as_str(),
+            slot: &state.slot_name,
+            value: WindowQuery::value_of(Some(&window), &record),
+            version: record.state.version,
+            window,
+        },
+    ))
+}
+
+/// Refuses a timestamp more than the configured skew ahead of this node's clock.
+fn check_timestamp(state: &NodeState, timestamp: u64) -> Result<u64, ShardError> {
+    let now = state.clock.now_unix_secs();
+    let allowed = state.settings.max_future_skew_secs;
+    let ahead = timestamp.saturating_sub(now);
+    if ahead > allowed {
+        return Err(ShardError::TimestampAhead {
+            timestamp,
+            ahead,
+            allowed,
+        });
+    }
+    Ok(timestamp)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -278,9 +314,11 @@ async fn write(
     if delta <= 0 {
         return Err(ModelError::NonPositiveDelta(delta).into());
     }
-    let timestamp_secs = body
-        .timestamp
-        .unwrap_or_else(|| state.clock.now_unix_secs());
+    let timestamp_secs = check_timestamp(
+        state,
+        body.timestamp
+            .unwrap_or_else(|| state.clock.now_unix_secs()),
+    )?;
     let write = WriteRequest {
         id,
         delta: sign * delta,
@@ -302,9 +340,11 @@ async fn increment(
     if delta == 0 {
         return Err(ShardError::BadRequest("delta must not be 0".into()));
     }
-    let timestamp_secs = body
-        .timestamp
-        .unwrap_or_else(|| state.clock.now_unix_secs());
+    let timestamp_secs = check_timestamp(
+        state,
+        body.timestamp
+            .unwrap_or_else(|| state.clock.now_unix_secs()),
+    )?;
     let write = WriteRequest {
         id,
         delta,
@@ -433,7 +473,7 @@ async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Res
                 id: CounterId::new(entry.id)?,
                 delta: entry.delta,
                 idempotency_key: entry.idempotency_key.map(Into::into),
-                timestamp_secs: entry.timestamp.unwrap_or(now_secs),
+                timestamp_secs: check_timestamp(state, entry.timestamp.unwrap_or(now_secs))?,
             })
         })();
         match checked {
@@ -629,7 +669,10 @@ async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Response,
 fn slot_copy(state: &NodeState, slot: &str) -> Result<Response, ShardError> {
     let entries = if slot == state.slot_name {
         let table = state.table.read().expect("slot table lock");
-        table.iter().map(|(id, s)| (id.to_owned(), s)).collect()
+        table
+            .iter()
+            .map(|(id, r)| (id.to_owned(), r.clone()))
+            .collect()
     } else {
         let replicas = state.replicas.read().expect("replicas lock");
         let index = replicas.slot_index(slot).ok_or_else(|| {

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use geocount_model::{
-    Clock, CounterDescription, CounterId, Durability, Hlc, Placement, ShardDefaults, SlotState,
-    VersionedDescription, next_slot_version,
+    Clock, CounterDescription, CounterId, Durability, Hlc, Placement, Recorded, ShardDefaults,
+    SlotRecord, SlotState, VersionedDescription, next_slot_version,
 };
 use geocount_sync::DescriptionTable;
 use tokio::sync::{mpsc, oneshot};
@@ -101,7 +101,7 @@ impl NodeHealth {
 /// The changes a group makes, before they are durable.
 #[derive(Default)]
 struct Staged {
-    slots: HashMap<Box<str>, SlotState>,
+    slots: HashMap<Box<str>, SlotRecord>,
     descriptions: Vec<VersionedDescription>,
     idempotency: HashMap<Box<str>, IdempotencyRecord>,
 }
@@ -219,7 +219,9 @@ impl CommitLoop {
                         writes += requests.len() as u64;
                         let results = requests
                             .into_iter()
-                            .map(|w| self.stage_write(&table, &mut staged, w, now_ms))
+                            .map(|w| {
+                                self.stage_write(&table, &descriptions, &mut staged, w, now_ms)
+                            })
                             .collect();
                         replies.push(Reply::Write(reply, results));
                     }
@@ -269,6 +271,7 @@ impl CommitLoop {
     fn stage_write(
         &mut self,
         table: &SlotTable,
+        descriptions: &DescriptionTable,
         staged: &mut Staged,
         write: WriteRequest,
         now_ms: u64,
@@ -291,21 +294,32 @@ impl CommitLoop {
                 });
             }
         }
-        let current = staged
-            .slots
+        let mut record = match staged.slots.get(id) {
+            Some(record) => record.clone(),
+            None => table.get_record(id).cloned().unwrap_or_default(),
+        };
+        let next = record
+            .state
+            .apply(write.delta, next_slot_version(self.last_version, now_ms))?;
+        // The hit lands in its own second's bucket of the counter's window.
+        let window_seconds = descriptions
             .get(id)
-            .copied()
-            .or_else(|| table.get(id))
-            .unwrap_or_default();
-        let next = current.apply(write.delta, next_slot_version(self.last_version, now_ms))?;
-        self.last_version = next.version;
-        self.hot.count(id, 1);
-        match staged.slots.get_mut(id) {
-            Some(slot) => *slot = next,
-            None => {
-                staged.slots.insert(id.into(), next);
+            .map_or(self.shared.settings.default_window_seconds, |d| {
+                d.description.window_seconds
+            });
+        match record
+            .window
+            .record(write.timestamp_secs, write.delta, window_seconds)?
+        {
+            Recorded::Counted => {}
+            Recorded::TooOld => {
+                self.shared.metrics.window_too_old.inc();
             }
         }
+        record.state = next;
+        self.last_version = next.version;
+        self.hot.count(id, 1);
+        staged.slots.insert(id.into(), record);
         if let Some(key) = write.idempotency_key {
             let record = IdempotencyRecord {
                 counter: id.into(),
@@ -341,8 +355,8 @@ impl CommitLoop {
     fn install(&mut self, record: LogRecord, now_ms: u64) {
         {
             let mut table = self.shared.table.write().expect("slot table lock");
-            for (id, state) in &record.slots {
-                table.merge(id, *state);
+            for (id, slot) in &record.slots {
+                table.merge(id, slot);
             }
             self.shared.metrics.counters_held.set(table.len() as i64);
         }
@@ -352,8 +366,8 @@ impl CommitLoop {
                 descriptions.merge(description.clone());
             }
         }
-        for (id, state) in &record.slots {
-            self.pending.record_slot(id, *state);
+        for (id, slot) in &record.slots {
+            self.pending.record_slot(id, slot);
         }
         self.pending.descriptions.extend(record.descriptions);
         for (key, entry) in record.idempotency {

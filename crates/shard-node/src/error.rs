@@ -34,6 +34,18 @@ pub enum ShardError {
     /// `POST /counter` for an id that already exists.
     #[error("counter {0:?} already exists")]
     AlreadyExists(String),
+    /// A write timestamped too far ahead of this node's clock.
+    #[error(
+        "timestamp {timestamp} is {ahead} s ahead of this node's clock; at most {allowed} s is accepted"
+    )]
+    TimestampAhead {
+        /// The write's timestamp, in unix seconds.
+        timestamp: u64,
+        /// How far ahead it is, in seconds.
+        ahead: u64,
+        /// The configured skew allowed.
+        allowed: u64,
+    },
     /// An `Idempotency-Key` reused for a different write.
     #[error(
         "Idempotency-Key {key:?} was already used for a different write (counter {counter:?}, delta {delta})"
@@ -75,7 +87,9 @@ impl HttpError for ShardError {
             ShardError::Request(refusal) => refusal.status(),
             ShardError::NotFound(_) => StatusCode::NOT_FOUND,
             ShardError::AlreadyExists(_) => StatusCode::CONFLICT,
-            ShardError::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ShardError::IdempotencyKeyReused { .. } | ShardError::TimestampAhead { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ShardError::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ShardError::Unavailable(_) | ShardError::Unreachable(_) => {

@@ -36,6 +36,8 @@ pub struct ShardMetrics {
     pub shard_count_changes: Counter,
     /// Writes forwarded to the node owning one of the counter's slots.
     pub writes_forwarded: Counter,
+    /// Hits older than their counter's window: counted in the total, not in any window bucket.
+    pub window_too_old: Counter,
     /// Sync pulls from peers and the aggregator that succeeded, by source.
     pub pulls_ok: Family<SourceLabel, Counter>,
     /// Sync pulls that failed, by source.
@@ -70,6 +72,7 @@ impl Default for ShardMetrics {
             checkpoint_failures: Counter::default(),
             shard_count_changes: Counter::default(),
             writes_forwarded: Counter::default(),
+            window_too_old: Counter::default(),
             pulls_ok: Family::default(),
             pulls_failed: Family::default(),
             replica_merges: Counter::default(),
@@ -135,6 +138,11 @@ impl Default for ShardMetrics {
             "writes_forwarded",
             "Writes forwarded to a node owning one of the counter's slots",
             metrics.writes_forwarded.clone(),
+        );
+        registry.register(
+            "window_too_old",
+            "Hits older than their counter's window: in the total, in no window bucket",
+            metrics.window_too_old.clone(),
         );
         registry.register(
             "sync_pulls_ok",

@@ -56,8 +56,8 @@ pub fn recover(
     let mut descriptions = DescriptionTable::default();
     let mut idempotency = IdempotencyCache::new(settings.idempotency_retention_secs * 1000);
     let mut pending = Checkpoint::default();
-    for (id, state) in stored.slots {
-        table.merge(&id, state);
+    for (id, record) in stored.slots {
+        table.merge(&id, &record);
     }
     for description in stored.descriptions {
         descriptions.merge(description);
@@ -74,9 +74,9 @@ pub fn recover(
     }
 
     let newest = wal::replay(data_dir, |record| {
-        for (id, state) in record.slots {
-            table.merge(&id, state);
-            pending.record_slot(&id, state);
+        for (id, slot) in record.slots {
+            table.merge(&id, &slot);
+            pending.record_slot(&id, &slot);
         }
         for description in record.descriptions {
             descriptions.merge(description.clone());

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use geocount_model::SlotState;
+use geocount_model::SlotRecord;
 use geocount_model::wire::SlotCopy;
 use geocount_net::HttpClient;
 use tokio::task::JoinSet;
@@ -14,8 +14,8 @@ use tokio::task::JoinSet;
 /// What the sources handed back.
 #[derive(Debug, Default)]
 pub struct Restored {
-    /// The highest version each source had of each counter.
-    pub entries: HashMap<String, SlotState>,
+    /// The highest version any source had of each counter.
+    pub entries: HashMap<String, SlotRecord>,
     /// How many sources answered.
     pub answered: usize,
 }
@@ -51,8 +51,8 @@ pub async fn restore_slot(
     while let Some(copy) = asks.join_next().await {
         let Ok(Some(copy)) = copy else { continue };
         restored.answered += 1;
-        for (id, state) in copy.entries {
-            restored.entries.entry(id).or_default().merge(state);
+        for (id, record) in copy.entries {
+            restored.entries.entry(id).or_default().merge(&record);
         }
     }
     restored

@@ -252,11 +252,11 @@ async fn restore_from_datacenter(
         return Ok(());
     }
     let mut record = LogRecord::default();
-    for (id, state) in restored.entries {
-        if recovered.table.merge(&id, state) {
-            recovered.log.pending.record_slot(&id, state);
-            recovered.log.last_version = recovered.log.last_version.max(state.version);
-            record.slots.push((id.into(), state));
+    for (id, slot) in restored.entries {
+        if recovered.table.merge(&id, &slot) {
+            recovered.log.pending.record_slot(&id, &slot);
+            recovered.log.last_version = recovered.log.last_version.max(slot.state.version);
+            record.slots.push((id.into(), slot));
         }
     }
     tracing::info!(%slot, counters = record.slots.len(), sources = restored.answered, "restored the slot from the datacenter");

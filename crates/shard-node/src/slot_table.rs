@@ -4,17 +4,17 @@
 
 use std::sync::{Arc, RwLock};
 
-use geocount_model::SlotState;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
+use geocount_model::{SlotRecord, SlotState};
 use geocount_sync::{ChangeJournal, Journaled};
 use indexmap::IndexMap;
 
 /// The table, shared by the HTTP handlers (readers) and the commit thread (the only writer).
 pub type SharedSlotTable = Arc<RwLock<SlotTable>>;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Row {
-    state: SlotState,
+    record: SlotRecord,
     latest_seq: u64,
 }
 
@@ -28,7 +28,12 @@ pub struct SlotTable {
 impl SlotTable {
     /// This slot's state of counter `id`, if the node has seen it.
     pub fn get(&self, id: &str) -> Option<SlotState> {
-        self.rows.get(id).map(|row| row.state)
+        self.rows.get(id).map(|row| row.record.state)
+    }
+
+    /// This slot's whole record of counter `id`: total, version and window.
+    pub fn get_record(&self, id: &str) -> Option<&SlotRecord> {
+        self.rows.get(id).map(|row| &row.record)
     }
 
     /// Whether the node has seen counter `id` at all.
@@ -46,18 +51,18 @@ impl SlotTable {
         self.rows.is_empty()
     }
 
-    /// Merges a state of counter `id` by version (last writer wins); returns whether it changed.
-    pub fn merge(&mut self, id: &str, state: SlotState) -> bool {
+    /// Merges a record of counter `id` by version (last writer wins); returns whether it changed.
+    pub fn merge(&mut self, id: &str, record: &SlotRecord) -> bool {
         let index = match self.rows.get_full_mut(id) {
             Some((index, _, row)) => {
-                if !row.state.merge(state) {
+                if !row.record.merge(record) {
                     return false;
                 }
                 index
             }
             None => {
                 let row = Row {
-                    state,
+                    record: record.clone(),
                     latest_seq: 0,
                 };
                 self.rows.insert_full(id.into(), row).0
@@ -71,14 +76,14 @@ impl SlotTable {
     pub fn max_version(&self) -> u64 {
         self.rows
             .values()
-            .map(|r| r.state.version)
+            .map(|r| r.record.state.version)
             .max()
             .unwrap_or(0)
     }
 
-    /// Every counter's state.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, SlotState)> {
-        self.rows.iter().map(|(id, row)| (&**id, row.state))
+    /// Every counter's record.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &SlotRecord)> {
+        self.rows.iter().map(|(id, row)| (&**id, &row.record))
     }
 
     /// The states changed since `cursor`, as a page named after `slot_name`.
@@ -113,7 +118,7 @@ impl Journaled for SlotTable {
         out.push(SlotEntry {
             slot: 0,
             id: id.to_string(),
-            state: row.state,
+            record: row.record.clone(),
         });
     }
 }

@@ -4,21 +4,21 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use geocount_model::{SlotState, VersionedDescription};
+use geocount_model::{SlotRecord, VersionedDescription};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::StorageError;
 use crate::idempotency::IdempotencyRecord;
 
-const SLOTS: TableDefinition<&str, (i64, u64)> = TableDefinition::new("slots");
+const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records");
 const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
 const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
 
 /// Everything a checkpoint writes: the changes of log segments up to `through_segment`.
 #[derive(Debug, Default)]
 pub struct Checkpoint {
-    /// The newest state of each slot changed since the previous checkpoint.
-    pub slots: HashMap<Box<str>, SlotState>,
+    /// The newest record of each counter changed since the previous checkpoint.
+    pub slots: HashMap<Box<str>, SlotRecord>,
     /// Counters created since the previous checkpoint.
     pub descriptions: Vec<VersionedDescription>,
     /// Idempotency keys recorded since the previous checkpoint.
@@ -38,22 +38,22 @@ impl Checkpoint {
             && self.idempotency_expired.is_empty()
     }
 
-    /// Adds a slot state, keeping the newer version.
-    pub fn record_slot(&mut self, id: &str, state: SlotState) {
+    /// Adds a slot record, keeping the newer version.
+    pub fn record_slot(&mut self, id: &str, record: &SlotRecord) {
         match self.slots.get_mut(id) {
             Some(current) => {
-                current.merge(state);
+                current.merge(record);
             }
             None => {
-                self.slots.insert(id.into(), state);
+                self.slots.insert(id.into(), record.clone());
             }
         }
     }
 
     /// Folds a later checkpoint into this one (used to retry a checkpoint that failed).
     pub fn absorb(&mut self, later: Checkpoint) {
-        for (id, state) in later.slots {
-            self.record_slot(&id, state);
+        for (id, record) in later.slots {
+            self.record_slot(&id, &record);
         }
         self.descriptions.extend(later.descriptions);
         self.idempotency_added.extend(later.idempotency_added);
@@ -71,8 +71,8 @@ pub struct Store {
 /// What the store held at startup.
 #[derive(Debug, Default)]
 pub struct StoredState {
-    /// Every slot state.
-    pub slots: Vec<(Box<str>, SlotState)>,
+    /// Every slot record.
+    pub slots: Vec<(Box<str>, SlotRecord)>,
     /// Every counter description.
     pub descriptions: Vec<VersionedDescription>,
     /// Every idempotency record not yet deleted.
@@ -106,11 +106,9 @@ impl Store {
             .iter()
             .map_err(store_error)?
         {
-            let (id, slot) = row.map_err(store_error)?;
-            let (value, version) = slot.value();
-            state
-                .slots
-                .push((id.value().into(), SlotState { value, version }));
+            let (id, bytes) = row.map_err(store_error)?;
+            let record: SlotRecord = postcard::from_bytes(bytes.value())?;
+            state.slots.push((id.value().into(), record));
         }
         for row in txn
             .open_table(DESCRIPTIONS)
@@ -142,10 +140,9 @@ impl Store {
         let txn = self.db.begin_write().map_err(store_error)?;
         {
             let mut slots = txn.open_table(SLOTS).map_err(store_error)?;
-            for (id, state) in &checkpoint.slots {
-                slots
-                    .insert(&**id, (state.value, state.version))
-                    .map_err(store_error)?;
+            for (id, record) in &checkpoint.slots {
+                let bytes = postcard::to_allocvec(record)?;
+                slots.insert(&**id, bytes.as_slice()).map_err(store_error)?;
             }
             let mut descriptions = txn.open_table(DESCRIPTIONS).map_err(store_error)?;
             for description in &checkpoint.descriptions {

@@ -13,7 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use geocount_model::{SlotState, VersionedDescription};
+use geocount_model::{SlotRecord, VersionedDescription};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;
@@ -24,8 +24,8 @@ const HEADER_BYTES: usize = 8;
 /// What one committed group changed.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogRecord {
-    /// The new state of every slot the group changed.
-    pub slots: Vec<(Box<str>, SlotState)>,
+    /// The new record of every counter the group changed in this slot.
+    pub slots: Vec<(Box<str>, SlotRecord)>,
     /// Counters created by the group.
     pub descriptions: Vec<VersionedDescription>,
     /// Idempotency keys first used by the group.
@@ -268,7 +268,10 @@ mod tests {
 
     fn record(id: &str, value: i64, version: u64) -> LogRecord {
         LogRecord {
-            slots: vec![(id.into(), SlotState { value, version })],
+            slots: vec![(
+                id.into(),
+                geocount_model::SlotState { value, version }.into(),
+            )],
             ..LogRecord::default()
         }
     }

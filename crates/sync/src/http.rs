@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use geocount_model::wire::SlotFreshness;
-use geocount_model::{CounterId, ModelError};
+use geocount_model::{CounterId, ModelError, SlotRecord};
 use geocount_net::{BodyError, HttpError, Response, bytes_response, read_body};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -218,5 +218,85 @@ mod tests {
             .into_iter()
             .collect();
         assert_eq!(serde_json::to_string(&named).unwrap(), r#"{"b":1,"a":2}"#);
+    }
+}
+
+/// The rolling-window part of a read: `window=S&at=T` asks for the hits with `T - S < t <= T`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WindowQuery {
+    /// The window length `S`, in seconds.
+    pub seconds: u32,
+    /// The end of the window `T`, in unix seconds.
+    pub at: u64,
+}
+
+impl WindowQuery {
+    /// The value a slot record contributes to a read: its running total, or its hits in the
+    /// window.
+    pub fn value_of(query: Option<&WindowQuery>, record: &SlotRecord) -> i128 {
+        match query {
+            Some(window) => record.window.sum(window.seconds, window.at),
+            None => i128::from(record.state.value),
+        }
+    }
+
+    /// Refuses a window longer than the counter's (`window_seconds`).
+    pub fn check(&self, window_seconds: u32) -> Result<(), RequestError> {
+        if self.seconds > window_seconds {
+            return Err(RequestError::BadRequest(format!(
+                "window={} is longer than the counter's window of {window_seconds} s",
+                self.seconds
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Parses a read's query string: `window=S` (1 or more seconds) and `at=T` (unix seconds,
+/// default `now_secs`; only with `window`) are understood here; every other key goes to
+/// `other`, which returns whether it took it. Unknown keys, repeated keys and bad values are
+/// refused with 400.
+pub fn parse_read_query(
+    query: Option<&str>,
+    now_secs: u64,
+    mut other: impl FnMut(&str, &str) -> Result<bool, RequestError>,
+) -> Result<Option<WindowQuery>, RequestError> {
+    let bad = |message: String| RequestError::BadRequest(message);
+    let (mut seconds, mut at) = (None, None);
+    let mut seen = std::collections::HashSet::new();
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if !seen.insert(key.clone()) {
+            return Err(bad(format!("query parameter {key} is given twice")));
+        }
+        match key.as_ref() {
+            "window" => {
+                let s = value.parse::<u32>().ok().filter(|s| *s > 0);
+                seconds = Some(s.ok_or_else(|| {
+                    bad(format!(
+                        "window must be a whole number of seconds above 0, got {value:?}"
+                    ))
+                })?);
+            }
+            "at" => {
+                at = Some(value.parse::<u64>().map_err(|_| {
+                    bad(format!(
+                        "at must be a time in whole unix seconds, got {value:?}"
+                    ))
+                })?);
+            }
+            key => {
+                if !other(key, &value)? {
+                    return Err(bad(format!("unknown query parameter {key:?}")));
+                }
+            }
+        }
+    }
+    match (seconds, at) {
+        (Some(seconds), at) => Ok(Some(WindowQuery {
+            seconds,
+            at: at.unwrap_or(now_secs),
+        })),
+        (None, Some(_)) => Err(bad("at is only meaningful with window".into())),
+        (None, None) => Ok(None),
     }
 }

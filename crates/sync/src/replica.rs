@@ -46,6 +46,13 @@ pub struct SourceHealth {
 }
 
 impl Replica {
+    /// Counter `id`'s window length: its description's, else `default_window_seconds`.
+    pub fn window_seconds(&self, id: &str, default_window_seconds: u32) -> u32 {
+        self.descriptions
+            .get(id)
+            .map_or(default_window_seconds, |d| d.description.window_seconds)
+    }
+
     /// Empty copies of the slots named `slot_names`, to be pulled from `sources` (none heard
     /// yet).
     pub fn new(slot_names: Vec<String>, sources: &[PullSource]) -> Self {
@@ -271,7 +278,7 @@ mod tests {
                 entries: vec![SlotEntry {
                     slot: 0,
                     id: "c".into(),
-                    state: SlotState { value, version },
+                    record: SlotState { value, version }.into(),
                 }],
                 next: Cursor::Seq { epoch: 1, seq: 1 },
                 caught_up: true,
@@ -314,6 +321,7 @@ mod tests {
                     value: 5,
                     version: 2
                 }
+                .into()
             )]
         );
         assert_eq!(r.source_health(0, 1_100).staleness_ms, Some(150));
@@ -332,6 +340,7 @@ mod tests {
                     value: 5,
                     version: 2
                 }
+                .into()
             )]
         );
         assert!(r.slot_copy("DC_B_VAL_0").is_none());

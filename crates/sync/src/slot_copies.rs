@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use geocount_model::SlotState;
+use geocount_model::SlotRecord;
 use geocount_model::wire::{SlotEntry, SlotPage};
 use indexmap::IndexMap;
 
@@ -12,7 +12,7 @@ use crate::journal::{ChangeJournal, Journaled};
 /// One counter's copies: `(slot index, state)` for each slot that ever held a value.
 #[derive(Debug, Default)]
 struct CounterCopies {
-    slots: Vec<(u16, SlotState)>,
+    slots: Vec<(u16, SlotRecord)>,
     latest_seq: u64,
 }
 
@@ -51,8 +51,8 @@ impl SlotCopies {
         self.slot_index.get(name).copied()
     }
 
-    /// Merges one slot state of counter `id`; returns whether anything changed.
-    pub fn merge(&mut self, slot: u16, id: &str, state: SlotState) -> bool {
+    /// Merges one slot record of counter `id`; returns whether anything changed.
+    pub fn merge(&mut self, slot: u16, id: &str, record: &SlotRecord) -> bool {
         let (index, copies) = match self.counters.get_full_mut(id) {
             Some((index, _, copies)) => (index, copies),
             None => {
@@ -63,9 +63,9 @@ impl SlotCopies {
             }
         };
         let changed = match copies.slots.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, current)) => current.merge(state),
+            Some((_, current)) => current.merge(record),
             None => {
-                copies.slots.push((slot, state));
+                copies.slots.push((slot, record.clone()));
                 true
             }
         };
@@ -83,19 +83,19 @@ impl SlotCopies {
         let mut changed = 0;
         for entry in &page.entries {
             if let Some(Some(slot)) = mapping.get(entry.slot as usize) {
-                changed += usize::from(self.merge(*slot, &entry.id, entry.state));
+                changed += usize::from(self.merge(*slot, &entry.id, &entry.record));
             }
         }
         changed
     }
 
     /// Counter `id`'s copies, `(slot index, state)`.
-    pub fn get(&self, id: &str) -> Option<&[(u16, SlotState)]> {
+    pub fn get(&self, id: &str) -> Option<&[(u16, SlotRecord)]> {
         self.counters.get(id).map(|c| c.slots.as_slice())
     }
 
     /// Every counter with its copies.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &[(u16, SlotState)])> {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[(u16, SlotRecord)])> {
         self.counters
             .iter()
             .map(|(id, c)| (&**id, c.slots.as_slice()))
@@ -112,14 +112,14 @@ impl SlotCopies {
     }
 
     /// Every counter's state in slot `slot`.
-    pub fn copy_of_slot(&self, slot: u16) -> Vec<(String, SlotState)> {
+    pub fn copy_of_slot(&self, slot: u16) -> Vec<(String, SlotRecord)> {
         self.counters
             .iter()
             .filter_map(|(id, c)| {
                 c.slots
                     .iter()
                     .find(|(s, _)| *s == slot)
-                    .map(|(_, state)| (id.to_string(), *state))
+                    .map(|(_, record)| (id.to_string(), record.clone()))
             })
             .collect()
     }
@@ -153,11 +153,11 @@ impl Journaled for SlotCopies {
 
     fn items(&self, index: usize, out: &mut Vec<SlotEntry>) {
         let (id, copies) = self.counters.get_index(index).expect("index in range");
-        for (slot, state) in &copies.slots {
+        for (slot, record) in &copies.slots {
             out.push(SlotEntry {
                 slot: *slot,
                 id: id.to_string(),
-                state: *state,
+                record: record.clone(),
             });
         }
     }
@@ -168,17 +168,17 @@ mod tests {
     use super::*;
     use geocount_model::wire::Cursor;
 
-    fn state(value: i64, version: u64) -> SlotState {
-        SlotState { value, version }
+    fn state(value: i64, version: u64) -> SlotRecord {
+        geocount_model::SlotState { value, version }.into()
     }
 
     #[test]
     fn pages_replay_into_another_table_in_any_order() {
         let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
         let mut source = SlotCopies::new(names.clone());
-        source.merge(0, "c", state(5, 10));
-        source.merge(1, "c", state(3, 7));
-        source.merge(0, "d", state(1, 2));
+        source.merge(0, "c", &state(5, 10));
+        source.merge(1, "c", &state(3, 7));
+        source.merge(0, "d", &state(1, 2));
         // The puller holds the slots in another order.
         let mut copy = SlotCopies::new(vec![
             names[1].clone(),
@@ -193,7 +193,7 @@ mod tests {
         c.sort_unstable_by_key(|(s, _)| *s);
         assert_eq!(c, vec![(0, state(3, 7)), (1, state(5, 10))]);
         // An old state arriving late does not win.
-        source.merge(0, "c", state(9, 11));
+        source.merge(0, "c", &state(9, 11));
         let newer = source.page(page.next, 100);
         assert_eq!(newer.entries.len(), 2, "both slots of the changed counter");
         copy.apply_page(&newer);
