@@ -66,6 +66,23 @@ pub enum GeoctlError {
         /// Why.
         source: std::io::Error,
     },
+    /// The plot could not be drawn.
+    #[error("cannot draw the plot: {0}")]
+    Plot(String),
+    /// After the load, some counters' global totals did not equal their acknowledged deltas.
+    #[error("not exact: {differing} of {counters} counters differ from the acknowledged deltas")]
+    NotExact {
+        /// Counters whose total differed.
+        differing: usize,
+        /// Counters checked.
+        counters: usize,
+    },
+    /// The load sent writes but none was acknowledged.
+    #[error("none of the {sent} writes sent was acknowledged")]
+    NothingAcknowledged {
+        /// Writes sent.
+        sent: u64,
+    },
     /// Standard output could not be written (e.g. a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),

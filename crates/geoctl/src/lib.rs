@@ -6,8 +6,12 @@
 //!   - [`cmd::get`]: read a counter from the global aggregator and summarize it per datacenter;
 //!   - [`cmd::create`]: `POST /counter` through a random shard node;
 //!   - [`cmd::incr`]: one write through a random shard node;
-//!   - [`cmd::lag`]: measure how long a write takes to show at the global aggregator.
+//!   - [`cmd::lag`]: measure how long a write takes to show at the global aggregator;
+//!   - [`cmd::load`]: drive writes at the cluster and measure throughput, latency, lag under
+//!     load, and that the global totals are exact.
 //! - [`error`]: this crate's error enum ([`GeoctlError`]).
+//! - [`load`]: the parts of `geoctl load` (workload, pacing, sending, tallies, probes,
+//!   exactness, report, plot, progress bar).
 //!
 //! [`run`] loads the topology and runs one [`Command`]; the `geoctl` binary only parses flags
 //! and calls it.
@@ -15,6 +19,7 @@
 pub mod cluster;
 pub mod cmd;
 pub mod error;
+pub mod load;
 
 use std::io::Write;
 use std::path::Path;
@@ -27,7 +32,7 @@ pub use error::GeoctlError;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One subcommand with its options.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     /// Read a counter from the global aggregator.
     Get(cmd::get::GetOptions),
@@ -37,6 +42,8 @@ pub enum Command {
     Incr(cmd::incr::IncrOptions),
     /// Measure visibility lag.
     Lag(cmd::lag::LagOptions),
+    /// Drive writes at the cluster and measure it.
+    Load(cmd::load::LoadOptions),
 }
 
 /// Loads the topology file `config` and runs `command`, printing to `out`.
@@ -47,6 +54,7 @@ pub async fn run(config: &Path, command: &Command, out: &mut dyn Write) -> Resul
         Command::Create(options) => cmd::create::run(&cluster, options, out).await,
         Command::Incr(options) => cmd::incr::run(&cluster, options, out).await,
         Command::Lag(options) => cmd::lag::run(&cluster, options, out).await.map(drop),
+        Command::Load(options) => cmd::load::run(&cluster, options, out).await.map(drop),
     }?;
     out.flush()?;
     Ok(())

@@ -1,18 +1,24 @@
-//! `geoctl [--config FILE] get|create|incr|lag ...`: parses flags and calls the library.
+//! `geoctl [--config FILE] get|create|incr|lag|load ...`: parses flags and calls the library.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::builder::RangedU64ValueParser;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use geoctl::Command;
 use geoctl::cmd::create::CreateOptions;
 use geoctl::cmd::get::GetOptions;
 use geoctl::cmd::incr::IncrOptions;
 use geoctl::cmd::lag::{DEFAULT_CONCURRENCY, DEFAULT_SAMPLES, LagOptions};
+use geoctl::cmd::load::{
+    DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY as DEFAULT_LOAD_CONCURRENCY, DEFAULT_COUNTERS,
+    DEFAULT_DURATION_SECS, DEFAULT_ZIPF_EXPONENT, LoadOptions, MAX_BATCH_SIZE,
+};
+use geoctl::load::workload::{KeyDistribution, WritePath};
 
-/// A command line for a geocount cluster: read, create and write counters, and measure how long
-/// writes take to show at the global aggregator.
+/// A command line for a geocount cluster: read, create and write counters, measure how long
+/// writes take to show at the global aggregator, and drive load at it.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
@@ -95,6 +101,68 @@ enum Sub {
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
+    /// Drive writes (random deltas, some negative) at the cluster through every shard node, and
+    /// report throughput, request latency, visibility lag under load, and whether every written
+    /// counter's global total equals its acknowledged deltas (exits 1 if not).
+    Load {
+        /// How long to send writes, in seconds.
+        #[arg(long, value_name = "S", default_value_t = DEFAULT_DURATION_SECS,
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        duration_secs: u64,
+        /// Target writes per second over all requests; 0 sends as fast as possible.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        rate: u64,
+        /// How many counters the writes are spread over.
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_COUNTERS,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
+        counters: usize,
+        /// How writes are spread over the counters: uniformly, or Zipf (a few hot counters).
+        #[arg(long, value_enum, default_value_t = DistributionArg::Uniform)]
+        distribution: DistributionArg,
+        /// The Zipf exponent (with --distribution zipf): larger is more skewed.
+        #[arg(long, value_name = "E", default_value_t = DEFAULT_ZIPF_EXPONENT)]
+        zipf_exponent: f64,
+        /// `http`: one write per request (PATCH /counter/{id}/write); `batch`: postcard
+        /// POST /batch with --batch-size writes per request.
+        #[arg(long, value_enum, default_value_t = PathArg::Http)]
+        path: PathArg,
+        /// Writes per batch (with --path batch).
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH_SIZE,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_BATCH_SIZE as u64))]
+        batch_size: usize,
+        /// Requests in flight at once.
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_LOAD_CONCURRENCY,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
+        concurrency: usize,
+        /// Counters are `<P>-<i>`, lag probes `<P>-probe-<k>`; they must be fresh
+        /// [default: `load-<random hex>`].
+        #[arg(long, value_name = "P")]
+        counter_prefix: Option<String>,
+        /// Also write the report as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Also draw writes per second and visibility lag over time to this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
+}
+
+/// `--distribution`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DistributionArg {
+    /// Every counter equally likely.
+    Uniform,
+    /// Zipf-distributed: counter 0 hottest.
+    Zipf,
+}
+
+/// `--path`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PathArg {
+    /// One write per request.
+    Http,
+    /// Postcard batches.
+    Batch,
 }
 
 impl From<Sub> for Command {
@@ -126,6 +194,38 @@ impl From<Sub> for Command {
                 start_jitter_ms,
                 json,
             }),
+            Sub::Load {
+                duration_secs,
+                rate,
+                counters,
+                distribution,
+                zipf_exponent,
+                path,
+                batch_size,
+                concurrency,
+                counter_prefix,
+                json,
+                plot,
+            } => Command::Load(LoadOptions {
+                duration_secs,
+                rate,
+                counters,
+                distribution: match distribution {
+                    DistributionArg::Uniform => KeyDistribution::Uniform,
+                    DistributionArg::Zipf => KeyDistribution::Zipf,
+                },
+                zipf_exponent,
+                path: match path {
+                    PathArg::Http => WritePath::Http,
+                    PathArg::Batch => WritePath::Batch,
+                },
+                batch_size,
+                concurrency,
+                counter_prefix,
+                json,
+                plot,
+                progress: std::io::stdout().is_terminal(),
+            }),
         }
     }
 }
@@ -143,7 +243,8 @@ fn main() -> ExitCode {
         }
     };
     let command = Command::from(args.command);
-    let mut stdout = std::io::stdout().lock();
+    // Not locked: the load's progress bar draws on standard output from other threads.
+    let mut stdout = std::io::stdout();
     match runtime.block_on(geoctl::run(&args.config, &command, &mut stdout)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

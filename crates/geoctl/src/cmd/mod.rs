@@ -5,3 +5,4 @@ pub mod create;
 pub mod get;
 pub mod incr;
 pub mod lag;
+pub mod load;

@@ -1,0 +1,494 @@
+//! `geoctl load`: drives writes at a cluster and measures what it does with them.
+//!
+//! `concurrency` workers send writes with random deltas (mostly increments, some decrements)
+//! to the counters `<prefix>-0..N` (uniform or Zipf), through the single-write path
+//! (`PATCH /counter/{id}/write`) or the batched path (postcard `POST /batch`), round robin over
+//! every shard node of every datacenter; at a target rate paced globally
+//! ([`crate::load::pacing`]) or as fast as they can. Every write carries its own idempotency
+//! key, and a failed request is retried once with the same keys ([`crate::load::send`]).
+//!
+//! Meanwhile a probe writes +1 to a fresh counter every 100 ms and times how long the global
+//! aggregator takes to show it ([`crate::load::probe`]). Afterwards every written counter's
+//! global total must equal the sum of its acknowledged deltas ([`crate::load::exactness`]);
+//! otherwise the command fails. The figures are printed, and optionally written as JSON and as
+//! an SVG plot.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use geocount_model::CounterId;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use crate::cluster::{Cluster, ShardNode, counter_path, parse_body, status_error};
+use crate::error::GeoctlError;
+use crate::load::exactness::{Expected, settle};
+use crate::load::pacing::Pacer;
+use crate::load::plot::render_svg;
+use crate::load::probe::{PROBE_INTERVAL, run_probes};
+use crate::load::progress::{LoadProgress, RateWindow, live_message};
+use crate::load::report::{LoadReport, LoadSettings, assemble, grouped, render};
+use crate::load::send::{PlannedWrite, RunClock, send_batch, send_single};
+use crate::load::tally::{Tally, WriteOutcome};
+use crate::load::workload::{
+    CounterPicker, KeyDistribution, WritePath, counter_id, probe_id, random_delta, random_prefix,
+};
+
+/// How long writes are sent unless asked otherwise, in seconds.
+pub const DEFAULT_DURATION_SECS: u64 = 10;
+/// How many counters unless asked otherwise.
+pub const DEFAULT_COUNTERS: usize = 1000;
+/// The Zipf exponent unless asked otherwise.
+pub const DEFAULT_ZIPF_EXPONENT: f64 = 1.1;
+/// Writes per batch unless asked otherwise.
+pub const DEFAULT_BATCH_SIZE: usize = 1000;
+/// The most writes per batch (the shard nodes' default `max_batch_entries`).
+pub const MAX_BATCH_SIZE: usize = 100_000;
+/// Requests in flight at once unless asked otherwise.
+pub const DEFAULT_CONCURRENCY: usize = 32;
+/// How long the exactness check waits for the global totals to catch up.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the progress bar is redrawn.
+const PROGRESS_TICK: Duration = Duration::from_millis(200);
+
+/// What `geoctl load` was asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadOptions {
+    /// How long to send writes, in seconds (at least 1).
+    pub duration_secs: u64,
+    /// Target writes per second over all workers; 0: as fast as possible.
+    pub rate: u64,
+    /// How many counters the writes are spread over.
+    pub counters: usize,
+    /// How writes are spread over the counters.
+    pub distribution: KeyDistribution,
+    /// The Zipf exponent (for [`KeyDistribution::Zipf`]).
+    pub zipf_exponent: f64,
+    /// Single writes or batches.
+    pub path: WritePath,
+    /// Writes per batch (for [`WritePath::Batch`]).
+    pub batch_size: usize,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Counters are `<prefix>-<i>`, probes `<prefix>-probe-<k>`; `None`: `load-<random hex>`.
+    /// They must be fresh: the exactness check expects them to start at 0.
+    pub counter_prefix: Option<String>,
+    /// Also write the report as JSON to this file.
+    pub json: Option<PathBuf>,
+    /// Also draw the write rate and the lag over time as SVG to this file.
+    pub plot: Option<PathBuf>,
+    /// Show a progress bar on standard output (when it is a terminal).
+    pub progress: bool,
+}
+
+impl LoadOptions {
+    /// Writes per request.
+    pub fn writes_per_request(&self) -> usize {
+        match self.path {
+            WritePath::Http => 1,
+            WritePath::Batch => self.batch_size,
+        }
+    }
+
+    fn validate(&self) -> Result<(), GeoctlError> {
+        let invalid = |message: String| Err(GeoctlError::InvalidArgument(message));
+        if self.duration_secs == 0 {
+            return invalid("--duration-secs must be at least 1".to_owned());
+        }
+        if self.concurrency == 0 {
+            return invalid("--concurrency must be at least 1".to_owned());
+        }
+        if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
+            return invalid(format!("--batch-size must be 1 to {MAX_BATCH_SIZE}"));
+        }
+        Ok(())
+    }
+}
+
+/// The live counts the progress bar shows.
+#[derive(Debug, Default)]
+struct Live {
+    acknowledged: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// What every worker shares.
+#[derive(Debug)]
+struct Shared {
+    cluster: Arc<Cluster>,
+    shards: Vec<ShardNode>,
+    next_shard: AtomicUsize,
+    ids: Vec<String>,
+    paths: Vec<String>,
+    picker: CounterPicker,
+    path: WritePath,
+    per_request: usize,
+    key_prefix: String,
+    next_key: AtomicU64,
+    pacer: Option<Pacer>,
+    clock: RunClock,
+    end: Instant,
+    live: Live,
+}
+
+impl Shared {
+    /// The next shard node, round robin over every node of every datacenter.
+    fn next_shard(&self) -> &ShardNode {
+        let n = self.next_shard.fetch_add(1, Ordering::Relaxed);
+        &self.shards[n % self.shards.len()]
+    }
+
+    /// A key no other write of any run shares: `geoctl-load-<random run id>-<n>`.
+    fn next_key(&self) -> String {
+        let n = self.next_key.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.key_prefix)
+    }
+
+    /// How many writes the next request carries, after waiting until it is due; `None` when
+    /// the run is over.
+    async fn next_request(&self) -> Option<usize> {
+        if Instant::now() >= self.end {
+            return None;
+        }
+        let Some(pacer) = &self.pacer else {
+            return Some(self.per_request);
+        };
+        let claim = pacer.claim(self.per_request as u64)?;
+        tokio::time::sleep_until((self.clock.start + claim.due).into()).await;
+        Some(claim.count as usize)
+    }
+}
+
+/// One worker: sends requests one after another until the run is over.
+async fn worker(shared: Arc<Shared>) -> Tally {
+    let mut tally = Tally::default();
+    let mut rng = StdRng::from_os_rng();
+    let client = shared.cluster.client();
+    while let Some(count) = shared.next_request().await {
+        let shard = shared.next_shard();
+        let writes: Vec<PlannedWrite> = (0..count)
+            .map(|_| PlannedWrite {
+                counter: shared.picker.pick(&mut rng),
+                delta: random_delta(&mut rng),
+                key: shared.next_key(),
+            })
+            .collect();
+        let failed_before = tally.refused + tally.unknown;
+        let acknowledged = match shared.path {
+            WritePath::Http => {
+                let write = &writes[0];
+                let path = &shared.paths[write.counter];
+                let outcome =
+                    send_single(client, shard, path, write, shared.clock, &mut tally).await;
+                u64::from(outcome == WriteOutcome::Acknowledged)
+            }
+            WritePath::Batch => {
+                send_batch(
+                    client,
+                    shard,
+                    &shared.ids,
+                    &writes,
+                    shared.clock,
+                    &mut tally,
+                )
+                .await
+            }
+        };
+        let live = &shared.live;
+        live.acknowledged.fetch_add(acknowledged, Ordering::Relaxed);
+        let failed = tally.refused + tally.unknown - failed_before;
+        live.failed.fetch_add(failed, Ordering::Relaxed);
+    }
+    tally
+}
+
+/// Checks that `<prefix>-0` and the first probe counter are fresh (the global aggregator has
+/// no value for them); this also checks that the global aggregator answers.
+async fn check_fresh(cluster: &Cluster, prefix: &str) -> Result<(), GeoctlError> {
+    #[derive(serde::Deserialize)]
+    struct ValueOnly {
+        value: i128,
+    }
+    for id in [counter_id(prefix, 0), probe_id(prefix, 0)] {
+        let url = cluster.global_url(&format!("{}?allow_partial=true", counter_path(&id)));
+        let answer = cluster.client().get(&url).await?;
+        match answer.status.as_u16() {
+            404 => {}
+            200 => {
+                let ValueOnly { value } = parse_body(&url, &answer)?;
+                if value != 0 {
+                    return Err(GeoctlError::InvalidArgument(format!(
+                        "counter {id:?} already holds {value}: the exactness check needs fresh counters; use another --counter-prefix"
+                    )));
+                }
+            }
+            _ => return Err(status_error(&url, &answer)),
+        }
+    }
+    Ok(())
+}
+
+/// The first line: what the run will do.
+fn describe(options: &LoadOptions, prefix: &str, shards: usize) -> String {
+    let pace = match options.rate {
+        0 => "flat out".to_owned(),
+        rate => format!("at {} writes/s", grouped(rate)),
+    };
+    let path = match options.path {
+        WritePath::Http => "single writes (PATCH /counter/{id}/write)".to_owned(),
+        WritePath::Batch => format!(
+            "batches of {} (POST /batch, postcard)",
+            grouped(options.batch_size as u64)
+        ),
+    };
+    let distribution = match options.distribution {
+        KeyDistribution::Uniform => "uniform".to_owned(),
+        KeyDistribution::Zipf => format!("zipf (exponent {})", options.zipf_exponent),
+    };
+    format!(
+        "load: {} s {pace}, {path}, {} at a time, {distribution} over {} counters {prefix}-0..{}, round robin over {shards} shard nodes; lag probes {prefix}-probe-* every {} ms\n",
+        options.duration_secs,
+        options.concurrency,
+        grouped(options.counters as u64),
+        options.counters - 1,
+        PROBE_INTERVAL.as_millis(),
+    )
+}
+
+/// Runs the load, prints the report to `out` (and writes `--json`, `--plot`), and returns it.
+/// Fails with [`GeoctlError::NotExact`] when a global total does not equal the acknowledged
+/// deltas, and with [`GeoctlError::NothingAcknowledged`] when no write was acknowledged.
+pub async fn run(
+    cluster: &Cluster,
+    options: &LoadOptions,
+    out: &mut dyn Write,
+) -> Result<LoadReport, GeoctlError> {
+    options.validate()?;
+    let picker = CounterPicker::new(
+        options.distribution,
+        options.counters,
+        options.zipf_exponent,
+    )?;
+    let prefix = options.counter_prefix.clone().unwrap_or_else(random_prefix);
+    let probes_at_most = options.duration_secs * 1000 / PROBE_INTERVAL.as_millis() as u64 + 1;
+    for id in [
+        counter_id(&prefix, options.counters - 1),
+        probe_id(&prefix, probes_at_most),
+    ] {
+        CounterId::new(id.as_str()).map_err(|e| {
+            GeoctlError::InvalidArgument(format!(
+                "--counter-prefix gives invalid counter ids ({id:?}): {e}"
+            ))
+        })?;
+    }
+    check_fresh(cluster, &prefix).await?;
+
+    let shards = cluster.shards();
+    out.write_all(describe(options, &prefix, shards.len()).as_bytes())?;
+    out.flush()?;
+
+    let duration = Duration::from_secs(options.duration_secs);
+    let ids: Vec<String> = (0..options.counters)
+        .map(|i| counter_id(&prefix, i))
+        .collect();
+    let paths = ids.iter().map(|id| counter_path(id)).collect();
+    let cluster = Arc::new(cluster.clone());
+    let start = Instant::now();
+    let shared = Arc::new(Shared {
+        cluster: cluster.clone(),
+        shards,
+        next_shard: AtomicUsize::new(0),
+        ids,
+        paths,
+        picker,
+        path: options.path,
+        per_request: options.writes_per_request(),
+        key_prefix: format!("geoctl-load-{:016x}", rand::random::<u64>()),
+        next_key: AtomicU64::new(0),
+        pacer: (options.rate > 0).then(|| Pacer::new(options.rate, duration)),
+        clock: RunClock { start },
+        end: start + duration,
+        live: Live::default(),
+    });
+
+    let probes = tokio::spawn(run_probes(
+        cluster.clone(),
+        prefix.clone(),
+        shared.key_prefix.clone(),
+        start,
+        start + duration,
+    ));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..options.concurrency {
+        workers.spawn(worker(shared.clone()));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = tokio::spawn(show_progress(
+        shared.clone(),
+        LoadProgress::new(options.progress, duration),
+        stop.clone(),
+    ));
+
+    let mut tally = Tally::default();
+    while let Some(joined) = workers.join_next().await {
+        match joined {
+            Ok(worker_tally) => tally.merge(worker_tally),
+            Err(error) => {
+                tally.error("worker failed", || format!("a load worker failed: {error}"));
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let _ = ticker.await;
+    let probes = probes.await.unwrap_or_default();
+
+    writeln!(
+        out,
+        "sent for {:.2} s: {} writes acknowledged; checking that the global totals of {} counters equal the acknowledged deltas ...",
+        elapsed.as_secs_f64(),
+        grouped(tally.acknowledged),
+        grouped(tally.counters.len() as u64)
+    )?;
+    out.flush()?;
+    let mut written: Vec<(usize, Expected)> =
+        tally.counters.iter().map(|(&i, &e)| (i, e)).collect();
+    written.sort_unstable_by_key(|&(i, _)| i);
+    let written = written
+        .into_iter()
+        .map(|(i, expected)| (shared.ids[i].clone(), expected))
+        .collect();
+    let exactness = settle(&cluster, written, SETTLE_TIMEOUT, options.concurrency).await;
+
+    let settings = LoadSettings {
+        duration_secs: options.duration_secs,
+        rate: options.rate,
+        counters: options.counters,
+        distribution: options.distribution.to_string(),
+        zipf_exponent: (options.distribution == KeyDistribution::Zipf)
+            .then_some(options.zipf_exponent),
+        path: options.path.to_string(),
+        batch_size: (options.path == WritePath::Batch).then_some(options.batch_size),
+        concurrency: options.concurrency,
+        counter_prefix: prefix,
+        shard_nodes: shared.shards.len(),
+    };
+    let report = assemble(settings, elapsed, &tally, &probes, exactness);
+    out.write_all(render(&report).as_bytes())?;
+    if let Some(path) = &options.json {
+        let mut text = serde_json::to_string_pretty(&report).expect("a report serializes");
+        text.push('\n');
+        write_file(path, text)?;
+    }
+    if let Some(path) = &options.plot {
+        write_file(path, render_svg(&report)?)?;
+    }
+    if !report.exactness.is_exact() {
+        return Err(GeoctlError::NotExact {
+            differing: report.exactness.mismatches.len(),
+            counters: report.exactness.counters,
+        });
+    }
+    if report.writes.acknowledged == 0 {
+        return Err(GeoctlError::NothingAcknowledged {
+            sent: report.writes.sent,
+        });
+    }
+    Ok(report)
+}
+
+fn write_file(path: &Path, text: String) -> Result<(), GeoctlError> {
+    std::fs::write(path, text).map_err(|source| GeoctlError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Redraws the progress bar until `stop`, then removes it.
+async fn show_progress(shared: Arc<Shared>, progress: LoadProgress, stop: Arc<AtomicBool>) {
+    let mut window = RateWindow::default();
+    let mut ticks = tokio::time::interval(PROGRESS_TICK);
+    while !stop.load(Ordering::Relaxed) {
+        ticks.tick().await;
+        let elapsed = shared.clock.now();
+        let acknowledged = shared.live.acknowledged.load(Ordering::Relaxed);
+        let failed = shared.live.failed.load(Ordering::Relaxed);
+        let rate = window.push(elapsed, acknowledged);
+        progress.update(elapsed, live_message(acknowledged, rate, failed));
+    }
+    progress.finish();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> LoadOptions {
+        LoadOptions {
+            duration_secs: 8,
+            rate: 0,
+            counters: 1000,
+            distribution: KeyDistribution::Zipf,
+            zipf_exponent: 1.1,
+            path: WritePath::Batch,
+            batch_size: 1000,
+            concurrency: 32,
+            counter_prefix: None,
+            json: None,
+            plot: None,
+            progress: false,
+        }
+    }
+
+    #[test]
+    fn options_are_checked() {
+        assert!(options().validate().is_ok());
+        for bad in [
+            LoadOptions {
+                duration_secs: 0,
+                ..options()
+            },
+            LoadOptions {
+                concurrency: 0,
+                ..options()
+            },
+            LoadOptions {
+                batch_size: 0,
+                ..options()
+            },
+            LoadOptions {
+                batch_size: MAX_BATCH_SIZE + 1,
+                ..options()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        assert_eq!(options().writes_per_request(), 1000);
+        let http = LoadOptions {
+            path: WritePath::Http,
+            ..options()
+        };
+        assert_eq!(http.writes_per_request(), 1);
+    }
+
+    #[test]
+    fn the_first_line_says_what_runs() {
+        let text = describe(&options(), "p", 6);
+        assert_eq!(
+            text,
+            "load: 8 s flat out, batches of 1,000 (POST /batch, postcard), 32 at a time, zipf (exponent 1.1) over 1,000 counters p-0..999, round robin over 6 shard nodes; lag probes p-probe-* every 100 ms\n"
+        );
+        let http = LoadOptions {
+            path: WritePath::Http,
+            rate: 2000,
+            distribution: KeyDistribution::Uniform,
+            ..options()
+        };
+        assert!(describe(&http, "p", 6).starts_with(
+            "load: 8 s at 2,000 writes/s, single writes (PATCH /counter/{id}/write), 32 at a time, uniform over"
+        ));
+    }
+}
