@@ -277,12 +277,18 @@ async fn a_shard_restarted_on_an_empty_disk_restores_its_slot_from_its_peers() {
         || {
             let peer = peer.clone();
             let slot = victim_slot.clone();
-            let want = victim_values.len();
+            let want = victim_values.clone();
             async move {
                 let answer = peer.get(&format!("/slots/{slot}/copy")).await.ok()?;
                 let copy: geocount_model::wire::SlotCopy =
                     postcard::from_bytes(&answer.body).ok()?;
-                (copy.entries.len() == want).then_some(())
+                // Every counter at its last value, not only every counter.
+                let held: HashMap<String, i64> = copy
+                    .entries
+                    .into_iter()
+                    .map(|(id, record)| (id, record.state.value))
+                    .collect();
+                (held == want).then_some(())
             }
         },
     )

@@ -3,7 +3,7 @@
 //!
 //! | route | does |
 //! |---|---|
-//! | `GET /counter/{id}` | the datacenter's sum, with every slot's value, version and staleness |
+//! | `GET /counter/{id}` | the datacenter's sum (a unique counter's estimate), with every slot's value, version and staleness |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for the global aggregator |
 //! | `GET /slots/{slot}/copy` | postcard [`SlotCopy`] of one slot, for a shard node restoring it |
 //! | `GET /healthz`, `GET /metrics` | health with each slot's staleness, Prometheus text |
@@ -89,6 +89,9 @@ fn read(
     let reading = {
         let replica = state.replica.read().expect("replica lock");
         if let Some(window) = &window {
+            if replica.is_unique(id.as_str()) {
+                return Err(http::no_window_for_unique().into());
+            }
             window
                 .check(replica.window_seconds(id.as_str(), state.config.default_window_seconds))?;
         }

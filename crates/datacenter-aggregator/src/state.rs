@@ -5,11 +5,14 @@
 //!   never heard since this aggregator started. A dead or stopped shard only grows its own.
 //! - The datacenter's staleness is the worst of its slots' (`None` if any was never heard).
 //! - A counter's value is the sum of its slots' copies; a slot holding no copy counts 0.
+//! - A unique counter's value is the estimate of the union of its slots' sketches (each slot's
+//!   own value is its sketch's estimate), with the estimate's relative standard error.
 
 use std::sync::Arc;
 
-use geocount_model::Clock;
+use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::SlotFreshness;
+use geocount_model::{Clock, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
 use geocount_sync::{Replica, ReplicaMetrics, SharedReplica, worst_staleness};
 use serde::Serialize;
@@ -65,12 +68,16 @@ pub struct SlotReading {
 }
 
 /// The answer to `GET /counter/{id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CounterReading {
     /// The counter's id.
     pub id: String,
-    /// The sum of its slots (wide enough that no sum of 64-bit slots overflows).
+    /// The sum of its slots (wide enough that no sum of 64-bit slots overflows); for a unique
+    /// counter, the estimated number of distinct items in the union of its slots.
     pub value: i128,
+    /// For a unique counter: the relative standard error of `value`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standard_error: Option<f64>,
     /// This datacenter.
     pub datacenter: String,
     /// The datacenter's staleness (`None` if any slot was never heard).
@@ -85,7 +92,8 @@ pub struct CounterReading {
 }
 
 /// Counter `id` as this datacenter holds it at `now_ms` (running totals, or the hits in
-/// `window`), or `None` when no slot holds it.
+/// `window`; for a unique counter the estimate of its slots' union, `window` aside), or `None`
+/// when no slot holds it.
 pub fn read_counter(
     replica: &Replica,
     datacenter: &str,
@@ -94,12 +102,25 @@ pub fn read_counter(
     window: Option<&WindowQuery>,
     now_ms: u64,
 ) -> Option<CounterReading> {
+    let copies = replica.copies.get(id)?;
+    let unique = replica.is_unique(id);
     let mut held = vec![(0i128, 0u64); slot_names.len()];
-    for (slot, record) in replica.copies.get(id)? {
+    for (slot, record) in copies {
         if let Some(held) = held.get_mut(usize::from(*slot)) {
-            *held = (WindowQuery::value_of(window, record), record.state.version);
+            let value = match (&record.uniques, unique) {
+                (Some(sketch), true) => i128::from(sketch.count()),
+                (None, true) => 0,
+                (_, false) => WindowQuery::value_of(window, record),
+            };
+            *held = (value, record.state.version);
         }
     }
+    let (value, standard_error) = if unique {
+        let union = UniqueSketch::union_of(copies.iter().filter_map(|(_, r)| r.uniques.as_ref()));
+        (i128::from(union.count()), Some(STANDARD_ERROR))
+    } else {
+        (held.iter().map(|(value, _)| value).sum(), None)
+    };
     let staleness = slot_staleness(replica, slot_names.len(), now_ms);
     let slots: Named<SlotReading> = slot_names
         .iter()
@@ -117,7 +138,8 @@ pub fn read_counter(
     let datacenter_staleness = worst_staleness(staleness.iter().copied());
     Some(CounterReading {
         id: id.to_owned(),
-        value: held.iter().map(|(value, _)| value).sum(),
+        value,
+        standard_error,
         datacenter: datacenter.to_owned(),
         staleness_ms: datacenter_staleness,
         complete: datacenter_staleness.is_some(),
@@ -200,6 +222,49 @@ mod tests {
         assert!(reading.complete);
         assert_eq!(reading.staleness_ms, Some(500), "the worst slot");
         assert!(read_counter(&replica, "A", &names(), "unknown", None, 1_500).is_none());
+    }
+
+    #[test]
+    fn a_unique_counter_reads_as_the_union_of_its_slots() {
+        let mut replica = replica();
+        heard(&mut replica, 0, 0, 1_000);
+        heard(&mut replica, 1, 0, 1_000);
+        let sketch = |from: u64, to: u64| {
+            let mut sketch = UniqueSketch::new();
+            for n in from..to {
+                sketch.add(&format!("user-{n}"));
+            }
+            sketch
+        };
+        // Slot 0 saw users 0..3000, slot 1 users 2000..5000: 5000 distinct in all.
+        for (slot, sketch) in [(0, sketch(0, 3_000)), (1, sketch(2_000, 5_000))] {
+            let mut record: geocount_model::SlotRecord = geocount_model::SlotState {
+                value: sketch.count(),
+                version: 2_000,
+            }
+            .into();
+            record.uniques = Some(sketch);
+            replica.copies.merge(slot, "u", &record);
+        }
+        assert!(
+            replica.is_unique("u"),
+            "no description yet: the sketches tell"
+        );
+        assert!(!replica.is_unique("c"));
+        let reading = read_counter(&replica, "A", &names(), "u", None, 1_500).unwrap();
+        let off = |value: i128, truth: f64| (value as f64 - truth).abs() / truth;
+        assert!(off(reading.value, 5_000.0) < 0.03, "{reading:?}");
+        assert!(
+            off(reading.slots.0[0].1.value, 3_000.0) < 0.03,
+            "{reading:?}"
+        );
+        assert!(
+            off(reading.slots.0[1].1.value, 3_000.0) < 0.03,
+            "{reading:?}"
+        );
+        assert_eq!(reading.standard_error, Some(STANDARD_ERROR));
+        let sum = read_counter(&replica, "A", &names(), "c", None, 1_500).unwrap();
+        assert_eq!(sum.standard_error, None);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! | route | does |
 //! |---|---|
-//! | `GET /counter/{id}?max_staleness_ms=N&allow_partial=B` | the sum over datacenters, or 503 naming the stale ones |
+//! | `GET /counter/{id}?max_staleness_ms=N&allow_partial=B` | the sum over datacenters (a unique counter's estimate of the union of every slot), or 503 naming the stale ones |
 //! | `GET /datacenters` | each datacenter's aggregator, freshness, counters and last error |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for datacenter aggregators pulling descriptions |
 //! | `GET /healthz`, `GET /metrics` | health with each datacenter's staleness, Prometheus text |
@@ -27,6 +27,7 @@ use serde::Serialize;
 use crate::error::GlobalError;
 use crate::state::{
     DatacenterStatus, GlobalRead, GlobalState, answer_read, datacenter_statuses, read_datacenters,
+    read_unique_datacenters,
 };
 
 /// The endpoints, as matched by the router.
@@ -148,26 +149,34 @@ fn read(
     query: ReadQuery,
     now_ms: u64,
 ) -> Result<Response, GlobalError> {
-    let (held, readings) = {
+    let (held, readings, unique) = {
         let replica = state.replica.read().expect("replica lock");
+        let unique = replica.is_unique(id.as_str());
         if let Some(window) = &query.window {
+            if unique {
+                return Err(http::no_window_for_unique().into());
+            }
             window
                 .check(replica.window_seconds(id.as_str(), state.config.default_window_seconds))?;
         }
         let slot_datacenters = &state.slot_datacenters;
-        read_datacenters(
-            &replica,
-            slot_datacenters,
-            id.as_str(),
-            query.window.as_ref(),
-            now_ms,
-        )
+        if unique {
+            let (held, readings, union) =
+                read_unique_datacenters(&replica, slot_datacenters, id.as_str(), now_ms);
+            (held, readings, Some(union))
+        } else {
+            let window = query.window.as_ref();
+            let (held, readings) =
+                read_datacenters(&replica, slot_datacenters, id.as_str(), window, now_ms);
+            (held, readings, None)
+        }
     };
     let answer = answer_read(
         id.as_str(),
         &state.names,
         held,
         readings,
+        unique.as_ref(),
         query.max_staleness_ms,
         query.allow_partial,
     );

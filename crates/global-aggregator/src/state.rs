@@ -7,10 +7,13 @@
 //!   `max_staleness_ms`.
 //! - A counter's value is the sum over every datacenter of the sum of its slots' copies; a
 //!   stale datacenter counts with its last known values.
+//! - A unique counter's value is the estimate of the union of every slot's sketch (a
+//!   datacenter's part: of its slots' union), under the same staleness rules.
 
 use std::sync::Arc;
 
-use geocount_model::Clock;
+use geocount_model::unique::STANDARD_ERROR;
+use geocount_model::{Clock, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
 use geocount_sync::{Replica, ReplicaMetrics, SharedReplica, worst_staleness};
 use serde::Serialize;
@@ -39,12 +42,26 @@ pub struct GlobalState {
 /// One datacenter's part of a counter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DatacenterReading {
-    /// The sum of the datacenter's slots (its last known values when stale).
+    /// The sum of the datacenter's slots (its last known values when stale); for a unique
+    /// counter, the estimate of the union of its slots' sketches.
     pub value: i128,
     /// The datacenter's staleness (`None`: never complete).
     pub staleness_ms: Option<u64>,
     /// Whether the datacenter's aggregator ever answered.
     pub heard: bool,
+}
+
+/// Every datacenter's staleness at `now_ms`, with no value yet.
+fn empty_readings(replica: &Replica, now_ms: u64) -> Vec<DatacenterReading> {
+    replica
+        .sources
+        .iter()
+        .map(|source| DatacenterReading {
+            value: 0,
+            staleness_ms: source.staleness_ms(now_ms),
+            heard: source.last_heard_ms.is_some(),
+        })
+        .collect()
 }
 
 /// Counter `id` per datacenter at `now_ms` (datacenters in order): running totals, or hits in
@@ -56,21 +73,36 @@ pub fn read_datacenters(
     window: Option<&WindowQuery>,
     now_ms: u64,
 ) -> (bool, Vec<DatacenterReading>) {
-    let mut readings: Vec<DatacenterReading> = replica
-        .sources
-        .iter()
-        .map(|source| DatacenterReading {
-            value: 0,
-            staleness_ms: source.staleness_ms(now_ms),
-            heard: source.last_heard_ms.is_some(),
-        })
-        .collect();
+    let mut readings = empty_readings(replica, now_ms);
     let copies = replica.copies.get(id);
     for (slot, record) in copies.unwrap_or_default() {
         let dc = slot_datacenters[usize::from(*slot)];
         readings[dc].value += WindowQuery::value_of(window, record);
     }
     (copies.is_some(), readings)
+}
+
+/// Unique counter `id` per datacenter at `now_ms` (datacenters in order): each datacenter's
+/// value is the estimate of the union of its slots' sketches. Also whether any slot holds it,
+/// and the union of every slot's sketch: the world's distinct items.
+pub fn read_unique_datacenters(
+    replica: &Replica,
+    slot_datacenters: &[usize],
+    id: &str,
+    now_ms: u64,
+) -> (bool, Vec<DatacenterReading>, UniqueSketch) {
+    let mut readings = empty_readings(replica, now_ms);
+    let mut unions = vec![UniqueSketch::new(); readings.len()];
+    let copies = replica.copies.get(id);
+    for (slot, record) in copies.unwrap_or_default() {
+        if let Some(sketch) = &record.uniques {
+            unions[slot_datacenters[usize::from(*slot)]].union_with(sketch);
+        }
+    }
+    for (reading, union) in readings.iter_mut().zip(&unions) {
+        reading.value = i128::from(union.count());
+    }
+    (copies.is_some(), readings, UniqueSketch::union_of(&unions))
 }
 
 /// The datacenters stale for a read allowing `max_staleness_ms`: never complete, or staler.
@@ -84,12 +116,16 @@ pub fn stale_datacenters(readings: &[DatacenterReading], max_staleness_ms: u64) 
 }
 
 /// The answer to a global read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CounterReading {
     /// The counter's id.
     pub id: String,
-    /// The sum over every datacenter (stale ones with their last known values).
+    /// The sum over every datacenter (stale ones with their last known values); for a unique
+    /// counter, the estimated number of distinct items in the union of every slot.
     pub value: i128,
+    /// For a unique counter: the relative standard error of `value`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standard_error: Option<f64>,
     /// Whether no datacenter is stale.
     pub complete: bool,
     /// The largest datacenter staleness (`None` if any was never complete).
@@ -113,7 +149,7 @@ pub struct StaleRead {
 }
 
 /// What a global read answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum GlobalRead {
     /// 200: the sum (complete or, when allowed, partial).
     Counter(CounterReading),
@@ -124,12 +160,14 @@ pub enum GlobalRead {
 }
 
 /// Applies the staleness rules to counter `id`'s per-datacenter readings (`held`: whether any
-/// slot holds it), datacenters named `names`.
+/// slot holds it), datacenters named `names`. The value is the sum of the datacenters' or, for
+/// a unique counter, the estimate of `unique`: the union of every slot's sketch.
 pub fn answer_read(
     id: &str,
     names: &[String],
     held: bool,
     readings: Vec<DatacenterReading>,
+    unique: Option<&UniqueSketch>,
     max_staleness_ms: u64,
     allow_partial: bool,
 ) -> GlobalRead {
@@ -156,9 +194,14 @@ pub fn answer_read(
             datacenters: named(names, readings),
         });
     }
+    let (value, standard_error) = match unique {
+        Some(union) => (i128::from(union.count()), Some(STANDARD_ERROR)),
+        None => (readings.iter().map(|r| r.value).sum(), None),
+    };
     GlobalRead::Counter(CounterReading {
         id: id.to_owned(),
-        value: readings.iter().map(|r| r.value).sum(),
+        value,
+        standard_error,
         complete: stale.is_empty(),
         staleness_ms: worst_staleness(readings.iter().map(|r| r.staleness_ms)),
         datacenters: named(names, readings),
@@ -313,6 +356,64 @@ mod tests {
     }
 
     #[test]
+    fn a_unique_counter_is_the_union_of_every_slot_under_the_same_staleness_rules() {
+        use geocount_model::{SlotRecord, SlotState};
+        use geocount_sync::PullSource;
+        let sources: Vec<PullSource> = ["USA_0", "ASIA_0"]
+            .into_iter()
+            .map(|name| PullSource {
+                name: name.into(),
+                address: "127.0.0.1:1".into(),
+                interval: std::time::Duration::from_millis(250),
+                slots: true,
+                descriptions: true,
+            })
+            .collect();
+        let slots = ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"].map(String::from);
+        let mut replica = Replica::new(slots.to_vec(), &sources);
+        // USA's slots saw users 0..20,000 and 10,000..30,000; ASIA's 25,000..40,000.
+        for (slot, from, to) in [(0, 0, 20_000), (1, 10_000, 30_000), (2, 25_000, 40_000)] {
+            let mut record = SlotRecord::from(SlotState {
+                value: 0,
+                version: 1,
+            });
+            for n in from..to {
+                record.add_item(geocount_model::unique::hash_item(&format!("user-{n}")), 2);
+            }
+            replica.copies.merge(slot, "u", &record);
+        }
+        let (held, readings, union) = read_unique_datacenters(&replica, &[0, 0, 1], "u", 1_400);
+        assert!(held);
+        let off = |value: i128, truth: f64| (value as f64 - truth).abs() / truth;
+        assert!(off(readings[0].value, 30_000.0) < 0.03, "{readings:?}");
+        assert!(off(readings[1].value, 15_000.0) < 0.03, "{readings:?}");
+        assert!(off(i128::from(union.count()), 40_000.0) < 0.03);
+        let GlobalRead::Counter(answer) =
+            answer_read("u", &names()[..2], held, readings, Some(&union), 1000, true)
+        else {
+            panic!("partial answers allowed");
+        };
+        assert_eq!(
+            answer.value,
+            i128::from(union.count()),
+            "not the sum of the parts"
+        );
+        assert_eq!(answer.standard_error, Some(STANDARD_ERROR));
+        assert!(!answer.complete, "neither datacenter was ever complete");
+        let (_, readings, _) = read_unique_datacenters(&replica, &[0, 0, 1], "u", 1_400);
+        let refused = answer_read(
+            "u",
+            &names()[..2],
+            true,
+            readings,
+            Some(&union),
+            1000,
+            false,
+        );
+        assert!(matches!(refused, GlobalRead::Stale(_)));
+    }
+
+    #[test]
     fn stale_means_never_complete_or_staler_than_allowed() {
         let readings = [
             reading(1, Some(1000), true),
@@ -330,7 +431,8 @@ mod tests {
             reading(-3, Some(300), true),
             reading(i128::from(i64::MAX), Some(5), true),
         ];
-        let GlobalRead::Counter(answer) = answer_read("c", &names(), true, readings, 1000, false)
+        let GlobalRead::Counter(answer) =
+            answer_read("c", &names(), true, readings, None, 1000, false)
         else {
             panic!("complete");
         };
@@ -348,7 +450,7 @@ mod tests {
             reading(0, None, false),
         ];
         let GlobalRead::Stale(refusal) =
-            answer_read("c", &names(), true, readings.clone(), 1000, false)
+            answer_read("c", &names(), true, readings.clone(), None, 1000, false)
         else {
             panic!("refused");
         };
@@ -357,7 +459,8 @@ mod tests {
             "stale datacenters: ASIA_0 (staleness 5123 ms > 1000 ms), EUROPE_0 (never heard)"
         );
         assert_eq!(refusal.stale_datacenters, ["ASIA_0", "EUROPE_0"]);
-        let GlobalRead::Counter(partial) = answer_read("c", &names(), true, readings, 1000, true)
+        let GlobalRead::Counter(partial) =
+            answer_read("c", &names(), true, readings, None, 1000, true)
         else {
             panic!("partial");
         };
@@ -371,7 +474,7 @@ mod tests {
     fn an_unknown_counter_is_not_found_only_when_nothing_is_stale() {
         let fresh = vec![reading(0, Some(1), true); 3];
         assert_eq!(
-            answer_read("c", &names(), false, fresh, 1000, false),
+            answer_read("c", &names(), false, fresh, None, 1000, false),
             GlobalRead::NotFound
         );
         let one_stale = vec![
@@ -380,7 +483,7 @@ mod tests {
             reading(0, Some(1), true),
         ];
         let GlobalRead::Stale(refusal) =
-            answer_read("c", &names(), false, one_stale.clone(), 1000, false)
+            answer_read("c", &names(), false, one_stale.clone(), None, 1000, false)
         else {
             panic!("refused");
         };
@@ -389,7 +492,8 @@ mod tests {
             "{}",
             refusal.error
         );
-        let GlobalRead::Counter(partial) = answer_read("c", &names(), false, one_stale, 1000, true)
+        let GlobalRead::Counter(partial) =
+            answer_read("c", &names(), false, one_stale, None, 1000, true)
         else {
             panic!("partial");
         };

@@ -11,6 +11,9 @@ pub enum CounterType {
     /// A running total of signed deltas.
     #[default]
     Sum,
+    /// The number of distinct items written, estimated by a HyperLogLog sketch per slot
+    /// ([`crate::UniqueSketch`]); its writes carry an item, never a delta.
+    Unique,
 }
 
 /// The description of a counter, returned by `POST /counter`.

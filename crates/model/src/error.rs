@@ -1,4 +1,4 @@
-//! Errors of the model: invalid ids, invalid deltas, overflow.
+//! Errors of the model: invalid ids, invalid deltas, overflow, invalid items and sketches.
 
 /// What the model refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -12,6 +12,12 @@ pub enum ModelError {
     /// A delta of zero or below where a positive one is required.
     #[error("delta must be greater than 0, got {0}")]
     NonPositiveDelta(i64),
+    /// An item of a unique counter that is empty or too long.
+    #[error("an item must be 1 to {max} bytes, got {0}", max = crate::unique::MAX_ITEM_BYTES)]
+    InvalidItem(usize),
+    /// An encoded unique-count sketch that is malformed.
+    #[error("invalid unique-count sketch: {0}")]
+    InvalidSketch(String),
     /// Applying the delta would take the slot's value past the range of i64.
     #[error("applying delta {delta} to value {value} would overflow a 64-bit signed counter")]
     Overflow {

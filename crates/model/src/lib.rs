@@ -12,6 +12,7 @@
 //! - [`hlc`]: hybrid logical clock timestamps, the versions of descriptions.
 //! - [`placement`]: consistent hashing of counters onto a datacenter's slots.
 //! - [`window`]: per-second hit buckets of a rolling window ([`Window`]).
+//! - [`unique`]: the HyperLogLog sketch of a unique counter's slot ([`UniqueSketch`]).
 //! - [`topology`]: the TOML topology file every binary and script reads ([`Topology`]).
 //! - [`wire`]: the postcard messages that cross process boundaries: batched writes, and the
 //!   sync pages every tier pulls from the one below (and descriptions from the one above).
@@ -26,6 +27,7 @@ pub mod hlc;
 pub mod placement;
 pub mod slot;
 pub mod topology;
+pub mod unique;
 pub mod window;
 pub mod wire;
 
@@ -40,4 +42,5 @@ pub use topology::{
     DatacenterConfig, Durability, GlobalConfig, Selection, ShardDefaults, SyncSettings, Topology,
     TopologyError,
 };
+pub use unique::UniqueSketch;
 pub use window::{Recorded, Window};

@@ -96,23 +96,27 @@ pub fn next_slot_version(last: u64, now_unix_ms: u64) -> u64 {
     (last + 1).max(now_unix_ms << 10)
 }
 
-/// Everything a slot holds for one counter: its running total and version, and its window of
-/// per-second hits. Only the owner changes it, raising the version, so copies merge as a whole by
-/// version like [`SlotState`].
+/// Everything a slot holds for one counter: its running total and version, its window of
+/// per-second hits, and for a unique counter its sketch of the distinct items. Only the owner
+/// changes it, raising the version, so copies merge as a whole by version like [`SlotState`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotRecord {
-    /// The running total and its version.
+    /// The running total and its version. For a unique counter the value is this slot's
+    /// estimate of its distinct items, and the version rises whenever the sketch changes.
     pub state: SlotState,
-    /// The hits of the counter's rolling window.
+    /// The hits of the counter's rolling window (empty for a unique counter).
     pub window: crate::Window,
+    /// The distinct items this slot has seen, for a unique counter; `None` for a sum.
+    pub uniques: Option<crate::UniqueSketch>,
 }
 
 impl From<SlotState> for SlotRecord {
-    /// A record with this state and an empty window.
+    /// A record with this state, an empty window and no sketch.
     fn from(state: SlotState) -> Self {
         Self {
             state,
             window: crate::Window::default(),
+            uniques: None,
         }
     }
 }
@@ -126,6 +130,21 @@ impl SlotRecord {
             return false;
         }
         *self = other.clone();
+        true
+    }
+
+    /// The owner adds the item with hash `hash` ([`crate::unique::hash_item`]) to the slot's
+    /// sketch as change number `version`: the value becomes the slot's estimate. An item that
+    /// raises no register changes nothing, the version included; returns whether it changed.
+    pub fn add_item(&mut self, hash: u64, version: u64) -> bool {
+        let sketch = self.uniques.get_or_insert_with(Default::default);
+        if !sketch.add_hash(hash) {
+            return false;
+        }
+        self.state = SlotState {
+            value: sketch.count(),
+            version,
+        };
         true
     }
 }
@@ -250,6 +269,33 @@ mod tests {
         assert!(bottom.apply(-2, 4).is_err());
         assert!(bottom.apply(i64::MIN, 4).is_err());
         assert_eq!(top.version, 7);
+    }
+
+    #[test]
+    fn a_sketch_changes_with_the_version_and_merges_with_the_record() {
+        let mut owner = SlotRecord::default();
+        let hash = crate::unique::hash_item("user-1");
+        assert!(owner.add_item(hash, 10));
+        assert_eq!(
+            owner.state,
+            SlotState {
+                value: 1,
+                version: 10
+            }
+        );
+        assert!(!owner.add_item(hash, 11), "a repeated item changes nothing");
+        assert_eq!(owner.state.version, 10);
+        let older = owner.clone();
+        assert!(owner.add_item(crate::unique::hash_item("user-2"), 12));
+        assert_eq!(owner.state.value, 2);
+
+        let mut copy = older.clone();
+        assert!(copy.merge(&owner));
+        assert_eq!(copy, owner, "the newer sketch comes with the newer version");
+        assert!(!copy.merge(&older));
+        assert_eq!(copy.uniques, owner.uniques);
+        let bytes = postcard::to_allocvec(&owner).unwrap();
+        assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), owner);
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //! content type [`POSTCARD_CONTENT_TYPE`], and gets a [`BatchResponse`] with one [`EntryOutcome`]
 //! per entry, in order. Entries borrow from the request body, so decoding allocates only the
 //! entry list.
+//!
+//! Unique counters take items rather than deltas: `POST /batch/items` takes an
+//! [`ItemBatchRequest`] and answers the same [`BatchResponse`].
 
 use serde::{Deserialize, Serialize};
 
@@ -38,7 +41,30 @@ pub struct BatchEntry<'a> {
     pub timestamp: Option<u64>,
 }
 
-/// The answer to a [`BatchRequest`].
+/// Many items for unique counters in one request (`POST /batch/items`), answered by a
+/// [`BatchResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemBatchRequest<'a> {
+    /// The items, applied in order.
+    #[serde(borrow)]
+    pub entries: Vec<ItemEntry<'a>>,
+}
+
+/// One item of an [`ItemBatchRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemEntry<'a> {
+    /// The unique counter's id (validated by the node; an invalid one refuses this entry only).
+    /// A counter the node has not heard of is created as a unique counter.
+    pub id: &'a str,
+    /// The item to count once however often it is written (1 to 1,024 bytes).
+    pub item: &'a str,
+    /// A retry of an entry with the same key is answered as the first was.
+    pub idempotency_key: Option<&'a str>,
+    /// When the item was seen, in unix seconds (checked like a delta's, not kept).
+    pub timestamp: Option<u64>,
+}
+
+/// The answer to a [`BatchRequest`] or an [`ItemBatchRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchResponse {
     /// The slot this node owns, e.g. `DC_USA_0_VAL_1`.
@@ -51,6 +77,7 @@ pub struct BatchResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EntryOutcome {
     /// Applied (or, for a retried idempotency key, applied earlier): the slot's state after it.
+    /// For an item, the slot's estimate and version (unchanged when the item changed nothing).
     Applied {
         /// The slot's value after the write.
         value: i64,

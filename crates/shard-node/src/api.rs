@@ -4,16 +4,18 @@
 //! |---|---|
 //! | `POST /counter` | create a counter (`{"id"?, "numberOfShards"?, "windowSeconds"?, "type"?}`) |
 //! | `GET /counter/{id}` | this slot's `{id, slot, value, version}` |
-//! | `PATCH /counter/{id}/write?op=INCREMENT\|DECREMENT` | write `{"delta"?: n > 0, "timestamp"?}` |
-//! | `POST /counters/{id}/increment` | write `{"delta"?: n ≠ 0, "timestamp"?}` |
+//! | `PATCH /counter/{id}/write?op=INCREMENT\|DECREMENT` | write `{"delta"?: n > 0, "timestamp"?}`, or `{"item", "timestamp"?}` (INCREMENT) to a unique counter |
+//! | `POST /counters/{id}/increment` | write `{"delta"?: n ≠ 0, "timestamp"?}` or `{"item", "timestamp"?}` |
 //! | `POST /batch` | many writes, postcard [`BatchRequest`] → [`BatchResponse`] |
+//! | `POST /batch/items` | many items for unique counters, postcard [`ItemBatchRequest`] → [`BatchResponse`] |
 //! | `GET /counter/{id}/route` | the counter's slots in this datacenter and their nodes |
 //! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
 //! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
 //! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
 //!
 //! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
-//! this node's is forwarded to one that does ([`crate::routing`]). Every refusal is
+//! this node's is forwarded to one that does ([`crate::routing`]). A unique counter's reads and
+//! writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
 //! `{"error": ...}` with a 4xx.
 
 use std::collections::HashMap;
@@ -21,7 +23,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use geocount_model::counter_id::validate as validate_counter_id;
-use geocount_model::wire::{BatchRequest, BatchResponse, EntryOutcome, POSTCARD_CONTENT_TYPE};
+use geocount_model::unique::{STANDARD_ERROR, validate_item};
+use geocount_model::wire::{
+    BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE,
+};
 use geocount_model::{
     CounterDescription, CounterId, CounterType, ModelError, SlotRecord, SlotState,
 };
@@ -31,14 +36,14 @@ use hyper::{Method, Request, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::commit::{Command, WriteRequest, WriteResults};
+use crate::commit::{Change, Command, WriteRequest, WriteResults};
 use crate::error::ShardError;
 use crate::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
 use crate::routing::FORWARDED_HEADER;
 use crate::server::NodeState;
 use geocount_model::wire::{BatchEntry, SlotCopy, SyncPage};
 use geocount_sync::http::{self, RequestError, Routed, WindowQuery};
-use geocount_sync::{answer_slot_copy, answer_sync};
+use geocount_sync::{DescriptionTable, answer_slot_copy, answer_sync};
 
 /// The most slots a counter may be spread over.
 pub const MAX_SHARDS_PER_COUNTER: u32 = 1024;
@@ -56,6 +61,8 @@ pub enum Route {
     Increment,
     /// `/batch`
     Batch,
+    /// `/batch/items`
+    BatchItems,
     /// `/counter/{id}/route`
     Route,
     /// `/sync`
@@ -76,6 +83,7 @@ pub fn router() -> matchit::Router<Route> {
         ("/counter/{id}/write", Route::Write),
         ("/counters/{id}/increment", Route::Increment),
         ("/batch", Route::Batch),
+        ("/batch/items", Route::BatchItems),
         ("/counter/{id}/route", Route::Route),
         ("/sync", Route::Sync),
         ("/slots/{slot}/copy", Route::SlotCopy),
@@ -103,6 +111,7 @@ async fn dispatch(
         (Route::Write, Method::PATCH, Some(id), _) => write(state, id, request).await,
         (Route::Increment, Method::POST, Some(id), _) => increment(state, id, request).await,
         (Route::Batch, Method::POST, _, _) => batch(state, request).await,
+        (Route::BatchItems, Method::POST, _, _) => batch_items(state, request).await,
         (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
         (Route::Sync, Method::POST, _, _) => sync(state, request).await,
         (Route::SlotCopy, Method::GET, _, Some(slot)) => slot_copy(state, &slot),
@@ -200,16 +209,20 @@ async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Respons
     Ok(json_response(StatusCode::CREATED, &created))
 }
 
-/// The answer to a read or a write: this slot's share of the counter.
+/// The answer to a read or a write: this slot's share of the counter (for a unique counter,
+/// its estimate of the distinct items the slot has seen, with the estimate's relative standard
+/// error).
 #[derive(Debug, Serialize)]
 struct SlotAnswer<'a> {
     id: &'a str,
     slot: &'a str,
     value: i64,
     version: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    standard_error: Option<f64>,
 }
 
-fn slot_answer(_state: &NodeState, slot_name: &str, id: &CounterId, slot: SlotState) -> Response {
+fn slot_answer(slot_name: &str, id: &CounterId, slot: SlotState, unique: bool) -> Response {
     json_response(
         StatusCode::OK,
         &SlotAnswer {
@@ -217,6 +230,7 @@ fn slot_answer(_state: &NodeState, slot_name: &str, id: &CounterId, slot: SlotSt
             slot: slot_name,
             value: slot.value,
             version: slot.version,
+            standard_error: unique.then_some(STANDARD_ERROR),
         },
     )
 }
@@ -237,8 +251,21 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
         None if description.is_some() => SlotRecord::default(),
         None => return Err(ShardError::NotFound(id.to_string())),
     };
+    let unique = description.map_or(record.uniques.is_some(), |d| {
+        d.description.counter_type == CounterType::Unique
+    });
+    if unique {
+        if window.is_some() {
+            return Err(http::no_window_for_unique().into());
+        }
+        let slot = SlotState {
+            value: record.uniques.as_ref().map_or(0, |sketch| sketch.count()),
+            version: record.state.version,
+        };
+        return Ok(slot_answer(&state.slot_name, id, slot, true));
+    }
     let Some(window) = window else {
-        return Ok(slot_answer(state, &state.slot_name, id, record.state));
+        return Ok(slot_answer(&state.slot_name, id, record.state, false));
     };
     let window_seconds = description.map_or(state.settings.default_window_seconds, |d| {
         d.description.window_seconds
@@ -283,7 +310,38 @@ fn check_timestamp(state: &NodeState, timestamp: u64) -> Result<u64, ShardError>
 #[serde(deny_unknown_fields)]
 struct WriteBody {
     delta: Option<i64>,
+    item: Option<String>,
     timestamp: Option<u64>,
+}
+
+impl WriteBody {
+    /// The change the body asks for: its item, else its delta (default 1) times `sign`;
+    /// `signed` says whether the delta may be negative (else it must be above 0).
+    fn change(&self, sign: i64, signed: bool) -> Result<Change, ShardError> {
+        match (self.delta, &self.item) {
+            (Some(_), Some(_)) => Err(ShardError::BadRequest(
+                "a write carries a \"delta\" (sum counters) or an \"item\" (unique counters), not both"
+                    .into(),
+            )),
+            (None, Some(_)) if sign < 0 => Err(ShardError::BadRequest(
+                "items are only ever added: write them with op=INCREMENT".into(),
+            )),
+            (None, Some(item)) => {
+                validate_item(item)?;
+                Ok(Change::item(item))
+            }
+            (delta, None) => {
+                let delta = delta.unwrap_or(1);
+                if signed && delta == 0 {
+                    return Err(ShardError::BadRequest("delta must not be 0".into()));
+                }
+                if !signed && delta <= 0 {
+                    return Err(ModelError::NonPositiveDelta(delta).into());
+                }
+                Ok(Change::Delta(sign * delta))
+            }
+        }
+    }
 }
 
 async fn write(
@@ -310,10 +368,7 @@ async fn write(
     let key = idempotency_key(&request)?;
     let forwarded = is_forwarded(&request);
     let body: WriteBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
-    let delta = body.delta.unwrap_or(1);
-    if delta <= 0 {
-        return Err(ModelError::NonPositiveDelta(delta).into());
-    }
+    let change = body.change(sign, false)?;
     let timestamp_secs = check_timestamp(
         state,
         body.timestamp
@@ -321,7 +376,7 @@ async fn write(
     )?;
     let write = WriteRequest {
         id,
-        delta: sign * delta,
+        change,
         idempotency_key: key,
         timestamp_secs,
     };
@@ -336,10 +391,7 @@ async fn increment(
     let key = idempotency_key(&request)?;
     let forwarded = is_forwarded(&request);
     let body: WriteBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
-    let delta = body.delta.unwrap_or(1);
-    if delta == 0 {
-        return Err(ShardError::BadRequest("delta must not be 0".into()));
-    }
+    let change = body.change(1, true)?;
     let timestamp_secs = check_timestamp(
         state,
         body.timestamp
@@ -347,11 +399,22 @@ async fn increment(
     )?;
     let write = WriteRequest {
         id,
-        delta,
+        change,
         idempotency_key: key,
         timestamp_secs,
     };
     write_one(state, write, forwarded).await
+}
+
+/// Refuses a write whose kind does not fit the counter's type as `descriptions` know it, before
+/// it is forwarded (the commit loop where it lands checks again, against what it knows then).
+fn check_type(descriptions: &DescriptionTable, write: &WriteRequest) -> Result<(), ShardError> {
+    match descriptions.get(write.id.as_str()) {
+        Some(d) if d.description.counter_type != write.change.counter_type() => Err(
+            ShardError::wrong_type(write.id.as_str(), d.description.counter_type),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Applies one write here, or forwards it to the node owning the slot it is routed to.
@@ -360,12 +423,18 @@ async fn write_one(
     write: WriteRequest,
     forwarded: bool,
 ) -> Result<Response, ShardError> {
+    check_type(
+        &state.descriptions.read().expect("descriptions lock"),
+        &write,
+    )?;
     let target = if forwarded {
         state.router.own_slot()
     } else {
-        state
-            .router
-            .target(write.id.as_str(), write.idempotency_key.as_deref())
+        state.router.target(
+            write.id.as_str(),
+            &write.change,
+            write.idempotency_key.as_deref(),
+        )
     };
     if target != state.router.own_slot() {
         // `None`: the target was unreachable before anything was sent, so the write is taken here.
@@ -374,9 +443,10 @@ async fn write_one(
         }
     }
     let id = write.id.clone();
+    let unique = write.change.counter_type() == CounterType::Unique;
     let mut results = state.submit(vec![write]).await?;
     let slot = results.pop().ok_or_else(|| state.stopped())??;
-    Ok(slot_answer(state, &state.slot_name, &id, slot))
+    Ok(slot_answer(&state.slot_name, &id, slot, unique))
 }
 
 /// Forwards one write. `None` when the target could not be reached and the write carries no
@@ -386,22 +456,17 @@ async fn forward_one(
     target: u32,
     write: &WriteRequest,
 ) -> Result<Option<Response>, ShardError> {
-    let entry = BatchEntry {
-        id: write.id.as_str(),
-        delta: write.delta,
-        idempotency_key: write.idempotency_key.as_deref(),
-        timestamp: Some(write.timestamp_secs),
-    };
-    let body = encode_batch(std::slice::from_ref(&entry))?;
+    let (path, body) = encode_forward(&[write])?;
     state.metrics.writes_forwarded.inc();
     let slot_name = state.router.slot_name(target);
-    match state.router.forward(target, body).await {
+    let unique = write.change.counter_type() == CounterType::Unique;
+    match state.router.forward(target, path, body).await {
         Ok(mut answer) => match answer.outcomes.pop() {
             Some(EntryOutcome::Applied { value, version }) => Ok(Some(slot_answer(
-                state,
                 slot_name,
                 &write.id,
                 SlotState { value, version },
+                unique,
             ))),
             Some(EntryOutcome::Refused { status, error }) => {
                 Ok(Some(geocount_net::error_response(
@@ -426,18 +491,51 @@ async fn forward_one(
     }
 }
 
-fn encode_batch(entries: &[BatchEntry<'_>]) -> Result<Bytes, ShardError> {
-    postcard::to_allocvec(&BatchRequest {
-        entries: entries.to_vec(),
-    })
-    .map(Bytes::from)
-    .map_err(|e| ShardError::BadRequest(format!("cannot encode a forwarded batch: {e}")))
+/// Encodes writes of one kind for forwarding: deltas as a [`BatchRequest`] for `/batch`, items
+/// as an [`ItemBatchRequest`] for `/batch/items`. Returns the path and the body.
+fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), ShardError> {
+    let items: Option<Vec<ItemEntry<'_>>> = writes
+        .iter()
+        .map(|w| match &w.change {
+            Change::Item { item, .. } => Some(ItemEntry {
+                id: w.id.as_str(),
+                item,
+                idempotency_key: w.idempotency_key.as_deref(),
+                timestamp: Some(w.timestamp_secs),
+            }),
+            Change::Delta(_) => None,
+        })
+        .collect();
+    let encoded = match items {
+        Some(entries) if !entries.is_empty() => {
+            postcard::to_allocvec(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
+        }
+        _ => {
+            let entries = writes
+                .iter()
+                .map(|w| match w.change {
+                    Change::Delta(delta) => Ok(BatchEntry {
+                        id: w.id.as_str(),
+                        delta,
+                        idempotency_key: w.idempotency_key.as_deref(),
+                        timestamp: Some(w.timestamp_secs),
+                    }),
+                    Change::Item { .. } => Err(ShardError::BadRequest(
+                        "cannot forward deltas and items in one batch".into(),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            postcard::to_allocvec(&BatchRequest { entries }).map(|b| ("/batch", b))
+        }
+    };
+    encoded
+        .map(|(path, bytes)| (path, Bytes::from(bytes)))
+        .map_err(|e| ShardError::BadRequest(format!("cannot encode a forwarded batch: {e}")))
 }
 
-async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
-    let forwarded = is_forwarded(&request);
-    let body = read_body(request, state.settings.max_body_bytes).await?;
-    let (batch, rest): (BatchRequest, _) = postcard::take_from_bytes(&body)
+/// Decodes a postcard batch body of type `T`, refusing trailing bytes.
+fn decode_batch<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ShardError> {
+    let (batch, rest): (T, _) = postcard::take_from_bytes(body)
         .map_err(|e| ShardError::BadRequest(format!("malformed postcard batch: {e}")))?;
     if !rest.is_empty() {
         return Err(ShardError::BadRequest(format!(
@@ -445,56 +543,127 @@ async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Res
             rest.len()
         )));
     }
+    Ok(batch)
+}
+
+/// Refuses a batch over the configured number of entries, and observes its size.
+fn check_batch_size(state: &NodeState, entries: usize) -> Result<(), ShardError> {
     let limit = state.settings.max_batch_entries;
-    if batch.entries.len() > limit {
-        return Err(ShardError::TooManyEntries {
-            entries: batch.entries.len(),
-            limit,
-        });
+    if entries > limit {
+        return Err(ShardError::TooManyEntries { entries, limit });
     }
-    state
-        .metrics
-        .batch_entries
-        .observe(batch.entries.len() as f64);
+    state.metrics.batch_entries.observe(entries as f64);
+    Ok(())
+}
+
+/// The write of one batch entry, checked as the same write on its own would be.
+fn batch_write(
+    state: &NodeState,
+    id: &str,
+    change: impl FnOnce() -> Result<Change, ShardError>,
+    idempotency_key: Option<&str>,
+    timestamp: Option<u64>,
+    now_secs: u64,
+) -> Result<WriteRequest, ShardError> {
+    validate_counter_id(id)?;
+    let change = change()?;
+    if let Some(key) = idempotency_key {
+        check_idempotency_key(key)?;
+    }
+    Ok(WriteRequest {
+        id: CounterId::new(id)?,
+        change,
+        idempotency_key: idempotency_key.map(Into::into),
+        timestamp_secs: check_timestamp(state, timestamp.unwrap_or(now_secs))?,
+    })
+}
+
+async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
+    let forwarded = is_forwarded(&request);
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let batch: BatchRequest = decode_batch(&body)?;
+    check_batch_size(state, batch.entries.len())?;
     let now_secs = state.clock.now_unix_secs();
-    let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; batch.entries.len()];
-    let mut writes = Vec::with_capacity(batch.entries.len());
-    let mut positions = Vec::with_capacity(batch.entries.len());
-    for (position, entry) in batch.entries.iter().enumerate() {
-        let checked = (|| {
-            validate_counter_id(entry.id)?;
+    let writes = batch.entries.iter().map(|entry| {
+        let change = || {
             if entry.delta == 0 {
                 return Err(ShardError::BadRequest("delta must not be 0".into()));
             }
-            if let Some(key) = entry.idempotency_key {
-                check_idempotency_key(key)?;
-            }
-            Ok(WriteRequest {
-                id: CounterId::new(entry.id)?,
-                delta: entry.delta,
-                idempotency_key: entry.idempotency_key.map(Into::into),
-                timestamp_secs: check_timestamp(state, entry.timestamp.unwrap_or(now_secs))?,
-            })
-        })();
-        match checked {
-            Ok(write) => {
-                writes.push(write);
-                positions.push(position);
-            }
-            Err(error) => outcomes[position] = Some(refused(&error)),
-        }
-    }
-    // Route: entries for other slots go to their nodes, concurrently with the local ones.
+            Ok(Change::Delta(entry.delta))
+        };
+        batch_write(
+            state,
+            entry.id,
+            change,
+            entry.idempotency_key,
+            entry.timestamp,
+            now_secs,
+        )
+    });
+    apply_batch(state, writes.collect(), forwarded).await
+}
+
+async fn batch_items(
+    state: &Arc<NodeState>,
+    request: Request<Incoming>,
+) -> Result<Response, ShardError> {
+    let forwarded = is_forwarded(&request);
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let batch: ItemBatchRequest = decode_batch(&body)?;
+    check_batch_size(state, batch.entries.len())?;
+    let now_secs = state.clock.now_unix_secs();
+    let writes = batch.entries.iter().map(|entry| {
+        let change = || {
+            validate_item(entry.item)?;
+            Ok(Change::item(entry.item))
+        };
+        batch_write(
+            state,
+            entry.id,
+            change,
+            entry.idempotency_key,
+            entry.timestamp,
+            now_secs,
+        )
+    });
+    apply_batch(state, writes.collect(), forwarded).await
+}
+
+/// Applies a batch's checked writes (in request order; refused ones answered as such): entries
+/// for other slots go to their nodes, concurrently with the local ones. Answers the postcard
+/// [`BatchResponse`].
+async fn apply_batch(
+    state: &Arc<NodeState>,
+    checked: Vec<Result<WriteRequest, ShardError>>,
+    forwarded: bool,
+) -> Result<Response, ShardError> {
+    let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; checked.len()];
+    let checked: Vec<Result<WriteRequest, ShardError>> = {
+        let descriptions = state.descriptions.read().expect("descriptions lock");
+        checked
+            .into_iter()
+            .map(|write| write.and_then(|w| check_type(&descriptions, &w).map(|()| w)))
+            .collect()
+    };
     let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
-    let mut local = Vec::with_capacity(writes.len());
+    let mut local = Vec::with_capacity(checked.len());
     let own = state.router.own_slot();
-    for (position, write) in positions.into_iter().zip(writes) {
+    for (position, write) in checked.into_iter().enumerate() {
+        let write = match write {
+            Ok(write) => write,
+            Err(error) => {
+                outcomes[position] = Some(refused(&error));
+                continue;
+            }
+        };
         let target = if forwarded {
             own
         } else {
-            state
-                .router
-                .target(write.id.as_str(), write.idempotency_key.as_deref())
+            state.router.target(
+                write.id.as_str(),
+                &write.change,
+                write.idempotency_key.as_deref(),
+            )
         };
         if target == own {
             local.push((position, write));
@@ -506,18 +675,10 @@ async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Res
     for (target, group) in remote {
         let state = Arc::clone(state);
         forwards.spawn(async move {
-            let entries: Vec<BatchEntry<'_>> = group
-                .iter()
-                .map(|(_, w)| BatchEntry {
-                    id: w.id.as_str(),
-                    delta: w.delta,
-                    idempotency_key: w.idempotency_key.as_deref(),
-                    timestamp: Some(w.timestamp_secs),
-                })
-                .collect();
-            state.metrics.writes_forwarded.inc_by(entries.len() as u64);
-            let result = match encode_batch(&entries) {
-                Ok(body) => state.router.forward(target, body).await,
+            state.metrics.writes_forwarded.inc_by(group.len() as u64);
+            let writes: Vec<&WriteRequest> = group.iter().map(|(_, w)| w).collect();
+            let result = match encode_forward(&writes) {
+                Ok((path, body)) => state.router.forward(target, path, body).await,
                 Err(error) => Err(geocount_net::ClientError::Request(error.to_string())),
             };
             (target, group, result)

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use geocount_model::{
-    Clock, CounterDescription, CounterId, Durability, Hlc, Placement, Recorded, ShardDefaults,
-    SlotRecord, SlotState, VersionedDescription, next_slot_version,
+    Clock, CounterDescription, CounterId, CounterType, Durability, Hlc, Placement, Recorded,
+    ShardDefaults, SlotRecord, SlotState, VersionedDescription, next_slot_version,
 };
 use geocount_sync::DescriptionTable;
 use tokio::sync::{mpsc, oneshot};
@@ -31,13 +31,45 @@ use crate::wal::{LogRecord, Wal};
 /// A group stops gathering at this many writes, bounding one log record's size.
 const MAX_GROUP_WRITES: usize = 200_000;
 
+/// What a write changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Adds a signed delta to a sum counter's total.
+    Delta(i64),
+    /// Adds an item to a unique counter's sketch.
+    Item {
+        /// The item, as written (forwarded writes carry it on).
+        item: Box<str>,
+        /// Its hash ([`geocount_model::unique::hash_item`]).
+        hash: u64,
+    },
+}
+
+impl Change {
+    /// An item change, hashed.
+    pub fn item(item: &str) -> Self {
+        Change::Item {
+            item: item.into(),
+            hash: geocount_model::unique::hash_item(item),
+        }
+    }
+
+    /// The counter type this change is for.
+    pub fn counter_type(&self) -> CounterType {
+        match self {
+            Change::Delta(_) => CounterType::Sum,
+            Change::Item { .. } => CounterType::Unique,
+        }
+    }
+}
+
 /// One write asked of the node.
 #[derive(Debug, Clone)]
 pub struct WriteRequest {
     /// The counter.
     pub id: CounterId,
-    /// The signed change.
-    pub delta: i64,
+    /// A delta or an item.
+    pub change: Change,
     /// Deduplicates retries of this write.
     pub idempotency_key: Option<Box<str>>,
     /// When the hit happened, in unix seconds (kept for rolling windows).
@@ -103,7 +135,45 @@ impl NodeHealth {
 struct Staged {
     slots: HashMap<Box<str>, SlotRecord>,
     descriptions: Vec<VersionedDescription>,
+    /// The index in `descriptions` of each counter's latest staged description.
+    described: HashMap<Box<str>, usize>,
     idempotency: HashMap<Box<str>, IdempotencyRecord>,
+}
+
+impl Staged {
+    /// Counter `id`'s latest staged description.
+    fn description(&self, id: &str) -> Option<&VersionedDescription> {
+        self.described.get(id).map(|&at| &self.descriptions[at])
+    }
+
+    fn stage_description(&mut self, description: VersionedDescription) {
+        let id: Box<str> = description.description.id.as_str().into();
+        self.described.insert(id, self.descriptions.len());
+        self.descriptions.push(description);
+    }
+
+    /// Counter `id`'s record as of this group: staged, else committed.
+    fn record<'a>(&'a self, table: &'a SlotTable, id: &str) -> Option<&'a SlotRecord> {
+        self.slots.get(id).or_else(|| table.get_record(id))
+    }
+}
+
+/// Counter `id`'s type as this node knows it in this group: its description's (staged or
+/// known), else that of its record here (a sketch makes it unique); `None` when the node has
+/// heard of neither.
+fn known_type(
+    table: &SlotTable,
+    descriptions: &DescriptionTable,
+    staged: &Staged,
+    id: &str,
+) -> Option<CounterType> {
+    if let Some(described) = staged.description(id).or_else(|| descriptions.get(id)) {
+        return Some(described.description.counter_type);
+    }
+    staged.record(table, id).map(|record| match record.uniques {
+        Some(_) => CounterType::Unique,
+        None => CounterType::Sum,
+    })
 }
 
 enum Reply {
@@ -239,7 +309,7 @@ impl CommitLoop {
                     Command::Tick | Command::Shutdown => {}
                 }
             }
-            self.propose_shard_changes(now_ms, &descriptions, &mut staged);
+            self.propose_shard_changes(now_ms, &table, &descriptions, &mut staged);
         }
         if writes > 0 {
             self.shared
@@ -283,24 +353,68 @@ impl CommitLoop {
                 .get(key)
                 .or_else(|| self.idempotency.get(key));
             if let Some(first) = first {
-                if first.matches(id, write.delta) {
+                if first.matches(id, &write.change) {
                     self.shared.metrics.idempotent_replays.inc();
                     return Ok(first.outcome);
                 }
                 return Err(ShardError::IdempotencyKeyReused {
                     key: key.to_string(),
                     counter: first.counter.to_string(),
-                    delta: first.delta,
+                    write: first.describe_write(),
                 });
             }
         }
-        let mut record = match staged.slots.get(id) {
-            Some(record) => record.clone(),
-            None => table.get_record(id).cloned().unwrap_or_default(),
+        let known = known_type(table, descriptions, staged, id);
+        if let Some(counter_type) = known
+            && counter_type != write.change.counter_type()
+        {
+            return Err(ShardError::wrong_type(id, counter_type));
+        }
+        let next = match &write.change {
+            Change::Delta(delta) => {
+                self.stage_delta(table, descriptions, staged, &write, *delta, now_ms)?
+            }
+            Change::Item { hash, .. } => {
+                if known.is_none() {
+                    // An item for a counter this node has not heard of creates it as unique.
+                    self.stage_unique_description(&write.id, staged, now_ms);
+                }
+                match self.stage_item(table, staged, id, *hash, now_ms) {
+                    Some(next) => next,
+                    // Nothing changed: no version, no log record, no key to remember.
+                    None => {
+                        return Ok(staged
+                            .record(table, id)
+                            .map(|r| r.state)
+                            .unwrap_or_default());
+                    }
+                }
+            }
         };
+        self.last_version = next.version;
+        self.hot.count(id, 1);
+        if let Some(key) = write.idempotency_key {
+            let record = IdempotencyRecord::new(id, &write.change, next, now_ms);
+            staged.idempotency.insert(key, record);
+        }
+        Ok(next)
+    }
+
+    /// Stages a delta (and its hit in the counter's window); returns the slot's new state.
+    fn stage_delta(
+        &mut self,
+        table: &SlotTable,
+        descriptions: &DescriptionTable,
+        staged: &mut Staged,
+        write: &WriteRequest,
+        delta: i64,
+        now_ms: u64,
+    ) -> Result<SlotState, ShardError> {
+        let id = write.id.as_str();
+        let mut record = staged.record(table, id).cloned().unwrap_or_default();
         let next = record
             .state
-            .apply(write.delta, next_slot_version(self.last_version, now_ms))?;
+            .apply(delta, next_slot_version(self.last_version, now_ms))?;
         // The hit lands in its own second's bucket of the counter's window.
         let window_seconds = descriptions
             .get(id)
@@ -309,7 +423,7 @@ impl CommitLoop {
             });
         match record
             .window
-            .record(write.timestamp_secs, write.delta, window_seconds)?
+            .record(write.timestamp_secs, delta, window_seconds)?
         {
             Recorded::Counted => {}
             Recorded::TooOld => {
@@ -317,19 +431,52 @@ impl CommitLoop {
             }
         }
         record.state = next;
-        self.last_version = next.version;
-        self.hot.count(id, 1);
         staged.slots.insert(id.into(), record);
-        if let Some(key) = write.idempotency_key {
-            let record = IdempotencyRecord {
-                counter: id.into(),
-                delta: write.delta,
-                outcome: next,
-                created_at_ms: now_ms,
-            };
-            staged.idempotency.insert(key, record);
-        }
         Ok(next)
+    }
+
+    /// Stages an item; returns the slot's new state, or `None` when the item raises no
+    /// register of the slot's sketch (then nothing is staged).
+    fn stage_item(
+        &mut self,
+        table: &SlotTable,
+        staged: &mut Staged,
+        id: &str,
+        hash: u64,
+        now_ms: u64,
+    ) -> Option<SlotState> {
+        let current = staged.record(table, id);
+        if current
+            .and_then(|r| r.uniques.as_ref())
+            .is_some_and(|sketch| !sketch.would_change(hash))
+        {
+            return None;
+        }
+        // The committed record is copied once per group; later items change the staged copy.
+        if !staged.slots.contains_key(id) {
+            let record = table.get_record(id).cloned().unwrap_or_default();
+            staged.slots.insert(id.into(), record);
+        }
+        let record = staged.slots.get_mut(id).expect("staged just above");
+        let version = next_slot_version(self.last_version, now_ms);
+        record.add_item(hash, version).then_some(record.state)
+    }
+
+    /// Stages the description of a unique counter created by an item write: the defaults,
+    /// versioned by this node's clock like `POST /counter`.
+    fn stage_unique_description(&self, id: &CounterId, staged: &mut Staged, now_ms: u64) {
+        let settings = &self.shared.settings;
+        staged.stage_description(VersionedDescription {
+            description: CounterDescription {
+                id: id.clone(),
+                counter_type: CounterType::Unique,
+                number_of_shards: settings.default_number_of_shards,
+                base_number_of_shards: settings.default_number_of_shards,
+                window_seconds: settings.default_window_seconds,
+                created_at_ms: now_ms,
+            },
+            version: self.shared.hlc.now(),
+        });
     }
 
     /// Appends the group's record and, in sync durability, fsyncs it.
@@ -440,14 +587,11 @@ impl CommitLoop {
         let exists = table.contains(id)
             || descriptions.get(id).is_some()
             || staged.slots.contains_key(id)
-            || staged
-                .descriptions
-                .iter()
-                .any(|d| d.description.id == description.id);
+            || staged.description(id).is_some();
         if exists {
             return Err(ShardError::AlreadyExists(id.to_owned()));
         }
-        staged.descriptions.push(VersionedDescription {
+        staged.stage_description(VersionedDescription {
             description: description.clone(),
             version: self.shared.hlc.now(),
         });
@@ -459,6 +603,7 @@ impl CommitLoop {
     fn propose_shard_changes(
         &mut self,
         now_ms: u64,
+        table: &SlotTable,
         descriptions: &DescriptionTable,
         staged: &mut Staged,
     ) {
@@ -474,6 +619,14 @@ impl CommitLoop {
             let Ok(id) = CounterId::new(change.id.as_str()) else {
                 continue;
             };
+            // A unique counter's items go to its base slots by their hash (so an item written
+            // again lands where it did): more slots would take none of them.
+            if known_type(table, descriptions, staged, &change.id) == Some(CounterType::Unique) {
+                continue;
+            }
+            let current = staged
+                .description(&change.id)
+                .or_else(|| descriptions.get(&change.id));
             let defaults = CounterDescription {
                 id,
                 counter_type: Default::default(),
@@ -482,10 +635,10 @@ impl CommitLoop {
                 window_seconds: shared.settings.default_window_seconds,
                 created_at_ms: now_ms,
             };
-            let description = changed_description(descriptions.get(&change.id), defaults, &change);
+            let description = changed_description(current, defaults, &change);
             tracing::info!(counter = %change.id, shards = change.number_of_shards, "changing a counter's slot count");
             shared.metrics.shard_count_changes.inc();
-            staged.descriptions.push(VersionedDescription {
+            staged.stage_description(VersionedDescription {
                 description,
                 version: shared.hlc.now(),
             });
@@ -500,14 +653,9 @@ fn stage_description(
     description: VersionedDescription,
 ) {
     let id = description.description.id.as_str();
-    let known = staged
-        .descriptions
-        .iter()
-        .rev()
-        .find(|d| d.description.id.as_str() == id)
-        .or_else(|| descriptions.get(id));
+    let known = staged.description(id).or_else(|| descriptions.get(id));
     if known.is_none_or(|k| k.is_older_than(&description)) {
-        staged.descriptions.push(description);
+        staged.stage_description(description);
     }
 }
 

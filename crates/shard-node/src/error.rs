@@ -1,6 +1,6 @@
 //! The shard node's errors, and the one place that maps each to its HTTP status.
 
-use geocount_model::ModelError;
+use geocount_model::{CounterType, ModelError};
 use geocount_net::{BodyError, HttpError};
 use geocount_sync::http::RequestError;
 use hyper::StatusCode;
@@ -48,16 +48,19 @@ pub enum ShardError {
     },
     /// An `Idempotency-Key` reused for a different write.
     #[error(
-        "Idempotency-Key {key:?} was already used for a different write (counter {counter:?}, delta {delta})"
+        "Idempotency-Key {key:?} was already used for a different write (counter {counter:?}, {write})"
     )]
     IdempotencyKeyReused {
         /// The key.
         key: String,
         /// The counter of the first write with this key.
         counter: String,
-        /// The delta of the first write with this key.
-        delta: i64,
+        /// What the first write with this key was: `delta 5`, or `an item`.
+        write: String,
     },
+    /// A delta for a unique counter, or an item for a sum counter.
+    #[error("{0}")]
+    WrongType(String),
     /// The disk is full: nothing was written.
     #[error("storage is full: {0}")]
     StorageFull(String),
@@ -79,7 +82,9 @@ impl HttpError for ShardError {
     fn status(&self) -> StatusCode {
         match self {
             ShardError::Model(ModelError::Overflow { .. }) => StatusCode::UNPROCESSABLE_ENTITY,
-            ShardError::Model(_) | ShardError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ShardError::Model(_) | ShardError::BadRequest(_) | ShardError::WrongType(_) => {
+                StatusCode::BAD_REQUEST
+            }
             ShardError::Body(BodyError::TooLarge { .. }) | ShardError::TooManyEntries { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -101,6 +106,19 @@ impl HttpError for ShardError {
 }
 
 impl ShardError {
+    /// The refusal of a write that does not fit counter `id`'s type: an item for a sum
+    /// counter, or a delta for a unique one.
+    pub fn wrong_type(id: &str, counter_type: CounterType) -> Self {
+        ShardError::WrongType(match counter_type {
+            CounterType::Sum => format!(
+                "counter {id:?} is a sum counter: its writes carry a \"delta\", not an \"item\""
+            ),
+            CounterType::Unique => format!(
+                "counter {id:?} is a unique counter: its writes carry an \"item\", not a \"delta\""
+            ),
+        })
+    }
+
     /// Wraps a storage failure, telling a full disk apart.
     pub fn from_storage(error: &StorageError) -> Self {
         if error.is_disk_full() {

@@ -8,6 +8,8 @@ use std::collections::{HashMap, VecDeque};
 use geocount_model::SlotState;
 use serde::{Deserialize, Serialize};
 
+use crate::commit::Change;
+
 /// The longest idempotency key accepted, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
 
@@ -16,8 +18,10 @@ pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
 pub struct IdempotencyRecord {
     /// The counter it wrote.
     pub counter: Box<str>,
-    /// The signed delta it applied.
+    /// The signed delta it applied (0 for an item).
     pub delta: i64,
+    /// The hash of the item it added, for a unique counter.
+    pub item: Option<u64>,
     /// The slot's state right after it: the answer every retry gets.
     pub outcome: SlotState,
     /// When it was applied, in unix milliseconds.
@@ -25,9 +29,36 @@ pub struct IdempotencyRecord {
 }
 
 impl IdempotencyRecord {
+    /// The record of a write to `counter` that made `change` and left the slot at `outcome`.
+    pub fn new(counter: &str, change: &Change, outcome: SlotState, created_at_ms: u64) -> Self {
+        let (delta, item) = match change {
+            Change::Delta(delta) => (*delta, None),
+            Change::Item { hash, .. } => (0, Some(*hash)),
+        };
+        Self {
+            counter: counter.into(),
+            delta,
+            item,
+            outcome,
+            created_at_ms,
+        }
+    }
+
     /// Whether a retry asks for the same write.
-    pub fn matches(&self, counter: &str, delta: i64) -> bool {
-        &*self.counter == counter && self.delta == delta
+    pub fn matches(&self, counter: &str, change: &Change) -> bool {
+        &*self.counter == counter
+            && match change {
+                Change::Delta(delta) => self.item.is_none() && self.delta == *delta,
+                Change::Item { hash, .. } => self.item == Some(*hash),
+            }
+    }
+
+    /// The first write, as a refusal names it: `delta 5`, or `an item`.
+    pub fn describe_write(&self) -> String {
+        match self.item {
+            Some(_) => "an item".to_owned(),
+            None => format!("delta {}", self.delta),
+        }
     }
 }
 
@@ -100,15 +131,29 @@ mod tests {
     use super::*;
 
     fn record(counter: &str, delta: i64, at: u64) -> IdempotencyRecord {
-        IdempotencyRecord {
-            counter: counter.into(),
-            delta,
-            outcome: SlotState {
-                value: delta,
-                version: 1,
-            },
-            created_at_ms: at,
+        let outcome = SlotState {
+            value: delta,
+            version: 1,
+        };
+        IdempotencyRecord::new(counter, &Change::Delta(delta), outcome, at)
+    }
+
+    fn item(item: &str) -> Change {
+        Change::Item {
+            item: item.into(),
+            hash: geocount_model::unique::hash_item(item),
         }
+    }
+
+    #[test]
+    fn an_item_matches_only_the_same_item() {
+        let first = IdempotencyRecord::new("u", &item("a"), SlotState::default(), 0);
+        assert!(first.matches("u", &item("a")));
+        assert!(!first.matches("u", &item("b")));
+        assert!(!first.matches("v", &item("a")));
+        assert!(!first.matches("u", &Change::Delta(0)));
+        assert_eq!(first.describe_write(), "an item");
+        assert!(!record("u", 1, 0).matches("u", &item("a")));
     }
 
     #[test]
@@ -119,8 +164,8 @@ mod tests {
         assert!(cache.expire(999).is_empty());
         assert_eq!(cache.expire(1000), vec![Box::<str>::from("a")]);
         assert!(cache.get("a").is_none());
-        assert!(cache.get("b").unwrap().matches("c", 2));
-        assert!(!cache.get("b").unwrap().matches("c", 3));
+        assert!(cache.get("b").unwrap().matches("c", &Change::Delta(2)));
+        assert!(!cache.get("b").unwrap().matches("c", &Change::Delta(3)));
         assert_eq!(cache.expire(1500).len(), 1);
         assert!(cache.is_empty());
     }

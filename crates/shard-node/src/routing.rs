@@ -2,12 +2,15 @@
 //! to the node that owns it.
 //!
 //! A counter uses `numberOfShards` of the datacenter's slots, chosen by consistent hashing
-//! ([`Placement`]). A write with an `Idempotency-Key` always goes to the slot its key hashes to
-//! among the counter's *base* slots (the count it was created with, which hot-counter growth
-//! never changes), so retries meet their first attempt wherever they arrive, even if the counter
-//! grew or shrank in between; other writes to a counter with one slot go to it, and writes to a
-//! counter spread over several pick one by the configured [`Selection`]. Forwarded writes carry [`FORWARDED_HEADER`] and are applied where they land,
-//! so a write never takes two hops even while nodes disagree about a counter's slot count.
+//! ([`Placement`]). An item for a unique counter always goes to the slot its hash picks among
+//! the counter's *base* slots (the count it was created with, which hot-counter growth never
+//! changes), so an item written again lands where it did and changes nothing. A write with an
+//! `Idempotency-Key` goes to the slot its key hashes to among the base slots, so retries meet
+//! their first attempt wherever they arrive, even if the counter grew or shrank in between;
+//! other writes to a counter with one slot go to it, and writes to a counter spread over several
+//! pick one by the configured [`Selection`]. Forwarded writes carry [`FORWARDED_HEADER`] and are
+//! applied where they land, so a write never takes two hops even while nodes disagree about a
+//! counter's slot count.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,6 +23,7 @@ use geocount_net::{ClientError, HttpClient};
 use geocount_sync::DescriptionTable;
 use hyper::Method;
 
+use crate::commit::Change;
 use crate::replication::PeerSink;
 
 /// Marks a write forwarded by another node: apply it here.
@@ -111,9 +115,14 @@ impl WriteRouter {
         self.placement.slots_for(id, self.number_of_shards(id))
     }
 
-    /// The slot a write to counter `id` (with idempotency key `key`) goes to.
-    pub fn target(&self, id: &str, key: Option<&str>) -> u32 {
+    /// The slot a write making `change` to counter `id` (with idempotency key `key`) goes to.
+    pub fn target(&self, id: &str, change: &Change, key: Option<&str>) -> u32 {
         let (shards, base) = self.shard_counts(id);
+        if let Change::Item { hash, .. } = change {
+            // The low bits of the hash: the register an item raises is picked by its top bits.
+            let base_slots = self.placement.slots_for(id, base);
+            return base_slots[(hash % base_slots.len() as u64) as usize];
+        }
         if let Some(key) = key {
             // Growth keeps the first `base` slots, so a key's slot never moves.
             let base_slots = self.placement.slots_for(id, base);
@@ -155,9 +164,15 @@ impl WriteRouter {
         self.addresses[slot as usize]
     }
 
-    /// Sends an encoded batch to slot `slot`'s node, marked as forwarded.
-    pub async fn forward(&self, slot: u32, batch: Bytes) -> Result<BatchResponse, ClientError> {
-        let url = format!("http://{}/batch", self.address(slot));
+    /// Sends an encoded batch to `path` (`/batch` or `/batch/items`) of slot `slot`'s node,
+    /// marked as forwarded.
+    pub async fn forward(
+        &self,
+        slot: u32,
+        path: &str,
+        batch: Bytes,
+    ) -> Result<BatchResponse, ClientError> {
+        let url = format!("http://{}{path}", self.address(slot));
         let headers = [
             ("content-type", POSTCARD_CONTENT_TYPE),
             (FORWARDED_HEADER, "1"),
@@ -189,6 +204,8 @@ mod tests {
     use std::collections::HashSet;
     use std::time::Duration;
 
+    const DELTA: Change = Change::Delta(1);
+
     fn router(selection: Selection, own_load: u64) -> WriteRouter {
         WriteRouter::new(RouterSetup {
             placement: Placement::new("USA_0", 3, 16),
@@ -210,7 +227,7 @@ mod tests {
     #[test]
     fn round_robin_takes_each_slot_in_turn() {
         let router = router(Selection::RoundRobin, 0);
-        let picks: Vec<u32> = (0..6).map(|_| router.target("c", None)).collect();
+        let picks: Vec<u32> = (0..6).map(|_| router.target("c", &DELTA, None)).collect();
         assert_eq!(
             picks[..3].iter().collect::<HashSet<_>>().len(),
             3,
@@ -222,7 +239,7 @@ mod tests {
     #[test]
     fn random_reaches_every_slot() {
         let router = router(Selection::Random, 0);
-        let picks: HashSet<u32> = (0..200).map(|_| router.target("c", None)).collect();
+        let picks: HashSet<u32> = (0..200).map(|_| router.target("c", &DELTA, None)).collect();
         assert_eq!(picks.len(), 3);
     }
 
@@ -230,7 +247,7 @@ mod tests {
     fn least_loaded_prefers_a_node_that_reported_less() {
         // Peers that never reported count as fully loaded: the own slot wins.
         let router = router(Selection::LeastLoaded, 1_000_000);
-        assert!((0..10).all(|_| router.target("c", None) == 1));
+        assert!((0..10).all(|_| router.target("c", &DELTA, None) == 1));
     }
 
     #[test]
@@ -254,13 +271,38 @@ mod tests {
         };
         router.descriptions.write().unwrap().merge(describe(1, 1));
         let keys: Vec<String> = (0..50).map(|n| format!("key-{n}")).collect();
-        let before: Vec<u32> = keys.iter().map(|k| router.target("hot", Some(k))).collect();
+        let before: Vec<u32> = keys
+            .iter()
+            .map(|k| router.target("hot", &DELTA, Some(k)))
+            .collect();
         router.descriptions.write().unwrap().merge(describe(3, 2));
-        let after: Vec<u32> = keys.iter().map(|k| router.target("hot", Some(k))).collect();
+        let after: Vec<u32> = keys
+            .iter()
+            .map(|k| router.target("hot", &DELTA, Some(k)))
+            .collect();
         assert_eq!(before, after);
         // Unkeyed writes do use the new slots.
-        let unkeyed: HashSet<u32> = (0..6).map(|_| router.target("hot", None)).collect();
+        let unkeyed: HashSet<u32> = (0..6).map(|_| router.target("hot", &DELTA, None)).collect();
         assert_eq!(unkeyed.len(), 3);
+    }
+
+    #[test]
+    fn an_item_always_goes_to_the_same_base_slot_and_items_spread_over_them() {
+        let router = router(Selection::RoundRobin, 0);
+        let items: Vec<Change> = (0..60)
+            .map(|n| Change::item(&format!("user-{n}")))
+            .collect();
+        let first: Vec<u32> = items.iter().map(|i| router.target("u", i, None)).collect();
+        for _ in 0..3 {
+            let again: Vec<u32> = items.iter().map(|i| router.target("u", i, None)).collect();
+            assert_eq!(again, first, "round robin does not move items");
+        }
+        assert_eq!(first.iter().collect::<HashSet<_>>().len(), 3, "{first:?}");
+        let keyed: Vec<u32> = items
+            .iter()
+            .map(|i| router.target("u", i, Some("k")))
+            .collect();
+        assert_eq!(keyed, first, "a key does not move an item");
     }
 
     #[test]
@@ -271,8 +313,8 @@ mod tests {
             Selection::LeastLoaded,
         ] {
             let router = router(selection, 0);
-            let first = router.target("c", Some("retry-1"));
-            assert!((0..20).all(|_| router.target("c", Some("retry-1")) == first));
+            let first = router.target("c", &DELTA, Some("retry-1"));
+            assert!((0..20).all(|_| router.target("c", &DELTA, Some("retry-1")) == first));
         }
     }
 }

@@ -113,6 +113,10 @@ impl Journaled for SlotTable {
         self.rows[index].latest_seq
     }
 
+    fn weight(&self, index: usize) -> usize {
+        1 + geocount_sync::record_weight(&self.rows[index].record)
+    }
+
     fn items(&self, index: usize, out: &mut Vec<SlotEntry>) {
         let (id, row) = self.rows.get_index(index).expect("index in range");
         out.push(SlotEntry {

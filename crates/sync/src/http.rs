@@ -252,6 +252,14 @@ impl WindowQuery {
     }
 }
 
+/// The refusal of a `window=` read of a unique counter: its sketch counts distinct items over
+/// all time and keeps no per-second buckets.
+pub fn no_window_for_unique() -> RequestError {
+    RequestError::BadRequest(
+        "a unique counter keeps no rolling window: read it without window= and at=".into(),
+    )
+}
+
 /// Parses a read's query string: `window=S` (1 or more seconds) and `at=T` (unix seconds,
 /// default `now_secs`; only with `window`) are understood here; every other key goes to
 /// `other`, which returns whether it took it. Unknown keys, repeated keys and bad values are

@@ -81,10 +81,16 @@ pub trait Journaled {
 
     /// Appends what a page carries for entry `index`.
     fn items(&self, index: usize, out: &mut Vec<Self::Item>);
+
+    /// How many entries' worth entry `index` counts for against a page's limit: 1, unless it
+    /// is much larger than most (a unique counter's sketch).
+    fn weight(&self, _index: usize) -> usize {
+        1
+    }
 }
 
-/// The items changed since `cursor`, at most `limit` entries' worth; the cursor to ask from
-/// next; and whether that reaches the newest change.
+/// The items changed since `cursor`, at most `limit` entries' worth (a page holds at least one
+/// entry); the cursor to ask from next; and whether that reaches the newest change.
 pub fn page<T: Journaled>(table: &T, cursor: Cursor, limit: usize) -> (Vec<T::Item>, Cursor, bool) {
     let journal = table.journal();
     let epoch = journal.epoch;
@@ -111,9 +117,11 @@ pub fn page<T: Journaled>(table: &T, cursor: Cursor, limit: usize) -> (Vec<T::It
             ..
         } => {
             let start = next_index as usize;
-            let end = table.entry_count().min(start + limit);
-            for index in start..end {
-                table.items(index, &mut items);
+            let (mut end, mut weight) = (start, 0);
+            while end < table.entry_count() && weight < limit {
+                table.items(end, &mut items);
+                weight += table.weight(end);
+                end += 1;
             }
             let next = if end >= table.entry_count() {
                 Cursor::Seq {
@@ -136,14 +144,14 @@ pub fn page<T: Journaled>(table: &T, cursor: Cursor, limit: usize) -> (Vec<T::It
             let mut sent = 0;
             let mut last = seq;
             for &(change, index) in journal.log.range(start..) {
-                if sent == limit {
+                if sent >= limit {
                     return (items, Cursor::Seq { epoch, seq: last }, false);
                 }
                 last = change;
                 // Only at the entry's latest change, so each entry goes once.
                 if table.latest_seq(index as usize) == change {
                     table.items(index as usize, &mut items);
-                    sent += 1;
+                    sent += table.weight(index as usize);
                 }
             }
             (

@@ -37,4 +37,4 @@ pub use replica::{
     worst_staleness,
 };
 pub use serve::{answer_slot_copy, answer_sync};
-pub use slot_copies::SlotCopies;
+pub use slot_copies::{SlotCopies, record_weight};

@@ -11,8 +11,8 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use geocount_model::Clock;
 use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
+use geocount_model::{Clock, CounterType};
 use geocount_net::{HttpClient, Listener, Response};
 use hyper::Request;
 use hyper::body::Incoming;
@@ -46,6 +46,18 @@ pub struct SourceHealth {
 }
 
 impl Replica {
+    /// Whether counter `id` counts distinct items: its description says so or, while no
+    /// description has arrived, a copy of one of its slots holds a sketch.
+    pub fn is_unique(&self, id: &str) -> bool {
+        match self.descriptions.get(id) {
+            Some(d) => d.description.counter_type == CounterType::Unique,
+            None => self
+                .copies
+                .get(id)
+                .is_some_and(|copies| copies.iter().any(|(_, r)| r.uniques.is_some())),
+        }
+    }
+
     /// Counter `id`'s window length: its description's, else `default_window_seconds`.
     pub fn window_seconds(&self, id: &str, default_window_seconds: u32) -> u32 {
         self.descriptions

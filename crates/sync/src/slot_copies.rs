@@ -9,6 +9,20 @@ use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
 
+/// How many bytes of a unique counter's sketch count as one more entry against a sync page's
+/// limit: a dense sketch (16 KiB) weighs 257 entries, so a page of `page_entries` 50,000 holds
+/// about 190 of them (3 MiB) rather than 50,000 (800 MiB).
+pub const SKETCH_BYTES_PER_ENTRY: usize = 64;
+
+/// How many entries' worth `record` counts for against a page's limit: none beyond its
+/// counter's 1 for a plain record, one more per [`SKETCH_BYTES_PER_ENTRY`] of its sketch.
+pub fn record_weight(record: &SlotRecord) -> usize {
+    record
+        .uniques
+        .as_ref()
+        .map_or(0, |sketch| sketch.encoded_bytes() / SKETCH_BYTES_PER_ENTRY)
+}
+
 /// One counter's copies: `(slot index, state)` for each slot that ever held a value.
 #[derive(Debug, Default)]
 struct CounterCopies {
@@ -151,6 +165,11 @@ impl Journaled for SlotCopies {
         self.counters[index].latest_seq
     }
 
+    fn weight(&self, index: usize) -> usize {
+        let copies = &self.counters[index].slots;
+        1 + copies.iter().map(|(_, r)| record_weight(r)).sum::<usize>()
+    }
+
     fn items(&self, index: usize, out: &mut Vec<SlotEntry>) {
         let (id, copies) = self.counters.get_index(index).expect("index in range");
         for (slot, record) in &copies.slots {
@@ -170,6 +189,44 @@ mod tests {
 
     fn state(value: i64, version: u64) -> SlotRecord {
         geocount_model::SlotState { value, version }.into()
+    }
+
+    #[test]
+    fn pages_hold_fewer_counters_with_big_sketches() {
+        let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned()]);
+        let mut unique = state(0, 1);
+        for n in 0..5_000 {
+            unique.add_item(geocount_model::unique::hash_item(&format!("u{n}")), 2);
+        }
+        assert!(unique.uniques.as_ref().unwrap().is_dense());
+        for id in ["u1", "u2", "u3"] {
+            table.merge(0, id, &unique);
+        }
+        for id in ["p1", "p2", "p3"] {
+            table.merge(0, id, &state(1, 1));
+        }
+        let mut pages = Vec::new();
+        let mut cursor = Cursor::Start;
+        loop {
+            let page = table.page(cursor, 300);
+            pages.push(page.entries.len());
+            cursor = page.next;
+            if page.caught_up {
+                break;
+            }
+        }
+        // A dense sketch counts 257 entries' worth: a page fills at 300 after two of them.
+        assert_eq!(pages, vec![2, 4]);
+        // The same holds for the changes after a cursor.
+        for id in ["u1", "u2", "u3", "p1"] {
+            let mut newer = table.get(id).unwrap()[0].1.clone();
+            newer.state.version += 10;
+            table.merge(0, id, &newer);
+        }
+        let page = table.page(cursor, 300);
+        assert_eq!((page.entries.len(), page.caught_up), (2, false));
+        let page = table.page(page.next, 300);
+        assert_eq!((page.entries.len(), page.caught_up), (2, true));
     }
 
     #[test]

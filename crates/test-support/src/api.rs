@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use geocount_model::wire::{BatchEntry, BatchRequest, BatchResponse, POSTCARD_CONTENT_TYPE};
+use geocount_model::wire::{
+    BatchEntry, BatchRequest, BatchResponse, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE,
+};
 use geocount_net::{Answer, ClientError, HttpClient};
 use hyper::Method;
 use serde_json::Value;
@@ -142,10 +144,27 @@ impl Api {
             entries: entries.to_vec(),
         })
         .expect("encode batch");
+        self.post_batch("/batch", body).await
+    }
+
+    /// `POST /batch/items` with postcard item entries; the decoded answer, or the status and
+    /// JSON error.
+    pub async fn batch_items(
+        &self,
+        entries: &[ItemEntry<'_>],
+    ) -> Result<BatchResponse, (u16, Value)> {
+        let body = postcard::to_allocvec(&ItemBatchRequest {
+            entries: entries.to_vec(),
+        })
+        .expect("encode item batch");
+        self.post_batch("/batch/items", body).await
+    }
+
+    async fn post_batch(&self, path: &str, body: Vec<u8>) -> Result<BatchResponse, (u16, Value)> {
         let answer = self
             .send(
                 Method::POST,
-                "/batch",
+                path,
                 &[("content-type", POSTCARD_CONTENT_TYPE)],
                 body,
             )
