@@ -4,30 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use geocount_model::wire::{BatchEntry, EntryOutcome};
-use geocount_test_support::{Api, NodeProcess, TestTopology};
+use geocount_test_support::{Api, NodeProcess, TestTopology, eventually};
 use serde_json::{Value, json};
-
-/// Polls `check` every 25 ms until it returns `Some`, or panics after `within`.
-async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 async fn start_shards(topology: &TestTopology, dc: &str, count: usize) -> Vec<NodeProcess> {
     let mut nodes = Vec::new();

@@ -57,24 +57,6 @@ impl Cluster {
     }
 }
 
-/// Reads `path` until `done` accepts the answer, or panics after [`CONVERGE`].
-async fn read_until(api: &Api, path: &str, done: impl Fn(u16, &Value) -> bool) -> Value {
-    let deadline = Instant::now() + CONVERGE;
-    loop {
-        let answer = api.get(path).await.unwrap();
-        let body = answer.json();
-        if done(answer.status.as_u16(), &body) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path}: last answer {} {body}",
-            answer.status
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 fn item(n: usize) -> String {
     format!("user-{n}")
 }
@@ -163,10 +145,12 @@ async fn a_million_distinct_items_count_once_through_every_tier() {
     // Every node learns the description before it takes an item, so none creates the counter
     // with the defaults instead.
     for node in 0..cluster.shards.len() {
-        read_until(&cluster.shard(node), "/counter/visitors/route", |s, b| {
-            s == 200 && b["numberOfShards"] == 2
-        })
-        .await;
+        cluster
+            .shard(node)
+            .read_until(CONVERGE, "/counter/visitors/route", |s, b| {
+                s == 200 && b["numberOfShards"] == 2
+            })
+            .await;
     }
 
     let described = Instant::now();
@@ -184,14 +168,16 @@ async fn a_million_distinct_items_count_once_through_every_tier() {
         let versions: Vec<u64> = (0..SHARDS_PER_DATACENTER)
             .map(|n| before[dc * SHARDS_PER_DATACENTER + n].1)
             .collect();
-        let part = read_until(&aggregator.api(), "/counter/visitors", |s, b| {
-            s == 200
-                && (0..SHARDS_PER_DATACENTER).all(|n| {
-                    let slot = format!("DC_{}_VAL_{n}", DATACENTERS[dc]);
-                    b["slots"][&slot]["version"] == versions[n]
-                })
-        })
-        .await;
+        let part = aggregator
+            .api()
+            .read_until(CONVERGE, "/counter/visitors", |s, b| {
+                s == 200
+                    && (0..SHARDS_PER_DATACENTER).all(|n| {
+                        let slot = format!("DC_{}_VAL_{n}", DATACENTERS[dc]);
+                        b["slots"][&slot]["version"] == versions[n]
+                    })
+            })
+            .await;
         assert!(
             within_two_percent(&part["value"], DISTINCT_ITEMS / 2),
             "{part}"
@@ -199,15 +185,16 @@ async fn a_million_distinct_items_count_once_through_every_tier() {
         assert_eq!(part["standard_error"], json!(STANDARD_ERROR), "{part}");
         parts.push(part["value"].clone());
     }
-    let reading = read_until(&global, "/counter/visitors", |s, b| {
-        s == 200
-            && b["complete"] == true
-            && DATACENTERS
-                .iter()
-                .zip(&parts)
-                .all(|(dc, part)| b["datacenters"][dc]["value"] == *part)
-    })
-    .await;
+    let reading = global
+        .read_until(CONVERGE, "/counter/visitors", |s, b| {
+            s == 200
+                && b["complete"] == true
+                && DATACENTERS
+                    .iter()
+                    .zip(&parts)
+                    .all(|(dc, part)| b["datacenters"][dc]["value"] == *part)
+        })
+        .await;
     println!(
         "cluster up and described in {:?}, 1,000,000 distinct items written in {:?}, all of \
          them at the global aggregator {:?} later: estimate {} (standard error {})",
@@ -277,10 +264,10 @@ async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_
     // would take an item for it as the first write of a new unique counter).
     for node in 0..cluster.shards.len() {
         for id in ["visitors", "likes"] {
-            read_until(&cluster.shard(node), &format!("/counter/{id}"), |s, _| {
-                s == 200
-            })
-            .await;
+            cluster
+                .shard(node)
+                .read_until(CONVERGE, &format!("/counter/{id}"), |s, _| s == 200)
+                .await;
         }
     }
 
@@ -450,15 +437,18 @@ async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_
 
     // The description reaches every tier and the other datacenter as unique.
     let global = cluster.global.api();
-    let reading = read_until(&global, "/counter/new:visitors", |s, b| {
-        s == 200 && b["value"] == 2 && b["complete"] == true
-    })
-    .await;
+    let reading = global
+        .read_until(CONVERGE, "/counter/new:visitors", |s, b| {
+            s == 200 && b["value"] == 2 && b["complete"] == true
+        })
+        .await;
     assert!(reading["standard_error"].is_f64(), "{reading}");
-    read_until(&cluster.shard(1), "/counter/new:visitors", |s, b| {
-        s == 200 && b["standard_error"].is_f64() && b["value"] == 0
-    })
-    .await;
+    cluster
+        .shard(1)
+        .read_until(CONVERGE, "/counter/new:visitors", |s, b| {
+            s == 200 && b["standard_error"].is_f64() && b["value"] == 0
+        })
+        .await;
     let (status, body) = cluster.shard(1).add("new:visitors", 1).await.unwrap();
     assert_eq!(status, 400, "USA knows it is unique too: {body}");
     // A sum counter reads as before: no standard_error.

@@ -1,29 +1,14 @@
 //! End-to-end tests of rolling windows (the hit counter of the design notes) through every tier:
 //! real binaries on loopback ports.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use geocount_model::wire::{BatchEntry, EntryOutcome};
 use geocount_test_support::{Api, TestTopology};
-use serde_json::{Value, json};
+use serde_json::json;
 
-/// Reads `path` until `done` accepts the answer, or panics after 8 s.
-async fn read_until(api: &Api, path: &str, done: impl Fn(u16, &Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(8);
-    loop {
-        let answer = api.get(path).await.unwrap();
-        let body = answer.json();
-        if done(answer.status.as_u16(), &body) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path}: last answer {} {body}",
-            answer.status
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
+/// How long a tier may take to show what was written.
+const CONVERGE: Duration = Duration::from_secs(8);
 
 async fn hit(api: &Api, id: &str, timestamp: u64) {
     let body = json!({"delta": 1, "timestamp": timestamp});
@@ -51,18 +36,25 @@ async fn the_design_notes_hit_counter_holds_through_the_global_aggregator() {
     hit(&asia.api(), "hits", 2).await;
     hit(&europe.api(), "hits", 3).await;
     let global = global.api();
-    read_until(&global, "/counter/hits", |s, b| {
-        s == 200 && b["value"] == 3 && b["complete"] == true
-    })
-    .await;
-    let at_4 = read_until(&global, "/counter/hits?window=300&at=4", |s, _| s == 200).await;
+    global
+        .read_until(CONVERGE, "/counter/hits", |s, b| {
+            s == 200 && b["value"] == 3 && b["complete"] == true
+        })
+        .await;
+    let at_4 = global
+        .read_until(CONVERGE, "/counter/hits?window=300&at=4", |s, _| s == 200)
+        .await;
     assert_eq!(at_4["value"], 3, "{at_4}");
     assert_eq!(at_4["window"], json!({"seconds": 300, "at": 4}));
     assert_eq!(at_4["datacenters"]["ASIA_0"]["value"], 1, "{at_4}");
 
     // A hit at 300.
     hit(&usa.api(), "hits", 300).await;
-    read_until(&global, "/counter/hits", |s, b| s == 200 && b["value"] == 4).await;
+    global
+        .read_until(CONVERGE, "/counter/hits", |s, b| {
+            s == 200 && b["value"] == 4
+        })
+        .await;
     let at_300 = global
         .get("/counter/hits?window=300&at=300")
         .await

@@ -63,6 +63,30 @@ impl Api {
             .await
     }
 
+    /// Reads `path` until `done` accepts the status and JSON answer, or panics after `within`
+    /// with the last answer.
+    pub async fn read_until(
+        &self,
+        within: Duration,
+        path: &str,
+        done: impl Fn(u16, &Value) -> bool,
+    ) -> Value {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let answer = self.get(path).await.expect("read");
+            let body = answer.json();
+            if done(answer.status.as_u16(), &body) {
+                return body;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path}: last answer {} {body}",
+                answer.status
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     /// `GET /counter/{id}` → (status, JSON).
     pub async fn read(&self, id: &str) -> (u16, Value) {
         let answer = self

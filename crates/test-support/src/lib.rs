@@ -5,13 +5,16 @@
 //! - [`process`]: [`NodeProcess`], a running binary that is killed when dropped (so a failing
 //!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT.
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
+//! - [`wait`]: [`eventually`], polling a condition until it holds or a deadline passes.
 
 pub mod api;
 pub mod cluster;
 pub mod ports;
 pub mod process;
+pub mod wait;
 
 pub use api::Api;
 pub use cluster::TestTopology;
 pub use hyper::Method;
 pub use process::NodeProcess;
+pub use wait::eventually;
