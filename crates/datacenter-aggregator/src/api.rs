@@ -4,6 +4,8 @@
 //! | route | does |
 //! |---|---|
 //! | `GET /counter/{id}` | the datacenter's sum (a unique counter's estimate), with every slot's value, version and staleness |
+//! | `GET /topk?k=K&prefix=P[&window=S&at=T]` | the datacenter's K highest sum counters with ids starting with P, all-time or in the window |
+//! | `GET /trending?prefix=P` | the counters with a configured prefix at or over its threshold in `[trending] window_seconds` |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for the global aggregator |
 //! | `GET /slots/{slot}/copy` | postcard [`SlotCopy`] of one slot, for a shard node restoring it |
 //! | `GET /healthz`, `GET /metrics` | health with each slot's staleness, Prometheus text |
@@ -18,20 +20,25 @@ use std::sync::Arc;
 
 use geocount_model::CounterId;
 use geocount_net::{Response, json_response};
-use geocount_sync::http::{self, Named, RequestError, Routed, serve_sync};
-use geocount_sync::{SourceHealth, answer_slot_copy};
+use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
+use geocount_sync::{SourceHealth, answer_slot_copy, parse_top_query, parse_trending_query};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
 use crate::error::AggregatorError;
 use crate::state::{AggregatorState, freshness, read_counter};
+use crate::trends;
 
 /// The endpoints, as matched by the router.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     /// `/counter/{id}`
     Counter,
+    /// `/topk`
+    TopK,
+    /// `/trending`
+    Trending,
     /// `/sync`
     Sync,
     /// `/slots/{slot}/copy`
@@ -46,6 +53,8 @@ pub enum Route {
 pub fn router() -> matchit::Router<Route> {
     http::router([
         ("/counter/{id}", Route::Counter),
+        ("/topk", Route::TopK),
+        ("/trending", Route::Trending),
         ("/sync", Route::Sync),
         ("/slots/{slot}/copy", Route::SlotCopy),
         ("/healthz", Route::Health),
@@ -68,6 +77,8 @@ async fn dispatch(
 ) -> Result<Response, AggregatorError> {
     match (route, request.method(), id, slot) {
         (Route::Counter, &Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
+        (Route::TopK, &Method::GET, _, _) => top_k(state, request.uri().query()),
+        (Route::Trending, &Method::GET, _, _) => trending(state, request.uri().query()),
         (Route::Sync, &Method::POST, _, _) => Ok(sync(state, request).await?),
         (Route::SlotCopy, &Method::GET, _, Some(slot)) => slot_copy(state, slot),
         (Route::Health, &Method::GET, _, _) => Ok(health(state)),
@@ -106,6 +117,31 @@ fn read(
     };
     let reading = reading.ok_or_else(|| AggregatorError::CounterNotFound(id.to_string()))?;
     Ok(json_response(StatusCode::OK, &reading))
+}
+
+fn top_k(state: &AggregatorState, query: Option<&str>) -> Result<Response, AggregatorError> {
+    let now_ms = state.clock.now_unix_ms();
+    let query = parse_top_query(query, now_ms / 1000, |_, _| Ok(false))?;
+    let replica = state.replica.read().expect("replica lock");
+    let answer = trends::top_k(&replica, state.slot_names.len(), query, now_ms);
+    Ok(json_response(StatusCode::OK, &answer))
+}
+
+fn trending(state: &AggregatorState, query: Option<&str>) -> Result<Response, AggregatorError> {
+    let now_ms = state.clock.now_unix_ms();
+    let prefix = parse_trending_query(query, |_, _| Ok(false))?;
+    let trending = &state.config.trending;
+    let threshold = trending
+        .threshold(&prefix)
+        .map_err(AggregatorError::NoTrendingPrefix)?;
+    let window = WindowQuery {
+        seconds: trending.window_seconds,
+        at: now_ms / 1000,
+    };
+    let replica = state.replica.read().expect("replica lock");
+    let slots = state.slot_names.len();
+    let answer = trends::trending(&replica, slots, prefix, threshold, window, now_ms);
+    Ok(json_response(StatusCode::OK, &answer))
 }
 
 async fn sync(

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use geocount_model::{SlotId, SyncSettings, Topology, TopologyError};
+use geocount_model::{SlotId, SyncSettings, Topology, TopologyError, TrendingConfig};
 use geocount_sync::PullSource;
 
 /// Everything a datacenter aggregator needs to run.
@@ -23,6 +23,8 @@ pub struct AggregatorConfig {
     pub sync: SyncSettings,
     /// The window of counters without a description (`shard.default_window_seconds`).
     pub default_window_seconds: u32,
+    /// What `GET /trending` lists (`[trending]`).
+    pub trending: TrendingConfig,
 }
 
 impl AggregatorConfig {
@@ -47,6 +49,7 @@ impl AggregatorConfig {
             global: topology.global.listen,
             sync: topology.sync.clone(),
             default_window_seconds: topology.shard.default_window_seconds,
+            trending: topology.trending.clone(),
         })
     }
 

@@ -21,15 +21,19 @@ pub enum AggregatorError {
         /// This datacenter.
         datacenter: String,
     },
+    /// `GET /trending` for a prefix with no configured threshold (the message names those
+    /// that have one).
+    #[error("{0}")]
+    NoTrendingPrefix(String),
 }
 
 impl HttpError for AggregatorError {
     fn status(&self) -> StatusCode {
         match self {
             AggregatorError::Request(error) => error.status(),
-            AggregatorError::CounterNotFound(_) | AggregatorError::UnknownSlot { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            AggregatorError::CounterNotFound(_)
+            | AggregatorError::UnknownSlot { .. }
+            | AggregatorError::NoTrendingPrefix(_) => StatusCode::NOT_FOUND,
         }
     }
 }

@@ -16,6 +16,7 @@
 //! - [`state`]: what it holds ([`geocount_sync::Replica`]) and the rules it reads by: a slot's
 //!   staleness is its shard's, the datacenter's the worst of its slots', a counter's value the
 //!   sum of its slots.
+//! - [`trends`]: top-K counters and trending counters (`/topk`, `/trending`).
 //! - [`api`]: the routes.
 //! - [`metrics`]: Prometheus text from its own registry.
 //! - [`error`]: every refusal and its HTTP status ([`AggregatorError`]).
@@ -30,6 +31,7 @@ pub mod error;
 pub mod metrics;
 pub mod server;
 pub mod state;
+pub mod trends;
 
 pub use config::AggregatorConfig;
 pub use error::AggregatorError;

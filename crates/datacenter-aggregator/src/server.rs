@@ -31,6 +31,12 @@ pub async fn run<L: Listener>(
         clock.clone(),
         PREFIX,
     );
+    // One datacenter: every slot in one group. What the pullers merged already is indexed too.
+    replica
+        .write()
+        .expect("replica lock")
+        .copies
+        .index_top(vec![0; slot_names.len()]);
     tracing::info!(addr = %config.listen, datacenter = %config.datacenter, "serving");
     let state = Arc::new(AggregatorState {
         config,

@@ -4,6 +4,8 @@
 //! | route | does |
 //! |---|---|
 //! | `GET /counter/{id}?max_staleness_ms=N&allow_partial=B` | the sum over datacenters (a unique counter's estimate of the union of every slot), or 503 naming the stale ones |
+//! | `GET /topk?k=K&prefix=P[&window=S&at=T]&max_staleness_ms=N&allow_partial=B` | the world's K highest sum counters with ids starting with P (from every slot held here), with each datacenter's own top K |
+//! | `GET /trending?prefix=P&max_staleness_ms=N&allow_partial=B` | the counters with a configured prefix at or over its threshold in `[trending] window_seconds`, worldwide and per datacenter |
 //! | `GET /datacenters` | each datacenter's aggregator, freshness, counters and last error |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for datacenter aggregators pulling descriptions |
 //! | `GET /healthz`, `GET /metrics` | health with each datacenter's staleness, Prometheus text |
@@ -18,8 +20,8 @@ use std::sync::Arc;
 
 use geocount_model::CounterId;
 use geocount_net::{Response, json_response};
-use geocount_sync::SourceHealth;
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
+use geocount_sync::{SourceHealth, parse_top_query, parse_trending_query};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -29,12 +31,17 @@ use crate::state::{
     DatacenterStatus, GlobalRead, GlobalState, answer_read, datacenter_statuses, read_datacenters,
     read_unique_datacenters,
 };
+use crate::trends::{self, Freshness};
 
 /// The endpoints, as matched by the router.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     /// `/counter/{id}`
     Counter,
+    /// `/topk`
+    TopK,
+    /// `/trending`
+    Trending,
     /// `/datacenters`
     Datacenters,
     /// `/sync`
@@ -49,6 +56,8 @@ pub enum Route {
 pub fn router() -> matchit::Router<Route> {
     http::router([
         ("/counter/{id}", Route::Counter),
+        ("/topk", Route::TopK),
+        ("/trending", Route::Trending),
         ("/datacenters", Route::Datacenters),
         ("/sync", Route::Sync),
         ("/healthz", Route::Health),
@@ -70,6 +79,8 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 )?;
                 read(state, &id, query, now_ms)
             }
+            (Route::TopK, &Method::GET, _) => top_k(state, request.uri().query(), now_ms),
+            (Route::Trending, &Method::GET, _) => trending(state, request.uri().query(), now_ms),
             (Route::Datacenters, &Method::GET, _) => Ok(datacenters(state, now_ms)),
             (Route::Sync, &Method::POST, _) => {
                 let limit = state.config.sync.page_entries;
@@ -109,12 +120,32 @@ impl ReadQuery {
         default_max_staleness_ms: u64,
         now_secs: u64,
     ) -> Result<Self, RequestError> {
-        let mut max_staleness_ms = None;
-        let mut allow_partial = None;
+        let mut staleness = StalenessKeys::default();
+        let window =
+            http::parse_read_query(query, now_secs, |key, value| staleness.take(key, value))?;
+        let freshness = staleness.freshness(default_max_staleness_ms);
+        Ok(Self {
+            max_staleness_ms: freshness.max_staleness_ms,
+            allow_partial: freshness.allow_partial,
+            window,
+        })
+    }
+}
+
+/// The staleness keys any global read takes: `max_staleness_ms=N&allow_partial=true|false`.
+#[derive(Debug, Default)]
+struct StalenessKeys {
+    max_staleness_ms: Option<u64>,
+    allow_partial: Option<bool>,
+}
+
+impl StalenessKeys {
+    /// Takes `key` if it is a staleness key (refusing a bad value); returns whether it did.
+    fn take(&mut self, key: &str, value: &str) -> Result<bool, RequestError> {
         let bad = |message: String| RequestError::BadRequest(message);
-        let window = http::parse_read_query(query, now_secs, |key, value| match key {
+        match key {
             "max_staleness_ms" => {
-                max_staleness_ms = Some(value.parse::<u64>().map_err(|_| {
+                self.max_staleness_ms = Some(value.parse::<u64>().map_err(|_| {
                     bad(format!(
                         "max_staleness_ms must be a whole number of milliseconds, got {value:?}"
                     ))
@@ -122,7 +153,7 @@ impl ReadQuery {
                 Ok(true)
             }
             "allow_partial" => {
-                allow_partial = Some(match value {
+                self.allow_partial = Some(match value {
                     "true" => true,
                     "false" => false,
                     _ => {
@@ -134,12 +165,60 @@ impl ReadQuery {
                 Ok(true)
             }
             _ => Ok(false),
-        })?;
-        Ok(Self {
-            max_staleness_ms: max_staleness_ms.unwrap_or(default_max_staleness_ms),
-            allow_partial: allow_partial.unwrap_or(false),
-            window,
-        })
+        }
+    }
+
+    /// The freshness asked for: `max_staleness_ms` defaults to `default_max_staleness_ms`,
+    /// partial answers to not allowed.
+    fn freshness(&self, default_max_staleness_ms: u64) -> Freshness {
+        Freshness {
+            max_staleness_ms: self.max_staleness_ms.unwrap_or(default_max_staleness_ms),
+            allow_partial: self.allow_partial.unwrap_or(false),
+        }
+    }
+}
+
+fn top_k(state: &GlobalState, query: Option<&str>, now_ms: u64) -> Result<Response, GlobalError> {
+    let mut staleness = StalenessKeys::default();
+    let query = parse_top_query(query, now_ms / 1000, |key, value| {
+        staleness.take(key, value)
+    })?;
+    let freshness = staleness.freshness(state.config.max_staleness_ms);
+    let replica = state.replica.read().expect("replica lock");
+    match trends::top_k(&replica, &state.names, query, freshness, now_ms) {
+        Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
+        Err(refusal) => Err(GlobalError::StaleTop(Box::new(refusal))),
+    }
+}
+
+fn trending(
+    state: &GlobalState,
+    query: Option<&str>,
+    now_ms: u64,
+) -> Result<Response, GlobalError> {
+    let mut staleness = StalenessKeys::default();
+    let prefix = parse_trending_query(query, |key, value| staleness.take(key, value))?;
+    let freshness = staleness.freshness(state.config.max_staleness_ms);
+    let config = &state.config.trending;
+    let threshold = config
+        .threshold(&prefix)
+        .map_err(GlobalError::NoTrendingPrefix)?;
+    let window = WindowQuery {
+        seconds: config.window_seconds,
+        at: now_ms / 1000,
+    };
+    let replica = state.replica.read().expect("replica lock");
+    let names = &state.names;
+    match trends::trending(
+        &replica,
+        names,
+        (prefix, threshold),
+        window,
+        freshness,
+        now_ms,
+    ) {
+        Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
+        Err(refusal) => Err(GlobalError::StaleTrending(Box::new(refusal))),
     }
 }
 

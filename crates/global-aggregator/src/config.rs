@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use geocount_model::{SlotId, SyncSettings, Topology};
+use geocount_model::{SlotId, SyncSettings, Topology, TrendingConfig};
 use geocount_sync::PullSource;
 
 /// One datacenter, as the global aggregator sees it.
@@ -32,6 +32,8 @@ pub struct GlobalAggregatorConfig {
     pub sync: SyncSettings,
     /// The window of counters without a description (`shard.default_window_seconds`).
     pub default_window_seconds: u32,
+    /// What `GET /trending` lists (`[trending]`).
+    pub trending: TrendingConfig,
 }
 
 impl GlobalAggregatorConfig {
@@ -51,6 +53,7 @@ impl GlobalAggregatorConfig {
                 .collect(),
             sync: topology.sync.clone(),
             default_window_seconds: topology.shard.default_window_seconds,
+            trending: topology.trending.clone(),
         }
     }
 

@@ -5,6 +5,7 @@ use geocount_sync::http::RequestError;
 use hyper::StatusCode;
 
 use crate::state::StaleRead;
+use crate::trends::{DatacenterTop, DatacenterTrending};
 
 /// Everything the global aggregator refuses.
 #[derive(Debug, thiserror::Error)]
@@ -18,14 +19,28 @@ pub enum GlobalError {
     /// Datacenters staler than the read allows, and no partial answer allowed.
     #[error("{}", .0.error)]
     Stale(Box<StaleRead>),
+    /// A `/topk` with datacenters staler than it allows, and no partial answer allowed.
+    #[error("{}", .0.error)]
+    StaleTop(Box<StaleRead<DatacenterTop>>),
+    /// A `/trending` with datacenters staler than it allows, and no partial answer allowed.
+    #[error("{}", .0.error)]
+    StaleTrending(Box<StaleRead<DatacenterTrending>>),
+    /// `GET /trending` for a prefix with no configured threshold (the message names those
+    /// that have one).
+    #[error("{0}")]
+    NoTrendingPrefix(String),
 }
 
 impl HttpError for GlobalError {
     fn status(&self) -> StatusCode {
         match self {
             GlobalError::Request(error) => error.status(),
-            GlobalError::CounterNotFound(_) => StatusCode::NOT_FOUND,
-            GlobalError::Stale(_) => StatusCode::SERVICE_UNAVAILABLE,
+            GlobalError::CounterNotFound(_) | GlobalError::NoTrendingPrefix(_) => {
+                StatusCode::NOT_FOUND
+            }
+            GlobalError::Stale(_) | GlobalError::StaleTop(_) | GlobalError::StaleTrending(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -34,6 +49,8 @@ impl HttpError for GlobalError {
     fn to_response(&self) -> Response {
         match self {
             GlobalError::Stale(refusal) => json_response(self.status(), refusal),
+            GlobalError::StaleTop(refusal) => json_response(self.status(), refusal),
+            GlobalError::StaleTrending(refusal) => json_response(self.status(), refusal),
             other => geocount_net::error_response(other.status(), &other.to_string()),
         }
     }

@@ -14,6 +14,8 @@
 //!   ([`GlobalAggregatorConfig`]), and the sources it pulls.
 //! - [`state`]: what it holds ([`geocount_sync::Replica`]) and the read rules: per-datacenter
 //!   sums, stale datacenters, complete or partial answers.
+//! - [`trends`]: the world's and each datacenter's top-K and trending counters (`/topk`,
+//!   `/trending`) under the same staleness rules.
 //! - [`api`]: the routes and their query parameters.
 //! - [`metrics`]: Prometheus text from its own registry.
 //! - [`error`]: every refusal and its HTTP status ([`GlobalError`]).
@@ -28,6 +30,7 @@ pub mod error;
 pub mod metrics;
 pub mod server;
 pub mod state;
+pub mod trends;
 
 pub use config::GlobalAggregatorConfig;
 pub use error::GlobalError;

@@ -31,6 +31,12 @@ pub async fn run<L: Listener>(
         clock.clone(),
         PREFIX,
     );
+    // Each datacenter's slots in its own group, so /topk ranks each datacenter and the world.
+    replica
+        .write()
+        .expect("replica lock")
+        .copies
+        .index_top(config.slot_datacenters());
     tracing::info!(addr = %config.listen, datacenters = sources.len(), "serving");
     let state = Arc::new(GlobalState {
         names: sources.into_iter().map(|source| source.name).collect(),

@@ -52,7 +52,7 @@ pub struct DatacenterReading {
 }
 
 /// Every datacenter's staleness at `now_ms`, with no value yet.
-fn empty_readings(replica: &Replica, now_ms: u64) -> Vec<DatacenterReading> {
+pub fn empty_readings(replica: &Replica, now_ms: u64) -> Vec<DatacenterReading> {
     replica
         .sources
         .iter()
@@ -137,15 +137,39 @@ pub struct CounterReading {
     pub window: Option<WindowQuery>,
 }
 
-/// A read refused because datacenters are stale: the body of its 503.
+/// A read refused because datacenters are stale: the body of its 503 (`T`: what the read
+/// reports per datacenter).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StaleRead {
+pub struct StaleRead<T = DatacenterReading> {
     /// Which datacenters are stale and how.
     pub error: String,
     /// Their names.
     pub stale_datacenters: Vec<String>,
     /// Each datacenter's part, in topology order.
-    pub datacenters: Named<DatacenterReading>,
+    pub datacenters: Named<T>,
+}
+
+/// Why the datacenters `stale` (indices into `readings`, named by `names`) are stale for a read
+/// allowing `max_staleness_ms`: `stale datacenters: ASIA_0 (staleness 5123 ms > 1000 ms), ...`.
+pub fn stale_reasons(
+    names: &[String],
+    readings: &[DatacenterReading],
+    stale: &[usize],
+    max_staleness_ms: u64,
+) -> String {
+    let reasons: Vec<String> = stale
+        .iter()
+        .map(|&dc| {
+            let reading = &readings[dc];
+            let why = match (reading.staleness_ms, reading.heard) {
+                (Some(ms), _) => format!("staleness {ms} ms > {max_staleness_ms} ms"),
+                (None, false) => "never heard".to_owned(),
+                (None, true) => "never complete: some of its slots never heard".to_owned(),
+            };
+            format!("{} ({why})", names[dc])
+        })
+        .collect();
+    format!("stale datacenters: {}", reasons.join(", "))
 }
 
 /// What a global read answers.
@@ -176,20 +200,8 @@ pub fn answer_read(
         return GlobalRead::NotFound;
     }
     if !stale.is_empty() && !allow_partial {
-        let reasons: Vec<String> = stale
-            .iter()
-            .map(|&dc| {
-                let reading = &readings[dc];
-                let why = match (reading.staleness_ms, reading.heard) {
-                    (Some(ms), _) => format!("staleness {ms} ms > {max_staleness_ms} ms"),
-                    (None, false) => "never heard".to_owned(),
-                    (None, true) => "never complete: some of its slots never heard".to_owned(),
-                };
-                format!("{} ({why})", names[dc])
-            })
-            .collect();
         return GlobalRead::Stale(StaleRead {
-            error: format!("stale datacenters: {}", reasons.join(", ")),
+            error: stale_reasons(names, &readings, &stale, max_staleness_ms),
             stale_datacenters: stale.iter().map(|&dc| names[dc].clone()).collect(),
             datacenters: named(names, readings),
         });
@@ -209,7 +221,8 @@ pub fn answer_read(
     })
 }
 
-fn named<T>(names: &[String], values: Vec<T>) -> Named<T> {
+/// `values` under the datacenters' `names`, in order.
+pub fn named<T>(names: &[String], values: Vec<T>) -> Named<T> {
     names.iter().cloned().zip(values).collect()
 }
 
@@ -342,6 +355,7 @@ mod tests {
                 .to_vec(),
             sync: Default::default(),
             default_window_seconds: 300,
+            trending: Default::default(),
         };
         let statuses = datacenter_statuses(&replica, &config, &[0, 0, 1], 1_400);
         let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);

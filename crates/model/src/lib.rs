@@ -40,7 +40,7 @@ pub use placement::Placement;
 pub use slot::{SlotId, SlotRecord, SlotState, next_slot_version};
 pub use topology::{
     DatacenterConfig, Durability, GlobalConfig, Selection, ShardDefaults, SyncSettings, Topology,
-    TopologyError,
+    TopologyError, TrendingConfig,
 };
 pub use unique::UniqueSketch;
 pub use window::{Recorded, Window};

@@ -5,7 +5,7 @@
 //! `GEOCOUNT_` prefix and `__` between levels (`GEOCOUNT_SHARD__DURABILITY=async`). Every error
 //! names the file and the key.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,48 @@ pub struct Topology {
     pub sync: SyncSettings,
     /// The datacenters; each runs one aggregator and one shard node per slot.
     pub datacenters: Vec<DatacenterConfig>,
+    /// What `GET /trending` lists at both aggregators.
+    #[serde(default)]
+    pub trending: TrendingConfig,
+}
+
+/// Trending thresholds (`[trending]`): a counter whose id starts with a configured prefix is
+/// trending while its count in the last `window_seconds` is at or over that prefix's threshold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrendingConfig {
+    /// The window trending counts are taken over, ending now, in seconds (default 300; at most
+    /// `shard.max_window_seconds`).
+    pub window_seconds: u32,
+    /// The minimum count in the window, per id prefix (e.g. `"#" = 10000`); at least 1 each.
+    /// Only these prefixes can be asked for. Default: none.
+    pub thresholds: BTreeMap<String, i64>,
+}
+
+impl TrendingConfig {
+    /// The threshold of prefix `prefix`, or a message naming the configured prefixes.
+    pub fn threshold(&self, prefix: &str) -> Result<i64, String> {
+        self.thresholds.get(prefix).copied().ok_or_else(|| {
+            let known: Vec<String> = self.thresholds.keys().map(|p| format!("{p:?}")).collect();
+            format!(
+                "no trending threshold for prefix {prefix:?} (configured: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })
+    }
+}
+
+impl Default for TrendingConfig {
+    fn default() -> Self {
+        Self {
+            window_seconds: 300,
+            thresholds: BTreeMap::new(),
+        }
+    }
 }
 
 /// The global aggregator's settings.
@@ -335,6 +377,10 @@ impl Topology {
             ("sync.downward_ms", self.sync.downward_ms),
             ("sync.timeout_ms", self.sync.timeout_ms),
             ("sync.page_entries", self.sync.page_entries as u64),
+            (
+                "trending.window_seconds",
+                self.trending.window_seconds.into(),
+            ),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -349,6 +395,23 @@ impl Topology {
                     shard.default_window_seconds, shard.max_window_seconds
                 ),
             ));
+        }
+        if self.trending.window_seconds > shard.max_window_seconds {
+            return Err((
+                "trending.window_seconds".into(),
+                format!(
+                    "{} is above shard.max_window_seconds ({})",
+                    self.trending.window_seconds, shard.max_window_seconds
+                ),
+            ));
+        }
+        for (prefix, threshold) in &self.trending.thresholds {
+            if *threshold < 1 {
+                return Err((
+                    format!("trending.thresholds.{prefix:?}"),
+                    format!("must be at least 1, got {threshold}"),
+                ));
+            }
         }
         if shard.max_body_bytes < 1024 {
             return Err((
@@ -500,6 +563,30 @@ shards = ["127.0.0.1:7201"]
         assert_eq!(err.key, "datacenters[1].name");
         let err = load(&GOOD.replace("listen", "lisen")).unwrap_err();
         assert!(err.to_string().contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn trending_thresholds_default_to_none_and_are_validated() {
+        let t = load(GOOD).unwrap();
+        assert_eq!(t.trending, TrendingConfig::default());
+        assert_eq!(t.trending.window_seconds, 300);
+        let text =
+            format!("{GOOD}\n[trending]\nwindow_seconds = 60\nthresholds = {{\"#\" = 10000}}\n");
+        let t = load(&text).unwrap();
+        assert_eq!(t.trending.window_seconds, 60);
+        assert_eq!(t.trending.threshold("#"), Ok(10_000));
+        assert_eq!(
+            t.trending.threshold("@"),
+            Err("no trending threshold for prefix \"@\" (configured: \"#\")".to_owned())
+        );
+        let err = load(&format!("{GOOD}\n[trending]\nwindow_seconds = 0\n")).unwrap_err();
+        assert_eq!(err.key, "trending.window_seconds");
+        let err = load(&format!("{GOOD}\n[trending]\nwindow_seconds = 7200\n")).unwrap_err();
+        assert_eq!(err.key, "trending.window_seconds");
+        let err = load(&format!("{GOOD}\n[trending]\nthresholds = {{\"#\" = 0}}\n")).unwrap_err();
+        assert_eq!(err.key, "trending.thresholds.\"#\"");
+        let err = load(&format!("{GOOD}\n[trending]\nwindow = 5\n")).unwrap_err();
+        assert!(err.to_string().contains("window"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //!   ([`SourceStatus`]).
 //! - [`replica`]: what an aggregator holds of the tier below ([`Replica`]) and the pullers that
 //!   feed it ([`start_pulling`]).
+//! - [`topk`]: counters ranked by total as merges change them, and windowed top K
+//!   ([`TopIndex`]).
+//! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //! - [`http`]: the HTTP pieces both aggregators' APIs share (routing with decoded counter ids,
 //!   the common refusals, `/metrics`).
@@ -27,6 +30,8 @@ pub mod puller;
 pub mod replica;
 pub mod serve;
 pub mod slot_copies;
+pub mod top_query;
+pub mod topk;
 
 pub use descriptions::DescriptionTable;
 pub use journal::{ChangeJournal, Journaled, page};
@@ -38,3 +43,5 @@ pub use replica::{
 };
 pub use serve::{answer_slot_copy, answer_sync};
 pub use slot_copies::{SlotCopies, record_weight};
+pub use top_query::{TopQuery, parse_top_query, parse_trending_query};
+pub use topk::{Ranked, Scope, TopIndex};

@@ -8,6 +8,7 @@ use geocount_model::wire::{SlotEntry, SlotPage};
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
+use crate::topk::TopIndex;
 
 /// How many bytes of a unique counter's sketch count as one more entry against a sync page's
 /// limit: a dense sketch (16 KiB) weighs 257 entries, so a page of `page_entries` 50,000 holds
@@ -37,6 +38,9 @@ pub struct SlotCopies {
     slot_index: HashMap<String, u16>,
     counters: IndexMap<Box<str>, CounterCopies>,
     journal: ChangeJournal,
+    /// Counters ranked by total, kept up to date by every merge that changes one (aggregators
+    /// only: see [`SlotCopies::index_top`]).
+    top: Option<TopIndex>,
 }
 
 impl SlotCopies {
@@ -52,7 +56,32 @@ impl SlotCopies {
             slot_index,
             counters: IndexMap::new(),
             journal: ChangeJournal::default(),
+            top: None,
         }
+    }
+
+    /// Starts ranking counters by total ([`TopIndex`]), the slots grouped by `slot_groups` (by
+    /// slot index; all 0 for one datacenter): indexes what is held now, and from then on every
+    /// merge that changes a counter moves it in the index.
+    pub fn index_top(&mut self, slot_groups: Vec<usize>) {
+        let mut top = TopIndex::new(slot_groups);
+        for (index, (id, copies)) in self.counters.iter().enumerate() {
+            top.update(index, id, &copies.slots);
+        }
+        self.top = Some(top);
+    }
+
+    /// The top-K index, once [`SlotCopies::index_top`] started it.
+    pub fn top_index(&self) -> Option<&TopIndex> {
+        self.top.as_ref()
+    }
+
+    /// The copies of the counter at index `index` (indices are stable: counters are never
+    /// removed); empty when out of range.
+    pub fn records_at(&self, index: usize) -> &[(u16, SlotRecord)] {
+        self.counters
+            .get_index(index)
+            .map_or(&[], |(_, copies)| copies.slots.as_slice())
     }
 
     /// The slots held, by index.
@@ -85,6 +114,9 @@ impl SlotCopies {
         };
         if changed {
             copies.latest_seq = self.journal.record(index);
+            if let Some(top) = &mut self.top {
+                top.update(index, id, &copies.slots);
+            }
         }
         changed
     }
@@ -227,6 +259,25 @@ mod tests {
         assert_eq!((page.entries.len(), page.caught_up), (2, false));
         let page = table.page(page.next, 300);
         assert_eq!((page.entries.len(), page.caught_up), (2, true));
+    }
+
+    #[test]
+    fn merges_keep_the_top_index_up_to_date() {
+        let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()]);
+        table.merge(0, "a", &state(5, 1));
+        table.index_top(vec![0, 0]);
+        table.merge(1, "a", &state(2, 1));
+        table.merge(0, "b", &state(6, 1));
+        table.merge(0, "b", &state(1, 0));
+        let top = table.top_index().unwrap();
+        let ranked: Vec<_> = top
+            .all_time(crate::topk::Scope::All, "", 10)
+            .into_iter()
+            .map(|r| (r.id, r.value))
+            .collect();
+        assert_eq!(ranked, [("a".to_owned(), 7), ("b".to_owned(), 6)]);
+        assert_eq!(table.records_at(1).len(), 1);
+        assert!(table.records_at(9).is_empty());
     }
 
     #[test]

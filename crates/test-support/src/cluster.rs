@@ -25,6 +25,12 @@ impl TestTopology {
     /// Datacenters named and sized as given (`[("USA_0", 3), ("ASIA_0", 2)]`), with `shard_toml`
     /// (lines of `key = value`) added to the `[shard]` table.
     pub fn new(datacenters: &[(&str, usize)], shard_toml: &str) -> Self {
+        Self::with_extra(datacenters, shard_toml, "")
+    }
+
+    /// Like [`TestTopology::new`], with `extra_toml` (whole tables, e.g. `[trending]` and its
+    /// keys) appended after the datacenters.
+    pub fn with_extra(datacenters: &[(&str, usize)], shard_toml: &str, extra_toml: &str) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("geocount-test-")
             .tempdir()
@@ -49,6 +55,7 @@ impl TestTopology {
             )
             .unwrap();
         }
+        writeln!(text, "{extra_toml}").unwrap();
         let path = dir.path().join("topology.toml");
         std::fs::write(&path, &text).expect("write topology");
         let topology = Topology::load(&path).expect("generated topology is valid");

@@ -1,0 +1,96 @@
+//! Top-K trends and trending counters of this datacenter: `GET /topk` and `GET /trending`,
+//! answered from the [`geocount_sync::TopIndex`] its slot copies keep up to date.
+//!
+//! - All-time rankings walk the index from the top; windowed ones sum the windows of the
+//!   counters with a hit in the window, exactly, at request time.
+//! - Unique counters are left out (their values are estimates of distinct items).
+//! - The answer carries the datacenter's staleness (the worst of its slots') like a read.
+
+use geocount_sync::http::WindowQuery;
+use geocount_sync::{Ranked, Replica, Scope, TopQuery, worst_staleness};
+use serde::Serialize;
+
+use crate::state::slot_staleness;
+
+/// The answer to `GET /topk`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TopAnswer {
+    /// The counters, highest first (ties by id ascending).
+    pub top: Vec<Ranked>,
+    /// The most asked for.
+    pub k: usize,
+    /// The id prefix asked for.
+    pub prefix: String,
+    /// The window ranked by, when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowQuery>,
+    /// The datacenter's staleness (`None` if any slot was never heard).
+    pub staleness_ms: Option<u64>,
+    /// Whether every slot was heard.
+    pub complete: bool,
+}
+
+/// The answer to `GET /trending`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrendingAnswer {
+    /// The configured prefix asked for.
+    pub prefix: String,
+    /// Its threshold: the least count in the window that trends.
+    pub threshold: i64,
+    /// The window counted: `[trending] window_seconds` ending now.
+    pub window: WindowQuery,
+    /// Every counter with the prefix at or over the threshold, highest first.
+    pub trending: Vec<Ranked>,
+    /// The datacenter's staleness (`None` if any slot was never heard).
+    pub staleness_ms: Option<u64>,
+    /// Whether every slot was heard.
+    pub complete: bool,
+}
+
+/// The datacenter's top counters for `query`, at `now_ms`.
+pub fn top_k(replica: &Replica, slots: usize, query: TopQuery, now_ms: u64) -> TopAnswer {
+    let index = replica.copies.top_index().expect("indexed at start");
+    let top = match query.window {
+        None => index.all_time(Scope::All, &query.prefix, query.k),
+        Some(window) => {
+            let records = |n| replica.copies.records_at(n);
+            let mut lists =
+                index.windowed(&[Scope::All], &query.prefix, query.k, None, window, records);
+            lists.pop().unwrap_or_default()
+        }
+    };
+    let staleness_ms = worst_staleness(slot_staleness(replica, slots, now_ms));
+    TopAnswer {
+        top,
+        k: query.k,
+        prefix: query.prefix,
+        window: query.window,
+        staleness_ms,
+        complete: staleness_ms.is_some(),
+    }
+}
+
+/// The datacenter's counters starting with `prefix` whose hits in `window` reach
+/// `threshold`, at `now_ms`.
+pub fn trending(
+    replica: &Replica,
+    slots: usize,
+    prefix: String,
+    threshold: i64,
+    window: WindowQuery,
+    now_ms: u64,
+) -> TrendingAnswer {
+    let index = replica.copies.top_index().expect("indexed at start");
+    let records = |n| replica.copies.records_at(n);
+    let min = Some(i128::from(threshold));
+    let mut lists = index.windowed(&[Scope::All], &prefix, usize::MAX, min, window, records);
+    let staleness_ms = worst_staleness(slot_staleness(replica, slots, now_ms));
+    TrendingAnswer {
+        prefix,
+        threshold,
+        window,
+        trending: lists.pop().unwrap_or_default(),
+        staleness_ms,
+        complete: staleness_ms.is_some(),
+    }
+}

@@ -1,0 +1,460 @@
+//! Top-K trends: an index of counters by total, kept up to date as slot copies merge, so the
+//! highest counters of a tier (and, at the global tier, of each datacenter) are found without
+//! sorting every counter on each request.
+//!
+//! [`TopIndex`] holds, per counter (by its stable index in [`crate::SlotCopies`]), its all-time
+//! total over the slots the index covers, and at the global tier its total per datacenter
+//! ("group") as well. Each total sits in an ordered set `(Reverse(total), id)`, one set per
+//! ranking, so:
+//!
+//! - **all-time** top K with a prefix walks a set from the top, skips ids without the prefix and
+//!   stops after K: O(K + skipped ids) per request; a changed counter costs O(log n) per
+//!   ranking it moves in.
+//! - **windowed** top K (hits with `at - seconds < t <= at`) cannot be kept ordered, since
+//!   counts change as time passes. Each counter's newest bucket second is indexed instead, so a
+//!   request visits only the counters with a bucket after `at - seconds`, sums their windows
+//!   exactly and keeps the best K in a bounded min-heap: O(visited · log K).
+//!
+//! Unique counters (whose copies carry a sketch) are left out: their values are estimates of
+//! distinct items, not sums. Ties rank by id ascending.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+use std::sync::Arc;
+
+use geocount_model::{SlotRecord, Window};
+use serde::Serialize;
+
+use crate::http::WindowQuery;
+
+/// Which totals a ranking orders: over every slot the index covers, or one group's slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every slot (a datacenter aggregator's datacenter, the global aggregator's world).
+    All,
+    /// The slots of group `n` (a datacenter, at the global tier).
+    Group(usize),
+}
+
+/// One counter of a ranking.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Ranked {
+    /// The counter's id.
+    pub id: String,
+    /// Its total, or its hits in the window asked for.
+    pub value: i128,
+}
+
+/// A ranking's order: highest total first, ties by id ascending.
+type Key = (Reverse<i128>, Arc<str>);
+
+/// The worst of a windowed ranking's best K on top: a min-heap of `(value, Reverse(id))`,
+/// where a larger pair ranks higher.
+type Worst = BinaryHeap<Reverse<(i128, Reverse<Arc<str>>)>>;
+
+/// What the index knows of one counter.
+#[derive(Debug)]
+struct Tracked {
+    id: Arc<str>,
+    /// Per ranking: the counter's total there, `None` when it has no copy in its slots.
+    totals: Box<[Option<i128>]>,
+    /// The newest second of any of its slots' windows.
+    newest: Option<u64>,
+}
+
+/// Counters ranked by total, per scope, and indexed by their newest hit.
+#[derive(Debug)]
+pub struct TopIndex {
+    /// The group of each slot, by slot index.
+    slot_groups: Vec<usize>,
+    /// How many groups; with one, [`Scope::All`] and [`Scope::Group`]`(0)` share a ranking.
+    groups: usize,
+    /// By counter index; `None` for a unique counter or an index not seen yet.
+    counters: Vec<Option<Tracked>>,
+    /// Ranking 0 is [`Scope::All`]; with several groups, ranking `n + 1` is group `n`.
+    rankings: Vec<BTreeSet<Key>>,
+    /// `(newest second, counter index)` of every counter with a window bucket.
+    by_newest: BTreeSet<(u64, usize)>,
+}
+
+impl TopIndex {
+    /// An empty index of slots whose groups are `slot_groups` (by slot index; all 0 for one
+    /// datacenter).
+    pub fn new(slot_groups: Vec<usize>) -> Self {
+        let groups = slot_groups.iter().max().map_or(1, |g| g + 1);
+        let rankings = if groups == 1 { 1 } else { groups + 1 };
+        Self {
+            slot_groups,
+            groups,
+            counters: Vec::new(),
+            rankings: vec![BTreeSet::new(); rankings],
+            by_newest: BTreeSet::new(),
+        }
+    }
+
+    /// How many groups the index ranks separately.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// How many counters are ranked (unique counters are not).
+    pub fn len(&self) -> usize {
+        self.rankings[0].len()
+    }
+
+    /// Whether no counter is ranked.
+    pub fn is_empty(&self) -> bool {
+        self.rankings[0].is_empty()
+    }
+
+    fn ranking(&self, scope: Scope) -> Option<usize> {
+        match scope {
+            Scope::All => Some(0),
+            Scope::Group(g) if g < self.groups && self.groups == 1 => Some(0),
+            Scope::Group(g) if g < self.groups => Some(g + 1),
+            Scope::Group(_) => None,
+        }
+    }
+
+    /// The ranking of slot `slot`'s group besides [`Scope::All`], if it has its own.
+    fn group_ranking(&self, slot: u16) -> Option<usize> {
+        if self.groups == 1 {
+            return None;
+        }
+        self.slot_groups.get(usize::from(slot)).map(|g| g + 1)
+    }
+
+    /// Counter `index` (id `id`) now has the copies `slots`: recomputes its totals and moves it
+    /// in each ranking whose total changed. O(slots + log n per ranking moved).
+    pub fn update(&mut self, index: usize, id: &str, slots: &[(u16, SlotRecord)]) {
+        if self.counters.len() <= index {
+            self.counters.resize_with(index + 1, || None);
+        }
+        let unique = slots.iter().any(|(_, record)| record.uniques.is_some());
+        let mut totals = vec![None; self.rankings.len()].into_boxed_slice();
+        let mut newest = None;
+        if !unique {
+            for (slot, record) in slots {
+                let value = i128::from(record.state.value);
+                add(&mut totals[0], value);
+                if let Some(r) = self.group_ranking(*slot) {
+                    add(&mut totals[r], value);
+                }
+                newest = newest.max(record.window.newest());
+            }
+        }
+        let old = self.counters[index].take();
+        let id = old.as_ref().map_or_else(|| Arc::from(id), |t| t.id.clone());
+        let (old_totals, old_newest) = match old {
+            Some(t) => (t.totals, t.newest),
+            None => (vec![None; self.rankings.len()].into_boxed_slice(), None),
+        };
+        for (r, (before, after)) in old_totals.iter().zip(totals.iter()).enumerate() {
+            if before == after {
+                continue;
+            }
+            if let Some(total) = before {
+                self.rankings[r].remove(&(Reverse(*total), id.clone()));
+            }
+            if let Some(total) = after {
+                self.rankings[r].insert((Reverse(*total), id.clone()));
+            }
+        }
+        if old_newest != newest {
+            if let Some(second) = old_newest {
+                self.by_newest.remove(&(second, index));
+            }
+            if let Some(second) = newest {
+                self.by_newest.insert((second, index));
+            }
+        }
+        if !unique {
+            self.counters[index] = Some(Tracked { id, totals, newest });
+        }
+    }
+
+    /// The `k` highest all-time totals in `scope` among ids starting with `prefix`, highest
+    /// first (ties by id ascending). O(k + ids skipped for the prefix).
+    pub fn all_time(&self, scope: Scope, prefix: &str, k: usize) -> Vec<Ranked> {
+        let Some(r) = self.ranking(scope) else {
+            return Vec::new();
+        };
+        self.rankings[r]
+            .iter()
+            .filter(|(_, id)| id.starts_with(prefix))
+            .take(k)
+            .map(|(Reverse(value), id)| Ranked {
+                id: id.to_string(),
+                value: *value,
+            })
+            .collect()
+    }
+
+    /// For each of `scopes`, the `k` highest counts of hits in `window` among ids starting
+    /// with `prefix` and counting at least `min_value` (when given), highest first (ties by id
+    /// ascending). A counter is listed in a scope only if one of its slots there has a bucket
+    /// in the window. `records(index)` gives counter `index`'s copies. Visits only the counters
+    /// with a bucket after `window.at - window.seconds`: O(visited · (slots + log k)).
+    pub fn windowed<'a>(
+        &self,
+        scopes: &[Scope],
+        prefix: &str,
+        k: usize,
+        min_value: Option<i128>,
+        window: WindowQuery,
+        records: impl Fn(usize) -> &'a [(u16, SlotRecord)],
+    ) -> Vec<Vec<Ranked>> {
+        let rankings: Vec<Option<usize>> = scopes.iter().map(|s| self.ranking(*s)).collect();
+        let mut heaps: Vec<Worst> = vec![BinaryHeap::new(); scopes.len()];
+        let after = window.at.saturating_sub(u64::from(window.seconds));
+        let mut parts = vec![None; self.rankings.len()];
+        for &(_, index) in self.by_newest.range((after.saturating_add(1), 0)..) {
+            let Some(tracked) = self.counters.get(index).and_then(Option::as_ref) else {
+                continue;
+            };
+            if !tracked.id.starts_with(prefix) {
+                continue;
+            }
+            parts.iter_mut().for_each(|p| *p = None);
+            for (slot, record) in records(index) {
+                if let Some(hits) = hits_in(&record.window, window) {
+                    add(&mut parts[0], hits);
+                    if let Some(r) = self.group_ranking(*slot) {
+                        add(&mut parts[r], hits);
+                    }
+                }
+            }
+            for (heap, ranking) in heaps.iter_mut().zip(&rankings) {
+                let Some(value) = ranking.and_then(|r| parts[r]) else {
+                    continue;
+                };
+                if min_value.is_some_and(|min| value < min) {
+                    continue;
+                }
+                // Most counters cannot beat the worst of a full heap: skip them before cloning.
+                if heap.len() >= k
+                    && heap.peek().is_some_and(|Reverse((worst, Reverse(worst_id)))| {
+                        (value, Reverse(&*tracked.id)) <= (*worst, Reverse(&**worst_id))
+                    })
+                {
+                    continue;
+                }
+                heap.push(Reverse((value, Reverse(tracked.id.clone()))));
+                if heap.len() > k {
+                    heap.pop();
+                }
+            }
+        }
+        heaps
+            .into_iter()
+            .map(|heap| {
+                heap.into_sorted_vec()
+                    .into_iter()
+                    .map(|Reverse((value, Reverse(id)))| Ranked {
+                        id: id.to_string(),
+                        value,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// Adds `value` to a total that may not exist yet.
+fn add(total: &mut Option<i128>, value: i128) {
+    *total = Some(total.unwrap_or(0) + value);
+}
+
+/// The hits of `w` in `window`, or `None` when it has no bucket there.
+fn hits_in(w: &Window, window: WindowQuery) -> Option<i128> {
+    let buckets = w.buckets();
+    let after = window.at.saturating_sub(u64::from(window.seconds));
+    let start = buckets.partition_point(|(s, _)| *s <= after);
+    let end = buckets.partition_point(|(s, _)| *s <= window.at);
+    (start < end).then(|| {
+        buckets[start..end]
+            .iter()
+            .map(|(_, hits)| i128::from(*hits))
+            .sum()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::SlotState;
+
+    /// A record of `value` whose window holds `hits` (second, hits).
+    fn record(value: i64, hits: &[(u64, i64)]) -> SlotRecord {
+        let mut record = SlotRecord::from(SlotState { value, version: 1 });
+        for (second, delta) in hits {
+            record.window.record(*second, *delta, 3_600).unwrap();
+        }
+        record
+    }
+
+    fn ids(ranked: &[Ranked]) -> Vec<(&str, i128)> {
+        ranked.iter().map(|r| (r.id.as_str(), r.value)).collect()
+    }
+
+    /// Counters `(id, slots)` indexed in order.
+    struct Table {
+        index: TopIndex,
+        records: Vec<Vec<(u16, SlotRecord)>>,
+        ids: Vec<String>,
+    }
+
+    impl Table {
+        fn new(slot_groups: Vec<usize>) -> Self {
+            Self {
+                index: TopIndex::new(slot_groups),
+                records: Vec::new(),
+                ids: Vec::new(),
+            }
+        }
+
+        fn set(&mut self, id: &str, slot: u16, record: SlotRecord) {
+            let n = match self.ids.iter().position(|i| i == id) {
+                Some(n) => n,
+                None => {
+                    self.ids.push(id.to_owned());
+                    self.records.push(Vec::new());
+                    self.ids.len() - 1
+                }
+            };
+            let copies = &mut self.records[n];
+            match copies.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, r)) => *r = record,
+                None => copies.push((slot, record)),
+            }
+            self.index.update(n, id, copies);
+        }
+
+        fn windowed(
+            &self,
+            scopes: &[Scope],
+            prefix: &str,
+            k: usize,
+            min: Option<i128>,
+            seconds: u32,
+            at: u64,
+        ) -> Vec<Vec<Ranked>> {
+            let window = WindowQuery { seconds, at };
+            self.index
+                .windowed(scopes, prefix, k, min, window, |n| &self.records[n])
+        }
+    }
+
+    #[test]
+    fn all_time_ranks_highest_first_ties_by_id_and_filters_prefixes() {
+        let mut t = Table::new(vec![0, 0]);
+        t.set("#zig", 0, record(5, &[]));
+        t.set("#rust", 0, record(7, &[]));
+        t.set("#go", 0, record(5, &[]));
+        t.set("other", 0, record(100, &[]));
+        t.set("#rust", 1, record(3, &[]));
+        assert_eq!(
+            ids(&t.index.all_time(Scope::All, "", 10)),
+            [("other", 100), ("#rust", 10), ("#go", 5), ("#zig", 5)]
+        );
+        assert_eq!(
+            ids(&t.index.all_time(Scope::All, "#", 2)),
+            [("#rust", 10), ("#go", 5)]
+        );
+        assert_eq!(
+            t.index.all_time(Scope::Group(0), "#", 2),
+            t.index.all_time(Scope::All, "#", 2),
+            "one group: the same ranking"
+        );
+        assert!(t.index.all_time(Scope::All, "nothing", 10).is_empty());
+        assert!(t.index.all_time(Scope::Group(1), "", 10).is_empty());
+        assert_eq!(t.index.len(), 4);
+    }
+
+    #[test]
+    fn updates_move_counters_up_and_down_and_negatives_rank_last() {
+        let mut t = Table::new(vec![0]);
+        t.set("a", 0, record(5, &[]));
+        t.set("b", 0, record(3, &[]));
+        t.set("c", 0, record(-4, &[]));
+        t.set("b", 0, record(9, &[]));
+        assert_eq!(
+            ids(&t.index.all_time(Scope::All, "", 10)),
+            [("b", 9), ("a", 5), ("c", -4)]
+        );
+        t.set("b", 0, record(-10, &[]));
+        t.set("c", 0, record(0, &[]));
+        assert_eq!(
+            ids(&t.index.all_time(Scope::All, "", 10)),
+            [("a", 5), ("c", 0), ("b", -10)]
+        );
+        assert_eq!(t.index.len(), 3, "no stale entry left behind");
+    }
+
+    #[test]
+    fn groups_rank_their_own_slots_and_unique_counters_are_left_out() {
+        // Slots 0 and 1 are group 0 (USA), slot 2 group 1 (ASIA).
+        let mut t = Table::new(vec![0, 0, 1]);
+        t.set("x", 0, record(4, &[]));
+        t.set("x", 2, record(10, &[]));
+        t.set("y", 1, record(6, &[]));
+        assert_eq!(
+            ids(&t.index.all_time(Scope::All, "", 10)),
+            [("x", 14), ("y", 6)]
+        );
+        assert_eq!(
+            ids(&t.index.all_time(Scope::Group(0), "", 10)),
+            [("y", 6), ("x", 4)]
+        );
+        assert_eq!(
+            ids(&t.index.all_time(Scope::Group(1), "", 10)),
+            [("x", 10)],
+            "y has no copy in group 1"
+        );
+        let mut unique = record(50, &[]);
+        unique.add_item(geocount_model::unique::hash_item("u"), 2);
+        t.set("u", 0, unique);
+        assert_eq!(t.index.len(), 2);
+        assert!(t.index.all_time(Scope::All, "u", 10).is_empty());
+        assert_eq!(t.index.groups(), 2);
+    }
+
+    #[test]
+    fn windowed_counts_only_hits_in_the_window_and_skips_old_counters() {
+        let mut t = Table::new(vec![0, 0, 1]);
+        t.set("#rust", 0, record(3, &[(1_000, 3)]));
+        t.set("#rust", 2, record(2, &[(990, 2)]));
+        t.set("#go", 1, record(10, &[(500, 4), (995, 6)]));
+        t.set("#old", 0, record(100, &[(100, 100)]));
+        t.set("#zig", 2, record(5, &[(1_000, 5)]));
+        let scopes = [Scope::All, Scope::Group(0), Scope::Group(1)];
+        let lists = t.windowed(&scopes, "#", 10, None, 300, 1_000);
+        assert_eq!(
+            ids(&lists[0]),
+            [("#go", 6), ("#rust", 5), ("#zig", 5)],
+            "the hit at 500 and the counter at 100 are out of (700, 1000]"
+        );
+        assert_eq!(ids(&lists[1]), [("#go", 6), ("#rust", 3)]);
+        assert_eq!(ids(&lists[2]), [("#zig", 5), ("#rust", 2)]);
+        let lists = t.windowed(&[Scope::All], "#", 2, None, 300, 1_000);
+        assert_eq!(ids(&lists[0]), [("#go", 6), ("#rust", 5)], "k bounds it");
+        let lists = t.windowed(&[Scope::All], "#", 10, None, 10, 999);
+        assert_eq!(ids(&lists[0]), [("#go", 6), ("#rust", 2)], "(989, 999]");
+        let lists = t.windowed(&[Scope::All], "#", usize::MAX, Some(5), 300, 1_000);
+        assert_eq!(
+            ids(&lists[0]),
+            [("#go", 6), ("#rust", 5), ("#zig", 5)],
+            "at or over the threshold"
+        );
+        let lists = t.windowed(&[Scope::All], "#", usize::MAX, Some(6), 300, 1_000);
+        assert_eq!(ids(&lists[0]), [("#go", 6)]);
+        let lists = t.windowed(&[Scope::All], "#o", 10, None, 1_000, 1_000);
+        assert_eq!(ids(&lists[0]), [("#old", 100)], "(0, 1000]: every hit");
+        // A counter whose newest hit moves on stays indexed once.
+        t.set("#old", 0, record(101, &[(100, 100), (2_000, 1)]));
+        let lists = t.windowed(&[Scope::All], "", 10, None, 300, 2_000);
+        assert_eq!(ids(&lists[0]), [("#old", 1)]);
+        let lists = t.windowed(&[Scope::Group(7)], "", 10, None, 300, 2_000);
+        assert!(lists[0].is_empty(), "no such group");
+    }
+}
