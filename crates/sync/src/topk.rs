@@ -233,9 +233,11 @@ impl TopIndex {
                 }
                 // Most counters cannot beat the worst of a full heap: skip them before cloning.
                 if heap.len() >= k
-                    && heap.peek().is_some_and(|Reverse((worst, Reverse(worst_id)))| {
-                        (value, Reverse(&*tracked.id)) <= (*worst, Reverse(&**worst_id))
-                    })
+                    && heap
+                        .peek()
+                        .is_some_and(|Reverse((worst, Reverse(worst_id)))| {
+                            (value, Reverse(&*tracked.id)) <= (*worst, Reverse(&**worst_id))
+                        })
                 {
                     continue;
                 }
