@@ -222,16 +222,16 @@ async fn write_through_all(
 
 #[tokio::test]
 async fn a_shard_restarted_on_an_empty_disk_restores_its_slot_from_its_peers() {
-    let topology = TestTopology::new(&[("USA_0", 3), ("ASIA_0", 1)], "restore_timeout_ms = 3000");
+    let topology = TestTopology::new(&[("USA_0", 3), ("ASIA_0", 2)], "restore_timeout_ms = 3000");
     let global = topology.start_global_aggregator().await;
     let _usa = topology.start_datacenter_aggregator("USA_0").await;
     let _asia = topology.start_datacenter_aggregator("ASIA_0").await;
     let mut nodes = start_shards(&topology, "USA_0", 3).await;
-    let asia = topology.start_shard("ASIA_0", 0).await;
+    let asia = start_shards(&topology, "ASIA_0", 2).await;
     let ids: Vec<String> = (0..40).map(|n| format!("restore-{n}")).collect();
     let mut acknowledged = write_through_all(&nodes, &ids, 3).await;
-    for id in &ids[..5] {
-        asia.api().add(id, 10).await.unwrap();
+    for (n, id) in ids[..6].iter().enumerate() {
+        asia[n % 2].api().add(id, 10).await.unwrap();
         *acknowledged.get_mut(id).unwrap() += 10;
     }
     // The victim's slot, as its peers hold it, must be complete before the disk is lost.
@@ -315,15 +315,23 @@ async fn a_shard_restarted_on_an_empty_disk_restores_its_slot_from_its_peers() {
 #[tokio::test]
 async fn a_hot_counter_spreads_over_more_slots_and_stays_exact() {
     let topology = TestTopology::new(
-        &[("USA_0", 3)],
+        &[("USA_0", 3), ("ASIA_0", 2)],
         "restore_timeout_ms = 200\nhot_writes_per_slot = 40",
     );
+    let global = topology.start_global_aggregator().await;
     let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let _asia_aggregator = topology.start_datacenter_aggregator("ASIA_0").await;
     let nodes = start_shards(&topology, "USA_0", 3).await;
+    let asia = start_shards(&topology, "ASIA_0", 2).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
-    for w in 0..6 {
-        let api = nodes[w % 3].api();
+    // Six writers hammer the counter in USA_0; one writes it gently in ASIA_0.
+    for w in 0..7 {
+        let api = if w < 6 {
+            nodes[w % 3].api()
+        } else {
+            asia[0].api()
+        };
         let stop = stop.clone();
         writers.push(tokio::spawn(async move {
             let mut sum = 0i64;
@@ -348,8 +356,14 @@ async fn a_hot_counter_spreads_over_more_slots_and_stays_exact() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     stop.store(true, Ordering::Relaxed);
     let mut acknowledged = 0;
-    for writer in writers {
-        acknowledged += writer.await.unwrap();
+    let mut in_asia = 0;
+    for (w, writer) in writers.into_iter().enumerate() {
+        let sum = writer.await.unwrap();
+        if w < 6 {
+            acknowledged += sum;
+        } else {
+            in_asia = sum;
+        }
     }
     let values = slot_values(&nodes, "trending").await;
     assert!(
@@ -363,6 +377,16 @@ async fn a_hot_counter_spreads_over_more_slots_and_stays_exact() {
         async move {
             let body: Value = aggregator.get("/counter/trending").await.ok()?.json();
             (body["value"].as_i64() == Some(acknowledged)).then_some(())
+        }
+    })
+    .await;
+    let global = global.api();
+    let world = acknowledged + in_asia;
+    eventually(Duration::from_secs(5), "the world total", || {
+        let global = global.clone();
+        async move {
+            let body: Value = global.get("/counter/trending").await.ok()?.json();
+            (body["value"].as_i64() == Some(world) && body["complete"] == true).then_some(())
         }
     })
     .await;
