@@ -111,60 +111,20 @@ async fn idempotent_retries_apply_once_even_across_a_crash() {
     let mut node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
 
-    let first = api
-        .write(
-            "likes",
-            "INCREMENT",
-            Some(json!({"delta": 7})),
-            Some("req-1"),
-        )
-        .await
-        .unwrap();
+    let first = api.write_keyed("likes", json!({"delta": 7}), "req-1").await;
     assert_eq!(first.0, 200);
-    let retry = api
-        .write(
-            "likes",
-            "INCREMENT",
-            Some(json!({"delta": 7})),
-            Some("req-1"),
-        )
-        .await
-        .unwrap();
+    let retry = api.write_keyed("likes", json!({"delta": 7}), "req-1").await;
     assert_eq!(retry, first, "a retry answers as the first write did");
     api.write("likes", "INCREMENT", None, None).await.unwrap();
     // The retry after another write still answers with the first write's state.
-    let late_retry = api
-        .write(
-            "likes",
-            "INCREMENT",
-            Some(json!({"delta": 7})),
-            Some("req-1"),
-        )
-        .await
-        .unwrap();
+    let late_retry = api.write_keyed("likes", json!({"delta": 7}), "req-1").await;
     assert_eq!(late_retry, first);
     assert_eq!(api.value("likes").await, 8);
 
-    let (status, body) = api
-        .write(
-            "likes",
-            "INCREMENT",
-            Some(json!({"delta": 9})),
-            Some("req-1"),
-        )
-        .await
-        .unwrap();
+    let (status, body) = api.write_keyed("likes", json!({"delta": 9}), "req-1").await;
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("req-1"));
-    let (status, _) = api
-        .write(
-            "other",
-            "INCREMENT",
-            Some(json!({"delta": 7})),
-            Some("req-1"),
-        )
-        .await
-        .unwrap();
+    let (status, _) = api.write_keyed("other", json!({"delta": 7}), "req-1").await;
     assert_eq!(status, 422, "a key is bound to its counter");
     assert_eq!(
         api.read("other").await.0,
@@ -175,15 +135,7 @@ async fn idempotent_retries_apply_once_even_across_a_crash() {
     // Keys are durable: after kill -9 a retry is still recognised.
     node.kill9();
     node.restart().await;
-    let after_crash = api
-        .write(
-            "likes",
-            "INCREMENT",
-            Some(json!({"delta": 7})),
-            Some("req-1"),
-        )
-        .await
-        .unwrap();
+    let after_crash = api.write_keyed("likes", json!({"delta": 7}), "req-1").await;
     assert_eq!(after_crash, first);
     assert_eq!(api.value("likes").await, 8);
 
@@ -192,14 +144,8 @@ async fn idempotent_retries_apply_once_even_across_a_crash() {
         .map(|_| {
             let api = api.clone();
             tokio::spawn(async move {
-                api.write(
-                    "race",
-                    "INCREMENT",
-                    Some(json!({"delta": 5})),
-                    Some("race-key"),
-                )
-                .await
-                .unwrap()
+                api.write_keyed("race", json!({"delta": 5}), "race-key")
+                    .await
             })
         })
         .collect();

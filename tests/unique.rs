@@ -386,53 +386,29 @@ async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_
     assert_eq!(status, 400, "{body}");
     // The same item again changes nothing, a key included; a new one does.
     let (_, again) = asia
-        .write(
-            "new:visitors",
-            "INCREMENT",
-            Some(json!({"item": "u1"})),
-            Some("k1"),
-        )
-        .await
-        .unwrap();
+        .write_keyed("new:visitors", json!({"item": "u1"}), "k1")
+        .await;
     assert_eq!(
         (again["value"].as_i64(), again["version"].as_u64()),
         (Some(1), Some(first_version)),
         "{again}"
     );
     let (_, second) = asia
-        .write(
-            "new:visitors",
-            "INCREMENT",
-            Some(json!({"item": "u2"})),
-            Some("k2"),
-        )
-        .await
-        .unwrap();
+        .write_keyed("new:visitors", json!({"item": "u2"}), "k2")
+        .await;
     assert_eq!(second["value"], 2, "{second}");
     assert!(second["version"].as_u64() > again["version"].as_u64());
     let (status, retry) = asia
-        .write(
-            "new:visitors",
-            "INCREMENT",
-            Some(json!({"item": "u2"})),
-            Some("k2"),
-        )
-        .await
-        .unwrap();
+        .write_keyed("new:visitors", json!({"item": "u2"}), "k2")
+        .await;
     assert_eq!(
         (status, &retry["version"]),
         (200, &second["version"]),
         "{retry}"
     );
     let (status, reused) = asia
-        .write(
-            "new:visitors",
-            "INCREMENT",
-            Some(json!({"item": "u3"})),
-            Some("k2"),
-        )
-        .await
-        .unwrap();
+        .write_keyed("new:visitors", json!({"item": "u3"}), "k2")
+        .await;
     assert_eq!(status, 422, "a key reused for another item: {reused}");
 
     // The description reaches every tier and the other datacenter as unique.

@@ -294,18 +294,11 @@ mod tests {
         }
     }
 
-    fn names() -> Vec<String> {
-        vec!["USA_0".into(), "ASIA_0".into(), "EUROPE_0".into()]
-    }
-
-    #[test]
-    fn datacenters_sum_their_own_slots() {
-        use geocount_model::SlotState;
-        use geocount_model::wire::{Cursor, SyncPage};
-        use geocount_sync::PullSource;
-        let sources: Vec<PullSource> = ["USA_0", "ASIA_0"]
+    /// A replica of USA_0 (slots 0 and 1) and ASIA_0 (slot 2), neither heard yet.
+    fn two_datacenter_replica() -> Replica {
+        let sources: Vec<geocount_sync::PullSource> = ["USA_0", "ASIA_0"]
             .into_iter()
-            .map(|name| PullSource {
+            .map(|name| geocount_sync::PullSource {
                 name: name.into(),
                 address: "127.0.0.1:1".into(),
                 interval: std::time::Duration::from_millis(250),
@@ -314,7 +307,18 @@ mod tests {
             })
             .collect();
         let slots = ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"].map(String::from);
-        let mut replica = Replica::new(slots.to_vec(), &sources);
+        Replica::new(slots.to_vec(), &sources)
+    }
+
+    fn names() -> Vec<String> {
+        vec!["USA_0".into(), "ASIA_0".into(), "EUROPE_0".into()]
+    }
+
+    #[test]
+    fn datacenters_sum_their_own_slots() {
+        use geocount_model::SlotState;
+        use geocount_model::wire::{Cursor, SyncPage};
+        let mut replica = two_datacenter_replica();
         for (slot, value) in [(0, 7), (1, -2), (2, 100)] {
             let state = SlotState { value, version: 1 };
             replica.copies.merge(slot, "c", &state.into());
@@ -372,19 +376,7 @@ mod tests {
     #[test]
     fn a_unique_counter_is_the_union_of_every_slot_under_the_same_staleness_rules() {
         use geocount_model::{SlotRecord, SlotState};
-        use geocount_sync::PullSource;
-        let sources: Vec<PullSource> = ["USA_0", "ASIA_0"]
-            .into_iter()
-            .map(|name| PullSource {
-                name: name.into(),
-                address: "127.0.0.1:1".into(),
-                interval: std::time::Duration::from_millis(250),
-                slots: true,
-                descriptions: true,
-            })
-            .collect();
-        let slots = ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"].map(String::from);
-        let mut replica = Replica::new(slots.to_vec(), &sources);
+        let mut replica = two_datacenter_replica();
         // USA's slots saw users 0..20,000 and 10,000..30,000; ASIA's 25,000..40,000.
         for (slot, from, to) in [(0, 0, 20_000), (1, 10_000, 30_000), (2, 25_000, 40_000)] {
             let mut record = SlotRecord::from(SlotState {

@@ -141,6 +141,13 @@ impl Api {
         Ok((answer.status.as_u16(), answer.json()))
     }
 
+    /// An `INCREMENT` with a JSON `body` and an `Idempotency-Key`; panics if no answer comes.
+    pub async fn write_keyed(&self, id: &str, body: Value, key: &str) -> (u16, Value) {
+        self.write(id, "INCREMENT", Some(body), Some(key))
+            .await
+            .expect("keyed write")
+    }
+
     /// `INCREMENT` by `delta` (> 0) or `DECREMENT` by `-delta`.
     pub async fn add(&self, id: &str, delta: i64) -> Result<(u16, Value), ClientError> {
         let op = if delta >= 0 { "INCREMENT" } else { "DECREMENT" };
