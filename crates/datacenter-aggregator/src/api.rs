@@ -21,7 +21,9 @@ use std::sync::Arc;
 use geocount_model::CounterId;
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
-use geocount_sync::{SourceHealth, answer_slot_copy, parse_top_query, parse_trending_query};
+use geocount_sync::{
+    SourceHealth, answer_slot_copy, parse_top_query, parse_trending_query, read_ranked,
+};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -122,7 +124,7 @@ fn read(
 fn top_k(state: &AggregatorState, query: Option<&str>) -> Result<Response, AggregatorError> {
     let now_ms = state.clock.now_unix_ms();
     let query = parse_top_query(query, now_ms / 1000, |_, _| Ok(false))?;
-    let replica = state.replica.read().expect("replica lock");
+    let replica = read_ranked(&state.replica, now_ms / 1000);
     let answer = trends::top_k(&replica, state.slot_names.len(), query, now_ms);
     Ok(json_response(StatusCode::OK, &answer))
 }
@@ -138,7 +140,7 @@ fn trending(state: &AggregatorState, query: Option<&str>) -> Result<Response, Ag
         seconds: trending.window_seconds,
         at: now_ms / 1000,
     };
-    let replica = state.replica.read().expect("replica lock");
+    let replica = read_ranked(&state.replica, now_ms / 1000);
     let slots = state.slot_names.len();
     let answer = trends::trending(&replica, slots, prefix, threshold, window, now_ms);
     Ok(json_response(StatusCode::OK, &answer))

@@ -32,11 +32,11 @@ pub async fn run<L: Listener>(
         PREFIX,
     );
     // One datacenter: every slot in one group. What the pullers merged already is indexed too.
-    replica
-        .write()
-        .expect("replica lock")
-        .copies
-        .index_top(vec![0; slot_names.len()]);
+    replica.write().expect("replica lock").copies.index_top(
+        vec![0; slot_names.len()],
+        config.trending.window_seconds,
+        clock.now_unix_ms() / 1000,
+    );
     tracing::info!(addr = %config.listen, datacenter = %config.datacenter, "serving");
     let state = Arc::new(AggregatorState {
         config,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use geocount_model::CounterId;
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
-use geocount_sync::{SourceHealth, parse_top_query, parse_trending_query};
+use geocount_sync::{SourceHealth, parse_top_query, parse_trending_query, read_ranked};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -184,7 +184,7 @@ fn top_k(state: &GlobalState, query: Option<&str>, now_ms: u64) -> Result<Respon
         staleness.take(key, value)
     })?;
     let freshness = staleness.freshness(state.config.max_staleness_ms);
-    let replica = state.replica.read().expect("replica lock");
+    let replica = read_ranked(&state.replica, now_ms / 1000);
     match trends::top_k(&replica, &state.names, query, freshness, now_ms) {
         Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
         Err(refusal) => Err(GlobalError::StaleTop(Box::new(refusal))),
@@ -207,7 +207,7 @@ fn trending(
         seconds: config.window_seconds,
         at: now_ms / 1000,
     };
-    let replica = state.replica.read().expect("replica lock");
+    let replica = read_ranked(&state.replica, now_ms / 1000);
     let names = &state.names;
     match trends::trending(
         &replica,

@@ -32,11 +32,11 @@ pub async fn run<L: Listener>(
         PREFIX,
     );
     // Each datacenter's slots in its own group, so /topk ranks each datacenter and the world.
-    replica
-        .write()
-        .expect("replica lock")
-        .copies
-        .index_top(config.slot_datacenters());
+    replica.write().expect("replica lock").copies.index_top(
+        config.slot_datacenters(),
+        config.trending.window_seconds,
+        clock.now_unix_ms() / 1000,
+    );
     tracing::info!(addr = %config.listen, datacenters = sources.len(), "serving");
     let state = Arc::new(GlobalState {
         names: sources.into_iter().map(|source| source.name).collect(),

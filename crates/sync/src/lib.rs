@@ -38,8 +38,8 @@ pub use journal::{ChangeJournal, Journaled, page};
 pub use metrics::ReplicaMetrics;
 pub use puller::{PullSink, SourceStatus, spawn_puller};
 pub use replica::{
-    PullSource, Pullers, Replica, SharedReplica, SourceHealth, spawn_pullers, start_pulling,
-    worst_staleness,
+    PullSource, Pullers, Replica, SharedReplica, SourceHealth, read_ranked, spawn_pullers,
+    start_pulling, worst_staleness,
 };
 pub use serve::{answer_slot_copy, answer_sync};
 pub use slot_copies::{SlotCopies, record_weight};

@@ -8,7 +8,7 @@
 //! served from the same tables, so nothing a reader does waits on a source.
 
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
@@ -121,6 +121,26 @@ impl Replica {
             last_error: status.last_error.clone(),
         }
     }
+}
+
+/// Read access to `replica` for a ranking at `now` (unix seconds): the top-K index's live
+/// window is first moved on to end at `now`, so a ranking of the trending window ending now is
+/// a walk of the kept order rather than a scan.
+pub fn read_ranked(replica: &SharedReplica, now: u64) -> RwLockReadGuard<'_, Replica> {
+    let behind = replica
+        .read()
+        .expect("replica lock")
+        .copies
+        .top_index()
+        .is_some_and(|top| top.live_window().at < now);
+    if behind {
+        replica
+            .write()
+            .expect("replica lock")
+            .copies
+            .advance_top(now);
+    }
+    replica.read().expect("replica lock")
 }
 
 /// The worst of several stalenesses: `None` (never complete) if any is `None`, else the largest

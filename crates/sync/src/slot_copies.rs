@@ -61,10 +61,11 @@ impl SlotCopies {
     }
 
     /// Starts ranking counters by total ([`TopIndex`]), the slots grouped by `slot_groups` (by
-    /// slot index; all 0 for one datacenter): indexes what is held now, and from then on every
-    /// merge that changes a counter moves it in the index.
-    pub fn index_top(&mut self, slot_groups: Vec<usize>) {
-        let mut top = TopIndex::new(slot_groups);
+    /// slot index; all 0 for one datacenter), and by hits in the live window of `live_seconds`
+    /// ending at `now` (unix seconds): indexes what is held now, and from then on every merge
+    /// that changes a counter moves it in the index.
+    pub fn index_top(&mut self, slot_groups: Vec<usize>, live_seconds: u32, now: u64) {
+        let mut top = TopIndex::new(slot_groups, live_seconds, now);
         for (index, (id, copies)) in self.counters.iter().enumerate() {
             top.update(index, id, &copies.slots);
         }
@@ -74,6 +75,19 @@ impl SlotCopies {
     /// The top-K index, once [`SlotCopies::index_top`] started it.
     pub fn top_index(&self) -> Option<&TopIndex> {
         self.top.as_ref()
+    }
+
+    /// Moves the top-K index's live window on to end at `now` (unix seconds; see
+    /// [`TopIndex::advance`]).
+    pub fn advance_top(&mut self, now: u64) {
+        let Self { counters, top, .. } = self;
+        if let Some(top) = top {
+            top.advance(now, |index| {
+                counters
+                    .get_index(index)
+                    .map_or(&[], |(_, copies)| copies.slots.as_slice())
+            });
+        }
     }
 
     /// The copies of the counter at index `index` (indices are stable: counters are never
@@ -265,7 +279,7 @@ mod tests {
     fn merges_keep_the_top_index_up_to_date() {
         let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()]);
         table.merge(0, "a", &state(5, 1));
-        table.index_top(vec![0, 0]);
+        table.index_top(vec![0, 0], 300, 1_000);
         table.merge(1, "a", &state(2, 1));
         table.merge(0, "b", &state(6, 1));
         table.merge(0, "b", &state(1, 0));

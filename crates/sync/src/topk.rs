@@ -10,10 +10,18 @@
 //! - **all-time** top K with a prefix walks a set from the top, skips ids without the prefix and
 //!   stops after K: O(K + skipped ids) per request; a changed counter costs O(log n) per
 //!   ranking it moves in.
-//! - **windowed** top K (hits with `at - seconds < t <= at`) cannot be kept ordered, since
-//!   counts change as time passes. Each counter's newest bucket second is indexed instead, so a
-//!   request visits only the counters with a bucket after `at - seconds`, sums their windows
-//!   exactly and keeps the best K in a bounded min-heap: O(visited · log K).
+//! - **the live window** (the trending window, `[trending] window_seconds` ending now) is kept
+//!   ordered too: per counter, its hits in `(now - seconds, now]` sit in a second set of
+//!   rankings. Counts change as time passes, so each counter is also filed under the next
+//!   second at which its live count changes (its oldest bucket in the window leaves, or a bucket
+//!   timestamped ahead of `now` enters); [`TopIndex::advance`] moves `now` on and recomputes
+//!   just the counters filed at or before it. Each bucket causes at most two such recomputes,
+//!   so keeping the window costs O(slots + log n) per bucket and a top K or trending list over
+//!   it is a walk from the top: O(K + skipped ids), as for all-time.
+//! - **any other window** (another length, or one ending in the past) is answered by a scan:
+//!   each counter's newest bucket second is indexed, so a request visits only the counters with
+//!   a bucket after `at - seconds`, sums their windows exactly and keeps the best K in a bounded
+//!   min-heap: O(visited · log K).
 //!
 //! Unique counters (whose copies carry a sketch) are left out: their values are estimates of
 //! distinct items, not sums. Ties rank by id ascending.
@@ -52,14 +60,32 @@ type Key = (Reverse<i128>, Arc<str>);
 /// where a larger pair ranks higher.
 type Worst = BinaryHeap<Reverse<(i128, Reverse<Arc<str>>)>>;
 
+/// Per ranking, a counter's total there: `None` when it has nothing in that ranking's slots.
+type Totals = Box<[Option<i128>]>;
+
 /// What the index knows of one counter.
 #[derive(Debug)]
 struct Tracked {
     id: Arc<str>,
-    /// Per ranking: the counter's total there, `None` when it has no copy in its slots.
-    totals: Box<[Option<i128>]>,
+    /// Its all-time totals (`None`: no copy in that ranking's slots).
+    totals: Totals,
     /// The newest second of any of its slots' windows.
     newest: Option<u64>,
+    /// Its hits in the live window (`None`: no bucket of that ranking's slots in it).
+    live: Totals,
+    /// The next second at which its live hits change, if any will.
+    next_change: Option<u64>,
+}
+
+/// The live window: hits in `(now - seconds, now]`, ranked like the all-time totals.
+#[derive(Debug)]
+struct LiveWindow {
+    seconds: u32,
+    now: u64,
+    /// Ordered like [`TopIndex::rankings`], by hits in the window.
+    rankings: Vec<BTreeSet<Key>>,
+    /// `(next change second, counter index)` of every counter whose live hits will change.
+    changes: BTreeSet<(u64, usize)>,
 }
 
 /// Counters ranked by total, per scope, and indexed by their newest hit.
@@ -75,12 +101,14 @@ pub struct TopIndex {
     rankings: Vec<BTreeSet<Key>>,
     /// `(newest second, counter index)` of every counter with a window bucket.
     by_newest: BTreeSet<(u64, usize)>,
+    live: LiveWindow,
 }
 
 impl TopIndex {
     /// An empty index of slots whose groups are `slot_groups` (by slot index; all 0 for one
-    /// datacenter).
-    pub fn new(slot_groups: Vec<usize>) -> Self {
+    /// datacenter), keeping the live window of `live_seconds` ending at `now` (unix seconds)
+    /// ranked.
+    pub fn new(slot_groups: Vec<usize>, live_seconds: u32, now: u64) -> Self {
         let groups = slot_groups.iter().max().map_or(1, |g| g + 1);
         let rankings = if groups == 1 { 1 } else { groups + 1 };
         Self {
@@ -89,6 +117,20 @@ impl TopIndex {
             counters: Vec::new(),
             rankings: vec![BTreeSet::new(); rankings],
             by_newest: BTreeSet::new(),
+            live: LiveWindow {
+                seconds: live_seconds,
+                now,
+                rankings: vec![BTreeSet::new(); rankings],
+                changes: BTreeSet::new(),
+            },
+        }
+    }
+
+    /// The live window ranked: its length in seconds, and the second it ends at.
+    pub fn live_window(&self) -> WindowQuery {
+        WindowQuery {
+            seconds: self.live.seconds,
+            at: self.live.now,
         }
     }
 
@@ -131,7 +173,7 @@ impl TopIndex {
             self.counters.resize_with(index + 1, || None);
         }
         let unique = slots.iter().any(|(_, record)| record.uniques.is_some());
-        let mut totals = vec![None; self.rankings.len()].into_boxed_slice();
+        let mut totals = self.no_totals();
         let mut newest = None;
         if !unique {
             for (slot, record) in slots {
@@ -143,23 +185,20 @@ impl TopIndex {
                 newest = newest.max(record.window.newest());
             }
         }
+        let (live, next_change) = if unique {
+            (self.no_totals(), None)
+        } else {
+            self.live_of(slots)
+        };
         let old = self.counters[index].take();
         let id = old.as_ref().map_or_else(|| Arc::from(id), |t| t.id.clone());
-        let (old_totals, old_newest) = match old {
-            Some(t) => (t.totals, t.newest),
-            None => (vec![None; self.rankings.len()].into_boxed_slice(), None),
+        let (old_totals, old_newest, old_live, old_change) = match old {
+            Some(t) => (t.totals, t.newest, t.live, t.next_change),
+            None => (self.no_totals(), None, self.no_totals(), None),
         };
-        for (r, (before, after)) in old_totals.iter().zip(totals.iter()).enumerate() {
-            if before == after {
-                continue;
-            }
-            if let Some(total) = before {
-                self.rankings[r].remove(&(Reverse(*total), id.clone()));
-            }
-            if let Some(total) = after {
-                self.rankings[r].insert((Reverse(*total), id.clone()));
-            }
-        }
+        rerank(&mut self.rankings, &id, &old_totals, &totals);
+        rerank(&mut self.live.rankings, &id, &old_live, &live);
+        refile(&mut self.live.changes, index, old_change, next_change);
         if old_newest != newest {
             if let Some(second) = old_newest {
                 self.by_newest.remove(&(second, index));
@@ -169,32 +208,92 @@ impl TopIndex {
             }
         }
         if !unique {
-            self.counters[index] = Some(Tracked { id, totals, newest });
+            self.counters[index] = Some(Tracked {
+                id,
+                totals,
+                newest,
+                live,
+                next_change,
+            });
         }
+    }
+
+    /// Moves the live window on to end at `now` (an earlier `now` changes nothing): recomputes
+    /// the live hits of each counter filed to change by then, from `records(index)` (counter
+    /// `index`'s copies). O((slots + log n) per counter recomputed).
+    pub fn advance<'a>(&mut self, now: u64, records: impl Fn(usize) -> &'a [(u16, SlotRecord)]) {
+        if now <= self.live.now {
+            return;
+        }
+        self.live.now = now;
+        while let Some(&(second, index)) = self.live.changes.first() {
+            if second > now {
+                break;
+            }
+            let (live, next_change) = self.live_of(records(index));
+            let Some(tracked) = self.counters.get_mut(index).and_then(Option::as_mut) else {
+                self.live.changes.remove(&(second, index));
+                continue;
+            };
+            rerank(&mut self.live.rankings, &tracked.id, &tracked.live, &live);
+            refile(&mut self.live.changes, index, Some(second), next_change);
+            tracked.live = live;
+            tracked.next_change = next_change;
+        }
+    }
+
+    fn no_totals(&self) -> Totals {
+        vec![None; self.rankings.len()].into_boxed_slice()
+    }
+
+    /// The live hits of a counter with copies `slots`, per ranking, and the next second after
+    /// the live window's end at which they change: when the oldest bucket in the window leaves
+    /// it, or when the first bucket ahead of its end enters it.
+    fn live_of(&self, slots: &[(u16, SlotRecord)]) -> (Totals, Option<u64>) {
+        let window = self.live_window();
+        let after = window.at.saturating_sub(u64::from(window.seconds));
+        let mut live = self.no_totals();
+        let mut next_change: Option<u64> = None;
+        for (slot, record) in slots {
+            let buckets = record.window.buckets();
+            let start = buckets.partition_point(|(s, _)| *s <= after);
+            let end = buckets.partition_point(|(s, _)| *s <= window.at);
+            if start < end {
+                let hits = buckets[start..end]
+                    .iter()
+                    .map(|(_, hits)| i128::from(*hits))
+                    .sum();
+                add(&mut live[0], hits);
+                if let Some(r) = self.group_ranking(*slot) {
+                    add(&mut live[r], hits);
+                }
+                let leaves = buckets[start].0.saturating_add(u64::from(window.seconds));
+                next_change = Some(next_change.map_or(leaves, |n| n.min(leaves)));
+            }
+            if let Some((enters, _)) = buckets.get(end) {
+                next_change = Some(next_change.map_or(*enters, |n| n.min(*enters)));
+            }
+        }
+        (live, next_change)
     }
 
     /// The `k` highest all-time totals in `scope` among ids starting with `prefix`, highest
     /// first (ties by id ascending). O(k + ids skipped for the prefix).
     pub fn all_time(&self, scope: Scope, prefix: &str, k: usize) -> Vec<Ranked> {
-        let Some(r) = self.ranking(scope) else {
-            return Vec::new();
-        };
-        self.rankings[r]
-            .iter()
-            .filter(|(_, id)| id.starts_with(prefix))
-            .take(k)
-            .map(|(Reverse(value), id)| Ranked {
-                id: id.to_string(),
-                value: *value,
-            })
-            .collect()
+        match self.ranking(scope) {
+            Some(r) => walk(&self.rankings[r], prefix, k, None),
+            None => Vec::new(),
+        }
     }
 
     /// For each of `scopes`, the `k` highest counts of hits in `window` among ids starting
     /// with `prefix` and counting at least `min_value` (when given), highest first (ties by id
     /// ascending). A counter is listed in a scope only if one of its slots there has a bucket
-    /// in the window. `records(index)` gives counter `index`'s copies. Visits only the counters
-    /// with a bucket after `window.at - window.seconds`: O(visited · (slots + log k)).
+    /// in the window. `records(index)` gives counter `index`'s copies.
+    ///
+    /// The live window ([`TopIndex::live_window`]) is walked from the top: O(k + ids skipped).
+    /// Any other visits the counters with a bucket after `window.at - window.seconds`:
+    /// O(visited · (slots + log k)).
     pub fn windowed<'a>(
         &self,
         scopes: &[Scope],
@@ -205,7 +304,30 @@ impl TopIndex {
         records: impl Fn(usize) -> &'a [(u16, SlotRecord)],
     ) -> Vec<Vec<Ranked>> {
         let rankings: Vec<Option<usize>> = scopes.iter().map(|s| self.ranking(*s)).collect();
-        let mut heaps: Vec<Worst> = vec![BinaryHeap::new(); scopes.len()];
+        if window == self.live_window() {
+            return rankings
+                .iter()
+                .map(|ranking| match ranking {
+                    Some(r) => walk(&self.live.rankings[*r], prefix, k, min_value),
+                    None => Vec::new(),
+                })
+                .collect();
+        }
+        self.scan(&rankings, prefix, k, min_value, window, records)
+    }
+
+    /// [`TopIndex::windowed`] by a scan of the counters with a bucket in `window`, for
+    /// `rankings` (by scope; `None` for a scope with no ranking).
+    fn scan<'a>(
+        &self,
+        rankings: &[Option<usize>],
+        prefix: &str,
+        k: usize,
+        min_value: Option<i128>,
+        window: WindowQuery,
+        records: impl Fn(usize) -> &'a [(u16, SlotRecord)],
+    ) -> Vec<Vec<Ranked>> {
+        let mut heaps: Vec<Worst> = vec![BinaryHeap::new(); rankings.len()];
         let after = window.at.saturating_sub(u64::from(window.seconds));
         let mut parts = vec![None; self.rankings.len()];
         for &(_, index) in self.by_newest.range((after.saturating_add(1), 0)..) {
@@ -224,7 +346,7 @@ impl TopIndex {
                     }
                 }
             }
-            for (heap, ranking) in heaps.iter_mut().zip(&rankings) {
+            for (heap, ranking) in heaps.iter_mut().zip(rankings) {
                 let Some(value) = ranking.and_then(|r| parts[r]) else {
                     continue;
                 };
@@ -259,6 +381,54 @@ impl TopIndex {
                     .collect()
             })
             .collect()
+    }
+}
+
+/// The first `k` of `ranking` with ids starting with `prefix`, down to `min_value` (when
+/// given): O(k + ids skipped).
+fn walk(ranking: &BTreeSet<Key>, prefix: &str, k: usize, min_value: Option<i128>) -> Vec<Ranked> {
+    ranking
+        .iter()
+        .take_while(|(Reverse(value), _)| min_value.is_none_or(|min| *value >= min))
+        .filter(|(_, id)| id.starts_with(prefix))
+        .take(k)
+        .map(|(Reverse(value), id)| Ranked {
+            id: id.to_string(),
+            value: *value,
+        })
+        .collect()
+}
+
+/// Moves counter `id` in each of `rankings` whose total changed from `before` to `after`.
+fn rerank(rankings: &mut [BTreeSet<Key>], id: &Arc<str>, before: &Totals, after: &Totals) {
+    for (r, (before, after)) in before.iter().zip(after.iter()).enumerate() {
+        if before == after {
+            continue;
+        }
+        if let Some(total) = before {
+            rankings[r].remove(&(Reverse(*total), id.clone()));
+        }
+        if let Some(total) = after {
+            rankings[r].insert((Reverse(*total), id.clone()));
+        }
+    }
+}
+
+/// Refiles counter `index` in `changes` from second `before` to `after`.
+fn refile(
+    changes: &mut BTreeSet<(u64, usize)>,
+    index: usize,
+    before: Option<u64>,
+    after: Option<u64>,
+) {
+    if before == after {
+        return;
+    }
+    if let Some(second) = before {
+        changes.remove(&(second, index));
+    }
+    if let Some(second) = after {
+        changes.insert((second, index));
     }
 }
 
@@ -308,8 +478,13 @@ mod tests {
 
     impl Table {
         fn new(slot_groups: Vec<usize>) -> Self {
+            Self::live(slot_groups, 300, 0)
+        }
+
+        /// A table whose index keeps the live window of `seconds` ending at `now`.
+        fn live(slot_groups: Vec<usize>, seconds: u32, now: u64) -> Self {
             Self {
-                index: TopIndex::new(slot_groups),
+                index: TopIndex::new(slot_groups, seconds, now),
                 records: Vec::new(),
                 ids: Vec::new(),
             }
@@ -344,6 +519,25 @@ mod tests {
             let window = WindowQuery { seconds, at };
             self.index
                 .windowed(scopes, prefix, k, min, window, |n| &self.records[n])
+        }
+
+        fn advance(&mut self, now: u64) {
+            let records = &self.records;
+            self.index.advance(now, |n| &records[n]);
+        }
+
+        /// What a scan answers for the live window.
+        fn scanned(
+            &self,
+            scopes: &[Scope],
+            prefix: &str,
+            k: usize,
+            min: Option<i128>,
+        ) -> Vec<Vec<Ranked>> {
+            let rankings: Vec<_> = scopes.iter().map(|s| self.index.ranking(*s)).collect();
+            let window = self.index.live_window();
+            self.index
+                .scan(&rankings, prefix, k, min, window, |n| &self.records[n])
         }
     }
 
@@ -458,5 +652,118 @@ mod tests {
         assert_eq!(ids(&lists[0]), [("#old", 1)]);
         let lists = t.windowed(&[Scope::Group(7)], "", 10, None, 300, 2_000);
         assert!(lists[0].is_empty(), "no such group");
+    }
+
+    #[test]
+    fn the_live_window_follows_hits_in_and_out_as_time_passes() {
+        // Slots 0 and 1 are group 0, slot 2 group 1; the live window is (700, 1000].
+        let mut t = Table::live(vec![0, 0, 1], 300, 1_000);
+        t.set("#rust", 0, record(3, &[(1_000, 3)]));
+        t.set("#rust", 2, record(2, &[(701, 2)]));
+        t.set("#go", 1, record(10, &[(500, 4), (995, 6)]));
+        t.set("#soon", 2, record(9, &[(1_010, 9)]));
+        t.set("#old", 0, record(100, &[(100, 100)]));
+        let scopes = [Scope::All, Scope::Group(0), Scope::Group(1)];
+        let lists = t.windowed(&scopes, "#", 10, None, 300, 1_000);
+        assert_eq!(ids(&lists[0]), [("#go", 6), ("#rust", 5)]);
+        assert_eq!(ids(&lists[1]), [("#go", 6), ("#rust", 3)]);
+        assert_eq!(
+            ids(&lists[2]),
+            [("#rust", 2)],
+            "#soon's hit is ahead of 1000"
+        );
+        assert_eq!(lists, t.scanned(&scopes, "#", 10, None));
+
+        // At 1001 the hit at 701 has left; at 1010 the hit at 1010 has entered.
+        t.advance(1_001);
+        let lists = t.windowed(&scopes, "#", 10, None, 300, 1_001);
+        assert_eq!(ids(&lists[0]), [("#go", 6), ("#rust", 3)]);
+        assert!(lists[2].is_empty(), "no bucket of group 1 in (701, 1001]");
+        t.advance(1_010);
+        let lists = t.windowed(&[Scope::All], "#", 10, Some(6), 300, 1_010);
+        assert_eq!(ids(&lists[0]), [("#soon", 9), ("#go", 6)], "at or over 6");
+        // An earlier `now` changes nothing; a window other than the live one is scanned.
+        t.advance(900);
+        assert_eq!(
+            t.index.live_window(),
+            WindowQuery {
+                seconds: 300,
+                at: 1_010
+            }
+        );
+        let lists = t.windowed(&[Scope::All], "#", 10, None, 300, 1_000);
+        assert_eq!(ids(&lists[0]), [("#go", 6), ("#rust", 5)]);
+        // Everything leaves by 1310 but the hit at 1010, which leaves at 1310 itself.
+        t.advance(1_309);
+        let lists = t.windowed(&[Scope::All], "", 10, None, 300, 1_309);
+        assert_eq!(ids(&lists[0]), [("#soon", 9)]);
+        t.advance(1_310);
+        assert!(t.windowed(&[Scope::All], "", 10, None, 300, 1_310)[0].is_empty());
+        assert!(t.index.live.changes.is_empty(), "nothing left to change");
+        // A merge after the window moved is ranked at the new end.
+        t.set("#go", 1, record(11, &[(1_305, 1)]));
+        let lists = t.windowed(&[Scope::All], "", 10, None, 300, 1_310);
+        assert_eq!(ids(&lists[0]), [("#go", 1)]);
+        // A counter turning unique leaves the live rankings too.
+        let mut unique = record(50, &[(1_310, 50)]);
+        unique.add_item(geocount_model::unique::hash_item("u"), 2);
+        t.set("#go", 1, unique);
+        assert!(t.windowed(&[Scope::All], "", 10, None, 300, 1_310)[0].is_empty());
+        assert!(t.index.live.changes.is_empty());
+    }
+
+    mod live_equals_scan {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One step: a slot copy of a counter replaced, or time moving on.
+        #[derive(Debug, Clone)]
+        enum Step {
+            Set {
+                counter: usize,
+                slot: u16,
+                hits: Vec<(u64, i64)>,
+            },
+            Advance(u64),
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                3 => (0..12usize, 0..3u16, prop::collection::vec((0..40u64, -3..20i64), 0..6))
+                    .prop_map(|(counter, slot, hits)| Step::Set { counter, slot, hits }),
+                1 => (0..15u64).prop_map(Step::Advance),
+            ]
+        }
+
+        proptest! {
+            /// After any merges and any moves of time, the kept live rankings answer exactly
+            /// what a scan of every counter answers, for every scope, prefix, k and threshold.
+            #[test]
+            fn after_any_steps(steps in prop::collection::vec(step(), 1..60), seconds in 1..12u32) {
+                let mut t = Table::live(vec![0, 0, 1], seconds, 20);
+                let mut now: u64 = 20;
+                for step in steps {
+                    match step {
+                        Step::Set { counter, slot, hits } => {
+                            // Buckets around now: some out, some in, some ahead of it.
+                            let base = now.saturating_sub(20);
+                            let hits: Vec<_> = hits.iter().map(|(s, d)| (base + s, *d)).collect();
+                            let value = hits.iter().map(|(_, d)| d).sum();
+                            let id = format!("{}{counter}", if counter % 2 == 0 { "#" } else { "@" });
+                            t.set(&id, slot, record(value, &hits));
+                        }
+                        Step::Advance(by) => {
+                            now += by;
+                            t.advance(now);
+                        }
+                    }
+                    let scopes = [Scope::All, Scope::Group(0), Scope::Group(1)];
+                    for (prefix, k, min) in [("", 100, None), ("#", 3, None), ("@", 100, Some(5))] {
+                        let live = t.windowed(&scopes, prefix, k, min, seconds, now);
+                        prop_assert_eq!(live, t.scanned(&scopes, prefix, k, min));
+                    }
+                }
+            }
+        }
     }
 }
