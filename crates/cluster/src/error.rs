@@ -74,6 +74,18 @@ pub enum ClusterError {
         /// The failure.
         source: io::Error,
     },
+    /// `--wan` was given for a topology without a `[wan]` section.
+    #[error("{}: --wan needs a [wan] section (global_region, control, [[wan.links]]); see the README", config.display())]
+    NoWan {
+        /// The topology file.
+        config: PathBuf,
+    },
+    /// WAN mode could not be set up: the emulator's links or a topology copy.
+    #[error("WAN mode: {message}")]
+    Wan {
+        /// What went wrong.
+        message: String,
+    },
     /// A process exited, or did not answer `/healthz`, before the cluster was up.
     #[error("{name} {reason}; log: {}", log.display())]
     NotHealthy {
@@ -89,10 +101,11 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
-    /// The exit code for this error: 2 for a bad topology file, 1 for everything else.
+    /// The exit code for this error: 2 for a bad topology file (or one without `[wan]` for
+    /// `--wan`), 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            ClusterError::Topology(_) => 2,
+            ClusterError::Topology(_) | ClusterError::NoWan { .. } => 2,
             _ => 1,
         }
     }

@@ -5,6 +5,8 @@
 //!   ([`Role::launch`]: binary, arguments, address).
 //! - [`process`]: finding binaries, spawning with logs, waiting until healthy, stopping
 //!   ([`Process`]).
+//! - [`wan`]: `--wan`: the WAN emulator's links for the topology's `[wan]` section, and each
+//!   process's copy of the topology wired through them.
 //! - [`error`]: this crate's error enum ([`ClusterError`]).
 //!
 //! [`run`] ties them together; the `geocount-cluster` binary only parses flags and calls it.
@@ -12,12 +14,17 @@
 pub mod error;
 pub mod process;
 pub mod role;
+pub mod wan;
 
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::time::Duration;
 
-use geocount_model::Topology;
+use geocount_model::{Topology, WanSettings};
+use geocount_wan::WanConfig;
 
 pub use error::ClusterError;
 pub use process::Process;
@@ -41,6 +48,35 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// Delete the data directory before starting.
     pub fresh: bool,
+    /// Run every cross-region connection through a WAN emulator shaped by the topology's
+    /// `[wan]` section ([`wan`]).
+    pub wan: bool,
+}
+
+/// A process to start: its role, how, and which binary.
+type Planned = (Role, Launch, PathBuf);
+
+/// `--wan`'s set-up: the emulator's links and where each process's topology copy goes.
+struct WanMode {
+    /// The topology, whose copies are written once the emulator's proxies are known.
+    topology: Topology,
+    /// Its `[wan]` section.
+    settings: WanSettings,
+    /// The emulator's configuration, as written to `<run_dir>/wan.toml`.
+    emulator: WanConfig,
+    /// Where the copies and `wan.toml` go: `<data dir>/wan`.
+    run_dir: PathBuf,
+}
+
+impl WanMode {
+    /// The file `role` is started with: `wan.toml` for the emulator, `<name>.toml` (its copy of
+    /// the topology) for every other process.
+    fn config_of(&self, role: &Role) -> PathBuf {
+        match role {
+            Role::WanEmulator => self.run_dir.join("wan.toml"),
+            _ => self.run_dir.join(format!("{}.toml", role.name())),
+        }
+    }
 }
 
 /// Starts the cluster described by `options`, prints a table of its processes once all are
@@ -49,6 +85,9 @@ pub struct Options {
 /// If a process exits or is not healthy within [`STARTUP_TIMEOUT`], the others are stopped and
 /// the error names it and carries the end of its log. A process that exits later is reported on
 /// stderr and the others keep running.
+///
+/// With `options.wan`, the WAN emulator starts first and stops last; every other process gets
+/// its own copy of the topology under `<data dir>/wan/`, wired through the emulator's proxies.
 pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result<(), ClusterError> {
     let topology = Topology::load(&options.config)?;
     let bin_dir = match options.bin_dir {
@@ -58,11 +97,33 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
     let data_dir = options
         .data_dir
         .unwrap_or_else(|| topology.shard.data_dir.clone());
+    let wan = match (options.wan, &topology.wan) {
+        (false, _) => None,
+        (true, None) => {
+            return Err(ClusterError::NoWan {
+                config: options.config,
+            });
+        }
+        (true, Some(settings)) => Some(WanMode {
+            emulator: wan::emulator_config(&topology, settings),
+            settings: settings.clone(),
+            topology: topology.clone(),
+            run_dir: data_dir.join("wan"),
+        }),
+    };
 
     // Everything that can be checked is checked before anything is deleted or started.
+    let mut roles = roles(&topology);
+    if wan.is_some() {
+        roles.insert(0, Role::WanEmulator);
+    }
     let mut plan = Vec::new();
-    for role in roles(&topology) {
-        let launch = role.launch(&topology, &options.config, &data_dir)?;
+    for role in roles {
+        let config = match &wan {
+            Some(wan) => wan.config_of(&role),
+            None => options.config.clone(),
+        };
+        let launch = role.launch(&topology, &config, &data_dir)?;
         let binary = process::find_binary(&bin_dir, launch.binary)?;
         process::check_address(&role.name(), launch.address)?;
         plan.push((role, launch, binary));
@@ -71,11 +132,10 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
         remove_data_dir(&data_dir)?;
     }
     let log_dir = data_dir.join("logs");
-    std::fs::create_dir_all(&log_dir).map_err(|source| ClusterError::Io {
-        action: "create",
-        path: log_dir.clone(),
-        source,
-    })?;
+    create_dir(&log_dir)?;
+    if let Some(wan) = &wan {
+        create_dir(&wan.run_dir)?;
+    }
 
     println!(
         "starting {} processes; logs in {}",
@@ -83,25 +143,15 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
         log_dir.display()
     );
     let mut processes = Vec::with_capacity(plan.len());
-    for (role, launch, binary) in plan {
-        match process::spawn(role, &launch, &binary, &log_dir) {
-            Ok(process) => processes.push(process),
-            Err(error) => {
-                process::stop_all(&mut processes, STOP_GRACE).await;
-                return Err(error);
-            }
-        }
-    }
-
     let mut shutdown = pin!(shutdown);
     let started = tokio::select! {
-        result = process::wait_healthy(&mut processes, STARTUP_TIMEOUT) => Some(result),
+        result = start(&mut processes, plan, &log_dir, wan.as_ref()) => Some(result),
         () = &mut shutdown => None,
     };
     match started {
-        Some(Ok(())) => print_table(&processes),
+        Some(Ok(proxies)) => print_table(&processes, wan.as_ref().map(|wan| (wan, &proxies))),
         Some(Err(error)) => {
-            process::stop_all(&mut processes, STOP_GRACE).await;
+            stop_all(&mut processes).await;
             return Err(error);
         }
         None => return stop(&mut processes).await,
@@ -114,12 +164,73 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
             () = &mut shutdown => return stop(&mut processes).await,
             _ = ticker.tick() => {
                 if let Err(error) = report_exits(&mut processes) {
-                    process::stop_all(&mut processes, STOP_GRACE).await;
+                    stop_all(&mut processes).await;
                     return Err(error);
                 }
             }
         }
     }
+}
+
+/// Starts `plan` into `processes` and waits until every process is healthy. With `wan`, the
+/// emulator (first in `plan`) starts alone; once it is healthy its proxies' addresses go into
+/// every other process's copy of the topology, and those are started. Returns the proxies (link
+/// name → listen address; none without `wan`).
+async fn start(
+    processes: &mut Vec<Process>,
+    plan: Vec<Planned>,
+    log_dir: &Path,
+    wan: Option<&WanMode>,
+) -> Result<HashMap<String, SocketAddr>, ClusterError> {
+    let mut plan = plan.into_iter();
+    let mut proxies = HashMap::new();
+    // The copies already hold the launcher's GEOCOUNT_* overrides; inherited again, a
+    // `GEOCOUNT_GLOBAL__LISTEN` would undo the rewiring.
+    let mut env_remove = Vec::new();
+    if let Some(wan) = wan {
+        env_remove = std::env::vars_os()
+            .map(|(name, _)| name)
+            .filter(|name| name.to_string_lossy().starts_with("GEOCOUNT_"))
+            .collect();
+        let emulator: Vec<Planned> = plan.by_ref().take(1).collect();
+        wan::write_toml(&wan.config_of(&Role::WanEmulator), &wan.emulator)?;
+        spawn_all(processes, emulator, log_dir, &env_remove)?;
+        process::wait_healthy(processes, STARTUP_TIMEOUT).await?;
+        proxies = wan::proxy_addresses(wan.settings.control).await?;
+    }
+    let rest: Vec<Planned> = plan.collect();
+    if let Some(wan) = wan {
+        for (role, _, _) in &rest {
+            let view = wan::view(&wan.topology, &wan.settings, role, &proxies)?;
+            wan::write_toml(&wan.config_of(role), &view)?;
+        }
+    }
+    spawn_all(processes, rest, log_dir, &env_remove)?;
+    process::wait_healthy(processes, STARTUP_TIMEOUT).await?;
+    Ok(proxies)
+}
+
+/// Spawns every process of `plan` into `processes`, stopping at the first that fails.
+fn spawn_all(
+    processes: &mut Vec<Process>,
+    plan: Vec<Planned>,
+    log_dir: &Path,
+    env_remove: &[OsString],
+) -> Result<(), ClusterError> {
+    for (role, launch, binary) in plan {
+        let process = process::spawn_without_env(role, &launch, &binary, log_dir, env_remove)?;
+        processes.push(process);
+    }
+    Ok(())
+}
+
+/// Creates `dir` and its parents.
+fn create_dir(dir: &Path) -> Result<(), ClusterError> {
+    std::fs::create_dir_all(dir).map_err(|source| ClusterError::Io {
+        action: "create",
+        path: dir.to_owned(),
+        source,
+    })
 }
 
 /// The directory of the running executable: the default bin directory.
@@ -168,41 +279,42 @@ fn report_exits(processes: &mut [Process]) -> Result<(), ClusterError> {
 
 /// Stops every process and says how many there were.
 async fn stop(processes: &mut [Process]) -> Result<(), ClusterError> {
-    let stopped = process::stop_all(processes, STOP_GRACE).await;
+    let stopped = stop_all(processes).await;
     println!("stopped {stopped} processes");
     Ok(())
 }
 
-/// Prints the table of processes and how to use the cluster.
-fn print_table(processes: &[Process]) {
-    let header = ["ROLE", "NAME", "ADDRESS", "PID", "LOG"].map(str::to_owned);
-    let rows: Vec<[String; 5]> = processes
-        .iter()
-        .map(|p| {
-            [
-                p.role.kind().to_owned(),
-                p.name.clone(),
-                p.address.to_string(),
-                p.pid.to_string(),
-                p.log.display().to_string(),
-            ]
-        })
-        .collect();
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    for row in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
+/// Stops every process still running, the WAN emulator last (the tiers keep their links while
+/// they shut down); returns how many were running.
+async fn stop_all(processes: &mut [Process]) -> usize {
+    // The emulator, when there is one, is the first process.
+    let emulators = usize::from(
+        processes
+            .first()
+            .is_some_and(|p| p.role == Role::WanEmulator),
+    );
+    let (emulator, tiers) = processes.split_at_mut(emulators);
+    process::stop_all(tiers, STOP_GRACE).await + process::stop_all(emulator, STOP_GRACE).await
+}
+
+/// Prints the table of processes, the emulator's links (with `--wan`: the set-up and each
+/// proxy's address), and how to use the cluster.
+fn print_table(processes: &[Process], wan: Option<(&WanMode, &HashMap<String, SocketAddr>)>) {
+    let rows = processes.iter().map(|p| {
+        [
+            p.role.kind().to_owned(),
+            p.name.clone(),
+            p.address.to_string(),
+            p.pid.to_string(),
+            p.log.display().to_string(),
+        ]
+    });
+    print_grid(["ROLE", "NAME", "ADDRESS", "PID", "LOG"], rows);
     println!();
+    if let Some((wan, proxies)) = wan {
+        print_links(wan, proxies);
+        println!();
+    }
     let shard = processes
         .iter()
         .find(|p| matches!(p.role, Role::Shard { .. }));
@@ -229,4 +341,53 @@ fn print_table(processes: &[Process]) {
         );
     }
     println!("Ctrl-C stops the cluster");
+}
+
+/// Prints the emulator's links: where each proxy listens, what it forwards to, its shaping.
+fn print_links(wan: &WanMode, proxies: &HashMap<String, SocketAddr>) {
+    let rows = wan.emulator.links.iter().map(|link| {
+        let listen = proxies.get(&link.name).copied().unwrap_or(link.listen);
+        let mut delay = format!("{} ms", link.delay_ms);
+        if link.jitter_ms > 0 {
+            delay = format!("{} ± {} ms", link.delay_ms, link.jitter_ms);
+        }
+        if link.bandwidth_bytes_per_sec > 0 {
+            delay += &format!(", {} B/s", link.bandwidth_bytes_per_sec);
+        }
+        [
+            link.name.clone(),
+            listen.to_string(),
+            link.target.to_string(),
+            delay,
+        ]
+    });
+    print_grid(["LINK", "PROXY", "TARGET", "ONE-WAY DELAY"], rows);
+    let control = wan.settings.control;
+    println!(
+        "links: curl http://{control}/links; cut: curl -X POST http://{control}/links/{}/cut",
+        wan.emulator
+            .links
+            .first()
+            .map_or("NAME", |link| link.name.as_str())
+    );
+}
+
+/// Prints `rows` under `header` in left-aligned columns two spaces apart.
+fn print_grid<const N: usize>(header: [&str; N], rows: impl Iterator<Item = [String; N]>) {
+    let header = header.map(str::to_owned);
+    let rows: Vec<[String; N]> = rows.collect();
+    let mut widths = header.clone().map(|h| h.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
 }

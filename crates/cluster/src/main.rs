@@ -1,5 +1,5 @@
-//! `geocount-cluster --config FILE [--bin-dir DIR] [--data-dir DIR] [--fresh]`: runs a whole
-//! topology on this machine until Ctrl-C.
+//! `geocount-cluster --config FILE [--bin-dir DIR] [--data-dir DIR] [--fresh] [--wan]`: runs a
+//! whole topology on this machine until Ctrl-C, with `--wan` behind an emulated WAN.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +25,12 @@ struct Args {
     /// Delete the data directory before starting.
     #[arg(long)]
     fresh: bool,
+    /// Emulate the WAN between regions: start `wan-emulator` first, with one delayed link each
+    /// way between every datacenter aggregator outside the global aggregator's region and the
+    /// global aggregator (delays from the topology's `[wan]` section), and give every process
+    /// its own copy of the topology, under <data dir>/wan/, dialing those links' proxies.
+    #[arg(long)]
+    wan: bool,
 }
 
 fn main() -> ExitCode {
@@ -53,6 +59,7 @@ fn main() -> ExitCode {
         bin_dir: args.bin_dir,
         data_dir: args.data_dir,
         fresh: args.fresh,
+        wan: args.wan,
     };
     match runtime.block_on(geocount_cluster::run(options, shutdown)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! Running the processes: finding binaries, spawning with logs, waiting until healthy, stopping.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -73,6 +74,17 @@ pub fn spawn(
     binary: &Path,
     log_dir: &Path,
 ) -> Result<Process, ClusterError> {
+    spawn_without_env(role, launch, binary, log_dir, &[])
+}
+
+/// [`spawn`], with the launcher's environment less the variables named in `env_remove`.
+pub fn spawn_without_env(
+    role: Role,
+    launch: &Launch,
+    binary: &Path,
+    log_dir: &Path,
+    env_remove: &[OsString],
+) -> Result<Process, ClusterError> {
     let name = role.name();
     let log = log_dir.join(format!("{name}.log"));
     let io_error = |action, source| ClusterError::Io {
@@ -82,7 +94,11 @@ pub fn spawn(
     };
     let stdout = File::create(&log).map_err(|e| io_error("create", e))?;
     let stderr = stdout.try_clone().map_err(|e| io_error("open", e))?;
-    let child = Command::new(binary)
+    let mut command = Command::new(binary);
+    for variable in env_remove {
+        command.env_remove(variable);
+    }
+    let child = command
         .args(&launch.args)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())

@@ -25,6 +25,8 @@ pub enum Role {
     },
     /// The global aggregator.
     GlobalAggregator,
+    /// The WAN emulator of `--wan`, carrying every cross-region connection.
+    WanEmulator,
 }
 
 /// How to start a role.
@@ -66,21 +68,24 @@ impl Role {
             Role::Shard { .. } => "shard",
             Role::DatacenterAggregator { .. } => "datacenter-aggregator",
             Role::GlobalAggregator => "global-aggregator",
+            Role::WanEmulator => "wan-emulator",
         }
     }
 
     /// Its name, unique in the cluster and used for its log file: `DC_USA_0_VAL_1`,
-    /// `aggregator_USA_0`, `global`.
+    /// `aggregator_USA_0`, `global`, `wan-emulator`.
     pub fn name(&self) -> String {
         match self {
             Role::Shard { datacenter, slot } => SlotId::new(datacenter.as_str(), *slot).to_string(),
             Role::DatacenterAggregator { datacenter } => format!("aggregator_{datacenter}"),
             Role::GlobalAggregator => "global".to_owned(),
+            Role::WanEmulator => "wan-emulator".to_owned(),
         }
     }
 
     /// Its binary, arguments and address, for the topology read from `config` with data kept
-    /// under `data_dir`.
+    /// under `data_dir`. The emulator's `config` is its own file (`wan.toml`), and its address
+    /// the topology's `wan.control`.
     pub fn launch(
         &self,
         topology: &Topology,
@@ -134,6 +139,17 @@ impl Role {
                 args: vec!["--config".into(), config.into()],
                 address: topology.global.listen,
             }),
+            Role::WanEmulator => {
+                let wan = topology.wan.as_ref().ok_or_else(|| ClusterError::Role {
+                    name: self.name(),
+                    message: "the topology has no [wan] section".to_owned(),
+                })?;
+                Ok(Launch {
+                    binary: "wan-emulator",
+                    args: vec!["--config".into(), config.into()],
+                    address: wan.control,
+                })
+            }
         }
     }
 }

@@ -39,8 +39,8 @@ pub use hlc::{Hlc, HlcTimestamp};
 pub use placement::Placement;
 pub use slot::{SlotId, SlotRecord, SlotState, next_slot_version};
 pub use topology::{
-    DatacenterConfig, Durability, GlobalConfig, Selection, ShardDefaults, SyncSettings, Topology,
-    TopologyError, TrendingConfig,
+    DatacenterConfig, Durability, GlobalConfig, RegionLink, Selection, ShardDefaults, SyncSettings,
+    Topology, TopologyError, TrendingConfig, WanSettings,
 };
 pub use unique::UniqueSketch;
 pub use window::{Recorded, Window};

@@ -33,6 +33,58 @@ pub struct Topology {
     /// What `GET /trending` lists at both aggregators.
     #[serde(default)]
     pub trending: TrendingConfig,
+    /// The WAN `geocount-cluster --wan` emulates between regions; the tiers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wan: Option<WanSettings>,
+}
+
+/// The most delay or jitter a WAN link takes, in milliseconds: the emulator's own limit.
+pub const MAX_WAN_DELAY_MS: u64 = 60_000;
+
+/// The emulated WAN (`[wan]`), read only by `geocount-cluster --wan`: where the global
+/// aggregator runs, and the delay between regions. Traffic inside a region stays direct.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WanSettings {
+    /// The region the global aggregator runs in: one of the datacenters' regions.
+    pub global_region: String,
+    /// Where the emulator's control API listens.
+    pub control: SocketAddr,
+    /// The links between regions. Every region with a datacenter, other than
+    /// `global_region`, needs one with `global_region`: its aggregator talks to the global one.
+    #[serde(default)]
+    pub links: Vec<RegionLink>,
+}
+
+/// The WAN between two regions (`[[wan.links]]`), the same in both directions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionLink {
+    /// The two regions, in either order (`["USA", "ASIA"]`).
+    pub between: [String; 2],
+    /// One-way delay in milliseconds (a round trip gains twice this); at most 60,000.
+    pub delay_ms: u64,
+    /// Each chunk's delay varies uniformly within ± this many milliseconds (default 0); at most
+    /// 60,000.
+    #[serde(default)]
+    pub jitter_ms: u64,
+    /// The most bytes per second each direction of each link carries; 0 (the default) is none.
+    #[serde(default)]
+    pub bandwidth_bytes_per_sec: u64,
+}
+
+impl WanSettings {
+    /// The link between regions `a` and `b`, in either order.
+    pub fn link(&self, a: &str, b: &str) -> Option<&RegionLink> {
+        self.links.iter().find(|link| link.joins(a, b))
+    }
+}
+
+impl RegionLink {
+    /// Whether it is the link between regions `a` and `b`, in either order.
+    pub fn joins(&self, a: &str, b: &str) -> bool {
+        self.between == [a, b] || self.between == [b, a]
+    }
 }
 
 /// Trending thresholds (`[trending]`): a counter whose id starts with a configured prefix is
@@ -144,6 +196,21 @@ pub struct DatacenterConfig {
     pub aggregator: SocketAddr,
     /// Where its shard nodes listen; the node at index `n` owns slot `DC_<name>_VAL_<n>`.
     pub shards: Vec<SocketAddr>,
+    /// Its region, for the emulated WAN (`[wan]`): letters, digits and `_`. Default: its name
+    /// up to the last `_` (`USA_0` → `USA`), or the whole name if it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+}
+
+impl DatacenterConfig {
+    /// Its region: `region`, or the default derived from its name.
+    pub fn region(&self) -> &str {
+        match (&self.region, self.name.rsplit_once('_')) {
+            (Some(region), _) => region,
+            (None, Some((prefix, _))) if !prefix.is_empty() => prefix,
+            (None, _) => &self.name,
+        }
+    }
 }
 
 /// When a shard node acknowledges a write.
@@ -297,6 +364,9 @@ impl Topology {
             }
         };
         claim(self.global.listen, "global.listen".into())?;
+        if let Some(wan) = &self.wan {
+            claim(wan.control, "wan.control".into())?;
+        }
         let mut names: HashMap<&str, usize> = HashMap::new();
         if self
             .datacenters
@@ -418,6 +488,88 @@ impl Topology {
                 "shard.max_body_bytes".into(),
                 "must be at least 1024".into(),
             ));
+        }
+        self.validate_wan()
+    }
+
+    /// Checks the datacenters' regions and `[wan]`: known regions, two different regions per
+    /// link, no pair twice, delays in bounds, and a link for every pair that carries traffic.
+    fn validate_wan(&self) -> Result<(), (String, String)> {
+        for (i, dc) in self.datacenters.iter().enumerate() {
+            if let Some(region) = &dc.region
+                && (region.is_empty()
+                    || !region
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            {
+                return Err((
+                    format!("datacenters[{i}].region"),
+                    format!("{region:?} must be letters, digits and _ only"),
+                ));
+            }
+        }
+        let Some(wan) = &self.wan else {
+            return Ok(());
+        };
+        let mut regions: Vec<&str> = Vec::new();
+        for dc in &self.datacenters {
+            if !regions.contains(&dc.region()) {
+                regions.push(dc.region());
+            }
+        }
+        let known = |region: &str, key: &str| {
+            if regions.contains(&region) {
+                Ok(())
+            } else {
+                Err((
+                    key.to_owned(),
+                    format!(
+                        "unknown region {region:?} (the datacenters' regions: {})",
+                        regions.join(", ")
+                    ),
+                ))
+            }
+        };
+        known(&wan.global_region, "wan.global_region")?;
+        for (i, link) in wan.links.iter().enumerate() {
+            let key = format!("wan.links[{i}].between");
+            let [a, b] = &link.between;
+            known(a, &key)?;
+            known(b, &key)?;
+            if a == b {
+                return Err((
+                    key,
+                    format!("{a:?} twice: traffic inside a region is not emulated"),
+                ));
+            }
+            if let Some(first) = wan.links[..i].iter().position(|l| l.joins(a, b)) {
+                return Err((
+                    key,
+                    format!("duplicate pair {a}-{b} (also wan.links[{first}])"),
+                ));
+            }
+            for (field, value) in [("delay_ms", link.delay_ms), ("jitter_ms", link.jitter_ms)] {
+                if value > MAX_WAN_DELAY_MS {
+                    return Err((
+                        format!("wan.links[{i}].{field}"),
+                        format!("{value} is more than {MAX_WAN_DELAY_MS} ms"),
+                    ));
+                }
+            }
+        }
+        let global = wan.global_region.as_str();
+        for dc in &self.datacenters {
+            let region = dc.region();
+            if region != global && wan.link(global, region).is_none() {
+                return Err((
+                    "wan.links".into(),
+                    format!(
+                        "no delay between {region} (datacenter {}) and {global} (the global \
+                         aggregator): add [[wan.links]] between = [\"{global}\", \"{region}\"]",
+                        dc.name
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -615,6 +767,91 @@ shards = ["127.0.0.1:7201"]
         let overrides = Serialized::default("global.listen", "127.0.0.1:7101");
         let err = Topology::load_with_env(&path, overrides).unwrap_err();
         assert_eq!(err.key, "datacenters[0].shards[0]", "{err}");
+    }
+
+    /// `GOOD` with a `[wan]` section: the global aggregator in USA, ASIA 75 ms away.
+    fn with_wan(links: &str) -> String {
+        format!("{GOOD}\n[wan]\nglobal_region = \"USA\"\ncontrol = \"127.0.0.1:7900\"\n{links}")
+    }
+
+    const USA_ASIA: &str = "[[wan.links]]\nbetween = [\"USA\", \"ASIA\"]\ndelay_ms = 75\n";
+
+    #[test]
+    fn regions_default_to_the_name_up_to_the_last_underscore() {
+        let t = load(GOOD).unwrap();
+        assert_eq!(t.wan, None);
+        let regions: Vec<&str> = t.datacenters.iter().map(|dc| dc.region()).collect();
+        assert_eq!(regions, ["USA", "ASIA"]);
+        let text = GOOD
+            .replace("\"USA_0\"", "\"US_EAST_1\"")
+            .replace("\"ASIA_0\"", "\"tokyo\"\nregion = \"ASIA\"");
+        let t = load(&text).unwrap();
+        let regions: Vec<&str> = t.datacenters.iter().map(|dc| dc.region()).collect();
+        assert_eq!(regions, ["US_EAST", "ASIA"]);
+        let err = load(&GOOD.replace("\"ASIA_0\"", "\"ASIA_0\"\nregion = \"AS IA\"")).unwrap_err();
+        assert_eq!(err.key, "datacenters[1].region", "{err}");
+    }
+
+    #[test]
+    fn wan_links_are_found_in_either_order() {
+        let text = with_wan(&format!("{USA_ASIA}jitter_ms = 5\n"));
+        let wan = load(&text).unwrap().wan.unwrap();
+        assert_eq!(wan.global_region, "USA");
+        assert_eq!(wan.control, "127.0.0.1:7900".parse().unwrap());
+        let link = wan.link("ASIA", "USA").unwrap();
+        assert_eq!((link.delay_ms, link.jitter_ms), (75, 5));
+        assert_eq!(link.bandwidth_bytes_per_sec, 0);
+        assert_eq!(wan.link("USA", "ASIA"), Some(link));
+        assert_eq!(wan.link("USA", "USA"), None);
+    }
+
+    #[test]
+    fn bad_wan_sections_are_one_line_errors_naming_the_key() {
+        let cases = [
+            (
+                with_wan(""),
+                "wan.links: no delay between ASIA (datacenter ASIA_0) and USA (the global \
+                 aggregator): add [[wan.links]] between = [\"USA\", \"ASIA\"]",
+            ),
+            (
+                with_wan(USA_ASIA).replace("\"USA\"\ncontrol", "\"MARS\"\ncontrol"),
+                "wan.global_region: unknown region \"MARS\" (the datacenters' regions: USA, ASIA)",
+            ),
+            (
+                with_wan(&USA_ASIA.replace("\"ASIA\"]", "\"EUROPE\"]")),
+                "wan.links[0].between: unknown region \"EUROPE\" (the datacenters' regions: USA, \
+                 ASIA)",
+            ),
+            (
+                with_wan(&USA_ASIA.replace("\"ASIA\"]", "\"USA\"]")),
+                "wan.links[0].between: \"USA\" twice: traffic inside a region is not emulated",
+            ),
+            (
+                with_wan(&format!(
+                    "{USA_ASIA}{}",
+                    USA_ASIA.replace("[\"USA\", \"ASIA\"]", "[\"ASIA\", \"USA\"]")
+                )),
+                "wan.links[1].between: duplicate pair ASIA-USA (also wan.links[0])",
+            ),
+            (
+                with_wan(&format!("{USA_ASIA}jitter_ms = 60001\n")),
+                "wan.links[0].jitter_ms: 60001 is more than 60000 ms",
+            ),
+            (
+                with_wan(USA_ASIA).replace("127.0.0.1:7900", "127.0.0.1:7100"),
+                "datacenters[0].aggregator: duplicate address 127.0.0.1:7100 (also at wan.control)",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = load(&text).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("{}: {expected}", err.file.display())
+            );
+        }
+        let err = load(&with_wan(&USA_ASIA.replace("delay_ms = 75\n", ""))).unwrap_err();
+        assert!(err.to_string().contains("delay_ms"), "{err}");
+        assert!(!err.to_string().contains('\n'), "{err}");
     }
 
     #[test]

@@ -36,10 +36,15 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// A running binary, killed (SIGKILL) when dropped.
+/// How long a process stopped gracefully on drop may take before it is SIGKILLed.
+const DROP_GRACE: Duration = Duration::from_secs(25);
+
+/// A running binary, killed (SIGKILL) when dropped, or first asked to stop (SIGTERM) if
+/// [`NodeProcess::terminate_on_drop`] says so.
 #[derive(Debug)]
 pub struct NodeProcess {
     child: Option<Child>,
+    terminate_on_drop: bool,
     /// The binary's name.
     pub binary: String,
     /// The node's name, e.g. `DC_USA_0_VAL_1`.
@@ -64,6 +69,7 @@ impl NodeProcess {
         let log = log_dir.join(format!("{name}.log"));
         let mut node = Self {
             child: None,
+            terminate_on_drop: false,
             binary: binary.to_owned(),
             name: name.to_owned(),
             addr,
@@ -125,6 +131,37 @@ impl NodeProcess {
                 self.log_tail()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Makes dropping it send SIGTERM and wait (up to 25 s) before SIGKILL: a launcher
+    /// (`geocount-cluster`) stops its own processes then, which SIGKILL would leave running
+    /// (they have process groups of their own).
+    pub fn terminate_on_drop(&mut self) {
+        self.terminate_on_drop = true;
+    }
+
+    /// Waits (up to `within`) until the process's log contains `text`; panics with the log if it
+    /// does not, or if the process exits first.
+    pub async fn wait_for_log(&mut self, text: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains(text) {
+                return log;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            assert!(
+                exited.is_none() && Instant::now() < deadline,
+                "{} never logged {text:?} ({}):\n{}",
+                self.name,
+                exited.map_or("timed out".to_owned(), |s| format!("exited with {s}")),
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -196,7 +233,14 @@ impl Drop for NodeProcess {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // A stopped process must be continued to die promptly on some kernels.
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let pid = Pid::from_raw(child.id() as i32);
+            let _ = kill(pid, Signal::SIGCONT);
+            if self.terminate_on_drop && kill(pid, Signal::SIGTERM).is_ok() {
+                let deadline = Instant::now() + DROP_GRACE;
+                while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
