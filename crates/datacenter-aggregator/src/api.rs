@@ -49,19 +49,25 @@ pub enum Route {
     Health,
     /// `/metrics`
     Metrics,
+    /// `/openapi.json`
+    OpenApi,
 }
+
+/// Every path this tier answers, with its route (its OpenAPI document lists the same).
+pub const ROUTES: &[(&str, Route)] = &[
+    ("/counter/{id}", Route::Counter),
+    ("/topk", Route::TopK),
+    ("/trending", Route::Trending),
+    ("/sync", Route::Sync),
+    ("/slots/{slot}/copy", Route::SlotCopy),
+    ("/healthz", Route::Health),
+    ("/metrics", Route::Metrics),
+    ("/openapi.json", Route::OpenApi),
+];
 
 /// Builds the router once per aggregator.
 pub fn router() -> matchit::Router<Route> {
-    http::router([
-        ("/counter/{id}", Route::Counter),
-        ("/topk", Route::TopK),
-        ("/trending", Route::Trending),
-        ("/sync", Route::Sync),
-        ("/slots/{slot}/copy", Route::SlotCopy),
-        ("/healthz", Route::Health),
-        ("/metrics", Route::Metrics),
-    ])
+    http::router(ROUTES.iter().copied())
 }
 
 /// Answers one request; every error becomes its JSON answer.
@@ -84,6 +90,10 @@ async fn dispatch(
         (Route::Sync, &Method::POST, _, _) => Ok(sync(state, request).await?),
         (Route::SlotCopy, &Method::GET, _, Some(slot)) => slot_copy(state, slot),
         (Route::Health, &Method::GET, _, _) => Ok(health(state)),
+        (Route::OpenApi, &Method::GET, _, _) => Ok(json_response(
+            StatusCode::OK,
+            &crate::openapi::document().to_json(),
+        )),
         (Route::Metrics, &Method::GET, _, _) => {
             let replica = state.replica.read().expect("replica lock");
             Ok(state.metrics.scrape(&replica, state.clock.now_unix_ms()))

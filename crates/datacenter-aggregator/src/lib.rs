@@ -19,6 +19,7 @@
 //! - [`trends`]: top-K counters and trending counters (`/topk`, `/trending`).
 //! - [`api`]: the routes.
 //! - [`metrics`]: Prometheus text from its own registry.
+//! - [`openapi`]: the OpenAPI document it serves at `GET /openapi.json`.
 //! - [`error`]: every refusal and its HTTP status ([`AggregatorError`]).
 //! - [`server::run`]: the pullers and the HTTP server on a listener, until shutdown.
 //!
@@ -29,6 +30,7 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod openapi;
 pub mod server;
 pub mod state;
 pub mod trends;

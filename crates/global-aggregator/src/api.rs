@@ -50,19 +50,25 @@ pub enum Route {
     Health,
     /// `/metrics`
     Metrics,
+    /// `/openapi.json`
+    OpenApi,
 }
+
+/// Every path this tier answers, with its route (its OpenAPI document lists the same).
+pub const ROUTES: &[(&str, Route)] = &[
+    ("/counter/{id}", Route::Counter),
+    ("/topk", Route::TopK),
+    ("/trending", Route::Trending),
+    ("/datacenters", Route::Datacenters),
+    ("/sync", Route::Sync),
+    ("/healthz", Route::Health),
+    ("/metrics", Route::Metrics),
+    ("/openapi.json", Route::OpenApi),
+];
 
 /// Builds the router once.
 pub fn router() -> matchit::Router<Route> {
-    http::router([
-        ("/counter/{id}", Route::Counter),
-        ("/topk", Route::TopK),
-        ("/trending", Route::Trending),
-        ("/datacenters", Route::Datacenters),
-        ("/sync", Route::Sync),
-        ("/healthz", Route::Health),
-        ("/metrics", Route::Metrics),
-    ])
+    http::router(ROUTES.iter().copied())
 }
 
 /// Answers one request; every error (a stale read's 503 too) becomes its JSON answer.
@@ -88,6 +94,10 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 Ok(answer.await?)
             }
             (Route::Health, &Method::GET, _) => Ok(health(state, now_ms)),
+            (Route::OpenApi, &Method::GET, _) => Ok(json_response(
+                StatusCode::OK,
+                &crate::openapi::document().to_json(),
+            )),
             (Route::Metrics, &Method::GET, _) => {
                 let replica = state.replica.read().expect("replica lock");
                 Ok(state.metrics.scrape(&replica, now_ms))

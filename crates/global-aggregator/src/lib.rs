@@ -18,6 +18,7 @@
 //!   `/trending`) under the same staleness rules.
 //! - [`api`]: the routes and their query parameters.
 //! - [`metrics`]: Prometheus text from its own registry.
+//! - [`openapi`]: the OpenAPI document it serves at `GET /openapi.json`.
 //! - [`error`]: every refusal and its HTTP status ([`GlobalError`]).
 //! - [`server::run`]: the pullers and the HTTP server on a listener, until shutdown.
 //!
@@ -28,6 +29,7 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod openapi;
 pub mod server;
 pub mod state;
 pub mod trends;

@@ -73,23 +73,29 @@ pub enum Route {
     Health,
     /// `/metrics`
     Metrics,
+    /// `/openapi.json`
+    OpenApi,
 }
+
+/// Every path this tier answers, with its route (its OpenAPI document lists the same).
+pub const ROUTES: &[(&str, Route)] = &[
+    ("/counter", Route::Create),
+    ("/counter/{id}", Route::Counter),
+    ("/counter/{id}/write", Route::Write),
+    ("/counters/{id}/increment", Route::Increment),
+    ("/batch", Route::Batch),
+    ("/batch/items", Route::BatchItems),
+    ("/counter/{id}/route", Route::Route),
+    ("/sync", Route::Sync),
+    ("/slots/{slot}/copy", Route::SlotCopy),
+    ("/healthz", Route::Health),
+    ("/metrics", Route::Metrics),
+    ("/openapi.json", Route::OpenApi),
+];
 
 /// Builds the router once per node.
 pub fn router() -> matchit::Router<Route> {
-    http::router([
-        ("/counter", Route::Create),
-        ("/counter/{id}", Route::Counter),
-        ("/counter/{id}/write", Route::Write),
-        ("/counters/{id}/increment", Route::Increment),
-        ("/batch", Route::Batch),
-        ("/batch/items", Route::BatchItems),
-        ("/counter/{id}/route", Route::Route),
-        ("/sync", Route::Sync),
-        ("/slots/{slot}/copy", Route::SlotCopy),
-        ("/healthz", Route::Health),
-        ("/metrics", Route::Metrics),
-    ])
+    http::router(ROUTES.iter().copied())
 }
 
 /// Answers one request; every error becomes its JSON answer.
@@ -116,6 +122,10 @@ async fn dispatch(
         (Route::Sync, Method::POST, _, _) => sync(state, request).await,
         (Route::SlotCopy, Method::GET, _, Some(slot)) => slot_copy(state, &slot),
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
+        (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
+            StatusCode::OK,
+            &crate::openapi::document().to_json(),
+        )),
         (Route::Metrics, Method::GET, _, _) => {
             let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));
             Ok(http::metrics_response(state.metrics.scrape(staleness)))

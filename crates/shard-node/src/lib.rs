@@ -19,7 +19,8 @@
 //!
 //! Around them: [`server::run`] wires it all to a listener (the binary and tests call it),
 //! [`config`] resolves the node's slot from the topology, [`metrics`] exports Prometheus text,
-//! and [`error`] maps every failure to its HTTP status.
+//! [`openapi`] documents the API (`GET /openapi.json`), and [`error`] maps every failure to its
+//! HTTP status.
 
 pub mod api;
 pub mod checkpoint;
@@ -29,6 +30,7 @@ pub mod error;
 pub mod hot;
 pub mod idempotency;
 pub mod metrics;
+pub mod openapi;
 pub mod recovery;
 pub mod replication;
 pub mod restore;

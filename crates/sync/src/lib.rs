@@ -21,11 +21,14 @@
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //! - [`http`]: the HTTP pieces both aggregators' APIs share (routing with decoded counter ids,
 //!   the common refusals, `/metrics`).
+//! - [`openapi`]: the OpenAPI documents every tier serves at `GET /openapi.json`, built from
+//!   shared parts ([`ApiDoc`]).
 
 pub mod descriptions;
 pub mod http;
 pub mod journal;
 pub mod metrics;
+pub mod openapi;
 pub mod puller;
 pub mod replica;
 pub mod serve;
@@ -36,6 +39,7 @@ pub mod topk;
 pub use descriptions::DescriptionTable;
 pub use journal::{ChangeJournal, Journaled, page};
 pub use metrics::ReplicaMetrics;
+pub use openapi::{ApiDoc, Operation};
 pub use puller::{PullSink, SourceStatus, spawn_puller};
 pub use replica::{
     PullSource, Pullers, Replica, SharedReplica, SourceHealth, read_ranked, spawn_pullers,
