@@ -30,7 +30,13 @@ fn main() -> ExitCode {
         config,
         |config| config.listen,
         |config, listener, shutdown| {
-            datacenter_aggregator::run(config, listener, Arc::new(SystemClock), shutdown)
+            datacenter_aggregator::run(
+                config,
+                listener,
+                Arc::new(SystemClock),
+                geocount_net::tcp_connector(),
+                shutdown,
+            )
         },
     )
 }

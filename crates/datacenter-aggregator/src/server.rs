@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geocount_model::Clock;
-use geocount_net::Listener;
+use geocount_net::{Connector, HttpClient, Listener};
 use geocount_sync::start_pulling;
 
 use crate::api;
@@ -14,20 +14,23 @@ use crate::config::AggregatorConfig;
 use crate::metrics::PREFIX;
 use crate::state::AggregatorState;
 
-/// Starts pulling every shard of the datacenter and the global aggregator, and serves
-/// `listener` until `shutdown` completes; then stops the pullers and drains requests.
+/// Starts pulling every shard of the datacenter and the global aggregator (connecting through
+/// `connector`), and serves `listener` until `shutdown` completes; then stops the pullers and
+/// drains requests. Time comes from `clock`.
 pub async fn run<L: Listener>(
     config: AggregatorConfig,
     listener: L,
     clock: Arc<dyn Clock>,
+    connector: Connector,
     shutdown: impl Future<Output = ()>,
 ) {
     let slot_names = config.slot_names();
-    let timeout = Duration::from_millis(config.sync.timeout_ms);
+    let client =
+        HttpClient::with_connector(Duration::from_millis(config.sync.timeout_ms), connector);
     let (replica, metrics, pullers) = start_pulling(
         slot_names.clone(),
         &config.sources(),
-        timeout,
+        client,
         clock.clone(),
         PREFIX,
     );

@@ -26,7 +26,13 @@ fn main() -> ExitCode {
         config,
         |config| config.listen,
         |config, listener, shutdown| {
-            global_aggregator::run(config, listener, Arc::new(SystemClock), shutdown)
+            global_aggregator::run(
+                config,
+                listener,
+                Arc::new(SystemClock),
+                geocount_net::tcp_connector(),
+                shutdown,
+            )
         },
     )
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geocount_model::Clock;
-use geocount_net::Listener;
+use geocount_net::{Connector, HttpClient, Listener};
 use geocount_sync::start_pulling;
 
 use crate::api;
@@ -14,23 +14,21 @@ use crate::config::GlobalAggregatorConfig;
 use crate::metrics::PREFIX;
 use crate::state::GlobalState;
 
-/// Starts pulling every datacenter aggregator, and serves `listener` until `shutdown`
-/// completes; then stops the pullers and drains requests.
+/// Starts pulling every datacenter aggregator (connecting through `connector`), and serves
+/// `listener` until `shutdown` completes; then stops the pullers and drains requests. Time
+/// comes from `clock`.
 pub async fn run<L: Listener>(
     config: GlobalAggregatorConfig,
     listener: L,
     clock: Arc<dyn Clock>,
+    connector: Connector,
     shutdown: impl Future<Output = ()>,
 ) {
     let sources = config.sources();
-    let timeout = Duration::from_millis(config.sync.timeout_ms);
-    let (replica, metrics, pullers) = start_pulling(
-        config.slot_names(),
-        &sources,
-        timeout,
-        clock.clone(),
-        PREFIX,
-    );
+    let client =
+        HttpClient::with_connector(Duration::from_millis(config.sync.timeout_ms), connector);
+    let (replica, metrics, pullers) =
+        start_pulling(config.slot_names(), &sources, client, clock.clone(), PREFIX);
     // Each datacenter's slots in its own group, so /topk ranks each datacenter and the world.
     replica.write().expect("replica lock").copies.index_top(
         config.slot_datacenters(),

@@ -6,8 +6,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+
+use crate::connect::{ConnectService, Connector, tcp_connector};
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +40,7 @@ pub enum ClientError {
 /// A pooled keep-alive client.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
-    inner: Client<HttpConnector, Full<Bytes>>,
+    inner: Client<ConnectService, Full<Bytes>>,
     timeout: Duration,
 }
 
@@ -69,13 +70,17 @@ impl ClientError {
 }
 
 impl HttpClient {
-    /// A client whose requests give up after `timeout`.
+    /// A client over TCP whose requests give up after `timeout`.
     pub fn new(timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
+        Self::with_connector(timeout, tcp_connector())
+    }
+
+    /// A client whose connections come from `connector` and whose requests give up after
+    /// `timeout` (connecting included).
+    pub fn with_connector(timeout: Duration, connector: Connector) -> Self {
+        let connect = ConnectService::new(connector, timeout);
         Self {
-            inner: Client::builder(TokioExecutor::new()).build(connector),
+            inner: Client::builder(TokioExecutor::new()).build(connect),
             timeout,
         }
     }

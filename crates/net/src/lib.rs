@@ -1,10 +1,12 @@
 //! HTTP plumbing shared by every geocount tier, so that each tier's crate holds only its own
 //! routes and logic.
 //!
-//! - [`listener`]: the network seam ([`Listener`]): tokio's TCP listener in production, a
-//!   simulated one under test harnesses.
+//! - [`listener`]: the seam of incoming connections ([`Listener`]): tokio's TCP listener in
+//!   production, a simulated one under a simulation.
 //! - [`server`]: the accept loop with graceful shutdown ([`serve`]).
 //! - [`client`]: a pooled HTTP/1.1 client for tools, tests and calls between tiers ([`HttpClient`]).
+//! - [`connect`]: the seam of outgoing connections ([`Connect`]): tokio's TCP in production, a
+//!   simulated network under a simulation.
 //! - [`body`]: reading a request body under a size limit ([`read_body`]).
 //! - [`response`]: JSON answers and the `{"error": ...}` shape every error takes ([`HttpError`]).
 //! - [`binary`]: what every tier's binary does around its server: logging, exit codes, the
@@ -13,6 +15,7 @@
 pub mod binary;
 pub mod body;
 pub mod client;
+pub mod connect;
 pub mod listener;
 pub mod response;
 pub mod server;
@@ -20,6 +23,7 @@ pub mod server;
 pub use binary::run_tier;
 pub use body::{BodyError, read_body};
 pub use client::{Answer, ClientError, HttpClient};
+pub use connect::{Connect, Connecting, Connector, Stream, TcpConnect, connecting, tcp_connector};
 pub use listener::Listener;
 pub use response::{HttpError, Response, bytes_response, error_response, json_response};
 pub use server::serve;

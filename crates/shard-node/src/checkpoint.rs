@@ -1,67 +1,51 @@
-//! The checkpointer: a thread that folds closed log segments into the store, then deletes them.
+//! The checkpointer: a worker that folds closed log segments into the store, then deletes them.
 //!
-//! It runs beside the commit loop so that a large checkpoint never stalls writes. A checkpoint
-//! that fails is kept and written with the next one; its segments are deleted only once the store
-//! holds their records.
+//! It runs beside the commit loop (its own thread in production, see
+//! [`Storage::spawn`](crate::storage::Storage::spawn)) so that a large checkpoint never stalls
+//! writes. A checkpoint that fails is kept and written with the next one; its segments are
+//! deleted only once the store holds their records.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
+
+use tokio::sync::mpsc;
 
 use crate::metrics::ShardMetrics;
+use crate::storage::{Storage, Worker};
 use crate::store::{Checkpoint, Store};
 use crate::wal;
 
 /// The handle the commit loop holds.
 #[derive(Debug)]
 pub struct Checkpointer {
-    sender: mpsc::Sender<Checkpoint>,
+    sender: mpsc::UnboundedSender<Checkpoint>,
     busy: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
+    worker: Worker,
 }
 
 impl Checkpointer {
-    /// Starts the checkpointer thread for the store and log in `data_dir`.
-    pub fn spawn(store: Store, data_dir: PathBuf, metrics: Arc<ShardMetrics>) -> Self {
-        let (sender, receiver) = mpsc::channel::<Checkpoint>();
+    /// Starts the checkpointer for the store and log in `data_dir`.
+    pub fn spawn(
+        storage: &Storage,
+        store: Store,
+        data_dir: PathBuf,
+        metrics: Arc<ShardMetrics>,
+    ) -> Self {
+        let (sender, receiver) = mpsc::unbounded_channel::<Checkpoint>();
         let busy = Arc::new(AtomicBool::new(false));
-        let thread_busy = busy.clone();
-        let thread = std::thread::Builder::new()
-            .name("checkpoint".into())
-            .spawn(move || {
-                let mut carried: Option<Checkpoint> = None;
-                for next in receiver {
-                    let checkpoint = match carried.take() {
-                        Some(mut earlier) => {
-                            earlier.absorb(next);
-                            earlier
-                        }
-                        None => next,
-                    };
-                    match store.write(&checkpoint) {
-                        Ok(()) => {
-                            metrics.checkpoints.inc();
-                            if let Err(error) = wal::delete_through(&data_dir, checkpoint.through_segment) {
-                                // Harmless: the segments replay idempotently and go with the next checkpoint.
-                                tracing::warn!(%error, "cannot delete checkpointed log segments");
-                            }
-                        }
-                        Err(error) => {
-                            metrics.checkpoint_failures.inc();
-                            tracing::error!(%error, "checkpoint failed; the log is kept and it will be retried");
-                            carried = Some(checkpoint);
-                        }
-                    }
-                    thread_busy.store(false, Ordering::Release);
-                }
-            })
-            .expect("cannot start the checkpoint thread");
+        let work = run(
+            storage.clone(),
+            store,
+            data_dir,
+            metrics,
+            receiver,
+            busy.clone(),
+        );
         Self {
             sender,
             busy,
-            thread,
+            worker: storage.spawn("checkpoint", work),
         }
     }
 
@@ -70,19 +54,56 @@ impl Checkpointer {
         self.busy.load(Ordering::Acquire)
     }
 
-    /// Hands a checkpoint to the thread.
+    /// Hands a checkpoint to the worker.
     pub fn submit(&self, checkpoint: Checkpoint) {
         self.busy.store(true, Ordering::Release);
         if self.sender.send(checkpoint).is_err() {
-            tracing::error!("the checkpoint thread has stopped; the log is kept");
+            tracing::error!("the checkpointer has stopped; the log is kept");
         }
     }
 
-    /// Waits for every submitted checkpoint to be written, then stops the thread.
-    pub fn finish(self) {
+    /// Waits for every submitted checkpoint to be written, then stops the worker.
+    pub async fn finish(self) {
         drop(self.sender);
-        if self.thread.join().is_err() {
-            tracing::error!("the checkpoint thread panicked");
+        self.worker.finished().await;
+    }
+}
+
+async fn run(
+    storage: Storage,
+    store: Store,
+    data_dir: PathBuf,
+    metrics: Arc<ShardMetrics>,
+    mut receiver: mpsc::UnboundedReceiver<Checkpoint>,
+    busy: Arc<AtomicBool>,
+) {
+    let mut carried: Option<Checkpoint> = None;
+    while let Some(next) = receiver.recv().await {
+        let checkpoint = match carried.take() {
+            Some(mut earlier) => {
+                earlier.absorb(next);
+                earlier
+            }
+            None => next,
+        };
+        match store.write(&checkpoint) {
+            Ok(()) => {
+                metrics.checkpoints.inc();
+                let through = checkpoint.through_segment;
+                if let Err(error) = wal::delete_through(&*storage.disk, &data_dir, through) {
+                    // Harmless: the segments replay idempotently and go with the next checkpoint.
+                    tracing::warn!(%error, "cannot delete checkpointed log segments");
+                }
+            }
+            Err(error) => {
+                metrics.checkpoint_failures.inc();
+                tracing::error!(%error, "checkpoint failed; the log is kept and it will be retried");
+                carried = Some(checkpoint);
+            }
         }
+        busy.store(false, Ordering::Release);
+    }
+    if let Err(error) = store.close() {
+        tracing::error!(%error, "cannot close the store cleanly");
     }
 }

@@ -1,4 +1,4 @@
-//! The commit loop: the one thread that changes the node's state, with group commit.
+//! The commit loop: the one worker that changes the node's state, with group commit.
 //!
 //! HTTP handlers send [`Command`]s. The loop takes every command that is waiting (a group), works
 //! out each write against the committed state (overflow checks, idempotency keys, new versions),
@@ -244,10 +244,13 @@ impl CommitLoop {
     }
 
     /// Runs until a [`Command::Shutdown`] arrives or every sender is gone, then flushes.
-    pub fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    ///
+    /// It waits only for commands: the file calls of a group block, so in production it runs
+    /// on a thread of its own ([`Storage::spawn`](crate::storage::Storage::spawn)).
+    pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         let mut stopping = false;
         while !stopping {
-            let Some(first) = commands.blocking_recv() else {
+            let Some(first) = commands.recv().await else {
                 break;
             };
             let mut gathered = first.writes();
@@ -264,7 +267,7 @@ impl CommitLoop {
             stopping = group.iter().any(|c| matches!(c, Command::Shutdown));
             self.commit_group(group);
         }
-        self.stop();
+        self.stop().await;
     }
 
     fn commit_group(&mut self, group: Vec<Command>) {
@@ -565,7 +568,7 @@ impl CommitLoop {
         }
     }
 
-    fn stop(mut self) {
+    async fn stop(mut self) {
         if let Err(error) = self.wal.sync() {
             tracing::error!(%error, "final flush failed");
         }
@@ -573,7 +576,7 @@ impl CommitLoop {
             let now_ms = self.shared.clock.now_unix_ms();
             self.start_checkpoint(now_ms);
         }
-        self.shared.checkpointer.finish();
+        self.shared.checkpointer.finish().await;
     }
 
     fn stage_create(

@@ -8,7 +8,8 @@
 //! - [`wal`]: appends the group to the write-ahead log and fsyncs once (group commit); then
 //! - [`slot_table`]: installs the result in the in-memory table that reads are served from, and
 //!   answers.
-//! - [`checkpoint`]: a thread folds closed log segments into the [`store`] (redb) and deletes them.
+//! - [`checkpoint`]: a worker folds closed log segments into the [`store`] (redb) and deletes
+//!   them.
 //! - [`recovery`]: at startup, the store plus the log replayed rebuild exactly what was
 //!   acknowledged.
 //!
@@ -16,6 +17,10 @@
 //! [`restore`] rebuilds a lost disk's slot from the datacenter's copies, [`routing`] sends each
 //! write to one of its counter's slots (consistent hashing) and [`hot`] spreads hot counters
 //! over more slots.
+//!
+//! [`storage`] is the seam under all of it: the disk the log and the store live on, and where
+//! the commit loop and the checkpointer run (their own threads in production, tasks of a
+//! simulated host under simulation).
 //!
 //! Around them: [`server::run`] wires it all to a listener (the binary and tests call it),
 //! [`config`] resolves the node's slot from the topology, [`metrics`] exports Prometheus text,
@@ -37,9 +42,11 @@ pub mod restore;
 pub mod routing;
 pub mod server;
 pub mod slot_table;
+pub mod storage;
 pub mod store;
 pub mod wal;
 
 pub use config::NodeConfig;
 pub use error::{ShardError, StorageError};
 pub use server::run;
+pub use storage::{AppendFile, Disk, OsDisk, Storage, Workers};

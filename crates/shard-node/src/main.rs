@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use geocount_model::{SystemClock, Topology};
-use shard_node::NodeConfig;
+use shard_node::{NodeConfig, Storage};
 
 /// Runs one geocount shard node: the owner of one slot of every counter.
 #[derive(Debug, Parser)]
@@ -36,7 +36,14 @@ fn main() -> ExitCode {
         config,
         |config| config.listen,
         |config, listener, shutdown| {
-            shard_node::run(config, listener, Arc::new(SystemClock), shutdown)
+            shard_node::run(
+                config,
+                listener,
+                Arc::new(SystemClock),
+                geocount_net::tcp_connector(),
+                Storage::os(),
+                shutdown,
+            )
         },
     )
 }

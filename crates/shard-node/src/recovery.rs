@@ -1,12 +1,14 @@
 //! Startup: rebuild the committed state from the checkpoint store plus the log written since.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use geocount_model::ShardDefaults;
 
 use crate::error::StorageError;
 use crate::idempotency::IdempotencyCache;
 use crate::slot_table::SlotTable;
+use crate::storage::Disk;
 use crate::store::{Checkpoint, Store};
 use crate::wal::{self, Wal};
 use geocount_sync::DescriptionTable;
@@ -39,17 +41,21 @@ pub struct LogState {
     pub last_version: u64,
 }
 
-/// Opens the store in `data_dir` (creating the directory), loads it, and replays the log.
+/// Opens the store in `data_dir` on `disk` (creating the directory), loads it, and replays the
+/// log.
 pub fn recover(
+    disk: Arc<dyn Disk>,
     data_dir: &Path,
     settings: &ShardDefaults,
     now_ms: u64,
 ) -> Result<Recovered, StorageError> {
-    std::fs::create_dir_all(data_dir)
+    create_dir_durably(&*disk, data_dir)
         .map_err(|e| StorageError::io(format!("creating {}", data_dir.display()), e))?;
     let store_path = data_dir.join("store.redb");
-    let fresh = !store_path.exists();
-    let store = Store::open(&store_path)?;
+    let fresh = !disk
+        .exists(&store_path)
+        .map_err(|e| StorageError::io(format!("reading {}", store_path.display()), e))?;
+    let store = Store::open(&*disk, &store_path)?;
     let stored = store.load()?;
 
     let mut table = SlotTable::default();
@@ -73,7 +79,7 @@ pub fn recover(
         }
     }
 
-    let newest = wal::replay(data_dir, |record| {
+    let newest = wal::replay(&*disk, data_dir, |record| {
         for (id, slot) in record.slots {
             table.merge(&id, &slot);
             pending.record_slot(&id, &slot);
@@ -87,7 +93,7 @@ pub fn recover(
             pending.idempotency_added.push((key, entry));
         }
     })?;
-    let wal = Wal::create(data_dir, newest + 1)?;
+    let wal = Wal::create(disk, data_dir, newest + 1)?;
     let last_version = table.max_version();
     let fresh = fresh && table.is_empty();
     Ok(Recovered {
@@ -102,4 +108,25 @@ pub fn recover(
             last_version,
         },
     })
+}
+
+/// Creates `dir` and its missing parents, and syncs the entry of each new one in its parent:
+/// otherwise a machine crash can take the whole data directory with it, however well its
+/// files were synced.
+fn create_dir_durably(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
+    let mut created = Vec::new();
+    for ancestor in dir.ancestors() {
+        if ancestor.as_os_str().is_empty() || disk.exists(ancestor)? {
+            break;
+        }
+        created.push(ancestor);
+    }
+    disk.create_dir_all(dir)?;
+    for new_dir in created {
+        match new_dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => disk.sync_dir(parent)?,
+            _ => disk.sync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
 }

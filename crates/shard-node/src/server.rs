@@ -6,9 +6,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_model::{Clock, Durability, Hlc, Placement, ShardDefaults, SyncSettings};
-use geocount_net::{HttpClient, Listener, serve};
+use geocount_net::{Connector, HttpClient, Listener, serve};
 use geocount_sync::{DescriptionTable, PullSink, SlotCopies, spawn_puller};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::api::{self, Route};
 use crate::checkpoint::Checkpointer;
@@ -21,6 +21,7 @@ use crate::replication::PeerSink;
 use crate::restore::restore_slot;
 use crate::routing::{RouterSetup, WriteRouter};
 use crate::slot_table::SharedSlotTable;
+use crate::storage::Storage;
 use crate::wal::LogRecord;
 
 /// Commands waiting for the commit loop; beyond this, handlers wait (backpressure).
@@ -58,29 +59,32 @@ pub struct NodeState {
     pub routes: matchit::Router<Route>,
 }
 
-/// Recovers the node's state from its data directory (restoring its slot from its peers and
-/// aggregator when the directory is empty), serves `listener` until `shutdown` completes, then
-/// drains requests, flushes the log and checkpoints.
+/// Recovers the node's state from its data directory on `storage` (restoring its slot from its
+/// peers and aggregator when the directory is empty), serves `listener` until `shutdown`
+/// completes, then drains requests, flushes the log and checkpoints. Time comes from `clock`
+/// and connections to other nodes from `connector`.
 pub async fn run<L: Listener>(
     config: NodeConfig,
     listener: L,
     clock: Arc<dyn Clock>,
+    connector: Connector,
+    storage: Storage,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
     let slot_name = config.slot.to_string();
     let metrics = Arc::new(ShardMetrics::default());
     let health = Arc::new(NodeHealth::default());
     let settings = config.settings.clone();
-    let client = HttpClient::new(Duration::from_millis(config.sync.timeout_ms));
+    let client =
+        HttpClient::with_connector(Duration::from_millis(config.sync.timeout_ms), connector);
 
     let now_ms = clock.now_unix_ms();
     let data_dir = config.data_dir.clone();
     let recover_settings = settings.clone();
-    let mut recovered = tokio::task::spawn_blocking(move || {
-        recovery::recover(&data_dir, &recover_settings, now_ms)
-    })
-    .await
-    .expect("recovery does not panic")?;
+    let disk = storage.disk.clone();
+    let mut recovered = storage
+        .blocking(move || recovery::recover(disk, &data_dir, &recover_settings, now_ms))
+        .await?;
     if recovered.fresh {
         restore_from_datacenter(&config, &client, &mut recovered).await?;
     }
@@ -99,8 +103,12 @@ pub async fn run<L: Listener>(
     let hlc = Arc::new(Hlc::new(&slot_name, clock.clone()));
     let load = Arc::new(AtomicU64::new(0));
     let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
-    let checkpointer =
-        Checkpointer::spawn(recovered.store, config.data_dir.clone(), metrics.clone());
+    let checkpointer = Checkpointer::spawn(
+        &storage,
+        recovered.store,
+        config.data_dir.clone(),
+        metrics.clone(),
+    );
     let commit_loop = CommitLoop::new(
         recovered.log,
         CommitContext {
@@ -117,14 +125,7 @@ pub async fn run<L: Listener>(
             health: health.clone(),
         },
     );
-    let (stopped, commit_loop_done) = oneshot::channel::<()>();
-    std::thread::Builder::new()
-        .name("commit".into())
-        .spawn(move || {
-            commit_loop.run(receiver);
-            let _ = stopped.send(());
-        })
-        .expect("cannot start the commit thread");
+    let commit_worker = storage.spawn("commit", commit_loop.run(receiver));
 
     // Pull each peer's slot and descriptions, and descriptions from the aggregator.
     let slot_names = config.slot_names();
@@ -222,7 +223,7 @@ pub async fn run<L: Listener>(
     }
     ticker.abort();
     let _ = commands.send(Command::Shutdown).await;
-    let _ = commit_loop_done.await;
+    commit_worker.finished().await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! can be deleted and restart does not replay history.
 
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::path::Path;
 
 use geocount_model::{SlotRecord, VersionedDescription};
@@ -9,6 +10,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::StorageError;
 use crate::idempotency::IdempotencyRecord;
+use crate::storage::Disk;
 
 const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records");
 const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
@@ -63,9 +65,13 @@ impl Checkpoint {
 }
 
 /// The open redb database.
+///
+/// Dropping a `Store` is a crash: the database is left as a kill -9 would leave it, and only
+/// [`Store::close`] closes it cleanly. redb's own drop would flush on the way out, which under
+/// a simulated crash would save what a real crash loses.
 #[derive(Debug)]
 pub struct Store {
-    db: Database,
+    db: ManuallyDrop<Database>,
 }
 
 /// What the store held at startup.
@@ -84,16 +90,25 @@ fn store_error(e: impl Into<redb::Error>) -> StorageError {
 }
 
 impl Store {
-    /// Opens (or creates) the store at `path`. redb locks the file, so two nodes cannot share a
-    /// data directory.
-    pub fn open(path: &Path) -> Result<Self, StorageError> {
-        let db = Database::create(path).map_err(store_error)?;
+    /// Opens (or creates) the store at `path` on `disk`. redb locks the file, so two nodes
+    /// cannot share a data directory.
+    pub fn open(disk: &dyn Disk, path: &Path) -> Result<Self, StorageError> {
+        let db = disk.open_database(path).map_err(store_error)?;
         let txn = db.begin_write().map_err(store_error)?;
         txn.open_table(SLOTS).map_err(store_error)?;
         txn.open_table(DESCRIPTIONS).map_err(store_error)?;
         txn.open_table(IDEMPOTENCY).map_err(store_error)?;
         txn.commit().map_err(store_error)?;
-        Ok(Self { db })
+        Ok(Self {
+            db: ManuallyDrop::new(db),
+        })
+    }
+
+    /// Closes the database cleanly (a graceful stop).
+    pub fn close(self) -> Result<(), StorageError> {
+        ManuallyDrop::into_inner(self.db)
+            .close()
+            .map_err(store_error)
     }
 
     /// Reads everything the store holds.

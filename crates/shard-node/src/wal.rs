@@ -9,15 +9,15 @@
 //! A crash can leave a torn record at the end of the newest segment; replay stops there and cuts
 //! it off (it was never acknowledged). A bad record anywhere else is corruption and stops startup.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use geocount_model::{SlotRecord, VersionedDescription};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;
 use crate::idempotency::IdempotencyRecord;
+use crate::storage::{AppendFile, Disk};
 
 const HEADER_BYTES: usize = 8;
 
@@ -42,9 +42,10 @@ impl LogRecord {
 /// The open, newest segment that records are appended to.
 #[derive(Debug)]
 pub struct Wal {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     segment: u64,
-    file: File,
+    file: Box<dyn AppendFile>,
     len: u64,
     synced_len: u64,
     buffer: Vec<u8>,
@@ -55,14 +56,12 @@ fn segment_path(dir: &Path, segment: u64) -> PathBuf {
 }
 
 /// The segment numbers present in `dir`, oldest first.
-pub fn segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
-    let entries =
-        fs::read_dir(dir).map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
+pub fn segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<u64>, StorageError> {
+    let names = disk
+        .file_names(dir)
+        .map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
     let mut found = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in names {
         if let Some(n) = name
             .strip_prefix("wal-")
             .and_then(|rest| rest.strip_suffix(".log"))
@@ -76,19 +75,23 @@ pub fn segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
 }
 
 /// Makes the directory's entries (created or removed files) durable.
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+fn sync_dir(disk: &dyn Disk, dir: &Path) -> Result<(), StorageError> {
+    disk.sync_dir(dir)
         .map_err(|e| StorageError::io(format!("syncing directory {}", dir.display()), e))
 }
 
 /// Reads every segment in `dir`, oldest first, handing each record to `apply`. Cuts a torn
 /// tail off the newest segment. Returns the newest segment number (0 when there is none).
-pub fn replay(dir: &Path, mut apply: impl FnMut(LogRecord)) -> Result<u64, StorageError> {
-    let all = segments(dir)?;
+pub fn replay(
+    disk: &dyn Disk,
+    dir: &Path,
+    mut apply: impl FnMut(LogRecord),
+) -> Result<u64, StorageError> {
+    let all = segments(disk, dir)?;
     for (i, &segment) in all.iter().enumerate() {
         let path = segment_path(dir, segment);
-        let bytes = fs::read(&path)
+        let bytes = disk
+            .read(&path)
             .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
         let mut offset = 0usize;
         while offset < bytes.len() {
@@ -102,12 +105,11 @@ pub fn replay(dir: &Path, mut apply: impl FnMut(LogRecord)) -> Result<u64, Stora
                         file = %path.display(), offset, reason,
                         "cutting off a torn record at the end of the log (it was never acknowledged)"
                     );
-                    let file = OpenOptions::new()
-                        .write(true)
-                        .open(&path)
-                        .map_err(|e| StorageError::io(format!("opening {}", path.display()), e))?;
-                    file.set_len(offset as u64)
-                        .and_then(|()| file.sync_all())
+                    disk.open_append(&path)
+                        .and_then(|mut file| {
+                            file.set_len(offset as u64)?;
+                            file.sync_data()
+                        })
                         .map_err(|e| {
                             StorageError::io(format!("truncating {}", path.display()), e)
                         })?;
@@ -145,19 +147,17 @@ fn decode_at(bytes: &[u8], offset: usize) -> Result<(LogRecord, usize), String> 
 
 impl Wal {
     /// Creates segment number `segment` in `dir` and opens it for appending.
-    pub fn create(dir: &Path, segment: u64) -> Result<Self, StorageError> {
+    pub fn create(disk: Arc<dyn Disk>, dir: &Path, segment: u64) -> Result<Self, StorageError> {
         let path = segment_path(dir, segment);
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
+        let file = disk
+            .open_append(&path)
             .map_err(|e| StorageError::io(format!("creating {}", path.display()), e))?;
         let len = file
-            .metadata()
-            .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?
-            .len();
-        sync_dir(dir)?;
+            .size()
+            .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
+        sync_dir(&*disk, dir)?;
         Ok(Self {
+            disk,
             dir: dir.to_owned(),
             segment,
             file,
@@ -237,7 +237,7 @@ impl Wal {
         self.file
             .sync_data()
             .map_err(|e| StorageError::io(self.context("syncing"), e))?;
-        let next = Wal::create(&self.dir, self.segment + 1)?;
+        let next = Wal::create(self.disk.clone(), &self.dir, self.segment + 1)?;
         let closed = self.segment;
         *self = next;
         Ok(closed)
@@ -253,18 +253,25 @@ impl Wal {
 }
 
 /// Deletes every segment numbered `through` or lower: a checkpoint now holds their records.
-pub fn delete_through(dir: &Path, through: u64) -> Result<(), StorageError> {
-    for segment in segments(dir)?.into_iter().filter(|&s| s <= through) {
+pub fn delete_through(disk: &dyn Disk, dir: &Path, through: u64) -> Result<(), StorageError> {
+    for segment in segments(disk, dir)?.into_iter().filter(|&s| s <= through) {
         let path = segment_path(dir, segment);
-        fs::remove_file(&path)
+        disk.remove_file(&path)
             .map_err(|e| StorageError::io(format!("removing {}", path.display()), e))?;
     }
-    sync_dir(dir)
+    sync_dir(disk, dir)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
+    use crate::storage::OsDisk;
+
+    fn create(dir: &Path, segment: u64) -> Wal {
+        Wal::create(Arc::new(OsDisk), dir, segment).unwrap()
+    }
 
     fn record(id: &str, value: i64, version: u64) -> LogRecord {
         LogRecord {
@@ -278,14 +285,14 @@ mod tests {
 
     fn replay_all(dir: &Path) -> Result<Vec<LogRecord>, StorageError> {
         let mut records = Vec::new();
-        replay(dir, |r| records.push(r))?;
+        replay(&OsDisk, dir, |r| records.push(r))?;
         Ok(records)
     }
 
     #[test]
     fn records_round_trip_across_segments() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 1).unwrap();
+        let mut wal = create(dir.path(), 1);
         wal.append(&record("a", 1, 1)).unwrap();
         wal.sync().unwrap();
         assert_eq!(wal.rotate().unwrap(), 1);
@@ -296,14 +303,14 @@ mod tests {
             replay_all(dir.path()).unwrap(),
             vec![record("a", 1, 1), record("b", 2, 2)]
         );
-        delete_through(dir.path(), 1).unwrap();
-        assert_eq!(segments(dir.path()).unwrap(), vec![2]);
+        delete_through(&OsDisk, dir.path(), 1).unwrap();
+        assert_eq!(segments(&OsDisk, dir.path()).unwrap(), vec![2]);
     }
 
     #[test]
     fn torn_tail_is_cut_off_and_the_log_stays_usable() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 1).unwrap();
+        let mut wal = create(dir.path(), 1);
         wal.append(&record("a", 1, 1)).unwrap();
         wal.append(&record("b", 2, 2)).unwrap();
         wal.sync().unwrap();
@@ -336,7 +343,7 @@ mod tests {
     #[test]
     fn flipped_bit_in_the_newest_segment_is_a_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 1).unwrap();
+        let mut wal = create(dir.path(), 1);
         wal.append(&record("a", 1, 1)).unwrap();
         wal.append(&record("b", 2, 2)).unwrap();
         drop(wal);
@@ -351,7 +358,7 @@ mod tests {
     #[test]
     fn corruption_in_an_older_segment_stops_replay() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = Wal::create(dir.path(), 1).unwrap();
+        let mut wal = create(dir.path(), 1);
         wal.append(&record("a", 1, 1)).unwrap();
         wal.rotate().unwrap();
         wal.append(&record("b", 2, 2)).unwrap();
@@ -370,6 +377,9 @@ mod tests {
     #[test]
     fn empty_directory_replays_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(replay(dir.path(), |_| panic!("no records")).unwrap(), 0);
+        assert_eq!(
+            replay(&OsDisk, dir.path(), |_| panic!("no records")).unwrap(),
+            0
+        );
     }
 }

@@ -243,13 +243,13 @@ impl Drop for Pullers {
 pub fn start_pulling(
     slot_names: Vec<String>,
     sources: &[PullSource],
-    timeout: Duration,
+    client: HttpClient,
     clock: Arc<dyn Clock>,
     metrics_prefix: &str,
 ) -> (SharedReplica, ReplicaMetrics, Pullers) {
     let replica = Replica::new(slot_names, sources).shared();
     let metrics = ReplicaMetrics::new(metrics_prefix, sources);
-    let pullers = spawn_pullers(&replica, sources, timeout, clock, &metrics);
+    let pullers = spawn_pullers(&replica, sources, client, clock, &metrics);
     for source in sources {
         tracing::info!(source = %source.name, address = %source.address, "pulling");
     }
@@ -258,15 +258,14 @@ pub fn start_pulling(
 
 /// Starts one puller per source: `sources[i]` feeds `replica.sources[i]` (the replica was made
 /// from the same list) and is counted as source `i` in `metrics`. A pull that has not answered
-/// after `timeout` fails, so a dead or stopped source only grows its own staleness.
+/// within `client`'s timeout fails, so a dead or stopped source only grows its own staleness.
 pub fn spawn_pullers(
     replica: &SharedReplica,
     sources: &[PullSource],
-    timeout: Duration,
+    client: HttpClient,
     clock: Arc<dyn Clock>,
     metrics: &ReplicaMetrics,
 ) -> Pullers {
-    let client = HttpClient::new(timeout);
     let handles = sources
         .iter()
         .enumerate()

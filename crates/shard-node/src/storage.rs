@@ -1,0 +1,201 @@
+//! The storage seam: where the node's files live ([`Disk`]) and where the work that waits on
+//! them runs ([`Workers`]).
+//!
+//! In production the disk is the operating system's ([`OsDisk`]) and the commit loop and the
+//! checkpointer each run on a thread of their own ([`Workers::Threads`]), so an fsync never
+//! stalls the HTTP runtime. A simulation gives a simulated disk, which only its host's thread
+//! may touch, and runs the same loops as tasks of the host's runtime ([`Workers::Tasks`]).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::future::Future;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+/// The files of a node's data directory: the log's segments and the checkpoint store.
+pub trait Disk: Send + Sync + fmt::Debug + 'static {
+    /// Creates `dir` and its missing parents.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Whether `path` exists.
+    fn exists(&self, path: &Path) -> io::Result<bool>;
+    /// The names of the entries of `dir` (those that are UTF-8).
+    fn file_names(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// The whole content of `path`.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Opens `path` for appending, creating it if missing.
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
+    /// Removes the file `path`.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes the entries of `dir` (files created or removed) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Opens (or creates) the redb database at `path`.
+    fn open_database(&self, path: &Path) -> Result<redb::Database, redb::DatabaseError>;
+}
+
+/// A file opened for appending: a log segment.
+pub trait AppendFile: Send + fmt::Debug {
+    /// Its size in bytes.
+    fn size(&self) -> io::Result<u64>;
+    /// Appends all of `bytes` (not yet durable).
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes what was written durable.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts or extends the file to `len` bytes.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// The names among `entries` that are UTF-8 (a directory listing, for [`Disk::file_names`]).
+pub fn utf8_names(
+    entries: impl IntoIterator<Item = io::Result<OsString>>,
+) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in entries {
+        if let Ok(name) = entry?.into_string() {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// The operating system's filesystem.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsDisk;
+
+impl Disk for OsDisk {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        path.try_exists()
+    }
+
+    fn file_names(&self, dir: &Path) -> io::Result<Vec<String>> {
+        utf8_names(fs::read_dir(dir)?.map(|entry| entry.map(|e| e.file_name())))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Box::new(file))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn open_database(&self, path: &Path) -> Result<redb::Database, redb::DatabaseError> {
+        redb::Database::create(path)
+    }
+}
+
+impl AppendFile for File {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        Write::write_all(self, bytes)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
+}
+
+/// Where the commit loop, the checkpointer and recovery run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Each loop on an OS thread of its own (with a current-thread runtime), recovery on
+    /// tokio's blocking pool: blocking file calls never stall the HTTP runtime.
+    Threads,
+    /// As tasks of the calling runtime, recovery inline: for a simulated host, whose disk only
+    /// its own thread may touch and whose every step must be deterministic.
+    Tasks,
+}
+
+/// A node's storage: its disk, and where the work that waits on it runs.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    /// The files.
+    pub disk: Arc<dyn Disk>,
+    /// Where the loops run.
+    pub workers: Workers,
+}
+
+/// A worker started by [`Storage::spawn`]; await [`Worker::finished`] to wait for it.
+#[derive(Debug)]
+pub struct Worker(oneshot::Receiver<()>);
+
+impl Worker {
+    /// Waits until the worker's future has completed (or was dropped with its runtime).
+    pub async fn finished(self) {
+        let _ = self.0.await;
+    }
+}
+
+impl Storage {
+    /// The production storage: the OS filesystem, a thread per loop.
+    pub fn os() -> Self {
+        Self {
+            disk: Arc::new(OsDisk),
+            workers: Workers::Threads,
+        }
+    }
+
+    /// Runs `work` to completion, on a thread named `name` or as a task.
+    ///
+    /// # Panics
+    ///
+    /// If the thread or its runtime cannot be started.
+    pub fn spawn(&self, name: &str, work: impl Future<Output = ()> + Send + 'static) -> Worker {
+        let (done, finished) = oneshot::channel();
+        let work = async move {
+            work.await;
+            let _ = done.send(());
+        };
+        match self.workers {
+            Workers::Threads => {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap_or_else(|e| panic!("cannot start the {name} runtime: {e}"));
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn(move || runtime.block_on(work))
+                    .unwrap_or_else(|e| panic!("cannot start the {name} thread: {e}"));
+            }
+            Workers::Tasks => {
+                tokio::spawn(work);
+            }
+        }
+        Worker(finished)
+    }
+
+    /// Runs blocking `work` off the async runtime's threads (inline with [`Workers::Tasks`]).
+    pub async fn blocking<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        match self.workers {
+            Workers::Threads => tokio::task::spawn_blocking(work)
+                .await
+                .expect("storage work does not panic"),
+            Workers::Tasks => work(),
+        }
+    }
+}

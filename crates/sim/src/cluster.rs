@@ -1,0 +1,168 @@
+//! The simulated cluster: two datacenters of two shard nodes each, their aggregators and the
+//! global aggregator, each the real tier's `run` on a turmoil host of its own.
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use datacenter_aggregator::AggregatorConfig;
+use geocount_model::{Clock, SyncSettings, Topology};
+use global_aggregator::GlobalAggregatorConfig;
+use rand::Rng;
+use rand::rngs::StdRng;
+use shard_node::{NodeConfig, StorageError};
+use turmoil::Sim;
+
+use crate::seams::{SimClock, SimListener, sim_connector, sim_storage};
+
+/// The port every simulated tier listens on (each host has an address of its own).
+pub const PORT: u16 = 7000;
+
+/// The datacenters, by name.
+pub const DATACENTERS: [&str; 2] = ["EU_0", "US_0"];
+
+/// Shard nodes per datacenter.
+pub const SHARDS_PER_DATACENTER: usize = 2;
+
+/// Unix milliseconds at which every simulation starts (a fixed instant: runs must repeat).
+const EPOCH_MS: u64 = 1_750_000_000_000;
+
+/// Where a shard node keeps its data on its host's disk.
+const DATA_DIR: &str = "/data/shard";
+
+/// The host name of the global aggregator.
+pub const GLOBAL: &str = "global";
+
+/// The host name of datacenter `dc`'s aggregator.
+pub fn aggregator_host(dc: &str) -> String {
+    format!("agg-{dc}")
+}
+
+/// The host name of shard node `slot` of datacenter `dc`.
+pub fn shard_host(dc: &str, slot: usize) -> String {
+    format!("shard-{dc}-{slot}")
+}
+
+/// Every host name of the cluster (not the clients), global aggregator first.
+pub fn server_hosts() -> Vec<String> {
+    let mut hosts = vec![GLOBAL.to_owned()];
+    for dc in DATACENTERS {
+        hosts.push(aggregator_host(dc));
+        hosts.extend((0..SHARDS_PER_DATACENTER).map(|slot| shard_host(dc, slot)));
+    }
+    hosts
+}
+
+/// The topology of the simulated cluster, with the addresses turmoil gave the hosts.
+pub fn topology(sim: &Sim<'_>) -> Topology {
+    let addr = |host: &str| SocketAddr::new(sim.lookup(host), PORT);
+    let mut text = format!(
+        r#"
+[global]
+listen = "{global}"
+
+[shard]
+data_dir = "/data"
+# Small segments and frequent checkpoints, so that crashes land between every storage step.
+checkpoint_log_bytes = 4096
+checkpoint_interval_ms = 500
+restore_timeout_ms = 1000
+"#,
+        global = addr(GLOBAL)
+    );
+    for dc in DATACENTERS {
+        let shards: Vec<String> = (0..SHARDS_PER_DATACENTER)
+            .map(|slot| format!("\"{}\"", addr(&shard_host(dc, slot))))
+            .collect();
+        text.push_str(&format!(
+            "\n[[datacenters]]\nname = \"{dc}\"\naggregator = \"{}\"\nshards = [{}]\n",
+            addr(&aggregator_host(dc)),
+            shards.join(", ")
+        ));
+    }
+    Topology::from_toml("simulated", &text).expect("the simulated topology is valid")
+}
+
+/// How long after every fault has healed, and every write was acknowledged, each tier must show
+/// the exact totals: a pull cut off by the fault may hang until its timeout, then each tier
+/// pulls within its interval (shard → datacenter, then datacenter → global), each pull taking a
+/// round trip at the highest latency a link had (`max_latency` one way).
+pub fn staleness_bound(sync: &SyncSettings, max_latency: Duration) -> Duration {
+    Duration::from_millis(
+        sync.timeout_ms + sync.shard_to_datacenter_ms + sync.datacenter_to_global_ms,
+    ) + max_latency * 4
+}
+
+/// Registers every tier of `topology` as a host of `sim`. Each host's clock is off by up to
+/// `max_skew_ms` (drawn from `rng`).
+pub fn register_hosts(sim: &mut Sim<'_>, topology: &Topology, rng: &mut StdRng, max_skew_ms: u64) {
+    let file = Path::new("simulated.toml");
+    let mut clock = || -> Arc<dyn Clock> {
+        Arc::new(SimClock {
+            epoch_ms: EPOCH_MS + rng.random_range(0..=max_skew_ms),
+        })
+    };
+    let never = std::future::pending::<()>;
+
+    let (config, clock_of) = (GlobalAggregatorConfig::from_topology(topology), clock());
+    tier(sim, GLOBAL.to_owned(), move |listener| {
+        let clock = clock_of.clone();
+        global_aggregator::run(config.clone(), listener, clock, sim_connector(), never())
+    });
+    for dc in DATACENTERS {
+        let config = AggregatorConfig::from_topology(topology, file, dc).expect("a datacenter");
+        let clock_of = clock();
+        tier(sim, aggregator_host(dc), move |listener| {
+            let clock = clock_of.clone();
+            datacenter_aggregator::run(config.clone(), listener, clock, sim_connector(), never())
+        });
+        for slot in 0..SHARDS_PER_DATACENTER {
+            let data_dir = Some(PathBuf::from(DATA_DIR));
+            let config = NodeConfig::from_topology(topology, file, dc, slot as u32, data_dir)
+                .expect("a shard slot");
+            let clock_of = clock();
+            tier(sim, shard_host(dc, slot), move |listener| {
+                let (clock, connector, storage) =
+                    (clock_of.clone(), sim_connector(), sim_storage());
+                shard_node::run(config.clone(), listener, clock, connector, storage, never())
+            });
+        }
+    }
+}
+
+/// How a tier's `run` ended, as turmoil takes a host's end.
+trait Ended {
+    fn ended(self) -> turmoil::Result;
+}
+
+impl Ended for () {
+    fn ended(self) -> turmoil::Result {
+        Ok(())
+    }
+}
+
+impl Ended for Result<(), StorageError> {
+    fn ended(self) -> turmoil::Result {
+        Ok(self?)
+    }
+}
+
+/// Registers host `name`, whose software (started again at every bounce) listens on [`PORT`]
+/// and hands the listener to `serve`.
+fn tier<F, Fut>(sim: &mut Sim<'_>, name: String, serve: F)
+where
+    F: Fn(SimListener) -> Fut + Clone + 'static,
+    Fut: Future<Output: Ended> + 'static,
+{
+    sim.host(name, move || {
+        let serve = serve.clone();
+        async move { serve(SimListener::bind(PORT).await?).await.ended() }
+    });
+}
+
+/// The address of `host`'s tier, as a URL prefix (`http://ip:port`).
+pub fn base_url(ip: IpAddr) -> String {
+    format!("http://{}", SocketAddr::new(ip, PORT))
+}

@@ -1,0 +1,359 @@
+//! The scenarios: a fault plan drawn from the seed, the run that applies it to a simulated
+//! cluster under load, and the invariants every run must keep.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use turmoil::{Builder, Sim};
+
+use crate::cluster::{self, DATACENTERS, GLOBAL, SHARDS_PER_DATACENTER};
+use crate::workload::{self, Ledger, SharedLedger};
+
+/// Writes per datacenter in every run.
+const WRITES_PER_DATACENTER: usize = 40;
+/// The longest pause between two writes of a client.
+const MAX_WRITE_GAP: Duration = Duration::from_millis(80);
+/// One-way latency of every link outside faults: uniform in 1..=10 ms per message, so
+/// messages on different connections overtake each other.
+const MIN_LATENCY: Duration = Duration::from_millis(1);
+const MAX_LATENCY: Duration = Duration::from_millis(10);
+/// How far apart the hosts' clocks may be.
+const MAX_CLOCK_SKEW_MS: u64 = 200;
+/// Simulated time each step of the simulation moves every host on: 2 ms keeps the links'
+/// 1-10 ms latencies distinct and costs half as many steps (which dominate a run's CPU time)
+/// as turmoil's default of 1 ms.
+const TICK: Duration = Duration::from_millis(2);
+/// Simulated time a run may take before turmoil stops it.
+const SIMULATION_LIMIT: Duration = Duration::from_secs(60);
+
+/// What goes wrong in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// A datacenter is cut off from the global aggregator (both ways or one way), then healed;
+    /// once or twice.
+    Partition,
+    /// A shard node crashes (unsynced writes to its disk are lost) and restarts, once or
+    /// twice, while clients write and retry.
+    Crash,
+    /// Latency spikes on links between tiers, messages held then released at once (delay and
+    /// reordering), short partitions that drop messages between tiers and between shard nodes,
+    /// and a shard node's answers to clients dropped (applied writes retried with their key).
+    Delay,
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scenario::Partition => "partition",
+            Scenario::Crash => "crash",
+            Scenario::Delay => "delay",
+        })
+    }
+}
+
+/// One change to the simulated world, between two hosts or of one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Drop every message between the two hosts.
+    Partition(String, String),
+    /// Drop every message from the first host to the second.
+    PartitionOneway(String, String),
+    /// Deliver messages between the two hosts again (both ways).
+    Repair(String, String),
+    /// Keep every message between the two hosts in flight.
+    Hold(String, String),
+    /// Deliver the held messages, and new ones, again.
+    Release(String, String),
+    /// Every message between the two hosts takes exactly this long.
+    Latency(String, String, Duration),
+    /// Stop the host at once: what it had not synced to its disk is lost.
+    Crash(String),
+    /// Start the host's software again.
+    Bounce(String),
+}
+
+/// A fault at a simulated instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// When, since the start of the run.
+    pub at: Duration,
+    /// What.
+    pub fault: Fault,
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ms {:?}", self.at.as_millis(), self.fault)
+    }
+}
+
+/// What a run did and saw: equal for two runs of the same scenario and seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The seed.
+    pub seed: u64,
+    /// The faults applied, in order.
+    pub events: Vec<Event>,
+    /// Writes acknowledged.
+    pub acknowledged: usize,
+    /// Requests the writers sent (retries included).
+    pub requests: u64,
+    /// The world's total of each counter: the sum of its acknowledged deltas.
+    pub totals: BTreeMap<&'static str, i64>,
+    /// When the observer started: the later of the last heal and the last acknowledgement.
+    pub settled_at: Duration,
+    /// How long after that every tier showed the exact totals.
+    pub convergence: Duration,
+    /// The bound that must hold: see [`cluster::staleness_bound`].
+    pub bound: Duration,
+    /// Simulated time the whole run took.
+    pub elapsed: Duration,
+}
+
+/// A broken invariant, or a run that could not finish.
+#[derive(Debug, thiserror::Error)]
+#[error("{scenario} seed {seed}: {reason}")]
+pub struct Violation {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The seed that reproduces it.
+    pub seed: u64,
+    /// What went wrong.
+    pub reason: String,
+}
+
+impl Scenario {
+    /// The faults of a run, drawn from `rng`; the last one heals.
+    fn plan(self, rng: &mut StdRng) -> Vec<Event> {
+        let ms = |rng: &mut StdRng, low: u64, high: u64| {
+            Duration::from_millis(rng.random_range(low..=high))
+        };
+        let mut events = Vec::new();
+        let mut at = ms(rng, 200, 800);
+        match self {
+            Scenario::Partition => {
+                for _ in 0..rng.random_range(1..=2) {
+                    let aggregator = cluster::aggregator_host(pick(rng, &DATACENTERS));
+                    let global = GLOBAL.to_owned();
+                    let cut = match rng.random_range(0..3) {
+                        0 => Fault::Partition(aggregator.clone(), global.clone()),
+                        1 => Fault::PartitionOneway(aggregator.clone(), global.clone()),
+                        _ => Fault::PartitionOneway(global.clone(), aggregator.clone()),
+                    };
+                    events.push(Event { at, fault: cut });
+                    at += ms(rng, 300, 1_500);
+                    events.push(Event {
+                        at,
+                        fault: Fault::Repair(aggregator, global),
+                    });
+                    at += ms(rng, 100, 600);
+                }
+            }
+            Scenario::Crash => {
+                for _ in 0..rng.random_range(1..=2) {
+                    let dc = pick(rng, &DATACENTERS);
+                    let shard = cluster::shard_host(dc, rng.random_range(0..SHARDS_PER_DATACENTER));
+                    events.push(Event {
+                        at,
+                        fault: Fault::Crash(shard.clone()),
+                    });
+                    at += ms(rng, 50, 1_500);
+                    events.push(Event {
+                        at,
+                        fault: Fault::Bounce(shard),
+                    });
+                    at += ms(rng, 100, 800);
+                }
+            }
+            Scenario::Delay => {
+                for _ in 0..rng.random_range(2..=4) {
+                    let (a, b) = inter_tier_link(rng);
+                    let (fault, heal, lasts) = match rng.random_range(0..4) {
+                        0 => (
+                            Fault::Latency(a.clone(), b.clone(), ms(rng, 100, 800)),
+                            Fault::Latency(a, b, MAX_LATENCY),
+                            ms(rng, 200, 1_500),
+                        ),
+                        1 => (
+                            Fault::Hold(a.clone(), b.clone()),
+                            Fault::Release(a, b),
+                            ms(rng, 50, 1_000),
+                        ),
+                        2 => (
+                            Fault::Partition(a.clone(), b.clone()),
+                            Fault::Repair(a, b),
+                            ms(rng, 20, 400),
+                        ),
+                        // A shard node's answers to its datacenter's client are lost: writes
+                        // are applied but not acknowledged, and come back as keyed retries.
+                        _ => {
+                            let dc = pick(rng, &DATACENTERS);
+                            let slot = rng.random_range(0..SHARDS_PER_DATACENTER);
+                            let (shard, client) = (cluster::shard_host(dc, slot), client_host(dc));
+                            (
+                                Fault::PartitionOneway(shard.clone(), client.clone()),
+                                Fault::Repair(shard, client),
+                                ms(rng, 20, 400),
+                            )
+                        }
+                    };
+                    events.push(Event { at, fault });
+                    events.push(Event {
+                        at: at + lasts,
+                        fault: heal,
+                    });
+                    at += ms(rng, 100, 600);
+                }
+                events.sort_by_key(|event| event.at);
+            }
+        }
+        events
+    }
+}
+
+/// The host name of datacenter `dc`'s writing client.
+fn client_host(dc: &str) -> String {
+    format!("client-{dc}")
+}
+
+fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
+    from[rng.random_range(0..from.len())]
+}
+
+/// A link between two tiers, or between two shard nodes of a datacenter (writes are forwarded
+/// there): the hosts at its ends.
+fn inter_tier_link(rng: &mut StdRng) -> (String, String) {
+    let dc = pick(rng, &DATACENTERS);
+    let shard =
+        |rng: &mut StdRng| cluster::shard_host(dc, rng.random_range(0..SHARDS_PER_DATACENTER));
+    match rng.random_range(0..3) {
+        0 => (cluster::aggregator_host(dc), GLOBAL.to_owned()),
+        1 => (shard(rng), cluster::aggregator_host(dc)),
+        _ => (cluster::shard_host(dc, 0), cluster::shard_host(dc, 1)),
+    }
+}
+
+fn apply(sim: &mut Sim<'_>, fault: &Fault) {
+    match fault {
+        Fault::Partition(a, b) => sim.partition(a.as_str(), b.as_str()),
+        Fault::PartitionOneway(a, b) => sim.partition_oneway(a.as_str(), b.as_str()),
+        Fault::Repair(a, b) => sim.repair(a.as_str(), b.as_str()),
+        Fault::Hold(a, b) => sim.hold(a.as_str(), b.as_str()),
+        Fault::Release(a, b) => sim.release(a.as_str(), b.as_str()),
+        Fault::Latency(a, b, latency) => sim.set_link_latency(a.as_str(), b.as_str(), *latency),
+        Fault::Crash(host) => sim.crash(host.as_str()),
+        Fault::Bounce(host) => sim.bounce(host.as_str()),
+    }
+}
+
+/// Runs `scenario` with `seed`: the same seed gives the same run, fault for fault and byte for
+/// byte. Checks the invariants: every write is acknowledged, none with a protocol error, and
+/// within the staleness bound of the last heal (and the last acknowledgement) every datacenter
+/// aggregator shows exactly the sum of the deltas acknowledged in its datacenter, and the
+/// global aggregator the world's sum and each datacenter's part, fresh: nothing acknowledged
+/// was lost, and nothing (retried or replayed) was counted twice.
+pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
+    let violation = |reason: String| Violation {
+        scenario,
+        seed,
+        reason,
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let events = scenario.plan(&mut rng);
+    let mut sim = Builder::new()
+        .rng_seed(seed)
+        .epoch(UNIX_EPOCH)
+        .simulation_duration(SIMULATION_LIMIT)
+        .min_message_latency(MIN_LATENCY)
+        .max_message_latency(MAX_LATENCY)
+        .tick_duration(TICK)
+        .build();
+    let topology = cluster::topology(&sim);
+    let bound = cluster::staleness_bound(&topology.sync, MAX_LATENCY) + workload::OBSERVE_EVERY * 2;
+    cluster::register_hosts(&mut sim, &topology, &mut rng, MAX_CLOCK_SKEW_MS);
+
+    let ledger: SharedLedger = Rc::new(RefCell::new(Ledger::default()));
+    for (datacenter, name) in DATACENTERS.iter().enumerate() {
+        let client_seed = rng.random();
+        let ledger = ledger.clone();
+        sim.client(
+            client_host(name),
+            workload::writer(
+                datacenter,
+                WRITES_PER_DATACENTER,
+                MAX_WRITE_GAP,
+                client_seed,
+                ledger,
+            ),
+        );
+    }
+    sim.client(
+        "observer",
+        workload::observer(DATACENTERS.len(), bound * 3, ledger.clone()),
+    );
+
+    let mut pending = events.iter().peekable();
+    if pending.peek().is_none() {
+        ledger.borrow_mut().healed_at = Some(Duration::ZERO);
+    }
+    loop {
+        while let Some(event) = pending.next_if(|event| event.at <= sim.elapsed()) {
+            apply(&mut sim, &event.fault);
+            if pending.peek().is_none() {
+                ledger.borrow_mut().healed_at = Some(sim.elapsed());
+            }
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(error) => return Err(violation(format!("the simulation failed: {error}"))),
+        }
+    }
+
+    let ledger = ledger.borrow();
+    if let Some(error) = ledger.protocol_errors.first() {
+        return Err(violation(format!("a write was refused: {error}")));
+    }
+    let written = WRITES_PER_DATACENTER * DATACENTERS.len();
+    if ledger.acks.len() != written {
+        return Err(violation(format!(
+            "{} of {written} writes acknowledged",
+            ledger.acks.len()
+        )));
+    }
+    let settled_at = ledger.settled_at.expect("the observer ran");
+    let Some(converged_at) = ledger.converged_at else {
+        return Err(violation(format!(
+            "the tiers never showed the acknowledged totals ({} ms after settling); last seen: {}",
+            (bound * 3).as_millis(),
+            ledger.last_mismatch.as_deref().unwrap_or("nothing")
+        )));
+    };
+    let convergence = converged_at - settled_at;
+    if convergence > bound {
+        return Err(violation(format!(
+            "converged {} ms after settling, over the bound of {} ms",
+            convergence.as_millis(),
+            bound.as_millis()
+        )));
+    }
+    Ok(Report {
+        scenario,
+        seed,
+        events,
+        acknowledged: ledger.acks.len(),
+        requests: ledger.acks.iter().map(|a| u64::from(a.attempts)).sum(),
+        totals: ledger.expected(None),
+        settled_at,
+        convergence,
+        bound,
+        elapsed: sim.elapsed(),
+    })
+}

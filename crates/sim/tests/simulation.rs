@@ -1,0 +1,83 @@
+//! The deterministic simulation suite: each scenario over many seeds, every run checking the
+//! invariants (see `geocount_sim::run`).
+//!
+//! `GEOCOUNT_SIM_SEEDS=N` runs seeds `0..N` of each scenario (default 50);
+//! `GEOCOUNT_SIM_SEED=S` runs only seed `S`, e.g. to replay a failure:
+//! `GEOCOUNT_SIM_SEED=17 cargo test -p geocount-sim --test simulation crash -- --nocapture`.
+
+use geocount_sim::{Scenario, run};
+
+/// Seeds per scenario unless `GEOCOUNT_SIM_SEEDS` says otherwise.
+const DEFAULT_SEEDS: u64 = 50;
+
+fn seeds() -> Vec<u64> {
+    let number = |name: &str| {
+        std::env::var(name).ok().map(|v| {
+            v.parse::<u64>()
+                .unwrap_or_else(|_| panic!("{name}={v}: not a number"))
+        })
+    };
+    match number("GEOCOUNT_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..number("GEOCOUNT_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+    }
+}
+
+/// Runs every seed of `scenario`, and fails naming each failing seed and how to replay it.
+fn check(scenario: Scenario) {
+    let mut failures = Vec::new();
+    let mut slowest = std::time::Duration::ZERO;
+    let mut retries = 0;
+    let seeds = seeds();
+    for &seed in &seeds {
+        let outcome = std::panic::catch_unwind(|| run(scenario, seed));
+        match outcome {
+            Ok(Ok(report)) => {
+                slowest = slowest.max(report.convergence);
+                retries += report.requests - report.acknowledged as u64;
+                if seeds.len() == 1 {
+                    println!("{report:#?}");
+                }
+            }
+            Ok(Err(violation)) => failures.push(violation.to_string()),
+            Err(_) => failures.push(format!("{scenario} seed {seed}: panicked (above)")),
+        }
+    }
+    println!(
+        "{scenario}: {} seeds, {} failed; {retries} retried requests; slowest convergence {} ms",
+        seeds.len(),
+        failures.len(),
+        slowest.as_millis()
+    );
+    assert!(
+        failures.is_empty(),
+        "{}\nreplay one with GEOCOUNT_SIM_SEED=<seed> cargo test -p geocount-sim --test simulation {scenario} -- --nocapture",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn partition() {
+    check(Scenario::Partition);
+}
+
+#[test]
+fn crash() {
+    check(Scenario::Crash);
+}
+
+#[test]
+fn delay() {
+    check(Scenario::Delay);
+}
+
+/// The same seed twice gives the same run: the same faults at the same instants, the same
+/// number of requests, the same acknowledgements and the same convergence time.
+#[test]
+fn a_seed_replays_exactly() {
+    for scenario in [Scenario::Partition, Scenario::Crash, Scenario::Delay] {
+        let first = run(scenario, 7).expect("seed 7 passes");
+        let second = run(scenario, 7).expect("seed 7 passes");
+        assert_eq!(first, second, "{scenario}: two runs of seed 7 differ");
+    }
+}
