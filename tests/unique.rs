@@ -73,23 +73,41 @@ async fn write_items(cluster: &Cluster, id: &str) -> u64 {
         tasks.spawn(async move {
             let mut highest = 0;
             for batch in (node..DISTINCT_ITEMS / BATCH).step_by(nodes) {
-                let items: Vec<String> = (batch * BATCH..(batch + 1) * BATCH).map(item).collect();
-                let entries: Vec<ItemEntry> = items
-                    .iter()
-                    .map(|item| ItemEntry {
-                        id: &id,
-                        item,
-                        idempotency_key: None,
-                        timestamp: None,
-                    })
-                    .collect();
-                let answer = api.batch_items(&entries).await.expect("item batch");
-                assert_eq!(answer.outcomes.len(), BATCH);
-                for outcome in &answer.outcomes {
-                    match outcome {
-                        EntryOutcome::Applied { version, .. } => highest = highest.max(*version),
-                        refused => panic!("batch {batch}: {refused:?}"),
+                let mut items: Vec<String> =
+                    (batch * BATCH..(batch + 1) * BATCH).map(item).collect();
+                // Entries whose outcome is unknown (a forward that timed out on a loaded
+                // machine) are sent again, as a client would: an item counts once however often
+                // it is written.
+                for attempt in 1.. {
+                    let entries: Vec<ItemEntry> = items
+                        .iter()
+                        .map(|item| ItemEntry {
+                            id: &id,
+                            item,
+                            idempotency_key: None,
+                            timestamp: None,
+                        })
+                        .collect();
+                    let answer = api.batch_items(&entries).await.expect("item batch");
+                    assert_eq!(answer.outcomes.len(), items.len());
+                    let mut unknown = Vec::new();
+                    for (item, outcome) in items.iter().zip(&answer.outcomes) {
+                        match outcome {
+                            EntryOutcome::Applied { version, .. } => {
+                                highest = highest.max(*version)
+                            }
+                            EntryOutcome::Refused { status, .. }
+                                if matches!(status, 503 | 504) && attempt < 5 =>
+                            {
+                                unknown.push(item.clone())
+                            }
+                            refused => panic!("batch {batch}: {refused:?}"),
+                        }
                     }
+                    if unknown.is_empty() {
+                        break;
+                    }
+                    items = unknown;
                 }
             }
             highest

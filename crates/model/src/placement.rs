@@ -31,7 +31,7 @@ pub struct Placement {
 impl Placement {
     /// The ring of datacenter `datacenter` with `slots` slots.
     pub fn new(datacenter: &str, slots: u32, virtual_nodes: u32) -> Self {
-        let mut ring = Vec::with_capacity((slots * virtual_nodes) as usize);
+        let mut ring = Vec::with_capacity(slots as usize * virtual_nodes as usize);
         for slot in 0..slots {
             for point in 0..virtual_nodes {
                 let key = format!("DC_{datacenter}_VAL_{slot}#{point}");
@@ -51,9 +51,8 @@ impl Placement {
     /// datacenter's slot count), in ring order.
     pub fn slots_for(&self, id: &str, number_of_shards: u32) -> Vec<u32> {
         let wanted = number_of_shards.clamp(1, self.slots) as usize;
-        let start = self
-            .ring
-            .partition_point(|(h, _)| *h < hash64(id.as_bytes()));
+        let hash = hash64(id.as_bytes());
+        let start = self.ring.partition_point(|(h, _)| *h < hash);
         let mut chosen = Vec::with_capacity(wanted);
         for i in 0..self.ring.len() {
             let slot = self.ring[(start + i) % self.ring.len()].1;

@@ -28,6 +28,22 @@ pub struct BatchRequest<'a> {
     pub entries: Vec<BatchEntry<'a>>,
 }
 
+impl<'a> BatchRequest<'a> {
+    /// A batch of +1 to each of `ids`, without idempotency keys or timestamps.
+    pub fn increments(ids: &'a [String]) -> Self {
+        let entries = ids
+            .iter()
+            .map(|id| BatchEntry {
+                id,
+                delta: 1,
+                idempotency_key: None,
+                timestamp: None,
+            })
+            .collect();
+        Self { entries }
+    }
+}
+
 /// One write of a batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchEntry<'a> {

@@ -1,0 +1,413 @@
+//! `geocount-bench [--quick] [--steps ...] [--out FILE]`: the benchmark of issue #6, run by
+//! `scripts/bench.sh`. It measures Redis (the peer), a bare hyper server (the ceiling for HTTP
+//! on this machine), one geocount shard node, the growth curve, the whole cluster of
+//! `config/local.toml` and memory per counter, all on this machine in one go, prints one
+//! Markdown table (each geocount figure beside its peer, as a ratio from the same run) and saves
+//! it with every sample as JSON.
+
+mod batch;
+mod figure;
+mod procs;
+mod redis;
+mod steps;
+mod topo;
+mod wrk;
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use geocount_model::Topology;
+use serde::Serialize;
+
+use crate::figure::{Figure, Goal, Row, Unit, render_table};
+use crate::steps::{
+    BATCH_CONNECTIONS, BATCH_SIZE, COUNTERS, CeilingFigures, ClusterFigures, CurvePoint,
+    MemoryFigures, NodeFigures, Plan, RedisFigures, ZIPF_EXPONENT,
+};
+
+/// Runs the geocount benchmark against Redis and a bare hyper server on this machine.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// One repeat of each figure, shorter runs, a smaller growth curve and memory count.
+    #[arg(long)]
+    quick: bool,
+    /// Which steps to run [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    steps: Vec<Step>,
+    /// Where the binaries are [default: the directory of this executable].
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Where data, logs and scripts go (emptied step by step).
+    #[arg(long, default_value = "target/bench-work")]
+    work_dir: PathBuf,
+    /// The topology whose shape the cluster steps run (on free ports).
+    #[arg(long, default_value = "config/local.toml")]
+    topology: PathBuf,
+    /// Where the JSON goes [default: bench/results/<unix time>.json].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// The steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Step {
+    /// Redis, persistence off and appendfsync always.
+    Redis,
+    /// The bare hyper server.
+    Ceiling,
+    /// One shard node: single HTTP writes and batches.
+    Node,
+    /// The per-write cost as counters grow.
+    Curve,
+    /// The whole cluster: reads, writes and visibility lag.
+    Cluster,
+    /// Resident bytes per counter.
+    Memory,
+}
+
+/// Everything the run measured.
+#[derive(Debug, Serialize)]
+struct Results {
+    command: String,
+    unix_time: u64,
+    machine: String,
+    load_tools: String,
+    plan: Plan,
+    rows: Vec<Row>,
+    table: String,
+    redis: Option<RedisFigures>,
+    ceiling: Option<CeilingFigures>,
+    node: Option<NodeFigures>,
+    curve: Option<Vec<CurvePoint>>,
+    cluster: Option<ClusterFigures>,
+    memory: Option<MemoryFigures>,
+    /// Steps that failed, with their errors (the others are still reported).
+    failures: Vec<String>,
+}
+
+/// A step's figures; a failed step is recorded in `failures` and the run goes on.
+fn kept<T>(failures: &mut Vec<String>, step: &str, result: anyhow::Result<T>) -> Option<T> {
+    match result {
+        Ok(figures) => Some(figures),
+        Err(error) => {
+            let failure = format!("step {step} failed: {error:#}");
+            eprintln!("{failure}");
+            failures.push(failure);
+            None
+        }
+    }
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    format!("{cores} cores ({model}), shared by every server and load generator of the run")
+}
+
+fn rows(results: &Results) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let redis = results.redis.as_ref();
+    let redis_best = redis.map(|r| r.off[2].clone());
+    let redis_always_p1 = redis.map(|r| r.always[0].clone());
+    if let Some(redis) = redis {
+        for (figures, persistence) in [
+            (&redis.off, "persistence off"),
+            (&redis.always, "appendfsync always"),
+        ] {
+            for (figure, pipeline) in figures.iter().zip(steps::PIPELINES) {
+                rows.push(Row::alone(
+                    format!("Redis INCR -c 50 -P {pipeline}, {persistence}"),
+                    figure.clone(),
+                    None,
+                ));
+            }
+        }
+    }
+    let ceiling = results.ceiling.as_ref();
+    if let Some(ceiling) = ceiling {
+        rows.push(Row::alone(
+            "hyper ceiling, wrk write script (PATCH)",
+            ceiling.write.rate.clone(),
+            None,
+        ));
+        rows.push(Row::alone(
+            "hyper ceiling, wrk read script (GET)",
+            ceiling.read.rate.clone(),
+            None,
+        ));
+    }
+    if let Some(node) = &results.node {
+        let batches = format!(
+            "shard node, durable: POST /batch of {BATCH_SIZE}, Zipf {ZIPF_EXPONENT} over {COUNTERS} counters, {BATCH_CONNECTIONS} connections"
+        );
+        match &redis_best {
+            Some(best) => rows.push(Row::against(
+                &batches,
+                node.batches.rate.clone(),
+                "Redis -P 128, persistence off",
+                best.clone(),
+                Some(Goal::RatioAtLeast(3.0)),
+            )),
+            None => rows.push(Row::alone(&batches, node.batches.rate.clone(), None)),
+        }
+        rows.push(Row::alone(
+            "the same, aim",
+            node.batches.rate.clone(),
+            Some(Goal::AtLeast(5e6)),
+        ));
+        let single = "shard node, durable: PATCH /counter/{id}/write, wrk -t2 -c64";
+        if let Some(ceiling) = ceiling {
+            rows.push(Row::against(
+                single,
+                node.http_writes.rate.clone(),
+                "hyper ceiling, same script",
+                ceiling.write.rate.clone(),
+                Some(Goal::RatioAtLeast(0.8)),
+            ));
+        }
+        if let Some(always) = &redis_always_p1 {
+            rows.push(Row::against(
+                single,
+                node.http_writes.rate.clone(),
+                "Redis -P 1, appendfsync always",
+                always.clone(),
+                Some(Goal::RatioAtLeast(3.0)),
+            ));
+        }
+        if ceiling.is_none() && redis_always_p1.is_none() {
+            rows.push(Row::alone(single, node.http_writes.rate.clone(), None));
+        }
+        rows.push(Row::alone(
+            "the same, p99 latency",
+            node.http_writes.p99.clone(),
+            None,
+        ));
+    }
+    if let Some(curve) = &results.curve
+        && let Some(first) = curve.first()
+    {
+        for point in curve {
+            rows.push(Row::against(
+                format!(
+                    "growth: batches, uniform over {} counters held",
+                    point.counters
+                ),
+                point.batches.rate.clone(),
+                format!("the same over {} counters", first.counters),
+                first.batches.rate.clone(),
+                Some(Goal::RatioAtLeast(0.8)),
+            ));
+        }
+        for point in curve.iter().filter(|p| p.counters >= 1_000_000) {
+            rows.push(Row::alone(
+                format!(
+                    "memory: shard node alone, resident bytes per counter, {} counters",
+                    point.counters
+                ),
+                Figure::new(Unit::Bytes, vec![point.resident_bytes_per_counter]),
+                Some(Goal::Below(100.0 + 8.0)),
+            ));
+        }
+    }
+    if let Some(cluster) = &results.cluster {
+        let reads = "global aggregator: GET /counter/{id}, wrk -t2 -c64, no writes";
+        match ceiling {
+            Some(ceiling) => {
+                rows.push(Row::against(
+                    reads,
+                    cluster.reads_idle.rate.clone(),
+                    "hyper ceiling, same script",
+                    ceiling.read.rate.clone(),
+                    Some(Goal::RatioAtLeast(0.8)),
+                ));
+                rows.push(Row::against(
+                    "the same, p99 latency",
+                    cluster.reads_idle.p99.clone(),
+                    "hyper ceiling p99",
+                    ceiling.read.p99.clone(),
+                    Some(Goal::Below(5.0)),
+                ));
+            }
+            None => rows.push(Row::alone(reads, cluster.reads_idle.rate.clone(), None)),
+        }
+        let loaded = "cluster: geoctl load --path batch flat out over every shard node (writes/s)";
+        match &redis_best {
+            Some(best) => rows.push(Row::against(
+                loaded,
+                cluster.writes.clone(),
+                "Redis -P 128, persistence off",
+                best.clone(),
+                None,
+            )),
+            None => rows.push(Row::alone(loaded, cluster.writes.clone(), None)),
+        }
+        rows.push(Row::alone(
+            "the same, global reads meanwhile (wrk -t2 -c64)",
+            cluster.reads_loaded.rate.clone(),
+            None,
+        ));
+        rows.push(Row::alone(
+            "the same, global read p99 meanwhile",
+            cluster.reads_loaded.p99.clone(),
+            Some(Goal::Below(5.0)),
+        ));
+        rows.push(Row::alone(
+            "the same, visibility lag p50 (ack → global value)",
+            cluster.lag_p50.clone(),
+            None,
+        ));
+        rows.push(Row::alone(
+            "the same, visibility lag p99",
+            cluster.lag_p99.clone(),
+            Some(Goal::Below(400.0)),
+        ));
+    }
+    if let Some(memory) = &results.memory {
+        let limit = 100.0 + memory.mean_id_bytes;
+        let of = |entries: &[(String, usize, f64)]| {
+            Figure::new(Unit::Bytes, entries.iter().map(|e| e.2).collect())
+        };
+        rows.push(Row::alone(
+            format!(
+                "memory: cluster shard nodes (own slot + peers' replicas), bytes per (counter, slot), {} counters, over the nodes",
+                memory.counters
+            ),
+            of(&memory.shards),
+            Some(Goal::Below(limit)),
+        ));
+        rows.push(Row::alone(
+            "memory: datacenter aggregators, bytes per (counter, slot), over the aggregators",
+            of(&memory.datacenter_aggregators),
+            Some(Goal::Below(limit)),
+        ));
+        rows.push(Row::alone(
+            "memory: global aggregator, bytes per (counter, datacenter)",
+            Figure::new(Unit::Bytes, vec![memory.global.1]),
+            Some(Goal::Below(limit)),
+        ));
+    }
+    rows
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let all = args.steps.is_empty();
+    let wants = |step| all || args.steps.contains(&step);
+    let plan = Plan::new(args.quick);
+    let bin_dir = match args.bin_dir {
+        Some(dir) => dir,
+        None => std::env::current_exe()?
+            .parent()
+            .context("the executable has no directory")?
+            .to_path_buf(),
+    };
+    let dir = steps::work_dir(&args.work_dir)?;
+    let shape = Topology::load(&args.topology)?;
+    let unix_time = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    let mut results = Results {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        unix_time,
+        machine: machine(),
+        load_tools: format!(
+            "redis-benchmark, wrk -t{} -c{} and geocount-bench's own batch sender (hyper, {BATCH_CONNECTIONS} connections) and geoctl load run on the same cores as the servers",
+            wrk::THREADS,
+            wrk::CONNECTIONS
+        ),
+        plan: plan.clone(),
+        rows: Vec::new(),
+        table: String::new(),
+        redis: None,
+        ceiling: None,
+        node: None,
+        curve: None,
+        cluster: None,
+        memory: None,
+        failures: Vec::new(),
+    };
+    if wants(Step::Redis) {
+        println!("step 1: Redis (redis-benchmark -t incr -c 50 -r 100000)");
+        results.redis = kept(
+            &mut results.failures,
+            "redis",
+            steps::redis(&plan, &dir).await,
+        );
+    }
+    if wants(Step::Ceiling) {
+        println!("step 2: the hyper ceiling (wrk)");
+        results.ceiling = kept(
+            &mut results.failures,
+            "ceiling",
+            steps::ceiling(&plan, &dir, &bin_dir).await,
+        );
+    }
+    if wants(Step::Node) {
+        println!("step 3: one shard node, durable");
+        results.node = kept(
+            &mut results.failures,
+            "node",
+            steps::node(&plan, &dir, &bin_dir).await,
+        );
+    }
+    if wants(Step::Curve) {
+        println!("step 3b: per-write cost as counters grow");
+        results.curve = kept(
+            &mut results.failures,
+            "curve",
+            steps::curve(&plan, &dir, &bin_dir).await,
+        );
+    }
+    if wants(Step::Cluster) {
+        println!("step 4: the cluster of {}", args.topology.display());
+        results.cluster = kept(
+            &mut results.failures,
+            "cluster",
+            steps::cluster(&plan, &dir, &bin_dir, &shape).await,
+        );
+    }
+    if wants(Step::Memory) {
+        println!("step 5: memory per counter");
+        results.memory = kept(
+            &mut results.failures,
+            "memory",
+            steps::memory(&plan, &dir, &bin_dir, &shape).await,
+        );
+    }
+    results.rows = rows(&results);
+    results.table = render_table(&results.rows);
+    println!(
+        "\n{}\nmachine: {}\nload: {}\n",
+        results.table, results.machine, results.load_tools
+    );
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("bench/results/{unix_time}.json")));
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut text = serde_json::to_string_pretty(&results)?;
+    text.push('\n');
+    std::fs::write(&out, text).with_context(|| format!("cannot write {}", out.display()))?;
+    println!("saved {}", out.display());
+    if !results.failures.is_empty() {
+        anyhow::bail!("{}", results.failures.join("; "));
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("geocount-bench: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

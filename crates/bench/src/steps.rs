@@ -1,0 +1,600 @@
+//! The benchmark's steps, each measured `repeats` times: Redis, the hyper ceiling, one shard
+//! node (single HTTP writes and batches), the per-write cost as counters grow, the whole cluster
+//! under load, and memory per counter.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use geocount_cluster::Role;
+use geocount_model::{Placement, Topology};
+use geoctl::load::workload::{CounterPicker, KeyDistribution};
+use serde::Serialize;
+
+use crate::batch::{self, BatchRun, Connection};
+use crate::figure::{Figure, Unit};
+use crate::procs::{Server, free_address, output, resident_bytes};
+use crate::redis::{Persistence, Redis};
+use crate::topo::{self, Running};
+use crate::wrk::{self, Script, WrkRun};
+
+/// Counters the single writes, batches and reads spread over.
+pub const COUNTERS: usize = 100_000;
+/// Writes per batch.
+pub const BATCH_SIZE: usize = 1_000;
+/// The Zipf exponent of the batched path.
+pub const ZIPF_EXPONENT: f64 = 1.1;
+/// Connections of the batched load per shard node.
+pub const BATCH_CONNECTIONS: usize = 8;
+/// Counters the global aggregator's readers read.
+const READ_COUNTERS: usize = 10_000;
+
+/// How long and how often.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// Times each figure is measured.
+    pub repeats: usize,
+    /// Seconds of each wrk, batch and cluster run.
+    pub secs: u64,
+    /// The counter counts of the growth curve.
+    pub curve: Vec<usize>,
+    /// Seconds of each growth-curve run.
+    pub curve_secs: u64,
+    /// Counters written into every datacenter for the memory figures.
+    pub memory_counters: usize,
+    /// Requests of each redis-benchmark run at pipeline 1, 16 and 128, persistence off.
+    pub redis_requests: [u64; 3],
+    /// The same with `appendfsync always`.
+    pub redis_always_requests: [u64; 3],
+}
+
+impl Plan {
+    /// The full run (about 15 minutes) or `--quick` (a few).
+    pub fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                repeats: 1,
+                secs: 3,
+                curve: vec![1_000, 100_000, 1_000_000],
+                curve_secs: 3,
+                memory_counters: 200_000,
+                redis_requests: [100_000, 500_000, 1_000_000],
+                redis_always_requests: [30_000, 200_000, 500_000],
+            }
+        } else {
+            Self {
+                repeats: 3,
+                secs: 10,
+                curve: vec![1_000, 10_000, 100_000, 1_000_000, 10_000_000],
+                curve_secs: 5,
+                memory_counters: 1_000_000,
+                redis_requests: [300_000, 2_000_000, 5_000_000],
+                redis_always_requests: [100_000, 1_000_000, 2_000_000],
+            }
+        }
+    }
+
+    fn secs(&self) -> Duration {
+        Duration::from_secs(self.secs)
+    }
+}
+
+/// The pipelines redis-benchmark runs at.
+pub const PIPELINES: [u32; 3] = [1, 16, 128];
+
+/// INCRs per second at each of [`PIPELINES`].
+#[derive(Debug, Clone, Serialize)]
+pub struct RedisFigures {
+    /// Persistence off.
+    pub off: Vec<Figure>,
+    /// `appendfsync always`.
+    pub always: Vec<Figure>,
+}
+
+/// Step 1: Redis as the peer.
+pub async fn redis(plan: &Plan, dir: &Path) -> anyhow::Result<RedisFigures> {
+    let mut figures = Vec::new();
+    for (persistence, requests) in [
+        (Persistence::Off, plan.redis_requests),
+        (Persistence::Always, plan.redis_always_requests),
+    ] {
+        let redis = Redis::start(persistence, &dir.join("redis")).await?;
+        let mut per_pipeline = Vec::new();
+        for (pipeline, requests) in PIPELINES.into_iter().zip(requests) {
+            let mut samples = Vec::new();
+            for _ in 0..plan.repeats {
+                samples.push(redis.incr(pipeline, requests).await?);
+            }
+            println!("  redis {persistence:?} -P {pipeline}: {samples:.0?} INCR/s");
+            per_pipeline.push(Figure::new(Unit::PerSec, samples));
+        }
+        redis.stop().await;
+        figures.push(per_pipeline);
+    }
+    let always = figures.pop().expect("two runs");
+    let off = figures.pop().expect("two runs");
+    Ok(RedisFigures { off, always })
+}
+
+/// Repeated wrk runs: rate, p50, p99, and the answers that were errors.
+#[derive(Debug, Clone, Serialize)]
+pub struct WrkFigures {
+    /// Answers per second.
+    pub rate: Figure,
+    /// Median latency.
+    pub p50: Figure,
+    /// 99th percentile latency.
+    pub p99: Figure,
+    /// Non-2xx answers and socket errors over all runs.
+    pub errors: u64,
+    /// Every run.
+    pub runs: Vec<WrkRun>,
+}
+
+impl WrkFigures {
+    fn new(runs: Vec<WrkRun>) -> Self {
+        let of = |unit, f: fn(&WrkRun) -> f64| Figure::new(unit, runs.iter().map(f).collect());
+        Self {
+            rate: of(Unit::PerSec, |r| r.requests_per_sec),
+            p50: of(Unit::Ms, |r| r.p50_ms),
+            p99: of(Unit::Ms, |r| r.p99_ms),
+            errors: runs.iter().map(|r| r.non_2xx + r.socket_errors).sum(),
+            runs,
+        }
+    }
+}
+
+async fn wrk_repeated(
+    plan: &Plan,
+    label: &str,
+    address: SocketAddr,
+    script: &Path,
+) -> anyhow::Result<WrkFigures> {
+    let mut runs = Vec::new();
+    for _ in 0..plan.repeats {
+        let run = wrk::run(address, script, plan.secs()).await?;
+        println!(
+            "  {label}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+            run.requests_per_sec,
+            run.p50_ms,
+            run.p99_ms,
+            run.non_2xx + run.socket_errors
+        );
+        runs.push(run);
+    }
+    Ok(WrkFigures::new(runs))
+}
+
+/// The hyper ceiling, driven by the write and the read scripts.
+#[derive(Debug, Clone, Serialize)]
+pub struct CeilingFigures {
+    /// With the single-write script (PATCH).
+    pub write: WrkFigures,
+    /// With the read script (GET).
+    pub read: WrkFigures,
+}
+
+/// Step 2: the ceiling for HTTP on this machine.
+pub async fn ceiling(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<CeilingFigures> {
+    let address = free_address()?;
+    let server = Server::start(
+        &bin_dir.join("bench-ceiling"),
+        &[address.to_string()],
+        address,
+        &dir.join("bench-ceiling.log"),
+    )
+    .await?;
+    let write_script = wrk::write_script(dir, Script::Write, "bench", COUNTERS)?;
+    let read_script = wrk::write_script(dir, Script::Read, "r", READ_COUNTERS)?;
+    let write = wrk_repeated(plan, "ceiling, write script", address, &write_script).await?;
+    let read = wrk_repeated(plan, "ceiling, read script", address, &read_script).await?;
+    server.stop().await;
+    Ok(CeilingFigures { write, read })
+}
+
+/// Repeated batched loads.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchFigures {
+    /// Writes acknowledged per second.
+    pub rate: Figure,
+    /// Median request latency.
+    pub p50: Figure,
+    /// 99th percentile request latency.
+    pub p99: Figure,
+    /// Every run.
+    pub runs: Vec<BatchRun>,
+}
+
+impl BatchFigures {
+    fn new(runs: Vec<BatchRun>) -> Self {
+        let of = |unit, f: fn(&BatchRun) -> f64| Figure::new(unit, runs.iter().map(f).collect());
+        Self {
+            rate: of(Unit::PerSec, |r| r.writes_per_sec),
+            p50: of(Unit::Ms, |r| r.p50_ms),
+            p99: of(Unit::Ms, |r| r.p99_ms),
+            runs,
+        }
+    }
+}
+
+async fn batch_repeated(
+    plan: &Plan,
+    label: &str,
+    addresses: &[SocketAddr],
+    bodies: Arc<Vec<bytes::Bytes>>,
+    secs: Duration,
+) -> anyhow::Result<BatchFigures> {
+    let mut runs = Vec::new();
+    for _ in 0..plan.repeats {
+        let run = batch::load(addresses, BATCH_CONNECTIONS, bodies.clone(), secs).await?;
+        println!(
+            "  {label}: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms",
+            run.writes_per_sec, run.p50_ms, run.p99_ms
+        );
+        runs.push(run);
+    }
+    Ok(BatchFigures::new(runs))
+}
+
+/// One shard node alone, durable.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeFigures {
+    /// Single writes, `PATCH /counter/{id}/write` through wrk.
+    pub http_writes: WrkFigures,
+    /// Batches of 1,000, Zipf over 100,000 counters.
+    pub batches: BatchFigures,
+}
+
+fn is_shard(role: &Role) -> bool {
+    matches!(role, Role::Shard { .. })
+}
+
+/// Step 3: one shard node, durable mode.
+pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<NodeFigures> {
+    let node_dir = dir.join("node");
+    let text = topo::single_node(&node_dir.join("data"))?;
+    let mut running = Running::start(&node_dir, &text, bin_dir, is_shard).await?;
+    let address = running.shard_addresses()[0];
+    let result = async {
+        let script = wrk::write_script(dir, Script::Write, "bench", COUNTERS)?;
+        let http_writes = wrk_repeated(plan, "shard node, PATCH", address, &script).await?;
+        let picker = CounterPicker::new(KeyDistribution::Zipf, COUNTERS, ZIPF_EXPONENT)?;
+        let bodies = Arc::new(batch::bodies("bench", &picker, BATCH_SIZE));
+        let batches =
+            batch_repeated(plan, "shard node, batches", &[address], bodies, plan.secs()).await?;
+        anyhow::Ok(NodeFigures {
+            http_writes,
+            batches,
+        })
+    }
+    .await;
+    running.stop().await;
+    result
+}
+
+/// One point of the growth curve.
+#[derive(Debug, Clone, Serialize)]
+pub struct CurvePoint {
+    /// Counters the node held (each written once before the runs), writes uniform over them.
+    pub counters: usize,
+    /// Batched writes acknowledged per second.
+    pub batches: BatchFigures,
+    /// Resident bytes the node grew by per counter while they were first written.
+    pub resident_bytes_per_counter: f64,
+    /// Seconds the first writes of every counter took.
+    pub populate_secs: f64,
+}
+
+/// Step 3b: the per-write cost as the node's counters grow, each count on a fresh node.
+pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Vec<CurvePoint>> {
+    let mut points = Vec::new();
+    for &counters in &plan.curve {
+        let node_dir = dir.join("curve");
+        let text = topo::single_node(&node_dir.join("data"))?;
+        let mut running = Running::start(&node_dir, &text, bin_dir, is_shard).await?;
+        let address = running.shard_addresses()[0];
+        let pid = running.processes[0].pid;
+        let result = async {
+            let before = resident_bytes(pid)?;
+            let started = std::time::Instant::now();
+            batch::populate(address, "c", counters, 10_000).await?;
+            let populate_secs = started.elapsed().as_secs_f64();
+            let resident_bytes_per_counter =
+                resident_bytes(pid)?.saturating_sub(before) as f64 / counters as f64;
+            println!(
+                "  {counters} counters written once in {populate_secs:.1} s; {resident_bytes_per_counter:.0} resident bytes per counter"
+            );
+            let picker = CounterPicker::new(KeyDistribution::Uniform, counters, 0.0)?;
+            let bodies = Arc::new(batch::bodies("c", &picker, BATCH_SIZE));
+            let label = format!("uniform over {counters} counters");
+            let secs = Duration::from_secs(plan.curve_secs);
+            let batches = batch_repeated(plan, &label, &[address], bodies, secs).await?;
+            anyhow::Ok(CurvePoint {
+                counters,
+                batches,
+                resident_bytes_per_counter,
+                populate_secs,
+            })
+        }
+        .await;
+        running.stop().await;
+        points.push(result?);
+    }
+    Ok(points)
+}
+
+/// The whole cluster.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterFigures {
+    /// `GET /counter/{id}` at the global aggregator, with no write load.
+    pub reads_idle: WrkFigures,
+    /// The same while `geoctl load` writes flat out.
+    pub reads_loaded: WrkFigures,
+    /// `geoctl load --path batch` writes acknowledged per second (every shard node).
+    pub writes: Figure,
+    /// Visibility lag (acknowledged write → global value) under that load, p50.
+    pub lag_p50: Figure,
+    /// Its 99th percentile.
+    pub lag_p99: Figure,
+    /// Every `geoctl load` report.
+    pub load_reports: Vec<serde_json::Value>,
+}
+
+/// Waits until the global aggregator at `global` answers `expected` for each of `ids`.
+async fn wait_visible(
+    global: SocketAddr,
+    ids: &[String],
+    expected: i64,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut connection = Connection::open(global).await?;
+    for id in ids {
+        loop {
+            let (status, body) = connection.get(&format!("/counter/{id}")).await?;
+            let value = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["value"].as_i64());
+            if status == 200 && value == Some(expected) {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "{id} at the global aggregator is {status} {value:?}, not {expected}, after {} s",
+                    timeout.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The ids `<prefix>-0`, the middle and the last of `0..counters`, and every 997th.
+fn sample_ids(prefix: &str, counters: usize) -> Vec<String> {
+    let mut picks: Vec<usize> = (0..counters).step_by(997).collect();
+    picks.extend([counters / 2, counters - 1]);
+    picks.into_iter().map(|n| format!("{prefix}-{n}")).collect()
+}
+
+/// Step 4: the cluster of `shape` (config/local.toml) on free ports.
+pub async fn cluster(
+    plan: &Plan,
+    dir: &Path,
+    bin_dir: &Path,
+    shape: &Topology,
+) -> anyhow::Result<ClusterFigures> {
+    let cluster_dir = dir.join("cluster");
+    let text = topo::same_shape(shape, &cluster_dir.join("data"))?;
+    let mut running = Running::start(&cluster_dir, &text, bin_dir, |_| true).await?;
+    let result = cluster_runs(plan, dir, bin_dir, &running).await;
+    running.stop().await;
+    result
+}
+
+async fn cluster_runs(
+    plan: &Plan,
+    dir: &Path,
+    bin_dir: &Path,
+    running: &Running,
+) -> anyhow::Result<ClusterFigures> {
+    let global = running.topology.global.listen;
+    let shards = running.shard_addresses();
+    batch::populate(shards[0], "r", READ_COUNTERS, 1_000).await?;
+    wait_visible(
+        global,
+        &sample_ids("r", READ_COUNTERS),
+        1,
+        Duration::from_secs(30),
+    )
+    .await?;
+    let script = wrk::write_script(dir, Script::Read, "r", READ_COUNTERS)?;
+    let reads_idle = wrk_repeated(plan, "global reads, idle", global, &script).await?;
+
+    let geoctl = bin_dir.join("geoctl").display().to_string();
+    let mut reads = Vec::new();
+    let mut reports = Vec::new();
+    for run in 0..plan.repeats {
+        let json = dir.join(format!("geoctl-load-{run}.json"));
+        let args: Vec<String> = [
+            "--config",
+            &running.file.display().to_string(),
+            "load",
+            "--duration-secs",
+            &plan.secs.to_string(),
+            "--path",
+            "batch",
+            "--batch-size",
+            &BATCH_SIZE.to_string(),
+            "--distribution",
+            "zipf",
+            "--zipf-exponent",
+            &ZIPF_EXPONENT.to_string(),
+            "--counters",
+            &COUNTERS.to_string(),
+            "--json",
+            &json.display().to_string(),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let load = output(&geoctl, &args, Duration::from_secs(plan.secs + 120));
+        // The readers start with the writers and stop a second before them.
+        let read = wrk::run(
+            global,
+            &script,
+            plan.secs().saturating_sub(Duration::from_secs(1)),
+        );
+        let (load, read) = tokio::join!(load, read);
+        load.context("geoctl load")?;
+        let read = read?;
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&json)
+                .with_context(|| format!("cannot read {}", json.display()))?,
+        )?;
+        let number = |pointer: &str| report.pointer(pointer).and_then(serde_json::Value::as_f64);
+        println!(
+            "  cluster: {:.0} writes/s, lag p50 {:?} ms p99 {:?} ms; global reads {:.0}/s p99 {:.2} ms, {} errors",
+            number("/throughput/writes_per_sec").unwrap_or(f64::NAN),
+            number("/visibility_lag/p50_ms"),
+            number("/visibility_lag/p99_ms"),
+            read.requests_per_sec,
+            read.p99_ms,
+            read.non_2xx + read.socket_errors
+        );
+        reads.push(read);
+        reports.push(report);
+    }
+    let of = |pointer: &str, unit| -> anyhow::Result<Figure> {
+        let samples = reports
+            .iter()
+            .map(|r| r.pointer(pointer).and_then(serde_json::Value::as_f64))
+            .collect::<Option<Vec<f64>>>()
+            .with_context(|| format!("a geoctl load report without {pointer}"))?;
+        Ok(Figure::new(unit, samples))
+    };
+    Ok(ClusterFigures {
+        reads_idle,
+        reads_loaded: WrkFigures::new(reads),
+        writes: of("/throughput/writes_per_sec", Unit::PerSec)?,
+        lag_p50: of("/visibility_lag/p50_ms", Unit::Ms)?,
+        lag_p99: of("/visibility_lag/p99_ms", Unit::Ms)?,
+        load_reports: reports,
+    })
+}
+
+/// Resident memory per (counter, slot) entry held, by process.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryFigures {
+    /// Counters written once into every datacenter.
+    pub counters: usize,
+    /// The mean length of their ids, in bytes.
+    pub mean_id_bytes: f64,
+    /// Per shard node: (name, entries held: own slot and peers' replicas, bytes per entry).
+    pub shards: Vec<(String, usize, f64)>,
+    /// Per datacenter aggregator: (name, entries, bytes per entry).
+    pub datacenter_aggregators: Vec<(String, usize, f64)>,
+    /// The global aggregator: (entries = counters × datacenters, bytes per entry).
+    pub global: (usize, f64),
+}
+
+/// Step 5: resident bytes per counter on every process of a fresh cluster of `shape`.
+pub async fn memory(
+    plan: &Plan,
+    dir: &Path,
+    bin_dir: &Path,
+    shape: &Topology,
+) -> anyhow::Result<MemoryFigures> {
+    let memory_dir = dir.join("memory");
+    let text = topo::same_shape(shape, &memory_dir.join("data"))?;
+    let mut running = Running::start(&memory_dir, &text, bin_dir, |_| true).await?;
+    let result = memory_runs(plan, &running).await;
+    running.stop().await;
+    result
+}
+
+async fn memory_runs(plan: &Plan, running: &Running) -> anyhow::Result<MemoryFigures> {
+    let counters = plan.memory_counters;
+    // Let the first pulls settle before the baseline.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = running
+        .processes
+        .iter()
+        .map(|p| resident_bytes(p.pid))
+        .collect::<anyhow::Result<Vec<u64>>>()?;
+    let datacenters = &running.topology.datacenters;
+    let virtual_nodes = running.topology.shard.virtual_nodes;
+    for dc in datacenters {
+        // Each counter straight to the node owning its slot (a counter of one slot), so no
+        // write is forwarded: a forward under this load can time out and leave it unknown.
+        let slots = u32::try_from(dc.shards.len())?;
+        let placement = Placement::new(&dc.name, slots, virtual_nodes);
+        let mut owned: Vec<Vec<String>> = vec![Vec::new(); dc.shards.len()];
+        for n in 0..counters {
+            let id = format!("m-{n}");
+            owned[placement.slots_for(&id, 1)[0] as usize].push(id);
+        }
+        let mut writers = tokio::task::JoinSet::new();
+        for (ids, &address) in owned.into_iter().zip(&dc.shards) {
+            writers.spawn(async move { batch::write_once(address, &ids, 5_000).await });
+        }
+        while let Some(done) = writers.join_next().await {
+            done.context("a writer panicked")??;
+        }
+    }
+    let expected = datacenters.len() as i64;
+    wait_visible(
+        running.topology.global.listen,
+        &sample_ids("m", counters),
+        expected,
+        Duration::from_secs(120),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut figures = MemoryFigures {
+        counters,
+        mean_id_bytes: (0..counters).map(|n| format!("m-{n}").len()).sum::<usize>() as f64
+            / counters as f64,
+        shards: Vec::new(),
+        datacenter_aggregators: Vec::new(),
+        global: (0, 0.0),
+    };
+    for (process, before) in running.processes.iter().zip(before) {
+        let grown = resident_bytes(process.pid)?.saturating_sub(before) as f64;
+        match &process.role {
+            // A shard node holds its own slot and a replica of each peer's: every counter of
+            // its datacenter once.
+            Role::Shard { .. } => {
+                figures
+                    .shards
+                    .push((process.name.clone(), counters, grown / counters as f64))
+            }
+            Role::DatacenterAggregator { .. } => figures.datacenter_aggregators.push((
+                process.name.clone(),
+                counters,
+                grown / counters as f64,
+            )),
+            Role::GlobalAggregator => {
+                let entries = counters * datacenters.len();
+                figures.global = (entries, grown / entries as f64);
+            }
+            // The benchmark's topologies emulate no WAN.
+            Role::WanEmulator => {}
+        }
+    }
+    for (name, _, bytes) in figures.shards.iter().chain(&figures.datacenter_aggregators) {
+        println!("  {name}: {bytes:.0} resident bytes per (counter, slot)");
+    }
+    println!(
+        "  global: {:.0} resident bytes per (counter, datacenter)",
+        figures.global.1
+    );
+    Ok(figures)
+}
+
+/// Where the benchmark keeps its files: `dir`, made absolute.
+pub fn work_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(std::path::absolute(dir)?)
+}
