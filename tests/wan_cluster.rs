@@ -72,12 +72,13 @@ async fn cross_region_pulls_pass_through_the_emulated_wan() {
     ]
     .map(str::to_owned)
     .to_vec();
-    // Healthy once the emulator answers: it starts first. The table comes when all are healthy.
+    // Healthy once the global aggregator answers (over TLS with `E2E_TLS=1`; the emulator it
+    // starts first never speaks TLS). The table comes when all are healthy.
     let mut launcher = NodeProcess::start(
         "geocount-cluster",
         "launcher",
         &args,
-        control_addr,
+        t.global.listen,
         topology.dir(),
     )
     .await;
@@ -92,7 +93,7 @@ async fn cross_region_pulls_pass_through_the_emulated_wan() {
     );
 
     // Only ASIA_0's connections cross regions: one link each way, shaped as [wan] says.
-    let control = Api::new(control_addr);
+    let control = Api::plain(control_addr);
     let (_, links) = control.get_json("/links").await;
     let names: Vec<&str> = links["links"]
         .as_array()

@@ -23,7 +23,9 @@ use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::time::Duration;
 
-use geocount_model::{Topology, WanSettings};
+use geocount_model::{TlsSettings, Topology, WanSettings};
+use geocount_net::tls::{client_config, tls_connector};
+use geocount_net::{Connector, tcp_connector};
 use geocount_wan::WanConfig;
 
 pub use error::ClusterError;
@@ -90,6 +92,7 @@ impl WanMode {
 /// its own copy of the topology under `<data dir>/wan/`, wired through the emulator's proxies.
 pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result<(), ClusterError> {
     let topology = Topology::load(&options.config)?;
+    let tiers = tier_connector(&topology, &options.config)?;
     let bin_dir = match options.bin_dir {
         Some(dir) => dir,
         None => executable_dir()?,
@@ -145,11 +148,15 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
     let mut processes = Vec::with_capacity(plan.len());
     let mut shutdown = pin!(shutdown);
     let started = tokio::select! {
-        result = start(&mut processes, plan, &log_dir, wan.as_ref()) => Some(result),
+        result = start(&mut processes, plan, &log_dir, wan.as_ref(), &tiers) => Some(result),
         () = &mut shutdown => None,
     };
     match started {
-        Some(Ok(proxies)) => print_table(&processes, wan.as_ref().map(|wan| (wan, &proxies))),
+        Some(Ok(proxies)) => print_table(
+            &processes,
+            wan.as_ref().map(|wan| (wan, &proxies)),
+            topology.tls.as_ref(),
+        ),
         Some(Err(error)) => {
             stop_all(&mut processes).await;
             return Err(error);
@@ -172,6 +179,16 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
     }
 }
 
+/// How the launcher reaches the tiers: over TLS trusting the topology's CA with `[tls]`, plain
+/// TCP without.
+fn tier_connector(topology: &Topology, config: &Path) -> Result<Connector, ClusterError> {
+    let Some(tls) = &topology.tls else {
+        return Ok(tcp_connector());
+    };
+    let trusted = client_config(&tls.ca).map_err(|e| tls.file_error(config, &e.file, e.message))?;
+    Ok(tls_connector(tcp_connector(), trusted))
+}
+
 /// Starts `plan` into `processes` and waits until every process is healthy. With `wan`, the
 /// emulator (first in `plan`) starts alone; once it is healthy its proxies' addresses go into
 /// every other process's copy of the topology, and those are started. Returns the proxies (link
@@ -181,6 +198,7 @@ async fn start(
     plan: Vec<Planned>,
     log_dir: &Path,
     wan: Option<&WanMode>,
+    tiers: &Connector,
 ) -> Result<HashMap<String, SocketAddr>, ClusterError> {
     let mut plan = plan.into_iter();
     let mut proxies = HashMap::new();
@@ -195,7 +213,7 @@ async fn start(
         let emulator: Vec<Planned> = plan.by_ref().take(1).collect();
         wan::write_toml(&wan.config_of(&Role::WanEmulator), &wan.emulator)?;
         spawn_all(processes, emulator, log_dir, &env_remove)?;
-        process::wait_healthy(processes, STARTUP_TIMEOUT).await?;
+        process::wait_healthy_over(processes, STARTUP_TIMEOUT, tiers).await?;
         proxies = wan::proxy_addresses(wan.settings.control).await?;
     }
     let rest: Vec<Planned> = plan.collect();
@@ -206,7 +224,7 @@ async fn start(
         }
     }
     spawn_all(processes, rest, log_dir, &env_remove)?;
-    process::wait_healthy(processes, STARTUP_TIMEOUT).await?;
+    process::wait_healthy_over(processes, STARTUP_TIMEOUT, tiers).await?;
     Ok(proxies)
 }
 
@@ -299,7 +317,11 @@ async fn stop_all(processes: &mut [Process]) -> usize {
 
 /// Prints the table of processes, the emulator's links (with `--wan`: the set-up and each
 /// proxy's address), and how to use the cluster.
-fn print_table(processes: &[Process], wan: Option<(&WanMode, &HashMap<String, SocketAddr>)>) {
+fn print_table(
+    processes: &[Process],
+    wan: Option<(&WanMode, &HashMap<String, SocketAddr>)>,
+    tls: Option<&TlsSettings>,
+) {
     let rows = processes.iter().map(|p| {
         [
             p.role.kind().to_owned(),
@@ -315,19 +337,23 @@ fn print_table(processes: &[Process], wan: Option<(&WanMode, &HashMap<String, So
         print_links(wan, proxies);
         println!();
     }
+    let (curl, scheme) = match tls {
+        Some(tls) => (format!("curl --cacert {}", tls.ca.display()), "https"),
+        None => ("curl".to_owned(), "http"),
+    };
     let shard = processes
         .iter()
         .find(|p| matches!(p.role, Role::Shard { .. }));
     if let Some(shard) = shard {
-        let base = format!("http://{}/counter/tweet:1:likes", shard.address);
-        println!("writes: curl -X PATCH '{base}/write?op=INCREMENT'   (any shard node)");
+        let base = format!("{scheme}://{}/counter/tweet:1:likes", shard.address);
+        println!("writes: {curl} -X PATCH '{base}/write?op=INCREMENT'   (any shard node)");
     }
     let global = processes
         .iter()
         .find(|p| matches!(p.role, Role::GlobalAggregator));
     if let Some(global) = global {
         println!(
-            "reads:  curl http://{}/counter/tweet:1:likes",
+            "reads:  {curl} {scheme}://{}/counter/tweet:1:likes",
             global.address
         );
     }
@@ -336,7 +362,7 @@ fn print_table(processes: &[Process], wan: Option<(&WanMode, &HashMap<String, So
         .find(|p| matches!(p.role, Role::DatacenterAggregator { .. }));
     if let Some(aggregator) = aggregator {
         println!(
-            "        curl http://{}/counter/tweet:1:likes   (one datacenter's part)",
+            "        {curl} {scheme}://{}/counter/tweet:1:likes   (one datacenter's part)",
             aggregator.address
         );
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use geocount_net::HttpClient;
+use geocount_net::{Connector, HttpClient, tcp_connector};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
@@ -155,14 +155,25 @@ impl Process {
     }
 }
 
-/// Waits until every process answers `GET /healthz` with 200, for at most `timeout` overall.
-/// Fails with the first process that exits before it is healthy, or the first one still not
-/// healthy when the time is up.
+/// Waits until every process answers `GET /healthz` with 200 over plain HTTP, for at most
+/// `timeout` overall. Fails with the first process that exits before it is healthy, or the
+/// first one still not healthy when the time is up.
 pub async fn wait_healthy(
     processes: &mut [Process],
     timeout: Duration,
 ) -> Result<(), ClusterError> {
-    let client = HttpClient::new(PROBE_TIMEOUT);
+    wait_healthy_over(processes, timeout, &tcp_connector()).await
+}
+
+/// [`wait_healthy`], asking the tiers through `tiers` (TLS in a topology with `[tls]`); the
+/// WAN emulator is always asked over plain HTTP.
+pub async fn wait_healthy_over(
+    processes: &mut [Process],
+    timeout: Duration,
+    tiers: &Connector,
+) -> Result<(), ClusterError> {
+    let plain = HttpClient::new(PROBE_TIMEOUT);
+    let tiers = HttpClient::with_connector(PROBE_TIMEOUT, tiers.clone());
     let deadline = Instant::now() + timeout;
     let mut pending: Vec<usize> = (0..processes.len()).collect();
     loop {
@@ -174,8 +185,11 @@ pub async fn wait_healthy(
         }
         let mut probes = JoinSet::new();
         for &i in &pending {
-            let client = client.clone();
-            let url = format!("http://{}/healthz", processes[i].address);
+            let client = match processes[i].role {
+                Role::WanEmulator => plain.clone(),
+                _ => tiers.clone(),
+            };
+            let url = client.url(processes[i].address, "/healthz");
             probes.spawn(async move {
                 let healthy =
                     matches!(client.get(&url).await, Ok(answer) if answer.status.as_u16() == 200);

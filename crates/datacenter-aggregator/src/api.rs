@@ -18,11 +18,11 @@
 
 use std::sync::Arc;
 
-use geocount_model::CounterId;
+use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
 use geocount_sync::{
-    SourceHealth, answer_slot_copy, parse_top_query, parse_trending_query, read_ranked,
+    Need, SourceHealth, answer_slot_copy, parse_top_query, parse_trending_query, read_ranked,
 };
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -65,6 +65,16 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/openapi.json", Route::OpenApi),
 ];
 
+/// What each route needs of a request (README, "Access"): a client token with a right, the
+/// cluster secret, or nothing.
+pub fn need(route: Route) -> Need {
+    match route {
+        Route::Counter | Route::TopK | Route::Trending => Need::Right(Right::Read),
+        Route::Sync | Route::SlotCopy => Need::Cluster,
+        Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
+    }
+}
+
 /// Builds the router once per aggregator.
 pub fn router() -> matchit::Router<Route> {
     http::router(ROUTES.iter().copied())
@@ -72,9 +82,14 @@ pub fn router() -> matchit::Router<Route> {
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<AggregatorState>, request: Request<Incoming>) -> Response {
-    http::answer(&state.router, request, |routed, request| {
-        dispatch(&state, routed, request)
-    })
+    let need = |route, _: &Request<Incoming>| need(route);
+    http::answer(
+        &state.router,
+        &state.access,
+        need,
+        request,
+        |routed, request| dispatch(&state, routed, request),
+    )
     .await
 }
 

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use geocount_model::{SlotId, SyncSettings, Topology, TopologyError, TrendingConfig};
+use geocount_model::{
+    AuthConfig, HttpSettings, SlotId, SyncSettings, Topology, TopologyError, TrendingConfig,
+};
 use geocount_sync::PullSource;
 
 /// Everything a datacenter aggregator needs to run.
@@ -25,6 +27,10 @@ pub struct AggregatorConfig {
     pub default_window_seconds: u32,
     /// What `GET /trending` lists (`[trending]`).
     pub trending: TrendingConfig,
+    /// Limits of its HTTP listener (`[http]`).
+    pub http: HttpSettings,
+    /// Client tokens and the cluster secret (`[auth]`).
+    pub auth: AuthConfig,
 }
 
 impl AggregatorConfig {
@@ -50,6 +56,8 @@ impl AggregatorConfig {
             sync: topology.sync.clone(),
             default_window_seconds: topology.shard.default_window_seconds,
             trending: topology.trending.clone(),
+            http: topology.http.clone(),
+            auth: topology.auth.clone(),
         })
     }
 

@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use clap::Parser;
 use datacenter_aggregator::AggregatorConfig;
+use geocount_model::tls::aggregator_process;
 use geocount_model::{SystemClock, Topology};
+use geocount_net::tcp_connector;
+use geocount_net::tls::secure;
+use geocount_sync::tls::tier_tls;
 
 /// Runs one geocount datacenter aggregator: it pulls its datacenter's shard nodes and sums
 /// their slots of every counter.
@@ -23,20 +27,19 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = Topology::load(&args.config)
-        .and_then(|topology| AggregatorConfig::from_topology(&topology, &args.config, &args.dc));
+    let config = Topology::load(&args.config).and_then(|topology| {
+        let config = AggregatorConfig::from_topology(&topology, &args.config, &args.dc)?;
+        topology.check_listen(&args.config, config.listen)?;
+        let tls = tier_tls(&topology, &args.config, &aggregator_process(&args.dc))?;
+        Ok((config, tls))
+    });
     geocount_net::run_tier(
         "datacenter-aggregator",
         config,
-        |config| config.listen,
-        |config, listener, shutdown| {
-            datacenter_aggregator::run(
-                config,
-                listener,
-                Arc::new(SystemClock),
-                geocount_net::tcp_connector(),
-                shutdown,
-            )
+        |(config, _)| config.listen,
+        |(config, tls), listener, shutdown| {
+            let (listener, connector) = secure(listener, tcp_connector(), tls.as_ref());
+            datacenter_aggregator::run(config, listener, Arc::new(SystemClock), connector, shutdown)
         },
     )
 }

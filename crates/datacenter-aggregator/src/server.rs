@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geocount_model::Clock;
 use geocount_net::{Connector, HttpClient, Listener};
-use geocount_sync::start_pulling;
+use geocount_sync::{Access, start_pulling};
 
 use crate::api;
 use crate::config::AggregatorConfig;
@@ -25,8 +25,12 @@ pub async fn run<L: Listener>(
     shutdown: impl Future<Output = ()>,
 ) {
     let slot_names = config.slot_names();
-    let client =
-        HttpClient::with_connector(Duration::from_millis(config.sync.timeout_ms), connector);
+    let limits = geocount_sync::http::serve_limits(&config.http);
+    let access = Access::new(&config.auth);
+    let client = access.cluster_client(HttpClient::with_connector(
+        Duration::from_millis(config.sync.timeout_ms),
+        connector,
+    ));
     let (replica, metrics, pullers) = start_pulling(
         slot_names.clone(),
         &config.sources(),
@@ -48,8 +52,9 @@ pub async fn run<L: Listener>(
         clock,
         metrics,
         router: api::router(),
+        access,
     });
     let handler = move |request| api::handle(state.clone(), request);
-    pullers.serve(listener, handler, shutdown).await;
+    pullers.serve(listener, limits, handler, shutdown).await;
     tracing::info!("stopped");
 }

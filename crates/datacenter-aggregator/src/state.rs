@@ -14,7 +14,7 @@ use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::SlotFreshness;
 use geocount_model::{Clock, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
-use geocount_sync::{Replica, ReplicaMetrics, SharedReplica, worst_staleness};
+use geocount_sync::{Access, Replica, ReplicaMetrics, SharedReplica, worst_staleness};
 use serde::Serialize;
 
 use crate::api::Route;
@@ -34,6 +34,8 @@ pub struct AggregatorState {
     pub metrics: ReplicaMetrics,
     /// The endpoints.
     pub router: matchit::Router<Route>,
+    /// Who may call which route (`[auth]`).
+    pub access: Access,
 }
 
 /// Each slot's staleness at `now_ms`, by slot index (the first `slots` sources are the shards).

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use geocount_model::Topology;
-use geocount_net::{Answer, HttpClient};
+use geocount_net::tls::{client_config, tls_connector};
+use geocount_net::{Answer, HttpClient, tcp_connector};
 use hyper::Method;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rand::seq::{IndexedRandom, SliceRandom};
@@ -43,12 +44,14 @@ pub struct ShardNode {
     pub index: usize,
     /// Where it listens.
     pub address: SocketAddr,
+    /// What it speaks: `http`, or `https` in a topology with `[tls]`.
+    pub scheme: &'static str,
 }
 
 impl ShardNode {
-    /// `http://<address><path>`.
+    /// `<scheme>://<address><path>`.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.address)
+        format!("{}://{}{path}", self.scheme, self.address)
     }
 }
 
@@ -60,14 +63,36 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Reads the topology file `config`; requests give up after `timeout`.
+    /// Reads the topology file `config`; requests give up after `timeout`. With a `[tls]`
+    /// section every request goes over TLS and trusts the topology's CA only.
     pub fn load(config: &Path, timeout: Duration) -> Result<Self, GeoctlError> {
-        Ok(Self::new(Topology::load(config)?, HttpClient::new(timeout)))
+        let topology = Topology::load(config)?;
+        let connector = match &topology.tls {
+            None => tcp_connector(),
+            Some(tls) => tls_connector(
+                tcp_connector(),
+                client_config(&tls.ca).map_err(|e| tls.file_error(config, &e.file, e.message))?,
+            ),
+        };
+        let client = HttpClient::with_connector(timeout, connector);
+        Ok(Self::new(topology, client))
     }
 
     /// A cluster from an already loaded topology.
     pub fn new(topology: Topology, client: HttpClient) -> Self {
         Self { topology, client }
+    }
+
+    /// The same cluster, sending `Authorization: Bearer <token>` with every request when a
+    /// token is given (a cluster with `[auth]` tokens needs one).
+    pub fn with_token(self, token: Option<&str>) -> Result<Self, GeoctlError> {
+        let Some(token) = token else {
+            return Ok(self);
+        };
+        let client = self
+            .client
+            .with_header("authorization", &format!("Bearer {token}"))?;
+        Ok(Self { client, ..self })
     }
 
     /// The topology.
@@ -80,9 +105,18 @@ impl Cluster {
         &self.client
     }
 
-    /// `http://<global aggregator><path>`.
+    /// `<scheme>://<global aggregator><path>`.
     pub fn global_url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.topology.global.listen)
+        self.client.url(self.topology.global.listen, path)
+    }
+
+    /// What the cluster's processes speak: `http`, or `https` with `[tls]`.
+    fn scheme(&self) -> &'static str {
+        if self.topology.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// Every shard node, in topology order.
@@ -98,6 +132,7 @@ impl Cluster {
                         datacenter: dc.name.clone(),
                         index,
                         address,
+                        scheme: self.scheme(),
                     })
             })
             .collect()
@@ -118,6 +153,7 @@ impl Cluster {
             datacenter: dc.name.clone(),
             index,
             address: dc.shards[index],
+            scheme: self.scheme(),
         }
     }
 

@@ -46,9 +46,15 @@ pub enum Command {
     Load(cmd::load::LoadOptions),
 }
 
-/// Loads the topology file `config` and runs `command`, printing to `out`.
-pub async fn run(config: &Path, command: &Command, out: &mut dyn Write) -> Result<(), GeoctlError> {
-    let cluster = Cluster::load(config, REQUEST_TIMEOUT)?;
+/// Loads the topology file `config` and runs `command`, printing to `out`; every request
+/// carries `token` as a bearer token when one is given.
+pub async fn run(
+    config: &Path,
+    token: Option<&str>,
+    command: &Command,
+    out: &mut dyn Write,
+) -> Result<(), GeoctlError> {
+    let cluster = Cluster::load(config, REQUEST_TIMEOUT)?.with_token(token)?;
     match command {
         Command::Get(options) => cmd::get::run(&cluster, options, out).await,
         Command::Create(options) => cmd::create::run(&cluster, options, out).await,

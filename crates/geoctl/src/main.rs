@@ -26,6 +26,11 @@ struct Args {
     /// variables override its keys.
     #[arg(long, global = true, default_value = "config/local.toml")]
     config: PathBuf,
+    /// The bearer token to send, for a cluster with `[auth]` tokens [default: the
+    /// `GEOCTL_TOKEN` environment variable]. (Not `GEOCOUNT_TOKEN`: `GEOCOUNT_*` variables
+    /// override the topology's keys.)
+    #[arg(long, global = true, value_name = "TOKEN")]
+    token: Option<String>,
     /// What to do.
     #[command(subcommand)]
     command: Sub,
@@ -242,10 +247,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let token = args.token.or_else(|| std::env::var("GEOCTL_TOKEN").ok());
     let command = Command::from(args.command);
     // Not locked: the load's progress bar draws on standard output from other threads.
     let mut stdout = std::io::stdout();
-    match runtime.block_on(geoctl::run(&args.config, &command, &mut stdout)) {
+    match runtime.block_on(geoctl::run(
+        &args.config,
+        token.as_deref(),
+        &command,
+        &mut stdout,
+    )) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("geoctl: {error}");

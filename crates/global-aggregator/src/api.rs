@@ -18,10 +18,10 @@
 
 use std::sync::Arc;
 
-use geocount_model::CounterId;
+use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
-use geocount_sync::{SourceHealth, parse_top_query, parse_trending_query, read_ranked};
+use geocount_sync::{Need, SourceHealth, parse_top_query, parse_trending_query, read_ranked};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -66,6 +66,18 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/openapi.json", Route::OpenApi),
 ];
 
+/// What each route needs of a request (README, "Access"): a client token with a right, the
+/// cluster secret, or nothing.
+pub fn need(route: Route) -> Need {
+    match route {
+        Route::Counter | Route::TopK | Route::Trending | Route::Datacenters => {
+            Need::Right(Right::Read)
+        }
+        Route::Sync => Need::Cluster,
+        Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
+    }
+}
+
 /// Builds the router once.
 pub fn router() -> matchit::Router<Route> {
     http::router(ROUTES.iter().copied())
@@ -107,7 +119,8 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
             ))),
         }
     };
-    http::answer(&state.router, request, dispatch).await
+    let need = |route, _: &Request<Incoming>| need(route);
+    http::answer(&state.router, &state.access, need, request, dispatch).await
 }
 
 /// The query of a global read.

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use geocount_model::{SlotId, SyncSettings, Topology, TrendingConfig};
+use geocount_model::{AuthConfig, HttpSettings, SlotId, SyncSettings, Topology, TrendingConfig};
 use geocount_sync::PullSource;
 
 /// One datacenter, as the global aggregator sees it.
@@ -34,6 +34,10 @@ pub struct GlobalAggregatorConfig {
     pub default_window_seconds: u32,
     /// What `GET /trending` lists (`[trending]`).
     pub trending: TrendingConfig,
+    /// Limits of its HTTP listener (`[http]`).
+    pub http: HttpSettings,
+    /// Client tokens and the cluster secret (`[auth]`).
+    pub auth: AuthConfig,
 }
 
 impl GlobalAggregatorConfig {
@@ -54,6 +58,8 @@ impl GlobalAggregatorConfig {
             sync: topology.sync.clone(),
             default_window_seconds: topology.shard.default_window_seconds,
             trending: topology.trending.clone(),
+            http: topology.http.clone(),
+            auth: topology.auth.clone(),
         }
     }
 

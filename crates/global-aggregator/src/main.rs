@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+use geocount_model::tls::GLOBAL_PROCESS;
 use geocount_model::{SystemClock, Topology};
+use geocount_net::tcp_connector;
+use geocount_net::tls::secure;
+use geocount_sync::tls::tier_tls;
 use global_aggregator::GlobalAggregatorConfig;
 
 /// Runs the geocount global aggregator: it pulls every datacenter aggregator and sums
@@ -20,19 +24,18 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = Topology::load(&args.config).map(|t| GlobalAggregatorConfig::from_topology(&t));
+    let config = Topology::load(&args.config).and_then(|t| {
+        t.check_listen(&args.config, t.global.listen)?;
+        let tls = tier_tls(&t, &args.config, GLOBAL_PROCESS)?;
+        Ok((GlobalAggregatorConfig::from_topology(&t), tls))
+    });
     geocount_net::run_tier(
         "global-aggregator",
         config,
-        |config| config.listen,
-        |config, listener, shutdown| {
-            global_aggregator::run(
-                config,
-                listener,
-                Arc::new(SystemClock),
-                geocount_net::tcp_connector(),
-                shutdown,
-            )
+        |(config, _)| config.listen,
+        |(config, tls), listener, shutdown| {
+            let (listener, connector) = secure(listener, tcp_connector(), tls.as_ref());
+            global_aggregator::run(config, listener, Arc::new(SystemClock), connector, shutdown)
         },
     )
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geocount_model::Clock;
 use geocount_net::{Connector, HttpClient, Listener};
-use geocount_sync::start_pulling;
+use geocount_sync::{Access, start_pulling};
 
 use crate::api;
 use crate::config::GlobalAggregatorConfig;
@@ -25,8 +25,12 @@ pub async fn run<L: Listener>(
     shutdown: impl Future<Output = ()>,
 ) {
     let sources = config.sources();
-    let client =
-        HttpClient::with_connector(Duration::from_millis(config.sync.timeout_ms), connector);
+    let limits = geocount_sync::http::serve_limits(&config.http);
+    let access = Access::new(&config.auth);
+    let client = access.cluster_client(HttpClient::with_connector(
+        Duration::from_millis(config.sync.timeout_ms),
+        connector,
+    ));
     let (replica, metrics, pullers) =
         start_pulling(config.slot_names(), &sources, client, clock.clone(), PREFIX);
     // Each datacenter's slots in its own group, so /topk ranks each datacenter and the world.
@@ -44,10 +48,12 @@ pub async fn run<L: Listener>(
         clock,
         metrics,
         router: api::router(),
+        access,
     });
     pullers
         .serve(
             listener,
+            limits,
             move |request| api::handle(state.clone(), request),
             shutdown,
         )

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::{Clock, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
-use geocount_sync::{Replica, ReplicaMetrics, SharedReplica, worst_staleness};
+use geocount_sync::{Access, Replica, ReplicaMetrics, SharedReplica, worst_staleness};
 use serde::Serialize;
 
 use crate::api::Route;
@@ -37,6 +37,8 @@ pub struct GlobalState {
     pub metrics: ReplicaMetrics,
     /// The endpoints.
     pub router: matchit::Router<Route>,
+    /// Who may call which route (`[auth]`).
+    pub access: Access,
 }
 
 /// One datacenter's part of a counter.
@@ -360,6 +362,8 @@ mod tests {
             sync: Default::default(),
             default_window_seconds: 300,
             trending: Default::default(),
+            auth: Default::default(),
+            http: Default::default(),
         };
         let statuses = datacenter_statuses(&replica, &config, &[0, 0, 1], 1_400);
         let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);

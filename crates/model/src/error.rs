@@ -1,4 +1,4 @@
-//! Errors of the model: invalid ids, invalid deltas, overflow, invalid items and sketches.
+//! Errors of the model: invalid ids, invalid deltas, overflow, invalid items, sketches and windows.
 
 /// What the model refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -18,6 +18,9 @@ pub enum ModelError {
     /// An encoded unique-count sketch that is malformed.
     #[error("invalid unique-count sketch: {0}")]
     InvalidSketch(String),
+    /// An encoded rolling window whose buckets are out of order or repeated.
+    #[error("invalid rolling window: {0}")]
+    InvalidWindow(String),
     /// Applying the delta would take the slot's value past the range of i64.
     #[error("applying delta {delta} to value {value} would overflow a 64-bit signed counter")]
     Overflow {

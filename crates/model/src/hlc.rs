@@ -58,11 +58,26 @@ impl Hlc {
                 logical: 0,
                 node: self.node,
             }
-        } else {
+        } else if let Some(logical) = last.logical.checked_add(1) {
             HlcTimestamp {
                 physical_ms: last.physical_ms,
-                logical: last.logical + 1,
+                logical,
                 node: self.node,
+            }
+        } else {
+            // The logical counter is spent (a peer sent `u32::MAX`): move on to the next
+            // millisecond rather than wrap to a timestamp below the last; at the very end of
+            // time, stay there.
+            match last.physical_ms.checked_add(1) {
+                Some(physical_ms) => HlcTimestamp {
+                    physical_ms,
+                    logical: 0,
+                    node: self.node,
+                },
+                None => HlcTimestamp {
+                    node: self.node,
+                    ..*last
+                },
             }
         };
         *last
@@ -111,5 +126,31 @@ mod tests {
         assert!(hlc.now() > remote);
         let other = Hlc::new("b", clock);
         assert_ne!(other.now().node, t1.node, "nodes break ties");
+    }
+
+    /// Hostile input (issue #7, seen while writing the `wire_sync_page` fuzz target): a
+    /// description version from a peer with a spent logical counter overflowed `logical + 1`
+    /// (a panic with overflow checks, a wrap to an older timestamp without).
+    #[test]
+    fn an_observed_timestamp_with_a_spent_logical_counter_still_moves_forward() {
+        let clock = Arc::new(FixedClock(AtomicU64::new(1000)));
+        let hlc = Hlc::new("a", clock);
+        let spent = HlcTimestamp {
+            physical_ms: 5000,
+            logical: u32::MAX,
+            node: 7,
+        };
+        hlc.observe(spent);
+        let next = hlc.now();
+        assert!(next > spent, "{next:?}");
+        let end = HlcTimestamp {
+            physical_ms: u64::MAX,
+            logical: u32::MAX,
+            node: 7,
+        };
+        hlc.observe(end);
+        let last = hlc.now();
+        assert_eq!((last.physical_ms, last.logical), (u64::MAX, u32::MAX));
+        assert!(hlc.now() >= last, "never back");
     }
 }

@@ -14,11 +14,16 @@
 //! - [`window`]: per-second hit buckets of a rolling window ([`Window`]).
 //! - [`unique`]: the HyperLogLog sketch of a unique counter's slot ([`UniqueSketch`]).
 //! - [`topology`]: the TOML topology file every binary and script reads ([`Topology`]).
+//! - [`access`]: its `[auth]` section: client tokens and their rights, the cluster secret
+//!   ([`AuthConfig`]).
+//! - [`tls`]: its `[tls]` section: the CA and where each process's certificate and key are
+//!   ([`TlsSettings`]).
 //! - [`wire`]: the postcard messages that cross process boundaries: batched writes, and the
 //!   sync pages every tier pulls from the one below (and descriptions from the one above).
 //! - [`clock`]: the time seam ([`Clock`]), so simulations can inject time.
 //! - [`error`]: this crate's error enum ([`ModelError`]).
 
+pub mod access;
 pub mod clock;
 pub mod counter;
 pub mod counter_id;
@@ -26,11 +31,13 @@ pub mod error;
 pub mod hlc;
 pub mod placement;
 pub mod slot;
+pub mod tls;
 pub mod topology;
 pub mod unique;
 pub mod window;
 pub mod wire;
 
+pub use access::{AuthConfig, Right, Secret, TokenConfig};
 pub use clock::{Clock, SystemClock};
 pub use counter::{CounterDescription, CounterType, VersionedDescription};
 pub use counter_id::CounterId;
@@ -38,9 +45,10 @@ pub use error::ModelError;
 pub use hlc::{Hlc, HlcTimestamp};
 pub use placement::Placement;
 pub use slot::{SlotId, SlotRecord, SlotState, next_slot_version};
+pub use tls::TlsSettings;
 pub use topology::{
-    DatacenterConfig, Durability, GlobalConfig, RegionLink, Selection, ShardDefaults, SyncSettings,
-    Topology, TopologyError, TrendingConfig, WanSettings,
+    DatacenterConfig, Durability, GlobalConfig, HttpSettings, RegionLink, Selection, ShardDefaults,
+    SyncSettings, Topology, TopologyError, TrendingConfig, WanSettings,
 };
 pub use unique::UniqueSketch;
 pub use window::{Recorded, Window};

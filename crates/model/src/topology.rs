@@ -15,6 +15,8 @@ use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
 use crate::SlotId;
+use crate::access::AuthConfig;
+use crate::tls::TlsSettings;
 
 /// The whole topology.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,7 +38,46 @@ pub struct Topology {
     /// The WAN `geocount-cluster --wan` emulates between regions; the tiers ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wan: Option<WanSettings>,
+    /// TLS between every tier (`[tls]`); plain HTTP without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSettings>,
+    /// Limits of every tier's HTTP listener: connections and slow clients.
+    #[serde(default)]
+    pub http: HttpSettings,
+    /// Who may call the client API, and the secret between tiers (README, "Access").
+    #[serde(default)]
+    pub auth: AuthConfig,
 }
+
+/// Limits of every tier's HTTP listener (`[http]`), against too many or too slow clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSettings {
+    /// The most connections a listener keeps open at once; one more is accepted and closed at
+    /// once.
+    pub max_connections: usize,
+    /// A client must send a request's whole header within this many milliseconds of the
+    /// connection being ready for it (opened, or the previous answer sent): it also closes
+    /// idle keep-alive connections.
+    pub header_read_timeout_ms: u64,
+    /// A request's whole body must arrive within this many milliseconds of the handler starting
+    /// to read it; a slower one is answered 408 and nothing of it is applied.
+    pub body_read_timeout_ms: u64,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// The most points each slot may own on the placement ring (`shard.virtual_nodes`): the ring
+/// of a datacenter is built in memory at start-up, so its size must stay bounded.
+pub const MAX_VIRTUAL_NODES: u32 = 4_096;
 
 /// The most delay or jitter a WAN link takes, in milliseconds: the emulator's own limit.
 pub const MAX_WAN_DELAY_MS: u64 = 60_000;
@@ -257,7 +298,7 @@ pub struct ShardDefaults {
     pub checkpoint_interval_ms: u64,
     /// How a write picks one of its counter's slots.
     pub selection: Selection,
-    /// Points each slot owns on the placement ring.
+    /// Points each slot owns on the placement ring (1 to [`MAX_VIRTUAL_NODES`]).
     pub virtual_nodes: u32,
     /// A counter writing more than this per second per slot grows its `numberOfShards`; one
     /// under a quarter of it shrinks back (never below its created count).
@@ -265,6 +306,10 @@ pub struct ShardDefaults {
     /// A node starting on an empty data directory waits this long (milliseconds) for its peers
     /// and its aggregator to hand back its slot before it starts empty.
     pub restore_timeout_ms: u64,
+    /// The most counters a node keeps in its own slot, and the most descriptions it creates
+    /// itself: a write or create that would go past it is refused (507). Copies and
+    /// descriptions learned from other nodes are never refused (they count towards it).
+    pub max_counters: usize,
 }
 
 impl Default for ShardDefaults {
@@ -286,6 +331,7 @@ impl Default for ShardDefaults {
             virtual_nodes: 64,
             hot_writes_per_slot: 2_000,
             restore_timeout_ms: 3_000,
+            max_counters: 10_000_000,
         }
     }
 }
@@ -434,6 +480,13 @@ impl Topology {
             ("shard.checkpoint_interval_ms", shard.checkpoint_interval_ms),
             ("shard.virtual_nodes", shard.virtual_nodes.into()),
             ("shard.hot_writes_per_slot", shard.hot_writes_per_slot),
+            ("shard.max_counters", shard.max_counters as u64),
+            ("http.max_connections", self.http.max_connections as u64),
+            (
+                "http.header_read_timeout_ms",
+                self.http.header_read_timeout_ms,
+            ),
+            ("http.body_read_timeout_ms", self.http.body_read_timeout_ms),
             ("global.max_staleness_ms", self.global.max_staleness_ms),
             (
                 "sync.shard_to_datacenter_ms",
@@ -456,6 +509,12 @@ impl Topology {
             if value == 0 {
                 return Err((key.into(), "must be greater than 0".into()));
             }
+        }
+        if shard.virtual_nodes > MAX_VIRTUAL_NODES {
+            return Err((
+                "shard.virtual_nodes".into(),
+                format!("{} is more than {MAX_VIRTUAL_NODES}", shard.virtual_nodes),
+            ));
         }
         if shard.default_window_seconds > shard.max_window_seconds {
             return Err((
@@ -488,6 +547,10 @@ impl Topology {
                 "shard.max_body_bytes".into(),
                 "must be at least 1024".into(),
             ));
+        }
+        self.auth.validate()?;
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
         }
         self.validate_wan()
     }
@@ -585,6 +648,33 @@ impl Topology {
             })
     }
 
+    /// Refuses to serve the client API without tokens on `listen` when it is not a loopback
+    /// address (unless `auth.insecure_public`); the error names `file` and the key `listen`
+    /// is configured at. Every tier's binary calls it before it listens.
+    pub fn check_listen(&self, file: &Path, listen: SocketAddr) -> Result<(), TopologyError> {
+        self.auth
+            .check_listen(listen)
+            .map_err(|message| TopologyError {
+                file: file.to_owned(),
+                key: self.key_of_address(listen),
+                message,
+            })
+    }
+
+    /// The key `addr` is configured at: `global.listen`, `datacenters[i].aggregator` or
+    /// `datacenters[i].shards[n]` (`global.listen` if none: addresses are unique).
+    fn key_of_address(&self, addr: SocketAddr) -> String {
+        for (i, dc) in self.datacenters.iter().enumerate() {
+            if dc.aggregator == addr {
+                return format!("datacenters[{i}].aggregator");
+            }
+            if let Some(n) = dc.shards.iter().position(|shard| *shard == addr) {
+                return format!("datacenters[{i}].shards[{n}]");
+            }
+        }
+        "global.listen".to_owned()
+    }
+
     /// The index of datacenter `name` in `datacenters`.
     pub fn datacenter_index(&self, name: &str) -> Option<usize> {
         self.datacenters.iter().position(|dc| dc.name == name)
@@ -678,6 +768,18 @@ shards = ["127.0.0.1:7201"]
     fn load(text: &str) -> Result<Topology, TopologyError> {
         let (_dir, path) = write(text);
         Topology::load_with_env(&path, Env::prefixed("GEOCOUNT_TEST_NEVER_SET_"))
+    }
+
+    /// Hostile input (issue #7, seen while writing the `topology` fuzz target): the placement ring is built in memory from
+    /// `shard.virtual_nodes` points per slot, so an unbounded count could exhaust memory (and
+    /// overflowed `slots * virtual_nodes` in `Placement::new`).
+    #[test]
+    fn virtual_nodes_are_bounded() {
+        let with = |n: u64| format!("{GOOD}\n[shard]\nvirtual_nodes = {n}\n");
+        assert!(Topology::from_toml("t.toml", &with(u64::from(MAX_VIRTUAL_NODES))).is_ok());
+        let error = Topology::from_toml("t.toml", &with(4_294_967_295)).unwrap_err();
+        assert_eq!(error.key, "shard.virtual_nodes");
+        assert!(error.message.contains("more than 4096"), "{error}");
     }
 
     #[test]

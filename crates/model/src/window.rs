@@ -13,9 +13,35 @@ use serde::{Deserialize, Serialize};
 use crate::ModelError;
 
 /// Per-second buckets, oldest first: `(unix second, hits)`.
+///
+/// A window read from the wire must keep that order, one bucket per second (strictly rising
+/// seconds): [`Window::sum`] and [`Window::record`] search the buckets by second, so a decoded
+/// window with buckets out of order or repeated is refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "EncodedWindow")]
 pub struct Window {
     buckets: Vec<(u64, i64)>,
+}
+
+/// How a [`Window`] is read back before its order is checked (the same shape as `Window`).
+#[derive(Deserialize)]
+struct EncodedWindow {
+    buckets: Vec<(u64, i64)>,
+}
+
+impl TryFrom<EncodedWindow> for Window {
+    type Error = ModelError;
+
+    fn try_from(encoded: EncodedWindow) -> Result<Self, ModelError> {
+        let buckets = encoded.buckets;
+        if let Some(pair) = buckets.windows(2).find(|pair| pair[0].0 >= pair[1].0) {
+            return Err(ModelError::InvalidWindow(format!(
+                "bucket second {} follows {}: buckets must be in rising order, one per second",
+                pair[1].0, pair[0].0
+            )));
+        }
+        Ok(Self { buckets })
+    }
 }
 
 /// What [`Window::record`] did with a hit.
@@ -137,6 +163,31 @@ mod tests {
         assert_eq!(w.buckets().first(), Some(&(21, 1)));
         assert_eq!(w.sum(3, 30), 3);
         assert_eq!(w.sum(10, 40), 0, "nothing in (30, 40]");
+    }
+
+    /// Hostile input (issue #7, seen while writing the `wire_sync_page` and `wire_slot_copy`
+    /// fuzz targets): a window decoded from a peer must keep its buckets in rising order, one
+    /// per second, or every search by second ([`Window::sum`], [`Window::record`]) answers
+    /// wrongly.
+    #[test]
+    fn decoded_windows_with_buckets_out_of_order_or_repeated_are_refused() {
+        // postcard: the bucket count, then each (second, zigzag hits) as varints.
+        let ordered = [2, 3, 2, 5, 4];
+        let window: Window = postcard::from_bytes(&ordered).unwrap();
+        assert_eq!(window.buckets(), &[(3, 1), (5, 2)]);
+        assert_eq!(postcard::to_allocvec(&window).unwrap(), ordered);
+        let backwards = [2, 5, 2, 3, 2];
+        let repeated = [2, 5, 2, 5, 2];
+        for bytes in [backwards, repeated] {
+            let error = postcard::from_bytes::<Window>(&bytes).unwrap_err();
+            assert!(matches!(error, postcard::Error::SerdeDeCustom), "{error:?}");
+        }
+        // Inside a slot record, as pages and slot copies carry it: state (value 1, version 1),
+        // the backwards window, no sketch.
+        let record = [2, 1, 2, 5, 2, 3, 2, 0];
+        assert!(postcard::from_bytes::<crate::SlotRecord>(&record).is_err());
+        let json = serde_json::from_str::<Window>(r#"{"buckets":[[9,1],[8,1]]}"#);
+        assert!(json.unwrap_err().to_string().contains("rising order"));
     }
 
     #[test]

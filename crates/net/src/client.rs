@@ -1,12 +1,14 @@
 //! A small HTTP/1.1 client over hyper, for tools, tests and calls between tiers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::connect::{ConnectService, Connector, tcp_connector};
 
@@ -42,6 +44,10 @@ pub enum ClientError {
 pub struct HttpClient {
     inner: Client<ConnectService, Full<Bytes>>,
     timeout: Duration,
+    /// Sent with every request (credentials: [`HttpClient::with_header`]).
+    headers: Arc<[(HeaderName, HeaderValue)]>,
+    /// What the connector speaks: `http`, or `https` over TLS.
+    scheme: &'static str,
 }
 
 /// An answer: its status, content type and body.
@@ -69,6 +75,12 @@ impl ClientError {
     }
 }
 
+/// How long a pooled connection may sit idle: less than the servers' header read timeout
+/// (`http.header_read_timeout_ms`, 10 s by default), which also closes idle keep-alive
+/// connections, so a request is not sent on a connection the server is closing (a forwarded
+/// write would then have an unknown outcome).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
 impl HttpClient {
     /// A client over TCP whose requests give up after `timeout`.
     pub fn new(timeout: Duration) -> Self {
@@ -78,11 +90,37 @@ impl HttpClient {
     /// A client whose connections come from `connector` and whose requests give up after
     /// `timeout` (connecting included).
     pub fn with_connector(timeout: Duration, connector: Connector) -> Self {
+        let scheme = connector.scheme();
         let connect = ConnectService::new(connector, timeout);
         Self {
-            inner: Client::builder(TokioExecutor::new()).build(connect),
+            inner: Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                .build(connect),
             timeout,
+            headers: Arc::new([]),
+            scheme,
         }
+    }
+
+    /// The URL of `path` at `address` (`host:port`) with the scheme the connector speaks:
+    /// `http://address/path`, or `https://` over TLS.
+    pub fn url(&self, address: impl std::fmt::Display, path: &str) -> String {
+        format!("{}://{address}{path}", self.scheme)
+    }
+
+    /// The same client, sending header `name: value` with every request (a credential such as
+    /// `authorization` or the cluster secret). An invalid name or value is a
+    /// [`ClientError::Request`].
+    pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, ClientError> {
+        let invalid = |what: &str| ClientError::Request(format!("header {name}: invalid {what}"));
+        let name = HeaderName::try_from(name).map_err(|_| invalid("name"))?;
+        let mut value = HeaderValue::try_from(value).map_err(|_| invalid("value"))?;
+        value.set_sensitive(true);
+        let mut headers = self.headers.to_vec();
+        headers.push((name, value));
+        self.headers = headers.into();
+        Ok(self)
     }
 
     /// `GET url`.
@@ -99,6 +137,9 @@ impl HttpClient {
         body: Bytes,
     ) -> Result<Answer, ClientError> {
         let mut request = Request::builder().method(method).uri(url);
+        for (name, value) in self.headers.iter() {
+            request = request.header(name, value);
+        }
         for (name, value) in headers {
             request = request.header(*name, *value);
         }

@@ -33,6 +33,11 @@ pub fn connecting<S: Stream>(
 pub trait Connect: Send + Sync + 'static {
     /// Connects to `host:port`, where `host` is an IP address or a name.
     fn connect(&self, host: &str, port: u16) -> Connecting;
+
+    /// The URL scheme of what its connections speak: `http`, or `https` over TLS.
+    fn scheme(&self) -> &'static str {
+        "http"
+    }
 }
 
 /// A shared [`Connect`], as every tier's `run` takes it.
@@ -90,7 +95,12 @@ impl tower_service::Service<Uri> for ConnectService {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let timeout = self.timeout;
-        let port = uri.port_u16().unwrap_or(80);
+        let default_port = if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        };
+        let port = uri.port_u16().unwrap_or(default_port);
         // An IPv6 host comes bracketed in a URI, and unbracketed in a socket address.
         let connecting = uri.host().map(|host| {
             let host = host.trim_start_matches('[').trim_end_matches(']');

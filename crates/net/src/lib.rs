@@ -3,12 +3,15 @@
 //!
 //! - [`listener`]: the seam of incoming connections ([`Listener`]): tokio's TCP listener in
 //!   production, a simulated one under a simulation.
-//! - [`server`]: the accept loop with graceful shutdown ([`serve`]).
+//! - [`server`]: the accept loop with graceful shutdown and limits on connections and slow
+//!   clients ([`serve`], [`ServeLimits`]).
 //! - [`client`]: a pooled HTTP/1.1 client for tools, tests and calls between tiers ([`HttpClient`]).
 //! - [`connect`]: the seam of outgoing connections ([`Connect`]): tokio's TCP in production, a
 //!   simulated network under a simulation.
-//! - [`body`]: reading a request body under a size limit ([`read_body`]).
+//! - [`body`]: reading a request body under a size and a time limit ([`read_body`]).
 //! - [`response`]: JSON answers and the `{"error": ...}` shape every error takes ([`HttpError`]).
+//! - [`tls`]: TLS between tiers: a [`tls::TlsListener`] around any listener, a TLS connector
+//!   around any connector, certificates and keys from PEM files.
 //! - [`binary`]: what every tier's binary does around its server: logging, exit codes, the
 //!   listener, stopping on SIGTERM or Ctrl-C ([`run_tier`]).
 
@@ -19,11 +22,12 @@ pub mod connect;
 pub mod listener;
 pub mod response;
 pub mod server;
+pub mod tls;
 
 pub use binary::run_tier;
-pub use body::{BodyError, read_body};
+pub use body::{BodyError, BodyReadTimeout, DEFAULT_BODY_READ_TIMEOUT, read_body};
 pub use client::{Answer, ClientError, HttpClient};
 pub use connect::{Connect, Connecting, Connector, Stream, TcpConnect, connecting, tcp_connector};
 pub use listener::Listener;
 pub use response::{HttpError, Response, bytes_response, error_response, json_response};
-pub use server::serve;
+pub use server::{Handler, Peer, ServeLimits, serve, serve_with_limits};

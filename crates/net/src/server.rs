@@ -1,8 +1,11 @@
 //! The accept loop: serves HTTP/1.1 on every connection a [`Listener`] yields until shutdown,
-//! then lets in-flight requests finish.
+//! then lets in-flight requests finish. [`ServeLimits`] bound how many connections it keeps and
+//! how long a slow client may take.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::Request;
@@ -10,27 +13,84 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use tokio::sync::Semaphore;
 
+use crate::body::BodyReadTimeout;
 use crate::{Listener, Response};
 
-/// How long a client may take to send its request headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The address a request came from: every request [`serve`] hands its handler carries it in
+/// its extensions (for logs naming the peer, such as a refused cluster secret).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
+
 /// How long in-flight requests get to finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `handler` on every connection from `listener` until `shutdown` completes, then waits
-/// (up to a bound) for open connections to finish their requests.
-pub async fn serve<L, H, F>(mut listener: L, handler: H, shutdown: impl Future<Output = ()>)
+/// What the accept loop allows each client. Every timer runs on tokio's clock, so a simulation
+/// drives them with its own time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// The most connections open at once. One more is accepted and closed at once (the client
+    /// sees the connection closed rather than hanging in the listen backlog).
+    pub max_connections: usize,
+    /// How long a client may take to send a request's whole header, counted from when the
+    /// connection is ready for it (opened, or the previous answer sent): an idle keep-alive
+    /// connection is closed after it too.
+    pub header_read_timeout: Duration,
+    /// How long a request's whole body may take once the handler reads it
+    /// ([`read_body`](crate::read_body) fails with `BodyError::TimedOut` after it).
+    pub body_read_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: crate::body::DEFAULT_BODY_READ_TIMEOUT,
+        }
+    }
+}
+
+/// What answers a server's requests: a cloneable function from a request to its answer.
+pub trait Handler: Fn(Request<Incoming>) -> Self::Answer + Clone + Send + Sync + 'static {
+    /// The future of one answer.
+    type Answer: Future<Output = Response> + Send + 'static;
+}
+
+impl<H, F> Handler for H
 where
-    L: Listener,
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response> + Send + 'static,
 {
+    type Answer = F;
+}
+
+/// Serves `handler` on every connection from `listener` until `shutdown` completes, then waits
+/// (up to a bound) for open connections to finish their requests; under the default
+/// [`ServeLimits`].
+pub async fn serve(
+    listener: impl Listener,
+    handler: impl Handler,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_with_limits(listener, ServeLimits::default(), handler, shutdown).await;
+}
+
+/// [`serve`] under `limits`.
+pub async fn serve_with_limits(
+    mut listener: impl Listener,
+    limits: ServeLimits,
+    handler: impl Handler,
+    shutdown: impl Future<Output = ()>,
+) {
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let body_timeout = BodyReadTimeout(limits.body_read_timeout);
     tokio::pin!(shutdown);
     loop {
         let (io, peer) = tokio::select! {
@@ -45,8 +105,15 @@ where
             },
             () = &mut shutdown => break,
         };
+        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
+            tracing::warn!(%peer, limit = limits.max_connections, "too many connections; closing the new one");
+            drop(io);
+            continue;
+        };
         let handler = handler.clone();
-        let service = service_fn(move |request| {
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(body_timeout);
+            request.extensions_mut().insert(Peer(peer));
             let response = handler(request);
             async move { Ok::<_, Infallible>(response.await) }
         });
@@ -55,6 +122,7 @@ where
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
+            drop(permit);
         });
     }
     drop(listener);

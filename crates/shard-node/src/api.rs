@@ -22,31 +22,28 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use geocount_model::counter_id::validate as validate_counter_id;
-use geocount_model::unique::{STANDARD_ERROR, validate_item};
+use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{
     BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE,
 };
-use geocount_model::{
-    CounterDescription, CounterId, CounterType, ModelError, SlotRecord, SlotState,
-};
+use geocount_model::{CounterId, CounterType, Right, SlotRecord, SlotState};
 use geocount_net::{HttpError, Response, bytes_response, json_response, read_body};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::commit::{Change, Command, WriteRequest, WriteResults};
 use crate::error::ShardError;
-use crate::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
+use crate::requests::{
+    check_idempotency_key, parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
+};
 use crate::routing::FORWARDED_HEADER;
 use crate::server::NodeState;
 use geocount_model::wire::{BatchEntry, SlotCopy, SyncPage};
 use geocount_sync::http::{self, RequestError, Routed, WindowQuery};
-use geocount_sync::{DescriptionTable, answer_slot_copy, answer_sync};
+use geocount_sync::{DescriptionTable, Need, answer_slot_copy, answer_sync};
 
-/// The most slots a counter may be spread over.
-pub const MAX_SHARDS_PER_COUNTER: u32 = 1024;
+pub use crate::requests::MAX_SHARDS_PER_COUNTER;
 
 /// The endpoints, as matched by the router.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +90,25 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/openapi.json", Route::OpenApi),
 ];
 
+/// What each route needs of a request (README, "Access"): a client token with a right, the
+/// cluster secret, or nothing. A write another node forwarded (marked with
+/// [`FORWARDED_HEADER`]) needs the cluster secret instead of a token: the first node checked
+/// the client's, and the mark alone must not let a client skip it.
+pub fn need(route: Route, forwarded: bool) -> Need {
+    match route {
+        Route::Write | Route::Increment | Route::Batch | Route::BatchItems if forwarded => {
+            Need::Cluster
+        }
+        Route::Write | Route::Increment | Route::Batch | Route::BatchItems => {
+            Need::Right(Right::Write)
+        }
+        Route::Create => Need::Right(Right::Admin),
+        Route::Counter | Route::Route => Need::Right(Right::Read),
+        Route::Sync | Route::SlotCopy => Need::Cluster,
+        Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
+    }
+}
+
 /// Builds the router once per node.
 pub fn router() -> matchit::Router<Route> {
     http::router(ROUTES.iter().copied())
@@ -100,9 +116,14 @@ pub fn router() -> matchit::Router<Route> {
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
-    http::answer(&state.routes, request, |routed, request| {
-        dispatch(&state, routed, request)
-    })
+    let need = |route, request: &Request<Incoming>| need(route, is_forwarded(request));
+    http::answer(
+        &state.routes,
+        &state.access,
+        need,
+        request,
+        |routed, request| dispatch(&state, routed, request),
+    )
     .await
 }
 
@@ -134,15 +155,6 @@ async fn dispatch(
     }
 }
 
-/// Parses an optional JSON body: empty means every field takes its default.
-fn json_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ShardError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(bytes)
-        .map_err(|e| ShardError::BadRequest(format!("malformed JSON body: {e}")))
-}
-
 /// Whether another node forwarded this write here: it is applied here, never sent on.
 fn is_forwarded(request: &Request<Incoming>) -> bool {
     request.headers().contains_key(FORWARDED_HEADER)
@@ -159,60 +171,9 @@ fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, Shar
     Ok(Some(key.into()))
 }
 
-fn check_idempotency_key(key: &str) -> Result<(), ShardError> {
-    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
-        return Err(ShardError::BadRequest(format!(
-            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
-        )));
-    }
-    Ok(())
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct CreateBody {
-    id: Option<String>,
-    number_of_shards: Option<u32>,
-    window_seconds: Option<u32>,
-    #[serde(rename = "type")]
-    counter_type: Option<CounterType>,
-}
-
 async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
-    let body: CreateBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
-    let id = match body.id {
-        Some(id) => CounterId::new(id)?,
-        None => CounterId::new(format!(
-            "c-{:016x}{:016x}",
-            rand::random::<u64>(),
-            rand::random::<u64>()
-        ))?,
-    };
-    let number_of_shards = body
-        .number_of_shards
-        .unwrap_or(state.settings.default_number_of_shards);
-    if !(1..=MAX_SHARDS_PER_COUNTER).contains(&number_of_shards) {
-        return Err(ShardError::BadRequest(format!(
-            "numberOfShards must be 1 to {MAX_SHARDS_PER_COUNTER}, got {number_of_shards}"
-        )));
-    }
-    let window_seconds = body
-        .window_seconds
-        .unwrap_or(state.settings.default_window_seconds);
-    let max_window = state.settings.max_window_seconds;
-    if !(1..=max_window).contains(&window_seconds) {
-        return Err(ShardError::BadRequest(format!(
-            "windowSeconds must be 1 to {max_window}, got {window_seconds}"
-        )));
-    }
-    let description = CounterDescription {
-        id,
-        counter_type: body.counter_type.unwrap_or_default(),
-        number_of_shards,
-        base_number_of_shards: number_of_shards,
-        window_seconds,
-        created_at_ms: state.clock.now_unix_ms(),
-    };
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let description = parse_create(&body, &state.settings, state.clock.now_unix_ms())?;
     let (reply, answer) = tokio::sync::oneshot::channel();
     state.send(Command::Create { description, reply }).await?;
     let created = answer.await.map_err(|_| state.stopped())??;
@@ -301,89 +262,17 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
     ))
 }
 
-/// Refuses a timestamp more than the configured skew ahead of this node's clock.
-fn check_timestamp(state: &NodeState, timestamp: u64) -> Result<u64, ShardError> {
-    let now = state.clock.now_unix_secs();
-    let allowed = state.settings.max_future_skew_secs;
-    let ahead = timestamp.saturating_sub(now);
-    if ahead > allowed {
-        return Err(ShardError::TimestampAhead {
-            timestamp,
-            ahead,
-            allowed,
-        });
-    }
-    Ok(timestamp)
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WriteBody {
-    delta: Option<i64>,
-    item: Option<String>,
-    timestamp: Option<u64>,
-}
-
-impl WriteBody {
-    /// The change the body asks for: its item, else its delta (default 1) times `sign`;
-    /// `signed` says whether the delta may be negative (else it must be above 0).
-    fn change(&self, sign: i64, signed: bool) -> Result<Change, ShardError> {
-        match (self.delta, &self.item) {
-            (Some(_), Some(_)) => Err(ShardError::BadRequest(
-                "a write carries a \"delta\" (sum counters) or an \"item\" (unique counters), not both"
-                    .into(),
-            )),
-            (None, Some(_)) if sign < 0 => Err(ShardError::BadRequest(
-                "items are only ever added: write them with op=INCREMENT".into(),
-            )),
-            (None, Some(item)) => {
-                validate_item(item)?;
-                Ok(Change::item(item))
-            }
-            (delta, None) => {
-                let delta = delta.unwrap_or(1);
-                if signed && delta == 0 {
-                    return Err(ShardError::BadRequest("delta must not be 0".into()));
-                }
-                if !signed && delta <= 0 {
-                    return Err(ModelError::NonPositiveDelta(delta).into());
-                }
-                Ok(Change::Delta(sign * delta))
-            }
-        }
-    }
-}
-
 async fn write(
     state: &NodeState,
     id: CounterId,
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
-    let query = request.uri().query().unwrap_or("");
-    let op = form_urlencoded::parse(query.as_bytes())
-        .find(|(name, _)| name == "op")
-        .map(|(_, value)| value.into_owned())
-        .ok_or_else(|| {
-            ShardError::BadRequest("missing query parameter op=INCREMENT|DECREMENT".into())
-        })?;
-    let sign = match op.as_str() {
-        "INCREMENT" => 1,
-        "DECREMENT" => -1,
-        other => {
-            return Err(ShardError::BadRequest(format!(
-                "op must be INCREMENT or DECREMENT, got {other:?}"
-            )));
-        }
-    };
+    let sign = parse_write_op(request.uri().query())?;
     let key = idempotency_key(&request)?;
     let forwarded = is_forwarded(&request);
-    let body: WriteBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
-    let change = body.change(sign, false)?;
-    let timestamp_secs = check_timestamp(
-        state,
-        body.timestamp
-            .unwrap_or_else(|| state.clock.now_unix_secs()),
-    )?;
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let now_secs = state.clock.now_unix_secs();
+    let (change, timestamp_secs) = parse_write(&body, sign, false, &state.settings, now_secs)?;
     let write = WriteRequest {
         id,
         change,
@@ -400,13 +289,9 @@ async fn increment(
 ) -> Result<Response, ShardError> {
     let key = idempotency_key(&request)?;
     let forwarded = is_forwarded(&request);
-    let body: WriteBody = json_body(&read_body(request, state.settings.max_body_bytes).await?)?;
-    let change = body.change(1, true)?;
-    let timestamp_secs = check_timestamp(
-        state,
-        body.timestamp
-            .unwrap_or_else(|| state.clock.now_unix_secs()),
-    )?;
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let now_secs = state.clock.now_unix_secs();
+    let (change, timestamp_secs) = parse_write(&body, 1, true, &state.settings, now_secs)?;
     let write = WriteRequest {
         id,
         change,
@@ -543,74 +428,12 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
         .map_err(|e| ShardError::BadRequest(format!("cannot encode a forwarded batch: {e}")))
 }
 
-/// Decodes a postcard batch body of type `T`, refusing trailing bytes.
-fn decode_batch<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ShardError> {
-    let (batch, rest): (T, _) = postcard::take_from_bytes(body)
-        .map_err(|e| ShardError::BadRequest(format!("malformed postcard batch: {e}")))?;
-    if !rest.is_empty() {
-        return Err(ShardError::BadRequest(format!(
-            "malformed postcard batch: {} trailing bytes",
-            rest.len()
-        )));
-    }
-    Ok(batch)
-}
-
-/// Refuses a batch over the configured number of entries, and observes its size.
-fn check_batch_size(state: &NodeState, entries: usize) -> Result<(), ShardError> {
-    let limit = state.settings.max_batch_entries;
-    if entries > limit {
-        return Err(ShardError::TooManyEntries { entries, limit });
-    }
-    state.metrics.batch_entries.observe(entries as f64);
-    Ok(())
-}
-
-/// The write of one batch entry, checked as the same write on its own would be.
-fn batch_write(
-    state: &NodeState,
-    id: &str,
-    change: impl FnOnce() -> Result<Change, ShardError>,
-    idempotency_key: Option<&str>,
-    timestamp: Option<u64>,
-    now_secs: u64,
-) -> Result<WriteRequest, ShardError> {
-    validate_counter_id(id)?;
-    let change = change()?;
-    if let Some(key) = idempotency_key {
-        check_idempotency_key(key)?;
-    }
-    Ok(WriteRequest {
-        id: CounterId::new(id)?,
-        change,
-        idempotency_key: idempotency_key.map(Into::into),
-        timestamp_secs: check_timestamp(state, timestamp.unwrap_or(now_secs))?,
-    })
-}
-
 async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
     let forwarded = is_forwarded(&request);
     let body = read_body(request, state.settings.max_body_bytes).await?;
-    let batch: BatchRequest = decode_batch(&body)?;
-    check_batch_size(state, batch.entries.len())?;
-    let now_secs = state.clock.now_unix_secs();
-    let writes = batch.entries.iter().map(|entry| {
-        let change = || {
-            if entry.delta == 0 {
-                return Err(ShardError::BadRequest("delta must not be 0".into()));
-            }
-            Ok(Change::Delta(entry.delta))
-        };
-        batch_write(
-            state,
-            entry.id,
-            change,
-            entry.idempotency_key,
-            entry.timestamp,
-            now_secs,
-        )
-    });
-    apply_batch(state, writes.collect(), forwarded).await
+    let writes = parse_batch(&body, &state.settings, state.clock.now_unix_secs())?;
+    state.metrics.batch_entries.observe(writes.len() as f64);
+    apply_batch(state, writes, forwarded).await
 }
 
 async fn batch_items(
@@ -619,24 +442,9 @@ async fn batch_items(
 ) -> Result<Response, ShardError> {
     let forwarded = is_forwarded(&request);
     let body = read_body(request, state.settings.max_body_bytes).await?;
-    let batch: ItemBatchRequest = decode_batch(&body)?;
-    check_batch_size(state, batch.entries.len())?;
-    let now_secs = state.clock.now_unix_secs();
-    let writes = batch.entries.iter().map(|entry| {
-        let change = || {
-            validate_item(entry.item)?;
-            Ok(Change::item(entry.item))
-        };
-        batch_write(
-            state,
-            entry.id,
-            change,
-            entry.idempotency_key,
-            entry.timestamp,
-            now_secs,
-        )
-    });
-    apply_batch(state, writes.collect(), forwarded).await
+    let writes = parse_item_batch(&body, &state.settings, state.clock.now_unix_secs())?;
+    state.metrics.batch_entries.observe(writes.len() as f64);
+    apply_batch(state, writes, forwarded).await
 }
 
 /// Applies a batch's checked writes (in request order; refused ones answered as such): entries

@@ -3,7 +3,10 @@
 //! It runs beside the commit loop (its own thread in production, see
 //! [`Storage::spawn`](crate::storage::Storage::spawn)) so that a large checkpoint never stalls
 //! writes. A checkpoint that fails is kept and written with the next one; its segments are
-//! deleted only once the store holds their records.
+//! deleted only once the store holds their records. After a failed write the store is closed
+//! and opened again before the next checkpoint: redb refuses every write after an I/O error
+//! (a full disk) until it is reopened, and checkpoints must resume by themselves once space
+//! returns.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::metrics::ShardMetrics;
 use crate::storage::{Storage, Worker};
-use crate::store::{Checkpoint, Store};
+use crate::store::{Checkpoint, STORE_FILE, Store};
 use crate::wal;
 
 /// The handle the commit loop holds.
@@ -78,6 +81,7 @@ async fn run(
     busy: Arc<AtomicBool>,
 ) {
     let mut carried: Option<Checkpoint> = None;
+    let mut store = Some(store);
     while let Some(next) = receiver.recv().await {
         let checkpoint = match carried.take() {
             Some(mut earlier) => {
@@ -86,7 +90,24 @@ async fn run(
             }
             None => next,
         };
-        match store.write(&checkpoint) {
+        let written = match store.take() {
+            Some(open) => Ok(open),
+            None => Store::open(&*storage.disk, &data_dir.join(STORE_FILE)),
+        }
+        .and_then(|open| {
+            let written = open.write(&checkpoint);
+            match written {
+                Ok(()) => store = Some(open),
+                // Closed here, opened again before the next checkpoint.
+                Err(_) => {
+                    if let Err(error) = open.close() {
+                        tracing::warn!(%error, "closing the store after a failed checkpoint");
+                    }
+                }
+            }
+            written
+        });
+        match written {
             Ok(()) => {
                 metrics.checkpoints.inc();
                 let through = checkpoint.through_segment;
@@ -103,7 +124,7 @@ async fn run(
         }
         busy.store(false, Ordering::Release);
     }
-    if let Err(error) = store.close() {
+    if let Some(Err(error)) = store.map(Store::close) {
         tracing::error!(%error, "cannot close the store cleanly");
     }
 }

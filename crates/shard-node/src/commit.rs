@@ -138,6 +138,10 @@ struct Staged {
     /// The index in `descriptions` of each counter's latest staged description.
     described: HashMap<Box<str>, usize>,
     idempotency: HashMap<Box<str>, IdempotencyRecord>,
+    /// Counters the group adds to this node's slot (`shard.max_counters`).
+    new_records: usize,
+    /// Descriptions the group creates itself (`shard.max_counters`).
+    new_descriptions: usize,
 }
 
 impl Staged {
@@ -220,6 +224,8 @@ pub struct CommitLoop {
     hot: HotCounters,
     last_sync_ms: u64,
     last_checkpoint_ms: u64,
+    /// Set once an fsync failed: the node takes no more writes until it restarts.
+    fenced: Option<String>,
 }
 
 impl CommitLoop {
@@ -239,6 +245,7 @@ impl CommitLoop {
             hot,
             last_sync_ms: now,
             last_checkpoint_ms: now,
+            fenced: None,
             shared,
         }
     }
@@ -271,6 +278,10 @@ impl CommitLoop {
     }
 
     fn commit_group(&mut self, group: Vec<Command>) {
+        if let Some(reason) = &self.fenced {
+            refuse_fenced(group, reason, &self.shared.metrics);
+            return;
+        }
         let now_ms = self.shared.clock.now_unix_ms();
         let expired = self.idempotency.expire(now_ms);
         self.pending.idempotency_expired.extend(expired);
@@ -335,6 +346,7 @@ impl CommitLoop {
                 tracing::error!(%error, "group commit failed; its writes are refused");
                 self.shared.health.set(Some(error.to_string()));
                 refuse_all(replies, &error, &self.shared.metrics);
+                self.fence_if_fsync_failed(&error);
             }
         }
         self.flush_if_due(now_ms);
@@ -373,6 +385,13 @@ impl CommitLoop {
         {
             return Err(ShardError::wrong_type(id, counter_type));
         }
+        let new_record = staged.record(table, id).is_none();
+        if new_record {
+            self.check_room(table.len() + staged.new_records)?;
+        }
+        if known.is_none() && matches!(write.change, Change::Item { .. }) {
+            self.check_room(descriptions.len() + staged.new_descriptions)?;
+        }
         let next = match &write.change {
             Change::Delta(delta) => {
                 self.stage_delta(table, descriptions, staged, &write, *delta, now_ms)?
@@ -395,6 +414,9 @@ impl CommitLoop {
             }
         };
         self.last_version = next.version;
+        if new_record {
+            staged.new_records += 1;
+        }
         self.hot.count(id, 1);
         if let Some(key) = write.idempotency_key {
             let record = IdempotencyRecord::new(id, &write.change, next, now_ms);
@@ -469,6 +491,7 @@ impl CommitLoop {
     /// versioned by this node's clock like `POST /counter`.
     fn stage_unique_description(&self, id: &CounterId, staged: &mut Staged, now_ms: u64) {
         let settings = &self.shared.settings;
+        staged.new_descriptions += 1;
         staged.stage_description(VersionedDescription {
             description: CounterDescription {
                 id: id.clone(),
@@ -480,6 +503,33 @@ impl CommitLoop {
             },
             version: self.shared.hlc.now(),
         });
+    }
+
+    /// Refuses (507) what would make this node hold more than `shard.max_counters` counters,
+    /// given that it holds `held` (in its slot, or as descriptions it knows).
+    fn check_room(&self, held: usize) -> Result<(), ShardError> {
+        let limit = self.shared.settings.max_counters;
+        if held >= limit {
+            return Err(ShardError::CounterLimit { limit });
+        }
+        Ok(())
+    }
+
+    /// After a failed fsync the log's state on disk is unknown (the kernel may have dropped
+    /// the pages it could not write and will not report it again), so the node stops taking
+    /// writes: every later write is 503 and `/healthz` says why, until a restart replays the
+    /// log from what the disk really holds. A full disk on append is not this: the record is
+    /// cut off and the next group may succeed.
+    fn fence_if_fsync_failed(&mut self, error: &StorageError) {
+        if self.fenced.is_some() || !self.wal.fsync_failed() {
+            return;
+        }
+        let reason = format!(
+            "the log could not be fsynced ({error}); this node takes no more writes until it is restarted"
+        );
+        tracing::error!("{reason}");
+        self.shared.health.set(Some(reason.clone()));
+        self.fenced = Some(reason);
     }
 
     /// Appends the group's record and, in sync durability, fsyncs it.
@@ -534,11 +584,12 @@ impl CommitLoop {
         {
             return;
         }
-        match self.wal.sync() {
+        match self.wal.flush() {
             Ok(()) => self.last_sync_ms = now_ms,
             Err(error) => {
                 tracing::error!(%error, "background flush failed");
                 self.shared.health.set(Some(error.to_string()));
+                self.fence_if_fsync_failed(&error);
             }
         }
     }
@@ -564,7 +615,10 @@ impl CommitLoop {
                 self.last_checkpoint_ms = now_ms;
                 self.last_sync_ms = now_ms;
             }
-            Err(error) => tracing::error!(%error, "cannot rotate the log for a checkpoint"),
+            Err(error) => {
+                tracing::error!(%error, "cannot rotate the log for a checkpoint");
+                self.fence_if_fsync_failed(&error);
+            }
         }
     }
 
@@ -594,6 +648,8 @@ impl CommitLoop {
         if exists {
             return Err(ShardError::AlreadyExists(id.to_owned()));
         }
+        self.check_room(descriptions.len() + staged.new_descriptions)?;
+        staged.new_descriptions += 1;
         staged.stage_description(VersionedDescription {
             description: description.clone(),
             version: self.shared.hlc.now(),
@@ -677,6 +733,24 @@ fn answer(replies: Vec<Reply>, metrics: &ShardMetrics) {
             Reply::Create(sender, result) => {
                 let _ = sender.send(result);
             }
+        }
+    }
+}
+
+/// Refuses every command of a group that arrives after the node was fenced (503); learned
+/// descriptions are dropped (peers hand them again after the restart).
+fn refuse_fenced(group: Vec<Command>, reason: &str, metrics: &ShardMetrics) {
+    let refusal = || ShardError::Unavailable(reason.to_owned());
+    for command in group {
+        match command {
+            Command::Write { writes, reply } => {
+                metrics.writes_refused.inc_by(writes.len() as u64);
+                let _ = reply.send(writes.iter().map(|_| Err(refusal())).collect());
+            }
+            Command::Create { reply, .. } => {
+                let _ = reply.send(Err(refusal()));
+            }
+            Command::Describe(_) | Command::Tick | Command::Shutdown => {}
         }
     }
 }

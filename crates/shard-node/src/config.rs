@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use geocount_model::{
-    DatacenterConfig, ShardDefaults, SlotId, SyncSettings, Topology, TopologyError,
+    AuthConfig, DatacenterConfig, HttpSettings, ShardDefaults, SlotId, SyncSettings, Topology,
+    TopologyError,
 };
 
 /// Everything a shard node needs to run.
@@ -22,6 +23,10 @@ pub struct NodeConfig {
     pub datacenter: DatacenterConfig,
     /// How often to pull peers and descriptions.
     pub sync: SyncSettings,
+    /// Limits of its HTTP listener (`[http]`).
+    pub http: HttpSettings,
+    /// Client tokens and the cluster secret (`[auth]`).
+    pub auth: AuthConfig,
 }
 
 impl NodeConfig {
@@ -60,6 +65,8 @@ impl NodeConfig {
             settings: topology.shard.clone(),
             datacenter,
             sync: topology.sync.clone(),
+            http: topology.http.clone(),
+            auth: topology.auth.clone(),
         })
     }
 }

@@ -64,6 +64,15 @@ pub enum ShardError {
     /// The disk is full: nothing was written.
     #[error("storage is full: {0}")]
     StorageFull(String),
+    /// The node holds `shard.max_counters` counters: a write or create that would add one more
+    /// is refused; existing counters keep working.
+    #[error(
+        "this node holds its limit of {limit} counters (shard.max_counters): writes and creates that would add a counter are refused; existing counters keep working"
+    )]
+    CounterLimit {
+        /// The configured limit.
+        limit: usize,
+    },
     /// The log or the store failed: nothing of this request was acknowledged.
     #[error("storage failed: {0}")]
     Storage(String),
@@ -85,17 +94,17 @@ impl HttpError for ShardError {
             ShardError::Model(_) | ShardError::BadRequest(_) | ShardError::WrongType(_) => {
                 StatusCode::BAD_REQUEST
             }
-            ShardError::Body(BodyError::TooLarge { .. }) | ShardError::TooManyEntries { .. } => {
-                StatusCode::PAYLOAD_TOO_LARGE
-            }
-            ShardError::Body(BodyError::Read(_)) => StatusCode::BAD_REQUEST,
+            ShardError::TooManyEntries { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ShardError::Body(refusal) => refusal.status(),
             ShardError::Request(refusal) => refusal.status(),
             ShardError::NotFound(_) => StatusCode::NOT_FOUND,
             ShardError::AlreadyExists(_) => StatusCode::CONFLICT,
             ShardError::IdempotencyKeyReused { .. } | ShardError::TimestampAhead { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            ShardError::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ShardError::StorageFull(_) | ShardError::CounterLimit { .. } => {
+                StatusCode::INSUFFICIENT_STORAGE
+            }
             ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ShardError::Unavailable(_) | ShardError::Unreachable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE

@@ -2,7 +2,8 @@
 //!
 //! A write's path through this crate, one file per step:
 //!
-//! - [`api`]: the HTTP handler parses and validates it and sends a [`commit::Command`].
+//! - [`api`]: the HTTP handler parses and validates it ([`requests`] decodes and checks the
+//!   bodies, queries and keys) and sends a [`commit::Command`].
 //! - [`commit`]: the single-writer commit loop groups waiting writes, applies each to its slot
 //!   (overflow, [`idempotency`] keys, a new version), and
 //! - [`wal`]: appends the group to the write-ahead log and fsyncs once (group commit); then
@@ -38,6 +39,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod recovery;
 pub mod replication;
+pub mod requests;
 pub mod restore;
 pub mod routing;
 pub mod server;

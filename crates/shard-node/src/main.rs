@@ -6,6 +6,9 @@ use std::sync::Arc;
 
 use clap::Parser;
 use geocount_model::{SystemClock, Topology};
+use geocount_net::tcp_connector;
+use geocount_net::tls::secure;
+use geocount_sync::tls::tier_tls;
 use shard_node::{NodeConfig, Storage};
 
 /// Runs one geocount shard node: the owner of one slot of every counter.
@@ -29,18 +32,23 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let config = Topology::load(&args.config).and_then(|topology| {
-        NodeConfig::from_topology(&topology, &args.config, &args.dc, args.slot, args.data_dir)
+        let config =
+            NodeConfig::from_topology(&topology, &args.config, &args.dc, args.slot, args.data_dir)?;
+        topology.check_listen(&args.config, config.listen)?;
+        let tls = tier_tls(&topology, &args.config, &config.slot.to_string())?;
+        Ok((config, tls))
     });
     geocount_net::run_tier(
         "shard-node",
         config,
-        |config| config.listen,
-        |config, listener, shutdown| {
+        |(config, _)| config.listen,
+        |(config, tls), listener, shutdown| {
+            let (listener, connector) = secure(listener, tcp_connector(), tls.as_ref());
             shard_node::run(
                 config,
                 listener,
                 Arc::new(SystemClock),
-                geocount_net::tcp_connector(),
+                connector,
                 Storage::os(),
                 shutdown,
             )

@@ -51,7 +51,7 @@ pub fn recover(
 ) -> Result<Recovered, StorageError> {
     create_dir_durably(&*disk, data_dir)
         .map_err(|e| StorageError::io(format!("creating {}", data_dir.display()), e))?;
-    let store_path = data_dir.join("store.redb");
+    let store_path = data_dir.join(crate::store::STORE_FILE);
     let fresh = !disk
         .exists(&store_path)
         .map_err(|e| StorageError::io(format!("reading {}", store_path.display()), e))?;

@@ -30,7 +30,7 @@ pub async fn restore_slot(
 ) -> Restored {
     let mut asks = JoinSet::new();
     for source in sources {
-        let url = format!("http://{source}/slots/{slot}/copy");
+        let url = client.url(source, &format!("/slots/{slot}/copy"));
         let client = client.clone();
         asks.spawn(async move {
             let deadline = tokio::time::Instant::now() + timeout;

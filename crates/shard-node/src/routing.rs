@@ -176,7 +176,7 @@ impl WriteRouter {
         path: &str,
         batch: Bytes,
     ) -> Result<BatchResponse, ClientError> {
-        let url = format!("http://{}{path}", self.address(slot));
+        let url = self.client.url(self.address(slot), path);
         let headers = [
             ("content-type", POSTCARD_CONTENT_TYPE),
             (FORWARDED_HEADER, "1"),

@@ -6,8 +6,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_model::{Clock, Durability, Hlc, Placement, ShardDefaults, SyncSettings};
-use geocount_net::{Connector, HttpClient, Listener, serve};
-use geocount_sync::{DescriptionTable, PullSink, SlotCopies, spawn_puller};
+use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
+use geocount_sync::{Access, DescriptionTable, PullSink, SlotCopies, spawn_puller};
 use tokio::sync::mpsc;
 
 use crate::api::{self, Route};
@@ -57,6 +57,8 @@ pub struct NodeState {
     pub health: Arc<NodeHealth>,
     /// The endpoints.
     pub routes: matchit::Router<Route>,
+    /// Who may call which route (`[auth]`).
+    pub access: Access,
 }
 
 /// Recovers the node's state from its data directory on `storage` (restoring its slot from its
@@ -75,8 +77,11 @@ pub async fn run<L: Listener>(
     let metrics = Arc::new(ShardMetrics::default());
     let health = Arc::new(NodeHealth::default());
     let settings = config.settings.clone();
-    let client =
-        HttpClient::with_connector(Duration::from_millis(config.sync.timeout_ms), connector);
+    let access = Access::new(&config.auth);
+    let client = access.cluster_client(HttpClient::with_connector(
+        Duration::from_millis(config.sync.timeout_ms),
+        connector,
+    ));
 
     let now_ms = clock.now_unix_ms();
     let data_dir = config.data_dir.clone();
@@ -207,12 +212,14 @@ pub async fn run<L: Listener>(
         metrics,
         health,
         routes: api::router(),
+        access,
     });
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, slot = %state.slot_name, "serving");
     }
-    serve(
+    serve_with_limits(
         listener,
+        geocount_sync::http::serve_limits(&config.http),
         move |request| api::handle(state.clone(), request),
         shutdown,
     )

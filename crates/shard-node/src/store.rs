@@ -64,6 +64,9 @@ impl Checkpoint {
     }
 }
 
+/// The store's file name in a node's data directory.
+pub const STORE_FILE: &str = "store.redb";
+
 /// The open redb database.
 ///
 /// Dropping a `Store` is a crash: the database is left as a kill -9 would leave it, and only

@@ -49,6 +49,7 @@ pub struct Wal {
     len: u64,
     synced_len: u64,
     buffer: Vec<u8>,
+    fsync_failed: bool,
 }
 
 fn segment_path(dir: &Path, segment: u64) -> PathBuf {
@@ -164,6 +165,7 @@ impl Wal {
             len,
             synced_len: len,
             buffer: Vec::with_capacity(64 * 1024),
+            fsync_failed: false,
         })
     }
 
@@ -198,12 +200,30 @@ impl Wal {
             return Ok(());
         }
         if let Err(e) = self.file.sync_data() {
+            self.fsync_failed = true;
             self.len = self.synced_len;
             self.cut_back();
             return Err(StorageError::io(self.context("syncing"), e));
         }
         self.synced_len = self.len;
         Ok(())
+    }
+
+    /// Makes every appended record durable, cutting nothing back on failure: in async
+    /// durability those records were acknowledged already.
+    pub fn flush(&mut self) -> Result<(), StorageError> {
+        if let Err(e) = self.file.sync_data() {
+            self.fsync_failed = true;
+            return Err(StorageError::io(self.context("syncing"), e));
+        }
+        self.synced_len = self.len;
+        Ok(())
+    }
+
+    /// Whether an fsync of this log ever failed: what the disk holds is then unknown (the
+    /// kernel may have dropped the pages it could not write), so no later fsync can vouch for it.
+    pub fn fsync_failed(&self) -> bool {
+        self.fsync_failed
     }
 
     /// Whether records were appended since the last sync.
@@ -234,9 +254,7 @@ impl Wal {
     /// Syncs the open segment and starts the next one. Returns the number of the segment just
     /// closed: it and every older one may be deleted once a checkpoint holds their records.
     pub fn rotate(&mut self) -> Result<u64, StorageError> {
-        self.file
-            .sync_data()
-            .map_err(|e| StorageError::io(self.context("syncing"), e))?;
+        self.flush()?;
         let next = Wal::create(self.disk.clone(), &self.dir, self.segment + 1)?;
         let closed = self.segment;
         *self = next;

@@ -1,18 +1,20 @@
-//! The HTTP pieces both aggregators' APIs share: matching a path to a route with its decoded
-//! parameters and answering the result ([`answer`]), the refusals any route can give
-//! ([`RequestError`]), `GET /metrics`, and JSON objects whose keys keep their order ([`Named`]).
+//! The HTTP pieces every tier's API shares: matching a path to a route with its decoded
+//! parameters, checking its access, and answering the result ([`answer`]), the refusals any
+//! route can give ([`RequestError`]), `GET /metrics`, and JSON objects whose keys keep their
+//! order ([`Named`]).
 
 use std::future::Future;
 
 use geocount_model::wire::SlotFreshness;
 use geocount_model::{CounterId, ModelError, SlotRecord};
-use geocount_net::{BodyError, HttpError, Response, bytes_response, read_body};
+use geocount_net::{BodyError, HttpError, Peer, Response, bytes_response, read_body};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use percent_encoding::percent_decode_str;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
+use crate::access::{Access, AccessError, Need};
 use crate::{Replica, SharedReplica, answer_sync};
 
 /// The largest `POST /sync` body read (a request is a few bytes).
@@ -50,8 +52,7 @@ impl HttpError for RequestError {
             RequestError::NoRoute(_) => StatusCode::NOT_FOUND,
             RequestError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             RequestError::InvalidId(_) | RequestError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            RequestError::Body(BodyError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
-            RequestError::Body(BodyError::Read(_)) => StatusCode::BAD_REQUEST,
+            RequestError::Body(refusal) => refusal.status(),
         }
     }
 }
@@ -104,10 +105,14 @@ pub fn route<R: Copy>(router: &matchit::Router<R>, path: &str) -> Result<Routed<
     })
 }
 
-/// Answers `request`: matches its path in `router`, hands the match to `dispatch`, and turns
-/// the result, or the refusal to route it, into the answer (server failures are logged).
+/// Answers `request`: matches its path in `router`, lets `access` check it against what
+/// `need` says its route needs (before anything else runs: a refusal is answered at once and
+/// changes nothing), hands the match to `dispatch`, and turns the result, or the refusal to
+/// route it, into the answer (server failures are logged).
 pub async fn answer<R, E, F, Fut>(
     router: &matchit::Router<R>,
+    access: &Access,
+    need: impl FnOnce(R, &Request<Incoming>) -> Need,
     request: Request<Incoming>,
     dispatch: F,
 ) -> Response
@@ -118,7 +123,14 @@ where
     Fut: Future<Output = Result<Response, E>>,
 {
     let result = match route(router, request.uri().path()) {
-        Ok(routed) => dispatch(routed, request).await,
+        Ok(routed) => {
+            let need = need(routed.route, &request);
+            if let Err(refusal) = access.check(need, request.headers()) {
+                log_refusal(&refusal, need, &request);
+                return refusal.to_response();
+            }
+            dispatch(routed, request).await
+        }
         Err(refusal) => Err(refusal.into()),
     };
     result.unwrap_or_else(|error| {
@@ -129,6 +141,21 @@ where
         }
         error.to_response()
     })
+}
+
+/// Logs a refused request: a peer without the right cluster secret as a warning naming its
+/// address (a misconfigured tier, or someone probing), a client's refusal at debug level.
+fn log_refusal(refusal: &AccessError, need: Need, request: &Request<Incoming>) {
+    let peer = request
+        .extensions()
+        .get::<Peer>()
+        .map_or_else(|| "unknown".to_owned(), |Peer(addr)| addr.to_string());
+    let path = request.uri().path();
+    if need == Need::Cluster {
+        tracing::warn!(%peer, path, "refused a peer: {refusal}");
+    } else {
+        tracing::debug!(%peer, path, "refused a request: {refusal}");
+    }
 }
 
 /// A counter id from a path segment: percent-decoded, then validated.
@@ -306,5 +333,14 @@ pub fn parse_read_query(
         })),
         (None, Some(_)) => Err(bad("at is only meaningful with window".into())),
         (None, None) => Ok(None),
+    }
+}
+
+/// The accept loop's limits from the topology's `[http]` section: every tier serves under them.
+pub fn serve_limits(settings: &geocount_model::HttpSettings) -> geocount_net::ServeLimits {
+    geocount_net::ServeLimits {
+        max_connections: settings.max_connections,
+        header_read_timeout: std::time::Duration::from_millis(settings.header_read_timeout_ms),
+        body_read_timeout: std::time::Duration::from_millis(settings.body_read_timeout_ms),
     }
 }

@@ -19,11 +19,14 @@
 //!   ([`TopIndex`]).
 //! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
+//! - [`access`]: the checks of client tokens and the cluster secret ([`Access`]).
 //! - [`http`]: the HTTP pieces both aggregators' APIs share (routing with decoded counter ids,
 //!   the common refusals, `/metrics`).
+//! - [`tls`]: a tier's TLS as its topology's `[tls]` says ([`tls::tier_tls`]).
 //! - [`openapi`]: the OpenAPI documents every tier serves at `GET /openapi.json`, built from
 //!   shared parts ([`ApiDoc`]).
 
+pub mod access;
 pub mod descriptions;
 pub mod http;
 pub mod journal;
@@ -33,9 +36,11 @@ pub mod puller;
 pub mod replica;
 pub mod serve;
 pub mod slot_copies;
+pub mod tls;
 pub mod top_query;
 pub mod topk;
 
+pub use access::{Access, AccessError, CLUSTER_SECRET_HEADER, Need};
 pub use descriptions::DescriptionTable;
 pub use journal::{ChangeJournal, Journaled, page};
 pub use metrics::ReplicaMetrics;

@@ -27,6 +27,8 @@ pub struct Operation {
     parameters: Vec<Value>,
     request_body: Option<Value>,
     responses: Map<String, Value>,
+    /// Answered without a token even when `[auth]` tokens are configured.
+    open: bool,
 }
 
 impl Operation {
@@ -37,7 +39,15 @@ impl Operation {
             parameters: Vec::new(),
             request_body: None,
             responses: Map::new(),
+            open: false,
         }
+    }
+
+    /// Marks the operation as answered without a token (probes: health, metrics, this
+    /// document).
+    pub fn open(mut self) -> Self {
+        self.open = true;
+        self
     }
 
     /// Adds a parameter (see [`path_param`], [`query_param`], [`header_param`]).
@@ -140,8 +150,20 @@ impl Operation {
         self
     }
 
-    fn into_json(self) -> Value {
+    fn into_json(mut self) -> Value {
+        if !self.open {
+            self = self.errors(&[
+                (
+                    401,
+                    "[auth] tokens are configured and no valid token was given",
+                ),
+                (403, "the token lacks the right this operation needs"),
+            ]);
+        }
         let mut operation = Map::new();
+        if self.open {
+            operation.insert("security".into(), json!([]));
+        }
         operation.insert("summary".into(), self.summary.into());
         if !self.parameters.is_empty() {
             operation.insert("parameters".into(), self.parameters.into());
@@ -211,7 +233,11 @@ impl ApiDoc {
                 "version": env!("CARGO_PKG_VERSION"),
             },
             "paths": self.paths,
-            "components": {"schemas": {
+            // Only when the topology configures `[auth]` tokens; see the README's "Access".
+            "security": [{"bearer": []}],
+            "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
                 "Error": {
                     "type": "object",
                     "required": ["error"],
@@ -260,18 +286,21 @@ impl ApiDoc {
             "/healthz",
             "get",
             Operation::new(health)
+                .open()
                 .json_answer(200, "serving", json!({"type": "object"}))
                 .json_answer(503, "not able to serve", json!({"type": "object"})),
         )
         .operation(
             "/metrics",
             "get",
-            Operation::new("Prometheus metrics").text_answer(200, "the text exposition format"),
+            Operation::new("Prometheus metrics")
+                .open()
+                .text_answer(200, "the text exposition format"),
         )
         .operation(
             "/openapi.json",
             "get",
-            Operation::new("this document").json_answer(
+            Operation::new("this document").open().json_answer(
                 200,
                 "the OpenAPI document",
                 json!({"type": "object"}),
@@ -435,6 +464,10 @@ mod tests {
         let read = &json["paths"]["/counter/{id}"]["get"];
         assert_eq!(read["parameters"][0]["name"], "id");
         assert!(read["responses"]["404"]["content"]["application/json"].is_object());
+        assert!(read["responses"]["401"].is_object() && read["responses"]["403"].is_object());
+        let health = &json["paths"]["/healthz"]["get"];
+        assert_eq!(health["security"], json!([]), "probes need no token");
+        assert!(health["responses"]["401"].is_null());
         assert_eq!(
             doc.paths().collect::<Vec<_>>(),
             [

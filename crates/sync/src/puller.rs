@@ -21,7 +21,7 @@ pub trait PullSink: Send + Sync + 'static {
     fn failed(&self, error: String);
 }
 
-/// Pulls `http://{source}/sync` into `sink` every `interval` (at once again while the source has
+/// Pulls `{scheme}://{source}/sync` (the client's scheme) into `sink` every `interval` (at once again while the source has
 /// more pages), until the returned task is aborted.
 pub fn spawn_puller(
     source: String,
@@ -30,7 +30,7 @@ pub fn spawn_puller(
     clock: Arc<dyn Clock>,
     sink: Arc<dyn PullSink>,
 ) -> JoinHandle<()> {
-    let url = format!("http://{source}/sync");
+    let url = client.url(&source, "/sync");
     tokio::spawn(async move {
         loop {
             let sent_at_ms = clock.now_unix_ms();

@@ -13,9 +13,7 @@ use std::time::Duration;
 
 use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
 use geocount_model::{Clock, CounterType};
-use geocount_net::{HttpClient, Listener, Response};
-use hyper::Request;
-use hyper::body::Incoming;
+use geocount_net::{Handler, HttpClient, Listener};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
@@ -214,19 +212,20 @@ impl Pullers {
         drop(self);
     }
 
-    /// Serves `handler` on `listener` until `shutdown` completes: the pullers stop as soon as it
-    /// does, then in-flight requests drain.
-    pub async fn serve<L, H, F>(self, listener: L, handler: H, shutdown: impl Future<Output = ()>)
-    where
-        L: Listener,
-        H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
-        F: Future<Output = Response> + Send + 'static,
-    {
+    /// Serves `handler` on `listener` under `limits` until `shutdown` completes: the pullers
+    /// stop as soon as it does, then in-flight requests drain.
+    pub async fn serve(
+        self,
+        listener: impl Listener,
+        limits: geocount_net::ServeLimits,
+        handler: impl Handler,
+        shutdown: impl Future<Output = ()>,
+    ) {
         let shutdown = async move {
             shutdown.await;
             self.abort();
         };
-        geocount_net::serve(listener, handler, shutdown).await;
+        geocount_net::serve_with_limits(listener, limits, handler, shutdown).await;
     }
 }
 

@@ -33,3 +33,49 @@ fn postcard_response(value: &impl serde::Serialize) -> Response {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::wire::Cursor;
+
+    /// Hostile input (`fuzz/`, target `wire_sync_request`): a malformed or truncated request,
+    /// or one whose length prefix claims more than it carries, is a 400, never a panic.
+    #[test]
+    fn malformed_sync_requests_are_refused() {
+        let build = |_: &SyncRequest| SyncPage::default();
+        let ok = postcard::to_allocvec(&SyncRequest {
+            slots: Some(Cursor::Start),
+            descriptions: None,
+        })
+        .unwrap();
+        assert_eq!(answer_sync(&ok, build).status(), StatusCode::OK);
+        for bad in [
+            &[][..],
+            &[2],
+            &[1, 3],
+            &[
+                1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            ],
+        ] {
+            assert_eq!(
+                answer_sync(bad, build).status(),
+                StatusCode::BAD_REQUEST,
+                "{bad:?}"
+            );
+        }
+    }
+
+    /// A pulled page whose lengths claim more than the body carries is refused at once.
+    #[test]
+    fn pages_with_huge_length_prefixes_are_refused() {
+        // source: a 2^32 - 1 byte name in a ten-byte body.
+        let huge_source = [0xff, 0xff, 0xff, 0xff, 0x0f, b'a', 0, 0, 0, 0];
+        assert!(postcard::from_bytes::<SyncPage>(&huge_source).is_err());
+        // slots: Some, with 2^32 - 1 slot names.
+        let huge_names = [1, b'a', 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0];
+        assert!(postcard::from_bytes::<SyncPage>(&huge_names).is_err());
+        let huge_copy = [1, b'a', 0xff, 0xff, 0xff, 0xff, 0x0f];
+        assert!(postcard::from_bytes::<SlotCopy>(&huge_copy).is_err());
+    }
+}

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use geocount_model::wire::{
     BatchEntry, BatchRequest, BatchResponse, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE,
 };
-use geocount_net::{Answer, ClientError, HttpClient};
+use geocount_net::{Answer, ClientError, Connector, HttpClient, tcp_connector};
 use hyper::Method;
 use serde_json::Value;
 
@@ -32,11 +32,45 @@ pub fn encode_id(id: &str) -> String {
 }
 
 impl Api {
-    /// A client for the node at `addr`.
+    /// A client for the node at `addr`: over TLS, trusting the test CA, when the test process
+    /// runs with TLS ([`crate::tls::enabled`]).
     pub fn new(addr: SocketAddr) -> Self {
+        if crate::tls::enabled() {
+            Self::with_connector(addr, crate::tls::test_ca().connector())
+        } else {
+            Self::plain(addr)
+        }
+    }
+
+    /// A plain-HTTP client for the node at `addr`, with or without TLS in the test process (a
+    /// process that is not a tier, such as the WAN emulator's control API, never speaks TLS).
+    pub fn plain(addr: SocketAddr) -> Self {
+        Self::with_connector(addr, tcp_connector())
+    }
+
+    /// A client for the node at `addr` whose connections come from `connector`.
+    pub fn with_connector(addr: SocketAddr, connector: Connector) -> Self {
+        let client = HttpClient::with_connector(Duration::from_secs(10), connector);
         Self {
-            base: format!("http://{addr}"),
-            client: HttpClient::new(Duration::from_secs(10)),
+            base: client.url(addr, ""),
+            client,
+        }
+    }
+
+    /// The same client, sending `Authorization: Bearer <token>` with every request.
+    pub fn with_token(self, token: &str) -> Self {
+        self.with_header("authorization", &format!("Bearer {token}"))
+    }
+
+    /// The same client, sending header `name: value` with every request (e.g. the cluster
+    /// secret, to act as a peer).
+    pub fn with_header(self, name: &str, value: &str) -> Self {
+        Self {
+            base: self.base,
+            client: self
+                .client
+                .with_header(name, value)
+                .expect("a valid header"),
         }
     }
 

@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use geocount_model::Topology;
+use geocount_model::tls::{GLOBAL_PROCESS, aggregator_process};
+use geocount_model::{SlotId, Topology};
 use tempfile::TempDir;
 
 use crate::ports::free_addr;
@@ -19,6 +20,17 @@ pub struct TestTopology {
     pub path: PathBuf,
     /// Its parsed contents.
     pub topology: Topology,
+}
+
+/// The name of every process of a topology of `datacenters`, as `[tls] cert_dir` names their
+/// certificates.
+fn process_names(datacenters: &[(&str, usize)]) -> Vec<String> {
+    let mut names = vec![GLOBAL_PROCESS.to_owned()];
+    for (dc, shards) in datacenters {
+        names.push(aggregator_process(dc));
+        names.extend((0..*shards).map(|n| SlotId::new(*dc, n as u32).to_string()));
+    }
+    names
 }
 
 impl TestTopology {
@@ -54,6 +66,12 @@ impl TestTopology {
                 shards.join(", ")
             )
             .unwrap();
+        }
+        if crate::tls::enabled() {
+            text.push_str(&crate::tls::write_certificates(
+                dir.path(),
+                &process_names(datacenters),
+            ));
         }
         writeln!(text, "{extra_toml}").unwrap();
         let path = dir.path().join("topology.toml");

@@ -5,12 +5,15 @@
 //! - [`process`]: [`NodeProcess`], a running binary that is killed when dropped (so a failing
 //!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT.
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
+//! - [`tls`]: a test CA issuing every test process a certificate, and TLS clients trusting it
+//!   (`E2E_TLS=1` runs the end-to-end tests over TLS).
 //! - [`wait`]: [`eventually`], polling a condition until it holds or a deadline passes.
 
 pub mod api;
 pub mod cluster;
 pub mod ports;
 pub mod process;
+pub mod tls;
 pub mod wait;
 
 pub use api::Api;

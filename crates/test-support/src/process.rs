@@ -58,7 +58,7 @@ pub struct NodeProcess {
 
 impl NodeProcess {
     /// Starts `binary` with `args`, logging into `log_dir`, and waits until `GET /healthz`
-    /// at `addr` answers 200.
+    /// at `addr` answers 200 (over TLS when the test process runs with it).
     pub async fn start(
         binary: &str,
         name: &str,

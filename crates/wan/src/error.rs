@@ -74,10 +74,8 @@ impl HttpError for ControlError {
         match self {
             ControlError::NoRoute(_) | ControlError::UnknownLink { .. } => StatusCode::NOT_FOUND,
             ControlError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ControlError::BadRequest(_) | ControlError::Body(BodyError::Read(_)) => {
-                StatusCode::BAD_REQUEST
-            }
-            ControlError::Body(BodyError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
+            ControlError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ControlError::Body(refusal) => refusal.status(),
         }
     }
 }

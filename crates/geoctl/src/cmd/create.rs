@@ -103,6 +103,7 @@ mod tests {
             datacenter: "USA_0".into(),
             index: 1,
             address: "127.0.0.1:7102".parse().unwrap(),
+            scheme: "http",
         };
         let text = render_description(&node, &description);
         assert!(

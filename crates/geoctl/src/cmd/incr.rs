@@ -113,6 +113,7 @@ mod tests {
             datacenter: "USA_0".into(),
             index: 0,
             address: "127.0.0.1:7101".parse().unwrap(),
+            scheme: "http",
         };
         let text = render_write(&node, -3, &written);
         assert!(

@@ -1,0 +1,314 @@
+//! TLS between tiers (rustls on the `ring` provider): a [`TlsListener`] that wraps any
+//! [`Listener`] and completes each handshake off the accept path, a [`Connect`] that wraps any
+//! connector and verifies the server against a CA, and the loading of certificates, keys and
+//! CAs from PEM files.
+//!
+//! Only the server authenticates: every tier presents its own certificate and trusts one CA.
+//! The server name checked is the host of the address dialled (an IP address or a name), so a
+//! certificate must name the addresses it is reached at (`127.0.0.1` and `localhost` for a
+//! cluster on one machine).
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::task::JoinSet;
+use tokio_rustls::{TlsAcceptor, TlsConnector, server};
+
+use crate::connect::{Connect, Connecting, Connector, Stream, connecting};
+use crate::listener::Listener;
+
+/// How long an accepted connection may take to complete its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most handshakes a [`TlsListener`] runs at once; it accepts no more until one ends.
+const MAX_HANDSHAKES: usize = 1_024;
+
+/// A TLS file that could not be used. Displays as one line: `<file>: <what is wrong>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {message}", file.display())]
+pub struct TlsError {
+    /// The file at fault.
+    pub file: PathBuf,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl TlsError {
+    fn new(file: &Path, message: impl fmt::Display) -> Self {
+        Self {
+            file: file.to_owned(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// The crypto provider of every TLS configuration here, named rather than taken from the
+/// process default, so nothing depends on which rustls features other crates turn on.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(file: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(file).map_err(|e| TlsError::new(file, format!("cannot read: {e}")))
+}
+
+/// Every certificate of the PEM file `file` (at least one).
+fn certificates(file: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certificates = CertificateDer::pem_slice_iter(&read(file)?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::new(file, format!("bad PEM: {e}")))?;
+    if certificates.is_empty() {
+        return Err(TlsError::new(file, "no certificate in it"));
+    }
+    Ok(certificates)
+}
+
+/// A client configuration that trusts the certificates of the PEM file `ca`, and only them.
+pub fn client_config(ca: &Path) -> Result<Arc<ClientConfig>, TlsError> {
+    client_config_trusting(certificates(ca)?)
+        .map_err(|e| TlsError::new(ca, format!("not a usable CA certificate: {e}")))
+}
+
+/// A client configuration that trusts the CA certificates `roots`, and only them.
+pub fn client_config_trusting(
+    roots: Vec<CertificateDer<'static>>,
+) -> Result<Arc<ClientConfig>, rustls::Error> {
+    let mut store = RootCertStore::empty();
+    for root in roots {
+        store.add(root)?;
+    }
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// A server configuration presenting the certificate chain of the PEM file `cert` with the
+/// private key of the PEM file `key`.
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+    let chain = certificates(cert)?;
+    let private_key = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| match e {
+        pem::Error::NoItemsFound => TlsError::new(key, "no private key in it"),
+        e => TlsError::new(key, format!("bad PEM: {e}")),
+    })?;
+    let config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::new(cert, e))?
+        .with_no_client_auth()
+        .with_single_cert(chain, private_key)
+        .map_err(|e| TlsError::new(key, format!("does not go with {}: {e}", cert.display())))?;
+    Ok(Arc::new(config))
+}
+
+/// The TLS of one tier process: the certificate it serves with and the CA it trusts when it
+/// calls other tiers.
+#[derive(Clone)]
+pub struct TierTls {
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+}
+
+impl fmt::Debug for TierTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TierTls").finish_non_exhaustive()
+    }
+}
+
+impl TierTls {
+    /// Loads the CA (`ca`) and the process's certificate chain and key (`cert`, `key`).
+    pub fn load(ca: &Path, cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        Ok(Self {
+            server: server_config(cert, key)?,
+            client: client_config(ca)?,
+        })
+    }
+
+    /// `inner`'s connections, each after a TLS handshake as the server.
+    pub fn listener<L: Listener>(&self, inner: L) -> TlsListener<L> {
+        TlsListener::new(inner, self.server.clone())
+    }
+
+    /// `inner`'s connections, each after a TLS handshake verifying the server.
+    pub fn connector(&self, inner: Connector) -> Connector {
+        tls_connector(inner, self.client.clone())
+    }
+}
+
+/// What a tier's binary serves on and calls other tiers through: `listener` and `connector`
+/// as they are without TLS, wrapped in it with.
+pub fn secure<L: Listener>(
+    listener: L,
+    connector: Connector,
+    tls: Option<&TierTls>,
+) -> (MaybeTlsListener<L>, Connector) {
+    match tls {
+        Some(tls) => (
+            MaybeTlsListener::Tls(tls.listener(listener)),
+            tls.connector(connector),
+        ),
+        None => (MaybeTlsListener::Plain(listener), connector),
+    }
+}
+
+/// A listener whose connections are TLS or not, chosen at start-up.
+pub enum MaybeTlsListener<L: Listener> {
+    /// Plain TCP (no `[tls]`).
+    Plain(L),
+    /// TLS.
+    Tls(TlsListener<L>),
+}
+
+impl<L: Listener> Listener for MaybeTlsListener<L> {
+    type Io = Box<dyn Stream>;
+
+    async fn accept(&mut self) -> io::Result<(Self::Io, SocketAddr)> {
+        match self {
+            MaybeTlsListener::Plain(inner) => {
+                let (io, peer) = inner.accept().await?;
+                Ok((Box::new(io), peer))
+            }
+            MaybeTlsListener::Tls(inner) => {
+                let (io, peer) = inner.accept().await?;
+                Ok((Box::new(io), peer))
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            MaybeTlsListener::Plain(inner) => inner.local_addr(),
+            MaybeTlsListener::Tls(inner) => inner.local_addr(),
+        }
+    }
+}
+
+/// A handshake that ended: the connection, or `None` if it failed (already logged).
+type Handshake<Io> = Option<(server::TlsStream<Io>, SocketAddr)>;
+
+/// The TLS side of a [`Listener`]: each accepted connection does its handshake in a task of its
+/// own (up to [`HANDSHAKE_TIMEOUT`]), so a slow or silent client never holds up the others; a
+/// failed handshake is logged and its connection dropped.
+pub struct TlsListener<L: Listener> {
+    inner: L,
+    acceptor: TlsAcceptor,
+    handshakes: JoinSet<Handshake<L::Io>>,
+}
+
+impl<L: Listener> TlsListener<L> {
+    /// Serves TLS with `config` on `inner`'s connections.
+    pub fn new(inner: L, config: Arc<ServerConfig>) -> Self {
+        Self {
+            inner,
+            acceptor: TlsAcceptor::from(config),
+            handshakes: JoinSet::new(),
+        }
+    }
+}
+
+impl<L: Listener> Listener for TlsListener<L> {
+    type Io = server::TlsStream<L::Io>;
+
+    async fn accept(&mut self) -> io::Result<(Self::Io, SocketAddr)> {
+        loop {
+            tokio::select! {
+                accepted = self.inner.accept(), if self.handshakes.len() < MAX_HANDSHAKES => {
+                    let (io, peer) = accepted?;
+                    let acceptor = self.acceptor.clone();
+                    self.handshakes.spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+                            Ok(Ok(stream)) => Some((stream, peer)),
+                            Ok(Err(error)) => {
+                                tracing::warn!(%peer, %error, "TLS handshake failed");
+                                None
+                            }
+                            Err(_) => {
+                                tracing::warn!(%peer, "TLS handshake timed out");
+                                None
+                            }
+                        }
+                    });
+                }
+                Some(ended) = self.handshakes.join_next() => {
+                    if let Ok(Some(accepted)) = ended {
+                        return Ok(accepted);
+                    }
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A [`Connector`] that opens `inner`'s connections and then speaks TLS on them, verifying the
+/// server's certificate with `config` against the host dialled.
+pub fn tls_connector(inner: Connector, config: Arc<ClientConfig>) -> Connector {
+    Arc::new(TlsConnect {
+        inner,
+        tls: TlsConnector::from(config),
+    })
+}
+
+/// See [`tls_connector`].
+struct TlsConnect {
+    inner: Connector,
+    tls: TlsConnector,
+}
+
+impl Connect for TlsConnect {
+    fn connect(&self, host: &str, port: u16) -> Connecting {
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{host}: not a server name: {e}"),
+            )
+        });
+        let stream = self.inner.connect(host, port);
+        let tls = self.tls.clone();
+        connecting(async move {
+            let name = name?;
+            let stream = stream.await?;
+            tls.connect(name, stream).await
+        })
+    }
+
+    fn scheme(&self) -> &'static str {
+        "https"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unusable_files_are_named() {
+        let dir = std::env::temp_dir().join(format!("geocount-tls-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.pem");
+        let error = client_config(&missing).unwrap_err();
+        assert_eq!(error.file, missing);
+        assert!(error.to_string().contains("cannot read"), "{error}");
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let error = client_config(&empty).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("{}: no certificate in it", empty.display())
+        );
+        let error = server_config(&empty, &missing).unwrap_err();
+        assert_eq!(error.file, empty);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,271 @@
+//! A shard node (the library's `run`, over real HTTP on loopback) on a disk whose log appends
+//! and fsyncs fail on demand: a full disk refuses writes with 507 and recovers by itself; a
+//! failed fsync stops the node taking writes (503) until it restarts; nothing refused is ever
+//! applied, nothing acknowledged is ever lost.
+
+use std::io::{self, ErrorKind};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use geocount_model::{SystemClock, Topology};
+use geocount_net::{HttpClient, tcp_connector};
+use hyper::Method;
+use serde_json::Value;
+use shard_node::{AppendFile, Disk, NodeConfig, OsDisk, Storage, Workers};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// What fails, switched on and off by the test.
+#[derive(Debug, Default)]
+struct Faults {
+    /// Appends write half their bytes, then fail with ENOSPC.
+    disk_full: AtomicBool,
+    /// fsyncs fail with EIO.
+    fsync_fails: AtomicBool,
+}
+
+/// The OS disk, with the faults above on its log segments.
+#[derive(Debug)]
+struct FaultyDisk(Arc<Faults>);
+
+#[derive(Debug)]
+struct FaultyFile {
+    file: Box<dyn AppendFile>,
+    faults: Arc<Faults>,
+}
+
+impl Disk for FaultyDisk {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        OsDisk.create_dir_all(dir)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        OsDisk.exists(path)
+    }
+    fn file_names(&self, dir: &Path) -> io::Result<Vec<String>> {
+        OsDisk.file_names(dir)
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        OsDisk.read(path)
+    }
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        Ok(Box::new(FaultyFile {
+            file: OsDisk.open_append(path)?,
+            faults: self.0.clone(),
+        }))
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        OsDisk.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        OsDisk.sync_dir(dir)
+    }
+    fn open_database(&self, path: &Path) -> Result<redb::Database, redb::DatabaseError> {
+        OsDisk.open_database(path)
+    }
+}
+
+impl AppendFile for FaultyFile {
+    fn size(&self) -> io::Result<u64> {
+        self.file.size()
+    }
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.faults.disk_full.load(Ordering::SeqCst) {
+            // A record torn by the full disk: half of it reached the file.
+            self.file.write_all(&bytes[..bytes.len() / 2])?;
+            return Err(io::Error::from(ErrorKind::StorageFull));
+        }
+        self.file.write_all(bytes)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        if self.faults.fsync_fails.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected EIO on fsync"));
+        }
+        self.file.sync_data()
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+}
+
+/// One shard node running in this process on a fixed data directory.
+struct Node {
+    base: String,
+    client: HttpClient,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Node {
+    async fn start(dir: &Path, faults: &Arc<Faults>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        // The aggregator's port is never listened on: the node runs alone.
+        let unused = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let toml = format!(
+            "[global]\nlisten = \"127.0.0.1:1\"\n[shard]\nrestore_timeout_ms = 100\n\
+             [[datacenters]]\nname = \"USA_0\"\naggregator = \"{unused}\"\nshards = [\"{addr}\"]\n"
+        );
+        let topology = Topology::from_toml("faults.toml", &toml).unwrap();
+        let config = NodeConfig::from_topology(
+            &topology,
+            Path::new("faults.toml"),
+            "USA_0",
+            0,
+            Some(dir.to_owned()),
+        )
+        .unwrap();
+        let storage = Storage {
+            disk: Arc::new(FaultyDisk(faults.clone())),
+            workers: Workers::Threads,
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            shard_node::run(
+                config,
+                listener,
+                Arc::new(SystemClock),
+                tcp_connector(),
+                storage,
+                shutdown,
+            )
+            .await
+            .expect("the node runs");
+        });
+        let node = Self {
+            base: format!("http://{addr}"),
+            client: HttpClient::new(Duration::from_secs(10)),
+            stop: Some(stop),
+            task,
+        };
+        for _ in 0..200 {
+            if node.get("/healthz").await.0 == 200 {
+                return node;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the node never became healthy");
+    }
+
+    async fn send(&self, method: Method, path: &str, body: &str) -> (u16, Value) {
+        let answer = self
+            .client
+            .send(
+                method,
+                &format!("{}{path}", self.base),
+                &[],
+                body.to_owned().into(),
+            )
+            .await
+            .unwrap();
+        (answer.status.as_u16(), answer.json())
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        match self.client.get(&format!("{}{path}", self.base)).await {
+            Ok(answer) => (answer.status.as_u16(), answer.json()),
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    async fn add(&self, id: &str, delta: i64) -> (u16, Value) {
+        let path = format!("/counter/{id}/write?op=INCREMENT");
+        self.send(Method::PATCH, &path, &format!(r#"{{"delta": {delta}}}"#))
+            .await
+    }
+
+    async fn value(&self, id: &str) -> i64 {
+        let (status, body) = self.get(&format!("/counter/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        body["value"].as_i64().unwrap()
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().expect("running").send(());
+        self.task.await.unwrap();
+    }
+}
+
+/// A node on a fresh directory (returned with it and its faults) whose counter `c` holds 5.
+async fn node_holding_five() -> (tempfile::TempDir, Arc<Faults>, Node) {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Arc::new(Faults::default());
+    let node = Node::start(dir.path(), &faults).await;
+    assert_eq!(node.add("c", 5).await.0, 200);
+    (dir, faults, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_with_507_and_recovers_by_itself() {
+    let (dir, faults, node) = node_holding_five().await;
+
+    faults.disk_full.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        let (status, body) = node.add("c", 3).await;
+        assert_eq!(status, 507, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("full"), "{body}");
+    }
+    let (status, body) = node
+        .send(Method::POST, "/counter", r#"{"id": "new"}"#)
+        .await;
+    assert_eq!(status, 507, "{body}");
+    let (status, body) = node.get("/healthz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(node.value("c").await, 5, "nothing refused was applied");
+
+    // Space returns: the next write simply succeeds.
+    faults.disk_full.store(false, Ordering::SeqCst);
+    assert_eq!(node.add("c", 2).await.0, 200);
+    assert_eq!(node.value("c").await, 7);
+    assert_eq!(node.get("/healthz").await.0, 200);
+    node.stop().await;
+
+    // The torn halves were cut off: the log replays to exactly what was acknowledged.
+    let node = Node::start(dir.path(), &faults).await;
+    assert_eq!(node.value("c").await, 7);
+    assert_eq!(node.get("/counter/new").await.0, 404);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_stops_writes_until_a_restart() {
+    let (dir, faults, node) = node_holding_five().await;
+
+    faults.fsync_fails.store(true, Ordering::SeqCst);
+    let (status, body) = node.add("c", 3).await;
+    assert_eq!(status, 500, "{body}");
+    // Even once fsync works again, the node takes no writes: it cannot know what the failed
+    // fsync left on disk.
+    faults.fsync_fails.store(false, Ordering::SeqCst);
+    let (status, body) = node.add("c", 1).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("restarted"),
+        "{body}"
+    );
+    let (status, _) = node
+        .send(Method::POST, "/counter", r#"{"id": "new"}"#)
+        .await;
+    assert_eq!(status, 503);
+    let (status, body) = node.get("/healthz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.to_string().contains("fsync"), "{body}");
+    assert_eq!(node.value("c").await, 5, "reads keep working");
+    node.stop().await;
+
+    // A restart replays what the disk holds and takes writes again.
+    let node = Node::start(dir.path(), &faults).await;
+    assert_eq!(node.value("c").await, 5);
+    assert_eq!(node.add("c", 1).await.0, 200);
+    assert_eq!(node.value("c").await, 6);
+    assert_eq!(node.get("/healthz").await.0, 200);
+    node.stop().await;
+}

@@ -1,0 +1,322 @@
+#!/usr/bin/env bash
+# The fault campaign: the local cluster of config/local.toml (on ports 17000-17900, data under
+# /tmp) behind the emulated WAN, under steady keyed load (`geoctl load`), while in turn a shard
+# node is killed -9 and restarted, a datacenter aggregator restarted, a shard node SIGSTOPped
+# then SIGCONTed, ASIA_0 cut off then healed, and a shard's disk (a tmpfs; needs root) filled
+# then freed. During each fault, marker writes (+1, each with its own Idempotency-Key) go
+# through every datacenter; after each heal the unacknowledged ones are retried with the same
+# keys and every datacenter aggregator and the global aggregator are polled until they show
+# exactly the acknowledged markers.
+#
+# Prints one table: writes acknowledged, writes lost (must be 0), writes doubled (must be 0),
+# the longest time any tier stayed wrong after a heal, and whether every process still serves.
+# Exits 1 if anything was lost or doubled, a tier never converged, or a process stopped serving.
+#
+#   scripts/fault-campaign.sh [--duration S] [--rate N] [--no-build]
+#
+# Bounded: the load runs S seconds (default 120, at least 60); the whole run takes about S + 60 s
+# plus the build. Traffic stays on 127.0.0.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+duration=120
+rate=400
+build=1
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --duration) duration="$2"; shift 2 ;;
+        --rate) rate="$2"; shift 2 ;;
+        --no-build) build=0; shift ;;
+        *) echo "usage: $0 [--duration S] [--rate N] [--no-build]" >&2; exit 2 ;;
+    esac
+done
+((duration >= 60)) || { echo "--duration must be at least 60" >&2; exit 2; }
+
+bins=target/release
+if ((build)); then
+    cargo build --release -p shard-node -p datacenter-aggregator -p global-aggregator \
+        -p geocount-cluster -p geoctl -p geocount-wan
+fi
+
+run=/tmp/geocount-campaign
+data="$run/data"
+topology="$run/topology.toml"
+full_slot=DC_EUROPE_0_VAL_0
+tmpfs="$data/$full_slot"
+launcher_pid=""
+restarted=()     # processes this script restarted (the launcher no longer owns them)
+load_pid=""
+
+cleanup() {
+    set +e
+    [[ -n "$load_pid" ]] && kill "$load_pid" 2>/dev/null
+    for pid in "${restarted[@]}"; do kill -CONT "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done
+    if [[ -n "$launcher_pid" ]]; then
+        kill "$launcher_pid" 2>/dev/null
+        wait "$launcher_pid" 2>/dev/null
+    fi
+    for pid in "${restarted[@]}"; do wait "$pid" 2>/dev/null; done
+    mountpoint -q "$tmpfs" && umount -l "$tmpfs"
+}
+trap cleanup EXIT
+
+mountpoint -q "$tmpfs" && umount -l "$tmpfs"
+rm -rf "$run"
+mkdir -p "$tmpfs"
+sed -e 's/127\.0\.0\.1:7\([0-9][0-9][0-9]\)/127.0.0.1:17\1/g' \
+    -e "s|^data_dir = .*|data_dir = \"$data\"|" config/local.toml > "$topology"
+disk_fault=1
+if ! mount -t tmpfs -o size=64m tmpfs "$tmpfs" 2>"$run/mount.err"; then
+    disk_fault=0
+    echo "note: cannot mount a tmpfs for $full_slot ($(cat "$run/mount.err")): the disk-full fault is skipped"
+fi
+
+"$bins/geocount-cluster" --config "$topology" --bin-dir "$bins" --data-dir "$data" --wan \
+    > "$run/cluster.out" 2>&1 &
+launcher_pid=$!
+for _ in $(seq 1 300); do
+    grep -q "Ctrl-C stops the cluster" "$run/cluster.out" && break
+    kill -0 "$launcher_pid" 2>/dev/null || { cat "$run/cluster.out"; exit 1; }
+    sleep 0.1
+done
+grep -q "Ctrl-C stops the cluster" "$run/cluster.out" || { cat "$run/cluster.out"; exit 1; }
+
+# name → pid and address, from the launcher's table.
+declare -A pid_of addr_of
+while read -r _role name addr pid _log; do
+    pid_of[$name]=$pid
+    addr_of[$name]=$addr
+done < <(awk '$4 ~ /^[0-9]+$/ && $3 ~ /:/ && $2 !~ /:/ {print}' "$run/cluster.out")
+control="${addr_of[wan-emulator]}"
+global="${addr_of[global]}"
+declare -A shards_of=(
+    [USA_0]="${addr_of[DC_USA_0_VAL_0]} ${addr_of[DC_USA_0_VAL_1]} ${addr_of[DC_USA_0_VAL_2]}"
+    [ASIA_0]="${addr_of[DC_ASIA_0_VAL_0]} ${addr_of[DC_ASIA_0_VAL_1]}"
+    [EUROPE_0]="${addr_of[DC_EUROPE_0_VAL_0]}"
+)
+datacenters=(USA_0 ASIA_0 EUROPE_0)
+
+now_ms() { date +%s%3N; }
+
+# stop NAME SIGNAL: keeps the process's command line, signals it and waits until it is gone.
+stop() {
+    local name=$1 pid=${pid_of[$1]}
+    cp "/proc/$pid/cmdline" "$run/$name.cmdline"
+    kill "-$2" "$pid"
+    while kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]]; do sleep 0.05; done
+}
+
+# start NAME: starts it again with the same command line, appending to its log, and waits
+# until it answers /healthz.
+start() {
+    local name=$1
+    local -a cmd
+    mapfile -d '' cmd < "$run/$name.cmdline"
+    "${cmd[@]}" >> "$data/logs/$name.log" 2>&1 &
+    pid_of[$name]=$!
+    restarted+=("$!")
+    for _ in $(seq 1 300); do
+        curl -sf -m 1 "http://${addr_of[$name]}/healthz" > /dev/null && return 0
+        sleep 0.05
+    done
+    echo "$name did not come back after its restart" >&2
+    return 1
+}
+
+# Marker writes of the current fault: key → the shard node it was sent to; acked keys.
+declare -A marker_node marker_acked
+marker_counter=""
+markers_per_dc=4
+
+# One marker write; marks it acknowledged on 200.
+send_marker() {
+    local key=$1 node=$2 code
+    code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 -X PATCH -H "Idempotency-Key: $key" \
+        -d '{"delta": 1}' "http://$node/counter/$marker_counter/write?op=INCREMENT" || true)
+    [[ "$code" == 200 ]] && marker_acked[$key]=1
+    return 0
+}
+
+# Sends every marker of fault $1 once (during the fault), round robin over each datacenter's
+# shard nodes.
+write_markers() {
+    marker_counter="campaign-$1"
+    marker_node=()
+    marker_acked=()
+    local dc i node
+    for dc in "${datacenters[@]}"; do
+        local -a nodes=(${shards_of[$dc]})
+        for ((i = 0; i < markers_per_dc; i++)); do
+            node=${nodes[i % ${#nodes[@]}]}
+            marker_node["$1-$dc-$i"]=$node
+            send_marker "$1-$dc-$i" "$node"
+        done
+    done
+}
+
+value_of() { curl -s -m 1 "$1" | jq -r '.value // "none"' 2>/dev/null || echo none; }
+
+# After a heal at $1 (ms): retries the unacknowledged markers (same keys, same node) until all
+# are acknowledged, then polls every datacenter aggregator and the global aggregator until
+# they show exactly the markers. Prints the milliseconds from the heal until then, or "never".
+converge() {
+    local healed=$1 deadline=$(($(now_ms) + 30000)) key dc ok
+    while :; do
+        ok=1
+        for key in "${!marker_node[@]}"; do
+            [[ -n "${marker_acked[$key]:-}" ]] || { send_marker "$key" "${marker_node[$key]}"; ok=0; }
+        done
+        ((ok)) && break
+        (($(now_ms) < deadline)) || { echo never; return; }
+        sleep 0.1
+    done
+    while :; do
+        ok=1
+        for dc in "${datacenters[@]}"; do
+            [[ "$(value_of "http://${addr_of[aggregator_$dc]}/counter/$marker_counter")" == "$markers_per_dc" ]] || ok=0
+        done
+        [[ "$(value_of "http://$global/counter/$marker_counter?allow_partial=true")" == "$((markers_per_dc * ${#datacenters[@]}))" ]] || ok=0
+        ((ok)) && { echo $(($(now_ms) - healed)); return; }
+        (($(now_ms) < deadline)) || { echo never; return; }
+        sleep 0.02
+    done
+}
+
+"$bins/geoctl" --config "$topology" load --duration-secs "$duration" --rate "$rate" \
+    --path http --concurrency 16 --json "$run/load.json" > "$run/load.out" 2>&1 &
+load_pid=$!
+started=$(now_ms)
+faults=()      # "name|converged ms"
+gap=$(((duration - 30) / 5))
+
+at() { # waits until $1 seconds after the load started
+    local wait_ms=$((started + $1 * 1000 - $(now_ms)))
+    ((wait_ms > 0)) && sleep "$(awk "BEGIN {print $wait_ms / 1000}")"
+    return 0
+}
+
+fault_window=4
+record() {
+    local during=${#marker_acked[@]}
+    faults+=("$1|$(converge "$2")")
+    echo "  $1: $during of ${#marker_node[@]} markers acknowledged during the fault; every tier right ${faults[-1]##*|} ms after the heal"
+}
+
+echo "campaign: load at $rate writes/s for $duration s; a fault every $gap s; logs in $data/logs"
+
+at 8
+echo "fault 1: kill -9 DC_USA_0_VAL_1, restart after ${fault_window} s"
+stop DC_USA_0_VAL_1 KILL
+write_markers kill9
+sleep "$fault_window"
+start DC_USA_0_VAL_1
+record "kill -9 shard DC_USA_0_VAL_1, restart" "$(now_ms)"
+
+at $((8 + gap))
+echo "fault 2: restart aggregator_ASIA_0 (SIGTERM, down ${fault_window} s)"
+stop aggregator_ASIA_0 TERM
+write_markers agg-restart
+sleep "$fault_window"
+start aggregator_ASIA_0
+record "restart aggregator_ASIA_0" "$(now_ms)"
+
+at $((8 + 2 * gap))
+echo "fault 3: SIGSTOP DC_ASIA_0_VAL_1 for ${fault_window} s"
+kill -STOP "${pid_of[DC_ASIA_0_VAL_1]}"
+write_markers sigstop
+sleep "$fault_window"
+kill -CONT "${pid_of[DC_ASIA_0_VAL_1]}"
+record "SIGSTOP shard DC_ASIA_0_VAL_1, SIGCONT" "$(now_ms)"
+
+at $((8 + 3 * gap))
+echo "fault 4: cut ASIA_0 off (both WAN links) for ${fault_window} s"
+curl -sf -X POST "http://$control/links/global-to-ASIA_0/cut" > /dev/null
+curl -sf -X POST "http://$control/links/ASIA_0-to-global/cut" > /dev/null
+write_markers cut
+sleep "$fault_window"
+curl -sf -X POST "http://$control/links/global-to-ASIA_0/heal" > /dev/null
+curl -sf -X POST "http://$control/links/ASIA_0-to-global/heal" > /dev/null
+record "cut ASIA_0 off, heal" "$(now_ms)"
+
+at $((8 + 4 * gap))
+if ((disk_fault)); then
+    echo "fault 5: fill $full_slot's disk (tmpfs) for ${fault_window} s"
+    dd if=/dev/zero of="$tmpfs/filler" bs=1M 2>/dev/null || true
+    write_markers disk-full
+    # The log's last page may still take a few small records: write until the node refuses.
+    for ((probe = 1; probe <= 500; probe++)); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 -X PATCH \
+            "http://${addr_of[$full_slot]}/counter/campaign-disk-probe/write?op=INCREMENT")
+        [[ $code == 200 ]] || break
+    done
+    health=$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://${addr_of[$full_slot]}/healthz")
+    echo "  while full: probe write $probe to $full_slot answered $code, /healthz $health"
+    sleep "$fault_window"
+    rm -f "$tmpfs/filler"
+    record "fill $full_slot's disk, free it" "$(now_ms)"
+fi
+
+wait "$load_pid" && load_status=0 || load_status=$?
+load_pid=""
+
+# Every process still serving?
+serving=0
+total=0
+for name in "${!addr_of[@]}"; do
+    total=$((total + 1))
+    if curl -sf -m 2 "http://${addr_of[$name]}/healthz" > /dev/null; then
+        serving=$((serving + 1))
+    else
+        echo "not serving: $name (${addr_of[$name]})"
+    fi
+done
+
+# The markers, read back at the global aggregator after everything healed.
+marker_lost=0
+marker_doubled=0
+marker_acked_total=0
+for fault in kill9 agg-restart sigstop cut disk-full; do
+    [[ $fault == disk-full ]] && ((!disk_fault)) && continue
+    expected=$((markers_per_dc * ${#datacenters[@]}))
+    marker_acked_total=$((marker_acked_total + expected))
+    got=$(value_of "http://$global/counter/campaign-$fault?allow_partial=true")
+    [[ "$got" =~ ^-?[0-9]+$ ]] || got=0
+    ((got < expected)) && marker_lost=$((marker_lost + expected - got))
+    ((got > expected)) && marker_doubled=$((marker_doubled + got - expected))
+done
+
+json="$run/load.json"
+acked=$(jq '.writes.acknowledged' "$json")
+refused=$(jq '.writes.refused' "$json")
+unknown=$(jq '.writes.unknown' "$json")
+load_lost=$(jq '[.exactness.mismatches[] | select(.observed != null and .unknown_writes == 0) | .expected - .observed | select(. > 0)] | add // 0' "$json")
+load_doubled=$(jq '[.exactness.mismatches[] | select(.observed != null and .unknown_writes == 0) | .observed - .expected | select(. > 0)] | add // 0' "$json")
+unexplained=$(jq '.exactness.mismatches | length' "$json")
+lost=$((load_lost + marker_lost))
+doubled=$((load_doubled + marker_doubled))
+worst=0
+worst_fault=""
+never=0
+for entry in "${faults[@]}"; do
+    ms=${entry##*|}
+    if [[ $ms == never ]]; then never=1; worst_fault="${entry%|*} (never converged)"; continue; fi
+    ((ms > worst)) && { worst=$ms; ((never)) || worst_fault=${entry%|*}; }
+done
+
+echo
+echo "FAULT                                        TIERS RIGHT AGAIN AFTER THE HEAL"
+for entry in "${faults[@]}"; do
+    printf '%-44s %s ms\n' "${entry%|*}" "${entry##*|}"
+done
+echo
+printf '%-44s %s\n' "writes acknowledged" "$((acked + marker_acked_total)) ($acked load, $marker_acked_total markers); $refused refused, $unknown unknown outcome"
+printf '%-44s %s\n' "writes lost (must be 0)" "$lost"
+printf '%-44s %s\n' "writes doubled (must be 0)" "$doubled"
+printf '%-44s %s\n' "counters unexplained by the load's check" "$unexplained (geoctl load exited $load_status)"
+printf '%-44s %s\n' "longest time a tier stayed wrong after a heal" "$worst ms ($worst_fault)"
+printf '%-44s %s\n' "every process still serving" "$([[ $serving == "$total" ]] && echo yes || echo no) ($serving of $total)"
+
+if ((lost != 0 || doubled != 0 || unexplained != 0 || never || serving != total)); then
+    echo "FAILED: see $run/load.out and $data/logs"
+    exit 1
+fi

@@ -1,0 +1,320 @@
+//! End-to-end tests of access control (README, "Access"): client tokens and their rights at
+//! every tier, the cluster secret between tiers, and the loopback rule. Real binaries on
+//! loopback ports.
+
+use std::time::Duration;
+
+use geocount_model::wire::BatchEntry;
+use geocount_test_support::ports::free_addr;
+use geocount_test_support::process::binary;
+use geocount_test_support::{Api, Method, NodeProcess, TestTopology, eventually};
+use serde_json::{Value, json};
+
+const READER: &str = "reader-5f0c2a9e4b7d4c1f8a3e6b2d9c0f7a14";
+const WRITER: &str = "writer-7b3e9d1c5a2f4e8b9c6d0a3f1e7b2c58";
+const ADMIN: &str = "admin-2c8f6a1e9d4b7c3f0e5a8d2b6c9f1e47";
+const SECRET: &str = "cluster-9e4d2b7f1c6a8e3d5b0f9c2a7e4d1b63";
+const FORWARDED_HEADER: &str = "x-geocount-forwarded";
+const SECRET_HEADER: &str = "x-geocount-cluster-secret";
+
+/// The `[auth]` section: a read-only, a write-only and an admin token, and `secret`.
+fn auth_toml(secret: &str) -> String {
+    format!(
+        "[auth]\ncluster_secret = \"{secret}\"\n\n\
+         [[auth.tokens]]\nname = \"dashboard\"\ntoken = \"{READER}\"\nrights = [\"read\"]\n\n\
+         [[auth.tokens]]\nname = \"web\"\ntoken = \"{WRITER}\"\nrights = [\"write\"]\n\n\
+         [[auth.tokens]]\nname = \"ops\"\ntoken = \"{ADMIN}\"\nrights = [\"admin\"]\n"
+    )
+}
+
+/// A topology of `datacenters` with the `[auth]` section above.
+fn topology(datacenters: &[(&str, usize)]) -> TestTopology {
+    TestTopology::with_extra(datacenters, "restore_timeout_ms = 200", &auth_toml(SECRET))
+}
+
+async fn status(api: &Api, method: Method, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let answer = api
+        .send(method, path, headers, Vec::new())
+        .await
+        .expect("an answer");
+    (answer.status.as_u16(), answer.json())
+}
+
+#[tokio::test]
+async fn client_tokens_need_their_rights_and_refusals_change_nothing() {
+    let t = topology(&[("USA_0", 2)]);
+    let _global = t.start_global_aggregator().await;
+    let _aggregator = t.start_datacenter_aggregator("USA_0").await;
+    let shards = [
+        t.start_shard("USA_0", 0).await,
+        t.start_shard("USA_0", 1).await,
+    ];
+    let anonymous = shards[0].api();
+    let reader = shards[0].api().with_token(READER);
+    let writer = shards[0].api().with_token(WRITER);
+    let admin = shards[0].api().with_token(ADMIN);
+    let stranger = shards[0].api().with_token(&READER.replace('r', "R"));
+
+    // No token, or an unknown one: 401, whatever the route asks.
+    let (code, body) = anonymous.add("auth:likes", 100).await.unwrap();
+    assert_eq!(code, 401, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("Bearer"), "{body}");
+    assert_eq!(anonymous.create(json!({"id": "auth:likes"})).await.0, 401);
+    assert_eq!(anonymous.read("auth:likes").await.0, 401);
+    assert_eq!(stranger.add("auth:likes", 100).await.unwrap().0, 401);
+    assert_eq!(stranger.read("auth:likes").await.0, 401);
+    // A valid token without the right: 403, naming the token.
+    let (code, body) = reader.add("auth:likes", 100).await.unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("dashboard"),
+        "{body}"
+    );
+    let (code, _) = reader
+        .batch(&[BatchEntry {
+            id: "auth:likes",
+            delta: 100,
+            idempotency_key: None,
+            timestamp: None,
+        }])
+        .await
+        .unwrap_err();
+    assert_eq!(code, 403);
+    let (code, body) = writer
+        .create(json!({"id": "auth:likes", "numberOfShards": 2}))
+        .await;
+    assert_eq!(code, 403, "{body}");
+    // None of it reached the node: the counter is unknown.
+    assert_eq!(reader.read("auth:likes").await.0, 404);
+
+    // admin creates; write writes, on either node (forwarded between them with the secret).
+    let (code, body) = admin
+        .create(json!({"id": "auth:likes", "numberOfShards": 2}))
+        .await;
+    assert_eq!(code, 201, "{body}");
+    for _ in 0..4 {
+        assert_eq!(writer.add("auth:likes", 2).await.unwrap().0, 200);
+        let (code, body) = shards[1]
+            .api()
+            .with_token(WRITER)
+            .add("auth:likes", 3)
+            .await
+            .unwrap();
+        assert_eq!(code, 200, "{body}");
+    }
+    assert_eq!(admin.add("auth:likes", 1).await.unwrap().0, 200);
+    assert_eq!(reader.add("auth:likes", 100).await.unwrap().0, 403);
+
+    // Every tier's pulls carry the secret: the writes reach the global aggregator, exactly.
+    let global = Api::new(t.topology.global.listen);
+    assert_eq!(global.read("auth:likes").await.0, 401);
+    assert_eq!(
+        status(&global, Method::GET, "/datacenters", &[]).await.0,
+        401
+    );
+    let global = global.with_token(READER);
+    let body = global
+        .read_until(
+            Duration::from_secs(10),
+            "/counter/auth:likes",
+            |code, body| code == 200 && body["value"] == 21,
+        )
+        .await;
+    assert_eq!(body["datacenters"]["USA_0"]["value"], 21, "{body}");
+    let aggregator = Api::new(t.topology.datacenters[0].aggregator);
+    assert_eq!(aggregator.read("auth:likes").await.0, 401);
+    assert_eq!(aggregator.with_token(READER).value("auth:likes").await, 21);
+    let global_writer = Api::new(t.topology.global.listen).with_token(WRITER);
+    assert_eq!(global_writer.read("auth:likes").await.0, 403);
+
+    // Probes stay open.
+    for path in ["/healthz", "/metrics", "/openapi.json"] {
+        assert_eq!(
+            status(&anonymous, Method::GET, path, &[]).await.0,
+            200,
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn routes_between_tiers_need_the_cluster_secret() {
+    // One slot: every write is this node's, so a refused forward is easy to see.
+    let t = topology(&[("USA_0", 1)]);
+    let mut shard = t.start_shard("USA_0", 0).await;
+    let writer = shard.api().with_token(WRITER);
+    assert_eq!(writer.add("fake:peer", 5).await.unwrap().0, 200);
+
+    // A fake peer: without the secret, with a wrong one, or with a client's (admin) token.
+    let plain = shard.api();
+    let wrong = shard
+        .api()
+        .with_header(SECRET_HEADER, &SECRET.replace('9', "8"));
+    let admin = shard.api().with_token(ADMIN);
+    for fake in [&plain, &wrong, &admin] {
+        let (code, body) = status(fake, Method::POST, "/sync", &[]).await;
+        assert_eq!(code, 403, "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("cluster secret"),
+            "{body}"
+        );
+        let copy = "/slots/DC_USA_0_VAL_0/copy";
+        assert_eq!(status(fake, Method::GET, copy, &[]).await.0, 403);
+    }
+    // With the secret the route answers.
+    let peer = shard.api().with_header(SECRET_HEADER, SECRET);
+    let copy = status(&peer, Method::GET, "/slots/DC_USA_0_VAL_0/copy", &[]).await;
+    assert_eq!(copy.0, 200);
+
+    // A write marked as forwarded needs the secret, even with a client's write token.
+    let forwarded = [(FORWARDED_HEADER, "1")];
+    for fake in [&writer, &wrong] {
+        let answer = fake
+            .send(
+                Method::PATCH,
+                "/counter/fake:peer/write?op=INCREMENT",
+                &forwarded,
+                r#"{"delta": 100}"#,
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 403, "{}", answer.json());
+        let body = postcard::to_allocvec(&geocount_model::wire::BatchRequest {
+            entries: vec![BatchEntry {
+                id: "fake:peer",
+                delta: 100,
+                idempotency_key: None,
+                timestamp: None,
+            }],
+        })
+        .unwrap();
+        let answer = fake
+            .send(Method::POST, "/batch", &forwarded, body)
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 403, "{}", answer.json());
+    }
+    let (code, body) = shard.api().with_token(READER).read("fake:peer").await;
+    assert_eq!((code, &body["value"]), (200, &json!(5)), "{body}");
+
+    // Each refusal is logged with the peer's address.
+    let log = shard
+        .wait_for_log("refused a peer", Duration::from_secs(5))
+        .await;
+    let line = log.lines().find(|l| l.contains("refused a peer")).unwrap();
+    assert!(
+        line.contains("peer") && line.contains("127.0.0.1:"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_with_another_secret_never_reaches_the_aggregator() {
+    let t = topology(&[("USA_0", 2)]);
+    let _global = t.start_global_aggregator().await;
+    let mut aggregator = t.start_datacenter_aggregator("USA_0").await;
+    let _good = t.start_shard("USA_0", 0).await;
+    // Slot 1 runs with the same topology but another secret.
+    let other = t.dir().join("other-secret.toml");
+    let text = std::fs::read_to_string(&t.path).unwrap();
+    std::fs::write(&other, text.replace(SECRET, &SECRET.replace('c', "k"))).unwrap();
+    let args = [
+        "--config",
+        &other.display().to_string(),
+        "--dc",
+        "USA_0",
+        "--slot",
+        "1",
+    ]
+    .map(str::to_owned);
+    let mut stray = NodeProcess::start(
+        "shard-node",
+        "DC_USA_0_VAL_1",
+        &args,
+        t.shard_addr("USA_0", 1),
+        t.dir(),
+    )
+    .await;
+
+    // Find a counter whose one slot is the stray node's, and write it there.
+    let stray_reader = stray.api().with_token(READER);
+    let mut ids = (0..100).map(|n| format!("stray:{n}"));
+    let id = loop {
+        let id = ids.next().expect("some counter routes to slot 1");
+        let (code, route) = stray_reader.get_json(&format!("/counter/{id}/route")).await;
+        assert_eq!(code, 200, "{route}");
+        if route["slots"][0]["slot"] == "DC_USA_0_VAL_1" {
+            break id;
+        }
+    };
+    let (code, body) = stray.api().with_token(WRITER).add(&id, 7).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+
+    // Both sides refuse the other and say so.
+    aggregator
+        .wait_for_log("refused a peer", Duration::from_secs(5))
+        .await;
+    stray
+        .wait_for_log("refused a peer", Duration::from_secs(5))
+        .await;
+    // The good slot is heard; the stray one never is, and its counter never arrives.
+    let aggregator = aggregator.api().with_token(READER);
+    let health = eventually(Duration::from_secs(5), "slot 0 heard", || async {
+        let (_, body) = aggregator.get_json("/healthz").await;
+        (!body["slots"]["DC_USA_0_VAL_0"]["staleness_ms"].is_null()).then_some(body)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, health_later) = aggregator.get_json("/healthz").await;
+    for body in [&health, &health_later] {
+        let stray_slot = &body["slots"]["DC_USA_0_VAL_1"];
+        assert!(stray_slot["staleness_ms"].is_null(), "{body}");
+    }
+    let error = health_later["slots"]["DC_USA_0_VAL_1"]["last_error"].to_string();
+    assert!(error.contains("403"), "{error}");
+    assert_eq!(aggregator.read(&id).await.0, 404);
+}
+
+#[test]
+fn a_public_address_without_tokens_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("public.toml");
+    let public = format!("0.0.0.0:{}", free_addr().port());
+    let text = format!(
+        "[global]\nlisten = \"{}\"\n\n[shard]\ndata_dir = \"{}\"\n\n\
+         [[datacenters]]\nname = \"USA_0\"\naggregator = \"{}\"\nshards = [\"{}\", \"{public}\"]\n",
+        free_addr(),
+        dir.path().join("data").display(),
+        free_addr(),
+        free_addr(),
+    );
+    std::fs::write(&path, text).unwrap();
+    let config = path.display().to_string();
+    // Runs binary `name`, which must exit 2 with one line on stderr; that line.
+    let config_error = |name: &str, args: &[&str]| {
+        let output = std::process::Command::new(binary(name))
+            .args(["--config", &config])
+            .args(args)
+            .output()
+            .expect("run the binary");
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    // Slot 1 is on 0.0.0.0: refused, naming the file and the key.
+    let stderr = config_error("shard-node", &["--dc", "USA_0", "--slot", "1"]);
+    let expected = format!("shard-node: {config}: datacenters[0].shards[1]: {public} ");
+    assert!(stderr.starts_with(&expected), "{stderr}");
+    assert!(stderr.contains("auth.insecure_public = true"), "{stderr}");
+
+    // Tokens without a cluster secret are refused too.
+    let tokens =
+        format!("\n[[auth.tokens]]\nname = \"web\"\ntoken = \"{WRITER}\"\nrights = [\"write\"]\n");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&tokens);
+    std::fs::write(&path, text).unwrap();
+    let stderr = config_error("global-aggregator", &[]);
+    let expected = format!("global-aggregator: {config}: auth.cluster_secret: ");
+    assert!(stderr.starts_with(&expected), "{stderr}");
+}

@@ -1,0 +1,186 @@
+//! TLS end to end (issue #7): a cluster whose every listener and every call between tiers is
+//! TLS carries a write to the global aggregator; a plain-HTTP client and a client trusting
+//! another CA get nothing; unusable certificate files are one-line configuration errors; the
+//! certificates `scripts/make-certs.sh` makes are accepted.
+//!
+//! Every test here turns TLS on for the whole test process ([`tls::force`]), whatever
+//! `E2E_TLS` says.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use geocount_net::tls::{client_config, tls_connector};
+use geocount_test_support::tls::{self, TestCa};
+use geocount_test_support::{Api, TestTopology, eventually};
+use serde_json::json;
+
+/// Shard nodes start empty; they need not wait long for peers to hand back their slot.
+const FAST_START: &str = "restore_timeout_ms = 200";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_crosses_every_tier_over_tls_and_strangers_get_nothing() {
+    tls::force();
+    let topology = TestTopology::new(&[("USA_0", 2)], FAST_START);
+    let settings = topology.topology.tls.as_ref().expect("a [tls] section");
+    assert!(settings.cert("DC_USA_0_VAL_1").exists());
+    let global = topology.start_global_aggregator().await;
+    let _aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let shard = topology.start_shard("USA_0", 0).await;
+    let _peer = topology.start_shard("USA_0", 1).await;
+
+    // Two slots, round robin: half the writes are forwarded to the peer, over TLS too.
+    let api = shard.api();
+    let (status, body) = api
+        .create(json!({"id": "tls:likes", "numberOfShards": 2}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    for _ in 0..10 {
+        let (status, body) = api.add("tls:likes", 3).await.expect("write over TLS");
+        assert_eq!(status, 200, "{body}");
+    }
+    global
+        .api()
+        .read_until(
+            Duration::from_secs(10),
+            "/counter/tls:likes",
+            |status, body| status == 200 && body["value"] == 30,
+        )
+        .await;
+
+    // Plain HTTP to a TLS listener: the handshake fails, no answer comes.
+    let plain = Api::plain(shard.addr).get("/healthz").await;
+    assert!(plain.is_err(), "plain HTTP answered: {plain:?}");
+    // A client that trusts another CA refuses the node's certificate before sending anything.
+    let stranger = Api::with_connector(shard.addr, TestCa::new("another CA").connector());
+    let error = stranger.get("/healthz").await.unwrap_err();
+    assert!(error.is_connect(), "{error:?}");
+    // Neither disturbed the node.
+    let health = api.get("/healthz").await.expect("health over TLS");
+    assert_eq!(health.status, 200);
+    let log = std::fs::read_to_string(&shard.log).unwrap();
+    assert!(log.contains("TLS handshake failed"), "{log}");
+}
+
+#[tokio::test]
+async fn unusable_certificate_files_are_one_line_configuration_errors() {
+    tls::force();
+    let topology = TestTopology::new(&[("USA_0", 1)], FAST_START);
+    let settings = topology.topology.tls.clone().expect("a [tls] section");
+    let config = topology.path.to_str().unwrap();
+    let binary = geocount_test_support::process::binary("shard-node");
+    let run = |env: &[(&str, &str)]| {
+        let output = Command::new(&binary)
+            .args(["--config", config, "--dc", "USA_0", "--slot", "0"])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+
+    let (code, stderr) = run(&[("GEOCOUNT_TLS__CA", "/nonexistent/ca.pem")]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "shard-node: {config}: tls.ca: /nonexistent/ca.pem: cannot read: No such file or \
+             directory (os error 2)"
+        )
+    );
+
+    let key = settings.key("DC_USA_0_VAL_0");
+    std::fs::write(&key, "not a key\n").unwrap();
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "shard-node: {config}: tls.cert_dir: {}: no private key in it",
+            key.display()
+        )
+    );
+
+    std::fs::remove_file(settings.cert("DC_USA_0_VAL_0")).unwrap();
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("tls.cert_dir") && stderr.contains("DC_USA_0_VAL_0.pem"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn certificates_from_the_script_are_accepted() {
+    tls::force();
+    let topology = TestTopology::new(&[("USA_0", 1)], FAST_START);
+    // Replace the test CA's certificates with the script's, for every process of the topology.
+    let certs = topology.dir().join("script-certs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-certs.sh");
+    let output = Command::new(&script)
+        .arg(&certs)
+        .arg(&topology.path)
+        .output()
+        .expect("run scripts/make-certs.sh (it needs openssl)");
+    assert!(
+        output.status.success(),
+        "make-certs.sh: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for name in ["global", "aggregator_USA_0", "DC_USA_0_VAL_0"] {
+        assert!(certs.join(format!("{name}.pem")).exists(), "{name}");
+        assert!(certs.join(format!("{name}-key.pem")).exists(), "{name}");
+    }
+    let text = std::fs::read_to_string(&topology.path).unwrap();
+    let settings = topology.topology.tls.as_ref().unwrap();
+    let text = text
+        .replace(
+            &settings.ca.display().to_string(),
+            &certs.join("ca.pem").display().to_string(),
+        )
+        .replace(
+            &format!("cert_dir = \"{}\"", settings.cert_dir.display()),
+            &format!("cert_dir = \"{}\"", certs.display()),
+        );
+    std::fs::write(&topology.path, text).unwrap();
+
+    // The node serves with the script's certificate: a client trusting the script's CA gets
+    // answers, one trusting the test CA does not.
+    let addr = topology.shard_addr("USA_0", 0);
+    let _node = KillOnDrop(
+        Command::new(geocount_test_support::process::binary("shard-node"))
+            .args(["--config", topology.path.to_str().unwrap()])
+            .args(["--dc", "USA_0", "--slot", "0"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let connector = tls_connector(
+        geocount_net::tcp_connector(),
+        client_config(&certs.join("ca.pem")).unwrap(),
+    );
+    let api = Api::with_connector(addr, connector);
+    eventually(Duration::from_secs(10), "health over TLS", || async {
+        let answer = api.get("/healthz").await.ok()?;
+        (answer.status == 200).then_some(())
+    })
+    .await;
+    let test_ca = Api::new(addr).get("/healthz").await;
+    assert!(
+        test_ca.is_err_and(|e| e.is_connect()),
+        "a client of another CA was answered"
+    );
+}
+
+/// A child process killed when dropped, so that a failing test leaves none behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
