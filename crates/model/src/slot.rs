@@ -91,9 +91,10 @@ impl SlotState {
 /// of its slot still numbers new changes above every version any other copy may hold, so its
 /// new writes always win the merge. Up to 1,024 changes per millisecond follow the clock; more
 /// just count on from the last. The result stays below 2^53 until the year 2248, so JSON clients
-/// read it exactly.
+/// read it exactly. A version of `u64::MAX` (only a hostile or corrupt copy holds one) stays
+/// there rather than wrap to a version below every other copy's.
 pub fn next_slot_version(last: u64, now_unix_ms: u64) -> u64 {
-    (last + 1).max(now_unix_ms << 10)
+    last.saturating_add(1).max(now_unix_ms << 10)
 }
 
 /// Everything a slot holds for one counter: its running total and version, its window of
@@ -222,6 +223,25 @@ mod tests {
             next_slot_version(v, 1_700_000_000_000) > v,
             "a clock going back never lowers it"
         );
+    }
+
+    /// Found by fuzzing (`fuzz/`, target `wire_slot_copy`): a restored copy whose record has
+    /// version `u64::MAX` overflowed the owner's next version (a panic with overflow checks; a
+    /// wrap to a version that loses every merge without).
+    #[test]
+    fn the_version_after_the_last_one_never_overflows() {
+        // A `SlotCopy` of slot "" holding counter "" at value 0, version u64::MAX.
+        const COPY: [u8; 16] = [
+            0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0,
+        ];
+        let copy: crate::wire::SlotCopy = postcard::from_bytes(&COPY).unwrap();
+        let record = &copy.entries[0].1;
+        assert_eq!(record.state.version, u64::MAX);
+        assert_eq!(
+            next_slot_version(record.state.version, 1_800_000_000_000),
+            u64::MAX
+        );
+        assert_eq!(next_slot_version(u64::MAX - 1, 0), u64::MAX);
     }
 
     #[test]

@@ -1,0 +1,366 @@
+//! What geocount's fuzz targets share: fixed settings and clock readings, a replica holding a
+//! few counters of every kind, and the semantic use every decoded slot record goes through
+//! after decoding (reads, window sums, the owner's next write, re-encoding).
+//!
+//! Each target in `fuzz_targets/` feeds its bytes to the same public function the real handler
+//! or puller calls, then drives what the process does next with what was decoded, since a
+//! structurally valid but hostile message is where panics hide. Seeds made from the real types
+//! are written by `examples/write_seeds.rs` ([`seeds`]).
+
+use geocount_model::unique::hash_item;
+use geocount_model::wire::{Cursor, SlotEntry, SlotPage, SyncPage};
+use geocount_model::{
+    CounterDescription, CounterId, CounterType, HlcTimestamp, SlotRecord, SlotState,
+    VersionedDescription, next_slot_version,
+};
+use geocount_sync::http::WindowQuery;
+use geocount_sync::{PullSource, Replica};
+
+/// The node's clock in every target, in unix seconds (deterministic, so crashes reproduce).
+pub const NOW_SECS: u64 = 1_800_000_000;
+/// The node's clock in every target, in unix milliseconds.
+pub const NOW_MS: u64 = NOW_SECS * 1000;
+/// The window length of counters without a description (the topology's default).
+pub const WINDOW_SECONDS: u32 = 300;
+
+/// The slots the fixtures' replicas hold: two of datacenter `A`, one of `B`.
+pub fn slot_names() -> Vec<String> {
+    ["DC_A_VAL_0", "DC_A_VAL_1", "DC_B_VAL_0"]
+        .map(str::to_owned)
+        .to_vec()
+}
+
+/// The datacenter of each of [`slot_names`], by index.
+pub const SLOT_DATACENTERS: [usize; 3] = [0, 0, 1];
+
+/// The datacenter names of the fixtures.
+pub fn datacenter_names() -> Vec<String> {
+    vec!["A".to_owned(), "B".to_owned()]
+}
+
+/// Pull sources named `names`, pulling slots and descriptions.
+fn pull_sources(names: Vec<String>) -> Vec<PullSource> {
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(n, name)| PullSource {
+            name,
+            address: format!("127.0.0.1:{}", 9000 + n),
+            interval: std::time::Duration::from_millis(50),
+            slots: true,
+            descriptions: true,
+        })
+        .collect()
+}
+
+/// An empty replica of [`slot_names`] as the global aggregator holds it: one source per
+/// datacenter, counters ranked per datacenter too.
+pub fn empty_replica() -> Replica {
+    let mut replica = Replica::new(slot_names(), &pull_sources(datacenter_names()));
+    replica
+        .copies
+        .index_top(SLOT_DATACENTERS.to_vec(), WINDOW_SECONDS, NOW_SECS);
+    replica
+}
+
+/// An empty replica of [`slot_names`] as a datacenter aggregator holds its slots: one source
+/// per slot, counters ranked over all of them.
+pub fn empty_datacenter_replica() -> Replica {
+    let mut replica = Replica::new(slot_names(), &pull_sources(slot_names()));
+    replica
+        .copies
+        .index_top(vec![0; SLOT_DATACENTERS.len()], WINDOW_SECONDS, NOW_SECS);
+    replica
+}
+
+/// A sum counter's record: `value` with hits in the seconds just before [`NOW_SECS`].
+pub fn sum_record(value: i64, version: u64) -> SlotRecord {
+    let mut record = SlotRecord::from(SlotState { value, version });
+    for (ago, hits) in [(200, 2), (10, value), (1, -1)] {
+        record
+            .window
+            .record(NOW_SECS - ago, hits, WINDOW_SECONDS)
+            .expect("fixture hits fit");
+    }
+    record
+}
+
+/// A unique counter's record with `items` distinct items.
+pub fn unique_record(items: u64, version: u64) -> SlotRecord {
+    let mut record = SlotRecord::default();
+    for n in 0..items {
+        record.add_item(hash_item(&format!("user-{n}")), version);
+    }
+    record
+}
+
+/// A description of counter `id`.
+pub fn description(id: &str, counter_type: CounterType, shards: u32) -> VersionedDescription {
+    VersionedDescription {
+        description: CounterDescription {
+            id: CounterId::new(id).expect("fixture id"),
+            counter_type,
+            number_of_shards: shards,
+            base_number_of_shards: 1,
+            window_seconds: WINDOW_SECONDS,
+            created_at_ms: NOW_MS - 60_000,
+        },
+        version: HlcTimestamp {
+            physical_ms: NOW_MS - 60_000,
+            logical: 3,
+            node: 7,
+        },
+    }
+}
+
+/// A replica holding sum counters `#a`, `#b`, `tweet:1:likes` and unique counter `visitors`
+/// in several slots, with descriptions of two of them.
+pub fn populated_replica() -> Replica {
+    let mut replica = empty_replica();
+    let copies = &mut replica.copies;
+    copies.merge(0, "#a", &sum_record(10, 5));
+    copies.merge(1, "#a", &sum_record(-4, 2));
+    copies.merge(2, "#b", &sum_record(7, 9));
+    copies.merge(0, "tweet:1:likes", &sum_record(i64::MAX, 1));
+    copies.merge(2, "tweet:1:likes", &sum_record(i64::MAX, 1));
+    copies.merge(1, "visitors", &unique_record(40, 3));
+    copies.merge(2, "visitors", &unique_record(3_000, 4));
+    replica
+        .descriptions
+        .merge(description("#a", CounterType::Sum, 2));
+    replica
+        .descriptions
+        .merge(description("visitors", CounterType::Unique, 1));
+    replica
+}
+
+/// The windows a read may ask for around [`NOW_SECS`]: the live window, a shorter one, one
+/// ending in the past and one in the future, and the extremes.
+pub fn windows() -> [WindowQuery; 6] {
+    [
+        WindowQuery {
+            seconds: WINDOW_SECONDS,
+            at: NOW_SECS,
+        },
+        WindowQuery {
+            seconds: 5,
+            at: NOW_SECS,
+        },
+        WindowQuery {
+            seconds: 60,
+            at: NOW_SECS - 250,
+        },
+        WindowQuery {
+            seconds: WINDOW_SECONDS,
+            at: NOW_SECS + 100,
+        },
+        WindowQuery {
+            seconds: u32::MAX,
+            at: u64::MAX,
+        },
+        WindowQuery { seconds: 1, at: 0 },
+    ]
+}
+
+/// What the processes do with a slot record they decoded: read its value all-time and in
+/// windows, estimate its sketch, and, as the owner restoring it would, apply its next delta,
+/// hit and item to a copy. Nothing may panic, whatever the record holds.
+pub fn drive_record(record: &SlotRecord) {
+    for window in windows() {
+        let _ = WindowQuery::value_of(Some(&window), record);
+        let _ = record.window.sum(window.seconds, window.at);
+    }
+    let _ = WindowQuery::value_of(None, record);
+    if let Some(sketch) = &record.uniques {
+        let _ = sketch.count();
+        let _ = sketch.registers_set();
+        let _ = sketch.encoded_bytes();
+        let mut union = sketch.clone();
+        union.union_with(sketch);
+        assert_eq!(&union, sketch, "a sketch's union with itself is itself");
+    }
+    let mut owner = record.clone();
+    let version = next_slot_version(owner.state.version, NOW_MS);
+    if let Ok(state) = owner.state.apply(1, version) {
+        owner.state = state;
+    }
+    for (second, delta) in [(NOW_SECS, 1), (NOW_SECS - 299, -3), (u64::MAX, i64::MAX)] {
+        let _ = owner.window.record(second, delta, WINDOW_SECONDS);
+        let _ = owner.window.sum(WINDOW_SECONDS, NOW_SECS);
+    }
+    owner.add_item(hash_item("fuzz"), version.saturating_add(1));
+    let mut merged = record.clone();
+    merged.merge(&owner);
+    round_trip(record);
+}
+
+/// Checks that `value` re-encodes and decodes to itself: what a process accepted it can send
+/// on (a page served to the next tier, a record written to the log).
+pub fn round_trip<T>(value: &T)
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let bytes = postcard::to_allocvec(value).expect("an accepted value encodes");
+    let back: T = postcard::from_bytes(&bytes).expect("an encoded value decodes");
+    assert_eq!(&back, value, "a value survives re-encoding");
+}
+
+/// Valid inputs of each target, made from the real types, for `examples/write_seeds.rs`.
+pub mod seeds {
+    use super::*;
+    use geocount_model::wire::{
+        BatchEntry, BatchRequest, BatchResponse, DescriptionPage, EntryOutcome, ItemBatchRequest,
+        ItemEntry, SlotCopy, SlotFreshness, SyncRequest,
+    };
+
+    fn encode(value: &impl serde::Serialize) -> Vec<u8> {
+        postcard::to_allocvec(value).expect("seeds encode")
+    }
+
+    /// `wire_batch`: a delta batch, an item batch and a batch answer.
+    pub fn wire_batch() -> Vec<Vec<u8>> {
+        let deltas = BatchRequest {
+            entries: vec![
+                BatchEntry {
+                    id: "tweet:1:likes",
+                    delta: 5,
+                    idempotency_key: None,
+                    timestamp: None,
+                },
+                BatchEntry {
+                    id: "#rust",
+                    delta: -2,
+                    idempotency_key: Some("req-81"),
+                    timestamp: Some(NOW_SECS - 10),
+                },
+            ],
+        };
+        let items = ItemBatchRequest {
+            entries: vec![ItemEntry {
+                id: "page:home:visitors",
+                item: "user-42",
+                idempotency_key: Some("k"),
+                timestamp: Some(NOW_SECS),
+            }],
+        };
+        let answer = BatchResponse {
+            slot: "DC_A_VAL_0".into(),
+            outcomes: vec![
+                EntryOutcome::Applied {
+                    value: 7,
+                    version: 99,
+                },
+                EntryOutcome::Refused {
+                    status: 422,
+                    error: "overflow".into(),
+                },
+            ],
+        };
+        vec![encode(&deltas), encode(&items), encode(&answer)]
+    }
+
+    /// `wire_sync_request`: pulls from the start, of one stream, and from cursors.
+    pub fn wire_sync_request() -> Vec<Vec<u8>> {
+        [
+            SyncRequest {
+                slots: Some(Cursor::Start),
+                descriptions: Some(Cursor::Start),
+            },
+            SyncRequest {
+                slots: Some(Cursor::Seq { epoch: 1, seq: 3 }),
+                descriptions: None,
+            },
+            SyncRequest {
+                slots: Some(Cursor::Scan {
+                    epoch: 1,
+                    resume_seq: 5,
+                    next_index: 2,
+                }),
+                descriptions: Some(Cursor::Seq { epoch: 1, seq: 1 }),
+            },
+        ]
+        .iter()
+        .map(encode)
+        .collect()
+    }
+
+    /// `wire_sync_page`: the pages the populated replica serves, and a small hand-made one.
+    pub fn wire_sync_page() -> Vec<Vec<u8>> {
+        let replica = populated_replica();
+        let request = SyncRequest {
+            slots: Some(Cursor::Start),
+            descriptions: Some(Cursor::Start),
+        };
+        let served = replica.sync_page(
+            &request,
+            "A",
+            2,
+            vec![SlotFreshness {
+                slot: "DC_A_VAL_0".into(),
+                staleness_ms: Some(40),
+            }],
+        );
+        let small = SyncPage {
+            source: "DC_A_VAL_1".into(),
+            slots: Some(SlotPage {
+                slot_names: vec!["DC_A_VAL_1".into()],
+                entries: vec![SlotEntry {
+                    slot: 0,
+                    id: "#a".into(),
+                    record: sum_record(3, 11),
+                }],
+                next: Cursor::Seq { epoch: 9, seq: 1 },
+                caught_up: true,
+            }),
+            descriptions: Some(DescriptionPage {
+                items: vec![description("#a", CounterType::Sum, 3)],
+                next: Cursor::Seq { epoch: 9, seq: 1 },
+                caught_up: true,
+            }),
+            freshness: Vec::new(),
+            load: 12,
+        };
+        vec![encode(&served), encode(&small)]
+    }
+
+    /// `wire_slot_copy`: the populated replica's copy of each slot.
+    pub fn wire_slot_copy() -> Vec<Vec<u8>> {
+        let replica = populated_replica();
+        slot_names()
+            .iter()
+            .filter_map(|name| replica.slot_copy(name))
+            .chain([SlotCopy {
+                slot: "DC_A_VAL_0".into(),
+                entries: vec![("c".into(), unique_record(2, 1))],
+            }])
+            .map(|copy| encode(&copy))
+            .collect()
+    }
+
+    /// `json_bodies`: create and write bodies as the README shows them.
+    pub fn json_bodies() -> Vec<Vec<u8>> {
+        [
+            r#"{"id": "tweet:1:likes", "numberOfShards": 2}"#,
+            r#"{"id": "page:home:visitors", "type": "unique", "windowSeconds": 60}"#,
+            r#"{"delta": 5, "timestamp": 1800000000}"#,
+            r#"{"item": "user-42"}"#,
+            r#"{"delay_ms": 60, "jitter_ms": 5}"#,
+            "",
+        ]
+        .map(|text| text.as_bytes().to_vec())
+        .to_vec()
+    }
+
+    /// `queries`: read, top-K, trending and write queries, and a path segment.
+    pub fn queries() -> Vec<Vec<u8>> {
+        [
+            "window=60&at=1800000000",
+            "k=3&prefix=%23r&window=60",
+            "prefix=%23&max_staleness_ms=500&allow_partial=true",
+            "op=INCREMENT",
+            "tweet%3A1%3Alikes",
+        ]
+        .map(|text| text.as_bytes().to_vec())
+        .to_vec()
+    }
+}
