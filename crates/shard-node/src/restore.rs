@@ -51,8 +51,11 @@ pub async fn restore_slot(
     while let Some(copy) = asks.join_next().await {
         let Ok(Some(copy)) = copy else { continue };
         restored.answered += 1;
+        // An id no client could have written comes only from a faulty or hostile peer.
         for (id, record) in copy.entries {
-            restored.entries.entry(id).or_default().merge(&record);
+            if geocount_model::counter_id::validate(&id).is_ok() {
+                restored.entries.entry(id).or_default().merge(&record);
+            }
         }
     }
     restored

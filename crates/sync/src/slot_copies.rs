@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use geocount_model::SlotRecord;
 use geocount_model::wire::{SlotEntry, SlotPage};
+use geocount_model::{SlotRecord, counter_id};
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
@@ -136,15 +136,25 @@ impl SlotCopies {
     }
 
     /// Merges a pulled page, mapping its slot names onto this table's; entries of slots this
-    /// table does not hold are skipped. Returns how many states changed.
+    /// table does not hold, and entries whose id no client could have written (empty, too long,
+    /// control characters: only a faulty or hostile peer sends one), are skipped. Returns how
+    /// many states changed.
     pub fn apply_page(&mut self, page: &SlotPage) -> usize {
         let mapping: Vec<Option<u16>> =
             page.slot_names.iter().map(|n| self.slot_index(n)).collect();
         let mut changed = 0;
+        let mut invalid = 0;
         for entry in &page.entries {
+            if counter_id::validate(&entry.id).is_err() {
+                invalid += 1;
+                continue;
+            }
             if let Some(Some(slot)) = mapping.get(entry.slot as usize) {
                 changed += usize::from(self.merge(*slot, &entry.id, &entry.record));
             }
+        }
+        if invalid > 0 {
+            tracing::warn!(invalid, "skipped pulled entries with invalid counter ids");
         }
         changed
     }
@@ -235,6 +245,21 @@ mod tests {
 
     fn state(value: i64, version: u64) -> SlotRecord {
         geocount_model::SlotState { value, version }.into()
+    }
+
+    #[test]
+    fn pulled_entries_with_invalid_ids_are_skipped() {
+        // A faulty peer's table: ids no client could have written, beside a good one.
+        let mut peer = SlotCopies::new(vec!["DC_A_VAL_0".to_owned()]);
+        for id in ["", "bell\u{7}", &"x".repeat(257), "good"] {
+            peer.merge(0, id, &state(5, 1));
+        }
+        let page = peer.page(Cursor::Start, 100);
+        assert_eq!(page.entries.len(), 4);
+        let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned()]);
+        assert_eq!(table.apply_page(&page), 1);
+        assert_eq!(table.len(), 1);
+        assert!(table.get("good").is_some());
     }
 
     #[test]
