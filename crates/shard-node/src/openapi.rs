@@ -34,6 +34,18 @@ const WRITE_ERRORS: &[(u16, &str)] = &[
     (507, "the disk is full"),
 ];
 
+/// `operation` answering as a single write does: the slot's new state, or one of
+/// [`WRITE_ERRORS`].
+fn answers_a_write(operation: Operation) -> Operation {
+    operation
+        .json_answer(
+            200,
+            "the state of the slot that took the write",
+            slot_answer(),
+        )
+        .errors(WRITE_ERRORS)
+}
+
 /// The document of this tier's HTTP API.
 pub fn document() -> ApiDoc {
     let key = header_param(
@@ -86,36 +98,28 @@ pub fn document() -> ApiDoc {
     .operation(
         "/counter/{id}/write",
         "patch",
-        Operation::new("add to a counter (a delta) or count an item (unique counters)")
-            .param(id_param())
-            .param(required_query_param(
-                "op",
-                "string",
-                "INCREMENT or DECREMENT",
-                "INCREMENT",
-            ))
-            .param(key.clone())
-            .json_body(write_body.clone(), json!({"delta": 1}))
-            .json_answer(
-                200,
-                "the state of the slot that took the write",
-                slot_answer(),
-            )
-            .errors(WRITE_ERRORS),
+        answers_a_write(
+            Operation::new("add to a counter (a delta) or count an item (unique counters)")
+                .param(id_param())
+                .param(required_query_param(
+                    "op",
+                    "string",
+                    "INCREMENT or DECREMENT",
+                    "INCREMENT",
+                ))
+                .param(key.clone())
+                .json_body(write_body.clone(), json!({"delta": 1})),
+        ),
     )
     .operation(
         "/counters/{id}/increment",
         "post",
-        Operation::new("add a signed delta, or count an item")
-            .param(id_param())
-            .param(key)
-            .json_body(write_body, json!({"delta": -2}))
-            .json_answer(
-                200,
-                "the state of the slot that took the write",
-                slot_answer(),
-            )
-            .errors(WRITE_ERRORS),
+        answers_a_write(
+            Operation::new("add a signed delta, or count an item")
+                .param(id_param())
+                .param(key)
+                .json_body(write_body, json!({"delta": -2})),
+        ),
     )
     .operation(
         "/batch",
