@@ -1,7 +1,7 @@
 //! Processes the benchmark starts and talks to: free ports, servers that must be up before the
 //! load, tools whose output is parsed, and resident memory.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -11,8 +11,7 @@ use tokio::process::{Child, Command};
 
 /// A loopback address nothing listens on right now.
 pub fn free_address() -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(listener.local_addr()?)
+    geocount_net::free_loopback_address().context("cannot find a free port")
 }
 
 /// Waits until `address` accepts TCP connections, for at most `timeout`.

@@ -118,7 +118,7 @@ pub fn read_counter(
         }
     }
     let (value, standard_error) = if unique {
-        let union = UniqueSketch::union_of(copies.iter().filter_map(|(_, r)| r.uniques.as_ref()));
+        let union = UniqueSketch::union_of(copies.iter().filter_map(|(_, r)| r.uniques.as_deref()));
         (i128::from(union.count()), Some(STANDARD_ERROR))
     } else {
         (held.iter().map(|(value, _)| value).sum(), None)
@@ -245,7 +245,7 @@ mod tests {
                 version: 2_000,
             }
             .into();
-            record.uniques = Some(sketch);
+            record.uniques = Some(Box::new(sketch));
             replica.copies.merge(slot, "u", &record);
         }
         assert!(

@@ -51,4 +51,4 @@ pub use topology::{
     SyncSettings, Topology, TopologyError, TrendingConfig, WanSettings,
 };
 pub use unique::UniqueSketch;
-pub use window::{Recorded, Window};
+pub use window::{Recorded, Window, WindowChange};

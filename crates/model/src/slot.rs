@@ -107,8 +107,9 @@ pub struct SlotRecord {
     pub state: SlotState,
     /// The hits of the counter's rolling window (empty for a unique counter).
     pub window: crate::Window,
-    /// The distinct items this slot has seen, for a unique counter; `None` for a sum.
-    pub uniques: Option<crate::UniqueSketch>,
+    /// The distinct items this slot has seen, for a unique counter; `None` for a sum. Boxed:
+    /// most counters are sums, and an inline sketch would triple every record's size.
+    pub uniques: Option<Box<crate::UniqueSketch>>,
 }
 
 impl From<SlotState> for SlotRecord {
@@ -131,6 +132,32 @@ impl SlotRecord {
             return false;
         }
         *self = other.clone();
+        true
+    }
+
+    /// [`merge`](Self::merge), taking `other` over instead of copying it.
+    pub fn merge_owned(&mut self, other: SlotRecord) -> bool {
+        let mut state = self.state;
+        if !state.merge(other.state) {
+            return false;
+        }
+        *self = other;
+        true
+    }
+
+    /// Replays a logged change of this slot (see [`Window::only`](crate::Window::only)): if it
+    /// is newer, takes its state, sets the window buckets it carries and takes its sketch.
+    /// Returns whether `self` changed.
+    pub fn apply_logged(&mut self, logged: SlotRecord) -> bool {
+        let mut state = self.state;
+        if !state.merge(logged.state) {
+            return false;
+        }
+        self.state = logged.state;
+        self.window.set_buckets(&logged.window);
+        if logged.uniques.is_some() {
+            self.uniques = logged.uniques;
+        }
         true
     }
 

@@ -9,6 +9,7 @@
 //! one bucket per second of its window.
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::ModelError;
 
@@ -17,16 +18,19 @@ use crate::ModelError;
 /// A window read from the wire must keep that order, one bucket per second (strictly rising
 /// seconds): [`Window::sum`] and [`Window::record`] search the buckets by second, so a decoded
 /// window with buckets out of order or repeated is refused.
+///
+/// One bucket is kept inline (most counters' windows hold one second), so a window costs no heap
+/// block of its own until a second bucket arrives.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "EncodedWindow")]
 pub struct Window {
-    buckets: Vec<(u64, i64)>,
+    buckets: SmallVec<[(u64, i64); 1]>,
 }
 
 /// How a [`Window`] is read back before its order is checked (the same shape as `Window`).
 #[derive(Deserialize)]
 struct EncodedWindow {
-    buckets: Vec<(u64, i64)>,
+    buckets: SmallVec<[(u64, i64); 1]>,
 }
 
 impl TryFrom<EncodedWindow> for Window {
@@ -68,21 +72,46 @@ impl Window {
     /// buckets that fell out of it. A hit at or before `newest - length` is [`Recorded::TooOld`];
     /// a bucket that would overflow is refused and nothing changes.
     pub fn record(&mut self, second: u64, delta: i64, length: u32) -> Result<Recorded, ModelError> {
-        let newest = self.newest().unwrap_or(second).max(second);
-        let oldest_kept = newest.saturating_sub(u64::from(length)) + 1;
-        if second < oldest_kept {
-            return Ok(Recorded::TooOld);
+        // The common case, a hit in the newest second: nothing moves and nothing expires.
+        if let Some((newest, hits)) = self.buckets.last_mut()
+            && *newest == second
+        {
+            *hits = crate::slot::checked_add(*hits, delta)?;
+            return Ok(Recorded::Counted);
         }
-        let at = self.buckets.partition_point(|(s, _)| *s < second);
-        match self.buckets.get_mut(at) {
-            Some((s, hits)) if *s == second => {
-                *hits = crate::slot::checked_add(*hits, delta)?;
+        let mut change = WindowChange::new(self);
+        let recorded = change.record(self, second, delta, length)?;
+        self.apply(&change, length);
+        Ok(recorded)
+    }
+
+    /// Applies hits gathered by a [`WindowChange`] made against this window: sets the buckets it
+    /// changed, then drops those that fell out of a window of `length` seconds.
+    pub fn apply(&mut self, change: &WindowChange, length: u32) {
+        for &(second, hits) in &change.buckets {
+            match self.buckets.binary_search_by_key(&second, |(s, _)| *s) {
+                Ok(at) => self.buckets[at].1 = hits,
+                Err(at) => self.buckets.insert(at, (second, hits)),
             }
-            _ => self.buckets.insert(at, (second, delta)),
         }
-        let expired = self.buckets.partition_point(|(s, _)| *s < oldest_kept);
-        self.buckets.drain(..expired);
-        Ok(Recorded::Counted)
+        if let Some(newest) = change.newest {
+            let oldest_kept = newest.saturating_sub(u64::from(length)) + 1;
+            let expired = self.buckets.partition_point(|(s, _)| *s < oldest_kept);
+            self.buckets.drain(..expired);
+        }
+    }
+
+    /// Sets each of `changed`'s buckets here to its hits (replaying a logged change, whose
+    /// buckets carry their totals, so replaying it twice changes nothing more). Buckets that
+    /// fell out of the window stay until the next [`record`](Self::record) drops them; reads
+    /// never count them.
+    pub fn set_buckets(&mut self, changed: &Window) {
+        for &(second, hits) in &changed.buckets {
+            match self.buckets.binary_search_by_key(&second, |(s, _)| *s) {
+                Ok(at) => self.buckets[at].1 = hits,
+                Err(at) => self.buckets.insert(at, (second, hits)),
+            }
+        }
     }
 
     /// The hits with `at - seconds < t <= at`.
@@ -94,6 +123,70 @@ impl Window {
             .iter()
             .map(|(_, hits)| i128::from(*hits))
             .sum()
+    }
+}
+
+/// Hits recorded against a window without changing it: the buckets they change, each with its
+/// new total, to be applied later with [`Window::apply`]. The commit loop stages a group's hits
+/// this way, so the committed window is neither copied nor changed until the group is durable,
+/// and the same buckets are what the log keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowChange {
+    /// The newest second of the window with these hits.
+    newest: Option<u64>,
+    /// The changed buckets with their new totals, in the order first changed.
+    buckets: SmallVec<[(u64, i64); 2]>,
+}
+
+impl WindowChange {
+    /// No hits yet, against `base`.
+    pub fn new(base: &Window) -> Self {
+        Self {
+            newest: base.newest(),
+            buckets: SmallVec::new(),
+        }
+    }
+
+    /// Records `delta` hits at `second` against `base` (the window this change was made for)
+    /// as [`Window::record`] would; a bucket that would overflow is refused and nothing changes.
+    pub fn record(
+        &mut self,
+        base: &Window,
+        second: u64,
+        delta: i64,
+        length: u32,
+    ) -> Result<Recorded, ModelError> {
+        let newest = self.newest.unwrap_or(second).max(second);
+        let oldest_kept = newest.saturating_sub(u64::from(length)) + 1;
+        if second < oldest_kept {
+            return Ok(Recorded::TooOld);
+        }
+        match self.buckets.iter_mut().find(|(s, _)| *s == second) {
+            Some((_, hits)) => *hits = crate::slot::checked_add(*hits, delta)?,
+            None => {
+                let before = base
+                    .buckets
+                    .binary_search_by_key(&second, |(s, _)| *s)
+                    .map_or(0, |at| base.buckets[at].1);
+                let hits = crate::slot::checked_add(before, delta)?;
+                self.buckets.push((second, hits));
+            }
+        }
+        self.newest = Some(newest);
+        Ok(Recorded::Counted)
+    }
+
+    /// Whether no hit was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    /// The changed buckets as a window, oldest first: what the log keeps of the change.
+    /// Replaying it with [`Window::set_buckets`] sets them again.
+    pub fn changed(&self) -> Window {
+        let mut buckets: SmallVec<[(u64, i64); 1]> = self.buckets.iter().copied().collect();
+        buckets.sort_unstable_by_key(|(second, _)| *second);
+        Window { buckets }
     }
 }
 
@@ -188,6 +281,25 @@ mod tests {
         assert!(postcard::from_bytes::<crate::SlotRecord>(&record).is_err());
         let json = serde_json::from_str::<Window>(r#"{"buckets":[[9,1],[8,1]]}"#);
         assert!(json.unwrap_err().to_string().contains("rising order"));
+    }
+
+    #[test]
+    fn a_staged_change_applies_and_its_logged_part_replays_onto_an_older_copy() {
+        let mut owner = window(&[(100, 1), (101, 2)], 60);
+        let older = owner.clone();
+        let mut change = WindowChange::new(&owner);
+        change.record(&owner, 103, 4, 60).unwrap();
+        change.record(&owner, 101, 3, 60).unwrap();
+        assert_eq!(change.record(&owner, 43, 1, 60).unwrap(), Recorded::TooOld);
+        let logged = change.changed();
+        assert_eq!(logged.buckets(), &[(101, 5), (103, 4)]);
+        owner.apply(&change, 60);
+        assert_eq!(owner.buckets(), &[(100, 1), (101, 5), (103, 4)]);
+        let mut replayed = older.clone();
+        replayed.set_buckets(&logged);
+        assert_eq!(replayed, owner);
+        replayed.set_buckets(&logged);
+        assert_eq!(replayed, owner, "replaying twice changes nothing more");
     }
 
     #[test]

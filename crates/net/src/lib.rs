@@ -12,6 +12,7 @@
 //! - [`response`]: JSON answers and the `{"error": ...}` shape every error takes ([`HttpError`]).
 //! - [`tls`]: TLS between tiers: a [`tls::TlsListener`] around any listener, a TLS connector
 //!   around any connector, certificates and keys from PEM files.
+//! - [`ports`]: free loopback ports for tools and tests ([`free_loopback_address`]).
 //! - [`binary`]: what every tier's binary does around its server: logging, exit codes, the
 //!   listener, stopping on SIGTERM or Ctrl-C ([`run_tier`]).
 
@@ -20,6 +21,7 @@ pub mod body;
 pub mod client;
 pub mod connect;
 pub mod listener;
+pub mod ports;
 pub mod response;
 pub mod server;
 pub mod tls;
@@ -29,5 +31,6 @@ pub use body::{BodyError, BodyReadTimeout, DEFAULT_BODY_READ_TIMEOUT, read_body}
 pub use client::{Answer, ClientError, HttpClient};
 pub use connect::{Connect, Connecting, Connector, Stream, TcpConnect, connecting, tcp_connector};
 pub use listener::Listener;
+pub use ports::free_loopback_address;
 pub use response::{HttpError, Response, bytes_response, error_response, json_response};
 pub use server::{Handler, Peer, ServeLimits, serve, serve_with_limits};

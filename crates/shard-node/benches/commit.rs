@@ -46,12 +46,14 @@ impl Node {
         )
         .expect("recovery of an empty directory");
         let metrics = Arc::new(ShardMetrics::default());
+        let table = Arc::new(RwLock::new(recovered.table));
         let context = CommitContext {
-            table: Arc::new(RwLock::new(recovered.table)),
+            table: table.clone(),
             descriptions: Arc::new(RwLock::new(recovered.descriptions)),
             checkpointer: Checkpointer::spawn(
                 &storage,
                 recovered.store,
+                table,
                 dir.path().to_path_buf(),
                 metrics.clone(),
             ),

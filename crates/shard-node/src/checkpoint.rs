@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 
 use crate::metrics::ShardMetrics;
+use crate::slot_table::SharedSlotTable;
 use crate::storage::{Storage, Worker};
 use crate::store::{Checkpoint, STORE_FILE, Store};
 use crate::wal;
@@ -29,9 +30,11 @@ pub struct Checkpointer {
 
 impl Checkpointer {
     /// Starts the checkpointer for the store and log in `data_dir`.
+    /// Checkpoints read their rows' records from `table`.
     pub fn spawn(
         storage: &Storage,
         store: Store,
+        table: SharedSlotTable,
         data_dir: PathBuf,
         metrics: Arc<ShardMetrics>,
     ) -> Self {
@@ -40,6 +43,7 @@ impl Checkpointer {
         let work = run(
             storage.clone(),
             store,
+            table,
             data_dir,
             metrics,
             receiver,
@@ -75,6 +79,7 @@ impl Checkpointer {
 async fn run(
     storage: Storage,
     store: Store,
+    table: SharedSlotTable,
     data_dir: PathBuf,
     metrics: Arc<ShardMetrics>,
     mut receiver: mpsc::UnboundedReceiver<Checkpoint>,
@@ -95,7 +100,7 @@ async fn run(
             None => Store::open(&*storage.disk, &data_dir.join(STORE_FILE)),
         }
         .and_then(|open| {
-            let written = open.write(&checkpoint);
+            let written = open.write(&checkpoint, &table);
             match written {
                 Ok(()) => store = Some(open),
                 // Closed here, opened again before the next checkpoint.

@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use geocount_model::{
     Clock, CounterDescription, CounterId, CounterType, Durability, Hlc, Placement, Recorded,
-    ShardDefaults, SlotRecord, SlotState, VersionedDescription, next_slot_version,
+    ShardDefaults, SlotRecord, SlotState, UniqueSketch, VersionedDescription, Window, WindowChange,
+    next_slot_version,
 };
 use geocount_sync::DescriptionTable;
 use tokio::sync::{mpsc, oneshot};
@@ -130,10 +131,39 @@ impl NodeHealth {
     }
 }
 
+/// One counter's changes in a group, staged beside its committed record (which is neither
+/// copied nor changed until the group is durable), and what is known of the counter, looked up
+/// once.
+struct StagedSlot {
+    /// The counter's row in the slot table; `None` if the node holds no record of it.
+    row: Option<usize>,
+    /// The slot's state as of this group.
+    state: SlotState,
+    /// The group's hits to the counter's window.
+    window: WindowChange,
+    /// A unique counter's sketch as of this group, copied at its first item that changes it.
+    sketch: Option<Box<UniqueSketch>>,
+    /// Whether a write of the group changed the slot (an item may change nothing).
+    changed: bool,
+    /// The counter's type as this node knows it (see [`known_type`]).
+    known: Option<CounterType>,
+    /// The length of the counter's rolling window.
+    window_seconds: u32,
+    /// Writes the group applied to the counter (for hot-counter detection).
+    writes: u64,
+}
+
+/// What installing a durable group does to one counter's row.
+struct SlotChange {
+    row: Option<usize>,
+    window: WindowChange,
+    window_seconds: u32,
+}
+
 /// The changes a group makes, before they are durable.
 #[derive(Default)]
 struct Staged {
-    slots: HashMap<Box<str>, SlotRecord>,
+    slots: HashMap<Box<str>, StagedSlot, foldhash::fast::RandomState>,
     descriptions: Vec<VersionedDescription>,
     /// The index in `descriptions` of each counter's latest staged description.
     described: HashMap<Box<str>, usize>,
@@ -152,32 +182,77 @@ impl Staged {
 
     fn stage_description(&mut self, description: VersionedDescription) {
         let id: Box<str> = description.description.id.as_str().into();
+        if let Some(slot) = self.slots.get_mut(&id) {
+            slot.known = Some(description.description.counter_type);
+            slot.window_seconds = description.description.window_seconds;
+        }
         self.described.insert(id, self.descriptions.len());
         self.descriptions.push(description);
     }
 
-    /// Counter `id`'s record as of this group: staged, else committed.
-    fn record<'a>(&'a self, table: &'a SlotTable, id: &str) -> Option<&'a SlotRecord> {
-        self.slots.get(id).or_else(|| table.get_record(id))
+    /// Whether counter `id` is known to be unique in this group: by its description (staged or
+    /// known), else by a sketch (staged or committed).
+    fn is_unique(&self, table: &SlotTable, descriptions: &DescriptionTable, id: &str) -> bool {
+        let described = self.description(id).or_else(|| descriptions.get(id));
+        let staged_sketch = self.slots.get(id).is_some_and(|slot| slot.sketch.is_some());
+        staged_sketch || known_type(described, table.get_record(id)) == Some(CounterType::Unique)
+    }
+
+    /// Counter `id`'s staged slot, made from the committed record and description at its
+    /// first write in the group.
+    fn slot(
+        &mut self,
+        table: &SlotTable,
+        descriptions: &DescriptionTable,
+        settings: &ShardDefaults,
+        id: &str,
+    ) -> &mut StagedSlot {
+        if !self.slots.contains_key(id) {
+            let row = table.row_index(id);
+            let committed = row.map(|row| table.row(row).1);
+            let described = self.description(id).or_else(|| descriptions.get(id));
+            let slot = StagedSlot {
+                row,
+                state: committed.map(|record| record.state).unwrap_or_default(),
+                window: committed.map_or_else(WindowChange::default, |record| {
+                    WindowChange::new(&record.window)
+                }),
+                sketch: None,
+                changed: false,
+                known: known_type(described, committed),
+                window_seconds: described.map_or(settings.default_window_seconds, |d| {
+                    d.description.window_seconds
+                }),
+                writes: 0,
+            };
+            self.slots.insert(id.into(), slot);
+        }
+        self.slots.get_mut(id).expect("inserted above")
     }
 }
 
-/// Counter `id`'s type as this node knows it in this group: its description's (staged or
-/// known), else that of its record here (a sketch makes it unique); `None` when the node has
-/// heard of neither.
+/// A counter's type as this node knows it: its description's, else that of its record here (a
+/// sketch makes it unique); `None` when the node has heard of neither.
 fn known_type(
-    table: &SlotTable,
-    descriptions: &DescriptionTable,
-    staged: &Staged,
-    id: &str,
+    described: Option<&VersionedDescription>,
+    record: Option<&SlotRecord>,
 ) -> Option<CounterType> {
-    if let Some(described) = staged.description(id).or_else(|| descriptions.get(id)) {
+    if let Some(described) = described {
         return Some(described.description.counter_type);
     }
-    staged.record(table, id).map(|record| match record.uniques {
+    record.map(|record| match record.uniques {
         Some(_) => CounterType::Unique,
         None => CounterType::Sum,
     })
+}
+
+/// Refuses (507) what would make this node hold more than `limit` counters, given that it
+/// holds `held` (in its slot, or as descriptions it knows).
+fn check_room(limit: usize, held: usize) -> Result<(), ShardError> {
+    if held >= limit {
+        return Err(ShardError::CounterLimit { limit });
+    }
+    Ok(())
 }
 
 enum Reply {
@@ -323,6 +398,11 @@ impl CommitLoop {
                     Command::Tick | Command::Shutdown => {}
                 }
             }
+            for (id, slot) in &staged.slots {
+                if slot.writes > 0 {
+                    self.hot.count(id, slot.writes);
+                }
+            }
             self.propose_shard_changes(now_ms, &table, &descriptions, &mut staged);
         }
         if writes > 0 {
@@ -332,14 +412,34 @@ impl CommitLoop {
                 .observe(writes as f64);
         }
 
+        // The log gets each changed counter's state, sketch and changed window buckets; the
+        // table's rows are changed in place once the record is durable.
+        let mut changes = Vec::with_capacity(staged.slots.len());
+        let mut logged = Vec::with_capacity(staged.slots.len());
+        for (id, slot) in staged.slots {
+            if !slot.changed {
+                continue;
+            }
+            let change = SlotRecord {
+                state: slot.state,
+                window: slot.window.changed(),
+                uniques: slot.sketch,
+            };
+            logged.push((id, change));
+            changes.push(SlotChange {
+                row: slot.row,
+                window: slot.window,
+                window_seconds: slot.window_seconds,
+            });
+        }
         let record = LogRecord {
-            slots: staged.slots.into_iter().collect(),
+            slots: logged,
             descriptions: staged.descriptions,
             idempotency: staged.idempotency.into_iter().collect(),
         };
         match self.make_durable(&record) {
             Ok(()) => {
-                self.install(record, now_ms);
+                self.install(changes, record, now_ms);
                 answer(replies, &self.shared.metrics);
             }
             Err(error) => {
@@ -379,112 +479,77 @@ impl CommitLoop {
                 });
             }
         }
-        let known = known_type(table, descriptions, staged, id);
-        if let Some(counter_type) = known
+        let limit = self.shared.settings.max_counters;
+        let held_records = table.len() + staged.new_records;
+        let held_descriptions = descriptions.len() + staged.new_descriptions;
+        let slot = staged.slot(table, descriptions, &self.shared.settings, id);
+        if let Some(counter_type) = slot.known
             && counter_type != write.change.counter_type()
         {
             return Err(ShardError::wrong_type(id, counter_type));
         }
-        let new_record = staged.record(table, id).is_none();
-        if new_record {
-            self.check_room(table.len() + staged.new_records)?;
+        let adds_record = slot.row.is_none() && !slot.changed;
+        if adds_record {
+            check_room(limit, held_records)?;
         }
-        if known.is_none() && matches!(write.change, Change::Item { .. }) {
-            self.check_room(descriptions.len() + staged.new_descriptions)?;
-        }
-        let next = match &write.change {
+        let committed = slot.row.map(|row| table.row(row).1);
+        let version = next_slot_version(self.last_version, now_ms);
+        let mut creates_unique = false;
+        match &write.change {
             Change::Delta(delta) => {
-                self.stage_delta(table, descriptions, staged, &write, *delta, now_ms)?
+                let next = slot.state.apply(*delta, version)?;
+                // The hit lands in its own second's bucket of the counter's window.
+                let empty = Window::default();
+                let base = committed.map_or(&empty, |record| &record.window);
+                let recorded =
+                    slot.window
+                        .record(base, write.timestamp_secs, *delta, slot.window_seconds)?;
+                if recorded == Recorded::TooOld {
+                    self.shared.metrics.window_too_old.inc();
+                }
+                slot.state = next;
             }
             Change::Item { hash, .. } => {
-                if known.is_none() {
-                    // An item for a counter this node has not heard of creates it as unique.
-                    self.stage_unique_description(&write.id, staged, now_ms);
+                creates_unique = slot.known.is_none();
+                if creates_unique {
+                    check_room(limit, held_descriptions)?;
                 }
-                match self.stage_item(table, staged, id, *hash, now_ms) {
-                    Some(next) => next,
+                let current = slot
+                    .sketch
+                    .as_deref()
+                    .or_else(|| committed.and_then(|record| record.uniques.as_deref()));
+                if current.is_some_and(|sketch| !sketch.would_change(*hash)) {
                     // Nothing changed: no version, no log record, no key to remember.
-                    None => {
-                        return Ok(staged
-                            .record(table, id)
-                            .map(|r| r.state)
-                            .unwrap_or_default());
-                    }
+                    return Ok(slot.state);
                 }
+                let sketch = slot.sketch.get_or_insert_with(|| {
+                    committed
+                        .and_then(|record| record.uniques.clone())
+                        .unwrap_or_default()
+                });
+                sketch.add_hash(*hash);
+                slot.state = SlotState {
+                    value: sketch.count(),
+                    version,
+                };
             }
-        };
+        }
+        slot.changed = true;
+        slot.writes += 1;
+        let next = slot.state;
         self.last_version = next.version;
-        if new_record {
+        if adds_record {
             staged.new_records += 1;
         }
-        self.hot.count(id, 1);
+        if creates_unique {
+            // An item for a counter this node has not heard of creates it as unique.
+            self.stage_unique_description(&write.id, staged, now_ms);
+        }
         if let Some(key) = write.idempotency_key {
             let record = IdempotencyRecord::new(id, &write.change, next, now_ms);
             staged.idempotency.insert(key, record);
         }
         Ok(next)
-    }
-
-    /// Stages a delta (and its hit in the counter's window); returns the slot's new state.
-    fn stage_delta(
-        &mut self,
-        table: &SlotTable,
-        descriptions: &DescriptionTable,
-        staged: &mut Staged,
-        write: &WriteRequest,
-        delta: i64,
-        now_ms: u64,
-    ) -> Result<SlotState, ShardError> {
-        let id = write.id.as_str();
-        let mut record = staged.record(table, id).cloned().unwrap_or_default();
-        let next = record
-            .state
-            .apply(delta, next_slot_version(self.last_version, now_ms))?;
-        // The hit lands in its own second's bucket of the counter's window.
-        let window_seconds = descriptions
-            .get(id)
-            .map_or(self.shared.settings.default_window_seconds, |d| {
-                d.description.window_seconds
-            });
-        match record
-            .window
-            .record(write.timestamp_secs, delta, window_seconds)?
-        {
-            Recorded::Counted => {}
-            Recorded::TooOld => {
-                self.shared.metrics.window_too_old.inc();
-            }
-        }
-        record.state = next;
-        staged.slots.insert(id.into(), record);
-        Ok(next)
-    }
-
-    /// Stages an item; returns the slot's new state, or `None` when the item raises no
-    /// register of the slot's sketch (then nothing is staged).
-    fn stage_item(
-        &mut self,
-        table: &SlotTable,
-        staged: &mut Staged,
-        id: &str,
-        hash: u64,
-        now_ms: u64,
-    ) -> Option<SlotState> {
-        let current = staged.record(table, id);
-        if current
-            .and_then(|r| r.uniques.as_ref())
-            .is_some_and(|sketch| !sketch.would_change(hash))
-        {
-            return None;
-        }
-        // The committed record is copied once per group; later items change the staged copy.
-        if !staged.slots.contains_key(id) {
-            let record = table.get_record(id).cloned().unwrap_or_default();
-            staged.slots.insert(id.into(), record);
-        }
-        let record = staged.slots.get_mut(id).expect("staged just above");
-        let version = next_slot_version(self.last_version, now_ms);
-        record.add_item(hash, version).then_some(record.state)
     }
 
     /// Stages the description of a unique counter created by an item write: the defaults,
@@ -503,16 +568,6 @@ impl CommitLoop {
             },
             version: self.shared.hlc.now(),
         });
-    }
-
-    /// Refuses (507) what would make this node hold more than `shard.max_counters` counters,
-    /// given that it holds `held` (in its slot, or as descriptions it knows).
-    fn check_room(&self, held: usize) -> Result<(), ShardError> {
-        let limit = self.shared.settings.max_counters;
-        if held >= limit {
-            return Err(ShardError::CounterLimit { limit });
-        }
-        Ok(())
     }
 
     /// After a failed fsync the log's state on disk is unknown (the kernel may have dropped
@@ -552,11 +607,20 @@ impl CommitLoop {
         Ok(())
     }
 
-    fn install(&mut self, record: LogRecord, now_ms: u64) {
+    /// Installs a durable group: `changes` says how to change the row of each of
+    /// `record.slots`, in the same order.
+    fn install(&mut self, changes: Vec<SlotChange>, record: LogRecord, now_ms: u64) {
         {
             let mut table = self.shared.table.write().expect("slot table lock");
-            for (id, slot) in &record.slots {
-                table.merge(id, slot);
+            for (change, (id, logged)) in changes.into_iter().zip(record.slots) {
+                let row = table.apply_change(
+                    change.row,
+                    &id,
+                    logged,
+                    &change.window,
+                    change.window_seconds,
+                );
+                self.pending.rows.mark(row);
             }
             self.shared.metrics.counters_held.set(table.len() as i64);
         }
@@ -565,9 +629,6 @@ impl CommitLoop {
             for description in &record.descriptions {
                 descriptions.merge(description.clone());
             }
-        }
-        for (id, slot) in &record.slots {
-            self.pending.record_slot(id, slot);
         }
         self.pending.descriptions.extend(record.descriptions);
         for (key, entry) in record.idempotency {
@@ -643,12 +704,15 @@ impl CommitLoop {
         let id = description.id.as_str();
         let exists = table.contains(id)
             || descriptions.get(id).is_some()
-            || staged.slots.contains_key(id)
+            || staged.slots.get(id).is_some_and(|slot| slot.changed)
             || staged.description(id).is_some();
         if exists {
             return Err(ShardError::AlreadyExists(id.to_owned()));
         }
-        self.check_room(descriptions.len() + staged.new_descriptions)?;
+        check_room(
+            self.shared.settings.max_counters,
+            descriptions.len() + staged.new_descriptions,
+        )?;
         staged.new_descriptions += 1;
         staged.stage_description(VersionedDescription {
             description: description.clone(),
@@ -680,12 +744,12 @@ impl CommitLoop {
             };
             // A unique counter's items go to its base slots by their hash (so an item written
             // again lands where it did): more slots would take none of them.
-            if known_type(table, descriptions, staged, &change.id) == Some(CounterType::Unique) {
-                continue;
-            }
             let current = staged
                 .description(&change.id)
                 .or_else(|| descriptions.get(&change.id));
+            if staged.is_unique(table, descriptions, &change.id) {
+                continue;
+            }
             let defaults = CounterDescription {
                 id,
                 counter_type: Default::default(),

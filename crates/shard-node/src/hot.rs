@@ -9,7 +9,9 @@
 //! ever held a value, so growing or shrinking never moves or loses a count.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
+use foldhash::fast::RandomState;
 use geocount_model::{Placement, VersionedDescription};
 use geocount_sync::DescriptionTable;
 
@@ -17,6 +19,8 @@ use geocount_sync::DescriptionTable;
 const COOL_DOWN_MS: u64 = 10_000;
 /// The window writes are counted over.
 const WINDOW_MS: u64 = 1_000;
+/// Buckets of the coarse count that decides which counters are counted exactly.
+const SKETCH_BUCKETS: usize = 4_096;
 
 /// A change of a counter's slot count proposed by this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,12 +32,23 @@ pub struct ShardChange {
 }
 
 /// Per-window write counts and the decisions drawn from them.
+///
+/// Counting every counter exactly would keep an entry for each counter written in the window,
+/// which on a node of millions of counters written uniformly is millions of entries a second.
+/// So writes are first counted per bucket of ids (a hash into [`SKETCH_BUCKETS`]); a counter is
+/// counted exactly once its bucket passes an eighth of the threshold, and stays counted while it
+/// is written. A counter that turns hot is thus counted short by at most that eighth in its first
+/// hot window, and exactly from the next.
 #[derive(Debug)]
 pub struct HotCounters {
     threshold: u64,
     default_shards: u32,
     window_start_ms: u64,
-    counts: HashMap<Box<str>, u64>,
+    hasher: RandomState,
+    /// Writes per bucket of ids in this window.
+    sketch: Vec<u64>,
+    /// Exact writes in this window of the counters counted exactly.
+    counts: HashMap<Box<str>, u64, RandomState>,
     window_writes: u64,
     last_hot_ms: HashMap<Box<str>, u64>,
 }
@@ -45,7 +60,9 @@ impl HotCounters {
             threshold: threshold.max(1),
             default_shards,
             window_start_ms: now_ms,
-            counts: HashMap::new(),
+            hasher: RandomState::default(),
+            sketch: vec![0; SKETCH_BUCKETS],
+            counts: HashMap::default(),
             window_writes: 0,
             last_hot_ms: HashMap::new(),
         }
@@ -54,11 +71,14 @@ impl HotCounters {
     /// Counts `writes` applied to counter `id` in this node's slot.
     pub fn count(&mut self, id: &str, writes: u64) {
         self.window_writes += writes;
-        match self.counts.get_mut(id) {
-            Some(n) => *n += writes,
-            None => {
-                self.counts.insert(id.into(), writes);
-            }
+        if let Some(n) = self.counts.get_mut(id) {
+            *n += writes;
+            return;
+        }
+        let bucket = (self.hasher.hash_one(id) % SKETCH_BUCKETS as u64) as usize;
+        self.sketch[bucket] += writes;
+        if self.sketch[bucket] > self.threshold / 8 {
+            self.counts.insert(id.into(), writes);
         }
     }
 
@@ -75,7 +95,15 @@ impl HotCounters {
         if elapsed < WINDOW_MS {
             return None;
         }
-        let counts = std::mem::take(&mut self.counts);
+        // Counters written in this window stay counted exactly in the next.
+        let mut counts = std::mem::take(&mut self.counts);
+        self.counts = counts
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(id, _)| (id.clone(), 0))
+            .collect();
+        counts.retain(|_, n| *n > 0);
+        self.sketch.fill(0);
         let per_second = |count: u64| count * 1000 / elapsed.max(1);
         let load = per_second(std::mem::take(&mut self.window_writes));
         self.window_start_ms = now_ms;

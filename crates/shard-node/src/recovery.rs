@@ -63,7 +63,7 @@ pub fn recover(
     let mut idempotency = IdempotencyCache::new(settings.idempotency_retention_secs * 1000);
     let mut pending = Checkpoint::default();
     for (id, record) in stored.slots {
-        table.merge(&id, &record);
+        table.merge_owned(id, record);
     }
     for description in stored.descriptions {
         descriptions.merge(description);
@@ -81,8 +81,9 @@ pub fn recover(
 
     let newest = wal::replay(&*disk, data_dir, |record| {
         for (id, slot) in record.slots {
-            table.merge(&id, &slot);
-            pending.record_slot(&id, &slot);
+            if let Some(row) = table.apply_logged(id, slot) {
+                pending.rows.mark(row);
+            }
         }
         for description in record.descriptions {
             descriptions.merge(description.clone());

@@ -111,6 +111,7 @@ pub async fn run<L: Listener>(
     let checkpointer = Checkpointer::spawn(
         &storage,
         recovered.store,
+        table.clone(),
         config.data_dir.clone(),
         metrics.clone(),
     );
@@ -261,8 +262,8 @@ async fn restore_from_datacenter(
     }
     let mut record = LogRecord::default();
     for (id, slot) in restored.entries {
-        if recovered.table.merge(&id, &slot) {
-            recovered.log.pending.record_slot(&id, &slot);
+        if let Some(row) = recovered.table.merge(&id, &slot) {
+            recovered.log.pending.rows.mark(row);
             recovered.log.last_version = recovered.log.last_version.max(slot.state.version);
             record.slots.push((id.into(), slot));
         }

@@ -5,7 +5,7 @@
 use std::sync::{Arc, RwLock};
 
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
-use geocount_model::{SlotRecord, SlotState};
+use geocount_model::{SlotRecord, SlotState, Window, WindowChange};
 use geocount_sync::{ChangeJournal, Journaled};
 use indexmap::IndexMap;
 
@@ -21,7 +21,7 @@ struct Row {
 /// This slot's state of every counter the node holds.
 #[derive(Debug, Default)]
 pub struct SlotTable {
-    rows: IndexMap<Box<str>, Row>,
+    rows: IndexMap<Box<str>, Row, foldhash::fast::RandomState>,
     journal: ChangeJournal,
 }
 
@@ -51,25 +51,110 @@ impl SlotTable {
         self.rows.is_empty()
     }
 
-    /// Merges a record of counter `id` by version (last writer wins); returns whether it changed.
-    pub fn merge(&mut self, id: &str, record: &SlotRecord) -> bool {
+    /// Merges a record of counter `id` by version (last writer wins); returns the index of its
+    /// row if it changed.
+    pub fn merge(&mut self, id: &str, record: &SlotRecord) -> Option<usize> {
         let index = match self.rows.get_full_mut(id) {
             Some((index, _, row)) => {
                 if !row.record.merge(record) {
-                    return false;
+                    return None;
                 }
                 index
             }
+            None => self.insert_row(id.into(), record.clone()),
+        };
+        Some(self.journal_change(index))
+    }
+
+    /// [`merge`](Self::merge), taking the id and record over: a commit's records are moved
+    /// into the table, not copied.
+    pub fn merge_owned(&mut self, id: Box<str>, record: SlotRecord) -> Option<usize> {
+        let index = match self.rows.get_full_mut(&*id) {
+            Some((index, _, row)) => {
+                if !row.record.merge_owned(record) {
+                    return None;
+                }
+                index
+            }
+            None => self.insert_row(id, record),
+        };
+        Some(self.journal_change(index))
+    }
+
+    /// Replays a logged change of counter `id` ([`SlotRecord::apply_logged`]); returns the index
+    /// of its row if it changed.
+    pub fn apply_logged(&mut self, id: Box<str>, logged: SlotRecord) -> Option<usize> {
+        let index = match self.rows.get_full_mut(&*id) {
+            Some((index, _, row)) => {
+                if !row.record.apply_logged(logged) {
+                    return None;
+                }
+                index
+            }
+            None => self.insert_row(id, logged),
+        };
+        Some(self.journal_change(index))
+    }
+
+    /// The index of counter `id`'s row, if the node holds it.
+    pub fn row_index(&self, id: &str) -> Option<usize> {
+        self.rows.get_index_of(id)
+    }
+
+    /// Installs a change the commit loop staged and logged, in place: `logged` carries the new
+    /// state and sketch, `window` the hits to apply to the row's window of `window_seconds`.
+    /// `row` is counter `id`'s row, `None` for a counter new to the node. Returns the row.
+    pub fn apply_change(
+        &mut self,
+        row: Option<usize>,
+        id: &str,
+        logged: SlotRecord,
+        window: &WindowChange,
+        window_seconds: u32,
+    ) -> usize {
+        let index = match row {
+            Some(index) => {
+                let record = &mut self.rows[index].record;
+                record.state = logged.state;
+                if logged.uniques.is_some() {
+                    record.uniques = logged.uniques;
+                }
+                record.window.apply(window, window_seconds);
+                index
+            }
             None => {
-                let row = Row {
-                    record: record.clone(),
-                    latest_seq: 0,
-                };
-                self.rows.insert_full(id.into(), row).0
+                let mut record = logged;
+                record.window = Window::default();
+                record.window.apply(window, window_seconds);
+                self.insert_row(id.into(), record)
             }
         };
+        self.journal_change(index)
+    }
+
+    fn insert_row(&mut self, id: Box<str>, record: SlotRecord) -> usize {
+        let row = Row {
+            record,
+            latest_seq: 0,
+        };
+        self.rows.insert_full(id, row).0
+    }
+
+    fn journal_change(&mut self, index: usize) -> usize {
         self.rows[index].latest_seq = self.journal.record(index);
-        true
+        index
+    }
+
+    /// Row `index`: its counter id and record.
+    ///
+    /// # Panics
+    /// If there is no such row (rows are never removed, so an index once returned stays valid).
+    pub fn row(&self, index: usize) -> (&str, &SlotRecord) {
+        let (id, row) = self
+            .rows
+            .get_index(index)
+            .expect("a row index from this table");
+        (id, &row.record)
     }
 
     /// The highest version of any counter: the next change must be numbered above it.

@@ -36,6 +36,11 @@ pub trait Disk: Send + Sync + fmt::Debug + 'static {
     fn open_database(&self, path: &Path) -> Result<redb::Database, redb::DatabaseError>;
 }
 
+/// The store's page cache. redb's default (1 GiB) would keep a copy of every checkpointed
+/// record in the node's memory beside the slot table; the store is read only at startup and
+/// written by checkpoints, whose pages the operating system's cache serves well enough.
+pub const STORE_CACHE_BYTES: usize = 16 << 20;
+
 /// A file opened for appending: a log segment.
 pub trait AppendFile: Send + fmt::Debug {
     /// Its size in bytes.
@@ -96,7 +101,9 @@ impl Disk for OsDisk {
     }
 
     fn open_database(&self, path: &Path) -> Result<redb::Database, redb::DatabaseError> {
-        redb::Database::create(path)
+        redb::Database::builder()
+            .set_cache_size(STORE_CACHE_BYTES)
+            .create(path)
     }
 }
 

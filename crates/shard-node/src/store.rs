@@ -1,7 +1,6 @@
 //! The checkpoint store (redb): the log's records are folded in here periodically so that the log
 //! can be deleted and restart does not replay history.
 
-use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::path::Path;
 
@@ -10,6 +9,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::StorageError;
 use crate::idempotency::IdempotencyRecord;
+use crate::slot_table::SharedSlotTable;
 use crate::storage::Disk;
 
 const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records");
@@ -19,8 +19,11 @@ const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempote
 /// Everything a checkpoint writes: the changes of log segments up to `through_segment`.
 #[derive(Debug, Default)]
 pub struct Checkpoint {
-    /// The newest record of each counter changed since the previous checkpoint.
-    pub slots: HashMap<Box<str>, SlotRecord>,
+    /// The slot table's rows changed since the previous checkpoint. Only their indices are
+    /// kept: their records are read from the table when the checkpoint is written, so a change
+    /// is not copied a second time (a row may by then hold a newer record, which replaying the
+    /// later log segments merges over harmlessly).
+    pub rows: ChangedRows,
     /// Counters created since the previous checkpoint.
     pub descriptions: Vec<VersionedDescription>,
     /// Idempotency keys recorded since the previous checkpoint.
@@ -31,31 +34,56 @@ pub struct Checkpoint {
     pub through_segment: u64,
 }
 
+/// A set of slot table rows, each listed once, in the order first marked.
+#[derive(Debug, Default)]
+pub struct ChangedRows {
+    /// One bit per row of the table: set once listed.
+    marked: Vec<u64>,
+    rows: Vec<u32>,
+}
+
+impl ChangedRows {
+    /// Adds row `index` (once).
+    pub fn mark(&mut self, index: usize) {
+        let (word, bit) = (index / 64, 1u64 << (index % 64));
+        if word >= self.marked.len() {
+            self.marked.resize(word + 1, 0);
+        }
+        if self.marked[word] & bit == 0 {
+            self.marked[word] |= bit;
+            self.rows.push(index as u32);
+        }
+    }
+
+    /// The rows, in the order first marked.
+    pub fn rows(&self) -> &[u32] {
+        &self.rows
+    }
+
+    /// How many rows are listed.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
 impl Checkpoint {
     /// Whether the checkpoint would write nothing.
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.rows.is_empty()
             && self.descriptions.is_empty()
             && self.idempotency_added.is_empty()
             && self.idempotency_expired.is_empty()
     }
 
-    /// Adds a slot record, keeping the newer version.
-    pub fn record_slot(&mut self, id: &str, record: &SlotRecord) {
-        match self.slots.get_mut(id) {
-            Some(current) => {
-                current.merge(record);
-            }
-            None => {
-                self.slots.insert(id.into(), record.clone());
-            }
-        }
-    }
-
     /// Folds a later checkpoint into this one (used to retry a checkpoint that failed).
     pub fn absorb(&mut self, later: Checkpoint) {
-        for (id, record) in later.slots {
-            self.record_slot(&id, &record);
+        for &row in later.rows.rows() {
+            self.rows.mark(row as usize);
         }
         self.descriptions.extend(later.descriptions);
         self.idempotency_added.extend(later.idempotency_added);
@@ -63,6 +91,10 @@ impl Checkpoint {
         self.through_segment = self.through_segment.max(later.through_segment);
     }
 }
+
+/// How many rows a checkpoint encodes per hold of the slot table's read lock, so that the
+/// commit loop's installs wait at most that long.
+const ROWS_PER_LOCK: usize = 4_096;
 
 /// The store's file name in a node's data directory.
 pub const STORE_FILE: &str = "store.redb";
@@ -153,14 +185,41 @@ impl Store {
         Ok(state)
     }
 
-    /// Writes a checkpoint in one durable transaction.
-    pub fn write(&self, checkpoint: &Checkpoint) -> Result<(), StorageError> {
+    /// Writes a checkpoint in one durable transaction, reading its rows' records from `table`.
+    pub fn write(
+        &self,
+        checkpoint: &Checkpoint,
+        table: &SharedSlotTable,
+    ) -> Result<(), StorageError> {
         let txn = self.db.begin_write().map_err(store_error)?;
         {
             let mut slots = txn.open_table(SLOTS).map_err(store_error)?;
-            for (id, record) in &checkpoint.slots {
-                let bytes = postcard::to_allocvec(record)?;
-                slots.insert(&**id, bytes.as_slice()).map_err(store_error)?;
+            // Each chunk is encoded under the read lock into one buffer: (id end, record end)
+            // offsets, then inserted without it.
+            let mut buffer = Vec::new();
+            let mut ends = Vec::with_capacity(ROWS_PER_LOCK);
+            for chunk in checkpoint.rows.rows().chunks(ROWS_PER_LOCK) {
+                buffer.clear();
+                ends.clear();
+                {
+                    let table = table.read().expect("slot table lock");
+                    for &row in chunk {
+                        let (id, record) = table.row(row as usize);
+                        buffer.extend_from_slice(id.as_bytes());
+                        let id_end = buffer.len();
+                        buffer = postcard::to_extend(record, buffer)?;
+                        ends.push((id_end, buffer.len()));
+                    }
+                }
+                let mut start = 0;
+                for &(id_end, end) in &ends {
+                    let id = std::str::from_utf8(&buffer[start..id_end])
+                        .expect("ids are copied from strings");
+                    slots
+                        .insert(id, &buffer[id_end..end])
+                        .map_err(store_error)?;
+                    start = end;
+                }
             }
             let mut descriptions = txn.open_table(DESCRIPTIONS).map_err(store_error)?;
             for description in &checkpoint.descriptions {

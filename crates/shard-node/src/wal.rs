@@ -24,7 +24,10 @@ const HEADER_BYTES: usize = 8;
 /// What one committed group changed.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogRecord {
-    /// The new record of every counter the group changed in this slot.
+    /// Every counter the group changed in this slot: its new state and sketch, and of its
+    /// window only the buckets the group changed, with their new totals (a hot counter's whole
+    /// window would be logged again by every group). Replayed with
+    /// [`SlotRecord::apply_logged`]; a whole record replays the same way.
     pub slots: Vec<(Box<str>, SlotRecord)>,
     /// Counters created by the group.
     pub descriptions: Vec<VersionedDescription>,

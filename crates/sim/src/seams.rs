@@ -129,7 +129,9 @@ impl Disk for SimDisk {
             .write(true)
             .create(true)
             .open(path)?;
-        redb::Database::builder().create_with_backend(SimBackend(file))
+        redb::Database::builder()
+            .set_cache_size(shard_node::storage::STORE_CACHE_BYTES)
+            .create_with_backend(SimBackend(file))
     }
 }
 
