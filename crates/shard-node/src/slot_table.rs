@@ -66,32 +66,34 @@ impl SlotTable {
         Some(self.journal_change(index))
     }
 
-    /// [`merge`](Self::merge), taking the id and record over: a commit's records are moved
-    /// into the table, not copied.
+    /// [`merge`](Self::merge), taking the id and record over (the store's records at
+    /// startup are moved into the table, not copied).
     pub fn merge_owned(&mut self, id: Box<str>, record: SlotRecord) -> Option<usize> {
-        let index = match self.rows.get_full_mut(&*id) {
-            Some((index, _, row)) => {
-                if !row.record.merge_owned(record) {
-                    return None;
-                }
-                index
-            }
-            None => self.insert_row(id, record),
-        };
-        Some(self.journal_change(index))
+        self.take(id, record, SlotRecord::merge_owned)
     }
 
     /// Replays a logged change of counter `id` ([`SlotRecord::apply_logged`]); returns the index
     /// of its row if it changed.
     pub fn apply_logged(&mut self, id: Box<str>, logged: SlotRecord) -> Option<usize> {
+        self.take(id, logged, SlotRecord::apply_logged)
+    }
+
+    /// Counter `id`'s row after `into(row's record, record)`, or a new row holding `record`;
+    /// returns the index of its row if it changed.
+    fn take(
+        &mut self,
+        id: Box<str>,
+        record: SlotRecord,
+        into: impl FnOnce(&mut SlotRecord, SlotRecord) -> bool,
+    ) -> Option<usize> {
         let index = match self.rows.get_full_mut(&*id) {
             Some((index, _, row)) => {
-                if !row.record.apply_logged(logged) {
+                if !into(&mut row.record, record) {
                     return None;
                 }
                 index
             }
-            None => self.insert_row(id, logged),
+            None => self.insert_row(id, record),
         };
         Some(self.journal_change(index))
     }
