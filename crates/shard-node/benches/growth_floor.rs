@@ -1,0 +1,71 @@
+//! The floor under the growth curve of `scripts/bench.sh`: uniform increments into a map of the
+//! slot table's shape (`IndexMap<Box<str>, _>` with foldhash), and nothing else, as the number of
+//! counters grows from 1,000 to 10,000,000. No log, no fsync, no checkpoint, no HTTP: what is
+//! left is the table's hashing and the memory hierarchy (1,000 rows stay in the CPU's caches,
+//! 10,000,000 do not). The ratio of its 10,000,000 point to its 1,000 point bounds how flat the
+//! node's own curve can be on this machine.
+//!
+//! `cargo bench -p shard-node --bench growth_floor`
+
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
+use indexmap::IndexMap;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Increments per measured batch, as one `POST /batch`.
+const BATCH: usize = 1_000;
+
+/// A row of the slot table's size: value, version, a one-bucket window, a sketch pointer and the
+/// journal's sequence (the table's `Row`, 56 bytes).
+#[derive(Default, Clone, Copy)]
+struct Row {
+    value: i64,
+    version: u64,
+    _window: [u64; 3],
+    _sketch: u64,
+    _seq: u64,
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("growth floor");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.sample_size(20);
+    for counters in [1_000usize, 100_000, 1_000_000, 10_000_000] {
+        let ids: Vec<Box<str>> = (0..counters)
+            .map(|n| format!("c-{n}").into_boxed_str())
+            .collect();
+        let mut table: IndexMap<Box<str>, Row, foldhash::fast::RandomState> =
+            IndexMap::with_capacity_and_hasher(counters, Default::default());
+        for id in &ids {
+            table.insert(id.clone(), Row::default());
+        }
+        let mut rng = StdRng::seed_from_u64(6);
+        group.bench_function(
+            BenchmarkId::new("1,000 uniform increments", counters),
+            |b| {
+                b.iter_batched(
+                    || {
+                        (0..BATCH)
+                            .map(|_| rng.random_range(0..counters))
+                            .collect::<Vec<_>>()
+                    },
+                    |picks| {
+                        for n in picks {
+                            let row = table.get_mut(&*ids[n]).expect("every id is held");
+                            row.value += 1;
+                            row.version += 1;
+                        }
+                    },
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+    }
+    group.finish();
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    bench(&mut criterion);
+    criterion.final_summary();
+}
