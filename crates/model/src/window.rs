@@ -88,12 +88,7 @@ impl Window {
     /// Applies hits gathered by a [`WindowChange`] made against this window: sets the buckets it
     /// changed, then drops those that fell out of a window of `length` seconds.
     pub fn apply(&mut self, change: &WindowChange, length: u32) {
-        for &(second, hits) in &change.buckets {
-            match self.buckets.binary_search_by_key(&second, |(s, _)| *s) {
-                Ok(at) => self.buckets[at].1 = hits,
-                Err(at) => self.buckets.insert(at, (second, hits)),
-            }
-        }
+        self.set_each(&change.buckets);
         if let Some(newest) = change.newest {
             let oldest_kept = newest.saturating_sub(u64::from(length)) + 1;
             let expired = self.buckets.partition_point(|(s, _)| *s < oldest_kept);
@@ -106,7 +101,12 @@ impl Window {
     /// fell out of the window stay until the next [`record`](Self::record) drops them; reads
     /// never count them.
     pub fn set_buckets(&mut self, changed: &Window) {
-        for &(second, hits) in &changed.buckets {
+        self.set_each(&changed.buckets);
+    }
+
+    /// Sets the bucket of each `(second, hits)` to `hits`, keeping the buckets in order.
+    fn set_each(&mut self, buckets: &[(u64, i64)]) {
+        for &(second, hits) in buckets {
             match self.buckets.binary_search_by_key(&second, |(s, _)| *s) {
                 Ok(at) => self.buckets[at].1 = hits,
                 Err(at) => self.buckets.insert(at, (second, hits)),
@@ -174,11 +174,6 @@ impl WindowChange {
         }
         self.newest = Some(newest);
         Ok(Recorded::Counted)
-    }
-
-    /// Whether no hit was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.buckets.is_empty()
     }
 
     /// The changed buckets as a window, oldest first: what the log keeps of the change.

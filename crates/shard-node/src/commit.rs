@@ -17,6 +17,7 @@ use geocount_model::{
     next_slot_version,
 };
 use geocount_sync::DescriptionTable;
+use indexmap::IndexMap;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::checkpoint::Checkpointer;
@@ -163,7 +164,8 @@ struct SlotChange {
 /// The changes a group makes, before they are durable.
 #[derive(Default)]
 struct Staged {
-    slots: HashMap<Box<str>, StagedSlot, foldhash::fast::RandomState>,
+    /// Indexed so that a counter's later writes in the group find it with one hash.
+    slots: IndexMap<Box<str>, StagedSlot, foldhash::fast::RandomState>,
     descriptions: Vec<VersionedDescription>,
     /// The index in `descriptions` of each counter's latest staged description.
     described: HashMap<Box<str>, usize>,
@@ -207,27 +209,28 @@ impl Staged {
         settings: &ShardDefaults,
         id: &str,
     ) -> &mut StagedSlot {
-        if !self.slots.contains_key(id) {
-            let row = table.row_index(id);
-            let committed = row.map(|row| table.row(row).1);
-            let described = self.description(id).or_else(|| descriptions.get(id));
-            let slot = StagedSlot {
-                row,
-                state: committed.map(|record| record.state).unwrap_or_default(),
-                window: committed.map_or_else(WindowChange::default, |record| {
-                    WindowChange::new(&record.window)
-                }),
-                sketch: None,
-                changed: false,
-                known: known_type(described, committed),
-                window_seconds: described.map_or(settings.default_window_seconds, |d| {
-                    d.description.window_seconds
-                }),
-                writes: 0,
-            };
-            self.slots.insert(id.into(), slot);
+        if let Some(at) = self.slots.get_index_of(id) {
+            return &mut self.slots[at];
         }
-        self.slots.get_mut(id).expect("inserted above")
+        let row = table.row_index(id);
+        let committed = row.map(|row| table.row(row).1);
+        let described = self.description(id).or_else(|| descriptions.get(id));
+        let slot = StagedSlot {
+            row,
+            state: committed.map(|record| record.state).unwrap_or_default(),
+            window: committed.map_or_else(WindowChange::default, |record| {
+                WindowChange::new(&record.window)
+            }),
+            sketch: None,
+            changed: false,
+            known: known_type(described, committed),
+            window_seconds: described.map_or(settings.default_window_seconds, |d| {
+                d.description.window_seconds
+            }),
+            writes: 0,
+        };
+        let (at, _) = self.slots.insert_full(id.into(), slot);
+        &mut self.slots[at]
     }
 }
 
