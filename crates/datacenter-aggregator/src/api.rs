@@ -22,7 +22,7 @@ use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
 use geocount_sync::{
-    Need, SourceHealth, answer_slot_copy, parse_top_query, parse_trending_query, read_ranked,
+    Need, SourceHealth, answer_slot_copy, parse_top_query, parse_trending_query, with_ranked,
 };
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -149,8 +149,10 @@ fn read(
 fn top_k(state: &AggregatorState, query: Option<&str>) -> Result<Response, AggregatorError> {
     let now_ms = state.clock.now_unix_ms();
     let query = parse_top_query(query, now_ms / 1000, |_, _| Ok(false))?;
-    let replica = read_ranked(&state.replica, now_ms / 1000);
-    let answer = trends::top_k(&replica, state.slot_names.len(), query, now_ms);
+    let slots = state.slot_names.len();
+    let answer = with_ranked(&state.replica, now_ms / 1000, |replica| {
+        trends::top_k(replica, slots, query, now_ms)
+    });
     Ok(json_response(StatusCode::OK, &answer))
 }
 
@@ -165,9 +167,10 @@ fn trending(state: &AggregatorState, query: Option<&str>) -> Result<Response, Ag
         seconds: trending.window_seconds,
         at: now_ms / 1000,
     };
-    let replica = read_ranked(&state.replica, now_ms / 1000);
     let slots = state.slot_names.len();
-    let answer = trends::trending(&replica, slots, prefix, threshold, window, now_ms);
+    let answer = with_ranked(&state.replica, now_ms / 1000, |replica| {
+        trends::trending(replica, slots, prefix, threshold, window, now_ms)
+    });
     Ok(json_response(StatusCode::OK, &answer))
 }
 

@@ -31,7 +31,7 @@ pub async fn run<L: Listener>(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
-    let (replica, metrics, pullers) = start_pulling(
+    let (replica, metrics, mut pullers) = start_pulling(
         slot_names.clone(),
         &config.sources(),
         client,
@@ -44,6 +44,7 @@ pub async fn run<L: Listener>(
         config.trending.window_seconds,
         clock.now_unix_ms() / 1000,
     );
+    pullers.keep_ranked(&replica);
     tracing::info!(addr = %config.listen, datacenter = %config.datacenter, "serving");
     let state = Arc::new(AggregatorState {
         config,

@@ -51,11 +51,11 @@ pub struct TrendingAnswer {
 pub fn top_k(replica: &Replica, slots: usize, query: TopQuery, now_ms: u64) -> TopAnswer {
     let index = replica.copies.top_index().expect("indexed at start");
     let top = match query.window {
-        None => index.all_time(Scope::All, &query.prefix, query.k),
+        None => index.all_time(Scope::All, &query.prefix, query.k, &replica.copies),
         Some(window) => {
-            let records = |n| replica.copies.records_at(n);
+            let copies = &replica.copies;
             let mut lists =
-                index.windowed(&[Scope::All], &query.prefix, query.k, None, window, records);
+                index.windowed(&[Scope::All], &query.prefix, query.k, None, window, copies);
             lists.pop().unwrap_or_default()
         }
     };
@@ -81,9 +81,9 @@ pub fn trending(
     now_ms: u64,
 ) -> TrendingAnswer {
     let index = replica.copies.top_index().expect("indexed at start");
-    let records = |n| replica.copies.records_at(n);
+    let copies = &replica.copies;
     let min = Some(i128::from(threshold));
-    let mut lists = index.windowed(&[Scope::All], &prefix, usize::MAX, min, window, records);
+    let mut lists = index.windowed(&[Scope::All], &prefix, usize::MAX, min, window, copies);
     let staleness_ms = worst_staleness(slot_staleness(replica, slots, now_ms));
     TrendingAnswer {
         prefix,

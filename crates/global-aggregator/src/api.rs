@@ -21,7 +21,7 @@ use std::sync::Arc;
 use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
-use geocount_sync::{Need, SourceHealth, parse_top_query, parse_trending_query, read_ranked};
+use geocount_sync::{Need, SourceHealth, parse_top_query, parse_trending_query, with_ranked};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -207,8 +207,10 @@ fn top_k(state: &GlobalState, query: Option<&str>, now_ms: u64) -> Result<Respon
         staleness.take(key, value)
     })?;
     let freshness = staleness.freshness(state.config.max_staleness_ms);
-    let replica = read_ranked(&state.replica, now_ms / 1000);
-    match trends::top_k(&replica, &state.names, query, freshness, now_ms) {
+    let answer = with_ranked(&state.replica, now_ms / 1000, |replica| {
+        trends::top_k(replica, &state.names, query, freshness, now_ms)
+    });
+    match answer {
         Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
         Err(refusal) => Err(GlobalError::StaleTop(Box::new(refusal))),
     }
@@ -230,16 +232,18 @@ fn trending(
         seconds: config.window_seconds,
         at: now_ms / 1000,
     };
-    let replica = read_ranked(&state.replica, now_ms / 1000);
     let names = &state.names;
-    match trends::trending(
-        &replica,
-        names,
-        (prefix, threshold),
-        window,
-        freshness,
-        now_ms,
-    ) {
+    let answer = with_ranked(&state.replica, now_ms / 1000, |replica| {
+        trends::trending(
+            replica,
+            names,
+            (prefix, threshold),
+            window,
+            freshness,
+            now_ms,
+        )
+    });
+    match answer {
         Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
         Err(refusal) => Err(GlobalError::StaleTrending(Box::new(refusal))),
     }

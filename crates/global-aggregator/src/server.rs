@@ -31,7 +31,7 @@ pub async fn run<L: Listener>(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
-    let (replica, metrics, pullers) =
+    let (replica, metrics, mut pullers) =
         start_pulling(config.slot_names(), &sources, client, clock.clone(), PREFIX);
     // Each datacenter's slots in its own group, so /topk ranks each datacenter and the world.
     replica.write().expect("replica lock").copies.index_top(
@@ -39,6 +39,7 @@ pub async fn run<L: Listener>(
         config.trending.window_seconds,
         clock.now_unix_ms() / 1000,
     );
+    pullers.keep_ranked(&replica);
     tracing::info!(addr = %config.listen, datacenters = sources.len(), "serving");
     let state = Arc::new(GlobalState {
         names: sources.into_iter().map(|source| source.name).collect(),

@@ -104,12 +104,9 @@ fn rankings(
     match window {
         None => scopes
             .iter()
-            .map(|scope| index.all_time(*scope, prefix, k))
+            .map(|scope| index.all_time(*scope, prefix, k, &replica.copies))
             .collect(),
-        Some(window) => {
-            let records = |n| replica.copies.records_at(n);
-            index.windowed(&scopes, prefix, k, min_value, window, records)
-        }
+        Some(window) => index.windowed(&scopes, prefix, k, min_value, window, &replica.copies),
     }
 }
 

@@ -5,15 +5,20 @@
 //! counter's hits changing in the live window (what a merge, or the window moving past one of
 //! its buckets, costs).
 //!
+//! Also what a global aggregator's pull costs: merging a page of 1,000 changed counters (3 slots
+//! of one datacenter each, with windows) into copies of 100,000 counters over 3 datacenters,
+//! ranked per datacenter and worldwide.
+//!
 //! `cargo bench -p geocount-sync --bench topk`
 
 use std::hint::black_box;
 
 use criterion::Criterion;
 use geocount_model::Window;
+use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{SlotRecord, SlotState};
 use geocount_sync::http::WindowQuery;
-use geocount_sync::{Scope, TopIndex};
+use geocount_sync::{RankedCounters, Scope, SlotCopies, TopIndex};
 
 const COUNTERS: usize = 1_000_000;
 
@@ -42,6 +47,22 @@ fn record(value: i64) -> [(u16, SlotRecord); 1] {
     [(0, SlotRecord::from(SlotState { value, version: 1 }))]
 }
 
+/// The counters ranked: ids and each one's single slot copy, by index.
+struct Counters<'a> {
+    ids: &'a [String],
+    records: Vec<[(u16, SlotRecord); 1]>,
+}
+
+impl RankedCounters for Counters<'_> {
+    fn id(&self, index: usize) -> &str {
+        &self.ids[index]
+    }
+
+    fn records(&self, index: usize) -> &[(u16, SlotRecord)] {
+        &self.records[index]
+    }
+}
+
 /// Resident memory, in bytes (Linux).
 fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -58,8 +79,14 @@ fn bench(c: &mut Criterion) {
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
     let before = resident_bytes();
     let mut index = TopIndex::new(vec![0], 300, 1_000);
-    for (n, id) in ids.iter().enumerate() {
-        index.update(n, id, &record((rng.next() % 1_000_000) as i64));
+    let counters = Counters {
+        ids: &ids,
+        records: (0..COUNTERS)
+            .map(|_| record((rng.next() % 1_000_000) as i64))
+            .collect(),
+    };
+    for n in 0..COUNTERS {
+        index.update(n, &counters.records[n]);
     }
     let after = resident_bytes();
     eprintln!(
@@ -68,16 +95,16 @@ fn bench(c: &mut Criterion) {
     );
 
     c.bench_function("all-time top 10, no prefix", |b| {
-        b.iter(|| black_box(index.all_time(Scope::All, black_box(""), 10)))
+        b.iter(|| black_box(index.all_time(Scope::All, black_box(""), 10, &counters)))
     });
     c.bench_function("all-time top 10, prefix of 1% of ids", |b| {
-        b.iter(|| black_box(index.all_time(Scope::All, black_box("#"), 10)))
+        b.iter(|| black_box(index.all_time(Scope::All, black_box("#"), 10, &counters)))
     });
     c.bench_function("one update", |b| {
         b.iter(|| {
             let n = (rng.next() % COUNTERS as u64) as usize;
             let value = (rng.next() % 1_000_000) as i64;
-            index.update(n, &ids[n], &record(value));
+            index.update(n, &record(value));
         })
     });
 }
@@ -103,21 +130,20 @@ fn windowed_record(hits: i64) -> [(u16, SlotRecord); 1] {
 /// Every counter with hits in the last second of the live window, 300 s ending at 1,000.
 fn windowed(c: &mut Criterion, ids: &[String]) {
     let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
-    let mut records: Vec<[(u16, SlotRecord); 1]> = (0..ids.len())
-        .map(|_| windowed_record((rng.next() % 1_000) as i64 + 1))
-        .collect();
+    let mut counters = Counters {
+        ids,
+        records: (0..ids.len())
+            .map(|_| windowed_record((rng.next() % 1_000) as i64 + 1))
+            .collect(),
+    };
     let mut index = TopIndex::new(vec![0], 300, 1_000);
-    for (n, id) in ids.iter().enumerate() {
-        index.update(n, id, &records[n]);
+    for n in 0..ids.len() {
+        index.update(n, &counters.records[n]);
     }
     let live = index.live_window();
     c.bench_function(
         "windowed top 10, live window, all 1,000,000 counters in it",
-        |b| {
-            b.iter(|| {
-                black_box(index.windowed(&[Scope::All], "", 10, None, live, |n| &records[n][..]))
-            })
-        },
+        |b| b.iter(|| black_box(index.windowed(&[Scope::All], "", 10, None, live, &counters))),
     );
     let other = WindowQuery {
         seconds: 299,
@@ -125,24 +151,104 @@ fn windowed(c: &mut Criterion, ids: &[String]) {
     };
     c.bench_function(
         "windowed top 10, another window (scan), all 1,000,000 counters in it",
-        |b| {
-            b.iter(|| {
-                black_box(index.windowed(&[Scope::All], "", 10, None, other, |n| &records[n][..]))
-            })
-        },
+        |b| b.iter(|| black_box(index.windowed(&[Scope::All], "", 10, None, other, &counters))),
     );
     c.bench_function("one update of a counter's hits in the live window", |b| {
         b.iter(|| {
             let n = (rng.next() % COUNTERS as u64) as usize;
-            records[n] = windowed_record((rng.next() % 1_000) as i64 + 1);
-            index.update(n, &ids[n], &records[n]);
+            counters.records[n] = windowed_record((rng.next() % 1_000) as i64 + 1);
+            index.update(n, &counters.records[n]);
         })
     });
+}
+
+/// Counters held by the global aggregator in [`global_page`].
+const GLOBAL_COUNTERS: usize = 100_000;
+
+/// A global aggregator's copies of `GLOBAL_COUNTERS` counters in the 6 slots of 3 datacenters
+/// (3, 2 and 1 slots), ranked; then the cost of merging one datacenter's page of 1,000 changed
+/// counters, each with newer states in its 3 slots.
+fn global_page(c: &mut Criterion) {
+    let names: Vec<String> = [
+        "DC_USA_0_VAL_0",
+        "DC_USA_0_VAL_1",
+        "DC_USA_0_VAL_2",
+        "DC_ASIA_0_VAL_0",
+        "DC_ASIA_0_VAL_1",
+        "DC_EUROPE_0_VAL_0",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let ids: Vec<String> = (0..GLOBAL_COUNTERS).map(id).collect();
+    let record = |hits: i64, version: u64| {
+        let mut window = Window::default();
+        window.record(1_000, hits, 300).expect("no overflow");
+        SlotRecord {
+            state: SlotState {
+                value: hits,
+                version,
+            },
+            window,
+            ..SlotRecord::default()
+        }
+    };
+    let page = |slots: std::ops::Range<u16>, counters: &mut dyn Iterator<Item = usize>, version| {
+        let mut entries = Vec::new();
+        for n in counters {
+            for slot in slots.clone() {
+                let hits = (n % 1_000) as i64 + i64::from(slot) + version as i64;
+                entries.push(SlotEntry {
+                    slot,
+                    id: ids[n].clone(),
+                    record: record(hits, version),
+                });
+            }
+        }
+        SlotPage {
+            slot_names: names.clone(),
+            entries,
+            next: Cursor::Start,
+            caught_up: true,
+        }
+    };
+    let full = page(0..6, &mut (0..GLOBAL_COUNTERS), 1);
+    let before = resident_bytes();
+    let mut copies = SlotCopies::new(names.clone());
+    copies.index_top(vec![0, 0, 0, 1, 1, 2], 300, 1_000);
+    copies.apply_page(&full);
+    copies.rank_pending(usize::MAX);
+    eprintln!(
+        "global copies of {GLOBAL_COUNTERS} counters in 6 slots of 3 datacenters, ranked: about {} bytes per (counter, datacenter) resident",
+        resident_bytes().saturating_sub(before) / (3 * GLOBAL_COUNTERS as u64)
+    );
+    drop(full);
+    let mut rng = XorShift(0x1234_5678_9ABC_DEF1);
+    let mut version = 1;
+    c.bench_function(
+        "global tier: merge and rank a page of 1,000 counters x 3 slots, 100,000 counters held",
+        |b| {
+            b.iter_batched(
+                || {
+                    version += 1;
+                    let mut counters =
+                        (0..1_000).map(|_| (rng.next() % GLOBAL_COUNTERS as u64) as usize);
+                    page(0..3, &mut counters, version)
+                },
+                |page| {
+                    let changed = copies.apply_page(&page);
+                    copies.rank_pending(usize::MAX);
+                    black_box(changed)
+                },
+                criterion::BatchSize::LargeInput,
+            )
+        },
+    );
 }
 
 // What `criterion_group!`/`criterion_main!` expand to, without their undocumented public fn.
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
+    global_page(&mut criterion);
     bench(&mut criterion);
     let ids: Vec<String> = (0..COUNTERS).map(id).collect();
     windowed(&mut criterion, &ids);

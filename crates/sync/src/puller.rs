@@ -10,6 +10,7 @@ use geocount_model::wire::{Cursor, POSTCARD_CONTENT_TYPE, SyncPage, SyncRequest}
 use geocount_net::HttpClient;
 use hyper::Method;
 use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
 
 /// What a puller feeds.
 pub trait PullSink: Send + Sync + 'static {
@@ -21,8 +22,14 @@ pub trait PullSink: Send + Sync + 'static {
     fn failed(&self, error: String);
 }
 
-/// Pulls `{scheme}://{source}/sync` (the client's scheme) into `sink` every `interval` (at once again while the source has
-/// more pages), until the returned task is aborted.
+/// Pulls `{scheme}://{source}/sync` (the client's scheme) into `sink`, starting a pull every
+/// `interval` (at once again while the source has more pages), until the returned task is
+/// aborted.
+///
+/// Pulls start at a fixed rate rather than an interval after the last one ended: a change then
+/// waits at most `interval` for the next pull to start, however long pulls take under load. A
+/// pull that overruns its interval is followed by the next at once, not by a burst of missed
+/// ones.
 pub fn spawn_puller(
     source: String,
     interval: Duration,
@@ -32,19 +39,24 @@ pub fn spawn_puller(
 ) -> JoinHandle<()> {
     let url = client.url(&source, "/sync");
     tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut more = false;
         loop {
+            if !more {
+                ticks.tick().await;
+            }
+            more = false;
             let sent_at_ms = clock.now_unix_ms();
             let request = sink.request();
             let body = match postcard::to_allocvec(&request) {
                 Ok(body) => Bytes::from(body),
                 Err(e) => {
                     sink.failed(format!("cannot encode a sync request: {e}"));
-                    tokio::time::sleep(interval).await;
                     continue;
                 }
             };
             let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
-            let mut more = false;
             match client.send(Method::POST, &url, &headers, body).await {
                 Ok(answer) if answer.status.is_success() => {
                     match postcard::from_bytes::<SyncPage>(&answer.body) {
@@ -62,9 +74,6 @@ pub fn spawn_puller(
                     String::from_utf8_lossy(&answer.body)
                 )),
                 Err(e) => sink.failed(e.to_string()),
-            }
-            if !more {
-                tokio::time::sleep(interval).await;
             }
         }
     })

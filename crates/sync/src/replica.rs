@@ -8,7 +8,7 @@
 //! served from the same tables, so nothing a reader does waits on a source.
 
 use std::future::Future;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
@@ -121,25 +121,27 @@ impl Replica {
     }
 }
 
-/// Read access to `replica` for a ranking at `now` (unix seconds): the top-K index's live
-/// window is first moved on to end at `now`, so a ranking of the trending window ending now is
-/// a walk of the kept order rather than a scan.
-pub fn read_ranked(replica: &SharedReplica, now: u64) -> RwLockReadGuard<'_, Replica> {
-    let behind = replica
-        .read()
-        .expect("replica lock")
-        .copies
-        .top_index()
-        .is_some_and(|top| top.live_window().at < now);
-    if behind {
-        replica
-            .write()
-            .expect("replica lock")
-            .copies
-            .advance_top(now);
+/// Answers a ranking at `now` (unix seconds) with `answer`, given `replica` with its top-K
+/// index current: every merge ranked, and the live window moved on to end at `now` (so a
+/// ranking of the trending window ending now is a walk of the kept order rather than a scan).
+/// When the index is behind, it is brought up to date and `answer` runs under the same write
+/// lock, so no merge slips in between.
+pub fn with_ranked<T>(replica: &SharedReplica, now: u64, answer: impl FnOnce(&Replica) -> T) -> T {
+    {
+        let current = replica.read().expect("replica lock");
+        if current.copies.ranking_is_current(now) {
+            return answer(&current);
+        }
     }
-    replica.read().expect("replica lock")
+    let mut behind = replica.write().expect("replica lock");
+    behind.copies.rank_pending(usize::MAX);
+    behind.copies.advance_top(now);
+    answer(&behind)
 }
+
+/// How many marked counters the background ranker ranks per hold of the write lock, so reads
+/// wait for a few milliseconds at most.
+const RANK_CHUNK: usize = 4_096;
 
 /// The worst of several stalenesses: `None` (never complete) if any is `None`, else the largest
 /// (0 for none at all).
@@ -210,6 +212,28 @@ impl Pullers {
     /// Stops every puller at once (a pull in flight is abandoned; its page is never merged).
     pub fn abort(self) {
         drop(self);
+    }
+
+    /// Also ranks the counters merges marked in `replica`'s top-K index every
+    /// [`crate::topk::RANK_INTERVAL`], a chunk at a time, until the pullers stop: rankings
+    /// then never wait for more than an interval's changes.
+    pub fn keep_ranked(&mut self, replica: &SharedReplica) {
+        let replica = replica.clone();
+        self.0.push(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(crate::topk::RANK_INTERVAL);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                while !replica
+                    .write()
+                    .expect("replica lock")
+                    .copies
+                    .rank_pending(RANK_CHUNK)
+                {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
     }
 
     /// Serves `handler` on `listener` under `limits` until `shutdown` completes: the pullers
@@ -292,6 +316,8 @@ mod tests {
     use super::*;
     use geocount_model::SlotState;
     use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
+
+    use crate::Scope;
 
     struct FixedClock(u64);
     impl Clock for FixedClock {
@@ -385,6 +411,52 @@ mod tests {
         );
         assert!(answer.slots.is_none() && answer.descriptions.is_some());
         assert_eq!(metrics.pulls.states_merged.get(), 1);
+    }
+
+    /// Merges only mark counters; a ranking answered through `with_ranked` still counts every
+    /// merge, whether the background ranker ran or not.
+    #[tokio::test]
+    async fn rankings_count_every_merge_with_or_without_the_ranker() {
+        let names = vec!["DC_A_VAL_0".to_owned()];
+        let replica = Replica::new(names, &[]).shared();
+        replica
+            .write()
+            .unwrap()
+            .copies
+            .index_top(vec![0], 300, 1_000);
+        let top = |replica: &SharedReplica| {
+            with_ranked(replica, 1_000, |r| {
+                let copies = &r.copies;
+                let ranked = copies
+                    .top_index()
+                    .unwrap()
+                    .all_time(Scope::All, "", 10, copies);
+                ranked
+                    .into_iter()
+                    .map(|r| (r.id, r.value))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let merge = |id: &str, value, version| {
+            let record = SlotState { value, version }.into();
+            replica.write().unwrap().copies.merge(0, id, &record);
+        };
+        merge("a", 5, 1);
+        merge("b", 7, 1);
+        assert_eq!(top(&replica), [("b".into(), 7), ("a".into(), 5)]);
+        merge("a", 9, 2);
+        let mut pullers = Pullers(Vec::new());
+        pullers.keep_ranked(&replica);
+        // The ranker's first round runs at once; wait for it, not for the next interval.
+        let ranked = async {
+            while !replica.read().unwrap().copies.ranking_is_current(1_000) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), ranked)
+            .await
+            .expect("the ranker ranks the merge");
+        assert_eq!(top(&replica), [("a".into(), 9), ("b".into(), 7)]);
     }
 
     #[test]

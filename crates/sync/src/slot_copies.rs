@@ -8,7 +8,7 @@ use geocount_model::{SlotRecord, counter_id};
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
-use crate::topk::TopIndex;
+use crate::topk::{RankedCounters, TopIndex};
 
 /// How many bytes of a unique counter's sketch count as one more entry against a sync page's
 /// limit: a dense sketch (16 KiB) weighs 257 entries, so a page of `page_entries` 50,000 holds
@@ -36,7 +36,7 @@ struct CounterCopies {
 pub struct SlotCopies {
     slot_names: Vec<String>,
     slot_index: HashMap<String, u16>,
-    counters: IndexMap<Box<str>, CounterCopies>,
+    counters: IndexMap<Box<str>, CounterCopies, foldhash::fast::RandomState>,
     journal: ChangeJournal,
     /// Counters ranked by total, kept up to date by every merge that changes one (aggregators
     /// only: see [`SlotCopies::index_top`]).
@@ -54,7 +54,7 @@ impl SlotCopies {
         Self {
             slot_names,
             slot_index,
-            counters: IndexMap::new(),
+            counters: IndexMap::default(),
             journal: ChangeJournal::default(),
             top: None,
         }
@@ -66,8 +66,8 @@ impl SlotCopies {
     /// that changes a counter moves it in the index.
     pub fn index_top(&mut self, slot_groups: Vec<usize>, live_seconds: u32, now: u64) {
         let mut top = TopIndex::new(slot_groups, live_seconds, now);
-        for (index, (id, copies)) in self.counters.iter().enumerate() {
-            top.update(index, id, &copies.slots);
+        for (index, copies) in self.counters.values().enumerate() {
+            top.update(index, &copies.slots);
         }
         self.top = Some(top);
     }
@@ -80,22 +80,10 @@ impl SlotCopies {
     /// Moves the top-K index's live window on to end at `now` (unix seconds; see
     /// [`TopIndex::advance`]).
     pub fn advance_top(&mut self, now: u64) {
-        let Self { counters, top, .. } = self;
-        if let Some(top) = top {
-            top.advance(now, |index| {
-                counters
-                    .get_index(index)
-                    .map_or(&[], |(_, copies)| copies.slots.as_slice())
-            });
+        if let Some(mut top) = self.top.take() {
+            top.advance(now, self);
+            self.top = Some(top);
         }
-    }
-
-    /// The copies of the counter at index `index` (indices are stable: counters are never
-    /// removed); empty when out of range.
-    pub fn records_at(&self, index: usize) -> &[(u16, SlotRecord)] {
-        self.counters
-            .get_index(index)
-            .map_or(&[], |(_, copies)| copies.slots.as_slice())
     }
 
     /// The slots held, by index.
@@ -108,7 +96,27 @@ impl SlotCopies {
         self.slot_index.get(name).copied()
     }
 
-    /// Merges one slot record of counter `id`; returns whether anything changed.
+    /// Ranks up to `max` of the counters merges changed since they were last ranked
+    /// ([`TopIndex::rank_pending`]); returns whether none is left waiting.
+    pub fn rank_pending(&mut self, max: usize) -> bool {
+        let Some(mut top) = self.top.take() else {
+            return true;
+        };
+        let done = top.rank_pending(self, max);
+        self.top = Some(top);
+        done
+    }
+
+    /// Whether the top-K index ranks every merge and its live window ends at `now` or later,
+    /// so a ranking can be answered from it as it is.
+    pub fn ranking_is_current(&self, now: u64) -> bool {
+        self.top
+            .as_ref()
+            .is_none_or(|top| top.pending() == 0 && top.live_window().at >= now)
+    }
+
+    /// Merges one slot record of counter `id`; returns whether anything changed. A change is
+    /// journaled and marked for the top-K index ([`SlotCopies::rank_pending`]).
     pub fn merge(&mut self, slot: u16, id: &str, record: &SlotRecord) -> bool {
         let (index, copies) = match self.counters.get_full_mut(id) {
             Some((index, _, copies)) => (index, copies),
@@ -129,7 +137,7 @@ impl SlotCopies {
         if changed {
             copies.latest_seq = self.journal.record(index);
             if let Some(top) = &mut self.top {
-                top.update(index, id, &copies.slots);
+                top.mark(index);
             }
         }
         changed
@@ -203,6 +211,18 @@ impl SlotCopies {
             next,
             caught_up,
         }
+    }
+}
+
+impl RankedCounters for SlotCopies {
+    fn id(&self, index: usize) -> &str {
+        self.counters.get_index(index).map_or("", |(id, _)| id)
+    }
+
+    fn records(&self, index: usize) -> &[(u16, SlotRecord)] {
+        self.counters
+            .get_index(index)
+            .map_or(&[], |(_, copies)| copies.slots.as_slice())
     }
 }
 
@@ -308,15 +328,19 @@ mod tests {
         table.merge(1, "a", &state(2, 1));
         table.merge(0, "b", &state(6, 1));
         table.merge(0, "b", &state(1, 0));
+        assert!(!table.ranking_is_current(1_000), "merges wait to be ranked");
+        assert!(!table.rank_pending(1), "one of two ranked");
+        assert!(table.rank_pending(usize::MAX));
+        assert!(table.ranking_is_current(1_000));
         let top = table.top_index().unwrap();
         let ranked: Vec<_> = top
-            .all_time(crate::topk::Scope::All, "", 10)
+            .all_time(crate::topk::Scope::All, "", 10, &table)
             .into_iter()
             .map(|r| (r.id, r.value))
             .collect();
         assert_eq!(ranked, [("a".to_owned(), 7), ("b".to_owned(), 6)]);
-        assert_eq!(table.records_at(1).len(), 1);
-        assert!(table.records_at(9).is_empty());
+        assert_eq!(table.records(1).len(), 1);
+        assert!(table.records(9).is_empty());
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! [`TopIndex`] holds, per counter (by its stable index in [`crate::SlotCopies`]), its all-time
 //! total over the slots the index covers, and at the global tier its total per datacenter
-//! ("group") as well. Each total sits in an ordered set `(Reverse(total), id)`, one set per
-//! ranking, so:
+//! ("group") as well. Each total sits in an ordered set of `(total descending, counter index)`,
+//! one set per ranking, so:
 //!
 //! - **all-time** top K with a prefix walks a set from the top, skips ids without the prefix and
 //!   stops after K: O(K + skipped ids) per request; a changed counter costs O(log n) per
@@ -25,10 +25,20 @@
 //!
 //! Unique counters (whose copies carry a sketch) are left out: their values are estimates of
 //! distinct items, not sums. Ties rank by id ascending.
+//!
+//! Merges only mark a counter as changed ([`TopIndex::mark`]); [`TopIndex::rank_pending`] moves
+//! the marked counters in the rankings, each once however often it changed since. Aggregators
+//! rank what is pending every [`RANK_INTERVAL`] and before answering a ranking, so a counter
+//! merged from every pull of a busy second is ranked once in it, and answers are still exact.
+//!
+//! The sets order ties by counter index, not id: comparing two keys then never leaves the
+//! B-tree node (ids sit elsewhere in memory, and a merge-heavy aggregator spent a quarter of its
+//! time comparing them), and a key is 24 bytes. A walk sorts each run of equal totals it lists
+//! by id, so answers still rank ties by id; a run is read whole, which costs O(run) only when K
+//! ends inside a long run of equal totals.
 
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap};
-use std::sync::Arc;
 
 use geocount_model::{SlotRecord, Window};
 use serde::Serialize;
@@ -53,26 +63,71 @@ pub struct Ranked {
     pub value: i128,
 }
 
-/// A ranking's order: highest total first, ties by id ascending.
-type Key = (Reverse<i128>, Arc<str>);
+/// The counters a [`TopIndex`] ranks, by their stable index: each one's id and slot copies.
+pub trait RankedCounters {
+    /// Counter `index`'s id (empty when out of range).
+    fn id(&self, index: usize) -> &str;
+    /// Counter `index`'s copies, `(slot index, state)` (empty when out of range).
+    fn records(&self, index: usize) -> &[(u16, SlotRecord)];
+}
+
+/// A total's place in a ranking: highest total first, then lowest counter index. The total is
+/// split in two words so the key is 24 bytes, not the 32 an `i128` field would align it to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RankKey {
+    high: i64,
+    low: u64,
+    index: u32,
+}
+
+impl RankKey {
+    fn new(total: i128, index: u32) -> Self {
+        Self {
+            high: (total >> 64) as i64,
+            low: total as u64,
+            index,
+        }
+    }
+
+    fn total(&self) -> i128 {
+        (i128::from(self.high) << 64) | i128::from(self.low)
+    }
+}
+
+impl Ord for RankKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // (high, low) orders as the total does: `high` signed, `low` unsigned.
+        (other.high, other.low)
+            .cmp(&(self.high, self.low))
+            .then(self.index.cmp(&other.index))
+    }
+}
+
+impl PartialOrd for RankKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A ranking: counters ordered by total.
+type Ranking = BTreeSet<RankKey>;
 
 /// The worst of a windowed ranking's best K on top: a min-heap of `(value, Reverse(id))`,
 /// where a larger pair ranks higher.
-type Worst = BinaryHeap<Reverse<(i128, Reverse<Arc<str>>)>>;
+type Worst<'a> = BinaryHeap<Reverse<(i128, Reverse<&'a str>)>>;
 
-/// Per ranking, a counter's total there: `None` when it has nothing in that ranking's slots.
-type Totals = Box<[Option<i128>]>;
+/// A total that does not exist: the counter has no copy (or no bucket in the live window) in
+/// that ranking's slots. No sum of at most 65,536 `i64` values comes near it.
+const ABSENT: i128 = i128::MIN;
 
 /// What the index knows of one counter.
 #[derive(Debug)]
 struct Tracked {
-    id: Arc<str>,
-    /// Its all-time totals (`None`: no copy in that ranking's slots).
-    totals: Totals,
+    /// Per ranking its all-time total, then per ranking its hits in the live window
+    /// ([`ABSENT`]: none there).
+    totals: Box<[i128]>,
     /// The newest second of any of its slots' windows.
     newest: Option<u64>,
-    /// Its hits in the live window (`None`: no bucket of that ranking's slots in it).
-    live: Totals,
     /// The next second at which its live hits change, if any will.
     next_change: Option<u64>,
 }
@@ -83,12 +138,16 @@ struct LiveWindow {
     seconds: u32,
     now: u64,
     /// Ordered like [`TopIndex::rankings`], by hits in the window.
-    rankings: Vec<BTreeSet<Key>>,
+    rankings: Vec<Ranking>,
     /// `(next change second, counter index)` of every counter whose live hits will change.
     changes: BTreeSet<(u64, usize)>,
 }
 
-/// Counters ranked by total, per scope, and indexed by their newest hit.
+/// How often an aggregator ranks the counters merges marked ([`TopIndex::rank_pending`]).
+pub const RANK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Counters ranked by total, per scope, and indexed by their newest hit. Holds up to 2³²
+/// counters.
 #[derive(Debug)]
 pub struct TopIndex {
     /// The group of each slot, by slot index.
@@ -98,10 +157,21 @@ pub struct TopIndex {
     /// By counter index; `None` for a unique counter or an index not seen yet.
     counters: Vec<Option<Tracked>>,
     /// Ranking 0 is [`Scope::All`]; with several groups, ranking `n + 1` is group `n`.
-    rankings: Vec<BTreeSet<Key>>,
+    rankings: Vec<Ranking>,
     /// `(newest second, counter index)` of every counter with a window bucket.
     by_newest: BTreeSet<(u64, usize)>,
     live: LiveWindow,
+    /// Where an update computes a counter's new totals, so it allocates nothing.
+    scratch: Vec<i128>,
+    /// Counters marked since they were last ranked.
+    pending: Vec<usize>,
+    /// One bit per counter index: whether it is in `pending`.
+    pending_bits: Vec<u64>,
+}
+
+/// Counter `index`'s index in a [`RankKey`].
+fn key_index(index: usize) -> u32 {
+    u32::try_from(index).expect("a top-K index holds at most 2^32 counters")
 }
 
 impl TopIndex {
@@ -115,15 +185,50 @@ impl TopIndex {
             slot_groups,
             groups,
             counters: Vec::new(),
-            rankings: vec![BTreeSet::new(); rankings],
+            rankings: vec![Ranking::new(); rankings],
             by_newest: BTreeSet::new(),
             live: LiveWindow {
                 seconds: live_seconds,
                 now,
-                rankings: vec![BTreeSet::new(); rankings],
+                rankings: vec![Ranking::new(); rankings],
                 changes: BTreeSet::new(),
             },
+            scratch: Vec::new(),
+            pending: Vec::new(),
+            pending_bits: Vec::new(),
         }
+    }
+
+    /// Marks counter `index` as changed: [`TopIndex::rank_pending`] will move it.
+    pub fn mark(&mut self, index: usize) {
+        let (word, bit) = (index / 64, 1u64 << (index % 64));
+        if self.pending_bits.len() <= word {
+            self.pending_bits.resize(word + 1, 0);
+        }
+        if self.pending_bits[word] & bit == 0 {
+            self.pending_bits[word] |= bit;
+            self.pending.push(index);
+        }
+    }
+
+    /// How many marked counters wait to be ranked.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Ranks up to `max` marked counters from their copies in `counters`; returns whether none
+    /// is left waiting.
+    pub fn rank_pending(&mut self, counters: &impl RankedCounters, max: usize) -> bool {
+        // Highest index last, so counters are ranked in index order: neighbours in memory.
+        self.pending.sort_unstable_by(|a, b| b.cmp(a));
+        for _ in 0..max {
+            let Some(index) = self.pending.pop() else {
+                break;
+            };
+            self.pending_bits[index / 64] &= !(1u64 << (index % 64));
+            self.update(index, counters.records(index));
+        }
+        self.pending.is_empty()
     }
 
     /// The live window ranked: its length in seconds, and the second it ends at.
@@ -166,39 +271,46 @@ impl TopIndex {
         self.slot_groups.get(usize::from(slot)).map(|g| g + 1)
     }
 
-    /// Counter `index` (id `id`) now has the copies `slots`: recomputes its totals and moves it
-    /// in each ranking whose total changed. O(slots + log n per ranking moved).
-    pub fn update(&mut self, index: usize, id: &str, slots: &[(u16, SlotRecord)]) {
+    /// Counter `index` now has the copies `slots`: recomputes its totals and moves it in each
+    /// ranking whose total changed. O(slots + log n per ranking moved).
+    pub fn update(&mut self, index: usize, slots: &[(u16, SlotRecord)]) {
+        let key = key_index(index);
         if self.counters.len() <= index {
             self.counters.resize_with(index + 1, || None);
         }
+        let r = self.rankings.len();
+        let mut totals = std::mem::take(&mut self.scratch);
+        totals.clear();
+        totals.resize(2 * r, ABSENT);
         let unique = slots.iter().any(|(_, record)| record.uniques.is_some());
-        let mut totals = self.no_totals();
         let mut newest = None;
+        let mut next_change = None;
         if !unique {
             for (slot, record) in slots {
                 let value = i128::from(record.state.value);
                 add(&mut totals[0], value);
-                if let Some(r) = self.group_ranking(*slot) {
-                    add(&mut totals[r], value);
+                if let Some(g) = self.group_ranking(*slot) {
+                    add(&mut totals[g], value);
                 }
                 newest = newest.max(record.window.newest());
             }
+            next_change = self.live_of(slots, &mut totals[r..]);
         }
-        let (live, next_change) = if unique {
-            (self.no_totals(), None)
-        } else {
-            self.live_of(slots)
+        let tracked = &mut self.counters[index];
+        let old = tracked.as_ref();
+        let (old_all, old_live) = match old {
+            Some(t) => (Some(&t.totals[..r]), Some(&t.totals[r..])),
+            None => (None, None),
         };
-        let old = self.counters[index].take();
-        let id = old.as_ref().map_or_else(|| Arc::from(id), |t| t.id.clone());
-        let (old_totals, old_newest, old_live, old_change) = match old {
-            Some(t) => (t.totals, t.newest, t.live, t.next_change),
-            None => (self.no_totals(), None, self.no_totals(), None),
-        };
-        rerank(&mut self.rankings, &id, &old_totals, &totals);
-        rerank(&mut self.live.rankings, &id, &old_live, &live);
-        refile(&mut self.live.changes, index, old_change, next_change);
+        rerank(&mut self.rankings, key, old_all, &totals[..r]);
+        rerank(&mut self.live.rankings, key, old_live, &totals[r..]);
+        refile(
+            &mut self.live.changes,
+            index,
+            old.and_then(|t| t.next_change),
+            next_change,
+        );
+        let old_newest = old.and_then(|t| t.newest);
         if old_newest != newest {
             if let Some(second) = old_newest {
                 self.by_newest.remove(&(second, index));
@@ -207,52 +319,65 @@ impl TopIndex {
                 self.by_newest.insert((second, index));
             }
         }
-        if !unique {
-            self.counters[index] = Some(Tracked {
-                id,
-                totals,
-                newest,
-                live,
-                next_change,
-            });
+        match tracked {
+            _ if unique => *tracked = None,
+            Some(t) => {
+                t.totals.copy_from_slice(&totals);
+                t.newest = newest;
+                t.next_change = next_change;
+            }
+            None => {
+                *tracked = Some(Tracked {
+                    totals: totals.as_slice().into(),
+                    newest,
+                    next_change,
+                })
+            }
         }
+        self.scratch = totals;
     }
 
     /// Moves the live window on to end at `now` (an earlier `now` changes nothing): recomputes
-    /// the live hits of each counter filed to change by then, from `records(index)` (counter
-    /// `index`'s copies). O((slots + log n) per counter recomputed).
-    pub fn advance<'a>(&mut self, now: u64, records: impl Fn(usize) -> &'a [(u16, SlotRecord)]) {
+    /// the live hits of each counter filed to change by then, from its copies in `counters`.
+    /// O((slots + log n) per counter recomputed).
+    pub fn advance(&mut self, now: u64, counters: &impl RankedCounters) {
         if now <= self.live.now {
             return;
         }
         self.live.now = now;
+        let r = self.rankings.len();
+        let mut live = std::mem::take(&mut self.scratch);
         while let Some(&(second, index)) = self.live.changes.first() {
             if second > now {
                 break;
             }
-            let (live, next_change) = self.live_of(records(index));
+            live.clear();
+            live.resize(r, ABSENT);
+            let next_change = self.live_of(counters.records(index), &mut live);
             let Some(tracked) = self.counters.get_mut(index).and_then(Option::as_mut) else {
                 self.live.changes.remove(&(second, index));
                 continue;
             };
-            rerank(&mut self.live.rankings, &tracked.id, &tracked.live, &live);
+            rerank(
+                &mut self.live.rankings,
+                key_index(index),
+                Some(&tracked.totals[r..]),
+                &live,
+            );
             refile(&mut self.live.changes, index, Some(second), next_change);
-            tracked.live = live;
+            tracked.totals[r..].copy_from_slice(&live);
             tracked.next_change = next_change;
         }
+        self.scratch = live;
     }
 
-    fn no_totals(&self) -> Totals {
-        vec![None; self.rankings.len()].into_boxed_slice()
-    }
-
-    /// The live hits of a counter with copies `slots`, per ranking, and the next second after
-    /// the live window's end at which they change: when the oldest bucket in the window leaves
-    /// it, or when the first bucket ahead of its end enters it.
-    fn live_of(&self, slots: &[(u16, SlotRecord)]) -> (Totals, Option<u64>) {
+    /// Writes the live hits of a counter with copies `slots` into `live` (per ranking, all
+    /// [`ABSENT`] before), and returns the next second after the live window's end at which
+    /// they change: when the oldest bucket in the window leaves it, or when the first bucket
+    /// ahead of its end enters it.
+    fn live_of(&self, slots: &[(u16, SlotRecord)], live: &mut [i128]) -> Option<u64> {
         let window = self.live_window();
         let after = window.at.saturating_sub(u64::from(window.seconds));
-        let mut live = self.no_totals();
         let mut next_change: Option<u64> = None;
         for (slot, record) in slots {
             let buckets = record.window.buckets();
@@ -264,8 +389,8 @@ impl TopIndex {
                     .map(|(_, hits)| i128::from(*hits))
                     .sum();
                 add(&mut live[0], hits);
-                if let Some(r) = self.group_ranking(*slot) {
-                    add(&mut live[r], hits);
+                if let Some(g) = self.group_ranking(*slot) {
+                    add(&mut live[g], hits);
                 }
                 let leaves = buckets[start].0.saturating_add(u64::from(window.seconds));
                 next_change = Some(next_change.map_or(leaves, |n| n.min(leaves)));
@@ -277,14 +402,20 @@ impl TopIndex {
         // A bucket within `seconds` of u64::MAX leaves at a saturated second that is no later
         // than the window's end: nothing can change after it, so nothing is filed (else
         // `advance` would recompute it forever).
-        (live, next_change.filter(|second| *second > window.at))
+        next_change.filter(|second| *second > window.at)
     }
 
     /// The `k` highest all-time totals in `scope` among ids starting with `prefix`, highest
-    /// first (ties by id ascending). O(k + ids skipped for the prefix).
-    pub fn all_time(&self, scope: Scope, prefix: &str, k: usize) -> Vec<Ranked> {
+    /// first (ties by id ascending), ids from `counters`. O(k + ids skipped for the prefix).
+    pub fn all_time(
+        &self,
+        scope: Scope,
+        prefix: &str,
+        k: usize,
+        counters: &impl RankedCounters,
+    ) -> Vec<Ranked> {
         match self.ranking(scope) {
-            Some(r) => walk(&self.rankings[r], prefix, k, None),
+            Some(r) => walk(&self.rankings[r], prefix, k, None, counters),
             None => Vec::new(),
         }
     }
@@ -292,31 +423,31 @@ impl TopIndex {
     /// For each of `scopes`, the `k` highest counts of hits in `window` among ids starting
     /// with `prefix` and counting at least `min_value` (when given), highest first (ties by id
     /// ascending). A counter is listed in a scope only if one of its slots there has a bucket
-    /// in the window. `records(index)` gives counter `index`'s copies.
+    /// in the window. Ids and copies come from `counters`.
     ///
     /// The live window ([`TopIndex::live_window`]) is walked from the top: O(k + ids skipped).
     /// Any other visits the counters with a bucket after `window.at - window.seconds`:
     /// O(visited · (slots + log k)).
-    pub fn windowed<'a>(
+    pub fn windowed(
         &self,
         scopes: &[Scope],
         prefix: &str,
         k: usize,
         min_value: Option<i128>,
         window: WindowQuery,
-        records: impl Fn(usize) -> &'a [(u16, SlotRecord)],
+        counters: &impl RankedCounters,
     ) -> Vec<Vec<Ranked>> {
         let rankings: Vec<Option<usize>> = scopes.iter().map(|s| self.ranking(*s)).collect();
         if window == self.live_window() {
             return rankings
                 .iter()
                 .map(|ranking| match ranking {
-                    Some(r) => walk(&self.live.rankings[*r], prefix, k, min_value),
+                    Some(r) => walk(&self.live.rankings[*r], prefix, k, min_value, counters),
                     None => Vec::new(),
                 })
                 .collect();
         }
-        self.scan(&rankings, prefix, k, min_value, window, records)
+        self.scan(&rankings, prefix, k, min_value, window, counters)
     }
 
     /// [`TopIndex::windowed`] by a scan of the counters with a bucket in `window`, for
@@ -328,24 +459,25 @@ impl TopIndex {
         k: usize,
         min_value: Option<i128>,
         window: WindowQuery,
-        records: impl Fn(usize) -> &'a [(u16, SlotRecord)],
+        counters: &'a impl RankedCounters,
     ) -> Vec<Vec<Ranked>> {
-        let mut heaps: Vec<Worst> = vec![BinaryHeap::new(); rankings.len()];
+        let mut heaps: Vec<Worst<'a>> = vec![BinaryHeap::new(); rankings.len()];
         let after = window.at.saturating_sub(u64::from(window.seconds));
         let mut parts = vec![None; self.rankings.len()];
         for &(_, index) in self.by_newest.range((after.saturating_add(1), 0)..) {
-            let Some(tracked) = self.counters.get(index).and_then(Option::as_ref) else {
+            if self.counters.get(index).and_then(Option::as_ref).is_none() {
                 continue;
-            };
-            if !tracked.id.starts_with(prefix) {
+            }
+            let id = counters.id(index);
+            if !id.starts_with(prefix) {
                 continue;
             }
             parts.iter_mut().for_each(|p| *p = None);
-            for (slot, record) in records(index) {
+            for (slot, record) in counters.records(index) {
                 if let Some(hits) = hits_in(&record.window, window) {
-                    add(&mut parts[0], hits);
-                    if let Some(r) = self.group_ranking(*slot) {
-                        add(&mut parts[r], hits);
+                    add_part(&mut parts[0], hits);
+                    if let Some(g) = self.group_ranking(*slot) {
+                        add_part(&mut parts[g], hits);
                     }
                 }
             }
@@ -356,17 +488,15 @@ impl TopIndex {
                 if min_value.is_some_and(|min| value < min) {
                     continue;
                 }
-                // Most counters cannot beat the worst of a full heap: skip them before cloning.
+                // Most counters cannot beat the worst of a full heap: skip them before pushing.
                 if heap.len() >= k
                     && heap
                         .peek()
-                        .is_some_and(|Reverse((worst, Reverse(worst_id)))| {
-                            (value, Reverse(&*tracked.id)) <= (*worst, Reverse(&**worst_id))
-                        })
+                        .is_some_and(|Reverse(worst)| (value, Reverse(id)) <= *worst)
                 {
                     continue;
                 }
-                heap.push(Reverse((value, Reverse(tracked.id.clone()))));
+                heap.push(Reverse((value, Reverse(id))));
                 if heap.len() > k {
                     heap.pop();
                 }
@@ -378,7 +508,7 @@ impl TopIndex {
                 heap.into_sorted_vec()
                     .into_iter()
                     .map(|Reverse((value, Reverse(id)))| Ranked {
-                        id: id.to_string(),
+                        id: id.to_owned(),
                         value,
                     })
                     .collect()
@@ -388,31 +518,62 @@ impl TopIndex {
 }
 
 /// The first `k` of `ranking` with ids starting with `prefix`, down to `min_value` (when
-/// given): O(k + ids skipped).
-fn walk(ranking: &BTreeSet<Key>, prefix: &str, k: usize, min_value: Option<i128>) -> Vec<Ranked> {
-    ranking
-        .iter()
-        .take_while(|(Reverse(value), _)| min_value.is_none_or(|min| *value >= min))
-        .filter(|(_, id)| id.starts_with(prefix))
-        .take(k)
-        .map(|(Reverse(value), id)| Ranked {
-            id: id.to_string(),
-            value: *value,
-        })
-        .collect()
+/// given), ties by id: O(k + ids skipped + the run of equal totals `k` ends in).
+fn walk(
+    ranking: &Ranking,
+    prefix: &str,
+    k: usize,
+    min_value: Option<i128>,
+    counters: &impl RankedCounters,
+) -> Vec<Ranked> {
+    let mut listed = Vec::new();
+    let mut run: Vec<&str> = Vec::new();
+    let mut keys = ranking.iter().peekable();
+    while listed.len() < k {
+        let Some(first) = keys.next() else {
+            break;
+        };
+        let value = first.total();
+        if min_value.is_some_and(|min| value < min) {
+            break;
+        }
+        // The run of counters with this total, sorted by id.
+        run.clear();
+        run.extend(
+            std::iter::once(first)
+                .chain(std::iter::from_fn(|| {
+                    keys.next_if(|key| key.high == first.high && key.low == first.low)
+                }))
+                .map(|key| counters.id(key.index as usize))
+                .filter(|id| id.starts_with(prefix)),
+        );
+        let room = k - listed.len();
+        if run.len() > room {
+            run.select_nth_unstable(room);
+            run.truncate(room);
+        }
+        run.sort_unstable();
+        listed.extend(run.iter().map(|id| Ranked {
+            id: (*id).to_owned(),
+            value,
+        }));
+    }
+    listed
 }
 
-/// Moves counter `id` in each of `rankings` whose total changed from `before` to `after`.
-fn rerank(rankings: &mut [BTreeSet<Key>], id: &Arc<str>, before: &Totals, after: &Totals) {
-    for (r, (before, after)) in before.iter().zip(after.iter()).enumerate() {
-        if before == after {
+/// Moves counter `index` in each of `rankings` whose total changed from `before` (`None`: not
+/// ranked before) to `after`.
+fn rerank(rankings: &mut [Ranking], index: u32, before: Option<&[i128]>, after: &[i128]) {
+    for (r, after) in after.iter().enumerate() {
+        let before = before.map_or(ABSENT, |b| b[r]);
+        if before == *after {
             continue;
         }
-        if let Some(total) = before {
-            rankings[r].remove(&(Reverse(*total), id.clone()));
+        if before != ABSENT {
+            rankings[r].remove(&RankKey::new(before, index));
         }
-        if let Some(total) = after {
-            rankings[r].insert((Reverse(*total), id.clone()));
+        if *after != ABSENT {
+            rankings[r].insert(RankKey::new(*after, index));
         }
     }
 }
@@ -435,8 +596,17 @@ fn refile(
     }
 }
 
-/// Adds `value` to a total that may not exist yet.
-fn add(total: &mut Option<i128>, value: i128) {
+/// Adds `value` to a total that may be [`ABSENT`] yet.
+fn add(total: &mut i128, value: i128) {
+    *total = if *total == ABSENT {
+        value
+    } else {
+        *total + value
+    };
+}
+
+/// Adds `value` to a part of a scan that may not exist yet.
+fn add_part(total: &mut Option<i128>, value: i128) {
     *total = Some(total.unwrap_or(0) + value);
 }
 
@@ -472,11 +642,27 @@ mod tests {
         ranked.iter().map(|r| (r.id.as_str(), r.value)).collect()
     }
 
-    /// Counters `(id, slots)` indexed in order.
-    struct Table {
-        index: TopIndex,
+    /// Counters `(id, slots)` by index.
+    #[derive(Default)]
+    struct Counters {
         records: Vec<Vec<(u16, SlotRecord)>>,
         ids: Vec<String>,
+    }
+
+    impl RankedCounters for Counters {
+        fn id(&self, index: usize) -> &str {
+            self.ids.get(index).map_or("", String::as_str)
+        }
+
+        fn records(&self, index: usize) -> &[(u16, SlotRecord)] {
+            self.records.get(index).map_or(&[], Vec::as_slice)
+        }
+    }
+
+    /// Counters indexed in order.
+    struct Table {
+        index: TopIndex,
+        counters: Counters,
     }
 
     impl Table {
@@ -488,26 +674,30 @@ mod tests {
         fn live(slot_groups: Vec<usize>, seconds: u32, now: u64) -> Self {
             Self {
                 index: TopIndex::new(slot_groups, seconds, now),
-                records: Vec::new(),
-                ids: Vec::new(),
+                counters: Counters::default(),
             }
         }
 
         fn set(&mut self, id: &str, slot: u16, record: SlotRecord) {
-            let n = match self.ids.iter().position(|i| i == id) {
+            let c = &mut self.counters;
+            let n = match c.ids.iter().position(|i| i == id) {
                 Some(n) => n,
                 None => {
-                    self.ids.push(id.to_owned());
-                    self.records.push(Vec::new());
-                    self.ids.len() - 1
+                    c.ids.push(id.to_owned());
+                    c.records.push(Vec::new());
+                    c.ids.len() - 1
                 }
             };
-            let copies = &mut self.records[n];
+            let copies = &mut c.records[n];
             match copies.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, r)) => *r = record,
                 None => copies.push((slot, record)),
             }
-            self.index.update(n, id, copies);
+            self.index.update(n, copies);
+        }
+
+        fn all_time(&self, scope: Scope, prefix: &str, k: usize) -> Vec<Ranked> {
+            self.index.all_time(scope, prefix, k, &self.counters)
         }
 
         fn windowed(
@@ -521,12 +711,11 @@ mod tests {
         ) -> Vec<Vec<Ranked>> {
             let window = WindowQuery { seconds, at };
             self.index
-                .windowed(scopes, prefix, k, min, window, |n| &self.records[n])
+                .windowed(scopes, prefix, k, min, window, &self.counters)
         }
 
         fn advance(&mut self, now: u64) {
-            let records = &self.records;
-            self.index.advance(now, |n| &records[n]);
+            self.index.advance(now, &self.counters);
         }
 
         /// What a scan answers for the live window.
@@ -540,7 +729,7 @@ mod tests {
             let rankings: Vec<_> = scopes.iter().map(|s| self.index.ranking(*s)).collect();
             let window = self.index.live_window();
             self.index
-                .scan(&rankings, prefix, k, min, window, |n| &self.records[n])
+                .scan(&rankings, prefix, k, min, window, &self.counters)
         }
     }
 
@@ -553,20 +742,20 @@ mod tests {
         t.set("other", 0, record(100, &[]));
         t.set("#rust", 1, record(3, &[]));
         assert_eq!(
-            ids(&t.index.all_time(Scope::All, "", 10)),
+            ids(&t.all_time(Scope::All, "", 10)),
             [("other", 100), ("#rust", 10), ("#go", 5), ("#zig", 5)]
         );
         assert_eq!(
-            ids(&t.index.all_time(Scope::All, "#", 2)),
+            ids(&t.all_time(Scope::All, "#", 2)),
             [("#rust", 10), ("#go", 5)]
         );
         assert_eq!(
-            t.index.all_time(Scope::Group(0), "#", 2),
-            t.index.all_time(Scope::All, "#", 2),
+            t.all_time(Scope::Group(0), "#", 2),
+            t.all_time(Scope::All, "#", 2),
             "one group: the same ranking"
         );
-        assert!(t.index.all_time(Scope::All, "nothing", 10).is_empty());
-        assert!(t.index.all_time(Scope::Group(1), "", 10).is_empty());
+        assert!(t.all_time(Scope::All, "nothing", 10).is_empty());
+        assert!(t.all_time(Scope::Group(1), "", 10).is_empty());
         assert_eq!(t.index.len(), 4);
     }
 
@@ -578,13 +767,13 @@ mod tests {
         t.set("c", 0, record(-4, &[]));
         t.set("b", 0, record(9, &[]));
         assert_eq!(
-            ids(&t.index.all_time(Scope::All, "", 10)),
+            ids(&t.all_time(Scope::All, "", 10)),
             [("b", 9), ("a", 5), ("c", -4)]
         );
         t.set("b", 0, record(-10, &[]));
         t.set("c", 0, record(0, &[]));
         assert_eq!(
-            ids(&t.index.all_time(Scope::All, "", 10)),
+            ids(&t.all_time(Scope::All, "", 10)),
             [("a", 5), ("c", 0), ("b", -10)]
         );
         assert_eq!(t.index.len(), 3, "no stale entry left behind");
@@ -597,16 +786,13 @@ mod tests {
         t.set("x", 0, record(4, &[]));
         t.set("x", 2, record(10, &[]));
         t.set("y", 1, record(6, &[]));
+        assert_eq!(ids(&t.all_time(Scope::All, "", 10)), [("x", 14), ("y", 6)]);
         assert_eq!(
-            ids(&t.index.all_time(Scope::All, "", 10)),
-            [("x", 14), ("y", 6)]
-        );
-        assert_eq!(
-            ids(&t.index.all_time(Scope::Group(0), "", 10)),
+            ids(&t.all_time(Scope::Group(0), "", 10)),
             [("y", 6), ("x", 4)]
         );
         assert_eq!(
-            ids(&t.index.all_time(Scope::Group(1), "", 10)),
+            ids(&t.all_time(Scope::Group(1), "", 10)),
             [("x", 10)],
             "y has no copy in group 1"
         );
@@ -614,7 +800,7 @@ mod tests {
         unique.add_item(geocount_model::unique::hash_item("u"), 2);
         t.set("u", 0, unique);
         assert_eq!(t.index.len(), 2);
-        assert!(t.index.all_time(Scope::All, "u", 10).is_empty());
+        assert!(t.all_time(Scope::All, "u", 10).is_empty());
         assert_eq!(t.index.groups(), 2);
     }
 
@@ -794,18 +980,10 @@ mod tests {
         let live = copies.top_index().unwrap().live_window();
         assert_eq!(live.at, u64::MAX);
         // The same with one bucket, on the index alone.
-        let mut top = TopIndex::new(vec![0], 300, 1_000);
-        let slots = [(0, record(1, &[(u64::MAX, 1)]))];
-        top.update(0, "c", &slots);
-        top.advance(u64::MAX, |_| &slots[..]);
-        let ranked = top.windowed(
-            &[Scope::All],
-            "",
-            10,
-            None,
-            top.live_window(),
-            |_| &slots[..],
-        );
+        let mut t = Table::live(vec![0], 300, 1_000);
+        t.set("c", 0, record(1, &[(u64::MAX, 1)]));
+        t.advance(u64::MAX);
+        let ranked = t.windowed(&[Scope::All], "", 10, None, 300, u64::MAX);
         assert_eq!(ranked[0].len(), 1);
     }
 }
