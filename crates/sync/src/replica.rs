@@ -196,7 +196,7 @@ pub struct PullSource {
     pub name: String,
     /// Its `host:port`.
     pub address: String,
-    /// The pause between two pulls once caught up.
+    /// How often a pull starts once caught up.
     pub interval: Duration,
     /// Whether slot states are pulled.
     pub slots: bool,
