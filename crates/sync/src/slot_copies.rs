@@ -38,8 +38,8 @@ pub struct SlotCopies {
     slot_index: HashMap<String, u16>,
     counters: IndexMap<Box<str>, CounterCopies, foldhash::fast::RandomState>,
     journal: ChangeJournal,
-    /// Counters ranked by total, kept up to date by every merge that changes one (aggregators
-    /// only: see [`SlotCopies::index_top`]).
+    /// Counters ranked by total; every merge that changes one marks it, and
+    /// [`SlotCopies::rank_pending`] moves it (aggregators only: see [`SlotCopies::index_top`]).
     top: Option<TopIndex>,
 }
 
@@ -63,7 +63,7 @@ impl SlotCopies {
     /// Starts ranking counters by total ([`TopIndex`]), the slots grouped by `slot_groups` (by
     /// slot index; all 0 for one datacenter), and by hits in the live window of `live_seconds`
     /// ending at `now` (unix seconds): indexes what is held now, and from then on every merge
-    /// that changes a counter moves it in the index.
+    /// that changes a counter marks it for [`SlotCopies::rank_pending`].
     pub fn index_top(&mut self, slot_groups: Vec<usize>, live_seconds: u32, now: u64) {
         let mut top = TopIndex::new(slot_groups, live_seconds, now);
         for (index, copies) in self.counters.values().enumerate() {
