@@ -205,7 +205,7 @@ impl Default for SyncSettings {
     fn default() -> Self {
         Self {
             shard_to_datacenter_ms: 50,
-            datacenter_to_global_ms: 250,
+            datacenter_to_global_ms: 100,
             peer_ms: 100,
             downward_ms: 250,
             timeout_ms: 1_000,

@@ -6,6 +6,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::http::metrics_response;
@@ -26,6 +27,10 @@ pub struct PullCounters {
     pub succeeded: Family<SourceLabel, Counter>,
     /// Pulls that failed (no answer in time, refused, undecodable), per source.
     pub failed: Family<SourceLabel, Counter>,
+    /// Seconds from sending a pull to having merged its page, per source.
+    pub pull_seconds: Family<SourceLabel, Histogram, fn() -> Histogram>,
+    /// Seconds merging a page took, waiting for the lock included.
+    pub merge_seconds: Histogram,
     /// Slot states that changed a copy.
     pub states_merged: Counter,
     /// Descriptions that changed a copy.
@@ -34,11 +39,20 @@ pub struct PullCounters {
 
 impl PullCounters {
     /// Counts a pull of source `source` that merged `states` slot states and `descriptions`
-    /// descriptions.
-    pub fn succeeded(&self, source: usize, states: usize, descriptions: usize) {
+    /// descriptions, `pull_seconds` after it was sent, the merge taking `merge_seconds`.
+    pub fn succeeded(
+        &self,
+        source: usize,
+        states: usize,
+        descriptions: usize,
+        pull_seconds: f64,
+        merge_seconds: f64,
+    ) {
         if let Some(label) = self.sources.get(source) {
             self.succeeded.get_or_create(label).inc();
+            self.pull_seconds.get_or_create(label).observe(pull_seconds);
         }
+        self.merge_seconds.observe(merge_seconds);
         self.states_merged.inc_by(states as u64);
         self.descriptions_merged.inc_by(descriptions as u64);
     }
@@ -51,9 +65,16 @@ impl PullCounters {
     }
 }
 
+/// Buckets from 1 ms to about 4 s, doubling.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 13))
+}
+
 /// Every metric of an aggregator, exported at `GET /metrics` as `<prefix>_<name>`:
 ///
 /// - `pulls_succeeded_total{source}`, `pulls_failed_total{source}`: pulls per source;
+/// - `pull_seconds{source}`: a histogram of the time from sending a pull to having merged its
+///   page; `merge_seconds`: of the merges alone, waiting for the lock included;
 /// - `states_merged_total`, `descriptions_merged_total`: what the pulls changed;
 /// - `staleness_ms{source}`: how long ago the copy of each source was complete, -1 for one
 ///   never complete since this process started;
@@ -88,6 +109,8 @@ impl ReplicaMetrics {
                 sources,
                 succeeded: Family::default(),
                 failed: Family::default(),
+                pull_seconds: Family::new_with_constructor(duration_histogram),
+                merge_seconds: duration_histogram(),
                 states_merged: Counter::default(),
                 descriptions_merged: Counter::default(),
             },
@@ -98,6 +121,10 @@ impl ReplicaMetrics {
         let (r, pulls) = (&mut metrics.registry, &metrics.pulls);
         r.register("pulls_succeeded", "Pulls merged", pulls.succeeded.clone());
         r.register("pulls_failed", "Pulls failed", pulls.failed.clone());
+        let pull_seconds = pulls.pull_seconds.clone();
+        r.register("pull_seconds", "Pull sent to page merged", pull_seconds);
+        let merge_seconds = pulls.merge_seconds.clone();
+        r.register("merge_seconds", "Merging one page", merge_seconds);
         r.register(
             "states_merged",
             "States changed",
@@ -133,5 +160,40 @@ impl ReplicaMetrics {
         self.descriptions_held
             .set(replica.descriptions.len() as i64);
         metrics_response(&self.registry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_and_merge_times_land_in_their_buckets() {
+        let source = |name: &str| PullSource {
+            name: name.to_owned(),
+            address: "127.0.0.1:1".to_owned(),
+            interval: std::time::Duration::from_millis(50),
+            slots: true,
+            descriptions: false,
+        };
+        let metrics = ReplicaMetrics::new("test", &[source("a"), source("b")]);
+        metrics.pulls.succeeded(0, 3, 0, 0.1, 0.003);
+        metrics.pulls.succeeded(1, 1, 0, 0.0005, 0.0005);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).unwrap();
+        for line in [
+            r#"test_pull_seconds_bucket{le="0.064",source="a"} 0"#,
+            r#"test_pull_seconds_bucket{le="0.128",source="a"} 1"#,
+            r#"test_pull_seconds_bucket{le="0.001",source="b"} 1"#,
+            r#"test_pull_seconds_count{source="a"} 1"#,
+            r#"test_merge_seconds_bucket{le="0.002"} 1"#,
+            r#"test_merge_seconds_bucket{le="0.004"} 2"#,
+            "test_states_merged_total 4",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! of its shards, the global aggregator of every datacenter, and a shard node of its peers.
 
 use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 
 use geocount_model::wire::{SlotEntry, SlotPage};
 use geocount_model::{SlotRecord, counter_id};
@@ -40,7 +41,9 @@ pub struct SlotCopies {
     journal: ChangeJournal,
     /// Counters ranked by total; every merge that changes one marks it, and
     /// [`SlotCopies::rank_pending`] moves it (aggregators only: see [`SlotCopies::index_top`]).
-    top: Option<TopIndex>,
+    /// Behind a lock of its own, so ranking needs only shared access to the copies: reads and
+    /// sync pages are served meanwhile, and only merges wait.
+    top: Option<Mutex<TopIndex>>,
 }
 
 impl SlotCopies {
@@ -69,20 +72,20 @@ impl SlotCopies {
         for (index, copies) in self.counters.values().enumerate() {
             top.update(index, &copies.slots);
         }
-        self.top = Some(top);
+        self.top = Some(Mutex::new(top));
     }
 
-    /// The top-K index, once [`SlotCopies::index_top`] started it.
-    pub fn top_index(&self) -> Option<&TopIndex> {
-        self.top.as_ref()
+    /// The top-K index, locked, once [`SlotCopies::index_top`] started it.
+    pub fn top_index(&self) -> Option<MutexGuard<'_, TopIndex>> {
+        self.top.as_ref().map(|top| top.lock().expect("top-K lock"))
     }
 
-    /// Moves the top-K index's live window on to end at `now` (unix seconds; see
-    /// [`TopIndex::advance`]).
-    pub fn advance_top(&mut self, now: u64) {
-        if let Some(mut top) = self.top.take() {
+    /// Brings the top-K index up to date for a ranking at `now` (unix seconds): ranks every
+    /// marked counter and moves the live window on to end at `now` ([`TopIndex::advance`]).
+    pub fn rank_all(&self, now: u64) {
+        if let Some(mut top) = self.top_index() {
+            top.rank_pending(self, usize::MAX);
             top.advance(now, self);
-            self.top = Some(top);
         }
     }
 
@@ -98,20 +101,15 @@ impl SlotCopies {
 
     /// Ranks up to `max` of the counters merges changed since they were last ranked
     /// ([`TopIndex::rank_pending`]); returns whether none is left waiting.
-    pub fn rank_pending(&mut self, max: usize) -> bool {
-        let Some(mut top) = self.top.take() else {
-            return true;
-        };
-        let done = top.rank_pending(self, max);
-        self.top = Some(top);
-        done
+    pub fn rank_pending(&self, max: usize) -> bool {
+        self.top_index()
+            .is_none_or(|mut top| top.rank_pending(self, max))
     }
 
     /// Whether the top-K index ranks every merge and its live window ends at `now` or later,
     /// so a ranking can be answered from it as it is.
     pub fn ranking_is_current(&self, now: u64) -> bool {
-        self.top
-            .as_ref()
+        self.top_index()
             .is_none_or(|top| top.pending() == 0 && top.live_window().at >= now)
     }
 
@@ -137,7 +135,7 @@ impl SlotCopies {
         if changed {
             copies.latest_seq = self.journal.record(index);
             if let Some(top) = &mut self.top {
-                top.mark(index);
+                top.get_mut().expect("top-K lock").mark(index);
             }
         }
         changed

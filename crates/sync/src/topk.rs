@@ -975,7 +975,7 @@ mod tests {
         copies.index_top(vec![0, 0, 1], 300, 1_800_000_000);
         assert!(copies.apply_page(page.slots.as_ref().unwrap()) > 0);
         for now in [1_800_000_001, 1_800_010_000, u64::MAX - 1, u64::MAX] {
-            copies.advance_top(now);
+            copies.rank_all(now);
         }
         let live = copies.top_index().unwrap().live_window();
         assert_eq!(live.at, u64::MAX);

@@ -394,7 +394,7 @@ mod tests {
     #[test]
     fn the_bound_is_both_intervals_and_two_polls() {
         let sync = SyncSettings::default();
-        assert_eq!(design_bound_ms(&sync, 2), 50 + 250 + 4);
+        assert_eq!(design_bound_ms(&sync, 2), 50 + 100 + 4);
         let sync = SyncSettings {
             shard_to_datacenter_ms: 10,
             datacenter_to_global_ms: 100,
@@ -419,7 +419,11 @@ mod tests {
         samples.push(Sample::TimedOut);
         samples.push(Sample::Failed("refused".into()));
         samples.push(Sample::Failed("later".into()));
-        let report = summarize(&samples, &SyncSettings::default(), &options(), "p");
+        let sync = SyncSettings {
+            datacenter_to_global_ms: 250,
+            ..SyncSettings::default()
+        };
+        let report = summarize(&samples, &sync, &options(), "p");
         assert_eq!(report.samples, 103);
         assert_eq!(report.visible, 100);
         assert_eq!(report.timed_out, 1);
