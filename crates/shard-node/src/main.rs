@@ -29,6 +29,12 @@ struct Args {
     data_dir: Option<PathBuf>,
 }
 
+/// mimalloc rather than glibc's malloc: requests allocate on the runtime's workers and free on
+/// others (and on the commit thread), where glibc's arenas spent about a tenth of a node's CPU
+/// (ARCHITECTURE.md, "Dependencies beyond the design set").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let config = Topology::load(&args.config).and_then(|topology| {
