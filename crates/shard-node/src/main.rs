@@ -29,9 +29,8 @@ struct Args {
     data_dir: Option<PathBuf>,
 }
 
-/// mimalloc rather than glibc's malloc: requests allocate on the runtime's workers and free on
-/// others (and on the commit thread), where glibc's arenas spent about a tenth of a node's CPU
-/// (ARCHITECTURE.md, "Dependencies beyond the design set").
+/// mimalloc rather than glibc's malloc, which is slower when memory is freed on another thread
+/// than the one that allocated it (ARCHITECTURE.md, "Dependencies beyond the design set").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
