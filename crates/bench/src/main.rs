@@ -238,7 +238,7 @@ fn rows(results: &Results) -> Vec<Row> {
             }
             None => rows.push(Row::alone(reads, cluster.reads_idle.rate.clone(), None)),
         }
-        let loaded = "cluster: geoctl load --path batch flat out over every shard node (writes/s)";
+        let loaded = "cluster: geoctl load --path batch --route owner flat out over every shard node (writes/s)";
         match &redis_best {
             Some(best) => rows.push(Row::against(
                 loaded,

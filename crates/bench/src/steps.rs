@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use geocount_cluster::Role;
-use geocount_model::{Placement, Topology};
+use geocount_model::Topology;
 use geoctl::load::workload::{CounterPicker, KeyDistribution};
 use serde::Serialize;
 
@@ -428,6 +428,8 @@ async fn cluster_runs(
             "batch",
             "--batch-size",
             &BATCH_SIZE.to_string(),
+            "--route",
+            "owner",
             "--distribution",
             "zipf",
             "--zipf-exponent",
@@ -528,8 +530,7 @@ async fn memory_runs(plan: &Plan, running: &Running) -> anyhow::Result<MemoryFig
     for dc in datacenters {
         // Each counter straight to the node owning its slot (a counter of one slot), so no
         // write is forwarded: a forward under this load can time out and leave it unknown.
-        let slots = u32::try_from(dc.shards.len())?;
-        let placement = Placement::new(&dc.name, slots, virtual_nodes);
+        let placement = dc.placement(virtual_nodes);
         let mut owned: Vec<Vec<String>> = vec![Vec::new(); dc.shards.len()];
         for n in 0..counters {
             let id = format!("m-{n}");

@@ -15,6 +15,7 @@ use geoctl::cmd::load::{
     DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY as DEFAULT_LOAD_CONCURRENCY, DEFAULT_COUNTERS,
     DEFAULT_DURATION_SECS, DEFAULT_ZIPF_EXPONENT, LoadOptions, MAX_BATCH_SIZE,
 };
+use geoctl::load::route::WriteRoute;
 use geoctl::load::workload::{KeyDistribution, WritePath};
 
 /// A command line for a geocount cluster: read, create and write counters, measure how long
@@ -135,6 +136,11 @@ enum Sub {
         #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH_SIZE,
               value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_BATCH_SIZE as u64))]
         batch_size: usize,
+        /// `owner`: each write to the node owning its slot (a request is split by owner, as a
+        /// client that knows the topology sends); `any`: each request whole to the next node,
+        /// which forwards the writes it does not own (as behind a plain load balancer).
+        #[arg(long, value_enum, default_value_t = RouteArg::Owner)]
+        route: RouteArg,
         /// Requests in flight at once.
         #[arg(long, value_name = "N", default_value_t = DEFAULT_LOAD_CONCURRENCY,
               value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
@@ -168,6 +174,15 @@ enum PathArg {
     Http,
     /// Postcard batches.
     Batch,
+}
+
+/// `--route`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RouteArg {
+    /// To the node owning each write's slot.
+    Owner,
+    /// To the next node, which forwards.
+    Any,
 }
 
 impl From<Sub> for Command {
@@ -207,6 +222,7 @@ impl From<Sub> for Command {
                 zipf_exponent,
                 path,
                 batch_size,
+                route,
                 concurrency,
                 counter_prefix,
                 json,
@@ -225,6 +241,10 @@ impl From<Sub> for Command {
                     PathArg::Batch => WritePath::Batch,
                 },
                 batch_size,
+                route: match route {
+                    RouteArg::Owner => WriteRoute::Owner,
+                    RouteArg::Any => WriteRoute::Any,
+                },
                 concurrency,
                 counter_prefix,
                 json,

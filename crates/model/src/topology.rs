@@ -14,9 +14,9 @@ use figment::providers::{Env, Format, Toml};
 use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
-use crate::SlotId;
 use crate::access::AuthConfig;
 use crate::tls::TlsSettings;
+use crate::{Placement, SlotId};
 
 /// The whole topology.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -251,6 +251,12 @@ impl DatacenterConfig {
             (None, Some((prefix, _))) if !prefix.is_empty() => prefix,
             (None, _) => &self.name,
         }
+    }
+
+    /// Its placement ring: which of its slots each counter's writes go to.
+    pub fn placement(&self, virtual_nodes: u32) -> Placement {
+        let slots = u32::try_from(self.shards.len()).expect("a datacenter has few shard nodes");
+        Placement::new(&self.name, slots, virtual_nodes)
     }
 }
 

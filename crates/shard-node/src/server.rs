@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use geocount_model::{Clock, Durability, Hlc, Placement, ShardDefaults, SyncSettings};
+use geocount_model::{Clock, Durability, Hlc, ShardDefaults, SyncSettings};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
 use geocount_sync::{Access, DescriptionTable, PullSink, SlotCopies, spawn_puller};
 use tokio::sync::mpsc;
@@ -100,11 +100,7 @@ pub async fn run<L: Listener>(
     tracing::info!(slot = %slot_name, counters, data_dir = %config.data_dir.display(), durability = %settings.durability, "recovered");
 
     let own_slot = config.slot.index;
-    let placement = Placement::new(
-        &config.datacenter.name,
-        config.datacenter.shards.len() as u32,
-        settings.virtual_nodes,
-    );
+    let placement = config.datacenter.placement(settings.virtual_nodes);
     let hlc = Arc::new(Hlc::new(&slot_name, clock.clone()));
     let load = Arc::new(AtomicU64::new(0));
     let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);

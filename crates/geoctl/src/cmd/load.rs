@@ -2,8 +2,9 @@
 //!
 //! `concurrency` workers send writes with random deltas (mostly increments, some decrements)
 //! to the counters `<prefix>-0..N` (uniform or Zipf), through the single-write path
-//! (`PATCH /counter/{id}/write`) or the batched path (postcard `POST /batch`), round robin over
-//! every shard node of every datacenter; at a target rate paced globally
+//! (`PATCH /counter/{id}/write`) or the batched path (postcard `POST /batch`), taking turns over
+//! every shard node of every datacenter and sent to the node owning each write's slot, or to
+//! the node whose turn it is ([`crate::load::route`]); at a target rate paced globally
 //! ([`crate::load::pacing`]) or as fast as they can. Every write carries its own idempotency
 //! key, and a failed request is retried once with the same keys ([`crate::load::send`]).
 //!
@@ -16,14 +17,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use geocount_model::CounterId;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::cluster::{Cluster, ShardNode, counter_path, parse_body, status_error};
+use crate::cluster::{Cluster, counter_path, parse_body, status_error};
 use crate::error::GeoctlError;
 use crate::load::exactness::{Expected, settle};
 use crate::load::pacing::Pacer;
@@ -31,6 +32,7 @@ use crate::load::plot::render_svg;
 use crate::load::probe::{PROBE_INTERVAL, run_probes};
 use crate::load::progress::{LoadProgress, RateWindow, live_message};
 use crate::load::report::{LoadReport, LoadSettings, assemble, grouped, render};
+use crate::load::route::{LoadRouter, WriteRoute};
 use crate::load::send::{PlannedWrite, RunClock, send_batch, send_single};
 use crate::load::tally::{Tally, WriteOutcome};
 use crate::load::workload::{
@@ -71,6 +73,8 @@ pub struct LoadOptions {
     pub path: WritePath,
     /// Writes per batch (for [`WritePath::Batch`]).
     pub batch_size: usize,
+    /// Which node each write is sent to.
+    pub route: WriteRoute,
     /// Requests in flight at once.
     pub concurrency: usize,
     /// Counters are `<prefix>-<i>`, probes `<prefix>-probe-<k>`; `None`: `load-<random hex>`.
@@ -119,8 +123,7 @@ struct Live {
 #[derive(Debug)]
 struct Shared {
     cluster: Arc<Cluster>,
-    shards: Vec<ShardNode>,
-    next_shard: AtomicUsize,
+    router: LoadRouter,
     ids: Vec<String>,
     paths: Vec<String>,
     picker: CounterPicker,
@@ -135,12 +138,6 @@ struct Shared {
 }
 
 impl Shared {
-    /// The next shard node, round robin over every node of every datacenter.
-    fn next_shard(&self) -> &ShardNode {
-        let n = self.next_shard.fetch_add(1, Ordering::Relaxed);
-        &self.shards[n % self.shards.len()]
-    }
-
     /// A key no other write of any run shares: `geoctl-load-<random run id>-<n>`.
     fn next_key(&self) -> String {
         let n = self.next_key.fetch_add(1, Ordering::Relaxed);
@@ -168,7 +165,6 @@ async fn worker(shared: Arc<Shared>) -> Tally {
     let mut rng = StdRng::from_os_rng();
     let client = shared.cluster.client();
     while let Some(count) = shared.next_request().await {
-        let shard = shared.next_shard();
         let writes: Vec<PlannedWrite> = (0..count)
             .map(|_| PlannedWrite {
                 counter: shared.picker.pick(&mut rng),
@@ -177,26 +173,29 @@ async fn worker(shared: Arc<Shared>) -> Tally {
             })
             .collect();
         let failed_before = tally.refused + tally.unknown;
-        let acknowledged = match shared.path {
-            WritePath::Http => {
-                let write = &writes[0];
-                let path = &shared.paths[write.counter];
-                let outcome =
-                    send_single(client, shard, path, write, shared.clock, &mut tally).await;
-                u64::from(outcome == WriteOutcome::Acknowledged)
-            }
-            WritePath::Batch => {
-                send_batch(
-                    client,
-                    shard,
-                    &shared.ids,
-                    &writes,
-                    shared.clock,
-                    &mut tally,
-                )
-                .await
-            }
-        };
+        let mut acknowledged = 0;
+        for (shard, writes) in shared.router.split(writes) {
+            acknowledged += match shared.path {
+                WritePath::Http => {
+                    let write = &writes[0];
+                    let path = &shared.paths[write.counter];
+                    let outcome =
+                        send_single(client, shard, path, write, shared.clock, &mut tally).await;
+                    u64::from(outcome == WriteOutcome::Acknowledged)
+                }
+                WritePath::Batch => {
+                    send_batch(
+                        client,
+                        shard,
+                        &shared.ids,
+                        &writes,
+                        shared.clock,
+                        &mut tally,
+                    )
+                    .await
+                }
+            };
+        }
         let live = &shared.live;
         live.acknowledged.fetch_add(acknowledged, Ordering::Relaxed);
         let failed = tally.refused + tally.unknown - failed_before;
@@ -248,8 +247,12 @@ fn describe(options: &LoadOptions, prefix: &str, shards: usize) -> String {
         KeyDistribution::Uniform => "uniform".to_owned(),
         KeyDistribution::Zipf => format!("zipf (exponent {})", options.zipf_exponent),
     };
+    let route = match options.route {
+        WriteRoute::Owner => "each write to the node owning its slot",
+        WriteRoute::Any => "each request whole to the next node",
+    };
     format!(
-        "load: {} s {pace}, {path}, {} at a time, {distribution} over {} counters {prefix}-0..{}, round robin over {shards} shard nodes; lag probes {prefix}-probe-* every {} ms\n",
+        "load: {} s {pace}, {path}, {} at a time, {distribution} over {} counters {prefix}-0..{}, turns over {shards} shard nodes, {route}; lag probes {prefix}-probe-* every {} ms\n",
         options.duration_secs,
         options.concurrency,
         grouped(options.counters as u64),
@@ -294,13 +297,13 @@ pub async fn run(
     let ids: Vec<String> = (0..options.counters)
         .map(|i| counter_id(&prefix, i))
         .collect();
+    let router = LoadRouter::new(cluster.topology(), shards, &ids, options.route);
     let paths = ids.iter().map(|id| counter_path(id)).collect();
     let cluster = Arc::new(cluster.clone());
     let start = Instant::now();
     let shared = Arc::new(Shared {
         cluster: cluster.clone(),
-        shards,
-        next_shard: AtomicUsize::new(0),
+        router,
         ids,
         paths,
         picker,
@@ -374,7 +377,8 @@ pub async fn run(
         batch_size: (options.path == WritePath::Batch).then_some(options.batch_size),
         concurrency: options.concurrency,
         counter_prefix: prefix,
-        shard_nodes: shared.shards.len(),
+        shard_nodes: shared.router.shards().len(),
+        route: shared.router.route().to_string(),
     };
     let report = assemble(settings, elapsed, &tally, &probes, exactness);
     out.write_all(render(&report).as_bytes())?;
@@ -435,6 +439,7 @@ mod tests {
             zipf_exponent: 1.1,
             path: WritePath::Batch,
             batch_size: 1000,
+            route: WriteRoute::Owner,
             concurrency: 32,
             counter_prefix: None,
             json: None,
@@ -479,7 +484,15 @@ mod tests {
         let text = describe(&options(), "p", 6);
         assert_eq!(
             text,
-            "load: 8 s flat out, batches of 1,000 (POST /batch, postcard), 32 at a time, zipf (exponent 1.1) over 1,000 counters p-0..999, round robin over 6 shard nodes; lag probes p-probe-* every 100 ms\n"
+            "load: 8 s flat out, batches of 1,000 (POST /batch, postcard), 32 at a time, zipf (exponent 1.1) over 1,000 counters p-0..999, turns over 6 shard nodes, each write to the node owning its slot; lag probes p-probe-* every 100 ms\n"
+        );
+        let any = LoadOptions {
+            route: WriteRoute::Any,
+            ..options()
+        };
+        assert!(
+            describe(&any, "p", 6)
+                .contains("turns over 6 shard nodes, each request whole to the next node;")
         );
         let http = LoadOptions {
             path: WritePath::Http,

@@ -2,6 +2,7 @@
 //!
 //! - [`workload`]: which counter each write goes to (uniform or Zipf) and the deltas;
 //! - [`pacing`]: the shared schedule of a run at a target rate;
+//! - [`route`]: which shard node each write is sent to;
 //! - [`send`]: sending single writes and batches with idempotency keys and one retry, and
 //!   folding attempts into outcomes;
 //! - [`tally`]: what each worker counts (latency histogram, outcomes, per-counter sums);
@@ -17,6 +18,7 @@ pub mod plot;
 pub mod probe;
 pub mod progress;
 pub mod report;
+pub mod route;
 pub mod send;
 pub mod tally;
 pub mod workload;

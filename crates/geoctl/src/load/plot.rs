@@ -182,6 +182,7 @@ mod tests {
             concurrency: 1,
             counter_prefix: "p".into(),
             shard_nodes: 1,
+            route: "owner".into(),
         };
         let exactness = ExactnessReport {
             counters: 1,

@@ -38,8 +38,11 @@ pub struct LoadSettings {
     pub concurrency: usize,
     /// The counters were `<prefix>-0..`, the probes `<prefix>-probe-0..`.
     pub counter_prefix: String,
-    /// How many shard nodes the requests went to, round robin.
+    /// How many shard nodes the requests took turns over.
     pub shard_nodes: usize,
+    /// `owner` (each write to the node owning its slot) or `any` (each request whole to the
+    /// node whose turn it is, which forwards what it does not own).
+    pub route: String,
 }
 
 /// How the writes ended.
@@ -434,6 +437,7 @@ mod tests {
             concurrency: 4,
             counter_prefix: "p".into(),
             shard_nodes: 6,
+            route: "owner".into(),
         }
     }
 
