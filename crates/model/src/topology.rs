@@ -197,7 +197,8 @@ pub struct SyncSettings {
     pub downward_ms: u64,
     /// A pull that has not answered after this long fails (the source's staleness grows).
     pub timeout_ms: u64,
-    /// The most counters in one sync page.
+    /// The most counters in one sync page; a counter with a big sketch or a long window counts
+    /// for more than one (`geocount_sync::record_weight`).
     pub page_entries: usize,
 }
 

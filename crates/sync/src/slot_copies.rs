@@ -11,18 +11,27 @@ use indexmap::IndexMap;
 use crate::journal::{ChangeJournal, Journaled};
 use crate::topk::{RankedCounters, TopIndex};
 
-/// How many bytes of a unique counter's sketch count as one more entry against a sync page's
-/// limit: a dense sketch (16 KiB) weighs 257 entries, so a page of `page_entries` 50,000 holds
-/// about 190 of them (3 MiB) rather than 50,000 (800 MiB).
-pub const SKETCH_BYTES_PER_ENTRY: usize = 64;
+/// How many bytes of a record's sketch or rolling window count as one more entry against a sync
+/// page's limit: a dense sketch (16 KiB) weighs 257 entries, so a page of `page_entries` 50,000
+/// holds about 190 of them (3 MiB) rather than 50,000 (800 MiB).
+pub const RECORD_BYTES_PER_ENTRY: usize = 64;
 
-/// How many entries' worth `record` counts for against a page's limit: none beyond its
-/// counter's 1 for a plain record, one more per [`SKETCH_BYTES_PER_ENTRY`] of its sketch.
+/// What one bucket of a rolling window counts for, in bytes: its size in memory (the second and
+/// the hits); postcard's varints take about half of that for a recent second. A window of
+/// 3,600 one-second buckets (`shard.max_window_seconds`) weighs 900 entries, so a page of
+/// 50,000 holds about 55 such counters (3 MiB) rather than 50,000 (2.9 GB).
+pub const WINDOW_BUCKET_BYTES: usize = 16;
+
+/// How many entries' worth `record` counts for against a page's limit beyond its counter's 1:
+/// none for a record of a few bytes, one more per [`RECORD_BYTES_PER_ENTRY`] of its sketch and
+/// of its window's buckets.
 pub fn record_weight(record: &SlotRecord) -> usize {
-    record
+    let sketch = record
         .uniques
         .as_ref()
-        .map_or(0, |sketch| sketch.encoded_bytes() / SKETCH_BYTES_PER_ENTRY)
+        .map_or(0, |sketch| sketch.encoded_bytes());
+    let window = record.window.buckets().len() * WINDOW_BUCKET_BYTES;
+    (sketch + window) / RECORD_BYTES_PER_ENTRY
 }
 
 /// One counter's copies: `(slot index, state)` for each slot that ever held a value.
@@ -316,6 +325,43 @@ mod tests {
         assert_eq!((page.entries.len(), page.caught_up), (2, false));
         let page = table.page(page.next, 300);
         assert_eq!((page.entries.len(), page.caught_up), (2, true));
+    }
+
+    #[test]
+    fn pages_hold_fewer_counters_with_long_windows() {
+        let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned()]);
+        // An hour of one-second buckets: 3,600 × 16 bytes, 900 entries' worth.
+        let mut busy = state(0, 1);
+        for second in 0..3_600u64 {
+            busy.window.record(1_000_000 + second, 1, 3_600).unwrap();
+        }
+        assert_eq!(record_weight(&busy), 900);
+        let mut quiet = state(1, 1);
+        quiet.window.record(1_000_000, 1, 300).unwrap();
+        assert_eq!(
+            record_weight(&quiet),
+            0,
+            "a few buckets weigh nothing extra"
+        );
+        for id in ["b1", "b2", "b3"] {
+            table.merge(0, id, &busy);
+        }
+        for id in ["q1", "q2"] {
+            table.merge(0, id, &quiet);
+        }
+        let mut pages = Vec::new();
+        let mut cursor = Cursor::Start;
+        loop {
+            let page = table.page(cursor, 1_000);
+            pages.push(page.entries.len());
+            cursor = page.next;
+            if page.caught_up {
+                break;
+            }
+        }
+        // A page of 1,000 fills after two long windows (not 1,000 counters); the quiet counters
+        // share the last.
+        assert_eq!(pages, vec![2, 3]);
     }
 
     #[test]
