@@ -232,9 +232,10 @@ pub fn parse_body<T: DeserializeOwned>(url: &str, answer: &Answer) -> Result<T, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// Two datacenters: USA_0 of two shard nodes, ASIA_0 of one.
     const TOPOLOGY: &str = r#"
 [global]
 listen = "127.0.0.1:7000"
@@ -250,7 +251,8 @@ aggregator = "127.0.0.1:7200"
 shards = ["127.0.0.1:7201"]
 "#;
 
-    fn cluster() -> Cluster {
+    /// A cluster of [`TOPOLOGY`].
+    pub(crate) fn cluster() -> Cluster {
         let topology = Topology::from_toml("test.toml", TOPOLOGY).unwrap();
         Cluster::new(topology, HttpClient::new(Duration::from_secs(1)))
     }

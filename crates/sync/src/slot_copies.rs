@@ -289,6 +289,21 @@ mod tests {
         assert!(table.get("good").is_some());
     }
 
+    /// The entry count of each page of `limit` from the start until caught up, and the cursor
+    /// after the last.
+    fn page_sizes(table: &SlotCopies, limit: usize) -> (Vec<usize>, Cursor) {
+        let mut pages = Vec::new();
+        let mut cursor = Cursor::Start;
+        loop {
+            let page = table.page(cursor, limit);
+            pages.push(page.entries.len());
+            cursor = page.next;
+            if page.caught_up {
+                return (pages, cursor);
+            }
+        }
+    }
+
     #[test]
     fn pages_hold_fewer_counters_with_big_sketches() {
         let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned()]);
@@ -303,16 +318,7 @@ mod tests {
         for id in ["p1", "p2", "p3"] {
             table.merge(0, id, &state(1, 1));
         }
-        let mut pages = Vec::new();
-        let mut cursor = Cursor::Start;
-        loop {
-            let page = table.page(cursor, 300);
-            pages.push(page.entries.len());
-            cursor = page.next;
-            if page.caught_up {
-                break;
-            }
-        }
+        let (pages, cursor) = page_sizes(&table, 300);
         // A dense sketch counts 257 entries' worth: a page fills at 300 after two of them.
         assert_eq!(pages, vec![2, 4]);
         // The same holds for the changes after a cursor.
@@ -349,16 +355,7 @@ mod tests {
         for id in ["q1", "q2"] {
             table.merge(0, id, &quiet);
         }
-        let mut pages = Vec::new();
-        let mut cursor = Cursor::Start;
-        loop {
-            let page = table.page(cursor, 1_000);
-            pages.push(page.entries.len());
-            cursor = page.next;
-            if page.caught_up {
-                break;
-            }
-        }
+        let (pages, _) = page_sizes(&table, 1_000);
         // A page of 1,000 fills after two long windows (not 1,000 counters); the quiet counters
         // share the last.
         assert_eq!(pages, vec![2, 3]);
