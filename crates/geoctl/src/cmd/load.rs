@@ -289,15 +289,14 @@ pub async fn run(
     }
     check_fresh(cluster, &prefix).await?;
 
-    let shards = cluster.shards();
-    out.write_all(describe(options, &prefix, shards.len()).as_bytes())?;
-    out.flush()?;
-
-    let duration = Duration::from_secs(options.duration_secs);
     let ids: Vec<String> = (0..options.counters)
         .map(|i| counter_id(&prefix, i))
         .collect();
-    let router = LoadRouter::new(cluster.topology(), shards, &ids, options.route);
+    let router = LoadRouter::new(cluster, &ids, options.route);
+    out.write_all(describe(options, &prefix, router.shards().len()).as_bytes())?;
+    out.flush()?;
+
+    let duration = Duration::from_secs(options.duration_secs);
     let paths = ids.iter().map(|id| counter_path(id)).collect();
     let cluster = Arc::new(cluster.clone());
     let start = Instant::now();
