@@ -181,6 +181,17 @@ fn rows(results: &Results) -> Vec<Row> {
                 always.clone(),
                 Some(Goal::RatioAtLeast(3.0)),
             ));
+            // Whether any HTTP server could meet that target here: the bare hyper server
+            // (no storage at all) against the same Redis figure.
+            if let Some(ceiling) = ceiling {
+                rows.push(Row::against(
+                    "the bound on that: the hyper ceiling itself, wrk write script",
+                    ceiling.write.rate.clone(),
+                    "Redis -P 1, appendfsync always",
+                    always.clone(),
+                    Some(Goal::RatioAtLeast(3.0)),
+                ));
+            }
         }
         if ceiling.is_none() && redis_always_p1.is_none() {
             rows.push(Row::alone(single, node.http_writes.rate.clone(), None));

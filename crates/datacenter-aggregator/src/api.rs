@@ -127,11 +127,11 @@ fn read(
     let reading = {
         let replica = state.replica.read().expect("replica lock");
         if let Some(window) = &window {
-            if replica.is_unique(id.as_str()) {
+            let counter = replica.counter(id.as_str());
+            if counter.is_unique() {
                 return Err(http::no_window_for_unique().into());
             }
-            window
-                .check(replica.window_seconds(id.as_str(), state.config.default_window_seconds))?;
+            window.check(counter.window_seconds(state.config.default_window_seconds))?;
         }
         read_counter(
             &replica,

@@ -104,8 +104,9 @@ pub fn read_counter(
     window: Option<&WindowQuery>,
     now_ms: u64,
 ) -> Option<CounterReading> {
-    let copies = replica.copies.get(id)?;
-    let unique = replica.is_unique(id);
+    let counter = replica.counter(id);
+    let copies = counter.copies?;
+    let unique = counter.is_unique();
     let mut held = vec![(0i128, 0u64); slot_names.len()];
     for (slot, record) in copies {
         if let Some(held) = held.get_mut(usize::from(*slot)) {
@@ -246,7 +247,9 @@ mod tests {
             }
             .into();
             record.uniques = Some(Box::new(sketch));
-            replica.copies.merge(slot, "u", &record);
+            replica
+                .copies
+                .merge(slot, &geocount_model::CounterId::new("u").unwrap(), &record);
         }
         assert!(
             replica.is_unique("u"),

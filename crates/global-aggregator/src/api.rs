@@ -257,23 +257,23 @@ fn read(
 ) -> Result<Response, GlobalError> {
     let (held, readings, unique) = {
         let replica = state.replica.read().expect("replica lock");
-        let unique = replica.is_unique(id.as_str());
+        let counter = replica.counter(id.as_str());
+        let unique = counter.is_unique();
         if let Some(window) = &query.window {
             if unique {
                 return Err(http::no_window_for_unique().into());
             }
-            window
-                .check(replica.window_seconds(id.as_str(), state.config.default_window_seconds))?;
+            window.check(counter.window_seconds(state.config.default_window_seconds))?;
         }
         let slot_datacenters = &state.slot_datacenters;
         if unique {
             let (held, readings, union) =
-                read_unique_datacenters(&replica, slot_datacenters, id.as_str(), now_ms);
+                read_unique_datacenters(&replica, slot_datacenters, counter.copies, now_ms);
             (held, readings, Some(union))
         } else {
             let window = query.window.as_ref();
             let (held, readings) =
-                read_datacenters(&replica, slot_datacenters, id.as_str(), window, now_ms);
+                read_datacenters(&replica, slot_datacenters, counter.copies, window, now_ms);
             (held, readings, None)
         }
     };

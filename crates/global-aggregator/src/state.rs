@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use geocount_model::unique::STANDARD_ERROR;
-use geocount_model::{Clock, UniqueSketch};
+use geocount_model::{Clock, SlotRecord, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
 use geocount_sync::{Access, Replica, ReplicaMetrics, SharedReplica, worst_staleness};
 use serde::Serialize;
@@ -66,17 +66,16 @@ pub fn empty_readings(replica: &Replica, now_ms: u64) -> Vec<DatacenterReading> 
         .collect()
 }
 
-/// Counter `id` per datacenter at `now_ms` (datacenters in order): running totals, or hits in
-/// `window`; and whether any slot holds it.
+/// A counter whose slots' `copies` the replica holds, per datacenter at `now_ms` (datacenters
+/// in order): running totals, or hits in `window`; and whether any slot holds it.
 pub fn read_datacenters(
     replica: &Replica,
     slot_datacenters: &[usize],
-    id: &str,
+    copies: Option<&[(u16, SlotRecord)]>,
     window: Option<&WindowQuery>,
     now_ms: u64,
 ) -> (bool, Vec<DatacenterReading>) {
     let mut readings = empty_readings(replica, now_ms);
-    let copies = replica.copies.get(id);
     for (slot, record) in copies.unwrap_or_default() {
         let dc = slot_datacenters[usize::from(*slot)];
         readings[dc].value += WindowQuery::value_of(window, record);
@@ -84,18 +83,18 @@ pub fn read_datacenters(
     (copies.is_some(), readings)
 }
 
-/// Unique counter `id` per datacenter at `now_ms` (datacenters in order): each datacenter's
-/// value is the estimate of the union of its slots' sketches. Also whether any slot holds it,
-/// and the union of every slot's sketch: the world's distinct items.
+/// A unique counter whose slots' `copies` the replica holds, per datacenter at `now_ms`
+/// (datacenters in order): each datacenter's value is the estimate of the union of its slots'
+/// sketches. Also whether any slot holds it, and the union of every slot's sketch: the world's
+/// distinct items.
 pub fn read_unique_datacenters(
     replica: &Replica,
     slot_datacenters: &[usize],
-    id: &str,
+    copies: Option<&[(u16, SlotRecord)]>,
     now_ms: u64,
 ) -> (bool, Vec<DatacenterReading>, UniqueSketch) {
     let mut readings = empty_readings(replica, now_ms);
     let mut unions = vec![UniqueSketch::new(); readings.len()];
-    let copies = replica.copies.get(id);
     for (slot, record) in copies.unwrap_or_default() {
         if let Some(sketch) = &record.uniques {
             unions[slot_datacenters[usize::from(*slot)]].union_with(sketch);
@@ -287,6 +286,7 @@ pub fn datacenter_statuses(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use geocount_model::CounterId;
 
     fn reading(value: i128, staleness_ms: Option<u64>, heard: bool) -> DatacenterReading {
         DatacenterReading {
@@ -323,11 +323,13 @@ mod tests {
         let mut replica = two_datacenter_replica();
         for (slot, value) in [(0, 7), (1, -2), (2, 100)] {
             let state = SlotState { value, version: 1 };
-            replica.copies.merge(slot, "c", &state.into());
+            replica
+                .copies
+                .merge(slot, &CounterId::new("c").unwrap(), &state.into());
         }
         replica.copies.merge(
             0,
-            "d",
+            &CounterId::new("d").unwrap(),
             &SlotState {
                 value: 1,
                 version: 1,
@@ -343,11 +345,12 @@ mod tests {
             ..SyncPage::default()
         };
         replica.sources[0].advance(&caught_up, 1_000, 1_000);
-        let (held, readings) = read_datacenters(&replica, &[0, 0, 1], "c", None, 1_400);
+        let (held, readings) =
+            read_datacenters(&replica, &[0, 0, 1], replica.copies.get("c"), None, 1_400);
         assert!(held);
         assert_eq!(readings[0], reading(5, Some(400), true));
         assert_eq!(readings[1], reading(100, None, false));
-        assert!(!read_datacenters(&replica, &[0, 0, 1], "e", None, 1_400).0);
+        assert!(!read_datacenters(&replica, &[0, 0, 1], replica.copies.get("e"), None, 1_400).0);
 
         let config = GlobalAggregatorConfig {
             listen: "127.0.0.1:1".parse().unwrap(),
@@ -390,9 +393,12 @@ mod tests {
             for n in from..to {
                 record.add_item(geocount_model::unique::hash_item(&format!("user-{n}")), 2);
             }
-            replica.copies.merge(slot, "u", &record);
+            replica
+                .copies
+                .merge(slot, &CounterId::new("u").unwrap(), &record);
         }
-        let (held, readings, union) = read_unique_datacenters(&replica, &[0, 0, 1], "u", 1_400);
+        let (held, readings, union) =
+            read_unique_datacenters(&replica, &[0, 0, 1], replica.copies.get("u"), 1_400);
         assert!(held);
         let off = |value: i128, truth: f64| (value as f64 - truth).abs() / truth;
         assert!(off(readings[0].value, 30_000.0) < 0.03, "{readings:?}");
@@ -410,7 +416,8 @@ mod tests {
         );
         assert_eq!(answer.standard_error, Some(STANDARD_ERROR));
         assert!(!answer.complete, "neither datacenter was ever complete");
-        let (_, readings, _) = read_unique_datacenters(&replica, &[0, 0, 1], "u", 1_400);
+        let (_, readings, _) =
+            read_unique_datacenters(&replica, &[0, 0, 1], replica.copies.get("u"), 1_400);
         let refused = answer_read(
             "u",
             &names()[..2],

@@ -165,10 +165,10 @@ struct SlotChange {
 #[derive(Default)]
 struct Staged {
     /// Indexed so that a counter's later writes in the group find it with one hash.
-    slots: IndexMap<Box<str>, StagedSlot, foldhash::fast::RandomState>,
+    slots: IndexMap<CounterId, StagedSlot, foldhash::fast::RandomState>,
     descriptions: Vec<VersionedDescription>,
     /// The index in `descriptions` of each counter's latest staged description.
-    described: HashMap<Box<str>, usize>,
+    described: HashMap<CounterId, usize>,
     idempotency: HashMap<Box<str>, IdempotencyRecord>,
     /// Counters the group adds to this node's slot (`shard.max_counters`).
     new_records: usize,
@@ -183,8 +183,8 @@ impl Staged {
     }
 
     fn stage_description(&mut self, description: VersionedDescription) {
-        let id: Box<str> = description.description.id.as_str().into();
-        if let Some(slot) = self.slots.get_mut(&id) {
+        let id = description.description.id.clone();
+        if let Some(slot) = self.slots.get_mut(id.as_str()) {
             slot.known = Some(description.description.counter_type);
             slot.window_seconds = description.description.window_seconds;
         }
@@ -207,8 +207,9 @@ impl Staged {
         table: &SlotTable,
         descriptions: &DescriptionTable,
         settings: &ShardDefaults,
-        id: &str,
+        counter: &CounterId,
     ) -> &mut StagedSlot {
+        let id = counter.as_str();
         if let Some(at) = self.slots.get_index_of(id) {
             return &mut self.slots[at];
         }
@@ -229,7 +230,7 @@ impl Staged {
             }),
             writes: 0,
         };
-        let (at, _) = self.slots.insert_full(id.into(), slot);
+        let (at, _) = self.slots.insert_full(counter.clone(), slot);
         &mut self.slots[at]
     }
 }
@@ -485,7 +486,7 @@ impl CommitLoop {
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
         let held_descriptions = descriptions.len() + staged.new_descriptions;
-        let slot = staged.slot(table, descriptions, &self.shared.settings, id);
+        let slot = staged.slot(table, descriptions, &self.shared.settings, &write.id);
         if let Some(counter_type) = slot.known
             && counter_type != write.change.counter_type()
         {
@@ -618,7 +619,7 @@ impl CommitLoop {
             for (change, (id, logged)) in changes.into_iter().zip(record.slots) {
                 let row = table.apply_change(
                     change.row,
-                    &id,
+                    id,
                     logged,
                     &change.window,
                     change.window_seconds,

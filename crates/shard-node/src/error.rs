@@ -165,6 +165,9 @@ pub enum StorageError {
     /// A record could not be encoded or decoded.
     #[error("record encoding: {0}")]
     Encoding(#[from] postcard::Error),
+    /// The store holds a counter id no client could have written.
+    #[error("stored counter id: {0}")]
+    CounterId(#[from] geocount_model::ModelError),
 }
 
 impl StorageError {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
-use geocount_model::{Placement, VersionedDescription};
+use geocount_model::{CounterId, Placement, VersionedDescription};
 use geocount_sync::DescriptionTable;
 
 /// How long a grown counter must stay cool before it shrinks.
@@ -48,9 +48,9 @@ pub struct HotCounters {
     /// Writes per bucket of ids in this window.
     sketch: Vec<u64>,
     /// Exact writes in this window of the counters counted exactly.
-    counts: HashMap<Box<str>, u64, RandomState>,
+    counts: HashMap<CounterId, u64, RandomState>,
     window_writes: u64,
-    last_hot_ms: HashMap<Box<str>, u64>,
+    last_hot_ms: HashMap<CounterId, u64>,
 }
 
 impl HotCounters {
@@ -69,16 +69,16 @@ impl HotCounters {
     }
 
     /// Counts `writes` applied to counter `id` in this node's slot.
-    pub fn count(&mut self, id: &str, writes: u64) {
+    pub fn count(&mut self, id: &CounterId, writes: u64) {
         self.window_writes += writes;
-        if let Some(n) = self.counts.get_mut(id) {
+        if let Some(n) = self.counts.get_mut(id.as_str()) {
             *n += writes;
             return;
         }
         let bucket = (self.hasher.hash_one(id) % SKETCH_BUCKETS as u64) as usize;
         self.sketch[bucket] += writes;
         if self.sketch[bucket] > self.threshold / 8 {
-            self.counts.insert(id.into(), writes);
+            self.counts.insert(id.clone(), writes);
         }
     }
 
@@ -125,9 +125,9 @@ impl HotCounters {
             if rate <= self.threshold {
                 continue;
             }
-            let (shards, _) = shards_of(id);
+            let (shards, _) = shards_of(id.as_str());
             let current = shards.min(slot_count);
-            if placement.slots_for(id, current)[0] != own_slot {
+            if placement.slots_for(id.as_str(), current)[0] != own_slot {
                 continue;
             }
             self.last_hot_ms.insert(id.clone(), now_ms);
@@ -151,7 +151,7 @@ impl HotCounters {
                 continue;
             }
             let rate = per_second(counts.get(id).copied().unwrap_or(0));
-            let last_hot = *self.last_hot_ms.entry(id.into()).or_insert(now_ms);
+            let last_hot = *self.last_hot_ms.entry(d.id.clone()).or_insert(now_ms);
             let cool = rate * u64::from(current) * 4 < self.threshold * u64::from(current);
             if cool && now_ms.saturating_sub(last_hot) >= COOL_DOWN_MS {
                 let wanted = (rate * u64::from(current)).div_ceil(self.threshold) as u32;
@@ -192,8 +192,8 @@ mod tests {
         let owner = first_slot_owner(&placement, "hot", 1);
         let mut hot = HotCounters::new(100, 1, 0);
         let mut descriptions = DescriptionTable::default();
-        hot.count("hot", 450);
-        hot.count("cold", 5);
+        hot.count(&CounterId::new("hot").unwrap(), 450);
+        hot.count(&CounterId::new("cold").unwrap(), 5);
         assert!(
             hot.end_window_if_due(500, &descriptions, &placement, owner)
                 .is_none()
@@ -213,7 +213,7 @@ mod tests {
         // Another node never proposes for a counter whose first slot it does not own.
         let other = (owner + 1) % 4;
         let mut elsewhere = HotCounters::new(100, 1, 0);
-        elsewhere.count("hot", 450);
+        elsewhere.count(&CounterId::new("hot").unwrap(), 450);
         assert!(
             elsewhere
                 .end_window_if_due(1000, &descriptions, &placement, other)

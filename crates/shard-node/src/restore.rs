@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use geocount_model::SlotRecord;
 use geocount_model::wire::SlotCopy;
+use geocount_model::{CounterId, SlotRecord};
 use geocount_net::HttpClient;
 use tokio::task::JoinSet;
 
@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 #[derive(Debug, Default)]
 pub struct Restored {
     /// The highest version any source had of each counter.
-    pub entries: HashMap<String, SlotRecord>,
+    pub entries: HashMap<CounterId, SlotRecord>,
     /// How many sources answered.
     pub answered: usize,
 }
@@ -53,7 +53,7 @@ pub async fn restore_slot(
         restored.answered += 1;
         // An id no client could have written comes only from a faulty or hostile peer.
         for (id, record) in copy.entries {
-            if geocount_model::counter_id::validate(&id).is_ok() {
+            if let Ok(id) = CounterId::new(id) {
                 restored.entries.entry(id).or_default().merge(&record);
             }
         }

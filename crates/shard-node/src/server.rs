@@ -261,7 +261,7 @@ async fn restore_from_datacenter(
         if let Some(row) = recovered.table.merge(&id, &slot) {
             recovered.log.pending.rows.mark(row);
             recovered.log.last_version = recovered.log.last_version.max(slot.state.version);
-            record.slots.push((id.into(), slot));
+            record.slots.push((id, slot));
         }
     }
     tracing::info!(%slot, counters = record.slots.len(), sources = restored.answered, "restored the slot from the datacenter");

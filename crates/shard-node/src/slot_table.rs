@@ -5,7 +5,7 @@
 use std::sync::{Arc, RwLock};
 
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
-use geocount_model::{SlotRecord, SlotState, Window, WindowChange};
+use geocount_model::{CounterId, SlotRecord, SlotState, Window, WindowChange};
 use geocount_sync::{ChangeJournal, Journaled};
 use indexmap::IndexMap;
 
@@ -21,7 +21,7 @@ struct Row {
 /// This slot's state of every counter the node holds.
 #[derive(Debug, Default)]
 pub struct SlotTable {
-    rows: IndexMap<Box<str>, Row, foldhash::fast::RandomState>,
+    rows: IndexMap<CounterId, Row, foldhash::fast::RandomState>,
     journal: ChangeJournal,
 }
 
@@ -53,28 +53,28 @@ impl SlotTable {
 
     /// Merges a record of counter `id` by version (last writer wins); returns the index of its
     /// row if it changed.
-    pub fn merge(&mut self, id: &str, record: &SlotRecord) -> Option<usize> {
-        let index = match self.rows.get_full_mut(id) {
+    pub fn merge(&mut self, id: &CounterId, record: &SlotRecord) -> Option<usize> {
+        let index = match self.rows.get_full_mut(id.as_str()) {
             Some((index, _, row)) => {
                 if !row.record.merge(record) {
                     return None;
                 }
                 index
             }
-            None => self.insert_row(id.into(), record.clone()),
+            None => self.insert_row(id.clone(), record.clone()),
         };
         Some(self.journal_change(index))
     }
 
     /// [`merge`](Self::merge), taking the id and record over (the store's records at
     /// startup are moved into the table, not copied).
-    pub fn merge_owned(&mut self, id: Box<str>, record: SlotRecord) -> Option<usize> {
+    pub fn merge_owned(&mut self, id: CounterId, record: SlotRecord) -> Option<usize> {
         self.take(id, record, SlotRecord::merge_owned)
     }
 
     /// Replays a logged change of counter `id` ([`SlotRecord::apply_logged`]); returns the index
     /// of its row if it changed.
-    pub fn apply_logged(&mut self, id: Box<str>, logged: SlotRecord) -> Option<usize> {
+    pub fn apply_logged(&mut self, id: CounterId, logged: SlotRecord) -> Option<usize> {
         self.take(id, logged, SlotRecord::apply_logged)
     }
 
@@ -82,11 +82,11 @@ impl SlotTable {
     /// returns the index of its row if it changed.
     fn take(
         &mut self,
-        id: Box<str>,
+        id: CounterId,
         record: SlotRecord,
         into: impl FnOnce(&mut SlotRecord, SlotRecord) -> bool,
     ) -> Option<usize> {
-        let index = match self.rows.get_full_mut(&*id) {
+        let index = match self.rows.get_full_mut(id.as_str()) {
             Some((index, _, row)) => {
                 if !into(&mut row.record, record) {
                     return None;
@@ -109,7 +109,7 @@ impl SlotTable {
     pub fn apply_change(
         &mut self,
         row: Option<usize>,
-        id: &str,
+        id: CounterId,
         logged: SlotRecord,
         window: &WindowChange,
         window_seconds: u32,
@@ -128,13 +128,13 @@ impl SlotTable {
                 let mut record = logged;
                 record.window = Window::default();
                 record.window.apply(window, window_seconds);
-                self.insert_row(id.into(), record)
+                self.insert_row(id, record)
             }
         };
         self.journal_change(index)
     }
 
-    fn insert_row(&mut self, id: Box<str>, record: SlotRecord) -> usize {
+    fn insert_row(&mut self, id: CounterId, record: SlotRecord) -> usize {
         let row = Row {
             record,
             latest_seq: 0,
@@ -156,7 +156,7 @@ impl SlotTable {
             .rows
             .get_index(index)
             .expect("a row index from this table");
-        (id, &row.record)
+        (id.as_str(), &row.record)
     }
 
     /// The highest version of any counter: the next change must be numbered above it.
@@ -170,7 +170,7 @@ impl SlotTable {
 
     /// Every counter's record.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &SlotRecord)> {
-        self.rows.iter().map(|(id, row)| (&**id, &row.record))
+        self.rows.iter().map(|(id, row)| (id.as_str(), &row.record))
     }
 
     /// The states changed since `cursor`, as a page named after `slot_name`.

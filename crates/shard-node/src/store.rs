@@ -4,7 +4,7 @@
 use std::mem::ManuallyDrop;
 use std::path::Path;
 
-use geocount_model::{SlotRecord, VersionedDescription};
+use geocount_model::{CounterId, SlotRecord, VersionedDescription};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::StorageError;
@@ -113,7 +113,7 @@ pub struct Store {
 #[derive(Debug, Default)]
 pub struct StoredState {
     /// Every slot record.
-    pub slots: Vec<(Box<str>, SlotRecord)>,
+    pub slots: Vec<(CounterId, SlotRecord)>,
     /// Every counter description.
     pub descriptions: Vec<VersionedDescription>,
     /// Every idempotency record not yet deleted.
@@ -158,7 +158,7 @@ impl Store {
         {
             let (id, bytes) = row.map_err(store_error)?;
             let record: SlotRecord = postcard::from_bytes(bytes.value())?;
-            state.slots.push((id.value().into(), record));
+            state.slots.push((CounterId::new(id.value())?, record));
         }
         for row in txn
             .open_table(DESCRIPTIONS)

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use geocount_model::{SlotRecord, VersionedDescription};
+use geocount_model::{CounterId, SlotRecord, VersionedDescription};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;
@@ -28,7 +28,7 @@ pub struct LogRecord {
     /// window only the buckets the group changed, with their new totals (a hot counter's whole
     /// window would be logged again by every group). Replayed with
     /// [`SlotRecord::apply_logged`]; a whole record replays the same way.
-    pub slots: Vec<(Box<str>, SlotRecord)>,
+    pub slots: Vec<(CounterId, SlotRecord)>,
     /// Counters created by the group.
     pub descriptions: Vec<VersionedDescription>,
     /// Idempotency keys first used by the group.
@@ -297,7 +297,7 @@ mod tests {
     fn record(id: &str, value: i64, version: u64) -> LogRecord {
         LogRecord {
             slots: vec![(
-                id.into(),
+                CounterId::new(id).unwrap(),
                 geocount_model::SlotState { value, version }.into(),
             )],
             ..LogRecord::default()

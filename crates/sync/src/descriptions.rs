@@ -1,7 +1,7 @@
 //! Versioned counter descriptions, merged by version on every node.
 
-use geocount_model::VersionedDescription;
 use geocount_model::wire::{Cursor, DescriptionPage};
+use geocount_model::{CounterId, VersionedDescription};
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
@@ -9,7 +9,8 @@ use crate::journal::{ChangeJournal, Journaled};
 /// The descriptions a node knows, with a change journal so they can be pulled in turn.
 #[derive(Debug, Default)]
 pub struct DescriptionTable {
-    entries: IndexMap<Box<str>, (VersionedDescription, u64)>,
+    /// Looked up on every write a shard node takes, hence foldhash like the slot tables.
+    entries: IndexMap<CounterId, (VersionedDescription, u64), foldhash::fast::RandomState>,
     journal: ChangeJournal,
 }
 
@@ -26,7 +27,7 @@ impl DescriptionTable {
                 *seq = self.journal.record(index);
             }
             None => {
-                let key: Box<str> = id.into();
+                let key = description.description.id.clone();
                 let (index, _) = self.entries.insert_full(key, (description, 0));
                 self.entries[index].1 = self.journal.record(index);
             }
@@ -50,7 +51,7 @@ impl DescriptionTable {
 
     /// Every description, by counter id.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &VersionedDescription)> {
-        self.entries.iter().map(|(id, (d, _))| (&**id, d))
+        self.entries.iter().map(|(id, (d, _))| (id.as_str(), d))
     }
 
     /// How many descriptions are known.

@@ -47,8 +47,8 @@ pub use metrics::ReplicaMetrics;
 pub use openapi::{ApiDoc, Operation};
 pub use puller::{PullSink, SourceStatus, spawn_puller};
 pub use replica::{
-    PullSource, Pullers, Replica, SharedReplica, SourceHealth, spawn_pullers, start_pulling,
-    with_ranked, worst_staleness,
+    HeldCounter, PullSource, Pullers, Replica, SharedReplica, SourceHealth, spawn_pullers,
+    start_pulling, with_ranked, worst_staleness,
 };
 pub use serve::{answer_slot_copy, answer_sync};
 pub use slot_copies::{SlotCopies, record_weight};

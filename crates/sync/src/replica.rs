@@ -12,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
-use geocount_model::{Clock, CounterType};
+use geocount_model::{Clock, CounterType, SlotRecord, VersionedDescription};
 use geocount_net::{Handler, HttpClient, Listener};
 use serde::Serialize;
 use tokio::task::JoinHandle;
@@ -43,24 +43,47 @@ pub struct SourceHealth {
     pub last_error: Option<String>,
 }
 
-impl Replica {
-    /// Whether counter `id` counts distinct items: its description says so or, while no
+/// One counter as a [`Replica`] holds it, found once for a read: its slots' copies and its
+/// description.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldCounter<'a> {
+    /// The copies of its slots (`None`: no slot holds it).
+    pub copies: Option<&'a [(u16, SlotRecord)]>,
+    /// Its description, if one has arrived.
+    pub description: Option<&'a VersionedDescription>,
+}
+
+impl HeldCounter<'_> {
+    /// Whether the counter counts distinct items: its description says so or, while no
     /// description has arrived, a copy of one of its slots holds a sketch.
-    pub fn is_unique(&self, id: &str) -> bool {
-        match self.descriptions.get(id) {
+    pub fn is_unique(&self) -> bool {
+        match self.description {
             Some(d) => d.description.counter_type == CounterType::Unique,
             None => self
                 .copies
-                .get(id)
                 .is_some_and(|copies| copies.iter().any(|(_, r)| r.uniques.is_some())),
         }
     }
 
-    /// Counter `id`'s window length: its description's, else `default_window_seconds`.
-    pub fn window_seconds(&self, id: &str, default_window_seconds: u32) -> u32 {
-        self.descriptions
-            .get(id)
+    /// The counter's window length: its description's, else `default_window_seconds`.
+    pub fn window_seconds(&self, default_window_seconds: u32) -> u32 {
+        self.description
             .map_or(default_window_seconds, |d| d.description.window_seconds)
+    }
+}
+
+impl Replica {
+    /// Counter `id`'s copies and description.
+    pub fn counter(&self, id: &str) -> HeldCounter<'_> {
+        HeldCounter {
+            copies: self.copies.get(id),
+            description: self.descriptions.get(id),
+        }
+    }
+
+    /// Whether counter `id` counts distinct items ([`HeldCounter::is_unique`]).
+    pub fn is_unique(&self, id: &str) -> bool {
+        self.counter(id).is_unique()
     }
 
     /// Empty copies of the slots named `slot_names`, to be pulled from `sources` (none heard
@@ -442,7 +465,11 @@ mod tests {
         };
         let merge = |id: &str, value, version| {
             let record = SlotState { value, version }.into();
-            replica.write().unwrap().copies.merge(0, id, &record);
+            replica.write().unwrap().copies.merge(
+                0,
+                &geocount_model::CounterId::new(id).unwrap(),
+                &record,
+            );
         };
         merge("a", 5, 1);
         merge("b", 7, 1);

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use geocount_model::wire::{SlotEntry, SlotPage};
-use geocount_model::{SlotRecord, counter_id};
+use geocount_model::{CounterId, SlotRecord};
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
@@ -46,7 +46,7 @@ struct CounterCopies {
 pub struct SlotCopies {
     slot_names: Vec<String>,
     slot_index: HashMap<String, u16>,
-    counters: IndexMap<Box<str>, CounterCopies, foldhash::fast::RandomState>,
+    counters: IndexMap<CounterId, CounterCopies, foldhash::fast::RandomState>,
     journal: ChangeJournal,
     /// Counters ranked by total; every merge that changes one marks it, and
     /// [`SlotCopies::rank_pending`] moves it (aggregators only: see [`SlotCopies::index_top`]).
@@ -124,13 +124,13 @@ impl SlotCopies {
 
     /// Merges one slot record of counter `id`; returns whether anything changed. A change is
     /// journaled and marked for the top-K index ([`SlotCopies::rank_pending`]).
-    pub fn merge(&mut self, slot: u16, id: &str, record: &SlotRecord) -> bool {
-        let (index, copies) = match self.counters.get_full_mut(id) {
+    pub fn merge(&mut self, slot: u16, id: &CounterId, record: &SlotRecord) -> bool {
+        let (index, copies) = match self.counters.get_full_mut(id.as_str()) {
             Some((index, _, copies)) => (index, copies),
             None => {
                 let (index, _) = self
                     .counters
-                    .insert_full(id.into(), CounterCopies::default());
+                    .insert_full(id.clone(), CounterCopies::default());
                 (index, &mut self.counters[index])
             }
         };
@@ -160,12 +160,12 @@ impl SlotCopies {
         let mut changed = 0;
         let mut invalid = 0;
         for entry in &page.entries {
-            if counter_id::validate(&entry.id).is_err() {
+            let Ok(id) = CounterId::new(entry.id.as_str()) else {
                 invalid += 1;
                 continue;
-            }
+            };
             if let Some(Some(slot)) = mapping.get(entry.slot as usize) {
-                changed += usize::from(self.merge(*slot, &entry.id, &entry.record));
+                changed += usize::from(self.merge(*slot, &id, &entry.record));
             }
         }
         if invalid > 0 {
@@ -183,7 +183,7 @@ impl SlotCopies {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[(u16, SlotRecord)])> {
         self.counters
             .iter()
-            .map(|(id, c)| (&**id, c.slots.as_slice()))
+            .map(|(id, c)| (id.as_str(), c.slots.as_slice()))
     }
 
     /// How many counters are held.
@@ -223,7 +223,9 @@ impl SlotCopies {
 
 impl RankedCounters for SlotCopies {
     fn id(&self, index: usize) -> &str {
-        self.counters.get_index(index).map_or("", |(id, _)| id)
+        self.counters
+            .get_index(index)
+            .map_or("", |(id, _)| id.as_str())
     }
 
     fn records(&self, index: usize) -> &[(u16, SlotRecord)] {
@@ -276,12 +278,17 @@ mod tests {
 
     #[test]
     fn pulled_entries_with_invalid_ids_are_skipped() {
-        // A faulty peer's table: ids no client could have written, beside a good one.
+        // A faulty peer's page: ids no client could have written, beside a good one.
         let mut peer = SlotCopies::new(vec!["DC_A_VAL_0".to_owned()]);
-        for id in ["", "bell\u{7}", &"x".repeat(257), "good"] {
-            peer.merge(0, id, &state(5, 1));
+        peer.merge(0, &CounterId::new("good").unwrap(), &state(5, 1));
+        let mut page = peer.page(Cursor::Start, 100);
+        for id in ["", "bell\u{7}", &"x".repeat(257)] {
+            page.entries.push(SlotEntry {
+                slot: 0,
+                id: id.to_owned(),
+                record: state(5, 1),
+            });
         }
-        let page = peer.page(Cursor::Start, 100);
         assert_eq!(page.entries.len(), 4);
         let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned()]);
         assert_eq!(table.apply_page(&page), 1);
@@ -313,10 +320,10 @@ mod tests {
         }
         assert!(unique.uniques.as_ref().unwrap().is_dense());
         for id in ["u1", "u2", "u3"] {
-            table.merge(0, id, &unique);
+            table.merge(0, &CounterId::new(id).unwrap(), &unique);
         }
         for id in ["p1", "p2", "p3"] {
-            table.merge(0, id, &state(1, 1));
+            table.merge(0, &CounterId::new(id).unwrap(), &state(1, 1));
         }
         let (pages, cursor) = page_sizes(&table, 300);
         // A dense sketch counts 257 entries' worth: a page fills at 300 after two of them.
@@ -325,7 +332,7 @@ mod tests {
         for id in ["u1", "u2", "u3", "p1"] {
             let mut newer = table.get(id).unwrap()[0].1.clone();
             newer.state.version += 10;
-            table.merge(0, id, &newer);
+            table.merge(0, &CounterId::new(id).unwrap(), &newer);
         }
         let page = table.page(cursor, 300);
         assert_eq!((page.entries.len(), page.caught_up), (2, false));
@@ -350,10 +357,10 @@ mod tests {
             "a few buckets weigh nothing extra"
         );
         for id in ["b1", "b2", "b3"] {
-            table.merge(0, id, &busy);
+            table.merge(0, &CounterId::new(id).unwrap(), &busy);
         }
         for id in ["q1", "q2"] {
-            table.merge(0, id, &quiet);
+            table.merge(0, &CounterId::new(id).unwrap(), &quiet);
         }
         let (pages, _) = page_sizes(&table, 1_000);
         // A page of 1,000 fills after two long windows (not 1,000 counters); the quiet counters
@@ -364,11 +371,11 @@ mod tests {
     #[test]
     fn merges_keep_the_top_index_up_to_date() {
         let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()]);
-        table.merge(0, "a", &state(5, 1));
+        table.merge(0, &CounterId::new("a").unwrap(), &state(5, 1));
         table.index_top(vec![0, 0], 300, 1_000);
-        table.merge(1, "a", &state(2, 1));
-        table.merge(0, "b", &state(6, 1));
-        table.merge(0, "b", &state(1, 0));
+        table.merge(1, &CounterId::new("a").unwrap(), &state(2, 1));
+        table.merge(0, &CounterId::new("b").unwrap(), &state(6, 1));
+        table.merge(0, &CounterId::new("b").unwrap(), &state(1, 0));
         assert!(!table.ranking_is_current(1_000), "merges wait to be ranked");
         assert!(!table.rank_pending(1), "one of two ranked");
         assert!(table.rank_pending(usize::MAX));
@@ -388,9 +395,9 @@ mod tests {
     fn pages_replay_into_another_table_in_any_order() {
         let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
         let mut source = SlotCopies::new(names.clone());
-        source.merge(0, "c", &state(5, 10));
-        source.merge(1, "c", &state(3, 7));
-        source.merge(0, "d", &state(1, 2));
+        source.merge(0, &CounterId::new("c").unwrap(), &state(5, 10));
+        source.merge(1, &CounterId::new("c").unwrap(), &state(3, 7));
+        source.merge(0, &CounterId::new("d").unwrap(), &state(1, 2));
         // The puller holds the slots in another order.
         let mut copy = SlotCopies::new(vec![
             names[1].clone(),
@@ -405,7 +412,7 @@ mod tests {
         c.sort_unstable_by_key(|(s, _)| *s);
         assert_eq!(c, vec![(0, state(3, 7)), (1, state(5, 10))]);
         // An old state arriving late does not win.
-        source.merge(0, "c", &state(9, 11));
+        source.merge(0, &CounterId::new("c").unwrap(), &state(9, 11));
         let newer = source.page(page.next, 100);
         assert_eq!(newer.entries.len(), 2, "both slots of the changed counter");
         copy.apply_page(&newer);
