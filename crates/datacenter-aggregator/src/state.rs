@@ -252,10 +252,10 @@ mod tests {
                 .merge(slot, &geocount_model::CounterId::new("u").unwrap(), &record);
         }
         assert!(
-            replica.is_unique("u"),
+            replica.counter("u").is_unique(),
             "no description yet: the sketches tell"
         );
-        assert!(!replica.is_unique("c"));
+        assert!(!replica.counter("c").is_unique());
         let reading = read_counter(&replica, "A", &names(), "u", None, 1_500).unwrap();
         let off = |value: i128, truth: f64| (value as f64 - truth).abs() / truth;
         assert!(off(reading.value, 5_000.0) < 0.03, "{reading:?}");

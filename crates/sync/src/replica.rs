@@ -81,11 +81,6 @@ impl Replica {
         }
     }
 
-    /// Whether counter `id` counts distinct items ([`HeldCounter::is_unique`]).
-    pub fn is_unique(&self, id: &str) -> bool {
-        self.counter(id).is_unique()
-    }
-
     /// Empty copies of the slots named `slot_names`, to be pulled from `sources` (none heard
     /// yet).
     pub fn new(slot_names: Vec<String>, sources: &[PullSource]) -> Self {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use geocount_model::wire::{SlotEntry, SlotPage};
-use geocount_model::{CounterId, SlotRecord};
+use geocount_model::{CounterId, SlotRecord, counter_id};
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
@@ -125,12 +125,22 @@ impl SlotCopies {
     /// Merges one slot record of counter `id`; returns whether anything changed. A change is
     /// journaled and marked for the top-K index ([`SlotCopies::rank_pending`]).
     pub fn merge(&mut self, slot: u16, id: &CounterId, record: &SlotRecord) -> bool {
-        let (index, copies) = match self.counters.get_full_mut(id.as_str()) {
+        self.merge_keyed(slot, id.as_str(), || id.clone(), record)
+    }
+
+    /// [`merge`](Self::merge) of counter `id`, whose key `key` makes only if the table does not
+    /// hold it yet (a pulled page's ids are strings: most are held already).
+    fn merge_keyed(
+        &mut self,
+        slot: u16,
+        id: &str,
+        key: impl FnOnce() -> CounterId,
+        record: &SlotRecord,
+    ) -> bool {
+        let (index, copies) = match self.counters.get_full_mut(id) {
             Some((index, _, copies)) => (index, copies),
             None => {
-                let (index, _) = self
-                    .counters
-                    .insert_full(id.clone(), CounterCopies::default());
+                let (index, _) = self.counters.insert_full(key(), CounterCopies::default());
                 (index, &mut self.counters[index])
             }
         };
@@ -160,12 +170,13 @@ impl SlotCopies {
         let mut changed = 0;
         let mut invalid = 0;
         for entry in &page.entries {
-            let Ok(id) = CounterId::new(entry.id.as_str()) else {
+            if counter_id::validate(&entry.id).is_err() {
                 invalid += 1;
                 continue;
-            };
+            }
             if let Some(Some(slot)) = mapping.get(entry.slot as usize) {
-                changed += usize::from(self.merge(*slot, &id, &entry.record));
+                let key = || CounterId::new(entry.id.as_str()).expect("validated above");
+                changed += usize::from(self.merge_keyed(*slot, &entry.id, key, &entry.record));
             }
         }
         if invalid > 0 {
