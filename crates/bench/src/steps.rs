@@ -30,6 +30,11 @@ pub const ZIPF_EXPONENT: f64 = 1.1;
 pub const BATCH_CONNECTIONS: usize = 8;
 /// Counters the global aggregator's readers read.
 const READ_COUNTERS: usize = 10_000;
+/// How long after the writes resident memory is read: the allocator (mimalloc) returns arena
+/// memory a growth freed (a table's old, smaller copy) about ten seconds after it is freed, so
+/// an earlier reading counts memory the node no longer holds (up to half again at 1,000,000
+/// counters).
+const MEMORY_SETTLE: Duration = Duration::from_secs(15);
 
 /// How long and how often.
 #[derive(Debug, Clone, Serialize)]
@@ -281,7 +286,8 @@ pub struct CurvePoint {
     pub counters: usize,
     /// Batched writes acknowledged per second.
     pub batches: BatchFigures,
-    /// Resident bytes the node grew by per counter while they were first written.
+    /// Resident bytes the node grew by per counter, the counters written once and the
+    /// allocator settled.
     pub resident_bytes_per_counter: f64,
     /// Seconds the first writes of every counter took.
     pub populate_secs: f64,
@@ -301,6 +307,7 @@ pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Ve
             let started = std::time::Instant::now();
             batch::populate(address, "c", counters, 10_000).await?;
             let populate_secs = started.elapsed().as_secs_f64();
+            tokio::time::sleep(MEMORY_SETTLE).await;
             let resident_bytes_per_counter =
                 resident_bytes(pid)?.saturating_sub(before) as f64 / counters as f64;
             println!(
@@ -552,7 +559,7 @@ async fn memory_runs(plan: &Plan, running: &Running) -> anyhow::Result<MemoryFig
         Duration::from_secs(120),
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(MEMORY_SETTLE).await;
     let mut figures = MemoryFigures {
         counters,
         mean_id_bytes: (0..counters).map(|n| format!("m-{n}").len()).sum::<usize>() as f64

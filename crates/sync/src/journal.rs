@@ -1,8 +1,9 @@
 //! Change journals: how a source tells a puller what changed since its cursor.
 //!
 //! A journaled table numbers every change with a sequence number and remembers, per entry, the
-//! number of its latest change. The journal lists `(sequence, entry index)` for the recent
-//! changes; a pull walks it from the cursor and sends each entry once, at its latest change.
+//! number of its latest change. The journal lists the entry index of each recent change, in
+//! sequence order; a pull walks it from the cursor and sends each entry once, at its latest
+//! change.
 //! A cursor older than the journal, or from another incarnation of the source (`epoch`), gets a
 //! full copy in pages, followed by the changes made meanwhile.
 
@@ -15,8 +16,11 @@ use geocount_model::wire::Cursor;
 pub struct ChangeJournal {
     epoch: u64,
     seq: u64,
-    log: VecDeque<(u64, u32)>,
+    /// The entry index of changes `seq - log.len() + 1 ..= seq`, oldest first. Sequence numbers
+    /// run without gaps, so each change's is its position: 4 bytes a change, not 16.
+    log: VecDeque<u32>,
     capacity: usize,
+    /// The sequence number of the newest change forgotten (0: none yet).
     floor: u64,
 }
 
@@ -44,14 +48,18 @@ impl ChangeJournal {
     /// Records a change of entry `index`; returns its sequence number, which the table keeps
     /// as the entry's latest.
     pub fn record(&mut self, index: usize) -> u64 {
-        self.seq += 1;
-        if self.log.len() == self.capacity
-            && let Some((dropped, _)) = self.log.pop_front()
-        {
-            self.floor = dropped;
+        if self.log.len() == self.capacity {
+            self.floor = self.first_seq();
+            self.log.pop_front();
         }
-        self.log.push_back((self.seq, index as u32));
+        self.seq += 1;
+        self.log.push_back(index as u32);
         self.seq
+    }
+
+    /// The sequence number of the oldest change remembered (`seq + 1` when none is).
+    fn first_seq(&self) -> u64 {
+        self.seq + 1 - self.log.len() as u64
     }
 
     /// The latest sequence number.
@@ -140,10 +148,12 @@ pub fn page<T: Journaled>(table: &T, cursor: Cursor, limit: usize) -> (Vec<T::It
             (items, next, caught_up)
         }
         Cursor::Seq { seq, .. } => {
-            let start = journal.log.partition_point(|(s, _)| *s <= seq);
+            let first = journal.first_seq();
+            // The cursor is at or past the floor, so it is at most one before `first`.
+            let start = (seq + 1).saturating_sub(first) as usize;
             let mut sent = 0;
             let mut last = seq;
-            for &(change, index) in journal.log.range(start..) {
+            for (change, &index) in (first + start as u64..).zip(journal.log.range(start..)) {
                 if sent >= limit {
                     return (items, Cursor::Seq { epoch, seq: last }, false);
                 }
@@ -272,6 +282,45 @@ mod tests {
         };
         let (_, next, _) = page(&rows, foreign, 100);
         assert!(matches!(next, Cursor::Seq { epoch, .. } if epoch == rows.journal.epoch()));
+    }
+
+    #[test]
+    fn a_cursor_at_the_oldest_remembered_change_pages_on() {
+        let mut rows = Rows::new(4);
+        for n in 0..10 {
+            rows.set(&format!("r{n}"), n);
+        }
+        // Changes 7 to 10 are remembered: a cursor at 6 misses none of them.
+        let at_floor = Cursor::Seq {
+            epoch: rows.journal.epoch(),
+            seq: 6,
+        };
+        let (items, next, caught_up) = page(&rows, at_floor, 100);
+        assert!(caught_up);
+        assert_eq!(
+            items,
+            vec![
+                ("r6".into(), 6),
+                ("r7".into(), 7),
+                ("r8".into(), 8),
+                ("r9".into(), 9)
+            ]
+        );
+        assert!(matches!(next, Cursor::Seq { seq: 10, .. }));
+        // A page limit stops inside the log and resumes from the last change sent.
+        let (items, next, _) = page(&rows, at_floor, 2);
+        assert_eq!(items, vec![("r6".into(), 6), ("r7".into(), 7)]);
+        let (items, _, caught_up) = page(&rows, next, 100);
+        assert!(caught_up);
+        assert_eq!(items, vec![("r8".into(), 8), ("r9".into(), 9)]);
+        // One change older, and the journal cannot say what changed: a full copy.
+        let below = Cursor::Seq {
+            epoch: rows.journal.epoch(),
+            seq: 5,
+        };
+        let (items, _, caught_up) = page(&rows, below, 100);
+        assert!(caught_up);
+        assert_eq!(items.len(), 10, "every row, not just the changes after 5");
     }
 
     #[test]

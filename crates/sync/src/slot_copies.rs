@@ -37,7 +37,10 @@ pub fn record_weight(record: &SlotRecord) -> usize {
 /// One counter's copies: `(slot index, state)` for each slot that ever held a value.
 #[derive(Debug, Default)]
 struct CounterCopies {
-    slots: Vec<(u16, SlotRecord)>,
+    /// Exactly as many as held: most counters have one slot per datacenter, and a `Vec` would
+    /// reserve four records (224 bytes) on the first push. A slot is added once in a counter's
+    /// life, so the copy that costs is rare.
+    slots: Box<[(u16, SlotRecord)]>,
     latest_seq: u64,
 }
 
@@ -147,7 +150,10 @@ impl SlotCopies {
         let changed = match copies.slots.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, current)) => current.merge(record),
             None => {
-                copies.slots.push((slot, record.clone()));
+                let mut slots = std::mem::take(&mut copies.slots).into_vec();
+                slots.reserve_exact(1);
+                slots.push((slot, record.clone()));
+                copies.slots = slots.into_boxed_slice();
                 true
             }
         };
@@ -187,14 +193,12 @@ impl SlotCopies {
 
     /// Counter `id`'s copies, `(slot index, state)`.
     pub fn get(&self, id: &str) -> Option<&[(u16, SlotRecord)]> {
-        self.counters.get(id).map(|c| c.slots.as_slice())
+        self.counters.get(id).map(|c| &*c.slots)
     }
 
     /// Every counter with its copies.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[(u16, SlotRecord)])> {
-        self.counters
-            .iter()
-            .map(|(id, c)| (id.as_str(), c.slots.as_slice()))
+        self.counters.iter().map(|(id, c)| (id.as_str(), &*c.slots))
     }
 
     /// How many counters are held.
@@ -242,7 +246,7 @@ impl RankedCounters for SlotCopies {
     fn records(&self, index: usize) -> &[(u16, SlotRecord)] {
         self.counters
             .get_index(index)
-            .map_or(&[], |(_, copies)| copies.slots.as_slice())
+            .map_or(&[], |(_, copies)| &*copies.slots)
     }
 }
 
