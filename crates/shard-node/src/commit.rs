@@ -169,7 +169,7 @@ struct Staged {
     descriptions: Vec<VersionedDescription>,
     /// The index in `descriptions` of each counter's latest staged description.
     described: HashMap<CounterId, usize>,
-    idempotency: HashMap<Box<str>, IdempotencyRecord>,
+    idempotency: HashMap<Box<str>, IdempotencyRecord, foldhash::fast::RandomState>,
     /// Counters the group adds to this node's slot (`shard.max_counters`).
     new_records: usize,
     /// Descriptions the group creates itself (`shard.max_counters`).
@@ -550,7 +550,7 @@ impl CommitLoop {
             self.stage_unique_description(&write.id, staged, now_ms);
         }
         if let Some(key) = write.idempotency_key {
-            let record = IdempotencyRecord::new(id, &write.change, next, now_ms);
+            let record = IdempotencyRecord::new(&write.id, &write.change, next, now_ms);
             staged.idempotency.insert(key, record);
         }
         Ok(next)
