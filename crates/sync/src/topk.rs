@@ -33,11 +33,11 @@
 //!
 //! The sets order ties by counter index, not id: comparing two keys then never leaves the
 //! B-tree node (ids sit elsewhere in memory, and a merge-heavy aggregator spent a quarter of its
-//! time comparing them), and a key is 24 bytes. A walk sorts each run of equal totals it lists
+//! time comparing them), and a key is 16 bytes. A walk sorts each run of equal totals it lists
 //! by id, so answers still rank ties by id; a run is read whole, which costs O(run) only when K
 //! ends inside a long run of equal totals.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use geocount_model::{SlotRecord, Window};
@@ -71,41 +71,37 @@ pub trait RankedCounters {
     fn records(&self, index: usize) -> &[(u16, SlotRecord)];
 }
 
-/// A total's place in a ranking: highest total first, then lowest counter index. The total is
-/// split in two words so the key is 24 bytes, not the 32 an `i128` field would align it to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct RankKey {
-    high: i64,
-    low: u64,
-    index: u32,
-}
+/// A total's place in a ranking: highest total first, then lowest counter index, packed in
+/// one `u128` (16 bytes, against 24 for the total's two words and the index) so a ranking's
+/// B-tree holds half as many keys again per node. The high 96 bits are the total, negated and
+/// offset so a higher total sorts first; the low 32 the index. A total of valid copies fits in
+/// 96 bits (at most 65,536 slots, `u16`, each an `i64` total or the hits of a window of at most
+/// `shard.max_window_seconds` buckets); one beyond ±2^95, which only a faulty peer could send,
+/// ranks as ±2^95.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct RankKey(u128);
+
+/// What `RankKey` adds to a total so the lowest possible total packs as the largest key.
+const RANK_OFFSET: i128 = 1 << 95;
 
 impl RankKey {
     fn new(total: i128, index: u32) -> Self {
-        Self {
-            high: (total >> 64) as i64,
-            low: total as u64,
-            index,
-        }
+        let total = total.clamp(-RANK_OFFSET, RANK_OFFSET - 1);
+        let descending = (RANK_OFFSET - 1 - total) as u128;
+        Self((descending << 32) | u128::from(index))
     }
 
     fn total(&self) -> i128 {
-        (i128::from(self.high) << 64) | i128::from(self.low)
+        RANK_OFFSET - 1 - (self.0 >> 32) as i128
     }
-}
 
-impl Ord for RankKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        // (high, low) orders as the total does: `high` signed, `low` unsigned.
-        (other.high, other.low)
-            .cmp(&(self.high, self.low))
-            .then(self.index.cmp(&other.index))
+    fn index(&self) -> u32 {
+        self.0 as u32
     }
-}
 
-impl PartialOrd for RankKey {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
+    /// Whether `other` has the same total.
+    fn ties(&self, other: &RankKey) -> bool {
+        self.0 >> 32 == other.0 >> 32
     }
 }
 
@@ -127,9 +123,24 @@ struct Tracked {
     /// ([`ABSENT`]: none there).
     totals: Box<[i128]>,
     /// The newest second of any of its slots' windows.
-    newest: Option<u64>,
+    newest: MaybeSecond,
     /// The next second at which its live hits change, if any will.
-    next_change: Option<u64>,
+    next_change: MaybeSecond,
+}
+
+/// An optional unix second in 8 bytes, where `Option<u64>` takes 16 (a [`Tracked`] per counter
+/// is 32 bytes, not 48): `u64::MAX`, a second no client's timestamp reaches, stands for none.
+#[derive(Debug, Clone, Copy)]
+struct MaybeSecond(u64);
+
+impl MaybeSecond {
+    fn new(second: Option<u64>) -> Self {
+        Self(second.unwrap_or(u64::MAX))
+    }
+
+    fn get(self) -> Option<u64> {
+        (self.0 != u64::MAX).then_some(self.0)
+    }
 }
 
 /// The live window: hits in `(now - seconds, now]`, ranked like the all-time totals.
@@ -307,10 +318,10 @@ impl TopIndex {
         refile(
             &mut self.live.changes,
             index,
-            old.and_then(|t| t.next_change),
+            old.and_then(|t| t.next_change.get()),
             next_change,
         );
-        let old_newest = old.and_then(|t| t.newest);
+        let old_newest = old.and_then(|t| t.newest.get());
         if old_newest != newest {
             if let Some(second) = old_newest {
                 self.by_newest.remove(&(second, index));
@@ -323,14 +334,14 @@ impl TopIndex {
             _ if unique => *tracked = None,
             Some(t) => {
                 t.totals.copy_from_slice(&totals);
-                t.newest = newest;
-                t.next_change = next_change;
+                t.newest = MaybeSecond::new(newest);
+                t.next_change = MaybeSecond::new(next_change);
             }
             None => {
                 *tracked = Some(Tracked {
                     totals: totals.as_slice().into(),
-                    newest,
-                    next_change,
+                    newest: MaybeSecond::new(newest),
+                    next_change: MaybeSecond::new(next_change),
                 })
             }
         }
@@ -366,7 +377,7 @@ impl TopIndex {
             );
             refile(&mut self.live.changes, index, Some(second), next_change);
             tracked.totals[r..].copy_from_slice(&live);
-            tracked.next_change = next_change;
+            tracked.next_change = MaybeSecond::new(next_change);
         }
         self.scratch = live;
     }
@@ -541,10 +552,8 @@ fn walk(
         run.clear();
         run.extend(
             std::iter::once(first)
-                .chain(std::iter::from_fn(|| {
-                    keys.next_if(|key| key.high == first.high && key.low == first.low)
-                }))
-                .map(|key| counters.id(key.index as usize))
+                .chain(std::iter::from_fn(|| keys.next_if(|key| key.ties(first))))
+                .map(|key| counters.id(key.index() as usize))
                 .filter(|id| id.starts_with(prefix)),
         );
         let room = k - listed.len();
@@ -627,6 +636,35 @@ fn hits_in(w: &Window, window: WindowQuery) -> Option<i128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rank_keys_order_by_total_descending_then_index() {
+        let extremes = [-(1i128 << 95), -(1 << 79), -1, 0, 1, 1 << 64, (1 << 95) - 1];
+        for total in extremes {
+            for index in [0, 7, u32::MAX] {
+                let key = RankKey::new(total, index);
+                assert_eq!((key.total(), key.index()), (total, index));
+            }
+        }
+        let mut keys: Vec<RankKey> = extremes
+            .iter()
+            .flat_map(|&t| [RankKey::new(t, 9), RankKey::new(t, 2)])
+            .collect();
+        keys.sort();
+        let order: Vec<(i128, u32)> = keys.iter().map(|k| (k.total(), k.index())).collect();
+        let mut expected: Vec<(i128, u32)> =
+            extremes.iter().flat_map(|&t| [(t, 2), (t, 9)]).collect();
+        expected.sort_by_key(|&(total, index)| (Reverse(total), index));
+        assert_eq!(order, expected);
+        assert!(RankKey::new(5, 1).ties(&RankKey::new(5, 9)));
+        assert!(!RankKey::new(5, 1).ties(&RankKey::new(4, 1)));
+        // Beyond what valid copies can sum to: clamped, still in order.
+        assert_eq!(RankKey::new(i128::MAX, 0).total(), (1 << 95) - 1);
+        assert!(RankKey::new(i128::MIN + 1, 0) > RankKey::new(-(1 << 95) + 1, 0));
+        // What a counter costs the index: a key per ranking it is in, and its entry.
+        assert_eq!(std::mem::size_of::<RankKey>(), 16);
+        assert_eq!(std::mem::size_of::<Option<Tracked>>(), 32);
+    }
     use geocount_model::SlotState;
 
     /// A record of `value` whose window holds `hits` (second, hits).
