@@ -263,16 +263,27 @@ mod tests {
         assert!(items.is_empty() && caught_up, "nothing changed since");
     }
 
-    #[test]
-    fn an_old_or_foreign_cursor_gets_a_full_copy() {
+    /// Rows `r0` to `r9` set once each (changes 1 to 10) in a journal remembering four.
+    fn ten_rows_remembering_four() -> Rows {
         let mut rows = Rows::new(4);
         for n in 0..10 {
             rows.set(&format!("r{n}"), n);
         }
-        let stale = Cursor::Seq {
+        rows
+    }
+
+    /// A cursor of this incarnation at change `seq`.
+    fn at(rows: &Rows, seq: u64) -> Cursor {
+        Cursor::Seq {
             epoch: rows.journal.epoch(),
-            seq: 1,
-        };
+            seq,
+        }
+    }
+
+    #[test]
+    fn an_old_or_foreign_cursor_gets_a_full_copy() {
+        let rows = ten_rows_remembering_four();
+        let stale = at(&rows, 1);
         let mut copy = std::collections::HashMap::new();
         pull_all(&rows, stale, 4, &mut copy);
         assert_eq!(copy.len(), 10, "the journal forgot seq 1: a full copy");
@@ -286,15 +297,9 @@ mod tests {
 
     #[test]
     fn a_cursor_at_the_oldest_remembered_change_pages_on() {
-        let mut rows = Rows::new(4);
-        for n in 0..10 {
-            rows.set(&format!("r{n}"), n);
-        }
+        let rows = ten_rows_remembering_four();
         // Changes 7 to 10 are remembered: a cursor at 6 misses none of them.
-        let at_floor = Cursor::Seq {
-            epoch: rows.journal.epoch(),
-            seq: 6,
-        };
+        let at_floor = at(&rows, 6);
         let (items, next, caught_up) = page(&rows, at_floor, 100);
         assert!(caught_up);
         assert_eq!(
@@ -314,11 +319,7 @@ mod tests {
         assert!(caught_up);
         assert_eq!(items, vec![("r8".into(), 8), ("r9".into(), 9)]);
         // One change older, and the journal cannot say what changed: a full copy.
-        let below = Cursor::Seq {
-            epoch: rows.journal.epoch(),
-            seq: 5,
-        };
-        let (items, _, caught_up) = page(&rows, below, 100);
+        let (items, _, caught_up) = page(&rows, at(&rows, 5), 100);
         assert!(caught_up);
         assert_eq!(items.len(), 10, "every row, not just the changes after 5");
     }
