@@ -91,6 +91,58 @@ async fn bodies_ids_and_batches_are_limited_at_their_boundaries() {
 }
 
 #[tokio::test]
+async fn a_node_at_its_idempotency_key_limit_refuses_new_keys_until_old_ones_expire() {
+    let topology = TestTopology::single(&format!(
+        "max_idempotency_keys = 2\nidempotency_retention_secs = 1\n{ALONE}"
+    ));
+    let node = topology.start_shard("USA_0", 0).await;
+    let api = node.api();
+    for key in ["k1", "k2"] {
+        let (status, body) = api.write("c", "INCREMENT", None, Some(key)).await.unwrap();
+        assert_eq!(status, 200, "{key}: {body}");
+    }
+    let (status, body) = api.write("c", "INCREMENT", None, Some("k3")).await.unwrap();
+    assert_eq!(status, 507, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("shard.max_idempotency_keys") && error.contains('2'),
+        "{error}"
+    );
+    // A retry of a held key is answered as the first was; writes without a key are applied.
+    let (status, retry) = api.write("c", "INCREMENT", None, Some("k1")).await.unwrap();
+    assert_eq!((status, retry["value"].as_i64()), (200, Some(1)), "{retry}");
+    assert_eq!(api.add("c", 5).await.unwrap().0, 200);
+    // In a batch, only the entry with a new key is refused.
+    let keyed = BatchEntry {
+        idempotency_key: Some("k4"),
+        ..entry("c", 100)
+    };
+    let answer = api.batch(&[entry("c", 1), keyed]).await.unwrap();
+    assert!(
+        matches!(
+            answer.outcomes[..],
+            [
+                EntryOutcome::Applied { value: 8, .. },
+                EntryOutcome::Refused { status: 507, .. }
+            ]
+        ),
+        "{:?}",
+        answer.outcomes
+    );
+    assert_eq!(
+        api.value("c").await,
+        8,
+        "nothing of the refused writes applied"
+    );
+    // Once the held keys expire, new keys are taken again.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (status, body) = api.write("c", "INCREMENT", None, Some("k3")).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(api.value("c").await, 9);
+    assert_eq!(api.get("/healthz").await.unwrap().status, 200);
+}
+
+#[tokio::test]
 async fn a_node_at_its_counter_limit_refuses_new_counters_and_keeps_serving_old_ones() {
     let topology = TestTopology::single(&format!("max_counters = 3\n{ALONE}"));
     let mut node = topology.start_shard("USA_0", 0).await;

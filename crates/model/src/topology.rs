@@ -317,6 +317,10 @@ pub struct ShardDefaults {
     /// itself: a write or create that would go past it is refused (507). Copies and
     /// descriptions learned from other nodes are never refused (they count towards it).
     pub max_counters: usize,
+    /// The most `Idempotency-Key`s a node holds at once (each for `idempotency_retention_secs`,
+    /// about 375 bytes of memory): a write with a new key beyond it is refused (507) until
+    /// older keys expire; retries of held keys and writes without a key are never refused.
+    pub max_idempotency_keys: usize,
 }
 
 impl Default for ShardDefaults {
@@ -339,6 +343,7 @@ impl Default for ShardDefaults {
             hot_writes_per_slot: 2_000,
             restore_timeout_ms: 3_000,
             max_counters: 10_000_000,
+            max_idempotency_keys: 10_000_000,
         }
     }
 }
@@ -488,6 +493,10 @@ impl Topology {
             ("shard.virtual_nodes", shard.virtual_nodes.into()),
             ("shard.hot_writes_per_slot", shard.hot_writes_per_slot),
             ("shard.max_counters", shard.max_counters as u64),
+            (
+                "shard.max_idempotency_keys",
+                shard.max_idempotency_keys as u64,
+            ),
             ("http.max_connections", self.http.max_connections as u64),
             (
                 "http.header_read_timeout_ms",

@@ -482,6 +482,11 @@ impl CommitLoop {
                     write: first.describe_write(),
                 });
             }
+            // A new key: held for the whole retention, so bounded (about 375 bytes each).
+            let limit = self.shared.settings.max_idempotency_keys;
+            if self.idempotency.len() + staged.idempotency.len() >= limit {
+                return Err(ShardError::IdempotencyKeyLimit { limit });
+            }
         }
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;

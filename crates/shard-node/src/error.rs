@@ -73,6 +73,15 @@ pub enum ShardError {
         /// The configured limit.
         limit: usize,
     },
+    /// The node holds `shard.max_idempotency_keys` keys: a write with a new key is refused
+    /// until older keys expire.
+    #[error(
+        "this node holds its limit of {limit} idempotency keys (shard.max_idempotency_keys): writes with a new Idempotency-Key are refused until older keys expire (shard.idempotency_retention_secs); retries of held keys and writes without a key keep working"
+    )]
+    IdempotencyKeyLimit {
+        /// The configured limit.
+        limit: usize,
+    },
     /// The log or the store failed: nothing of this request was acknowledged.
     #[error("storage failed: {0}")]
     Storage(String),
@@ -102,9 +111,9 @@ impl HttpError for ShardError {
             ShardError::IdempotencyKeyReused { .. } | ShardError::TimestampAhead { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            ShardError::StorageFull(_) | ShardError::CounterLimit { .. } => {
-                StatusCode::INSUFFICIENT_STORAGE
-            }
+            ShardError::StorageFull(_)
+            | ShardError::CounterLimit { .. }
+            | ShardError::IdempotencyKeyLimit { .. } => StatusCode::INSUFFICIENT_STORAGE,
             ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ShardError::Unavailable(_) | ShardError::Unreachable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE

@@ -31,7 +31,11 @@ const WRITE_ERRORS: &[(u16, &str)] = &[
     ),
     (503, "storage failed, or the slot's node is unreachable"),
     (504, "the forward's outcome is unknown"),
-    (507, "the disk is full"),
+    (
+        507,
+        "the disk is full, or the node holds its limit of counters (shard.max_counters) or of \
+           idempotency keys (shard.max_idempotency_keys)",
+    ),
 ];
 
 /// `operation` answering as a single write does: the slot's new state, or one of
@@ -80,7 +84,11 @@ pub fn document() -> ApiDoc {
                 (409, "the id exists"),
                 (413, "a body too large"),
                 (503, "storage failed"),
-                (507, "the disk is full"),
+                (
+                    507,
+                    "the disk is full, or the node holds its limit of counters \
+                       (shard.max_counters)",
+                ),
             ]),
     )
     .operation(
