@@ -15,6 +15,11 @@ use tokio::net::TcpStream;
 /// A node running without its datacenter aggregator need not wait long for a restore source.
 const ALONE: &str = "restore_timeout_ms = 100";
 
+/// A topology of one shard node, alone, with these `[shard]` settings.
+fn alone(settings: &str) -> TestTopology {
+    TestTopology::single(&format!("{settings}\n{ALONE}"))
+}
+
 fn entry(id: &str, delta: i64) -> BatchEntry<'_> {
     BatchEntry {
         id,
@@ -41,9 +46,7 @@ async fn read_to_close(stream: &mut TcpStream, within: Duration) -> (String, boo
 
 #[tokio::test]
 async fn bodies_ids_and_batches_are_limited_at_their_boundaries() {
-    let topology = TestTopology::single(&format!(
-        "max_body_bytes = 2048\nmax_batch_entries = 10\n{ALONE}"
-    ));
+    let topology = alone("max_body_bytes = 2048\nmax_batch_entries = 10");
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
 
@@ -92,9 +95,7 @@ async fn bodies_ids_and_batches_are_limited_at_their_boundaries() {
 
 #[tokio::test]
 async fn a_node_at_its_idempotency_key_limit_refuses_new_keys_until_old_ones_expire() {
-    let topology = TestTopology::single(&format!(
-        "max_idempotency_keys = 2\nidempotency_retention_secs = 1\n{ALONE}"
-    ));
+    let topology = alone("max_idempotency_keys = 2\nidempotency_retention_secs = 1");
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     for key in ["k1", "k2"] {
@@ -144,7 +145,7 @@ async fn a_node_at_its_idempotency_key_limit_refuses_new_keys_until_old_ones_exp
 
 #[tokio::test]
 async fn a_node_at_its_counter_limit_refuses_new_counters_and_keeps_serving_old_ones() {
-    let topology = TestTopology::single(&format!("max_counters = 3\n{ALONE}"));
+    let topology = alone("max_counters = 3");
     let mut node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     for id in ["a", "b", "c"] {
@@ -384,9 +385,7 @@ async fn checkpoints(api: &Api) -> u64 {
 
 #[tokio::test]
 async fn a_full_disk_refuses_writes_with_507_loses_nothing_and_recovers_by_itself() {
-    let topology = TestTopology::single(&format!(
-        "checkpoint_interval_ms = 200\ncheckpoint_log_bytes = 65536\n{ALONE}"
-    ));
+    let topology = alone("checkpoint_interval_ms = 200\ncheckpoint_log_bytes = 65536");
     let data_dir = topology.shard_data_dir("USA_0", 0);
     let disk = match Tmpfs::mount(&data_dir, "4m") {
         Ok(disk) => disk,
