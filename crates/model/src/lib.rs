@@ -5,6 +5,8 @@
 //! Everything those processes must agree on lives here:
 //!
 //! - [`counter_id`]: what a counter id may be ([`CounterId`]).
+//! - [`id_table`]: values keyed by counter id at stable indices ([`IdTable`]), what the slot
+//!   table and the slot copies are built on.
 //! - [`slot`]: slot names ([`SlotId`]), a slot's `(value, version)` state ([`SlotState`]) and its
 //!   last-writer-wins merge, and overflow-checked deltas.
 //! - [`counter`]: a counter's description (type, number of shards, window, creation time) and
@@ -29,6 +31,7 @@ pub mod counter;
 pub mod counter_id;
 pub mod error;
 pub mod hlc;
+pub mod id_table;
 pub mod placement;
 pub mod slot;
 pub mod tls;
@@ -43,6 +46,7 @@ pub use counter::{CounterDescription, CounterType, VersionedDescription};
 pub use counter_id::CounterId;
 pub use error::ModelError;
 pub use hlc::{Hlc, HlcTimestamp};
+pub use id_table::IdTable;
 pub use placement::Placement;
 pub use slot::{SlotId, SlotRecord, SlotState, next_slot_version};
 pub use tls::TlsSettings;

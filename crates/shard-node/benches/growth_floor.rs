@@ -1,19 +1,16 @@
-//! The floor under the growth curve of `scripts/bench.sh`: uniform increments into a map of the
-//! slot table's shape (`IndexMap<CounterId, _>` with foldhash), and nothing else, as the number of
+//! The floor under the growth curve of `scripts/bench.sh`: uniform increments into a table of
+//! the slot table's shape (an `IdTable` of 56-byte rows), and nothing else, as the number of
 //! counters grows from 1,000 to 10,000,000. No log, no fsync, no checkpoint, no HTTP: what is
 //! left is the table's hashing and the memory hierarchy (1,000 rows stay in the CPU's caches,
 //! 10,000,000 do not). The ratio of its 10,000,000 point to its 1,000 point bounds how flat the
-//! node's own curve can be on this machine. The same table keyed by boxed ids (`Box<str>`, the
-//! key before ids were held inline) is timed beside it, to show what inline ids save.
+//! node's own curve can be on this machine. The table before it (`IndexMap<CounterId, _>` with
+//! foldhash, which keeps each entry's hash and `usize` indices) is timed beside it.
 //!
 //! `cargo bench -p shard-node --bench growth_floor`
 
-use std::borrow::Borrow;
-use std::hash::Hash;
-
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
-use geocount_model::CounterId;
+use geocount_model::{CounterId, IdTable};
 use indexmap::IndexMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -32,50 +29,72 @@ struct Row {
     _seq: u64,
 }
 
+/// A table of rows keyed by counter id.
+trait Table {
+    /// A table holding a default row for each of `ids`.
+    fn holding(ids: &[CounterId]) -> Self;
+    /// Counter `id`'s row.
+    fn row(&mut self, id: &str) -> &mut Row;
+}
+
+impl Table for IdTable<Row> {
+    fn holding(ids: &[CounterId]) -> Self {
+        let mut table = IdTable::default();
+        for id in ids {
+            table.insert(id.clone(), Row::default());
+        }
+        table
+    }
+
+    fn row(&mut self, id: &str) -> &mut Row {
+        self.get_full_mut(id).expect("every id is held").1
+    }
+}
+
+impl Table for IndexMap<CounterId, Row, foldhash::fast::RandomState> {
+    fn holding(ids: &[CounterId]) -> Self {
+        ids.iter().map(|id| (id.clone(), Row::default())).collect()
+    }
+
+    fn row(&mut self, id: &str) -> &mut Row {
+        self.get_mut(id).expect("every id is held")
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("growth floor");
     group.throughput(Throughput::Elements(BATCH as u64));
     group.sample_size(20);
     for counters in [1_000usize, 100_000, 1_000_000, 10_000_000] {
-        // The slot table's key: the id inline when it fits in 24 bytes.
-        increments(&mut group, "1,000 uniform increments", counters, |id| {
-            CounterId::new(id).expect("a valid id")
-        });
-        // The key before it: the id in a heap block of its own.
-        increments(
+        let ids: Vec<CounterId> = (0..counters)
+            .map(|n| CounterId::new(format!("c-{n}")).expect("a valid id"))
+            .collect();
+        // The slot table's shape.
+        increments::<IdTable<Row>>(&mut group, "1,000 uniform increments", &ids);
+        // The shape before it.
+        increments::<IndexMap<CounterId, Row, foldhash::fast::RandomState>>(
             &mut group,
-            "1,000 uniform increments, boxed ids",
-            counters,
-            String::into_boxed_str,
+            "1,000 uniform increments, IndexMap",
+            &ids,
         );
     }
     group.finish();
 }
 
-/// Times 1,000 uniform increments into a table of `counters` rows keyed by `key(id)`.
-fn increments<K: Hash + Eq + Clone + Borrow<str>>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    name: &str,
-    counters: usize,
-    key: impl Fn(String) -> K,
-) {
-    let ids: Vec<K> = (0..counters).map(|n| key(format!("c-{n}"))).collect();
-    let mut table: IndexMap<K, Row, foldhash::fast::RandomState> =
-        IndexMap::with_capacity_and_hasher(counters, Default::default());
-    for id in &ids {
-        table.insert(id.clone(), Row::default());
-    }
+/// Times 1,000 uniform increments into a table `T` holding a row for each of `ids`.
+fn increments<T: Table>(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, ids: &[CounterId]) {
+    let mut table = T::holding(ids);
     let mut rng = StdRng::seed_from_u64(6);
-    group.bench_function(BenchmarkId::new(name, counters), |b| {
+    group.bench_function(BenchmarkId::new(name, ids.len()), |b| {
         b.iter_batched(
             || {
                 (0..BATCH)
-                    .map(|_| rng.random_range(0..counters))
+                    .map(|_| rng.random_range(0..ids.len()))
                     .collect::<Vec<_>>()
             },
             |picks| {
                 for n in picks {
-                    let row = table.get_mut(ids[n].borrow()).expect("every id is held");
+                    let row = table.row(ids[n].as_str());
                     row.value += 1;
                     row.version += 1;
                 }

@@ -5,9 +5,8 @@
 use std::sync::{Arc, RwLock};
 
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
-use geocount_model::{CounterId, SlotRecord, SlotState, Window, WindowChange};
+use geocount_model::{CounterId, IdTable, SlotRecord, SlotState, Window, WindowChange};
 use geocount_sync::{ChangeJournal, Journaled};
-use indexmap::IndexMap;
 
 /// The table, shared by the HTTP handlers (readers) and the commit thread (the only writer).
 pub type SharedSlotTable = Arc<RwLock<SlotTable>>;
@@ -21,7 +20,7 @@ struct Row {
 /// This slot's state of every counter the node holds.
 #[derive(Debug, Default)]
 pub struct SlotTable {
-    rows: IndexMap<CounterId, Row, foldhash::fast::RandomState>,
+    rows: IdTable<Row>,
     journal: ChangeJournal,
 }
 
@@ -38,7 +37,7 @@ impl SlotTable {
 
     /// Whether the node has seen counter `id` at all.
     pub fn contains(&self, id: &str) -> bool {
-        self.rows.contains_key(id)
+        self.rows.get_index_of(id).is_some()
     }
 
     /// How many counters the node holds.
@@ -55,7 +54,7 @@ impl SlotTable {
     /// row if it changed.
     pub fn merge(&mut self, id: &CounterId, record: &SlotRecord) -> Option<usize> {
         let index = match self.rows.get_full_mut(id.as_str()) {
-            Some((index, _, row)) => {
+            Some((index, row)) => {
                 if !row.record.merge(record) {
                     return None;
                 }
@@ -87,7 +86,7 @@ impl SlotTable {
         into: impl FnOnce(&mut SlotRecord, SlotRecord) -> bool,
     ) -> Option<usize> {
         let index = match self.rows.get_full_mut(id.as_str()) {
-            Some((index, _, row)) => {
+            Some((index, row)) => {
                 if !into(&mut row.record, record) {
                     return None;
                 }
@@ -139,7 +138,7 @@ impl SlotTable {
             record,
             latest_seq: 0,
         };
-        self.rows.insert_full(id, row).0
+        self.rows.insert(id, row)
     }
 
     fn journal_change(&mut self, index: usize) -> usize {

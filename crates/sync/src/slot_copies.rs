@@ -5,8 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use geocount_model::wire::{SlotEntry, SlotPage};
-use geocount_model::{CounterId, SlotRecord, counter_id};
-use indexmap::IndexMap;
+use geocount_model::{CounterId, IdTable, SlotRecord, counter_id};
 
 use crate::journal::{ChangeJournal, Journaled};
 use crate::topk::{RankedCounters, TopIndex};
@@ -49,7 +48,7 @@ struct CounterCopies {
 pub struct SlotCopies {
     slot_names: Vec<String>,
     slot_index: HashMap<String, u16>,
-    counters: IndexMap<CounterId, CounterCopies, foldhash::fast::RandomState>,
+    counters: IdTable<CounterCopies>,
     journal: ChangeJournal,
     /// Counters ranked by total; every merge that changes one marks it, and
     /// [`SlotCopies::rank_pending`] moves it (aggregators only: see [`SlotCopies::index_top`]).
@@ -69,7 +68,7 @@ impl SlotCopies {
         Self {
             slot_names,
             slot_index,
-            counters: IndexMap::default(),
+            counters: IdTable::default(),
             journal: ChangeJournal::default(),
             top: None,
         }
@@ -141,9 +140,9 @@ impl SlotCopies {
         record: &SlotRecord,
     ) -> bool {
         let (index, copies) = match self.counters.get_full_mut(id) {
-            Some((index, _, copies)) => (index, copies),
+            Some((index, copies)) => (index, copies),
             None => {
-                let (index, _) = self.counters.insert_full(key(), CounterCopies::default());
+                let index = self.counters.insert(key(), CounterCopies::default());
                 (index, &mut self.counters[index])
             }
         };
