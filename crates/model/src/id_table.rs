@@ -71,19 +71,27 @@ impl<V> IdTable<V> {
     /// # Panics
     /// If the table already holds 2³² entries.
     pub fn insert(&mut self, id: CounterId, value: V) -> usize {
-        if let Some(at) = self.get_index_of(id.as_str()) {
-            self.entries[at].1 = value;
-            return at;
-        }
-        let at = self.entries.len();
-        let key = u32::try_from(at).expect("an id table holds at most 2^32 entries");
+        let next = self.entries.len();
+        let key = u32::try_from(next).expect("an id table holds at most 2^32 entries");
         let (entries, hasher) = (&self.entries, &self.hasher);
-        self.index
-            .insert_unique(hasher.hash_one(id.as_str()), key, |&held| {
-                hasher.hash_one(entries[held as usize].0.as_str())
-            });
-        self.entries.push((id, value));
-        at
+        // One probe finds the id or the place for it.
+        let entry = self.index.entry(
+            hasher.hash_one(id.as_str()),
+            |&held| entries[held as usize].0 == id,
+            |&held| hasher.hash_one(entries[held as usize].0.as_str()),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(held) => {
+                let at = *held.get() as usize;
+                self.entries[at].1 = value;
+                at
+            }
+            hashbrown::hash_table::Entry::Vacant(place) => {
+                place.insert(key);
+                self.entries.push((id, value));
+                next
+            }
+        }
     }
 
     /// The id and value at `index`, if there is one.
