@@ -44,7 +44,7 @@ pub async fn run<L: Listener>(
         config.trending.window_seconds,
         clock.now_unix_ms() / 1000,
     );
-    pullers.keep_ranked(&replica);
+    pullers.keep_ranked(&replica, clock.clone());
     tracing::info!(addr = %config.listen, datacenter = %config.datacenter, "serving");
     let state = Arc::new(AggregatorState {
         config,

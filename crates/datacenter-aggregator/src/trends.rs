@@ -49,7 +49,7 @@ pub struct TrendingAnswer {
 
 /// The datacenter's top counters for `query`, at `now_ms`.
 pub fn top_k(replica: &Replica, slots: usize, query: TopQuery, now_ms: u64) -> TopAnswer {
-    let index = replica.copies.top_index().expect("indexed at start");
+    let mut index = replica.copies.top_index().expect("indexed at start");
     let top = match query.window {
         None => index.all_time(Scope::All, &query.prefix, query.k, &replica.copies),
         Some(window) => {
@@ -80,7 +80,7 @@ pub fn trending(
     window: WindowQuery,
     now_ms: u64,
 ) -> TrendingAnswer {
-    let index = replica.copies.top_index().expect("indexed at start");
+    let mut index = replica.copies.top_index().expect("indexed at start");
     let copies = &replica.copies;
     let min = Some(i128::from(threshold));
     let mut lists = index.windowed(&[Scope::All], &prefix, usize::MAX, min, window, copies);

@@ -39,7 +39,7 @@ pub async fn run<L: Listener>(
         config.trending.window_seconds,
         clock.now_unix_ms() / 1000,
     );
-    pullers.keep_ranked(&replica);
+    pullers.keep_ranked(&replica, clock.clone());
     tracing::info!(addr = %config.listen, datacenters = sources.len(), "serving");
     let state = Arc::new(GlobalState {
         names: sources.into_iter().map(|source| source.name).collect(),

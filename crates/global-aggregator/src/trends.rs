@@ -97,7 +97,7 @@ fn rankings(
     min_value: Option<i128>,
     window: Option<WindowQuery>,
 ) -> Vec<Vec<Ranked>> {
-    let index = replica.copies.top_index().expect("indexed at start");
+    let mut index = replica.copies.top_index().expect("indexed at start");
     let scopes: Vec<Scope> = std::iter::once(Scope::All)
         .chain((0..datacenters).map(Scope::Group))
         .collect();

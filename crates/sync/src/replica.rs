@@ -235,16 +235,23 @@ impl Pullers {
         drop(self);
     }
 
-    /// Also ranks the counters merges marked in `replica`'s top-K index every
-    /// [`crate::topk::RANK_INTERVAL`], a chunk at a time, until the pullers stop: rankings
-    /// then never wait for more than an interval's changes.
-    pub fn keep_ranked(&mut self, replica: &SharedReplica) {
+    /// Also, every [`crate::topk::RANK_INTERVAL`] until the pullers stop, moves the live window
+    /// of `replica`'s top-K index on to `clock`'s second and ranks the counters merges marked,
+    /// a chunk at a time: rankings then never wait for more than an interval's changes, and
+    /// only hits timestamped ahead of the clock wait to enter the live window.
+    pub fn keep_ranked(&mut self, replica: &SharedReplica, clock: Arc<dyn Clock>) {
         let replica = replica.clone();
         self.0.push(tokio::spawn(async move {
             let mut ticks = tokio::time::interval(crate::topk::RANK_INTERVAL);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
+                let now = clock.now_unix_secs();
+                replica
+                    .read()
+                    .expect("replica lock")
+                    .copies
+                    .advance_live(now);
                 while !replica
                     .read()
                     .expect("replica lock")
@@ -448,10 +455,8 @@ mod tests {
         let top = |replica: &SharedReplica| {
             with_ranked(replica, 1_000, |r| {
                 let copies = &r.copies;
-                let ranked = copies
-                    .top_index()
-                    .unwrap()
-                    .all_time(Scope::All, "", 10, copies);
+                let mut index = copies.top_index().unwrap();
+                let ranked = index.all_time(Scope::All, "", 10, copies);
                 ranked
                     .into_iter()
                     .map(|r| (r.id, r.value))
@@ -471,10 +476,10 @@ mod tests {
         assert_eq!(top(&replica), [("b".into(), 7), ("a".into(), 5)]);
         merge("a", 9, 2);
         let mut pullers = Pullers(Vec::new());
-        pullers.keep_ranked(&replica);
+        pullers.keep_ranked(&replica, Arc::new(FixedClock(2_000_000)));
         // The ranker's first round runs at once; wait for it, not for the next interval.
         let ranked = async {
-            while !replica.read().unwrap().copies.ranking_is_current(1_000) {
+            while !replica.read().unwrap().copies.ranking_is_current(2_000) {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         };
@@ -482,6 +487,15 @@ mod tests {
             .await
             .expect("the ranker ranks the merge");
         assert_eq!(top(&replica), [("a".into(), 9), ("b".into(), 7)]);
+        // ... and moved the live window on to the clock's second.
+        let live = replica
+            .read()
+            .unwrap()
+            .copies
+            .top_index()
+            .unwrap()
+            .live_window();
+        assert_eq!(live.at, 2_000);
     }
 
     #[test]

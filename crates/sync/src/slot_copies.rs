@@ -91,11 +91,20 @@ impl SlotCopies {
         self.top.as_ref().map(|top| top.lock().expect("top-K lock"))
     }
 
-    /// Brings the top-K index up to date for a ranking at `now` (unix seconds): ranks every
-    /// marked counter and moves the live window on to end at `now` ([`TopIndex::advance`]).
+    /// Brings the top-K index up to date for a ranking at `now` (unix seconds): moves the live
+    /// window on to end at `now` ([`TopIndex::advance`]) and ranks every marked counter.
     pub fn rank_all(&self, now: u64) {
         if let Some(mut top) = self.top_index() {
+            top.advance(now, self);
             top.rank_pending(self, usize::MAX);
+        }
+    }
+
+    /// Moves the top-K index's live window on to end at `now` (unix seconds), before the
+    /// counters marked since are ranked: their buckets of the seconds up to `now` then rank
+    /// as hits in the window, not as hits waiting to enter it.
+    pub fn advance_live(&self, now: u64) {
+        if let Some(mut top) = self.top_index() {
             top.advance(now, self);
         }
     }
@@ -236,6 +245,10 @@ impl SlotCopies {
 }
 
 impl RankedCounters for SlotCopies {
+    fn len(&self) -> usize {
+        self.counters.len()
+    }
+
     fn id(&self, index: usize) -> &str {
         self.counters
             .get_index(index)
@@ -394,7 +407,7 @@ mod tests {
         assert!(!table.rank_pending(1), "one of two ranked");
         assert!(table.rank_pending(usize::MAX));
         assert!(table.ranking_is_current(1_000));
-        let top = table.top_index().unwrap();
+        let mut top = table.top_index().unwrap();
         let ranked: Vec<_> = top
             .all_time(crate::topk::Scope::All, "", 10, &table)
             .into_iter()

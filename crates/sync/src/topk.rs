@@ -1,45 +1,52 @@
-//! Top-K trends: an index of counters by total, kept up to date as slot copies merge, so the
-//! highest counters of a tier (and, at the global tier, of each datacenter) are found without
-//! sorting every counter on each request.
+//! Top-K trends: the leading counters of each ranking, kept up to date as slot copies merge, so
+//! the highest counters of a tier (and, at the global tier, of each datacenter) are found
+//! without sorting every counter on each request.
 //!
-//! [`TopIndex`] holds, per counter (by its stable index in [`crate::SlotCopies`]), its all-time
-//! total over the slots the index covers, and at the global tier its total per datacenter
-//! ("group") as well. Each total sits in an ordered set of `(total descending, counter index)`,
-//! one set per ranking, so:
+//! A ranking orders counters by a total: all-time, over every slot the index covers or (at the
+//! global tier) over one datacenter's ("group's") slots; or the hits of the live window (the
+//! trending window, `[trending] window_seconds` ending now), likewise per scope. For each,
+//! [`TopIndex`] keeps only its *leaders* ([`Leaders`]): every counter ranked at or above a
+//! floor, in order. Nothing is held per counter below the floor, so the index costs a few
+//! thousand entries per ranking however many counters there are (it cost 130 bytes per
+//! counter and datacenter at the global tier when it ranked every counter).
 //!
-//! - **all-time** top K with a prefix walks a set from the top, skips ids without the prefix and
-//!   stops after K: O(K + skipped ids) per request; a changed counter costs O(log n) per
-//!   ranking it moves in.
-//! - **the live window** (the trending window, `[trending] window_seconds` ending now) is kept
-//!   ordered too: per counter, its hits in `(now - seconds, now]` sit in a second set of
-//!   rankings. Counts change as time passes, so each counter is also filed under the next
-//!   second at which its live count changes (its oldest bucket in the window leaves, or a bucket
-//!   timestamped ahead of `now` enters); [`TopIndex::advance`] moves `now` on and recomputes
-//!   just the counters filed at or before it. Each bucket causes at most two such recomputes,
-//!   so keeping the window costs O(slots + log n) per bucket and a top K or trending list over
-//!   it is a walk from the top: O(K + skipped ids), as for all-time.
-//! - **any other window** (another length, or one ending in the past) is answered by a scan:
-//!   each counter's newest bucket second is indexed, so a request visits only the counters with
-//!   a bucket after `at - seconds`, sums their windows exactly and keeps the best K in a bounded
-//!   min-heap: O(visited · log K).
+//! - **A change** recomputes the counter's totals from its copies and moves it among the
+//!   leaders it is (or becomes) one of: O(slots + log leaders). A counter rising over the floor
+//!   joins; one falling under it leaves. Leaders past twice [`LEADERS`] are cut back to
+//!   [`LEADERS`], which raises the floor.
+//! - **A top K** (with a prefix, or down to a trending threshold) walks the leaders from the
+//!   top: O(K + ids skipped). The leaders are exactly the counters ranked at or above the
+//!   floor, so a walk that lists K (or reaches under the threshold) before it reaches the
+//!   floor's total is the exact answer. One that does not (a rare prefix, a low threshold, or
+//!   leaders thinned by falling totals) refills the leaders from every counter when fewer than
+//!   [`LEADERS`] are left, and else answers by a scan of every counter: O(n · slots).
+//! - **The live window** moves on as time passes ([`TopIndex::advance`]). A leader is filed
+//!   under the next second at which its live hits change (its oldest bucket in the window
+//!   leaves, or a bucket timestamped ahead of `now` enters), and any counter under the next
+//!   second a bucket of it enters; advancing recomputes just the counters filed by then. A
+//!   counter below the floor need not be filed for its hits leaving: that only lowers it.
+//! - **Any other window** (another length, or one ending in the past) is answered by a scan of
+//!   every counter, keeping the best K in a bounded min-heap: O(n · slots + visited · log K).
 //!
 //! Unique counters (whose copies carry a sketch) are left out: their values are estimates of
 //! distinct items, not sums. Ties rank by id ascending.
 //!
 //! Merges only mark a counter as changed ([`TopIndex::mark`]); [`TopIndex::rank_pending`] moves
-//! the marked counters in the rankings, each once however often it changed since. Aggregators
-//! rank what is pending every [`RANK_INTERVAL`] and before answering a ranking, so a counter
-//! merged from every pull of a busy second is ranked once in it, and answers are still exact.
+//! the marked counters, each once however often it changed since. Aggregators rank what is
+//! pending every [`RANK_INTERVAL`] and before answering a ranking, so a counter merged from
+//! every pull of a busy second is ranked once in it, and answers are still exact.
 //!
-//! The sets order ties by counter index, not id: comparing two keys then never leaves the
-//! B-tree node (ids sit elsewhere in memory, and a merge-heavy aggregator spent a quarter of its
-//! time comparing them), and a key is 16 bytes. A walk sorts each run of equal totals it lists
-//! by id, so answers still rank ties by id; a run is read whole, which costs O(run) only when K
-//! ends inside a long run of equal totals.
+//! The leaders order ties by counter index, not id: comparing two keys then never leaves the
+//! B-tree node (ids sit elsewhere in memory), and a key is 16 bytes. A walk sorts each run of
+//! equal totals it lists by id, so answers still rank ties by id; a run is read whole, which
+//! costs O(run) only when K ends inside a long run of equal totals. The floor's own run may
+//! hold only some of the counters with its total (those of lower index), so a walk never lists
+//! from it.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
+use foldhash::fast::RandomState;
 use geocount_model::{SlotRecord, Window};
 use serde::Serialize;
 
@@ -65,6 +72,12 @@ pub struct Ranked {
 
 /// The counters a [`TopIndex`] ranks, by their stable index: each one's id and slot copies.
 pub trait RankedCounters {
+    /// How many counters there are: their indices are `0..len`.
+    fn len(&self) -> usize;
+    /// Whether there is none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Counter `index`'s id (empty when out of range).
     fn id(&self, index: usize) -> &str;
     /// Counter `index`'s copies, `(slot index, state)` (empty when out of range).
@@ -105,77 +118,146 @@ impl RankKey {
     }
 }
 
-/// A ranking: counters ordered by total.
-type Ranking = BTreeSet<RankKey>;
+/// How many leaders a ranking keeps when it is cut back or refilled: four times the largest K
+/// a request may ask for ([`crate::top_query::MAX_K`]), so a top K of some prefix usually finds
+/// its K among them, and thousands of leaders must fall under the floor before a refill.
+pub const LEADERS: usize = 4 * crate::top_query::MAX_K;
 
-/// The worst of a windowed ranking's best K on top: a min-heap of `(value, Reverse(id))`,
-/// where a larger pair ranks higher.
-type Worst<'a> = BinaryHeap<Reverse<(i128, Reverse<&'a str>)>>;
+/// Past how many entries of room the index hands back what a burst of merges left empty.
+const SHRINK_PAST: usize = 65_536;
 
 /// A total that does not exist: the counter has no copy (or no bucket in the live window) in
 /// that ranking's slots. No sum of at most 65,536 `i64` values comes near it.
 const ABSENT: i128 = i128::MIN;
 
-/// What the index knows of one counter.
-#[derive(Debug)]
-struct Tracked {
-    /// Per ranking its all-time total, then per ranking its hits in the live window
-    /// ([`ABSENT`]: none there).
-    totals: Box<[i128]>,
-    /// The newest second of any of its slots' windows.
-    newest: MaybeSecond,
-    /// The next second at which its live hits change, if any will.
-    next_change: MaybeSecond,
+/// The place of a counter's total in a ranking, if it has one there.
+fn key_of(total: i128, index: u32) -> Option<RankKey> {
+    (total != ABSENT).then(|| RankKey::new(total, index))
 }
 
-/// An optional unix second in 8 bytes, where `Option<u64>` takes 16 (a [`Tracked`] per counter
-/// is 32 bytes, not 48): `u64::MAX`, a second no client's timestamp reaches, stands for none.
-#[derive(Debug, Clone, Copy)]
-struct MaybeSecond(u64);
+/// The leading counters of one ranking: exactly those ranked at or above `floor`.
+#[derive(Debug, Clone, Default)]
+struct Leaders {
+    /// Their keys, best first.
+    order: BTreeSet<RankKey>,
+    /// Each one's key, by counter index.
+    keys: HashMap<u32, RankKey, RandomState>,
+    /// The lowest place a leader may hold; `None` while every counter ranked is a leader.
+    floor: Option<RankKey>,
+}
 
-impl MaybeSecond {
-    fn new(second: Option<u64>) -> Self {
-        Self(second.unwrap_or(u64::MAX))
+impl Leaders {
+    /// Counter `index` is now at `key` (`None`: not ranked here): joins, moves or leaves.
+    /// Cuts the leaders back to `keep` past twice that many.
+    fn set(&mut self, index: u32, key: Option<RankKey>, keep: usize) {
+        let old = self.keys.get(&index).copied();
+        let key = key.filter(|key| self.floor.is_none_or(|floor| *key <= floor));
+        if old == key {
+            return;
+        }
+        if let Some(old) = old {
+            self.order.remove(&old);
+            self.keys.remove(&index);
+        }
+        if let Some(key) = key {
+            self.order.insert(key);
+            self.keys.insert(index, key);
+            if self.order.len() > 2 * keep {
+                self.cut(keep);
+            }
+        }
     }
 
-    fn get(self) -> Option<u64> {
-        (self.0 != u64::MAX).then_some(self.0)
+    /// Keeps the best `keep` leaders: the floor rises to the last of them.
+    fn cut(&mut self, keep: usize) {
+        let Some(&last) = self.order.iter().nth(keep.saturating_sub(1)) else {
+            return;
+        };
+        self.floor = Some(last);
+        // No key is above u128::MAX, so with `last` there nothing is left to drop.
+        if let Some(next) = last.0.checked_add(1) {
+            for dropped in self.order.split_off(&RankKey(next)) {
+                self.keys.remove(&dropped.index());
+            }
+        }
+    }
+
+    /// Whether counter `index` is a leader.
+    fn holds(&self, index: u32) -> bool {
+        self.keys.contains_key(&index)
+    }
+
+    /// Replaces the leaders by `best` (the best keys of every counter ranked here, at most
+    /// `keep`), `full` when more were ranked than kept.
+    fn refill(&mut self, best: BinaryHeap<RankKey>, full: bool) {
+        self.floor = if full { best.peek().copied() } else { None };
+        self.keys = best.iter().map(|key| (key.index(), *key)).collect();
+        self.order = best.into_iter().collect();
     }
 }
 
-/// The live window: hits in `(now - seconds, now]`, ranked like the all-time totals.
+/// Keeps the best `keep` keys offered: a max-heap of keys, so its top is the worst kept.
+/// Returns whether one was dropped.
+fn offer(best: &mut BinaryHeap<RankKey>, key: RankKey, keep: usize) -> bool {
+    if best.len() < keep {
+        best.push(key);
+        return false;
+    }
+    if best.peek().is_some_and(|worst| key < *worst) {
+        best.pop();
+        best.push(key);
+    }
+    true
+}
+
+/// The worst of a windowed ranking's best K on top: a min-heap of `(value, Reverse(id))`,
+/// where a larger pair ranks higher.
+type Worst<'a> = BinaryHeap<Reverse<(i128, Reverse<&'a str>)>>;
+
+/// What a scan ranks counters by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Measure {
+    /// The all-time total.
+    AllTime,
+    /// The hits in a window.
+    Hits(WindowQuery),
+}
+
+/// The live window: hits in `(now - seconds, now]`, its leaders ranked like the all-time ones.
 #[derive(Debug)]
 struct LiveWindow {
     seconds: u32,
     now: u64,
     /// Ordered like [`TopIndex::rankings`], by hits in the window.
-    rankings: Vec<Ranking>,
-    /// `(next change second, counter index)` of every counter whose live hits will change.
-    changes: BTreeSet<(u64, usize)>,
+    rankings: Vec<Leaders>,
+    /// `(second, counter index)` of every counter whose live hits change then and matter: a
+    /// leader's, when they next change; any counter's, when a bucket of it ahead of `now`
+    /// enters.
+    changes: BTreeSet<(u64, u32)>,
+    /// The second each counter in `changes` is filed under.
+    filed: HashMap<u32, u64, RandomState>,
 }
 
 /// How often an aggregator ranks the counters merges marked ([`TopIndex::rank_pending`]).
 pub const RANK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Counters ranked by total, per scope, and indexed by their newest hit. Holds up to 2³²
-/// counters.
+/// The leading counters by total, per scope, all-time and in the live window. Holds up to
+/// 2³² counters.
 #[derive(Debug)]
 pub struct TopIndex {
     /// The group of each slot, by slot index.
     slot_groups: Vec<usize>,
     /// How many groups; with one, [`Scope::All`] and [`Scope::Group`]`(0)` share a ranking.
     groups: usize,
-    /// By counter index; `None` for a unique counter or an index not seen yet.
-    counters: Vec<Option<Tracked>>,
     /// Ranking 0 is [`Scope::All`]; with several groups, ranking `n + 1` is group `n`.
-    rankings: Vec<Ranking>,
-    /// `(newest second, counter index)` of every counter with a window bucket.
-    by_newest: BTreeSet<(u64, usize)>,
+    rankings: Vec<Leaders>,
     live: LiveWindow,
+    /// How many leaders a ranking keeps when cut back or refilled ([`LEADERS`]).
+    keep: usize,
     /// Where an update computes a counter's new totals, so it allocates nothing.
     scratch: Vec<i128>,
     /// Counters marked since they were last ranked.
-    pending: Vec<usize>,
+    pending: Vec<u32>,
     /// One bit per counter index: whether it is in `pending`.
     pending_bits: Vec<u64>,
 }
@@ -185,25 +267,39 @@ fn key_index(index: usize) -> u32 {
     u32::try_from(index).expect("a top-K index holds at most 2^32 counters")
 }
 
+/// When a counter's live hits next change: when its oldest bucket in the window leaves, and
+/// when its first bucket ahead of the window's end enters.
+#[derive(Debug, Clone, Copy, Default)]
+struct LiveChange {
+    leaves: Option<u64>,
+    enters: Option<u64>,
+}
+
 impl TopIndex {
     /// An empty index of slots whose groups are `slot_groups` (by slot index; all 0 for one
     /// datacenter), keeping the live window of `live_seconds` ending at `now` (unix seconds)
-    /// ranked.
+    /// ranked, and [`LEADERS`] leaders per ranking.
     pub fn new(slot_groups: Vec<usize>, live_seconds: u32, now: u64) -> Self {
+        Self::with_leaders(slot_groups, live_seconds, now, LEADERS)
+    }
+
+    /// [`TopIndex::new`], keeping `keep` leaders per ranking (at least 1) rather than
+    /// [`LEADERS`].
+    pub fn with_leaders(slot_groups: Vec<usize>, live_seconds: u32, now: u64, keep: usize) -> Self {
         let groups = slot_groups.iter().max().map_or(1, |g| g + 1);
         let rankings = if groups == 1 { 1 } else { groups + 1 };
         Self {
             slot_groups,
             groups,
-            counters: Vec::new(),
-            rankings: vec![Ranking::new(); rankings],
-            by_newest: BTreeSet::new(),
+            rankings: vec![Leaders::default(); rankings],
             live: LiveWindow {
                 seconds: live_seconds,
                 now,
-                rankings: vec![Ranking::new(); rankings],
+                rankings: vec![Leaders::default(); rankings],
                 changes: BTreeSet::new(),
+                filed: HashMap::default(),
             },
+            keep: keep.max(1),
             scratch: Vec::new(),
             pending: Vec::new(),
             pending_bits: Vec::new(),
@@ -218,7 +314,7 @@ impl TopIndex {
         }
         if self.pending_bits[word] & bit == 0 {
             self.pending_bits[word] |= bit;
-            self.pending.push(index);
+            self.pending.push(key_index(index));
         }
     }
 
@@ -236,8 +332,13 @@ impl TopIndex {
             let Some(index) = self.pending.pop() else {
                 break;
             };
+            let index = index as usize;
             self.pending_bits[index / 64] &= !(1u64 << (index % 64));
             self.update(index, counters.records(index));
+        }
+        if self.pending.is_empty() && self.pending.capacity() > SHRINK_PAST {
+            // A burst of merges marked many; hand their room back.
+            self.pending = Vec::new();
         }
         self.pending.is_empty()
     }
@@ -255,14 +356,10 @@ impl TopIndex {
         self.groups
     }
 
-    /// How many counters are ranked (unique counters are not).
-    pub fn len(&self) -> usize {
-        self.rankings[0].len()
-    }
-
-    /// Whether no counter is ranked.
-    pub fn is_empty(&self) -> bool {
-        self.rankings[0].is_empty()
+    /// How many counters lead the all-time ranking of [`Scope::All`] (every counter ranked
+    /// while there are at most twice [`LEADERS`]).
+    pub fn leaders(&self) -> usize {
+        self.rankings[0].order.len()
     }
 
     fn ranking(&self, scope: Scope) -> Option<usize> {
@@ -282,75 +379,68 @@ impl TopIndex {
         self.slot_groups.get(usize::from(slot)).map(|g| g + 1)
     }
 
-    /// Counter `index` now has the copies `slots`: recomputes its totals and moves it in each
-    /// ranking whose total changed. O(slots + log n per ranking moved).
+    /// Writes the all-time totals of a counter with copies `slots` into `totals` (per ranking,
+    /// all [`ABSENT`] before); a unique counter has none.
+    fn totals_of(&self, slots: &[(u16, SlotRecord)], totals: &mut [i128]) {
+        if is_unique(slots) {
+            return;
+        }
+        for (slot, record) in slots {
+            let value = i128::from(record.state.value);
+            add(&mut totals[0], value);
+            if let Some(g) = self.group_ranking(*slot) {
+                add(&mut totals[g], value);
+            }
+        }
+    }
+
+    /// Counter `index` now has the copies `slots`: recomputes its totals and moves it among
+    /// the leaders of each ranking. O(slots + log leaders per ranking it leads).
     pub fn update(&mut self, index: usize, slots: &[(u16, SlotRecord)]) {
         let key = key_index(index);
-        if self.counters.len() <= index {
-            self.counters.resize_with(index + 1, || None);
-        }
         let r = self.rankings.len();
         let mut totals = std::mem::take(&mut self.scratch);
         totals.clear();
         totals.resize(2 * r, ABSENT);
-        let unique = slots.iter().any(|(_, record)| record.uniques.is_some());
-        let mut newest = None;
-        let mut next_change = None;
-        if !unique {
-            for (slot, record) in slots {
-                let value = i128::from(record.state.value);
-                add(&mut totals[0], value);
-                if let Some(g) = self.group_ranking(*slot) {
-                    add(&mut totals[g], value);
-                }
-                newest = newest.max(record.window.newest());
-            }
-            next_change = self.live_of(slots, &mut totals[r..]);
+        self.totals_of(slots, &mut totals[..r]);
+        let change = self.live_of(slots, &mut totals[r..]);
+        let (all_time, live) = totals.split_at(r);
+        for (leaders, total) in self.rankings.iter_mut().zip(all_time) {
+            leaders.set(key, key_of(*total, key), self.keep);
         }
-        let tracked = &mut self.counters[index];
-        let old = tracked.as_ref();
-        let (old_all, old_live) = match old {
-            Some(t) => (Some(&t.totals[..r]), Some(&t.totals[r..])),
-            None => (None, None),
-        };
-        rerank(&mut self.rankings, key, old_all, &totals[..r]);
-        rerank(&mut self.live.rankings, key, old_live, &totals[r..]);
-        refile(
-            &mut self.live.changes,
-            index,
-            old.and_then(|t| t.next_change.get()),
-            next_change,
-        );
-        let old_newest = old.and_then(|t| t.newest.get());
-        if old_newest != newest {
-            if let Some(second) = old_newest {
-                self.by_newest.remove(&(second, index));
-            }
-            if let Some(second) = newest {
-                self.by_newest.insert((second, index));
-            }
+        for (leaders, hits) in self.live.rankings.iter_mut().zip(live) {
+            leaders.set(key, key_of(*hits, key), self.keep);
         }
-        match tracked {
-            _ if unique => *tracked = None,
-            Some(t) => {
-                t.totals.copy_from_slice(&totals);
-                t.newest = MaybeSecond::new(newest);
-                t.next_change = MaybeSecond::new(next_change);
-            }
-            None => {
-                *tracked = Some(Tracked {
-                    totals: totals.as_slice().into(),
-                    newest: MaybeSecond::new(newest),
-                    next_change: MaybeSecond::new(next_change),
-                })
-            }
-        }
+        self.refile(key, change);
         self.scratch = totals;
+    }
+
+    /// Files counter `index` under the second its live hits next change, if that matters:
+    /// always when a bucket enters, and when one leaves only if it leads a live ranking.
+    fn refile(&mut self, index: u32, change: LiveChange) {
+        let leads = self.live.rankings.iter().any(|l| l.holds(index));
+        let second = match (change.enters, change.leaves.filter(|_| leads)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let live = &mut self.live;
+        let before = live.filed.get(&index).copied();
+        if before == second {
+            return;
+        }
+        if let Some(before) = before {
+            live.changes.remove(&(before, index));
+            live.filed.remove(&index);
+        }
+        if let Some(second) = second {
+            live.changes.insert((second, index));
+            live.filed.insert(index, second);
+        }
     }
 
     /// Moves the live window on to end at `now` (an earlier `now` changes nothing): recomputes
     /// the live hits of each counter filed to change by then, from its copies in `counters`.
-    /// O((slots + log n) per counter recomputed).
+    /// O((slots + log leaders) per counter recomputed).
     pub fn advance(&mut self, now: u64, counters: &impl RankedCounters) {
         if now <= self.live.now {
             return;
@@ -362,34 +452,35 @@ impl TopIndex {
             if second > now {
                 break;
             }
+            self.live.changes.remove(&(second, index));
+            self.live.filed.remove(&index);
             live.clear();
             live.resize(r, ABSENT);
-            let next_change = self.live_of(counters.records(index), &mut live);
-            let Some(tracked) = self.counters.get_mut(index).and_then(Option::as_mut) else {
-                self.live.changes.remove(&(second, index));
-                continue;
-            };
-            rerank(
-                &mut self.live.rankings,
-                key_index(index),
-                Some(&tracked.totals[r..]),
-                &live,
-            );
-            refile(&mut self.live.changes, index, Some(second), next_change);
-            tracked.totals[r..].copy_from_slice(&live);
-            tracked.next_change = MaybeSecond::new(next_change);
+            let change = self.live_of(counters.records(index as usize), &mut live);
+            for (leaders, hits) in self.live.rankings.iter_mut().zip(&live) {
+                leaders.set(index, key_of(*hits, index), self.keep);
+            }
+            self.refile(index, change);
         }
         self.scratch = live;
+        let filed = &mut self.live.filed;
+        if filed.capacity() > SHRINK_PAST.max(4 * filed.len()) {
+            // A burst of merges filed many counters for hits entering; hand their room back.
+            filed.shrink_to(2 * filed.len());
+        }
     }
 
     /// Writes the live hits of a counter with copies `slots` into `live` (per ranking, all
-    /// [`ABSENT`] before), and returns the next second after the live window's end at which
-    /// they change: when the oldest bucket in the window leaves it, or when the first bucket
-    /// ahead of its end enters it.
-    fn live_of(&self, slots: &[(u16, SlotRecord)], live: &mut [i128]) -> Option<u64> {
+    /// [`ABSENT`] before; a unique counter has none), and returns when they next change after
+    /// the live window's end.
+    fn live_of(&self, slots: &[(u16, SlotRecord)], live: &mut [i128]) -> LiveChange {
+        let mut change = LiveChange::default();
+        if is_unique(slots) {
+            return change;
+        }
         let window = self.live_window();
         let after = window.at.saturating_sub(u64::from(window.seconds));
-        let mut next_change: Option<u64> = None;
+        let earliest = |a: Option<u64>, b: u64| Some(a.map_or(b, |a| a.min(b)));
         for (slot, record) in slots {
             let buckets = record.window.buckets();
             let start = buckets.partition_point(|(s, _)| *s <= after);
@@ -404,31 +495,33 @@ impl TopIndex {
                     add(&mut live[g], hits);
                 }
                 let leaves = buckets[start].0.saturating_add(u64::from(window.seconds));
-                next_change = Some(next_change.map_or(leaves, |n| n.min(leaves)));
+                change.leaves = earliest(change.leaves, leaves);
             }
             if let Some((enters, _)) = buckets.get(end) {
-                next_change = Some(next_change.map_or(*enters, |n| n.min(*enters)));
+                change.enters = earliest(change.enters, *enters);
             }
         }
         // A bucket within `seconds` of u64::MAX leaves at a saturated second that is no later
         // than the window's end: nothing can change after it, so nothing is filed (else
         // `advance` would recompute it forever).
-        next_change.filter(|second| *second > window.at)
+        change.leaves = change.leaves.filter(|second| *second > window.at);
+        change
     }
 
     /// The `k` highest all-time totals in `scope` among ids starting with `prefix`, highest
-    /// first (ties by id ascending), ids from `counters`. O(k + ids skipped for the prefix).
+    /// first (ties by id ascending), ids and copies from `counters`. A walk of the leaders,
+    /// O(k + ids skipped), when they hold the answer; else a refill or a scan, O(n · slots).
     pub fn all_time(
-        &self,
+        &mut self,
         scope: Scope,
         prefix: &str,
         k: usize,
         counters: &impl RankedCounters,
     ) -> Vec<Ranked> {
-        match self.ranking(scope) {
-            Some(r) => walk(&self.rankings[r], prefix, k, None, counters),
-            None => Vec::new(),
-        }
+        let rankings = [self.ranking(scope)];
+        self.answer(None, &rankings, prefix, k, None, counters)
+            .pop()
+            .unwrap_or_default()
     }
 
     /// For each of `scopes`, the `k` highest counts of hits in `window` among ids starting
@@ -436,11 +529,11 @@ impl TopIndex {
     /// ascending). A counter is listed in a scope only if one of its slots there has a bucket
     /// in the window. Ids and copies come from `counters`.
     ///
-    /// The live window ([`TopIndex::live_window`]) is walked from the top: O(k + ids skipped).
-    /// Any other visits the counters with a bucket after `window.at - window.seconds`:
-    /// O(visited · (slots + log k)).
+    /// The live window ([`TopIndex::live_window`]) is a walk of its leaders, O(k + ids
+    /// skipped), when they hold the answer. Any other window, or an answer the leaders do not
+    /// hold, is a scan of every counter: O(n · slots + visited · log k).
     pub fn windowed(
-        &self,
+        &mut self,
         scopes: &[Scope],
         prefix: &str,
         k: usize,
@@ -450,45 +543,153 @@ impl TopIndex {
     ) -> Vec<Vec<Ranked>> {
         let rankings: Vec<Option<usize>> = scopes.iter().map(|s| self.ranking(*s)).collect();
         if window == self.live_window() {
-            return rankings
-                .iter()
-                .map(|ranking| match ranking {
-                    Some(r) => walk(&self.live.rankings[*r], prefix, k, min_value, counters),
-                    None => Vec::new(),
-                })
-                .collect();
+            let live = Some(window);
+            return self.answer(live, &rankings, prefix, k, min_value, counters);
         }
-        self.scan(&rankings, prefix, k, min_value, window, counters)
+        self.scan(
+            &rankings,
+            prefix,
+            k,
+            min_value,
+            Measure::Hits(window),
+            counters,
+        )
     }
 
-    /// [`TopIndex::windowed`] by a scan of the counters with a bucket in `window`, for
-    /// `rankings` (by scope; `None` for a scope with no ranking).
+    /// The leaders of the all-time rankings (`live` `None`) or the live window's.
+    fn leaders_of(&self, live: Option<WindowQuery>) -> &[Leaders] {
+        match live {
+            None => &self.rankings,
+            Some(_) => &self.live.rankings,
+        }
+    }
+
+    /// Answers `rankings` (by scope; `None` for a scope with no ranking) from their leaders,
+    /// all-time (`live` `None`) or over the live window: walks each; refills the leaders of a
+    /// walk that fell short once some have left; scans for what is still short.
+    fn answer(
+        &mut self,
+        live: Option<WindowQuery>,
+        rankings: &[Option<usize>],
+        prefix: &str,
+        k: usize,
+        min_value: Option<i128>,
+        counters: &impl RankedCounters,
+    ) -> Vec<Vec<Ranked>> {
+        let walk_all = |index: &Self| -> Vec<Option<Vec<Ranked>>> {
+            let leaders = index.leaders_of(live);
+            rankings
+                .iter()
+                .map(|ranking| match ranking {
+                    Some(r) => walk(&leaders[*r], prefix, k, min_value, counters),
+                    None => Some(Vec::new()),
+                })
+                .collect()
+        };
+        let mut lists = walk_all(self);
+        let thinned = rankings.iter().zip(&lists).any(|(ranking, list)| {
+            list.is_none()
+                && ranking.is_some_and(|r| self.leaders_of(live)[r].order.len() < self.keep)
+        });
+        if thinned {
+            self.refill(live.is_some(), counters);
+            lists = walk_all(self);
+        }
+        let short: Vec<Option<usize>> = rankings
+            .iter()
+            .zip(&lists)
+            .map(|(ranking, list)| ranking.filter(|_| list.is_none()))
+            .collect();
+        if short.iter().all(Option::is_none) {
+            return lists.into_iter().map(Option::unwrap_or_default).collect();
+        }
+        // One list per ranking, empty for those already answered.
+        let measure = live.map_or(Measure::AllTime, Measure::Hits);
+        let scanned = self.scan(&short, prefix, k, min_value, measure, counters);
+        lists
+            .into_iter()
+            .zip(scanned)
+            .map(|(list, scanned)| list.unwrap_or(scanned))
+            .collect()
+    }
+
+    /// Refills the leaders of every all-time ranking (or every live one) from every counter in
+    /// `counters`: the best [`TopIndex::keep`] of each. O(n · (slots + log keep)).
+    fn refill(&mut self, live: bool, counters: &impl RankedCounters) {
+        let r = self.rankings.len();
+        let mut best: Vec<BinaryHeap<RankKey>> = vec![BinaryHeap::new(); r];
+        let mut full = vec![false; r];
+        let mut totals = vec![ABSENT; r];
+        for index in 0..counters.len() {
+            let key = key_index(index);
+            totals.fill(ABSENT);
+            let records = counters.records(index);
+            if live {
+                self.live_of(records, &mut totals);
+            } else {
+                self.totals_of(records, &mut totals);
+            }
+            for ((best, full), total) in best.iter_mut().zip(&mut full).zip(&totals) {
+                if let Some(key) = key_of(*total, key) {
+                    *full |= offer(best, key, self.keep);
+                }
+            }
+        }
+        let leaders = if live {
+            &mut self.live.rankings
+        } else {
+            &mut self.rankings
+        };
+        for ((leaders, best), full) in leaders.iter_mut().zip(best).zip(full) {
+            leaders.refill(best, full);
+        }
+        if live {
+            // New leaders are filed for their hits leaving.
+            let mut joined: Vec<u32> = self
+                .live
+                .rankings
+                .iter()
+                .flat_map(|l| l.keys.keys().copied())
+                .collect();
+            joined.sort_unstable();
+            joined.dedup();
+            for index in joined {
+                totals.fill(ABSENT);
+                let change = self.live_of(counters.records(index as usize), &mut totals);
+                self.refile(index, change);
+            }
+        }
+    }
+
+    /// The `k` best of `rankings` (by scope; `None` for a scope with no ranking) by `measure`,
+    /// from a scan of every counter in `counters`.
     fn scan<'a>(
         &self,
         rankings: &[Option<usize>],
         prefix: &str,
         k: usize,
         min_value: Option<i128>,
-        window: WindowQuery,
+        measure: Measure,
         counters: &'a impl RankedCounters,
     ) -> Vec<Vec<Ranked>> {
         let mut heaps: Vec<Worst<'a>> = vec![BinaryHeap::new(); rankings.len()];
-        let after = window.at.saturating_sub(u64::from(window.seconds));
         let mut parts = vec![None; self.rankings.len()];
-        for &(_, index) in self.by_newest.range((after.saturating_add(1), 0)..) {
-            if self.counters.get(index).and_then(Option::as_ref).is_none() {
-                continue;
-            }
+        for index in 0..counters.len() {
             let id = counters.id(index);
-            if !id.starts_with(prefix) {
+            let records = counters.records(index);
+            if !id.starts_with(prefix) || is_unique(records) {
                 continue;
             }
             parts.iter_mut().for_each(|p| *p = None);
-            for (slot, record) in counters.records(index) {
-                if let Some(hits) = hits_in(&record.window, window) {
-                    add_part(&mut parts[0], hits);
+            for (slot, record) in records {
+                let value = match measure {
+                    Measure::AllTime => Some(i128::from(record.state.value)),
+                    Measure::Hits(window) => hits_in(&record.window, window),
+                };
+                if let Some(value) = value {
+                    add_part(&mut parts[0], value);
                     if let Some(g) = self.group_ranking(*slot) {
-                        add_part(&mut parts[g], hits);
+                        add_part(&mut parts[g], value);
                     }
                 }
             }
@@ -528,25 +729,36 @@ impl TopIndex {
     }
 }
 
-/// The first `k` of `ranking` with ids starting with `prefix`, down to `min_value` (when
-/// given), ties by id: O(k + ids skipped + the run of equal totals `k` ends in).
+/// Whether counter copies `slots` are a unique counter's (they carry a sketch).
+fn is_unique(slots: &[(u16, SlotRecord)]) -> bool {
+    slots.iter().any(|(_, record)| record.uniques.is_some())
+}
+
+/// The first `k` of `leaders` with ids starting with `prefix`, down to `min_value` (when
+/// given), ties by id: O(k + ids skipped + the run of equal totals `k` ends in). `None` when
+/// the leaders do not hold the answer: it reaches the floor's total first.
 fn walk(
-    ranking: &Ranking,
+    leaders: &Leaders,
     prefix: &str,
     k: usize,
     min_value: Option<i128>,
     counters: &impl RankedCounters,
-) -> Vec<Ranked> {
+) -> Option<Vec<Ranked>> {
     let mut listed = Vec::new();
     let mut run: Vec<&str> = Vec::new();
-    let mut keys = ranking.iter().peekable();
+    let mut keys = leaders.order.iter().peekable();
     while listed.len() < k {
         let Some(first) = keys.next() else {
-            break;
+            // Past the last leader: the answer, unless counters under the floor follow.
+            return leaders.floor.is_none().then_some(listed);
         };
         let value = first.total();
         if min_value.is_some_and(|min| value < min) {
             break;
+        }
+        if leaders.floor.is_some_and(|floor| floor.ties(first)) {
+            // Counters of higher index may share the floor's total without leading.
+            return None;
         }
         // The run of counters with this total, sorted by id.
         run.clear();
@@ -567,42 +779,7 @@ fn walk(
             value,
         }));
     }
-    listed
-}
-
-/// Moves counter `index` in each of `rankings` whose total changed from `before` (`None`: not
-/// ranked before) to `after`.
-fn rerank(rankings: &mut [Ranking], index: u32, before: Option<&[i128]>, after: &[i128]) {
-    for (r, after) in after.iter().enumerate() {
-        let before = before.map_or(ABSENT, |b| b[r]);
-        if before == *after {
-            continue;
-        }
-        if before != ABSENT {
-            rankings[r].remove(&RankKey::new(before, index));
-        }
-        if *after != ABSENT {
-            rankings[r].insert(RankKey::new(*after, index));
-        }
-    }
-}
-
-/// Refiles counter `index` in `changes` from second `before` to `after`.
-fn refile(
-    changes: &mut BTreeSet<(u64, usize)>,
-    index: usize,
-    before: Option<u64>,
-    after: Option<u64>,
-) {
-    if before == after {
-        return;
-    }
-    if let Some(second) = before {
-        changes.remove(&(second, index));
-    }
-    if let Some(second) = after {
-        changes.insert((second, index));
-    }
+    Some(listed)
 }
 
 /// Adds `value` to a total that may be [`ABSENT`] yet.
@@ -661,9 +838,8 @@ mod tests {
         // Beyond what valid copies can sum to: clamped, still in order.
         assert_eq!(RankKey::new(i128::MAX, 0).total(), (1 << 95) - 1);
         assert!(RankKey::new(i128::MIN + 1, 0) > RankKey::new(-(1 << 95) + 1, 0));
-        // What a counter costs the index: a key per ranking it is in, and its entry.
+        // What a leader costs a ranking's order.
         assert_eq!(std::mem::size_of::<RankKey>(), 16);
-        assert_eq!(std::mem::size_of::<Option<Tracked>>(), 32);
     }
     use geocount_model::SlotState;
 
@@ -688,6 +864,10 @@ mod tests {
     }
 
     impl RankedCounters for Counters {
+        fn len(&self) -> usize {
+            self.ids.len()
+        }
+
         fn id(&self, index: usize) -> &str {
             self.ids.get(index).map_or("", String::as_str)
         }
@@ -710,8 +890,13 @@ mod tests {
 
         /// A table whose index keeps the live window of `seconds` ending at `now`.
         fn live(slot_groups: Vec<usize>, seconds: u32, now: u64) -> Self {
+            Self::leading(slot_groups, seconds, now, LEADERS)
+        }
+
+        /// [`Table::live`] keeping `keep` leaders per ranking.
+        fn leading(slot_groups: Vec<usize>, seconds: u32, now: u64, keep: usize) -> Self {
             Self {
-                index: TopIndex::new(slot_groups, seconds, now),
+                index: TopIndex::with_leaders(slot_groups, seconds, now, keep),
                 counters: Counters::default(),
             }
         }
@@ -734,12 +919,12 @@ mod tests {
             self.index.update(n, copies);
         }
 
-        fn all_time(&self, scope: Scope, prefix: &str, k: usize) -> Vec<Ranked> {
+        fn all_time(&mut self, scope: Scope, prefix: &str, k: usize) -> Vec<Ranked> {
             self.index.all_time(scope, prefix, k, &self.counters)
         }
 
         fn windowed(
-            &self,
+            &mut self,
             scopes: &[Scope],
             prefix: &str,
             k: usize,
@@ -764,10 +949,26 @@ mod tests {
             k: usize,
             min: Option<i128>,
         ) -> Vec<Vec<Ranked>> {
+            let window = Measure::Hits(self.index.live_window());
+            self.scan_by(window, scopes, prefix, k, min)
+        }
+
+        /// What a scan answers all-time.
+        fn scanned_all_time(&self, scopes: &[Scope], prefix: &str, k: usize) -> Vec<Vec<Ranked>> {
+            self.scan_by(Measure::AllTime, scopes, prefix, k, None)
+        }
+
+        fn scan_by(
+            &self,
+            measure: Measure,
+            scopes: &[Scope],
+            prefix: &str,
+            k: usize,
+            min: Option<i128>,
+        ) -> Vec<Vec<Ranked>> {
             let rankings: Vec<_> = scopes.iter().map(|s| self.index.ranking(*s)).collect();
-            let window = self.index.live_window();
             self.index
-                .scan(&rankings, prefix, k, min, window, &self.counters)
+                .scan(&rankings, prefix, k, min, measure, &self.counters)
         }
     }
 
@@ -794,7 +995,7 @@ mod tests {
         );
         assert!(t.all_time(Scope::All, "nothing", 10).is_empty());
         assert!(t.all_time(Scope::Group(1), "", 10).is_empty());
-        assert_eq!(t.index.len(), 4);
+        assert_eq!(t.index.leaders(), 4);
     }
 
     #[test]
@@ -814,7 +1015,7 @@ mod tests {
             ids(&t.all_time(Scope::All, "", 10)),
             [("a", 5), ("c", 0), ("b", -10)]
         );
-        assert_eq!(t.index.len(), 3, "no stale entry left behind");
+        assert_eq!(t.index.leaders(), 3, "no stale entry left behind");
     }
 
     #[test]
@@ -837,7 +1038,7 @@ mod tests {
         let mut unique = record(50, &[]);
         unique.add_item(geocount_model::unique::hash_item("u"), 2);
         t.set("u", 0, unique);
-        assert_eq!(t.index.len(), 2);
+        assert_eq!(t.index.leaders(), 2);
         assert!(t.all_time(Scope::All, "u", 10).is_empty());
         assert_eq!(t.index.groups(), 2);
     }
@@ -939,6 +1140,44 @@ mod tests {
         assert!(t.index.live.changes.is_empty());
     }
 
+    #[test]
+    fn leaders_stay_few_and_answers_stay_exact_as_totals_fall_under_the_floor() {
+        // Keep 4 leaders: cut back to 4 past 8.
+        let mut t = Table::leading(vec![0], 300, 1_000, 4);
+        for n in 0..100 {
+            t.set(&format!("c{n:03}"), 0, record(n, &[(1_000, n)]));
+        }
+        assert!(t.index.leaders() <= 8, "{} leaders", t.index.leaders());
+        let top = t.all_time(Scope::All, "", 3);
+        assert_eq!(ids(&top), [("c099", 99), ("c098", 98), ("c097", 97)]);
+        let floor = t.index.rankings[0].floor.expect("a floor once cut");
+        assert!(
+            floor.total() >= 91,
+            "the floor rose to the leaders: {}",
+            floor.total()
+        );
+        // The leaders fall under everything else: a walk falls short, and the refill finds
+        // the new leaders among all the counters.
+        for n in 92..100 {
+            t.set(&format!("c{n:03}"), 0, record(-n, &[(1_000, 1)]));
+        }
+        assert_eq!(
+            ids(&t.all_time(Scope::All, "", 3)),
+            [("c091", 91), ("c090", 90), ("c089", 89)]
+        );
+        assert!(t.index.leaders() >= 4, "refilled");
+        // A prefix no leader has is answered by a scan, exactly.
+        t.set("#rare", 0, record(1, &[(1_000, 1)]));
+        assert_eq!(ids(&t.all_time(Scope::All, "#", 3)), [("#rare", 1)]);
+        // The live window's leaders: the most hits, even though c092..c099 fell all-time.
+        let live = t.windowed(&[Scope::All], "c", 2, None, 300, 1_000);
+        assert_eq!(ids(&live[0]), [("c091", 91), ("c090", 90)]);
+        // Hits leave the window: nothing is left, and no counter stays filed.
+        t.advance(1_300);
+        assert!(t.windowed(&[Scope::All], "", 5, None, 300, 1_300)[0].is_empty());
+        assert!(t.index.live.changes.is_empty());
+    }
+
     mod live_equals_scan {
         use super::*;
         use proptest::prelude::*;
@@ -963,11 +1202,17 @@ mod tests {
         }
 
         proptest! {
-            /// After any merges and any moves of time, the kept live rankings answer exactly
-            /// what a scan of every counter answers, for every scope, prefix, k and threshold.
+            /// After any merges and any moves of time, the leaders (however few are kept, so
+            /// floors rise, leaders leave and refills and scans happen) answer exactly what a
+            /// scan of every counter answers: all-time, and over the live window, for every
+            /// scope, prefix, k and threshold.
             #[test]
-            fn after_any_steps(steps in prop::collection::vec(step(), 1..60), seconds in 1..12u32) {
-                let mut t = Table::live(vec![0, 0, 1], seconds, 20);
+            fn after_any_steps(
+                steps in prop::collection::vec(step(), 1..60),
+                seconds in 1..12u32,
+                keep in 1..5usize,
+            ) {
+                let mut t = Table::leading(vec![0, 0, 1], seconds, 20, keep);
                 let mut now: u64 = 20;
                 for step in steps {
                     match step {
@@ -988,6 +1233,11 @@ mod tests {
                     for (prefix, k, min) in [("", 100, None), ("#", 3, None), ("@", 100, Some(5))] {
                         let live = t.windowed(&scopes, prefix, k, min, seconds, now);
                         prop_assert_eq!(live, t.scanned(&scopes, prefix, k, min));
+                    }
+                    for (prefix, k) in [("", 100), ("", 2), ("#", 3), ("@", 1)] {
+                        let all_time: Vec<_> =
+                            scopes.iter().map(|s| t.all_time(*s, prefix, k)).collect();
+                        prop_assert_eq!(all_time, t.scanned_all_time(&scopes, prefix, k));
                     }
                 }
             }
