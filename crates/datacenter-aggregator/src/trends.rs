@@ -1,8 +1,9 @@
 //! Top-K trends and trending counters of this datacenter: `GET /topk` and `GET /trending`,
 //! answered from the [`geocount_sync::TopIndex`] its slot copies keep up to date.
 //!
-//! - All-time rankings walk the index from the top; windowed ones sum the windows of the
-//!   counters with a hit in the window, exactly, at request time.
+//! - All-time rankings and the live window walk the index's leaders from the top; other
+//!   windows (and answers the leaders do not hold) scan every counter's copies, exactly, at
+//!   request time.
 //! - Unique counters are left out (their values are estimates of distinct items).
 //! - The answer carries the datacenter's staleness (the worst of its slots') like a read.
 

@@ -81,7 +81,6 @@ fn resident_bytes() -> u64 {
 fn bench(c: &mut Criterion) {
     let ids: Vec<String> = (0..COUNTERS).map(id).collect();
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-    let before = resident_bytes();
     let mut index = TopIndex::new(vec![0], 300, 1_000);
     let mut counters = Counters {
         ids: &ids,
@@ -89,6 +88,7 @@ fn bench(c: &mut Criterion) {
             .map(|_| record((rng.next() % 1_000_000) as i64))
             .collect(),
     };
+    let before = resident_bytes();
     for n in 0..COUNTERS {
         index.update(n, &counters.records[n]);
     }

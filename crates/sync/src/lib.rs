@@ -15,8 +15,8 @@
 //!   ([`SourceStatus`]).
 //! - [`replica`]: what an aggregator holds of the tier below ([`Replica`]) and the pullers that
 //!   feed it ([`start_pulling`]).
-//! - [`topk`]: counters ranked by total as merges change them, and windowed top K
-//!   ([`TopIndex`]).
+//! - [`topk`]: the leading counters of each ranking by total, kept as merges change them, and
+//!   windowed top K ([`TopIndex`]).
 //! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //! - [`access`]: the checks of client tokens and the cluster secret ([`Access`]).
