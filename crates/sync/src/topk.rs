@@ -284,8 +284,8 @@ impl TopIndex {
     }
 
     /// [`TopIndex::new`], keeping `keep` leaders per ranking (at least 1) rather than
-    /// [`LEADERS`].
-    pub fn with_leaders(slot_groups: Vec<usize>, live_seconds: u32, now: u64, keep: usize) -> Self {
+    /// [`LEADERS`]: the tests keep a few, so floors rise and refills happen.
+    fn with_leaders(slot_groups: Vec<usize>, live_seconds: u32, now: u64, keep: usize) -> Self {
         let groups = slot_groups.iter().max().map_or(1, |g| g + 1);
         let rankings = if groups == 1 { 1 } else { groups + 1 };
         Self {
@@ -418,8 +418,11 @@ impl TopIndex {
     /// Files counter `index` under the second its live hits next change, if that matters:
     /// always when a bucket enters, and when one leaves only if it leads a live ranking.
     fn refile(&mut self, index: u32, change: LiveChange) {
-        let leads = self.live.rankings.iter().any(|l| l.holds(index));
-        let second = match (change.enters, change.leaves.filter(|_| leads)) {
+        // Whether it leads is looked up only when a bucket of it will leave.
+        let leaves = change
+            .leaves
+            .filter(|_| self.live.rankings.iter().any(|l| l.holds(index)));
+        let second = match (change.enters, leaves) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -479,17 +482,12 @@ impl TopIndex {
             return change;
         }
         let window = self.live_window();
-        let after = window.at.saturating_sub(u64::from(window.seconds));
         let earliest = |a: Option<u64>, b: u64| Some(a.map_or(b, |a| a.min(b)));
         for (slot, record) in slots {
             let buckets = record.window.buckets();
-            let start = buckets.partition_point(|(s, _)| *s <= after);
-            let end = buckets.partition_point(|(s, _)| *s <= window.at);
+            let (start, end) = in_window(buckets, window);
             if start < end {
-                let hits = buckets[start..end]
-                    .iter()
-                    .map(|(_, hits)| i128::from(*hits))
-                    .sum();
+                let hits = sum_hits(&buckets[start..end]);
                 add(&mut live[0], hits);
                 if let Some(g) = self.group_ranking(*slot) {
                     add(&mut live[g], hits);
@@ -796,18 +794,25 @@ fn add_part(total: &mut Option<i128>, value: i128) {
     *total = Some(total.unwrap_or(0) + value);
 }
 
-/// The hits of `w` in `window`, or `None` when it has no bucket there.
-fn hits_in(w: &Window, window: WindowQuery) -> Option<i128> {
-    let buckets = w.buckets();
+/// The range of `buckets` (by second, rising) in `window`: `(start, end)`, empty when
+/// `start == end`; `end` is the first bucket ahead of the window's end.
+fn in_window(buckets: &[(u64, i64)], window: WindowQuery) -> (usize, usize) {
     let after = window.at.saturating_sub(u64::from(window.seconds));
     let start = buckets.partition_point(|(s, _)| *s <= after);
     let end = buckets.partition_point(|(s, _)| *s <= window.at);
-    (start < end).then(|| {
-        buckets[start..end]
-            .iter()
-            .map(|(_, hits)| i128::from(*hits))
-            .sum()
-    })
+    (start, end)
+}
+
+/// The hits of `buckets`, summed without overflow.
+fn sum_hits(buckets: &[(u64, i64)]) -> i128 {
+    buckets.iter().map(|(_, hits)| i128::from(*hits)).sum()
+}
+
+/// The hits of `w` in `window`, or `None` when it has no bucket there.
+fn hits_in(w: &Window, window: WindowQuery) -> Option<i128> {
+    let buckets = w.buckets();
+    let (start, end) = in_window(buckets, window);
+    (start < end).then(|| sum_hits(&buckets[start..end]))
 }
 
 #[cfg(test)]
