@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::figure::{Figure, Goal, Row, Unit, render_table};
 use crate::steps::{
     BATCH_CONNECTIONS, BATCH_SIZE, COUNTERS, CeilingFigures, ClusterFigures, CurvePoint,
-    MemoryFigures, NodeFigures, Plan, RedisFigures, ZIPF_EXPONENT,
+    MEMORY_CURVE_FROM, MemoryFigures, MemoryRun, NodeFigures, Plan, RedisFigures, ZIPF_EXPONENT,
 };
 
 /// Runs the geocount benchmark against Redis and a bare hyper server on this machine.
@@ -217,13 +217,13 @@ fn rows(results: &Results) -> Vec<Row> {
                 Some(Goal::RatioAtLeast(0.8)),
             ));
         }
-        for point in curve.iter().filter(|p| p.counters >= 1_000_000) {
+        for point in curve.iter().filter(|p| p.counters >= MEMORY_CURVE_FROM) {
             rows.push(Row::alone(
                 format!(
                     "memory: shard node alone, resident bytes per counter, {} counters",
                     point.counters
                 ),
-                Figure::new(Unit::Bytes, vec![point.resident_bytes_per_counter]),
+                point.resident_bytes_per_counter.clone(),
                 Some(Goal::Below(100.0 + 8.0)),
             ));
         }
@@ -283,25 +283,30 @@ fn rows(results: &Results) -> Vec<Row> {
     }
     if let Some(memory) = &results.memory {
         let limit = 100.0 + memory.mean_id_bytes;
-        let of = |entries: &[(String, usize, f64)]| {
-            Figure::new(Unit::Bytes, entries.iter().map(|e| e.2).collect())
+        // Every process of its kind in every run: the range shows both nodes and runs.
+        let of = |entries: fn(&MemoryRun) -> &[(String, usize, f64)]| {
+            let samples = memory.runs.iter().flat_map(entries).map(|e| e.2);
+            Figure::new(Unit::Bytes, samples.collect())
         };
         rows.push(Row::alone(
             format!(
-                "memory: cluster shard nodes (own slot + peers' replicas), bytes per (counter, slot), {} counters, over the nodes",
+                "memory: cluster shard nodes (own slot + peers' replicas), bytes per (counter, slot), {} counters, over the nodes and runs",
                 memory.counters
             ),
-            of(&memory.shards),
+            of(|run| &run.shards),
             Some(Goal::Below(limit)),
         ));
         rows.push(Row::alone(
-            "memory: datacenter aggregators, bytes per (counter, slot), over the aggregators",
-            of(&memory.datacenter_aggregators),
+            "memory: datacenter aggregators, bytes per (counter, slot), over the aggregators and runs",
+            of(|run| &run.datacenter_aggregators),
             Some(Goal::Below(limit)),
         ));
         rows.push(Row::alone(
-            "memory: global aggregator, bytes per (counter, datacenter)",
-            Figure::new(Unit::Bytes, vec![memory.global.1]),
+            "memory: global aggregator, bytes per (counter, datacenter), over the runs",
+            Figure::new(
+                Unit::Bytes,
+                memory.runs.iter().map(|run| run.global.1).collect(),
+            ),
             Some(Goal::Below(limit)),
         ));
     }

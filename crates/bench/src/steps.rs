@@ -287,47 +287,72 @@ pub struct CurvePoint {
     /// Batched writes acknowledged per second.
     pub batches: BatchFigures,
     /// Resident bytes the node grew by per counter, the counters written once and the
-    /// allocator settled.
-    pub resident_bytes_per_counter: f64,
-    /// Seconds the first writes of every counter took.
-    pub populate_secs: f64,
+    /// allocator settled: one sample per fresh node (`repeats` of them from
+    /// [`MEMORY_CURVE_FROM`] counters on, where the table reports it).
+    pub resident_bytes_per_counter: Figure,
+    /// Seconds the first writes of every counter took, per fresh node.
+    pub populate_secs: Vec<f64>,
 }
+
+/// The counter count from which the growth curve reads memory on `repeats` fresh nodes (below
+/// it, fixed costs such as the store's cache dominate and the table shows no memory figure).
+pub const MEMORY_CURVE_FROM: usize = 1_000_000;
 
 /// Step 3b: the per-write cost as the node's counters grow, each count on a fresh node.
 pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Vec<CurvePoint>> {
     let mut points = Vec::new();
     for &counters in &plan.curve {
-        let node_dir = dir.join("curve");
-        let text = topo::single_node(&node_dir.join("data"))?;
-        let mut running = Running::start(&node_dir, &text, bin_dir, is_shard).await?;
-        let address = running.shard_addresses()[0];
-        let pid = running.processes[0].pid;
-        let result = async {
-            let before = resident_bytes(pid)?;
-            let started = std::time::Instant::now();
-            batch::populate(address, "c", counters, 10_000).await?;
-            let populate_secs = started.elapsed().as_secs_f64();
-            tokio::time::sleep(MEMORY_SETTLE).await;
-            let resident_bytes_per_counter =
-                resident_bytes(pid)?.saturating_sub(before) as f64 / counters as f64;
-            println!(
-                "  {counters} counters written once in {populate_secs:.1} s; {resident_bytes_per_counter:.0} resident bytes per counter"
-            );
-            let picker = CounterPicker::new(KeyDistribution::Uniform, counters, 0.0)?;
-            let bodies = Arc::new(batch::bodies("c", &picker, BATCH_SIZE));
-            let label = format!("uniform over {counters} counters");
-            let secs = Duration::from_secs(plan.curve_secs);
-            let batches = batch_repeated(plan, &label, &[address], bodies, secs).await?;
-            anyhow::Ok(CurvePoint {
-                counters,
-                batches,
-                resident_bytes_per_counter,
-                populate_secs,
-            })
+        let fresh_nodes = if counters >= MEMORY_CURVE_FROM {
+            plan.repeats
+        } else {
+            1
+        };
+        let mut resident = Vec::new();
+        let mut populate_secs = Vec::new();
+        for node in 1..=fresh_nodes {
+            let node_dir = dir.join("curve");
+            let text = topo::single_node(&node_dir.join("data"))?;
+            let mut running = Running::start(&node_dir, &text, bin_dir, is_shard).await?;
+            let address = running.shard_addresses()[0];
+            let pid = running.processes[0].pid;
+            let result = async {
+                let before = resident_bytes(pid)?;
+                let started = std::time::Instant::now();
+                batch::populate(address, "c", counters, 10_000).await?;
+                populate_secs.push(started.elapsed().as_secs_f64());
+                tokio::time::sleep(MEMORY_SETTLE).await;
+                let bytes = resident_bytes(pid)?.saturating_sub(before) as f64 / counters as f64;
+                resident.push(bytes);
+                println!(
+                    "  {counters} counters written once in {:.1} s; {bytes:.0} resident bytes per counter",
+                    populate_secs[populate_secs.len() - 1]
+                );
+                // The batches run on the last fresh node only.
+                if node < fresh_nodes {
+                    return anyhow::Ok(None);
+                }
+                let picker = CounterPicker::new(KeyDistribution::Uniform, counters, 0.0)?;
+                let bodies = Arc::new(batch::bodies("c", &picker, BATCH_SIZE));
+                let label = format!("uniform over {counters} counters");
+                let secs = Duration::from_secs(plan.curve_secs);
+                Ok(Some(
+                    batch_repeated(plan, &label, &[address], bodies, secs).await?,
+                ))
+            }
+            .await;
+            running.stop().await;
+            if let Some(batches) = result? {
+                points.push(CurvePoint {
+                    counters,
+                    batches,
+                    resident_bytes_per_counter: Figure::new(
+                        Unit::Bytes,
+                        std::mem::take(&mut resident),
+                    ),
+                    populate_secs: std::mem::take(&mut populate_secs),
+                });
+            }
         }
-        .await;
-        running.stop().await;
-        points.push(result?);
     }
     Ok(points)
 }
@@ -493,13 +518,20 @@ async fn cluster_runs(
     })
 }
 
-/// Resident memory per (counter, slot) entry held, by process.
+/// Resident memory per (counter, slot) entry held, by process, on `repeats` fresh clusters.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryFigures {
     /// Counters written once into every datacenter.
     pub counters: usize,
     /// The mean length of their ids, in bytes.
     pub mean_id_bytes: f64,
+    /// One reading of every process per fresh cluster.
+    pub runs: Vec<MemoryRun>,
+}
+
+/// One fresh cluster's memory per entry, by process.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryRun {
     /// Per shard node: (name, entries held: own slot and peers' replicas, bytes per entry).
     pub shards: Vec<(String, usize, f64)>,
     /// Per datacenter aggregator: (name, entries, bytes per entry).
@@ -508,23 +540,33 @@ pub struct MemoryFigures {
     pub global: (usize, f64),
 }
 
-/// Step 5: resident bytes per counter on every process of a fresh cluster of `shape`.
+/// Step 5: resident bytes per counter on every process of a fresh cluster of `shape`, once per
+/// repeat (each on a cluster of its own, since the counters are written once).
 pub async fn memory(
     plan: &Plan,
     dir: &Path,
     bin_dir: &Path,
     shape: &Topology,
 ) -> anyhow::Result<MemoryFigures> {
+    let counters = plan.memory_counters;
+    let mut figures = MemoryFigures {
+        counters,
+        mean_id_bytes: (0..counters).map(|n| format!("m-{n}").len()).sum::<usize>() as f64
+            / counters as f64,
+        runs: Vec::new(),
+    };
     let memory_dir = dir.join("memory");
-    let text = topo::same_shape(shape, &memory_dir.join("data"))?;
-    let mut running = Running::start(&memory_dir, &text, bin_dir, |_| true).await?;
-    let result = memory_runs(plan, &running).await;
-    running.stop().await;
-    result
+    for _ in 0..plan.repeats {
+        let text = topo::same_shape(shape, &memory_dir.join("data"))?;
+        let mut running = Running::start(&memory_dir, &text, bin_dir, |_| true).await?;
+        let result = memory_run(counters, &running).await;
+        running.stop().await;
+        figures.runs.push(result?);
+    }
+    Ok(figures)
 }
 
-async fn memory_runs(plan: &Plan, running: &Running) -> anyhow::Result<MemoryFigures> {
-    let counters = plan.memory_counters;
+async fn memory_run(counters: usize, running: &Running) -> anyhow::Result<MemoryRun> {
     // Let the first pulls settle before the baseline.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = running
@@ -560,10 +602,7 @@ async fn memory_runs(plan: &Plan, running: &Running) -> anyhow::Result<MemoryFig
     )
     .await?;
     tokio::time::sleep(MEMORY_SETTLE).await;
-    let mut figures = MemoryFigures {
-        counters,
-        mean_id_bytes: (0..counters).map(|n| format!("m-{n}").len()).sum::<usize>() as f64
-            / counters as f64,
+    let mut figures = MemoryRun {
         shards: Vec::new(),
         datacenter_aggregators: Vec::new(),
         global: (0, 0.0),
