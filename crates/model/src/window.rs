@@ -91,7 +91,11 @@ impl Window {
         self.set_each(&change.buckets);
         if let Some(newest) = change.newest {
             let oldest_kept = newest.saturating_sub(u64::from(length)) + 1;
-            let expired = self.buckets.partition_point(|(s, _)| *s < oldest_kept);
+            // Usually nothing or only the oldest bucket expires: look at it before searching.
+            let expired = match self.buckets.first() {
+                Some((oldest, _)) if *oldest >= oldest_kept => 0,
+                _ => self.buckets.partition_point(|(s, _)| *s < oldest_kept),
+            };
             self.buckets.drain(..expired);
         }
     }
@@ -107,7 +111,7 @@ impl Window {
     /// Sets the bucket of each `(second, hits)` to `hits`, keeping the buckets in order.
     fn set_each(&mut self, buckets: &[(u64, i64)]) {
         for &(second, hits) in buckets {
-            match self.buckets.binary_search_by_key(&second, |(s, _)| *s) {
+            match bucket_of(&self.buckets, second) {
                 Ok(at) => self.buckets[at].1 = hits,
                 Err(at) => self.buckets.insert(at, (second, hits)),
             }
@@ -123,6 +127,19 @@ impl Window {
             .iter()
             .map(|(_, hits)| i128::from(*hits))
             .sum()
+    }
+}
+
+/// Where the bucket of `second` is in `buckets` (by second, rising), as
+/// [`slice::binary_search_by_key`] answers. Hits nearly always land in the newest second or a
+/// new one, so the newest bucket is looked at first: a busy counter's window holds hundreds
+/// of buckets, and a search through them costs several cache misses.
+fn bucket_of(buckets: &[(u64, i64)], second: u64) -> Result<usize, usize> {
+    match buckets.last() {
+        None => Err(0),
+        Some((newest, _)) if *newest == second => Ok(buckets.len() - 1),
+        Some((newest, _)) if *newest < second => Err(buckets.len()),
+        Some(_) => buckets.binary_search_by_key(&second, |(s, _)| *s),
     }
 }
 
@@ -164,10 +181,7 @@ impl WindowChange {
         match self.buckets.iter_mut().find(|(s, _)| *s == second) {
             Some((_, hits)) => *hits = crate::slot::checked_add(*hits, delta)?,
             None => {
-                let before = base
-                    .buckets
-                    .binary_search_by_key(&second, |(s, _)| *s)
-                    .map_or(0, |at| base.buckets[at].1);
+                let before = bucket_of(&base.buckets, second).map_or(0, |at| base.buckets[at].1);
                 let hits = crate::slot::checked_add(before, delta)?;
                 self.buckets.push((second, hits));
             }
@@ -295,6 +309,47 @@ mod tests {
         assert_eq!(replayed, owner);
         replayed.set_buckets(&logged);
         assert_eq!(replayed, owner, "replaying twice changes nothing more");
+    }
+
+    proptest::proptest! {
+        /// The newest-bucket shortcut finds what a binary search finds.
+        #[test]
+        fn bucket_of_agrees_with_a_binary_search(
+            seconds in proptest::collection::btree_set(0u64..100, 0..20),
+            second in 0u64..110,
+        ) {
+            let buckets: Vec<(u64, i64)> = seconds.into_iter().map(|s| (s, 1)).collect();
+            proptest::prop_assert_eq!(
+                bucket_of(&buckets, second),
+                buckets.binary_search_by_key(&second, |(s, _)| *s)
+            );
+        }
+
+        /// Any hits, in any order, leave the buckets a plain map of second → hits would hold.
+        #[test]
+        fn recorded_hits_match_a_map_of_seconds(
+            hits in proptest::collection::vec((0u64..200, -5i64..5), 0..60),
+            length in 1u32..50,
+        ) {
+            let mut window = Window::default();
+            let mut model = std::collections::BTreeMap::new();
+            let mut newest: Option<u64> = None;
+            for (second, delta) in hits {
+                let top = newest.map_or(second, |n| n.max(second));
+                let oldest_kept = top.saturating_sub(u64::from(length)) + 1;
+                let expected = if second < oldest_kept {
+                    Recorded::TooOld
+                } else {
+                    *model.entry(second).or_insert(0) += delta;
+                    model.retain(|s, _| *s >= oldest_kept);
+                    newest = Some(top);
+                    Recorded::Counted
+                };
+                proptest::prop_assert_eq!(window.record(second, delta, length).unwrap(), expected);
+                let buckets: Vec<(u64, i64)> = model.iter().map(|(s, h)| (*s, *h)).collect();
+                proptest::prop_assert_eq!(window.buckets(), &buckets[..]);
+            }
+        }
     }
 
     #[test]
