@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geocount_model::Clock;
 use geocount_net::{Connector, HttpClient, Listener};
-use geocount_sync::{Access, start_pulling};
+use geocount_sync::{Access, LiveRanking, start_pulling};
 
 use crate::api;
 use crate::config::AggregatorConfig;
@@ -41,8 +41,11 @@ pub async fn run<L: Listener>(
     // One datacenter: every slot in one group. What the pullers merged already is indexed too.
     replica.write().expect("replica lock").copies.index_top(
         vec![0; slot_names.len()],
-        config.trending.window_seconds,
-        clock.now_unix_ms() / 1000,
+        LiveRanking {
+            seconds: config.trending.window_seconds,
+            now: clock.now_unix_ms() / 1000,
+            hold_from: config.trending.smallest_threshold().map(i128::from),
+        },
     );
     pullers.keep_ranked(&replica, clock.clone());
     tracing::info!(addr = %config.listen, datacenter = %config.datacenter, "serving");

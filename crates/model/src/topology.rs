@@ -156,6 +156,12 @@ impl TrendingConfig {
             )
         })
     }
+
+    /// The smallest threshold configured, if any: the aggregators keep every counter at or
+    /// over it among the leaders of the trending window.
+    pub fn smallest_threshold(&self) -> Option<i64> {
+        self.thresholds.values().min().copied()
+    }
 }
 
 impl Default for TrendingConfig {

@@ -18,7 +18,7 @@ use geocount_model::Window;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{SlotRecord, SlotState};
 use geocount_sync::http::WindowQuery;
-use geocount_sync::{RankedCounters, Scope, SlotCopies, TopIndex};
+use geocount_sync::{LiveRanking, RankedCounters, Scope, SlotCopies, TopIndex};
 
 const COUNTERS: usize = 1_000_000;
 
@@ -81,7 +81,7 @@ fn resident_bytes() -> u64 {
 fn bench(c: &mut Criterion) {
     let ids: Vec<String> = (0..COUNTERS).map(id).collect();
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-    let mut index = TopIndex::new(vec![0], 300, 1_000);
+    let mut index = TopIndex::new(vec![0], LiveRanking::new(300, 1_000));
     let mut counters = Counters {
         ids: &ids,
         records: (0..COUNTERS)
@@ -146,7 +146,7 @@ fn windowed(c: &mut Criterion, ids: &[String]) {
             .map(|_| windowed_record((rng.next() % 1_000) as i64 + 1))
             .collect(),
     };
-    let mut index = TopIndex::new(vec![0], 300, 1_000);
+    let mut index = TopIndex::new(vec![0], LiveRanking::new(300, 1_000));
     for n in 0..ids.len() {
         index.update(n, &counters.records[n]);
     }
@@ -163,6 +163,33 @@ fn windowed(c: &mut Criterion, ids: &[String]) {
         "windowed top 10, another window (scan), all 1,000,000 counters in it",
         |b| b.iter(|| black_box(index.windowed(&[Scope::All], "", 10, None, other, &counters))),
     );
+    // `/trending` at a threshold about 10,000 of the counters reach: more than the leaders
+    // kept, so without the bound the floor is over the threshold and every call scans.
+    let threshold = 991;
+    let mut held = TopIndex::new(
+        vec![0],
+        LiveRanking {
+            hold_from: Some(threshold),
+            ..LiveRanking::new(300, 1_000)
+        },
+    );
+    for n in 0..ids.len() {
+        held.update(n, &counters.records[n]);
+    }
+    let trending = [
+        ("no bound held (a scan)", &mut index),
+        ("leaders held from the threshold (a walk)", &mut held),
+    ];
+    for (how, index) in trending {
+        let name = format!("trending: every counter with >= 991 hits (about 10,000), {how}");
+        c.bench_function(&name, |b| {
+            b.iter(|| {
+                let min = Some(threshold);
+                black_box(index.windowed(&[Scope::All], "", usize::MAX, min, live, &counters))
+            })
+        });
+    }
+    drop(held);
     c.bench_function("one update of a counter's hits in the live window", |b| {
         b.iter(|| {
             let n = (rng.next() % COUNTERS as u64) as usize;
@@ -224,7 +251,7 @@ fn global_page(c: &mut Criterion) {
     let full = page(0..6, &mut (0..GLOBAL_COUNTERS), 1);
     let before = resident_bytes();
     let mut copies = SlotCopies::new(names.clone());
-    copies.index_top(vec![0, 0, 0, 1, 1, 2], 300, 1_000);
+    copies.index_top(vec![0, 0, 0, 1, 1, 2], LiveRanking::new(300, 1_000));
     copies.apply_page(&full);
     copies.rank_pending(usize::MAX);
     eprintln!(

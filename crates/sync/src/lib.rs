@@ -53,4 +53,4 @@ pub use replica::{
 pub use serve::{answer_slot_copy, answer_sync};
 pub use slot_copies::{SlotCopies, record_weight};
 pub use top_query::{TopQuery, parse_top_query, parse_trending_query};
-pub use topk::{Ranked, RankedCounters, Scope, TopIndex};
+pub use topk::{LiveRanking, Ranked, RankedCounters, Scope, TopIndex};

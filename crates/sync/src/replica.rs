@@ -451,7 +451,7 @@ mod tests {
             .write()
             .unwrap()
             .copies
-            .index_top(vec![0], 300, 1_000);
+            .index_top(vec![0], crate::LiveRanking::new(300, 1_000));
         let top = |replica: &SharedReplica| {
             with_ranked(replica, 1_000, |r| {
                 let copies = &r.copies;

@@ -8,7 +8,7 @@ use geocount_model::wire::{SlotEntry, SlotPage};
 use geocount_model::{CounterId, IdTable, SlotRecord, counter_id};
 
 use crate::journal::{ChangeJournal, Journaled};
-use crate::topk::{RankedCounters, TopIndex};
+use crate::topk::{LiveRanking, RankedCounters, TopIndex};
 
 /// How many bytes of a record's sketch or rolling window count as one more entry against a sync
 /// page's limit: a dense sketch (16 KiB) weighs 257 entries, so a page of `page_entries` 50,000
@@ -75,11 +75,11 @@ impl SlotCopies {
     }
 
     /// Starts ranking counters by total ([`TopIndex`]), the slots grouped by `slot_groups` (by
-    /// slot index; all 0 for one datacenter), and by hits in the live window of `live_seconds`
-    /// ending at `now` (unix seconds): indexes what is held now, and from then on every merge
-    /// that changes a counter marks it for [`SlotCopies::rank_pending`].
-    pub fn index_top(&mut self, slot_groups: Vec<usize>, live_seconds: u32, now: u64) {
-        let mut top = TopIndex::new(slot_groups, live_seconds, now);
+    /// slot index; all 0 for one datacenter), and by hits in the `live` window: indexes what is
+    /// held now, and from then on every merge that changes a counter marks it for
+    /// [`SlotCopies::rank_pending`].
+    pub fn index_top(&mut self, slot_groups: Vec<usize>, live: LiveRanking) {
+        let mut top = TopIndex::new(slot_groups, live);
         for (index, copies) in self.counters.values().enumerate() {
             top.update(index, &copies.slots);
         }
@@ -399,7 +399,7 @@ mod tests {
     fn merges_keep_the_top_index_up_to_date() {
         let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()]);
         table.merge(0, &CounterId::new("a").unwrap(), &state(5, 1));
-        table.index_top(vec![0, 0], 300, 1_000);
+        table.index_top(vec![0, 0], crate::LiveRanking::new(300, 1_000));
         table.merge(1, &CounterId::new("a").unwrap(), &state(2, 1));
         table.merge(0, &CounterId::new("b").unwrap(), &state(6, 1));
         table.merge(0, &CounterId::new("b").unwrap(), &state(1, 0));

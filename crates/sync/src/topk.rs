@@ -20,6 +20,12 @@
 //!   floor's total is the exact answer. One that does not (a rare prefix, a low threshold, or
 //!   leaders thinned by falling totals) refills the leaders from every counter when fewer than
 //!   [`LEADERS`] are left, and else answers by a scan of every counter: O(n · slots).
+//! - **The trending bound.** A live ranking also keeps every counter with at least the smallest
+//!   configured trending threshold of hits ([`LiveRanking::hold_from`]), up to 16,000 of them
+//!   when cut back: the floor stays at or under every threshold, so `/trending`, which lists
+//!   every counter at or over its threshold, walks the leaders. Its floor is then the last place
+//!   of its total (index `u32::MAX`), so every counter with that total leads, and a walk down
+//!   to it is exact.
 //! - **The live window** moves on as time passes ([`TopIndex::advance`]). A leader is filed
 //!   under the next second at which its live hits change (its oldest bucket in the window
 //!   leaves, or a bucket timestamped ahead of `now` enters), and any counter under the next
@@ -116,6 +122,17 @@ impl RankKey {
     fn ties(&self, other: &RankKey) -> bool {
         self.0 >> 32 == other.0 >> 32
     }
+
+    /// The last place a counter with total `total` can hold (the highest index).
+    fn last_of(total: i128) -> Self {
+        Self::new(total, u32::MAX)
+    }
+
+    /// Whether no counter with this total ranks after this key: as a floor, every counter
+    /// with its total then leads.
+    fn closes_run(&self) -> bool {
+        self.index() == u32::MAX
+    }
 }
 
 /// How many leaders a ranking keeps when it is cut back or refilled: four times the largest K
@@ -144,9 +161,31 @@ struct Leaders {
     keys: HashMap<u32, RankKey, RandomState>,
     /// The lowest place a leader may hold; `None` while every counter ranked is a leader.
     floor: Option<RankKey>,
+    /// A live ranking's trending bound: every counter at or above it leads (up to
+    /// [`Leaders::held_at_most`] of them), so the floor stays at or under the smallest trending
+    /// threshold and `/trending` walks rather than scans.
+    hold: Option<RankKey>,
+    /// Past how many leaders a change cuts them back (0: twice `keep`); raised after a cut
+    /// that kept more than `keep` for `hold`, so that not every change cuts.
+    cut_past: usize,
 }
 
 impl Leaders {
+    /// Leaders that hold every counter at or over `hold_from` (a live ranking's smallest
+    /// trending threshold), if any.
+    fn holding(hold_from: Option<i128>) -> Self {
+        Self {
+            hold: hold_from.map(RankKey::last_of),
+            ..Self::default()
+        }
+    }
+
+    /// How many leaders a ranking keeps at most to hold every counter at or above its trending
+    /// bound: four times `keep` (16,000 by default); past that the floor rises over the bound.
+    fn held_at_most(keep: usize) -> usize {
+        4 * keep
+    }
+
     /// Counter `index` is now at `key` (`None`: not ranked here): joins, moves or leaves.
     /// Cuts the leaders back to `keep` past twice that many.
     fn set(&mut self, index: u32, key: Option<RankKey>, keep: usize) {
@@ -162,24 +201,39 @@ impl Leaders {
         if let Some(key) = key {
             self.order.insert(key);
             self.keys.insert(index, key);
-            if self.order.len() > 2 * keep {
+            if self.order.len() > self.cut_past.max(2 * keep) {
                 self.cut(keep);
             }
         }
     }
 
-    /// Keeps the best `keep` leaders: the floor rises to the last of them.
+    /// Keeps the best `keep` leaders, and every one at or above `hold` (up to
+    /// [`Leaders::held_at_most`]): the floor rises to the last of them.
     fn cut(&mut self, keep: usize) {
         let Some(&last) = self.order.iter().nth(keep.saturating_sub(1)) else {
             return;
         };
-        self.floor = Some(last);
-        // No key is above u128::MAX, so with `last` there nothing is left to drop.
-        if let Some(next) = last.0.checked_add(1) {
+        let most = Self::held_at_most(keep);
+        let floor = match self.hold {
+            Some(hold) if hold > last => match self.order.range(..=hold).nth(most) {
+                // More than `most` at or above the bound: keep the best `most` of them.
+                Some(_) => *self
+                    .order
+                    .iter()
+                    .nth(most - 1)
+                    .expect("more than `most` leaders"),
+                None => hold,
+            },
+            _ => last,
+        };
+        self.floor = Some(floor);
+        // No key is above u128::MAX, so with `floor` there nothing is left to drop.
+        if let Some(next) = floor.0.checked_add(1) {
             for dropped in self.order.split_off(&RankKey(next)) {
                 self.keys.remove(&dropped.index());
             }
         }
+        self.cut_past = 2 * self.order.len();
     }
 
     /// Whether counter `index` is a leader.
@@ -188,11 +242,34 @@ impl Leaders {
     }
 
     /// Replaces the leaders by `best` (the best keys of every counter ranked here, at most
-    /// `keep`), `full` when more were ranked than kept.
-    fn refill(&mut self, best: BinaryHeap<RankKey>, full: bool) {
-        self.floor = if full { best.peek().copied() } else { None };
-        self.keys = best.iter().map(|key| (key.index(), *key)).collect();
-        self.order = best.into_iter().collect();
+    /// `keep`), `full` when more were ranked than kept, or by `held` (every key at or above
+    /// `hold`) when those are more.
+    fn refill(
+        &mut self,
+        best: BinaryHeap<RankKey>,
+        full: bool,
+        mut held: Vec<RankKey>,
+        keep: usize,
+    ) {
+        let worst = best.peek().copied().filter(|_| full);
+        let (floor, leaders): (Option<RankKey>, Vec<RankKey>) = match (worst, self.hold) {
+            // More counters at or above the bound than `keep`: they all lead, up to a limit.
+            (Some(worst), Some(hold)) if hold > worst => {
+                let most = Self::held_at_most(keep);
+                if held.len() > most {
+                    held.select_nth_unstable(most - 1);
+                    held.truncate(most);
+                    (held.iter().max().copied(), held)
+                } else {
+                    (Some(hold), held)
+                }
+            }
+            _ => (worst, best.into_vec()),
+        };
+        self.floor = floor;
+        self.keys = leaders.iter().map(|key| (key.index(), *key)).collect();
+        self.order = leaders.into_iter().collect();
+        self.cut_past = 2 * self.order.len();
     }
 }
 
@@ -267,6 +344,31 @@ fn key_index(index: usize) -> u32 {
     u32::try_from(index).expect("a top-K index holds at most 2^32 counters")
 }
 
+/// The live window a [`TopIndex`] ranks: the trending window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveRanking {
+    /// Its length in seconds (`[trending] window_seconds`).
+    pub seconds: u32,
+    /// The unix second it ends at when the index starts.
+    pub now: u64,
+    /// Every counter with at least this many hits in it leads its live rankings (up to 16,000
+    /// per ranking when cut back, twice that between cuts), so that `/trending` at any
+    /// configured threshold walks the leaders rather than scanning every counter: the smallest
+    /// configured trending threshold, if any.
+    pub hold_from: Option<i128>,
+}
+
+impl LiveRanking {
+    /// The window of `seconds` ending at `now`, no trending threshold configured.
+    pub fn new(seconds: u32, now: u64) -> Self {
+        Self {
+            seconds,
+            now,
+            hold_from: None,
+        }
+    }
+}
+
 /// When a counter's live hits next change: when its oldest bucket in the window leaves, and
 /// when its first bucket ahead of the window's end enters.
 #[derive(Debug, Clone, Copy, Default)]
@@ -277,15 +379,15 @@ struct LiveChange {
 
 impl TopIndex {
     /// An empty index of slots whose groups are `slot_groups` (by slot index; all 0 for one
-    /// datacenter), keeping the live window of `live_seconds` ending at `now` (unix seconds)
-    /// ranked, and [`LEADERS`] leaders per ranking.
-    pub fn new(slot_groups: Vec<usize>, live_seconds: u32, now: u64) -> Self {
-        Self::with_leaders(slot_groups, live_seconds, now, LEADERS)
+    /// datacenter), keeping the live window of `live.seconds` ending at `live.now` (unix
+    /// seconds) ranked, and [`LEADERS`] leaders per ranking.
+    pub fn new(slot_groups: Vec<usize>, live: LiveRanking) -> Self {
+        Self::with_leaders(slot_groups, live, LEADERS)
     }
 
     /// [`TopIndex::new`], keeping `keep` leaders per ranking (at least 1) rather than
     /// [`LEADERS`]: the tests keep a few, so floors rise and refills happen.
-    fn with_leaders(slot_groups: Vec<usize>, live_seconds: u32, now: u64, keep: usize) -> Self {
+    fn with_leaders(slot_groups: Vec<usize>, live: LiveRanking, keep: usize) -> Self {
         let groups = slot_groups.iter().max().map_or(1, |g| g + 1);
         let rankings = if groups == 1 { 1 } else { groups + 1 };
         Self {
@@ -293,9 +395,9 @@ impl TopIndex {
             groups,
             rankings: vec![Leaders::default(); rankings],
             live: LiveWindow {
-                seconds: live_seconds,
-                now,
-                rankings: vec![Leaders::default(); rankings],
+                seconds: live.seconds,
+                now: live.now,
+                rankings: vec![Leaders::holding(live.hold_from); rankings],
                 changes: BTreeSet::new(),
                 filed: HashMap::default(),
             },
@@ -618,6 +720,13 @@ impl TopIndex {
         let mut best: Vec<BinaryHeap<RankKey>> = vec![BinaryHeap::new(); r];
         let mut full = vec![false; r];
         let mut totals = vec![ABSENT; r];
+        // Every key at or above each live ranking's trending bound.
+        let holds: Vec<Option<RankKey>> = if live {
+            self.live.rankings.iter().map(|l| l.hold).collect()
+        } else {
+            vec![None; r]
+        };
+        let mut held: Vec<Vec<RankKey>> = vec![Vec::new(); r];
         for index in 0..counters.len() {
             let key = key_index(index);
             totals.fill(ABSENT);
@@ -627,9 +736,13 @@ impl TopIndex {
             } else {
                 self.totals_of(records, &mut totals);
             }
-            for ((best, full), total) in best.iter_mut().zip(&mut full).zip(&totals) {
+            let ranked = best.iter_mut().zip(&mut full).zip(&mut held).zip(&holds);
+            for ((((best, full), held), hold), total) in ranked.zip(&totals) {
                 if let Some(key) = key_of(*total, key) {
                     *full |= offer(best, key, self.keep);
+                    if hold.is_some_and(|hold| key <= hold) {
+                        held.push(key);
+                    }
                 }
             }
         }
@@ -638,8 +751,9 @@ impl TopIndex {
         } else {
             &mut self.rankings
         };
-        for ((leaders, best), full) in leaders.iter_mut().zip(best).zip(full) {
-            leaders.refill(best, full);
+        let refills = leaders.iter_mut().zip(best).zip(full).zip(held);
+        for (((leaders, best), full), held) in refills {
+            leaders.refill(best, full, held, self.keep);
         }
         if live {
             // New leaders are filed for their hits leaving.
@@ -747,14 +861,20 @@ fn walk(
     let mut keys = leaders.order.iter().peekable();
     while listed.len() < k {
         let Some(first) = keys.next() else {
-            // Past the last leader: the answer, unless counters under the floor follow.
-            return leaders.floor.is_none().then_some(listed);
+            // Past the last leader: the answer, unless counters under the floor may follow.
+            let complete = leaders.floor.is_none_or(|floor| {
+                floor.closes_run() && min_value.is_some_and(|min| min >= floor.total())
+            });
+            return complete.then_some(listed);
         };
         let value = first.total();
         if min_value.is_some_and(|min| value < min) {
             break;
         }
-        if leaders.floor.is_some_and(|floor| floor.ties(first)) {
+        if leaders
+            .floor
+            .is_some_and(|floor| floor.ties(first) && !floor.closes_run())
+        {
             // Counters of higher index may share the floor's total without leading.
             return None;
         }
@@ -900,8 +1020,13 @@ mod tests {
 
         /// [`Table::live`] keeping `keep` leaders per ranking.
         fn leading(slot_groups: Vec<usize>, seconds: u32, now: u64, keep: usize) -> Self {
+            Self::holding(slot_groups, LiveRanking::new(seconds, now), keep)
+        }
+
+        /// A table whose index ranks `live`, keeping `keep` leaders per ranking.
+        fn holding(slot_groups: Vec<usize>, live: LiveRanking, keep: usize) -> Self {
             Self {
-                index: TopIndex::with_leaders(slot_groups, seconds, now, keep),
+                index: TopIndex::with_leaders(slot_groups, live, keep),
                 counters: Counters::default(),
             }
         }
@@ -1183,6 +1308,73 @@ mod tests {
         assert!(t.index.live.changes.is_empty());
     }
 
+    #[test]
+    fn live_leaders_hold_every_counter_over_the_smallest_trending_threshold() {
+        // Four leaders kept, cut back past eight: without the bound the live floor would rise
+        // to the fourth best, and `/trending` at 5 would scan every counter.
+        let live = LiveRanking {
+            seconds: 60,
+            now: 100,
+            hold_from: Some(5),
+        };
+        let mut t = Table::holding(vec![0], live, 4);
+        for n in 0..20 {
+            t.set(&format!("#{n:02}"), 0, record(n, &[(100, n)]));
+        }
+        let trending = |t: &Table, min| {
+            walk(
+                &t.index.live.rankings[0],
+                "#",
+                usize::MAX,
+                Some(min),
+                &t.counters,
+            )
+        };
+        let leaders = &t.index.live.rankings[0];
+        assert_eq!(
+            leaders.order.len(),
+            15,
+            "the 15 counters with 5 to 19 hits lead"
+        );
+        assert_eq!(leaders.floor, Some(RankKey::last_of(5)));
+        let listed = trending(&t, 5).expect("a walk holds the answer");
+        assert_eq!(listed.len(), 15);
+        assert_eq!((listed[0].value, listed[14].value), (19, 5));
+        assert!(
+            trending(&t, 4).is_none(),
+            "under the bound the leaders do not hold it"
+        );
+        // All-time rankings keep no such bound: four to eight leaders.
+        assert!(t.index.rankings[0].order.len() <= 8);
+
+        // Past 16 (four times the leaders kept) over the bound, the next cut (past twice what
+        // the last one kept) raises the floor over it.
+        for n in 20..40 {
+            t.set(&format!("#{n:02}"), 0, record(n, &[(100, n)]));
+        }
+        let leaders = &t.index.live.rankings[0];
+        assert!(leaders.order.len() <= 32, "at most twice 16 between cuts");
+        let floor = leaders.floor.expect("a floor").total();
+        assert!(floor > 5, "the floor rose over the bound: {floor}");
+        assert!(trending(&t, 5).is_none());
+        let over = usize::try_from(39 - floor).unwrap();
+        assert_eq!(trending(&t, floor + 1).map(|l| l.len()), Some(over));
+        // Whatever the leaders hold, the answer is exact.
+        let window = (60, 100);
+        for min in [1, 5, 24, 25, 39] {
+            let answer = t.windowed(
+                &[Scope::All],
+                "#",
+                usize::MAX,
+                Some(min),
+                window.0,
+                window.1,
+            );
+            assert_eq!(answer, t.scanned(&[Scope::All], "#", usize::MAX, Some(min)));
+            assert_eq!(answer[0].len(), 40 - min as usize);
+        }
+    }
+
     mod live_equals_scan {
         use super::*;
         use proptest::prelude::*;
@@ -1208,16 +1400,19 @@ mod tests {
 
         proptest! {
             /// After any merges and any moves of time, the leaders (however few are kept, so
-            /// floors rise, leaders leave and refills and scans happen) answer exactly what a
-            /// scan of every counter answers: all-time, and over the live window, for every
-            /// scope, prefix, k and threshold.
+            /// floors rise, leaders leave and refills and scans happen, and whatever trending
+            /// bound the live rankings hold) answer exactly what a scan of every counter
+            /// answers: all-time, and over the live window, for every scope, prefix, k and
+            /// threshold.
             #[test]
             fn after_any_steps(
                 steps in prop::collection::vec(step(), 1..60),
                 seconds in 1..12u32,
                 keep in 1..5usize,
+                hold_from in prop::option::of(1..8i128),
             ) {
-                let mut t = Table::leading(vec![0, 0, 1], seconds, 20, keep);
+                let live = LiveRanking { seconds, now: 20, hold_from };
+                let mut t = Table::holding(vec![0, 0, 1], live, keep);
                 let mut now: u64 = 20;
                 for step in steps {
                     match step {
@@ -1235,7 +1430,10 @@ mod tests {
                         }
                     }
                     let scopes = [Scope::All, Scope::Group(0), Scope::Group(1)];
-                    for (prefix, k, min) in [("", 100, None), ("#", 3, None), ("@", 100, Some(5))] {
+                    // The last two as `/trending` asks: every counter at or over a threshold.
+                    let trending = [("", usize::MAX, hold_from.or(Some(3))), ("#", usize::MAX, Some(6))];
+                    let queries = [("", 100, None), ("#", 3, None), ("@", 100, Some(5))];
+                    for (prefix, k, min) in queries.into_iter().chain(trending) {
                         let live = t.windowed(&scopes, prefix, k, min, seconds, now);
                         prop_assert_eq!(live, t.scanned(&scopes, prefix, k, min));
                     }
@@ -1265,7 +1463,7 @@ mod tests {
         let page: geocount_model::wire::SyncPage = postcard::from_bytes(&PAGE).unwrap();
         let names = ["DC_A_VAL_0", "DC_A_VAL_1", "DC_B_VAL_0"].map(str::to_owned);
         let mut copies = crate::SlotCopies::new(names.to_vec());
-        copies.index_top(vec![0, 0, 1], 300, 1_800_000_000);
+        copies.index_top(vec![0, 0, 1], LiveRanking::new(300, 1_800_000_000));
         assert!(copies.apply_page(page.slots.as_ref().unwrap()) > 0);
         for now in [1_800_000_001, 1_800_010_000, u64::MAX - 1, u64::MAX] {
             copies.rank_all(now);
