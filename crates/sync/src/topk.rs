@@ -29,8 +29,9 @@
 //! - **The live window** moves on as time passes ([`TopIndex::advance`]). A leader is filed
 //!   under the next second at which its live hits change (its oldest bucket in the window
 //!   leaves, or a bucket timestamped ahead of `now` enters), and any counter under the next
-//!   second a bucket of it enters; advancing recomputes just the counters filed by then. A
-//!   counter below the floor need not be filed for its hits leaving: that only lowers it.
+//!   second a bucket of it enters or a bucket of it with negative hits leaves; advancing
+//!   recomputes just the counters filed by then. A counter below the floor need not be filed
+//!   for other buckets leaving: that only lowers it.
 //! - **Any other window** (another length, or one ending in the past) is answered by a scan of
 //!   every counter, keeping the best K in a bounded min-heap: O(n · slots + visited · log K).
 //!
@@ -369,11 +370,13 @@ impl LiveRanking {
     }
 }
 
-/// When a counter's live hits next change: when its oldest bucket in the window leaves, and
-/// when its first bucket ahead of the window's end enters.
+/// When a counter's live hits next change: when its oldest bucket in the window leaves, when
+/// its oldest bucket in the window with negative hits leaves (which raises it), and when its
+/// first bucket ahead of the window's end enters.
 #[derive(Debug, Clone, Copy, Default)]
 struct LiveChange {
     leaves: Option<u64>,
+    rises: Option<u64>,
     enters: Option<u64>,
 }
 
@@ -520,14 +523,16 @@ impl TopIndex {
     /// Files counter `index` under the second its live hits next change, if that matters:
     /// always when a bucket enters, and when one leaves only if it leads a live ranking.
     fn refile(&mut self, index: u32, change: LiveChange) {
-        // Whether it leads is looked up only when a bucket of it will leave.
+        // A bucket leaving lowers a counter unless its hits are negative: a counter under the
+        // floor is filed only for buckets entering and negative ones leaving, which may lift
+        // it over. Whether it leads is looked up only when a bucket of it will leave.
         let leaves = change
             .leaves
             .filter(|_| self.live.rankings.iter().any(|l| l.holds(index)));
-        let second = match (change.enters, leaves) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let second = [change.enters, leaves, change.rises]
+            .into_iter()
+            .flatten()
+            .min();
         let live = &mut self.live;
         let before = live.filed.get(&index).copied();
         if before == second {
@@ -596,6 +601,10 @@ impl TopIndex {
                 }
                 let leaves = buckets[start].0.saturating_add(u64::from(window.seconds));
                 change.leaves = earliest(change.leaves, leaves);
+                if let Some((second, _)) = buckets[start..end].iter().find(|(_, h)| *h < 0) {
+                    let rises = second.saturating_add(u64::from(window.seconds));
+                    change.rises = earliest(change.rises, rises);
+                }
             }
             if let Some((enters, _)) = buckets.get(end) {
                 change.enters = earliest(change.enters, *enters);
@@ -605,6 +614,7 @@ impl TopIndex {
         // than the window's end: nothing can change after it, so nothing is filed (else
         // `advance` would recompute it forever).
         change.leaves = change.leaves.filter(|second| *second > window.at);
+        change.rises = change.rises.filter(|second| *second > window.at);
         change
     }
 
@@ -1306,6 +1316,26 @@ mod tests {
         t.advance(1_300);
         assert!(t.windowed(&[Scope::All], "", 5, None, 300, 1_300)[0].is_empty());
         assert!(t.index.live.changes.is_empty());
+    }
+
+    #[test]
+    fn a_counter_under_the_floor_rises_when_its_decrements_leave_the_window() {
+        // Two leaders kept, cut back past four: the floor rises to the second best, 8 hits.
+        let mut t = Table::leading(vec![0], 10, 100, 2);
+        for (id, hits) in [("a", 9), ("b", 8), ("c", 7), ("x", 6), ("y", 5)] {
+            t.set(id, 0, record(hits, &[(100, hits)]));
+        }
+        // 10 hits now after 5 decrements at 95: 5 in (90, 100], under the floor.
+        t.set("d", 0, record(5, &[(95, -5), (100, 10)]));
+        assert_eq!(
+            ids(&t.windowed(&[Scope::All], "", 1, None, 10, 100)[0]),
+            [("a", 9)]
+        );
+        // At 105 the decrements have left the window: 10 hits, the best.
+        t.advance(105);
+        let top = t.windowed(&[Scope::All], "", 1, None, 10, 105);
+        assert_eq!(ids(&top[0]), [("d", 10)]);
+        assert_eq!(top, t.scanned(&[Scope::All], "", 1, None));
     }
 
     #[test]
