@@ -216,15 +216,14 @@ impl Leaders {
         };
         let most = Self::held_at_most(keep);
         let floor = match self.hold {
-            Some(hold) if hold > last => match self.order.range(..=hold).nth(most) {
-                // More than `most` at or above the bound: keep the best `most` of them.
-                Some(_) => *self
-                    .order
-                    .iter()
-                    .nth(most - 1)
-                    .expect("more than `most` leaders"),
-                None => hold,
-            },
+            Some(hold) if hold > last => {
+                let mut held = self.order.range(..=hold);
+                match (held.nth(most - 1), held.next()) {
+                    // More than `most` at or above the bound: keep the best `most` of them.
+                    (Some(&best_most), Some(_)) => best_most,
+                    _ => hold,
+                }
+            }
             _ => last,
         };
         self.floor = Some(floor);
