@@ -164,6 +164,63 @@ async fn an_idempotent_retry_is_deduplicated_wherever_it_arrives() {
 }
 
 #[tokio::test]
+async fn a_keyed_retry_is_deduplicated_after_the_counters_slot_count_changes() {
+    let topology = TestTopology::new(&[("USA_0", 3)], "restore_timeout_ms = 200");
+    let nodes = start_shards(&topology, "USA_0", 3).await;
+    let keys: Vec<String> = (0..20).map(|n| format!("order-{n}")).collect();
+    let write_all = |node: &NodeProcess| {
+        let api = node.api();
+        let keys = keys.clone();
+        async move {
+            let mut answers = Vec::new();
+            for key in &keys {
+                let answer = api.write_keyed("late", json!({"delta": 1}), key).await;
+                assert_eq!(answer.0, 200, "{answer:?}");
+                answers.push(answer);
+            }
+            answers
+        }
+    };
+    // First attempts before any node has heard of the counter: one slot, the default.
+    let first = write_all(&nodes[1]).await;
+    let held = slot_values(&nodes, "late").await;
+    assert_eq!(held.values().sum::<i64>(), 20, "{held:?}");
+    // Then it is created with three slots at a node that holds none of it.
+    let creator = nodes
+        .iter()
+        .find(|node| !held.contains_key(&node.name))
+        .expect("a node without the counter");
+    let (status, body) = creator
+        .api()
+        .create(json!({"id": "late", "numberOfShards": 3}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    for node in &nodes {
+        let api = node.api();
+        eventually(
+            Duration::from_secs(5),
+            "the description to reach every node",
+            || {
+                let api = api.clone();
+                async move { (route(&api, "late").await.0 == 3).then_some(()) }
+            },
+        )
+        .await;
+    }
+    // Retries through every node meet their first attempts.
+    for node in &nodes {
+        assert_eq!(
+            write_all(node).await,
+            first,
+            "retries through {}",
+            node.name
+        );
+    }
+    let total: i64 = slot_values(&nodes, "late").await.values().sum();
+    assert_eq!(total, 20, "sixty retries applied nothing more");
+}
+
+#[tokio::test]
 async fn a_description_created_anywhere_reaches_every_node_of_every_datacenter() {
     let topology = TestTopology::new(&[("USA_0", 2), ("ASIA_0", 2)], "restore_timeout_ms = 500");
     let _global = topology.start_global_aggregator().await;

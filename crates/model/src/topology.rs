@@ -290,7 +290,9 @@ pub struct ShardDefaults {
     pub durability: Durability,
     /// In `async` durability, the longest time between two fsyncs of the log, in milliseconds.
     pub async_flush_interval_ms: u64,
-    /// The `numberOfShards` of a counter created by a write rather than by `POST /counter`.
+    /// The `numberOfShards` of a counter created by a write rather than by `POST /counter`, and
+    /// how many of every counter's slots its keyed writes spread over (whatever its
+    /// `numberOfShards`), so that a retry meets its first attempt.
     pub default_number_of_shards: u32,
     /// The rolling window of a counter created without `windowSeconds`, in seconds.
     pub default_window_seconds: u32,

@@ -5,10 +5,12 @@
 //! ([`Placement`]). An item for a unique counter always goes to the slot its hash picks among
 //! the counter's *base* slots (the count it was created with, which hot-counter growth never
 //! changes), so an item written again lands where it did and changes nothing. A write with an
-//! `Idempotency-Key` goes to the slot its key hashes to among the base slots, so retries meet
-//! their first attempt wherever they arrive, even if the counter grew or shrank in between;
-//! other writes to a counter with one slot go to it, and writes to a counter spread over several
-//! pick one by the configured [`Selection`]. Forwarded writes carry [`FORWARDED_HEADER`] and are
+//! `Idempotency-Key` goes to the slot its key hashes to among the counter's first
+//! `shard.default_number_of_shards` slots of the ring, whatever its description says: the same
+//! on every node of the datacenter however much of the description each has heard, so a retry
+//! meets its first attempt wherever it arrives, even if the counter was created elsewhere with
+//! another slot count, or grew or shrank, in between. Other writes to a counter with one slot go
+//! to it, and writes to a counter spread over several pick one by the configured [`Selection`]. Forwarded writes carry [`FORWARDED_HEADER`] and are
 //! applied where they land, so a write never takes two hops even while nodes disagree about a
 //! counter's slot count.
 
@@ -128,9 +130,10 @@ impl WriteRouter {
             return base_slots[(hash % base_slots.len() as u64) as usize];
         }
         if let Some(key) = key {
-            // Growth keeps the first `base` slots, so a key's slot never moves.
-            let base_slots = self.placement.slots_for(id, base);
-            return Placement::slot_for_key(&base_slots, key);
+            // Not the description's slot counts: a node that has not heard the description yet
+            // (or has heard an older one) would send a retry elsewhere, and it would count twice.
+            let key_slots = self.placement.slots_for(id, self.default_shards);
+            return Placement::slot_for_key(&key_slots, key);
         }
         let slots = self.placement.slots_for(id, shards);
         if slots.len() == 1 {
@@ -255,15 +258,17 @@ mod tests {
     }
 
     #[test]
-    fn a_keys_slot_does_not_move_when_a_hot_counter_grows() {
+    fn a_keys_slot_depends_on_neither_the_description_heard_nor_growth() {
         use geocount_model::{CounterDescription, CounterId, HlcTimestamp, VersionedDescription};
-        let router = router(Selection::RoundRobin, 0);
-        let describe = |shards: u32, at: u64| VersionedDescription {
+        let mut router = router(Selection::RoundRobin, 0);
+        // Counters take two of the three slots by default.
+        router.default_shards = 2;
+        let describe = |base: u32, shards: u32, at: u64| VersionedDescription {
             description: CounterDescription {
                 id: CounterId::new("hot").unwrap(),
                 counter_type: Default::default(),
                 number_of_shards: shards,
-                base_number_of_shards: 1,
+                base_number_of_shards: base,
                 window_seconds: 300,
                 created_at_ms: 0,
             },
@@ -273,19 +278,26 @@ mod tests {
                 node: 0,
             },
         };
-        router.descriptions.write().unwrap().merge(describe(1, 1));
         let keys: Vec<String> = (0..50).map(|n| format!("key-{n}")).collect();
-        let before: Vec<u32> = keys
-            .iter()
-            .map(|k| router.target("hot", &DELTA, Some(k)))
-            .collect();
-        router.descriptions.write().unwrap().merge(describe(3, 2));
-        let after: Vec<u32> = keys
-            .iter()
-            .map(|k| router.target("hot", &DELTA, Some(k)))
-            .collect();
-        assert_eq!(before, after);
-        // Unkeyed writes do use the new slots.
+        let targets = |router: &WriteRouter| -> Vec<u32> {
+            keys.iter()
+                .map(|k| router.target("hot", &DELTA, Some(k)))
+                .collect()
+        };
+        // A node that has not heard of the counter yet.
+        let unheard = targets(&router);
+        assert_eq!(unheard.iter().collect::<HashSet<_>>().len(), 2);
+        // Created elsewhere with one slot, then with three (a later description wins), then
+        // grown from one to three: a retry must meet its first attempt all along.
+        for (base, shards, at) in [(1, 1, 1), (3, 3, 2), (1, 3, 3)] {
+            router
+                .descriptions
+                .write()
+                .unwrap()
+                .merge(describe(base, shards, at));
+            assert_eq!(targets(&router), unheard, "base {base}, {shards} slots");
+        }
+        // Unkeyed writes do use the description's slots.
         let unkeyed: HashSet<u32> = (0..6).map(|_| router.target("hot", &DELTA, None)).collect();
         assert_eq!(unkeyed.len(), 3);
     }

@@ -9,9 +9,9 @@
 //!
 //! The owner is computed from the same placement ring and the same rule as the shard nodes'
 //! ([`geocount_model::Placement`]): a keyed write goes to the slot its key picks among the
-//! counter's created slots, `shard.default_number_of_shards` for the load's fresh counters. A
-//! node that disagrees (a counter created another way) still forwards, so routing is only ever
-//! a shortcut, never a correctness matter.
+//! counter's first `shard.default_number_of_shards` slots, whatever the counter's own slot
+//! count. A node that disagrees (one started from another topology file) still forwards, so
+//! routing is only ever a shortcut, never a correctness matter.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,9 +44,9 @@ impl fmt::Display for WriteRoute {
 struct DatacenterSlots {
     /// The index in [`LoadRouter::shards`] of the datacenter's node of slot 0.
     first_node: usize,
-    /// How many base slots each counter has here.
+    /// How many slots each counter's keyed writes spread over here.
     per_counter: usize,
-    /// Counter `i`'s base slots: `slots[i * per_counter..(i + 1) * per_counter]`.
+    /// Counter `i`'s slots for keyed writes: `slots[i * per_counter..(i + 1) * per_counter]`.
     slots: Vec<u32>,
 }
 
@@ -76,11 +76,11 @@ impl LoadRouter {
                 continue;
             }
             let placement = dc.placement(topology.shard.virtual_nodes);
-            let base = topology.shard.default_number_of_shards;
-            let per_counter = base.clamp(1, placement.slot_count()) as usize;
+            let key_slots = topology.shard.default_number_of_shards;
+            let per_counter = key_slots.clamp(1, placement.slot_count()) as usize;
             let mut slots = Vec::with_capacity(ids.len() * per_counter);
             for id in ids {
-                slots.extend(placement.slots_for(id, base));
+                slots.extend(placement.slots_for(id, key_slots));
             }
             datacenters.push(DatacenterSlots {
                 first_node,
