@@ -305,6 +305,9 @@ pub struct CommitLoop {
     last_checkpoint_ms: u64,
     /// Set once an fsync failed: the node takes no more writes until it restarts.
     fenced: Option<String>,
+    /// Descriptions learned from other nodes whose group could not be logged (a full disk):
+    /// staged again with the next group, since the puller that delivered them has moved on.
+    learned_unlogged: Vec<VersionedDescription>,
 }
 
 impl CommitLoop {
@@ -325,6 +328,7 @@ impl CommitLoop {
             last_sync_ms: now,
             last_checkpoint_ms: now,
             fenced: None,
+            learned_unlogged: Vec::new(),
             shared,
         }
     }
@@ -368,11 +372,16 @@ impl CommitLoop {
         let mut staged = Staged::default();
         let mut replies = Vec::with_capacity(group.len());
         let mut writes = 0u64;
+        // Kept until the group is durable, to be staged again if it is refused.
+        let mut learned = std::mem::take(&mut self.learned_unlogged);
         {
             let table = Arc::clone(&self.shared.table);
             let table = table.read().expect("slot table lock");
             let descriptions = Arc::clone(&self.shared.descriptions);
             let descriptions = descriptions.read().expect("descriptions lock");
+            for description in &learned {
+                stage_description(&descriptions, &mut staged, description.clone());
+            }
             for command in group {
                 match command {
                     Command::Write {
@@ -393,9 +402,10 @@ impl CommitLoop {
                             self.stage_create(&table, &descriptions, &mut staged, description);
                         replies.push(Reply::Create(reply, result));
                     }
-                    Command::Describe(learned) => {
-                        for description in learned {
+                    Command::Describe(newly_learned) => {
+                        for description in newly_learned {
                             self.shared.hlc.observe(description.version);
+                            learned.push(description.clone());
                             stage_description(&descriptions, &mut staged, description);
                         }
                     }
@@ -450,6 +460,7 @@ impl CommitLoop {
                 tracing::error!(%error, "group commit failed; its writes are refused");
                 self.shared.health.set(Some(error.to_string()));
                 refuse_all(replies, &error, &self.shared.metrics);
+                self.learned_unlogged = learned;
                 self.fence_if_fsync_failed(&error);
             }
         }

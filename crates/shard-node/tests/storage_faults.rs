@@ -1,7 +1,7 @@
 //! A shard node (the library's `run`, over real HTTP on loopback) on a disk whose log appends
-//! and fsyncs fail on demand: a full disk refuses writes with 507 and recovers by itself; a
-//! failed fsync stops the node taking writes (503) until it restarts; nothing refused is ever
-//! applied, nothing acknowledged is ever lost.
+//! and fsyncs fail on demand: a full disk refuses writes with 507 and recovers by itself (and
+//! keeps what it learned from its peers meanwhile); a failed fsync stops the node taking writes
+//! (503) until it restarts; nothing refused is ever applied, nothing acknowledged is ever lost.
 
 use std::io::{self, ErrorKind};
 use std::net::SocketAddr;
@@ -98,25 +98,47 @@ struct Node {
     task: JoinHandle<()>,
 }
 
+/// A topology of datacenter `USA_0` with a shard node on each of `listeners`; its aggregator's
+/// port is never listened on.
+fn topology(listeners: &[&tokio::net::TcpListener]) -> String {
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let shards: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("\"{}\"", l.local_addr().unwrap()))
+        .collect();
+    format!(
+        "[global]\nlisten = \"127.0.0.1:1\"\n[shard]\nrestore_timeout_ms = 100\n\
+         [[datacenters]]\nname = \"USA_0\"\naggregator = \"{unused}\"\nshards = [{}]\n",
+        shards.join(", ")
+    )
+}
+
 impl Node {
+    /// A node alone in its datacenter.
     async fn start(dir: &Path, faults: &Arc<Faults>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let toml = topology(&[&listener]);
+        Self::start_slot(&toml, listener, 0, dir, faults).await
+    }
+
+    /// The node of slot `slot` of topology `toml`, on `listener`.
+    async fn start_slot(
+        toml: &str,
+        listener: tokio::net::TcpListener,
+        slot: u32,
+        dir: &Path,
+        faults: &Arc<Faults>,
+    ) -> Self {
         let addr: SocketAddr = listener.local_addr().unwrap();
-        // The aggregator's port is never listened on: the node runs alone.
-        let unused = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let toml = format!(
-            "[global]\nlisten = \"127.0.0.1:1\"\n[shard]\nrestore_timeout_ms = 100\n\
-             [[datacenters]]\nname = \"USA_0\"\naggregator = \"{unused}\"\nshards = [\"{addr}\"]\n"
-        );
-        let topology = Topology::from_toml("faults.toml", &toml).unwrap();
+        let topology = Topology::from_toml("faults.toml", toml).unwrap();
         let config = NodeConfig::from_topology(
             &topology,
             Path::new("faults.toml"),
             "USA_0",
-            0,
+            slot,
             Some(dir.to_owned()),
         )
         .unwrap();
@@ -268,4 +290,76 @@ async fn a_failed_fsync_stops_writes_until_a_restart() {
     assert_eq!(node.value("c").await, 6);
     assert_eq!(node.get("/healthz").await.0, 200);
     node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptions_learned_while_the_disk_is_full_are_kept_once_space_returns() {
+    let (dirs, faults) = (
+        [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()],
+        [Arc::new(Faults::default()), Arc::new(Faults::default())],
+    );
+    let listeners = [
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    ];
+    let toml = topology(&[&listeners[0], &listeners[1]]);
+    let [first, second] = listeners;
+    let full = Node::start_slot(&toml, first, 0, dirs[0].path(), &faults[0]).await;
+    let peer = Node::start_slot(&toml, second, 1, dirs[1].path(), &faults[1]).await;
+
+    faults[0].disk_full.store(true, Ordering::SeqCst);
+    let (status, body) = peer
+        .send(
+            Method::POST,
+            "/counter",
+            r#"{"id": "launch", "windowSeconds": 60}"#,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // The full node pulls the description and cannot log it: its health says so.
+    wait_for("the full node to fail logging the description", || async {
+        full.get("/healthz").await.0 == 503
+    })
+    .await;
+    assert_eq!(full.get("/counter/launch").await.0, 404);
+
+    // Space returns: the description is logged and known without another pull delivering it.
+    faults[0].disk_full.store(false, Ordering::SeqCst);
+    wait_for("the full node to know the description", || async {
+        full.get("/counter/launch").await.0 == 200
+    })
+    .await;
+    let (_, route) = full.get("/counter/launch/route").await;
+    assert_eq!(route["numberOfShards"], 1, "{route}");
+    full.stop().await;
+
+    // It is durable there: a restart (before any pull) knows it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let alone = Node::start_slot(
+        &topology(&[&listener]),
+        listener,
+        0,
+        dirs[0].path(),
+        &faults[0],
+    )
+    .await;
+    let (status, body) = alone.get("/counter/launch").await;
+    assert_eq!((status, body["value"].as_i64()), (200, Some(0)), "{body}");
+    alone.stop().await;
+    peer.stop().await;
+}
+
+/// Polls `check` every 20 ms until it holds; panics after 5 s.
+async fn wait_for<F, Fut>(what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..250 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
 }
