@@ -18,6 +18,10 @@ pub enum ModelError {
     /// An encoded unique-count sketch that is malformed.
     #[error("invalid unique-count sketch: {0}")]
     InvalidSketch(String),
+    /// A counter description that breaks what every description must satisfy
+    /// ([`crate::CounterDescription::check`]).
+    #[error("invalid counter description: {0}")]
+    InvalidDescription(String),
     /// An encoded rolling window whose buckets are out of order or repeated.
     #[error("invalid rolling window: {0}")]
     InvalidWindow(String),

@@ -42,7 +42,7 @@ pub mod wire;
 
 pub use access::{AuthConfig, Right, Secret, TokenConfig};
 pub use clock::{Clock, SystemClock};
-pub use counter::{CounterDescription, CounterType, VersionedDescription};
+pub use counter::{CounterDescription, CounterType, MAX_SHARDS_PER_COUNTER, VersionedDescription};
 pub use counter_id::CounterId;
 pub use error::ModelError;
 pub use hlc::{Hlc, HlcTimestamp};

@@ -83,19 +83,11 @@ impl PullSink for PeerSink {
         }
         let mut delivered = true;
         if let Some(descriptions) = &page.descriptions {
-            let newer: Vec<_> = {
-                let known = self.descriptions.read().expect("descriptions lock");
-                descriptions
-                    .items
-                    .iter()
-                    .filter(|d| {
-                        known
-                            .get(d.description.id.as_str())
-                            .is_none_or(|k| k.is_older_than(d))
-                    })
-                    .cloned()
-                    .collect()
-            };
+            let newer = self
+                .descriptions
+                .read()
+                .expect("descriptions lock")
+                .newer_in_page(descriptions);
             if !newer.is_empty() {
                 delivered = self.commands.try_send(Command::Describe(newer)).is_ok();
             }

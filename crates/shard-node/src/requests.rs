@@ -15,8 +15,7 @@ use crate::commit::{Change, WriteRequest};
 use crate::error::ShardError;
 use crate::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
 
-/// The most slots a counter may be spread over.
-pub const MAX_SHARDS_PER_COUNTER: u32 = 1024;
+pub use geocount_model::MAX_SHARDS_PER_COUNTER;
 
 /// Parses an optional JSON body: empty means every field takes its default.
 fn json_body<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ShardError> {

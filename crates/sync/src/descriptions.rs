@@ -35,11 +35,21 @@ impl DescriptionTable {
         true
     }
 
-    /// Merges a pulled page; returns the descriptions that changed.
+    /// Merges a pulled page's valid descriptions ([`checked`]); returns those that changed.
     pub fn apply_page(&mut self, page: &DescriptionPage) -> Vec<VersionedDescription> {
-        page.items
-            .iter()
+        checked(page)
             .filter(|d| self.merge((*d).clone()))
+            .cloned()
+            .collect()
+    }
+
+    /// The valid descriptions of a pulled page ([`checked`]) newer than what is known here.
+    pub fn newer_in_page(&self, page: &DescriptionPage) -> Vec<VersionedDescription> {
+        checked(page)
+            .filter(|d| {
+                self.get(d.description.id.as_str())
+                    .is_none_or(|known| known.is_older_than(d))
+            })
             .cloned()
             .collect()
     }
@@ -73,6 +83,20 @@ impl DescriptionTable {
             caught_up,
         }
     }
+}
+
+/// The descriptions of `page` that pass [`CounterDescription::check`]; the others are logged
+/// and left out (a later version from a sound node can still replace them).
+///
+/// [`CounterDescription::check`]: geocount_model::CounterDescription::check
+fn checked(page: &DescriptionPage) -> impl Iterator<Item = &VersionedDescription> {
+    page.items.iter().filter(|d| match d.description.check() {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%error, "ignoring a pulled counter description");
+            false
+        }
+    })
 }
 
 impl Journaled for DescriptionTable {
@@ -129,5 +153,25 @@ mod tests {
         assert_eq!(one.get("c").unwrap().description.number_of_shards, 5);
         let page = one.page(Cursor::Start, 10);
         assert_eq!(page.items, vec![b]);
+    }
+
+    #[test]
+    fn invalid_descriptions_of_a_pulled_page_are_left_out() {
+        let mut table = DescriptionTable::default();
+        let valid = described(2, 10, 1);
+        let mut no_slots = described(0, 20, 1);
+        no_slots.description.id = CounterId::new("none").unwrap();
+        let mut no_window = described(1, 20, 1);
+        no_window.description.id = CounterId::new("empty").unwrap();
+        no_window.description.window_seconds = 0;
+        let page = DescriptionPage {
+            items: vec![no_slots, valid.clone(), no_window],
+            next: Cursor::Start,
+            caught_up: true,
+        };
+        assert_eq!(table.newer_in_page(&page), vec![valid.clone()]);
+        assert_eq!(table.apply_page(&page), vec![valid]);
+        assert_eq!(table.len(), 1);
+        assert!(table.newer_in_page(&page).is_empty());
     }
 }
