@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
@@ -37,6 +37,15 @@ pub enum ClientError {
     /// No answer in time.
     #[error("{0}: timed out")]
     Timeout(String),
+    /// The answer's body is longer than the client takes
+    /// ([`HttpClient::with_max_response_bytes`]); what arrived of it was dropped.
+    #[error("{url}: the answer is larger than {limit} bytes")]
+    TooLarge {
+        /// The URL asked.
+        url: String,
+        /// The most bytes the client takes in one answer.
+        limit: usize,
+    },
 }
 
 /// A pooled keep-alive client.
@@ -48,6 +57,8 @@ pub struct HttpClient {
     headers: Arc<[(HeaderName, HeaderValue)]>,
     /// What the connector speaks: `http`, or `https` over TLS.
     scheme: &'static str,
+    /// The longest answer body taken.
+    max_response_bytes: usize,
 }
 
 /// An answer: its status, content type and body.
@@ -81,6 +92,12 @@ impl ClientError {
 /// write would then have an unknown outcome).
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
+/// The longest answer body a client takes unless told otherwise: far above any answer between
+/// tiers but a whole slot's copy (a sync page holds `sync.page_entries`, 50,000 by default,
+/// about 16 MiB with 256-byte ids), so that a faulty or hostile peer cannot make a node hold an
+/// endless answer in memory.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 256 << 20;
+
 impl HttpClient {
     /// A client over TCP whose requests give up after `timeout`.
     pub fn new(timeout: Duration) -> Self {
@@ -100,7 +117,15 @@ impl HttpClient {
             timeout,
             headers: Arc::new([]),
             scheme,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
+    }
+
+    /// The same client, taking answer bodies of up to `limit` bytes (longer ones fail with
+    /// [`ClientError::TooLarge`]); [`DEFAULT_MAX_RESPONSE_BYTES`] otherwise.
+    pub fn with_max_response_bytes(mut self, limit: usize) -> Self {
+        self.max_response_bytes = limit;
+        self
     }
 
     /// The URL of `path` at `address` (`host:port`) with the scheme the connector speaks:
@@ -168,11 +193,20 @@ impl HttpClient {
                 .get(hyper::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
-            let body = response
-                .into_body()
+            let limit = self.max_response_bytes;
+            let body = Limited::new(response.into_body(), limit)
                 .collect()
                 .await
-                .map_err(|e| transport(&e))?
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        ClientError::TooLarge {
+                            url: url.to_owned(),
+                            limit,
+                        }
+                    } else {
+                        transport(&e)
+                    }
+                })?
                 .to_bytes();
             Ok(Answer {
                 status,
@@ -204,5 +238,46 @@ mod tests {
             .await
             .unwrap_err();
         assert!(error.is_connect(), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_longer_than_the_limit_is_refused() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/big", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(crate::serve(
+            listener,
+            |_request| async {
+                crate::bytes_response(
+                    StatusCode::OK,
+                    "text/plain",
+                    Bytes::from(vec![b'x'; 1 << 20]),
+                )
+            },
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        let client = HttpClient::new(Duration::from_secs(5));
+        let whole = client.get(&url).await.unwrap();
+        assert_eq!(whole.body.len(), 1 << 20);
+        let error = client
+            .clone()
+            .with_max_response_bytes(64 << 10)
+            .get(&url)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ClientError::TooLarge { limit, .. } if limit == 64 << 10),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains("larger than 65536 bytes"),
+            "{error}"
+        );
+        // The client keeps working for answers within its limit.
+        assert_eq!(client.get(&url).await.unwrap().body.len(), 1 << 20);
+        let _ = stop.send(());
+        server.await.unwrap();
     }
 }

@@ -28,7 +28,7 @@ pub mod tls;
 
 pub use binary::run_tier;
 pub use body::{BodyError, BodyReadTimeout, DEFAULT_BODY_READ_TIMEOUT, read_body};
-pub use client::{Answer, ClientError, HttpClient};
+pub use client::{Answer, ClientError, DEFAULT_MAX_RESPONSE_BYTES, HttpClient};
 pub use connect::{Connect, Connecting, Connector, Stream, TcpConnect, connecting, tcp_connector};
 pub use listener::Listener;
 pub use ports::free_loopback_address;

@@ -251,7 +251,10 @@ async fn restore_from_datacenter(
     );
     let slot = config.slot.to_string();
     let timeout = Duration::from_millis(config.settings.restore_timeout_ms);
-    let restored = restore_slot(&slot, &sources, client, timeout).await;
+    // A whole slot's copy grows with its counters (hundreds of MB at 10,000,000): no limit
+    // but the client's timeout, unlike every other answer between tiers.
+    let client = client.clone().with_max_response_bytes(usize::MAX);
+    let restored = restore_slot(&slot, &sources, &client, timeout).await;
     if restored.answered == 0 {
         tracing::warn!(%slot, "empty data directory and no peer or aggregator answered: starting empty");
         return Ok(());

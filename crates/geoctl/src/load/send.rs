@@ -76,7 +76,10 @@ pub fn error_attempt(error: &ClientError) -> Attempt {
         ClientError::Connect { .. } => Attempt::Retryable,
         // The request could not even be built: it would fail again.
         ClientError::Request(_) => Attempt::Refused,
-        ClientError::Transport { .. } | ClientError::Timeout(_) => Attempt::Unknown,
+        // Sent, and maybe applied: its answer did not arrive whole.
+        ClientError::Transport { .. } | ClientError::Timeout(_) | ClientError::TooLarge { .. } => {
+            Attempt::Unknown
+        }
     }
 }
 
@@ -87,6 +90,7 @@ pub fn error_kind(error: &ClientError) -> &'static str {
         ClientError::Request(_) => "bad request",
         ClientError::Transport { .. } => "transport error",
         ClientError::Timeout(_) => "timeout",
+        ClientError::TooLarge { .. } => "answer too large",
     }
 }
 
