@@ -32,6 +32,23 @@ async fn route(api: &Api, id: &str) -> (u64, Vec<String>) {
     (body["numberOfShards"].as_u64().unwrap(), slots)
 }
 
+/// Waits until every one of `nodes` routes counter `id` over `shards` slots (across
+/// datacenters, a description takes two aggregators' pulls and more).
+async fn until_every_node_routes(nodes: &[NodeProcess], id: &str, shards: u64) {
+    for node in nodes {
+        let api = node.api();
+        eventually(
+            Duration::from_secs(8),
+            &format!("{id}'s description at {}", node.name),
+            || {
+                let api = api.clone();
+                async move { (route(&api, id).await.0 == shards).then_some(()) }
+            },
+        )
+        .await;
+    }
+}
+
 /// Each node's own-slot value of counter `id` (absent where it holds none).
 async fn slot_values(nodes: &[NodeProcess], id: &str) -> HashMap<String, i64> {
     let mut values = HashMap::new();
@@ -131,18 +148,7 @@ async fn an_idempotent_retry_is_deduplicated_wherever_it_arrives() {
         .create(json!({"id": "spread", "numberOfShards": 3}))
         .await;
     assert_eq!(status, 201);
-    for node in &nodes {
-        let api = node.api();
-        eventually(
-            Duration::from_secs(5),
-            "the description to reach every node",
-            || {
-                let api = api.clone();
-                async move { (route(&api, "spread").await.0 == 3).then_some(()) }
-            },
-        )
-        .await;
-    }
+    until_every_node_routes(&nodes, "spread", 3).await;
     let mut first = None;
     for node in nodes.iter().cycle().take(9) {
         let answer = node
@@ -195,18 +201,7 @@ async fn a_keyed_retry_is_deduplicated_after_the_counters_slot_count_changes() {
         .create(json!({"id": "late", "numberOfShards": 3}))
         .await;
     assert_eq!(status, 201, "{body}");
-    for node in &nodes {
-        let api = node.api();
-        eventually(
-            Duration::from_secs(5),
-            "the description to reach every node",
-            || {
-                let api = api.clone();
-                async move { (route(&api, "late").await.0 == 3).then_some(()) }
-            },
-        )
-        .await;
-    }
+    until_every_node_routes(&nodes, "late", 3).await;
     // Retries through every node meet their first attempts.
     for node in &nodes {
         assert_eq!(
@@ -233,19 +228,10 @@ async fn a_description_created_anywhere_reaches_every_node_of_every_datacenter()
         .create(json!({"id": "launch", "numberOfShards": 2, "windowSeconds": 60}))
         .await;
     assert_eq!(status, 201, "{created}");
+    until_every_node_routes(&nodes, "launch", 2).await;
     for node in &nodes {
-        let api = node.api();
-        eventually(
-            Duration::from_secs(8),
-            &format!("the description at {}", node.name),
-            || {
-                let api = api.clone();
-                async move { (route(&api, "launch").await.0 == 2).then_some(()) }
-            },
-        )
-        .await;
         // Known there, so it reads as 0 rather than 404.
-        let (status, body) = api.read("launch").await;
+        let (status, body) = node.api().read("launch").await;
         assert_eq!(
             (status, body["value"].as_i64()),
             (200, Some(0)),
