@@ -366,8 +366,9 @@ impl CommitLoop {
             return;
         }
         let now_ms = self.shared.clock.now_unix_ms();
-        let expired = self.idempotency.expire(now_ms);
-        self.pending.idempotency_expired.extend(expired);
+        if self.idempotency.expire(now_ms) > 0 {
+            self.pending.idempotency_expired_before_ms = self.idempotency.expired_before(now_ms);
+        }
 
         let mut staged = Staged::default();
         let mut replies = Vec::with_capacity(group.len());
@@ -652,7 +653,7 @@ impl CommitLoop {
         }
         self.pending.descriptions.extend(record.descriptions);
         for (key, entry) in record.idempotency {
-            self.idempotency.insert(key.clone(), entry.clone(), now_ms);
+            self.idempotency.insert(&key, entry.clone(), now_ms);
             self.pending.idempotency_added.push((key, entry));
         }
     }

@@ -68,14 +68,13 @@ pub fn recover(
     for description in stored.descriptions {
         descriptions.merge(description);
     }
-    // The cache expires keys oldest first, so it must be filled in age order.
-    let mut stored_keys = stored.idempotency;
-    stored_keys.sort_by_key(|(_, record)| record.created_at_ms);
-    for (key, record) in stored_keys {
+    // The store lists keys oldest first, the order the cache expires them in; those already
+    // expired are left out, and deleted by the next checkpoint.
+    for (key, record) in stored.idempotency {
         if record.created_at_ms + settings.idempotency_retention_secs * 1000 <= now_ms {
-            pending.idempotency_expired.push(key);
+            pending.idempotency_expired_before_ms = idempotency.expired_before(now_ms);
         } else {
-            idempotency.insert(key, record, now_ms);
+            idempotency.insert(&key, record, now_ms);
         }
     }
 
@@ -90,7 +89,7 @@ pub fn recover(
             pending.descriptions.push(description);
         }
         for (key, entry) in record.idempotency {
-            idempotency.insert(key.clone(), entry.clone(), now_ms);
+            idempotency.insert(&key, entry.clone(), now_ms);
             pending.idempotency_added.push((key, entry));
         }
     })?;

@@ -5,7 +5,7 @@ use std::mem::ManuallyDrop;
 use std::path::Path;
 
 use geocount_model::{CounterId, SlotRecord, VersionedDescription};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use crate::error::StorageError;
 use crate::idempotency::IdempotencyRecord;
@@ -14,7 +14,11 @@ use crate::storage::Disk;
 
 const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records");
 const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
-const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
+/// Idempotency records by `(created_at_ms, key)`, so that expired ones go in one range.
+const IDEMPOTENCY: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("idempotency_by_age");
+/// Where idempotency records were kept by key alone, before the tenth round: moved into
+/// [`IDEMPOTENCY`] when a store is opened.
+const IDEMPOTENCY_BY_KEY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
 
 /// Everything a checkpoint writes: the changes of log segments up to `through_segment`.
 #[derive(Debug, Default)]
@@ -28,8 +32,8 @@ pub struct Checkpoint {
     pub descriptions: Vec<VersionedDescription>,
     /// Idempotency keys recorded since the previous checkpoint.
     pub idempotency_added: Vec<(Box<str>, IdempotencyRecord)>,
-    /// Idempotency keys expired since the previous checkpoint.
-    pub idempotency_expired: Vec<Box<str>>,
+    /// Every idempotency record created before this time (unix ms) has expired.
+    pub idempotency_expired_before_ms: Option<u64>,
     /// The newest log segment whose records this checkpoint holds.
     pub through_segment: u64,
 }
@@ -77,7 +81,7 @@ impl Checkpoint {
         self.rows.is_empty()
             && self.descriptions.is_empty()
             && self.idempotency_added.is_empty()
-            && self.idempotency_expired.is_empty()
+            && self.idempotency_expired_before_ms.is_none()
     }
 
     /// Folds a later checkpoint into this one (used to retry a checkpoint that failed).
@@ -87,7 +91,9 @@ impl Checkpoint {
         }
         self.descriptions.extend(later.descriptions);
         self.idempotency_added.extend(later.idempotency_added);
-        self.idempotency_expired.extend(later.idempotency_expired);
+        self.idempotency_expired_before_ms = self
+            .idempotency_expired_before_ms
+            .max(later.idempotency_expired_before_ms);
         self.through_segment = self.through_segment.max(later.through_segment);
     }
 }
@@ -116,12 +122,38 @@ pub struct StoredState {
     pub slots: Vec<(CounterId, SlotRecord)>,
     /// Every counter description.
     pub descriptions: Vec<VersionedDescription>,
-    /// Every idempotency record not yet deleted.
+    /// Every idempotency record not yet deleted, oldest first.
     pub idempotency: Vec<(Box<str>, IdempotencyRecord)>,
 }
 
 fn store_error(e: impl Into<redb::Error>) -> StorageError {
     StorageError::Store(e.into())
+}
+
+/// Moves the idempotency records of a store written before the tenth round (by key alone)
+/// into the table by age, once.
+fn move_keys_by_age(txn: &redb::WriteTransaction) -> Result<(), StorageError> {
+    let old = IDEMPOTENCY_BY_KEY.name();
+    if !txn
+        .list_tables()
+        .map_err(store_error)?
+        .any(|table| table.name() == old)
+    {
+        return Ok(());
+    }
+    {
+        let mut by_age = txn.open_table(IDEMPOTENCY).map_err(store_error)?;
+        let by_key = txn.open_table(IDEMPOTENCY_BY_KEY).map_err(store_error)?;
+        for row in by_key.iter().map_err(store_error)? {
+            let (key, bytes) = row.map_err(store_error)?;
+            let record: IdempotencyRecord = postcard::from_bytes(bytes.value())?;
+            by_age
+                .insert((record.created_at_ms, key.value()), bytes.value())
+                .map_err(store_error)?;
+        }
+    }
+    txn.delete_table(IDEMPOTENCY_BY_KEY).map_err(store_error)?;
+    Ok(())
 }
 
 impl Store {
@@ -133,6 +165,7 @@ impl Store {
         txn.open_table(SLOTS).map_err(store_error)?;
         txn.open_table(DESCRIPTIONS).map_err(store_error)?;
         txn.open_table(IDEMPOTENCY).map_err(store_error)?;
+        move_keys_by_age(&txn)?;
         txn.commit().map_err(store_error)?;
         Ok(Self {
             db: ManuallyDrop::new(db),
@@ -177,10 +210,11 @@ impl Store {
             .iter()
             .map_err(store_error)?
         {
-            let (key, bytes) = row.map_err(store_error)?;
+            let (created_and_key, bytes) = row.map_err(store_error)?;
+            let (_, key) = created_and_key.value();
             state
                 .idempotency
-                .push((key.value().into(), postcard::from_bytes(bytes.value())?));
+                .push((key.into(), postcard::from_bytes(bytes.value())?));
         }
         Ok(state)
     }
@@ -229,17 +263,97 @@ impl Store {
                     .map_err(store_error)?;
             }
             let mut idempotency = txn.open_table(IDEMPOTENCY).map_err(store_error)?;
-            for key in &checkpoint.idempotency_expired {
-                idempotency.remove(&**key).map_err(store_error)?;
+            if let Some(before) = checkpoint.idempotency_expired_before_ms {
+                idempotency
+                    .retain_in(..(before, ""), |_, _| false)
+                    .map_err(store_error)?;
             }
             for (key, record) in &checkpoint.idempotency_added {
                 let bytes = postcard::to_allocvec(record)?;
                 idempotency
-                    .insert(&**key, bytes.as_slice())
+                    .insert((record.created_at_ms, &**key), bytes.as_slice())
                     .map_err(store_error)?;
             }
         }
         txn.commit().map_err(store_error)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::OsDisk;
+    use geocount_model::SlotState;
+
+    fn record(created_at_ms: u64) -> IdempotencyRecord {
+        IdempotencyRecord {
+            counter: CounterId::new("c").unwrap(),
+            delta: 1,
+            item: None,
+            outcome: SlotState::default(),
+            created_at_ms,
+        }
+    }
+
+    fn keys(store: &Store) -> Vec<(Box<str>, u64)> {
+        let stored = store.load().unwrap().idempotency;
+        stored
+            .into_iter()
+            .map(|(key, record)| (key, record.created_at_ms))
+            .collect()
+    }
+
+    #[test]
+    fn keys_stored_by_key_move_to_the_table_by_age_and_expire_by_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STORE_FILE);
+        {
+            // A store as the ninth round wrote it.
+            let db = OsDisk.open_database(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut by_key = txn.open_table(IDEMPOTENCY_BY_KEY).unwrap();
+                for (key, created) in [("late", 200), ("early", 100)] {
+                    let bytes = postcard::to_allocvec(&record(created)).unwrap();
+                    by_key.insert(key, bytes.as_slice()).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        let store = Store::open(&OsDisk, &path).unwrap();
+        assert_eq!(
+            keys(&store),
+            vec![("early".into(), 100), ("late".into(), 200)]
+        );
+        let txn = store.db.begin_read().unwrap();
+        assert!(
+            txn.list_tables()
+                .unwrap()
+                .all(|t| t.name() != IDEMPOTENCY_BY_KEY.name()),
+            "the old table is gone"
+        );
+        drop(txn);
+
+        let checkpoint = Checkpoint {
+            idempotency_added: vec![("new".into(), record(300))],
+            idempotency_expired_before_ms: Some(101),
+            ..Checkpoint::default()
+        };
+        store
+            .write(&checkpoint, &SharedSlotTable::default())
+            .unwrap();
+        assert_eq!(
+            keys(&store),
+            vec![("late".into(), 200), ("new".into(), 300)]
+        );
+        store.close().unwrap();
+        // Opened again, nothing moves twice.
+        let store = Store::open(&OsDisk, &path).unwrap();
+        assert_eq!(
+            keys(&store),
+            vec![("late".into(), 200), ("new".into(), 300)]
+        );
+        store.close().unwrap();
     }
 }
