@@ -24,7 +24,8 @@ use serde::Serialize;
 use crate::figure::{Figure, Goal, Row, Unit, render_table};
 use crate::steps::{
     BATCH_CONNECTIONS, BATCH_SIZE, COUNTERS, CeilingFigures, ClusterFigures, CurvePoint,
-    MEMORY_CURVE_FROM, MemoryFigures, MemoryRun, NodeFigures, Plan, RedisFigures, ZIPF_EXPONENT,
+    FEW_BATCH_CONNECTIONS, MEMORY_CURVE_FROM, MemoryFigures, MemoryRun, NodeFigures, Plan,
+    RedisFigures, ZIPF_EXPONENT,
 };
 
 /// Runs the geocount benchmark against Redis and a bare hyper server on this machine.
@@ -163,6 +164,23 @@ fn rows(results: &Results) -> Vec<Row> {
             node.batches.rate.clone(),
             Some(Goal::AtLeast(5e6)),
         ));
+        rows.push(Row::alone(
+            "the same, p99 latency of a batch",
+            node.batches.p99.clone(),
+            None,
+        ));
+        let few = format!("the same over {FEW_BATCH_CONNECTIONS} connections (earlier rounds)");
+        let few_rate = node.batches_few_connections.rate.clone();
+        match &redis_best {
+            Some(best) => rows.push(Row::against(
+                &few,
+                few_rate,
+                "Redis -P 128, persistence off",
+                best.clone(),
+                None,
+            )),
+            None => rows.push(Row::alone(&few, few_rate, None)),
+        }
         let single = "shard node, durable: PATCH /counter/{id}/write, wrk -t2 -c64";
         if let Some(ceiling) = ceiling {
             rows.push(Row::against(
@@ -332,7 +350,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         unix_time,
         machine: machine(),
         load_tools: format!(
-            "redis-benchmark, wrk -t{} -c{} and geocount-bench's own batch sender (hyper, {BATCH_CONNECTIONS} connections) and geoctl load run on the same cores as the servers",
+            "redis-benchmark, wrk -t{} -c{} and geocount-bench's own batch sender (hyper, {BATCH_CONNECTIONS} and {FEW_BATCH_CONNECTIONS} connections) and geoctl load run on the same cores as the servers",
             wrk::THREADS,
             wrk::CONNECTIONS
         ),

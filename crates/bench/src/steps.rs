@@ -26,8 +26,12 @@ pub const COUNTERS: usize = 100_000;
 pub const BATCH_SIZE: usize = 1_000;
 /// The Zipf exponent of the batched path.
 pub const ZIPF_EXPONENT: f64 = 1.1;
-/// Connections of the batched load per shard node.
-pub const BATCH_CONNECTIONS: usize = 8;
+/// Connections of the batched load per shard node: redis-benchmark's `-c 50`, so both servers
+/// get as many clients.
+pub const BATCH_CONNECTIONS: usize = 50;
+/// The batched load also runs over this many connections, the figure of the rounds before
+/// (each keeps 8,000 writes in flight, more than Redis's `-c 50 -P 128`).
+pub const FEW_BATCH_CONNECTIONS: usize = 8;
 /// Counters the global aggregator's readers read.
 const READ_COUNTERS: usize = 10_000;
 /// How long after the writes resident memory is read: the allocator (mimalloc) returns arena
@@ -228,12 +232,13 @@ async fn batch_repeated(
     plan: &Plan,
     label: &str,
     addresses: &[SocketAddr],
+    connections: usize,
     bodies: Arc<Vec<bytes::Bytes>>,
     secs: Duration,
 ) -> anyhow::Result<BatchFigures> {
     let mut runs = Vec::new();
     for _ in 0..plan.repeats {
-        let run = batch::load(addresses, BATCH_CONNECTIONS, bodies.clone(), secs).await?;
+        let run = batch::load(addresses, connections, bodies.clone(), secs).await?;
         println!(
             "  {label}: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms",
             run.writes_per_sec, run.p50_ms, run.p99_ms
@@ -248,8 +253,10 @@ async fn batch_repeated(
 pub struct NodeFigures {
     /// Single writes, `PATCH /counter/{id}/write` through wrk.
     pub http_writes: WrkFigures,
-    /// Batches of 1,000, Zipf over 100,000 counters.
+    /// Batches of 1,000, Zipf over 100,000 counters, over [`BATCH_CONNECTIONS`].
     pub batches: BatchFigures,
+    /// The same over [`FEW_BATCH_CONNECTIONS`].
+    pub batches_few_connections: BatchFigures,
 }
 
 fn is_shard(role: &Role) -> bool {
@@ -267,11 +274,19 @@ pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Nod
         let http_writes = wrk_repeated(plan, "shard node, PATCH", address, &script).await?;
         let picker = CounterPicker::new(KeyDistribution::Zipf, COUNTERS, ZIPF_EXPONENT)?;
         let bodies = Arc::new(batch::bodies("bench", &picker, BATCH_SIZE));
-        let batches =
-            batch_repeated(plan, "shard node, batches", &[address], bodies, plan.secs()).await?;
+        let mut batches = Vec::new();
+        for connections in [BATCH_CONNECTIONS, FEW_BATCH_CONNECTIONS] {
+            let label = format!("shard node, batches over {connections} connections");
+            let bodies = Arc::clone(&bodies);
+            let secs = plan.secs();
+            batches
+                .push(batch_repeated(plan, &label, &[address], connections, bodies, secs).await?);
+        }
+        let batches_few_connections = batches.pop().expect("two loads");
         anyhow::Ok(NodeFigures {
             http_writes,
-            batches,
+            batches: batches.pop().expect("two loads"),
+            batches_few_connections,
         })
     }
     .await;
@@ -336,7 +351,7 @@ pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Ve
                 let label = format!("uniform over {counters} counters");
                 let secs = Duration::from_secs(plan.curve_secs);
                 Ok(Some(
-                    batch_repeated(plan, &label, &[address], bodies, secs).await?,
+                    batch_repeated(plan, &label, &[address], BATCH_CONNECTIONS, bodies, secs).await?,
                 ))
             }
             .await;

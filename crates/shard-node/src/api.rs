@@ -24,7 +24,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{
-    BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE,
+    self, BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry,
+    POSTCARD_CONTENT_TYPE,
 };
 use geocount_model::{CounterId, CounterType, Right, SlotRecord, SlotState};
 use geocount_net::{HttpError, Response, bytes_response, json_response, read_body};
@@ -403,7 +404,7 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
         .collect();
     let encoded = match items {
         Some(entries) if !entries.is_empty() => {
-            postcard::to_allocvec(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
+            wire::encode(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
         }
         _ => {
             let entries = writes
@@ -420,7 +421,7 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
                     )),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            postcard::to_allocvec(&BatchRequest { entries }).map(|b| ("/batch", b))
+            wire::encode(&BatchRequest { entries }).map(|b| ("/batch", b))
         }
     };
     encoded
@@ -456,37 +457,34 @@ async fn apply_batch(
     forwarded: bool,
 ) -> Result<Response, ShardError> {
     let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; checked.len()];
-    let checked: Vec<Result<WriteRequest, ShardError>> = {
-        let descriptions = state.descriptions.read().expect("descriptions lock");
-        checked
-            .into_iter()
-            .map(|write| write.and_then(|w| check_type(&descriptions, &w).map(|()| w)))
-            .collect()
-    };
+    // One pass: each entry's type checked, then kept here or grouped by the node it goes to.
     let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
-    let mut local = Vec::with_capacity(checked.len());
+    let mut local = LocalWrites::with_capacity(checked.len());
     let own = state.router.own_slot();
-    for (position, write) in checked.into_iter().enumerate() {
-        let write = match write {
-            Ok(write) => write,
-            Err(error) => {
-                outcomes[position] = Some(refused(&error));
-                continue;
+    {
+        let descriptions = state.descriptions.read().expect("descriptions lock");
+        for (position, write) in checked.into_iter().enumerate() {
+            let write = match write.and_then(|w| check_type(&descriptions, &w).map(|()| w)) {
+                Ok(write) => write,
+                Err(error) => {
+                    outcomes[position] = Some(refused(&error));
+                    continue;
+                }
+            };
+            let target = if forwarded {
+                own
+            } else {
+                state.router.target(
+                    write.id.as_str(),
+                    &write.change,
+                    write.idempotency_key.as_deref(),
+                )
+            };
+            if target == own {
+                local.push(position, write);
+            } else {
+                remote.entry(target).or_default().push((position, write));
             }
-        };
-        let target = if forwarded {
-            own
-        } else {
-            state.router.target(
-                write.id.as_str(),
-                &write.change,
-                write.idempotency_key.as_deref(),
-            )
-        };
-        if target == own {
-            local.push((position, write));
-        } else {
-            remote.entry(target).or_default().push((position, write));
         }
     }
     let mut forwards = tokio::task::JoinSet::new();
@@ -533,6 +531,7 @@ async fn apply_batch(
                 for (position, _) in &keyed {
                     outcomes[*position] = Some(refused(&unreachable));
                 }
+                let unkeyed = unkeyed.into_iter().collect();
                 apply_locally(state, unkeyed, &mut outcomes).await?;
             }
             Err(error) => {
@@ -552,7 +551,7 @@ async fn apply_batch(
             .map(|o| o.unwrap_or_else(|| refused(&state.stopped())))
             .collect(),
     };
-    let bytes = postcard::to_allocvec(&response)
+    let bytes = wire::encode(&response)
         .map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
     Ok(bytes_response(
         StatusCode::OK,
@@ -561,18 +560,48 @@ async fn apply_batch(
     ))
 }
 
+/// Writes of a batch for this node's slot, beside their positions in the batch.
+#[derive(Default)]
+struct LocalWrites {
+    positions: Vec<usize>,
+    writes: Vec<WriteRequest>,
+}
+
+impl LocalWrites {
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            positions: Vec::with_capacity(capacity),
+            writes: Vec::with_capacity(capacity),
+        }
+    }
+
+    fn push(&mut self, position: usize, write: WriteRequest) {
+        self.positions.push(position);
+        self.writes.push(write);
+    }
+}
+
+impl FromIterator<(usize, WriteRequest)> for LocalWrites {
+    fn from_iter<I: IntoIterator<Item = (usize, WriteRequest)>>(iter: I) -> Self {
+        let mut local = Self::default();
+        for (position, write) in iter {
+            local.push(position, write);
+        }
+        local
+    }
+}
+
 /// Applies writes to this node's slot, filling in their outcomes.
 async fn apply_locally(
     state: &NodeState,
-    writes: Vec<(usize, WriteRequest)>,
+    local: LocalWrites,
     outcomes: &mut [Option<EntryOutcome>],
 ) -> Result<(), ShardError> {
-    if writes.is_empty() {
+    if local.writes.is_empty() {
         return Ok(());
     }
-    let (positions, writes): (Vec<usize>, Vec<WriteRequest>) = writes.into_iter().unzip();
-    let results = state.submit(writes).await?;
-    for (position, result) in positions.into_iter().zip(results) {
+    let results = state.submit(local.writes).await?;
+    for (position, result) in local.positions.into_iter().zip(results) {
         outcomes[position] = Some(match result {
             Ok(slot) => EntryOutcome::Applied {
                 value: slot.value,

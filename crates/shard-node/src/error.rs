@@ -46,18 +46,13 @@ pub enum ShardError {
         /// The configured skew allowed.
         allowed: u64,
     },
-    /// An `Idempotency-Key` reused for a different write.
+    /// An `Idempotency-Key` reused for a different write (boxed: every write's result carries
+    /// a `ShardError`'s room, and this is its largest variant).
     #[error(
-        "Idempotency-Key {key:?} was already used for a different write (counter {counter:?}, {write})"
+        "Idempotency-Key {:?} was already used for a different write (counter {:?}, {})",
+        .0.key, .0.counter, .0.write
     )]
-    IdempotencyKeyReused {
-        /// The key.
-        key: String,
-        /// The counter of the first write with this key.
-        counter: String,
-        /// What the first write with this key was: `delta 5`, or `an item`.
-        write: String,
-    },
+    IdempotencyKeyReused(Box<KeyReuse>),
     /// A delta for a unique counter, or an item for a sum counter.
     #[error("{0}")]
     WrongType(String),
@@ -108,7 +103,7 @@ impl HttpError for ShardError {
             ShardError::Request(refusal) => refusal.status(),
             ShardError::NotFound(_) => StatusCode::NOT_FOUND,
             ShardError::AlreadyExists(_) => StatusCode::CONFLICT,
-            ShardError::IdempotencyKeyReused { .. } | ShardError::TimestampAhead { .. } => {
+            ShardError::IdempotencyKeyReused(_) | ShardError::TimestampAhead { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ShardError::StorageFull(_)
@@ -192,4 +187,15 @@ impl StorageError {
     pub fn is_disk_full(&self) -> bool {
         matches!(self, StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull)
     }
+}
+
+/// What [`ShardError::IdempotencyKeyReused`] reports.
+#[derive(Debug)]
+pub struct KeyReuse {
+    /// The key.
+    pub key: String,
+    /// The counter of the first write with this key.
+    pub counter: String,
+    /// What the first write with this key was: `delta 5`, or `an item`.
+    pub write: String,
 }
