@@ -500,3 +500,62 @@ fn placed_on(topology: &TestTopology, id: &str, slot: u32) -> bool {
     );
     placement.slots_for(id, 1) == [slot]
 }
+
+/// A batch is routed while the node learns descriptions: its handler must not hold the
+/// descriptions' lock while the router takes it again, or a create waiting to write between
+/// the two reads deadlocks the node (found by the benchmark's cluster step).
+#[tokio::test]
+async fn batches_keep_being_answered_while_counters_are_created() {
+    let topology = TestTopology::new(&[("USA_0", 2)], "");
+    let nodes = start_shards(&topology, "USA_0", 2).await;
+    let api = nodes[0].api();
+    let ids: Vec<String> = (0..500).map(|n| format!("routed-{n}")).collect();
+    let entries: Vec<BatchEntry<'_>> = ids
+        .iter()
+        .map(|id| BatchEntry {
+            id,
+            delta: 1,
+            idempotency_key: None,
+            timestamp: None,
+        })
+        .collect();
+    let creating = Arc::new(AtomicBool::new(true));
+    let creator = {
+        let api = api.clone();
+        let creating = Arc::clone(&creating);
+        tokio::spawn(async move {
+            let mut created = 0;
+            while creating.load(Ordering::Relaxed) {
+                let (status, body) = api.create(json!({"id": format!("made-{created}")})).await;
+                assert_eq!(status, 201, "{body}");
+                created += 1;
+            }
+            created
+        })
+    };
+    let started = std::time::Instant::now();
+    let mut batches = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let answer = tokio::time::timeout(Duration::from_secs(10), api.batch(&entries))
+            .await
+            .expect("a batch is answered while counters are created")
+            .expect("the batch is taken");
+        assert!(
+            answer
+                .outcomes
+                .iter()
+                .all(|o| matches!(o, EntryOutcome::Applied { .. })),
+            "{answer:?}"
+        );
+        batches += 1;
+    }
+    creating.store(false, Ordering::Relaxed);
+    let created = tokio::time::timeout(Duration::from_secs(10), creator)
+        .await
+        .expect("creates are answered")
+        .unwrap();
+    assert!(
+        batches > 0 && created > 0,
+        "{batches} batches, {created} creates"
+    );
+}

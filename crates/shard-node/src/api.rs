@@ -457,34 +457,39 @@ async fn apply_batch(
     forwarded: bool,
 ) -> Result<Response, ShardError> {
     let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; checked.len()];
-    // One pass: each entry's type checked, then kept here or grouped by the node it goes to.
+    // Types are checked under the descriptions' lock, which is released before routing: the
+    // router takes it again, and a second read while the commit loop waits to write deadlocks.
+    let checked: Vec<Result<WriteRequest, ShardError>> = {
+        let descriptions = state.descriptions.read().expect("descriptions lock");
+        checked
+            .into_iter()
+            .map(|write| write.and_then(|w| check_type(&descriptions, &w).map(|()| w)))
+            .collect()
+    };
     let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
     let mut local = LocalWrites::with_capacity(checked.len());
     let own = state.router.own_slot();
-    {
-        let descriptions = state.descriptions.read().expect("descriptions lock");
-        for (position, write) in checked.into_iter().enumerate() {
-            let write = match write.and_then(|w| check_type(&descriptions, &w).map(|()| w)) {
-                Ok(write) => write,
-                Err(error) => {
-                    outcomes[position] = Some(refused(&error));
-                    continue;
-                }
-            };
-            let target = if forwarded {
-                own
-            } else {
-                state.router.target(
-                    write.id.as_str(),
-                    &write.change,
-                    write.idempotency_key.as_deref(),
-                )
-            };
-            if target == own {
-                local.push(position, write);
-            } else {
-                remote.entry(target).or_default().push((position, write));
+    for (position, write) in checked.into_iter().enumerate() {
+        let write = match write {
+            Ok(write) => write,
+            Err(error) => {
+                outcomes[position] = Some(refused(&error));
+                continue;
             }
+        };
+        let target = if forwarded {
+            own
+        } else {
+            state.router.target(
+                write.id.as_str(),
+                &write.change,
+                write.idempotency_key.as_deref(),
+            )
+        };
+        if target == own {
+            local.push(position, write);
+        } else {
+            remote.entry(target).or_default().push((position, write));
         }
     }
     let mut forwards = tokio::task::JoinSet::new();
