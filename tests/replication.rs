@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use geocount_model::wire::{BatchEntry, EntryOutcome};
+use geocount_model::wire::{BatchEntry, BatchRequest, EntryOutcome};
 use geocount_test_support::{Api, NodeProcess, TestTopology, eventually};
 use serde_json::{Value, json};
 
@@ -510,15 +510,7 @@ async fn batches_keep_being_answered_while_counters_are_created() {
     let nodes = start_shards(&topology, "USA_0", 2).await;
     let api = nodes[0].api();
     let ids: Vec<String> = (0..500).map(|n| format!("routed-{n}")).collect();
-    let entries: Vec<BatchEntry<'_>> = ids
-        .iter()
-        .map(|id| BatchEntry {
-            id,
-            delta: 1,
-            idempotency_key: None,
-            timestamp: None,
-        })
-        .collect();
+    let entries = BatchRequest::increments(&ids).entries;
     let creating = Arc::new(AtomicBool::new(true));
     let creator = {
         let api = api.clone();
