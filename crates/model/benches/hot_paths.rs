@@ -1,5 +1,5 @@
 //! The model's hot paths: decoding a postcard batch of 1,000 writes (what `POST /batch` does
-//! first) and encoding its answer, merging slot records (what every tier does with every copy it pulls), recording a hit
+//! first), merging slot records (what every tier does with every copy it pulls), recording a hit
 //! in a rolling window, and a window read over a full 300-second window.
 //!
 //! `cargo bench -p geocount-model --bench hot_paths`
@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput};
-use geocount_model::wire::{self, BatchRequest, BatchResponse, EntryOutcome};
+use geocount_model::wire::BatchRequest;
 use geocount_model::{SlotRecord, SlotState, Window};
 
 /// Writes per batch, as `geoctl load` and `scripts/bench.sh` send them.
@@ -53,29 +53,6 @@ fn bench(c: &mut Criterion) {
             black_box(batch.entries.len())
         })
     });
-    // The answer a node sends back: each entry's slot state (a version is a large number).
-    let answer = BatchResponse {
-        slot: "DC_USA_0_VAL_0".into(),
-        outcomes: (0..BATCH as u64)
-            .map(|n| EntryOutcome::Applied {
-                value: (n * 7_919 % 100_000) as i64,
-                version: (1_795_000_000_000 << 12) + n,
-            })
-            .collect(),
-    };
-    group.bench_function("encode the answer to 1,000 writes (wire::encode)", |b| {
-        b.iter(|| wire::encode(black_box(&answer)).expect("encodes").len())
-    });
-    group.bench_function(
-        "encode the answer to 1,000 writes (postcard::to_allocvec)",
-        |b| {
-            b.iter(|| {
-                postcard::to_allocvec(black_box(&answer))
-                    .expect("encodes")
-                    .len()
-            })
-        },
-    );
     group.finish();
 
     let mut group = c.benchmark_group("merge");

@@ -12,9 +12,6 @@
 //!
 //! Unique counters take items rather than deltas: `POST /batch/items` takes an
 //! [`ItemBatchRequest`] and answers the same [`BatchResponse`].
-//!
-//! Every process encodes with [`encode`] or [`encode_into`]: postcard's own `Vec` output copies
-//! each varint through a `memcpy` call, which was most of the cost of a batch's answer.
 
 use serde::{Deserialize, Serialize};
 
@@ -213,103 +210,4 @@ pub struct SlotCopy {
     pub slot: String,
     /// Every counter's record in it.
     pub entries: Vec<(String, SlotRecord)>,
-}
-
-/// Encodes `value` with postcard into a new buffer (see [`encode_into`]).
-pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, postcard::Error> {
-    let mut bytes = Vec::new();
-    encode_into(value, &mut bytes)?;
-    Ok(bytes)
-}
-
-/// Appends `value`, encoded with postcard, to `bytes`: the same bytes as `postcard::to_extend`,
-/// with short pieces (varints, small ids) pushed byte by byte rather than copied by a
-/// `memcpy` call each, about twice as fast for a batch's answer (`cargo bench -p
-/// geocount-model --bench hot_paths -- encode`).
-pub fn encode_into<T: Serialize + ?Sized>(
-    value: &T,
-    bytes: &mut Vec<u8>,
-) -> Result<(), postcard::Error> {
-    postcard::serialize_with_flavor(value, AppendTo(bytes))
-}
-
-/// A postcard output that appends to a borrowed `Vec`.
-struct AppendTo<'a>(&'a mut Vec<u8>);
-
-/// Pieces up to this long are pushed byte by byte: a varint is at most 10 bytes.
-const SHORT_PIECE: usize = 16;
-
-impl postcard::ser_flavors::Flavor for AppendTo<'_> {
-    type Output = ();
-
-    #[inline]
-    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        if data.len() <= SHORT_PIECE {
-            // A loop the compiler unrolls, with one capacity check.
-            self.0.extend(data.iter().copied());
-        } else {
-            self.0.extend_from_slice(data);
-        }
-        Ok(())
-    }
-
-    #[inline]
-    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
-        self.0.push(data);
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<()> {
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::SlotState;
-
-    #[test]
-    fn encodes_the_bytes_postcard_does() {
-        let response = BatchResponse {
-            slot: "DC_USA_0_VAL_0".into(),
-            outcomes: (0..300)
-                .map(|n| match n % 3 {
-                    0 => EntryOutcome::Applied {
-                        value: -(n * 1_000_003),
-                        version: 1_795_000_000_000 << 12 | n as u64,
-                    },
-                    1 => EntryOutcome::Applied {
-                        value: i64::MAX - n,
-                        version: u64::MAX - n as u64,
-                    },
-                    _ => EntryOutcome::Refused {
-                        status: 422,
-                        error: "x".repeat(n as usize),
-                    },
-                })
-                .collect(),
-        };
-        assert_eq!(
-            encode(&response).unwrap(),
-            postcard::to_allocvec(&response).unwrap()
-        );
-        let mut appended = b"head".to_vec();
-        encode_into(
-            &SlotState {
-                value: 5,
-                version: 7,
-            },
-            &mut appended,
-        )
-        .unwrap();
-        assert_eq!(&appended[..4], b"head");
-        assert_eq!(
-            postcard::from_bytes::<SlotState>(&appended[4..]).unwrap(),
-            SlotState {
-                value: 5,
-                version: 7
-            }
-        );
-    }
 }

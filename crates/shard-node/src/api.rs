@@ -24,8 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{
-    self, BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry,
-    POSTCARD_CONTENT_TYPE,
+    BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE,
 };
 use geocount_model::{CounterId, CounterType, Right, SlotRecord, SlotState};
 use geocount_net::{HttpError, Response, bytes_response, json_response, read_body};
@@ -404,7 +403,7 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
         .collect();
     let encoded = match items {
         Some(entries) if !entries.is_empty() => {
-            wire::encode(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
+            postcard::to_allocvec(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
         }
         _ => {
             let entries = writes
@@ -421,7 +420,7 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
                     )),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            wire::encode(&BatchRequest { entries }).map(|b| ("/batch", b))
+            postcard::to_allocvec(&BatchRequest { entries }).map(|b| ("/batch", b))
         }
     };
     encoded
@@ -457,8 +456,6 @@ async fn apply_batch(
     forwarded: bool,
 ) -> Result<Response, ShardError> {
     let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; checked.len()];
-    // Types are checked under the descriptions' lock, which is released before routing: the
-    // router takes it again, and a second read while the commit loop waits to write deadlocks.
     let checked: Vec<Result<WriteRequest, ShardError>> = {
         let descriptions = state.descriptions.read().expect("descriptions lock");
         checked
@@ -467,7 +464,7 @@ async fn apply_batch(
             .collect()
     };
     let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
-    let mut local = LocalWrites::with_capacity(checked.len());
+    let mut local = Vec::with_capacity(checked.len());
     let own = state.router.own_slot();
     for (position, write) in checked.into_iter().enumerate() {
         let write = match write {
@@ -487,7 +484,7 @@ async fn apply_batch(
             )
         };
         if target == own {
-            local.push(position, write);
+            local.push((position, write));
         } else {
             remote.entry(target).or_default().push((position, write));
         }
@@ -536,7 +533,6 @@ async fn apply_batch(
                 for (position, _) in &keyed {
                     outcomes[*position] = Some(refused(&unreachable));
                 }
-                let unkeyed = unkeyed.into_iter().collect();
                 apply_locally(state, unkeyed, &mut outcomes).await?;
             }
             Err(error) => {
@@ -556,7 +552,7 @@ async fn apply_batch(
             .map(|o| o.unwrap_or_else(|| refused(&state.stopped())))
             .collect(),
     };
-    let bytes = wire::encode(&response)
+    let bytes = postcard::to_allocvec(&response)
         .map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
     Ok(bytes_response(
         StatusCode::OK,
@@ -565,48 +561,18 @@ async fn apply_batch(
     ))
 }
 
-/// Writes of a batch for this node's slot, beside their positions in the batch.
-#[derive(Default)]
-struct LocalWrites {
-    positions: Vec<usize>,
-    writes: Vec<WriteRequest>,
-}
-
-impl LocalWrites {
-    fn with_capacity(capacity: usize) -> Self {
-        Self {
-            positions: Vec::with_capacity(capacity),
-            writes: Vec::with_capacity(capacity),
-        }
-    }
-
-    fn push(&mut self, position: usize, write: WriteRequest) {
-        self.positions.push(position);
-        self.writes.push(write);
-    }
-}
-
-impl FromIterator<(usize, WriteRequest)> for LocalWrites {
-    fn from_iter<I: IntoIterator<Item = (usize, WriteRequest)>>(iter: I) -> Self {
-        let mut local = Self::default();
-        for (position, write) in iter {
-            local.push(position, write);
-        }
-        local
-    }
-}
-
 /// Applies writes to this node's slot, filling in their outcomes.
 async fn apply_locally(
     state: &NodeState,
-    local: LocalWrites,
+    writes: Vec<(usize, WriteRequest)>,
     outcomes: &mut [Option<EntryOutcome>],
 ) -> Result<(), ShardError> {
-    if local.writes.is_empty() {
+    if writes.is_empty() {
         return Ok(());
     }
-    let results = state.submit(local.writes).await?;
-    for (position, result) in local.positions.into_iter().zip(results) {
+    let (positions, writes): (Vec<usize>, Vec<WriteRequest>) = writes.into_iter().unzip();
+    let results = state.submit(writes).await?;
+    for (position, result) in positions.into_iter().zip(results) {
         outcomes[position] = Some(match result {
             Ok(slot) => EntryOutcome::Applied {
                 value: slot.value,

@@ -21,7 +21,7 @@ use indexmap::IndexMap;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::checkpoint::Checkpointer;
-use crate::error::{KeyReuse, ShardError, StorageError};
+use crate::error::{ShardError, StorageError};
 use crate::hot::{HotCounters, changed_description};
 use crate::idempotency::{IdempotencyCache, IdempotencyRecord};
 use crate::metrics::ShardMetrics;
@@ -488,11 +488,11 @@ impl CommitLoop {
                     self.shared.metrics.idempotent_replays.inc();
                     return Ok(first.outcome);
                 }
-                return Err(ShardError::IdempotencyKeyReused(Box::new(KeyReuse {
+                return Err(ShardError::IdempotencyKeyReused {
                     key: key.to_string(),
                     counter: first.counter.to_string(),
                     write: first.describe_write(),
-                })));
+                });
             }
             // A new key: held for the whole retention, so bounded (about 375 bytes each).
             let limit = self.shared.settings.max_idempotency_keys;

@@ -46,13 +46,18 @@ pub enum ShardError {
         /// The configured skew allowed.
         allowed: u64,
     },
-    /// An `Idempotency-Key` reused for a different write (boxed: every write's result carries
-    /// a `ShardError`'s room, and this is its largest variant).
+    /// An `Idempotency-Key` reused for a different write.
     #[error(
-        "Idempotency-Key {:?} was already used for a different write (counter {:?}, {})",
-        .0.key, .0.counter, .0.write
+        "Idempotency-Key {key:?} was already used for a different write (counter {counter:?}, {write})"
     )]
-    IdempotencyKeyReused(Box<KeyReuse>),
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The counter of the first write with this key.
+        counter: String,
+        /// What the first write with this key was: `delta 5`, or `an item`.
+        write: String,
+    },
     /// A delta for a unique counter, or an item for a sum counter.
     #[error("{0}")]
     WrongType(String),
@@ -103,7 +108,7 @@ impl HttpError for ShardError {
             ShardError::Request(refusal) => refusal.status(),
             ShardError::NotFound(_) => StatusCode::NOT_FOUND,
             ShardError::AlreadyExists(_) => StatusCode::CONFLICT,
-            ShardError::IdempotencyKeyReused(_) | ShardError::TimestampAhead { .. } => {
+            ShardError::IdempotencyKeyReused { .. } | ShardError::TimestampAhead { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ShardError::StorageFull(_)
@@ -187,15 +192,4 @@ impl StorageError {
     pub fn is_disk_full(&self) -> bool {
         matches!(self, StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull)
     }
-}
-
-/// What [`ShardError::IdempotencyKeyReused`] reports.
-#[derive(Debug)]
-pub struct KeyReuse {
-    /// The key.
-    pub key: String,
-    /// The counter of the first write with this key.
-    pub counter: String,
-    /// What the first write with this key was: `delta 5`, or `an item`.
-    pub write: String,
 }
