@@ -274,19 +274,17 @@ pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Nod
         let http_writes = wrk_repeated(plan, "shard node, PATCH", address, &script).await?;
         let picker = CounterPicker::new(KeyDistribution::Zipf, COUNTERS, ZIPF_EXPONENT)?;
         let bodies = Arc::new(batch::bodies("bench", &picker, BATCH_SIZE));
-        let mut batches = Vec::new();
-        for connections in [BATCH_CONNECTIONS, FEW_BATCH_CONNECTIONS] {
+        let batches_over = |connections: usize| {
             let label = format!("shard node, batches over {connections} connections");
             let bodies = Arc::clone(&bodies);
-            let secs = plan.secs();
-            batches
-                .push(batch_repeated(plan, &label, &[address], connections, bodies, secs).await?);
-        }
-        let batches_few_connections = batches.pop().expect("two loads");
+            async move {
+                batch_repeated(plan, &label, &[address], connections, bodies, plan.secs()).await
+            }
+        };
         anyhow::Ok(NodeFigures {
             http_writes,
-            batches: batches.pop().expect("two loads"),
-            batches_few_connections,
+            batches: batches_over(BATCH_CONNECTIONS).await?,
+            batches_few_connections: batches_over(FEW_BATCH_CONNECTIONS).await?,
         })
     }
     .await;
