@@ -78,7 +78,8 @@ pub fn sum_record(value: i64, version: u64) -> SlotRecord {
     let mut record = SlotRecord::from(SlotState { value, version });
     for (ago, hits) in [(200, 2), (10, value), (1, -1)] {
         record
-            .window
+            .window_mut()
+            .expect("a sum's record has a window")
             .record(NOW_SECS - ago, hits, WINDOW_SECONDS)
             .expect("fixture hits fit");
     }

@@ -110,7 +110,7 @@ pub fn read_counter(
     let mut held = vec![(0i128, 0u64); slot_names.len()];
     for (slot, record) in copies {
         if let Some(held) = held.get_mut(usize::from(*slot)) {
-            let value = match (&record.uniques, unique) {
+            let value = match (record.uniques(), unique) {
                 (Some(sketch), true) => i128::from(sketch.count()),
                 (None, true) => 0,
                 (_, false) => WindowQuery::value_of(window, record),
@@ -119,7 +119,7 @@ pub fn read_counter(
         }
     }
     let (value, standard_error) = if unique {
-        let union = UniqueSketch::union_of(copies.iter().filter_map(|(_, r)| r.uniques.as_deref()));
+        let union = UniqueSketch::union_of(copies.iter().filter_map(|(_, r)| r.uniques()));
         (i128::from(union.count()), Some(STANDARD_ERROR))
     } else {
         (held.iter().map(|(value, _)| value).sum(), None)
@@ -246,7 +246,7 @@ mod tests {
                 version: 2_000,
             }
             .into();
-            record.uniques = Some(Box::new(sketch));
+            record.set_uniques(Box::new(sketch));
             replica
                 .copies
                 .merge(slot, &geocount_model::CounterId::new("u").unwrap(), &record);

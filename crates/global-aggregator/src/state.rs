@@ -96,7 +96,7 @@ pub fn read_unique_datacenters(
     let mut readings = empty_readings(replica, now_ms);
     let mut unions = vec![UniqueSketch::new(); readings.len()];
     for (slot, record) in copies.unwrap_or_default() {
-        if let Some(sketch) = &record.uniques {
+        if let Some(sketch) = record.uniques() {
             unions[slot_datacenters[usize::from(*slot)]].union_with(sketch);
         }
     }

@@ -33,14 +33,13 @@ fn record(version: u64, buckets: u64, newest: u64) -> SlotRecord {
             .record(second, 1, WINDOW_SECONDS)
             .expect("no overflow");
     }
-    SlotRecord {
-        state: SlotState {
+    SlotRecord::sum(
+        SlotState {
             value: buckets as i64,
             version,
         },
         window,
-        uniques: None,
-    }
+    )
 }
 
 fn bench(c: &mut Criterion) {
@@ -89,7 +88,9 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("window");
-    let full = record(1, u64::from(WINDOW_SECONDS), 10_000).window;
+    let full = record(1, u64::from(WINDOW_SECONDS), 10_000)
+        .window()
+        .clone();
     group.bench_function("read 60 s of a full 300 s window", |b| {
         b.iter(|| black_box(&full).sum(black_box(60), black_box(10_000)))
     });

@@ -55,4 +55,4 @@ pub use topology::{
     SyncSettings, Topology, TopologyError, TrendingConfig, WanSettings,
 };
 pub use unique::UniqueSketch;
-pub use window::{Recorded, Window, WindowChange};
+pub use window::{BucketSlice, Recorded, Window, WindowChange};

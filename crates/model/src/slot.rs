@@ -97,19 +97,81 @@ pub fn next_slot_version(last: u64, now_unix_ms: u64) -> u64 {
     last.saturating_add(1).max(now_unix_ms << 10)
 }
 
-/// Everything a slot holds for one counter: its running total and version, its window of
-/// per-second hits, and for a unique counter its sketch of the distinct items. Only the owner
-/// changes it, raising the version, so copies merge as a whole by version like [`SlotState`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Everything a slot holds for one counter: its running total and version, and either its
+/// window of per-second hits (a sum) or its sketch of the distinct items (a unique counter).
+/// Only the owner changes it, raising the version, so copies merge as a whole by version like
+/// [`SlotState`].
+///
+/// 32 bytes: every tier holds one per (counter, slot), so its size is a large part of the
+/// memory per counter (ARCHITECTURE.md, "Twelfth round"). On the wire it is the struct
+/// `{state, window, uniques}` it always was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "EncodedRecord")]
 pub struct SlotRecord {
     /// The running total and its version. For a unique counter the value is this slot's
     /// estimate of its distinct items, and the version rises whenever the sketch changes.
     pub state: SlotState,
-    /// The hits of the counter's rolling window (empty for a unique counter).
-    pub window: crate::Window,
-    /// The distinct items this slot has seen, for a unique counter; `None` for a sum. Boxed:
-    /// most counters are sums, and an inline sketch would triple every record's size.
-    pub uniques: Option<Box<crate::UniqueSketch>>,
+    held: Held,
+}
+
+/// What a record holds beside its state: a counter is a sum or unique, never both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Held {
+    /// A sum counter's rolling window.
+    Window(crate::Window),
+    /// A unique counter's sketch. Boxed: most counters are sums, and a sketch is up to 16 KiB.
+    Sketch(Box<crate::UniqueSketch>),
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held::Window(crate::Window::default())
+    }
+}
+
+/// The window a unique counter's record reads as: none.
+static NO_WINDOW: crate::Window = crate::Window::EMPTY;
+
+/// How a [`SlotRecord`] travels and is stored.
+#[derive(Serialize)]
+struct WireRecord<'a> {
+    state: SlotState,
+    window: &'a crate::Window,
+    uniques: Option<&'a crate::UniqueSketch>,
+}
+
+/// How a [`SlotRecord`] is read back.
+#[derive(Deserialize)]
+struct EncodedRecord {
+    state: SlotState,
+    window: crate::Window,
+    uniques: Option<Box<crate::UniqueSketch>>,
+}
+
+impl From<EncodedRecord> for SlotRecord {
+    /// A record carrying a sketch is a unique counter's: a window beside it (no owner writes
+    /// one) is dropped, as no read of a unique counter would count it.
+    fn from(encoded: EncodedRecord) -> Self {
+        let held = match encoded.uniques {
+            Some(sketch) => Held::Sketch(sketch),
+            None => Held::Window(encoded.window),
+        };
+        Self {
+            state: encoded.state,
+            held,
+        }
+    }
+}
+
+impl Serialize for SlotRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        WireRecord {
+            state: self.state,
+            window: self.window(),
+            uniques: self.uniques(),
+        }
+        .serialize(serializer)
+    }
 }
 
 impl From<SlotState> for SlotRecord {
@@ -117,13 +179,65 @@ impl From<SlotState> for SlotRecord {
     fn from(state: SlotState) -> Self {
         Self {
             state,
-            window: crate::Window::default(),
-            uniques: None,
+            held: Held::default(),
         }
     }
 }
 
 impl SlotRecord {
+    /// A sum counter's record: `state` and its `window`.
+    pub fn sum(state: SlotState, window: crate::Window) -> Self {
+        Self {
+            state,
+            held: Held::Window(window),
+        }
+    }
+
+    /// A unique counter's record: `state` and its `sketch`.
+    pub fn unique(state: SlotState, sketch: Box<crate::UniqueSketch>) -> Self {
+        Self {
+            state,
+            held: Held::Sketch(sketch),
+        }
+    }
+
+    /// The hits of the counter's rolling window (empty for a unique counter).
+    pub fn window(&self) -> &crate::Window {
+        match &self.held {
+            Held::Window(window) => window,
+            Held::Sketch(_) => &NO_WINDOW,
+        }
+    }
+
+    /// The window, to change it; `None` for a unique counter, which has none.
+    pub fn window_mut(&mut self) -> Option<&mut crate::Window> {
+        match &mut self.held {
+            Held::Window(window) => Some(window),
+            Held::Sketch(_) => None,
+        }
+    }
+
+    /// The distinct items this slot has seen, for a unique counter; `None` for a sum.
+    pub fn uniques(&self) -> Option<&crate::UniqueSketch> {
+        match &self.held {
+            Held::Window(_) => None,
+            Held::Sketch(sketch) => Some(sketch),
+        }
+    }
+
+    /// The sketch, taken out of a unique counter's record; `None` for a sum.
+    pub fn into_uniques(self) -> Option<Box<crate::UniqueSketch>> {
+        match self.held {
+            Held::Window(_) => None,
+            Held::Sketch(sketch) => Some(sketch),
+        }
+    }
+
+    /// Makes this a unique counter's record holding `sketch` (any window goes).
+    pub fn set_uniques(&mut self, sketch: Box<crate::UniqueSketch>) {
+        self.held = Held::Sketch(sketch);
+    }
+
     /// Merges another copy of the same slot: the higher version wins. Returns whether `self`
     /// changed.
     pub fn merge(&mut self, other: &SlotRecord) -> bool {
@@ -145,18 +259,21 @@ impl SlotRecord {
         true
     }
 
-    /// Replays a logged change of this slot (see [`Window::only`](crate::Window::only)): if it
-    /// is newer, takes its state, sets the window buckets it carries and takes its sketch.
-    /// Returns whether `self` changed.
+    /// Replays a logged change of this slot: if it is newer, takes its state, sets the window
+    /// buckets it carries and takes its sketch. Returns whether `self` changed.
     pub fn apply_logged(&mut self, logged: SlotRecord) -> bool {
         let mut state = self.state;
         if !state.merge(logged.state) {
             return false;
         }
         self.state = logged.state;
-        self.window.set_buckets(&logged.window);
-        if logged.uniques.is_some() {
-            self.uniques = logged.uniques;
+        match logged.held {
+            Held::Sketch(sketch) => self.held = Held::Sketch(sketch),
+            Held::Window(buckets) => {
+                if let Held::Window(window) = &mut self.held {
+                    window.set_buckets(&buckets);
+                }
+            }
         }
         true
     }
@@ -165,7 +282,12 @@ impl SlotRecord {
     /// sketch as change number `version`: the value becomes the slot's estimate. An item that
     /// raises no register changes nothing, the version included; returns whether it changed.
     pub fn add_item(&mut self, hash: u64, version: u64) -> bool {
-        let sketch = self.uniques.get_or_insert_with(Default::default);
+        if let Held::Window(_) = self.held {
+            self.held = Held::Sketch(Box::default());
+        }
+        let Held::Sketch(sketch) = &mut self.held else {
+            unreachable!("made a sketch above")
+        };
         if !sketch.add_hash(hash) {
             return false;
         }
@@ -340,7 +462,7 @@ mod tests {
         assert!(copy.merge(&owner));
         assert_eq!(copy, owner, "the newer sketch comes with the newer version");
         assert!(!copy.merge(&older));
-        assert_eq!(copy.uniques, owner.uniques);
+        assert_eq!(copy.uniques(), owner.uniques());
         let bytes = postcard::to_allocvec(&owner).unwrap();
         assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), owner);
     }
@@ -363,5 +485,46 @@ mod tests {
         ] {
             assert!(bad.parse::<SlotId>().is_err(), "{bad}");
         }
+    }
+
+    /// The size every (counter, slot) of every tier pays (ARCHITECTURE.md, "Twelfth round").
+    #[test]
+    fn a_slot_record_is_thirty_two_bytes() {
+        assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
+    }
+
+    /// The record travels and is stored as the struct `{state, window, uniques}` it was
+    /// before it held either a window or a sketch: logs, stores and peers of older builds read
+    /// it unchanged.
+    #[test]
+    fn records_keep_their_wire_shape() {
+        let mut window = crate::Window::default();
+        window.record(3, 1, 60).unwrap();
+        let sum = SlotRecord::sum(
+            SlotState {
+                value: 1,
+                version: 1,
+            },
+            window,
+        );
+        // value 1 (zigzag 2), version 1, one bucket (3, zigzag 1), no sketch.
+        let bytes = [2, 1, 1, 3, 2, 0];
+        assert_eq!(postcard::to_allocvec(&sum).unwrap(), bytes);
+        assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), sum);
+
+        let mut unique = SlotRecord::default();
+        assert!(unique.add_item(crate::unique::hash_item("user-1"), 5));
+        assert!(unique.window().buckets().is_empty());
+        let encoded = postcard::to_allocvec(&unique).unwrap();
+        assert_eq!(
+            postcard::from_bytes::<SlotRecord>(&encoded).unwrap(),
+            unique
+        );
+        // A sketch with a window beside it (no owner writes one) reads as the sketch alone.
+        let mut both = encoded.clone();
+        both.splice(2..3, [1, 3, 2]);
+        let read = postcard::from_bytes::<SlotRecord>(&both).unwrap();
+        assert_eq!(read.uniques(), unique.uniques());
+        assert!(read.window().buckets().is_empty());
     }
 }

@@ -222,7 +222,7 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
         None if description.is_some() => SlotRecord::default(),
         None => return Err(ShardError::NotFound(id.to_string())),
     };
-    let unique = description.map_or(record.uniques.is_some(), |d| {
+    let unique = description.map_or(record.uniques().is_some(), |d| {
         d.description.counter_type == CounterType::Unique
     });
     if unique {
@@ -230,7 +230,7 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
             return Err(http::no_window_for_unique().into());
         }
         let slot = SlotState {
-            value: record.uniques.as_ref().map_or(0, |sketch| sketch.count()),
+            value: record.uniques().map_or(0, |sketch| sketch.count()),
             version: record.state.version,
         };
         return Ok(slot_answer(&state.slot_name, id, slot, true));

@@ -220,7 +220,7 @@ impl Staged {
             row,
             state: committed.map(|record| record.state).unwrap_or_default(),
             window: committed.map_or_else(WindowChange::default, |record| {
-                WindowChange::new(&record.window)
+                WindowChange::new(record.window())
             }),
             sketch: None,
             changed: false,
@@ -244,7 +244,7 @@ fn known_type(
     if let Some(described) = described {
         return Some(described.description.counter_type);
     }
-    record.map(|record| match record.uniques {
+    record.map(|record| match record.uniques() {
         Some(_) => CounterType::Unique,
         None => CounterType::Sum,
     })
@@ -435,10 +435,9 @@ impl CommitLoop {
             if !slot.changed {
                 continue;
             }
-            let change = SlotRecord {
-                state: slot.state,
-                window: slot.window.changed(),
-                uniques: slot.sketch,
+            let change = match slot.sketch {
+                Some(sketch) => SlotRecord::unique(slot.state, sketch),
+                None => SlotRecord::sum(slot.state, slot.window.changed()),
             };
             logged.push((id, change));
             changes.push(SlotChange {
@@ -521,7 +520,7 @@ impl CommitLoop {
                 let next = slot.state.apply(*delta, version)?;
                 // The hit lands in its own second's bucket of the counter's window.
                 let empty = Window::default();
-                let base = committed.map_or(&empty, |record| &record.window);
+                let base = committed.map_or(&empty, |record| record.window());
                 let recorded =
                     slot.window
                         .record(base, write.timestamp_secs, *delta, slot.window_seconds)?;
@@ -538,14 +537,14 @@ impl CommitLoop {
                 let current = slot
                     .sketch
                     .as_deref()
-                    .or_else(|| committed.and_then(|record| record.uniques.as_deref()));
+                    .or_else(|| committed.and_then(|record| record.uniques()));
                 if current.is_some_and(|sketch| !sketch.would_change(*hash)) {
                     // Nothing changed: no version, no log record, no key to remember.
                     return Ok(slot.state);
                 }
                 let sketch = slot.sketch.get_or_insert_with(|| {
                     committed
-                        .and_then(|record| record.uniques.clone())
+                        .and_then(|record| record.uniques().cloned().map(Box::new))
                         .unwrap_or_default()
                 });
                 sketch.add_hash(*hash);

@@ -117,16 +117,20 @@ impl SlotTable {
             Some(index) => {
                 let record = &mut self.rows[index].record;
                 record.state = logged.state;
-                if logged.uniques.is_some() {
-                    record.uniques = logged.uniques;
+                if let Some(sketch) = logged.into_uniques() {
+                    record.set_uniques(sketch);
+                } else if let Some(held) = record.window_mut() {
+                    held.apply(window, window_seconds);
                 }
-                record.window.apply(window, window_seconds);
                 index
             }
             None => {
                 let mut record = logged;
-                record.window = Window::default();
-                record.window.apply(window, window_seconds);
+                if let Some(held) = record.window_mut() {
+                    // The log carries the changed buckets; a new row's window is just those.
+                    *held = Window::default();
+                    held.apply(window, window_seconds);
+                }
                 self.insert_row(id, record)
             }
         };

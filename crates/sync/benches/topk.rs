@@ -127,14 +127,7 @@ fn windowed_record(hits: i64) -> [(u16, SlotRecord); 1] {
         value: hits,
         version: 1,
     };
-    [(
-        0,
-        SlotRecord {
-            state,
-            window,
-            ..SlotRecord::default()
-        },
-    )]
+    [(0, SlotRecord::sum(state, window))]
 }
 
 /// Every counter with hits in the last second of the live window, 300 s ending at 1,000.
@@ -220,14 +213,13 @@ fn global_page(c: &mut Criterion) {
     let record = |hits: i64, version: u64| {
         let mut window = Window::default();
         window.record(1_000, hits, 300).expect("no overflow");
-        SlotRecord {
-            state: SlotState {
+        SlotRecord::sum(
+            SlotState {
                 value: hits,
                 version,
             },
             window,
-            ..SlotRecord::default()
-        }
+        )
     };
     let page = |slots: std::ops::Range<u16>, counters: &mut dyn Iterator<Item = usize>, version| {
         let mut entries = Vec::new();

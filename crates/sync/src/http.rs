@@ -262,7 +262,7 @@ impl WindowQuery {
     /// window.
     pub fn value_of(query: Option<&WindowQuery>, record: &SlotRecord) -> i128 {
         match query {
-            Some(window) => record.window.sum(window.seconds, window.at),
+            Some(window) => record.window().sum(window.seconds, window.at),
             None => i128::from(record.state.value),
         }
     }

@@ -61,7 +61,7 @@ impl HeldCounter<'_> {
             Some(d) => d.description.counter_type == CounterType::Unique,
             None => self
                 .copies
-                .is_some_and(|copies| copies.iter().any(|(_, r)| r.uniques.is_some())),
+                .is_some_and(|copies| copies.iter().any(|(_, r)| r.uniques().is_some())),
         }
     }
 

@@ -25,11 +25,8 @@ pub const WINDOW_BUCKET_BYTES: usize = 16;
 /// none for a record of a few bytes, one more per [`RECORD_BYTES_PER_ENTRY`] of its sketch and
 /// of its window's buckets.
 pub fn record_weight(record: &SlotRecord) -> usize {
-    let sketch = record
-        .uniques
-        .as_ref()
-        .map_or(0, |sketch| sketch.encoded_bytes());
-    let window = record.window.buckets().len() * WINDOW_BUCKET_BYTES;
+    let sketch = record.uniques().map_or(0, |sketch| sketch.encoded_bytes());
+    let window = record.window().buckets().len() * WINDOW_BUCKET_BYTES;
     (sketch + window) / RECORD_BYTES_PER_ENTRY
 }
 
@@ -345,7 +342,7 @@ mod tests {
         for n in 0..5_000 {
             unique.add_item(geocount_model::unique::hash_item(&format!("u{n}")), 2);
         }
-        assert!(unique.uniques.as_ref().unwrap().is_dense());
+        assert!(unique.uniques().unwrap().is_dense());
         for id in ["u1", "u2", "u3"] {
             table.merge(0, &CounterId::new(id).unwrap(), &unique);
         }
@@ -373,11 +370,18 @@ mod tests {
         // An hour of one-second buckets: 3,600 × 16 bytes, 900 entries' worth.
         let mut busy = state(0, 1);
         for second in 0..3_600u64 {
-            busy.window.record(1_000_000 + second, 1, 3_600).unwrap();
+            busy.window_mut()
+                .unwrap()
+                .record(1_000_000 + second, 1, 3_600)
+                .unwrap();
         }
         assert_eq!(record_weight(&busy), 900);
         let mut quiet = state(1, 1);
-        quiet.window.record(1_000_000, 1, 300).unwrap();
+        quiet
+            .window_mut()
+            .unwrap()
+            .record(1_000_000, 1, 300)
+            .unwrap();
         assert_eq!(
             record_weight(&quiet),
             0,

@@ -590,8 +590,8 @@ impl TopIndex {
         let window = self.live_window();
         let earliest = |a: Option<u64>, b: u64| Some(a.map_or(b, |a| a.min(b)));
         for (slot, record) in slots {
-            let buckets = record.window.buckets();
-            let (start, end) = in_window(buckets, window);
+            let buckets = record.window().buckets();
+            let (start, end) = in_window(&buckets, window);
             if start < end {
                 let hits = sum_hits(&buckets[start..end]);
                 add(&mut live[0], hits);
@@ -805,7 +805,7 @@ impl TopIndex {
             for (slot, record) in records {
                 let value = match measure {
                     Measure::AllTime => Some(i128::from(record.state.value)),
-                    Measure::Hits(window) => hits_in(&record.window, window),
+                    Measure::Hits(window) => hits_in(record.window(), window),
                 };
                 if let Some(value) = value {
                     add_part(&mut parts[0], value);
@@ -852,7 +852,7 @@ impl TopIndex {
 
 /// Whether counter copies `slots` are a unique counter's (they carry a sketch).
 fn is_unique(slots: &[(u16, SlotRecord)]) -> bool {
-    slots.iter().any(|(_, record)| record.uniques.is_some())
+    slots.iter().any(|(_, record)| record.uniques().is_some())
 }
 
 /// The first `k` of `leaders` with ids starting with `prefix`, down to `min_value` (when
@@ -940,7 +940,7 @@ fn sum_hits(buckets: &[(u64, i64)]) -> i128 {
 /// The hits of `w` in `window`, or `None` when it has no bucket there.
 fn hits_in(w: &Window, window: WindowQuery) -> Option<i128> {
     let buckets = w.buckets();
-    let (start, end) = in_window(buckets, window);
+    let (start, end) = in_window(&buckets, window);
     (start < end).then(|| sum_hits(&buckets[start..end]))
 }
 
@@ -981,7 +981,11 @@ mod tests {
     fn record(value: i64, hits: &[(u64, i64)]) -> SlotRecord {
         let mut record = SlotRecord::from(SlotState { value, version: 1 });
         for (second, delta) in hits {
-            record.window.record(*second, *delta, 3_600).unwrap();
+            record
+                .window_mut()
+                .unwrap()
+                .record(*second, *delta, 3_600)
+                .unwrap();
         }
         record
     }
