@@ -88,6 +88,9 @@ impl AppendFile for FaultyFile {
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
     }
+    fn reserve(&mut self, len: u64) -> io::Result<()> {
+        self.file.reserve(len)
+    }
 }
 
 /// One shard node running in this process on a fixed data directory.
