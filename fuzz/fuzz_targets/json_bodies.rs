@@ -32,7 +32,9 @@ fuzz_target!(|data: &[u8]| {
             match &change {
                 Change::Delta(delta) => {
                     if let Ok(state) = record.state.apply(*delta, version) {
-                        let _ = record.window.record(timestamp, *delta, WINDOW_SECONDS);
+                        if let Some(window) = record.window_mut() {
+                            let _ = window.record(timestamp, *delta, WINDOW_SECONDS);
+                        }
                         record.state = state;
                     }
                 }

@@ -30,9 +30,9 @@ fn apply(writes: Vec<Result<WriteRequest, ShardError>>) {
         match write.change {
             Change::Delta(delta) => {
                 if let Ok(state) = record.state.apply(delta, version) {
-                    let _ = record
-                        .window
-                        .record(write.timestamp_secs, delta, WINDOW_SECONDS);
+                    if let Some(window) = record.window_mut() {
+                        let _ = window.record(write.timestamp_secs, delta, WINDOW_SECONDS);
+                    }
                     record.state = state;
                 }
             }

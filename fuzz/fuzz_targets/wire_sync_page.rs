@@ -52,7 +52,7 @@ fn serve_and_advance(replica: &mut Replica) {
         }
     }
     for later in [NOW_SECS + 1, NOW_SECS + 299, NOW_SECS + 10_000, u64::MAX] {
-        replica.copies.advance_top(later);
+        replica.copies.rank_all(later);
     }
 }
 
@@ -63,7 +63,7 @@ fn datacenter_reads(replica: &Replica) {
         for (_, record) in records {
             drive_record(record);
         }
-        let window_seconds = replica.window_seconds(id, WINDOW_SECONDS);
+        let window_seconds = replica.counter(id).window_seconds(WINDOW_SECONDS);
         for window in windows().iter().map(Some).chain([None]) {
             if window.is_none_or(|w| w.check(window_seconds).is_ok()) {
                 let _ = datacenter_aggregator::state::read_counter(
@@ -97,7 +97,7 @@ fn global_reads(replica: &Replica) {
             let _ = global_aggregator::state::read_datacenters(
                 replica,
                 &SLOT_DATACENTERS,
-                id,
+                replica.copies.get(id),
                 window,
                 NOW_MS,
             );
@@ -105,7 +105,7 @@ fn global_reads(replica: &Replica) {
         let _ = global_aggregator::state::read_unique_datacenters(
             replica,
             &SLOT_DATACENTERS,
-            id,
+            replica.copies.get(id),
             NOW_MS,
         );
     }

@@ -14,7 +14,7 @@ use geocount_model::{
     VersionedDescription, next_slot_version,
 };
 use geocount_sync::http::WindowQuery;
-use geocount_sync::{PullSource, Replica};
+use geocount_sync::{LiveRanking, PullSource, Replica};
 
 /// The node's clock in every target, in unix seconds (deterministic, so crashes reproduce).
 pub const NOW_SECS: u64 = 1_800_000_000;
@@ -57,9 +57,10 @@ fn pull_sources(names: Vec<String>) -> Vec<PullSource> {
 /// datacenter, counters ranked per datacenter too.
 pub fn empty_replica() -> Replica {
     let mut replica = Replica::new(slot_names(), &pull_sources(datacenter_names()));
-    replica
-        .copies
-        .index_top(SLOT_DATACENTERS.to_vec(), WINDOW_SECONDS, NOW_SECS);
+    replica.copies.index_top(
+        SLOT_DATACENTERS.to_vec(),
+        LiveRanking::new(WINDOW_SECONDS, NOW_SECS),
+    );
     replica
 }
 
@@ -67,9 +68,10 @@ pub fn empty_replica() -> Replica {
 /// per slot, counters ranked over all of them.
 pub fn empty_datacenter_replica() -> Replica {
     let mut replica = Replica::new(slot_names(), &pull_sources(slot_names()));
-    replica
-        .copies
-        .index_top(vec![0; SLOT_DATACENTERS.len()], WINDOW_SECONDS, NOW_SECS);
+    replica.copies.index_top(
+        vec![0; SLOT_DATACENTERS.len()],
+        LiveRanking::new(WINDOW_SECONDS, NOW_SECS),
+    );
     replica
 }
 
@@ -114,18 +116,23 @@ pub fn description(id: &str, counter_type: CounterType, shards: u32) -> Versione
     }
 }
 
+/// Counter id `text` (valid).
+fn id(text: &str) -> CounterId {
+    CounterId::new(text).expect("a valid id")
+}
+
 /// A replica holding sum counters `#a`, `#b`, `tweet:1:likes` and unique counter `visitors`
 /// in several slots, with descriptions of two of them.
 pub fn populated_replica() -> Replica {
     let mut replica = empty_replica();
     let copies = &mut replica.copies;
-    copies.merge(0, "#a", &sum_record(10, 5));
-    copies.merge(1, "#a", &sum_record(-4, 2));
-    copies.merge(2, "#b", &sum_record(7, 9));
-    copies.merge(0, "tweet:1:likes", &sum_record(i64::MAX, 1));
-    copies.merge(2, "tweet:1:likes", &sum_record(i64::MAX, 1));
-    copies.merge(1, "visitors", &unique_record(40, 3));
-    copies.merge(2, "visitors", &unique_record(3_000, 4));
+    copies.merge(0, &id("#a"), &sum_record(10, 5));
+    copies.merge(1, &id("#a"), &sum_record(-4, 2));
+    copies.merge(2, &id("#b"), &sum_record(7, 9));
+    copies.merge(0, &id("tweet:1:likes"), &sum_record(i64::MAX, 1));
+    copies.merge(2, &id("tweet:1:likes"), &sum_record(i64::MAX, 1));
+    copies.merge(1, &id("visitors"), &unique_record(40, 3));
+    copies.merge(2, &id("visitors"), &unique_record(3_000, 4));
     replica
         .descriptions
         .merge(description("#a", CounterType::Sum, 2));
@@ -169,10 +176,10 @@ pub fn windows() -> [WindowQuery; 6] {
 pub fn drive_record(record: &SlotRecord) {
     for window in windows() {
         let _ = WindowQuery::value_of(Some(&window), record);
-        let _ = record.window.sum(window.seconds, window.at);
+        let _ = record.window().sum(window.seconds, window.at);
     }
     let _ = WindowQuery::value_of(None, record);
-    if let Some(sketch) = &record.uniques {
+    if let Some(sketch) = record.uniques() {
         let _ = sketch.count();
         let _ = sketch.registers_set();
         let _ = sketch.encoded_bytes();
@@ -185,9 +192,11 @@ pub fn drive_record(record: &SlotRecord) {
     if let Ok(state) = owner.state.apply(1, version) {
         owner.state = state;
     }
-    for (second, delta) in [(NOW_SECS, 1), (NOW_SECS - 299, -3), (u64::MAX, i64::MAX)] {
-        let _ = owner.window.record(second, delta, WINDOW_SECONDS);
-        let _ = owner.window.sum(WINDOW_SECONDS, NOW_SECS);
+    if let Some(window) = owner.window_mut() {
+        for (second, delta) in [(NOW_SECS, 1), (NOW_SECS - 299, -3), (u64::MAX, i64::MAX)] {
+            let _ = window.record(second, delta, WINDOW_SECONDS);
+            let _ = window.sum(WINDOW_SECONDS, NOW_SECS);
+        }
     }
     owner.add_item(hash_item("fuzz"), version.saturating_add(1));
     let mut merged = record.clone();
