@@ -348,6 +348,15 @@ mod tests {
         }
     }
 
+    /// Segment 1 holding records `a` then `b`, synced.
+    fn a_then_b(dir: &Path) -> Wal {
+        let mut wal = create(dir, 1);
+        wal.append(&record("a", 1, 1)).unwrap();
+        wal.append(&record("b", 2, 2)).unwrap();
+        wal.sync().unwrap();
+        wal
+    }
+
     fn replay_all(dir: &Path) -> Result<Vec<LogRecord>, StorageError> {
         let mut records = Vec::new();
         replay(&OsDisk, dir, |r| records.push(r))?;
@@ -375,10 +384,7 @@ mod tests {
     #[test]
     fn torn_tail_is_cut_off_and_the_log_stays_usable() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = create(dir.path(), 1);
-        wal.append(&record("a", 1, 1)).unwrap();
-        wal.append(&record("b", 2, 2)).unwrap();
-        wal.sync().unwrap();
+        let wal = a_then_b(dir.path());
         let full = wal.len();
         drop(wal);
         let path = segment_path(dir.path(), 1);
@@ -408,9 +414,7 @@ mod tests {
     #[test]
     fn flipped_bit_in_the_newest_segment_is_a_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = create(dir.path(), 1);
-        wal.append(&record("a", 1, 1)).unwrap();
-        wal.append(&record("b", 2, 2)).unwrap();
+        let wal = a_then_b(dir.path());
         let written = wal.len() as usize;
         drop(wal);
         let path = segment_path(dir.path(), 1);
@@ -449,10 +453,7 @@ mod tests {
     #[test]
     fn reserved_space_is_cut_off_at_replay() {
         let dir = tempfile::tempdir().unwrap();
-        let mut wal = create(dir.path(), 1);
-        wal.append(&record("a", 1, 1)).unwrap();
-        wal.append(&record("b", 2, 2)).unwrap();
-        wal.sync().unwrap();
+        let wal = a_then_b(dir.path());
         let written = wal.len();
         assert!(
             file_len(dir.path(), 1) >= RESERVE_BYTES,
