@@ -318,18 +318,14 @@ async fn write_one(
     write: WriteRequest,
     forwarded: bool,
 ) -> Result<Response, ShardError> {
-    check_type(
-        &state.descriptions.read().expect("descriptions lock"),
-        &write,
-    )?;
-    let target = if forwarded {
-        state.router.own_slot()
-    } else {
-        state.router.target(
-            write.id.as_str(),
-            &write.change,
-            write.idempotency_key.as_deref(),
-        )
+    let target = {
+        let descriptions = state.descriptions.read().expect("descriptions lock");
+        check_type(&descriptions, &write)?;
+        if forwarded {
+            state.router.own_slot()
+        } else {
+            state.router.target_of(&descriptions, &write)
+        }
     };
     if target != state.router.own_slot() {
         // `None`: the target was unreachable before anything was sent, so the write is taken here.
@@ -456,37 +452,31 @@ async fn apply_batch(
     forwarded: bool,
 ) -> Result<Response, ShardError> {
     let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; checked.len()];
-    let checked: Vec<Result<WriteRequest, ShardError>> = {
-        let descriptions = state.descriptions.read().expect("descriptions lock");
-        checked
-            .into_iter()
-            .map(|write| write.and_then(|w| check_type(&descriptions, &w).map(|()| w)))
-            .collect()
-    };
     let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
     let mut local = Vec::with_capacity(checked.len());
     let own = state.router.own_slot();
-    for (position, write) in checked.into_iter().enumerate() {
-        let write = match write {
-            Ok(write) => write,
-            Err(error) => {
-                outcomes[position] = Some(refused(&error));
-                continue;
+    {
+        // Each entry checked and routed under one read of the descriptions, released before
+        // anything waits.
+        let descriptions = state.descriptions.read().expect("descriptions lock");
+        for (position, write) in checked.into_iter().enumerate() {
+            let write = match write.and_then(|w| check_type(&descriptions, &w).map(|()| w)) {
+                Ok(write) => write,
+                Err(error) => {
+                    outcomes[position] = Some(refused(&error));
+                    continue;
+                }
+            };
+            let target = if forwarded {
+                own
+            } else {
+                state.router.target_of(&descriptions, &write)
+            };
+            if target == own {
+                local.push((position, write));
+            } else {
+                remote.entry(target).or_default().push((position, write));
             }
-        };
-        let target = if forwarded {
-            own
-        } else {
-            state.router.target(
-                write.id.as_str(),
-                &write.change,
-                write.idempotency_key.as_deref(),
-            )
-        };
-        if target == own {
-            local.push((position, write));
-        } else {
-            remote.entry(target).or_default().push((position, write));
         }
     }
     let mut forwards = tokio::task::JoinSet::new();
@@ -604,12 +594,19 @@ fn route_answer(state: &NodeState, id: &CounterId) -> Response {
         number_of_shards: u32,
         slots: Vec<SlotRoute<'a>>,
     }
-    let slots = state.router.slots_of(id.as_str());
+    let (number_of_shards, slots) = {
+        let descriptions = state.descriptions.read().expect("descriptions lock");
+        let router = &state.router;
+        (
+            router.number_of_shards(&descriptions, id.as_str()),
+            router.slots_of(&descriptions, id.as_str()),
+        )
+    };
     json_response(
         StatusCode::OK,
         &RouteAnswer {
             id: id.as_str(),
-            number_of_shards: state.router.number_of_shards(id.as_str()),
+            number_of_shards,
             slots: slots
                 .iter()
                 .map(|s| SlotRoute {

@@ -15,8 +15,8 @@
 //! counter's slot count.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use geocount_model::wire::{BatchResponse, POSTCARD_CONTENT_TYPE};
@@ -25,7 +25,7 @@ use geocount_net::{ClientError, HttpClient};
 use geocount_sync::DescriptionTable;
 use hyper::Method;
 
-use crate::commit::Change;
+use crate::commit::{Change, WriteRequest};
 use crate::replication::PeerSink;
 
 /// Marks a write forwarded by another node: apply it here.
@@ -40,7 +40,6 @@ pub struct WriteRouter {
     selection: Selection,
     next_turn: AtomicUsize,
     default_shards: u32,
-    descriptions: Arc<RwLock<DescriptionTable>>,
     own_load: Arc<AtomicU64>,
     peers: Vec<(u32, Arc<PeerSink>)>,
     client: HttpClient,
@@ -60,8 +59,6 @@ pub struct RouterSetup {
     pub selection: Selection,
     /// The slot count of counters without a description.
     pub default_shards: u32,
-    /// The known descriptions.
-    pub descriptions: Arc<RwLock<DescriptionTable>>,
     /// This node's write rate.
     pub own_load: Arc<AtomicU64>,
     /// The peers' pull sinks (their reported loads), by slot index.
@@ -81,7 +78,6 @@ impl WriteRouter {
             selection: setup.selection,
             next_turn: AtomicUsize::new(0),
             default_shards: setup.default_shards,
-            descriptions: setup.descriptions,
             own_load: setup.own_load,
             peers: setup.peers,
             client: setup.client,
@@ -93,16 +89,20 @@ impl WriteRouter {
         self.own_slot
     }
 
-    /// The counter's `numberOfShards` as this node knows it.
-    pub fn number_of_shards(&self, id: &str) -> u32 {
-        self.shard_counts(id).0
+    /// The counter's `numberOfShards` as `descriptions` know it.
+    pub fn number_of_shards(&self, descriptions: &DescriptionTable, id: &str) -> u32 {
+        self.shard_counts(descriptions, id).0
     }
 
-    /// The counter's `(numberOfShards, baseNumberOfShards)` as this node knows them.
-    fn shard_counts(&self, id: &str) -> (u32, u32) {
-        self.descriptions
-            .read()
-            .expect("descriptions lock")
+    /// The slots counter `id` uses in this datacenter, by `descriptions`.
+    pub fn slots_of(&self, descriptions: &DescriptionTable, id: &str) -> Vec<u32> {
+        let shards = self.number_of_shards(descriptions, id);
+        self.placement.slots_for(id, shards)
+    }
+
+    /// The counter's `(numberOfShards, baseNumberOfShards)` as `descriptions` know them.
+    fn shard_counts(&self, descriptions: &DescriptionTable, id: &str) -> (u32, u32) {
+        descriptions
             .get(id)
             .map_or((self.default_shards, self.default_shards), |d| {
                 (
@@ -112,18 +112,21 @@ impl WriteRouter {
             })
     }
 
-    /// The slots counter `id` uses in this datacenter.
-    pub fn slots_of(&self, id: &str) -> Vec<u32> {
-        self.placement.slots_for(id, self.number_of_shards(id))
-    }
-
-    /// The slot a write making `change` to counter `id` (with idempotency key `key`) goes to.
-    pub fn target(&self, id: &str, change: &Change, key: Option<&str>) -> u32 {
+    /// The slot a write making `change` to counter `id` (with idempotency key `key`) goes to,
+    /// by the counter's slot counts in `descriptions`. The caller holds the table (its lock is
+    /// never taken here, so a caller holding it cannot wait on itself behind a writer).
+    pub fn target(
+        &self,
+        descriptions: &DescriptionTable,
+        id: &str,
+        change: &Change,
+        key: Option<&str>,
+    ) -> u32 {
         if self.addresses.len() == 1 {
             // A datacenter of one slot: every write is this node's.
             return self.own_slot;
         }
-        let (shards, base) = self.shard_counts(id);
+        let (shards, base) = self.shard_counts(descriptions, id);
         if let Change::Item { hash, .. } = change {
             // The low bits of the hash: the register an item raises is picked by its top bits.
             let base_slots = self.placement.slots_for(id, base);
@@ -149,6 +152,16 @@ impl WriteRouter {
                 .min_by_key(|slot| (self.load_of(**slot), **slot != self.own_slot))
                 .expect("a counter has at least one slot"),
         }
+    }
+
+    /// [`target`](Self::target) of `write`.
+    pub fn target_of(&self, descriptions: &DescriptionTable, write: &WriteRequest) -> u32 {
+        self.target(
+            descriptions,
+            write.id.as_str(),
+            &write.change,
+            write.idempotency_key.as_deref(),
+        )
     }
 
     fn load_of(&self, slot: u32) -> u64 {
@@ -213,6 +226,10 @@ mod tests {
 
     const DELTA: Change = Change::Delta(1);
 
+    /// A node that has heard no description.
+    static NONE: std::sync::LazyLock<DescriptionTable> =
+        std::sync::LazyLock::new(DescriptionTable::default);
+
     fn router(selection: Selection, own_load: u64) -> WriteRouter {
         WriteRouter::new(RouterSetup {
             placement: Placement::new("USA_0", 3, 16),
@@ -224,7 +241,6 @@ mod tests {
             selection,
             // Every counter spread over all three slots.
             default_shards: 3,
-            descriptions: Arc::default(),
             own_load: Arc::new(AtomicU64::new(own_load)),
             peers: Vec::new(),
             client: HttpClient::new(Duration::from_secs(1)),
@@ -234,7 +250,9 @@ mod tests {
     #[test]
     fn round_robin_takes_each_slot_in_turn() {
         let router = router(Selection::RoundRobin, 0);
-        let picks: Vec<u32> = (0..6).map(|_| router.target("c", &DELTA, None)).collect();
+        let picks: Vec<u32> = (0..6)
+            .map(|_| router.target(&NONE, "c", &DELTA, None))
+            .collect();
         assert_eq!(
             picks[..3].iter().collect::<HashSet<_>>().len(),
             3,
@@ -246,7 +264,9 @@ mod tests {
     #[test]
     fn random_reaches_every_slot() {
         let router = router(Selection::Random, 0);
-        let picks: HashSet<u32> = (0..200).map(|_| router.target("c", &DELTA, None)).collect();
+        let picks: HashSet<u32> = (0..200)
+            .map(|_| router.target(&NONE, "c", &DELTA, None))
+            .collect();
         assert_eq!(picks.len(), 3);
     }
 
@@ -254,7 +274,7 @@ mod tests {
     fn least_loaded_prefers_a_node_that_reported_less() {
         // Peers that never reported count as fully loaded: the own slot wins.
         let router = router(Selection::LeastLoaded, 1_000_000);
-        assert!((0..10).all(|_| router.target("c", &DELTA, None) == 1));
+        assert!((0..10).all(|_| router.target(&NONE, "c", &DELTA, None) == 1));
     }
 
     #[test]
@@ -279,26 +299,25 @@ mod tests {
             },
         };
         let keys: Vec<String> = (0..50).map(|n| format!("key-{n}")).collect();
-        let targets = |router: &WriteRouter| -> Vec<u32> {
+        let targets = |descriptions: &DescriptionTable| -> Vec<u32> {
             keys.iter()
-                .map(|k| router.target("hot", &DELTA, Some(k)))
+                .map(|k| router.target(descriptions, "hot", &DELTA, Some(k)))
                 .collect()
         };
         // A node that has not heard of the counter yet.
-        let unheard = targets(&router);
+        let unheard = targets(&NONE);
         assert_eq!(unheard.iter().collect::<HashSet<_>>().len(), 2);
         // Created elsewhere with one slot, then with three (a later description wins), then
         // grown from one to three: a retry must meet its first attempt all along.
+        let mut heard = DescriptionTable::default();
         for (base, shards, at) in [(1, 1, 1), (3, 3, 2), (1, 3, 3)] {
-            router
-                .descriptions
-                .write()
-                .unwrap()
-                .merge(describe(base, shards, at));
-            assert_eq!(targets(&router), unheard, "base {base}, {shards} slots");
+            heard.merge(describe(base, shards, at));
+            assert_eq!(targets(&heard), unheard, "base {base}, {shards} slots");
         }
         // Unkeyed writes do use the description's slots.
-        let unkeyed: HashSet<u32> = (0..6).map(|_| router.target("hot", &DELTA, None)).collect();
+        let unkeyed: HashSet<u32> = (0..6)
+            .map(|_| router.target(&heard, "hot", &DELTA, None))
+            .collect();
         assert_eq!(unkeyed.len(), 3);
     }
 
@@ -308,15 +327,21 @@ mod tests {
         let items: Vec<Change> = (0..60)
             .map(|n| Change::item(&format!("user-{n}")))
             .collect();
-        let first: Vec<u32> = items.iter().map(|i| router.target("u", i, None)).collect();
+        let first: Vec<u32> = items
+            .iter()
+            .map(|i| router.target(&NONE, "u", i, None))
+            .collect();
         for _ in 0..3 {
-            let again: Vec<u32> = items.iter().map(|i| router.target("u", i, None)).collect();
+            let again: Vec<u32> = items
+                .iter()
+                .map(|i| router.target(&NONE, "u", i, None))
+                .collect();
             assert_eq!(again, first, "round robin does not move items");
         }
         assert_eq!(first.iter().collect::<HashSet<_>>().len(), 3, "{first:?}");
         let keyed: Vec<u32> = items
             .iter()
-            .map(|i| router.target("u", i, Some("k")))
+            .map(|i| router.target(&NONE, "u", i, Some("k")))
             .collect();
         assert_eq!(keyed, first, "a key does not move an item");
     }
@@ -329,8 +354,8 @@ mod tests {
             Selection::LeastLoaded,
         ] {
             let router = router(selection, 0);
-            let first = router.target("c", &DELTA, Some("retry-1"));
-            assert!((0..20).all(|_| router.target("c", &DELTA, Some("retry-1")) == first));
+            let first = router.target(&NONE, "c", &DELTA, Some("retry-1"));
+            assert!((0..20).all(|_| router.target(&NONE, "c", &DELTA, Some("retry-1")) == first));
         }
     }
 }

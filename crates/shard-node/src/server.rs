@@ -189,7 +189,6 @@ pub async fn run<L: Listener>(
         slot_names,
         selection: settings.selection,
         default_shards: settings.default_number_of_shards,
-        descriptions: descriptions.clone(),
         own_load: load.clone(),
         peers,
         client,
