@@ -60,7 +60,8 @@ pub struct Wal {
     file: Box<dyn AppendFile>,
     len: u64,
     synced_len: u64,
-    /// The file's size: records up to `len`, reserved space after.
+    /// The file's size: records up to `len`, reserved space after (`u64::MAX` once reserving
+    /// failed in this segment).
     reserved: u64,
     buffer: Vec<u8>,
     fsync_failed: bool,
@@ -201,7 +202,8 @@ impl Wal {
             Ok(()) => self.reserved = target,
             Err(error) => {
                 tracing::warn!(%error, file = %self.path().display(), "cannot reserve log space; appending without it");
-                self.reserved = self.len;
+                // Not tried again in this segment: one warning, not one per record.
+                self.reserved = u64::MAX;
             }
         }
     }
