@@ -35,6 +35,9 @@ struct Args {
     /// One repeat of each figure, shorter runs, a smaller growth curve and memory count.
     #[arg(long)]
     quick: bool,
+    /// The growth curve's counter counts, instead of the plan's (e.g. `--curve 1000000`).
+    #[arg(long, value_delimiter = ',')]
+    curve: Vec<usize>,
     /// Which steps to run [default: all].
     #[arg(long, value_enum, value_delimiter = ',')]
     steps: Vec<Step>,
@@ -144,6 +147,11 @@ fn rows(results: &Results) -> Vec<Row> {
             ceiling.read.rate.clone(),
             None,
         ));
+        rows.push(Row::alone(
+            "durable hyper ceiling (each request fsynced in groups before its answer), wrk write script",
+            ceiling.durable_write.rate.clone(),
+            None,
+        ));
     }
     if let Some(node) = &results.node {
         let batches = format!(
@@ -189,6 +197,22 @@ fn rows(results: &Results) -> Vec<Row> {
                 "hyper ceiling, same script",
                 ceiling.write.rate.clone(),
                 Some(Goal::RatioAtLeast(0.8)),
+            ));
+            // Whether any durable HTTP server could meet that target here: the bare server
+            // that only fsyncs each request before answering, against the plain one.
+            rows.push(Row::against(
+                "the bound on that: the durable hyper ceiling, wrk write script",
+                ceiling.durable_write.rate.clone(),
+                "hyper ceiling, same script",
+                ceiling.write.rate.clone(),
+                Some(Goal::RatioAtLeast(0.8)),
+            ));
+            rows.push(Row::against(
+                single,
+                node.http_writes.rate.clone(),
+                "durable hyper ceiling, same script",
+                ceiling.durable_write.rate.clone(),
+                None,
             ));
         }
         if let Some(always) = &redis_always_p1 {
@@ -334,7 +358,10 @@ fn rows(results: &Results) -> Vec<Row> {
 async fn run(args: Args) -> anyhow::Result<()> {
     let all = args.steps.is_empty();
     let wants = |step| all || args.steps.contains(&step);
-    let plan = Plan::new(args.quick);
+    let mut plan = Plan::new(args.quick);
+    if !args.curve.is_empty() {
+        plan.curve = args.curve.clone();
+    }
     let bin_dir = match args.bin_dir {
         Some(dir) => dir,
         None => std::env::current_exe()?

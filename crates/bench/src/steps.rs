@@ -176,13 +176,16 @@ async fn wrk_repeated(
     Ok(WrkFigures::new(runs))
 }
 
-/// The hyper ceiling, driven by the write and the read scripts.
+/// The hyper ceiling, driven by the write and the read scripts, and its durable variant.
 #[derive(Debug, Clone, Serialize)]
 pub struct CeilingFigures {
     /// With the single-write script (PATCH).
     pub write: WrkFigures,
     /// With the read script (GET).
     pub read: WrkFigures,
+    /// `bench-ceiling --durable` with the single-write script: each request fsynced (in groups,
+    /// one log thread) before its answer, and nothing else.
+    pub durable_write: WrkFigures,
 }
 
 /// Step 2: the ceiling for HTTP on this machine.
@@ -200,7 +203,33 @@ pub async fn ceiling(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<
     let write = wrk_repeated(plan, "ceiling, write script", address, &write_script).await?;
     let read = wrk_repeated(plan, "ceiling, read script", address, &read_script).await?;
     server.stop().await;
-    Ok(CeilingFigures { write, read })
+    let address = free_address()?;
+    let log_dir = dir.join("ceiling-log");
+    let server = Server::start(
+        &bin_dir.join("bench-ceiling"),
+        &[
+            address.to_string(),
+            "--durable".to_owned(),
+            log_dir.display().to_string(),
+        ],
+        address,
+        &dir.join("bench-ceiling-durable.log"),
+    )
+    .await?;
+    let durable_write = wrk_repeated(
+        plan,
+        "durable ceiling, write script",
+        address,
+        &write_script,
+    )
+    .await;
+    server.stop().await;
+    std::fs::remove_dir_all(&log_dir).with_context(|| format!("cannot remove {log_dir:?}"))?;
+    Ok(CeilingFigures {
+        write,
+        read,
+        durable_write: durable_write?,
+    })
 }
 
 /// Repeated batched loads.
