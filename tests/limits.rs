@@ -478,3 +478,31 @@ async fn a_full_disk_refuses_writes_with_507_loses_nothing_and_recovers_by_itsel
     drop(node);
     drop(disk);
 }
+
+/// `THP_enabled` of process `pid`: whether the kernel may back its memory with huge pages.
+fn huge_pages_enabled(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .expect("the kernel reports THP_enabled");
+    line.trim() == "1"
+}
+
+#[tokio::test]
+async fn every_tier_refuses_huge_pages_unless_the_topology_allows_them() {
+    for (extra, allowed) in [("", false), ("[memory]\nhuge_pages = true", true)] {
+        let topology = TestTopology::with_extra(&[("USA_0", 1)], ALONE, extra);
+        let shard = topology.start_shard("USA_0", 0).await;
+        let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+        let global = topology.start_global_aggregator().await;
+        for process in [&shard, &aggregator, &global] {
+            assert_eq!(
+                huge_pages_enabled(process.pid().unwrap()),
+                allowed,
+                "{} with {extra:?}",
+                process.name
+            );
+        }
+    }
+}

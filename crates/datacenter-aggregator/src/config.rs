@@ -29,6 +29,8 @@ pub struct AggregatorConfig {
     pub trending: TrendingConfig,
     /// Limits of its HTTP listener (`[http]`).
     pub http: HttpSettings,
+    /// Whether its heap may use transparent huge pages (`memory.huge_pages`).
+    pub huge_pages: bool,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
 }
@@ -57,6 +59,7 @@ impl AggregatorConfig {
             default_window_seconds: topology.shard.default_window_seconds,
             trending: topology.trending.clone(),
             http: topology.http.clone(),
+            huge_pages: topology.memory.huge_pages,
             auth: topology.auth.clone(),
         })
     }

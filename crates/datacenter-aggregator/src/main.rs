@@ -8,8 +8,8 @@ use clap::Parser;
 use datacenter_aggregator::AggregatorConfig;
 use geocount_model::tls::aggregator_process;
 use geocount_model::{SystemClock, Topology};
-use geocount_net::tcp_connector;
 use geocount_net::tls::secure;
+use geocount_net::{ProcessSetup, tcp_connector};
 use geocount_sync::tls::tier_tls;
 
 /// Runs one geocount datacenter aggregator: it pulls its datacenter's shard nodes and sums
@@ -41,7 +41,10 @@ fn main() -> ExitCode {
     geocount_net::run_tier(
         "datacenter-aggregator",
         config,
-        |(config, _)| config.listen,
+        |(config, _)| ProcessSetup {
+            listen: config.listen,
+            huge_pages: config.huge_pages,
+        },
         |(config, tls), listener, shutdown| {
             let (listener, connector) = secure(listener, tcp_connector(), tls.as_ref());
             datacenter_aggregator::run(config, listener, Arc::new(SystemClock), connector, shutdown)

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use clap::Parser;
 use geocount_model::tls::GLOBAL_PROCESS;
 use geocount_model::{SystemClock, Topology};
-use geocount_net::tcp_connector;
 use geocount_net::tls::secure;
+use geocount_net::{ProcessSetup, tcp_connector};
 use geocount_sync::tls::tier_tls;
 use global_aggregator::GlobalAggregatorConfig;
 
@@ -37,7 +37,10 @@ fn main() -> ExitCode {
     geocount_net::run_tier(
         "global-aggregator",
         config,
-        |(config, _)| config.listen,
+        |(config, _)| ProcessSetup {
+            listen: config.listen,
+            huge_pages: config.huge_pages,
+        },
         |(config, tls), listener, shutdown| {
             let (listener, connector) = secure(listener, tcp_connector(), tls.as_ref());
             global_aggregator::run(config, listener, Arc::new(SystemClock), connector, shutdown)

@@ -367,6 +367,7 @@ mod tests {
             trending: Default::default(),
             auth: Default::default(),
             http: Default::default(),
+            huge_pages: false,
         };
         let statuses = datacenter_statuses(&replica, &config, &[0, 0, 1], 1_400);
         let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);

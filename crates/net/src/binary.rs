@@ -1,6 +1,6 @@
 //! What every tier's binary does around its server, so that each `main.rs` only parses its
 //! flags and resolves its configuration: logging to stderr, the exit codes, the runtime and
-//! the listener, and a graceful stop on SIGTERM or Ctrl-C.
+//! the listener, huge pages on or off, and a graceful stop on SIGTERM or Ctrl-C.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -17,16 +17,26 @@ pub const CONFIG_ERROR_EXIT: u8 = 2;
 /// A future that completes when the process is asked to stop.
 pub type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// How a tier's process is set up before its server starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessSetup {
+    /// Where the server listens.
+    pub listen: SocketAddr,
+    /// Whether the heap may use transparent huge pages (`memory.huge_pages`).
+    pub huge_pages: bool,
+}
+
 /// Runs the binary `name` of a tier whose configuration resolved to `config`.
 ///
 /// On a configuration error it prints the one line `<name>: <error>` on stderr and exits 2.
-/// Otherwise it logs to stderr (`RUST_LOG`, `info` by default), binds the address `listen`
-/// gives, and runs `server` on that listener until SIGTERM or Ctrl-C, then exits 0 once
-/// `server` returns (1 if it returns an error). It exits 1 when the address cannot be bound.
+/// Otherwise it logs to stderr (`RUST_LOG`, `info` by default), allows or refuses huge pages
+/// for the process as `setup` says, binds the address `setup` gives, and runs `server` on that
+/// listener until SIGTERM or Ctrl-C, then exits 0 once `server` returns (1 if it returns an
+/// error). It exits 1 when the address cannot be bound.
 pub fn run_tier<C, E, S, F>(
     name: &str,
     config: Result<C, E>,
-    listen: impl FnOnce(&C) -> SocketAddr,
+    setup: impl FnOnce(&C) -> ProcessSetup,
     server: S,
 ) -> ExitCode
 where
@@ -43,7 +53,9 @@ where
         }
     };
     init_logging();
-    let addr = listen(&config);
+    let setup = setup(&config);
+    set_huge_pages(setup.huge_pages);
+    let addr = setup.listen;
     let failed = |what: String| {
         eprintln!("{name}: {what}");
         ExitCode::FAILURE
@@ -89,6 +101,16 @@ impl<E: Display> TierExit for Result<(), E> {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+/// Allows or refuses transparent huge pages for the whole process (`PR_SET_THP_DISABLE`), for
+/// memory the heap touches from now on. Refused, the kernel backs no mapping with them, even
+/// where the allocator asks for them; allowed, the allocator's request stands. A kernel that
+/// cannot say is warned about, and the process runs on.
+pub fn set_huge_pages(allowed: bool) {
+    if let Err(error) = nix::sys::prctl::set_thp_disable(!allowed) {
+        tracing::warn!(%error, allowed, "cannot set whether huge pages are used");
     }
 }
 

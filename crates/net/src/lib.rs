@@ -26,7 +26,7 @@ pub mod response;
 pub mod server;
 pub mod tls;
 
-pub use binary::run_tier;
+pub use binary::{ProcessSetup, run_tier};
 pub use body::{BodyError, BodyReadTimeout, DEFAULT_BODY_READ_TIMEOUT, read_body};
 pub use client::{Answer, ClientError, DEFAULT_MAX_RESPONSE_BYTES, HttpClient};
 pub use connect::{Connect, Connecting, Connector, Stream, TcpConnect, connecting, tcp_connector};

@@ -25,6 +25,8 @@ pub struct NodeConfig {
     pub sync: SyncSettings,
     /// Limits of its HTTP listener (`[http]`).
     pub http: HttpSettings,
+    /// Whether its heap may use transparent huge pages (`memory.huge_pages`).
+    pub huge_pages: bool,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
 }
@@ -66,6 +68,7 @@ impl NodeConfig {
             datacenter,
             sync: topology.sync.clone(),
             http: topology.http.clone(),
+            huge_pages: topology.memory.huge_pages,
             auth: topology.auth.clone(),
         })
     }

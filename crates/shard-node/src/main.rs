@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 use geocount_model::{SystemClock, Topology};
-use geocount_net::tcp_connector;
 use geocount_net::tls::secure;
+use geocount_net::{ProcessSetup, tcp_connector};
 use geocount_sync::tls::tier_tls;
 use shard_node::{NodeConfig, Storage};
 
@@ -46,7 +46,10 @@ fn main() -> ExitCode {
     geocount_net::run_tier(
         "shard-node",
         config,
-        |(config, _)| config.listen,
+        |(config, _)| ProcessSetup {
+            listen: config.listen,
+            huge_pages: config.huge_pages,
+        },
         |(config, tls), listener, shutdown| {
             let (listener, connector) = secure(listener, tcp_connector(), tls.as_ref());
             shard_node::run(

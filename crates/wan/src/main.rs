@@ -23,7 +23,10 @@ fn main() -> ExitCode {
     geocount_net::run_tier(
         "wan-emulator",
         WanConfig::load(&args.config),
-        |config| config.control,
+        |config| geocount_net::ProcessSetup {
+            listen: config.control,
+            huge_pages: false,
+        },
         geocount_wan::run,
     )
 }
