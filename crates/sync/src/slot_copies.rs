@@ -33,11 +33,64 @@ pub fn record_weight(record: &SlotRecord) -> usize {
 /// One counter's copies: `(slot index, state)` for each slot that ever held a value.
 #[derive(Debug, Default)]
 struct CounterCopies {
-    /// Exactly as many as held: most counters have one slot per datacenter, and a `Vec` would
-    /// reserve four records (224 bytes) on the first push. A slot is added once in a counter's
-    /// life, so the copy that costs is rare.
-    slots: Box<[(u16, SlotRecord)]>,
+    slots: Copies,
     latest_seq: u64,
+}
+
+/// A counter's copies of its slots. Most counters have one slot per datacenter, so a
+/// datacenter aggregator and a shard node's replicas of its peers hold one copy of most: that
+/// one is kept in the table's entry, with no heap block of its own (24 bytes less a counter and
+/// one cache miss fewer). Two or more sit in a block of exactly as many (a `Vec` would reserve
+/// four on the first push); a slot is added once in a counter's life, so the copy that costs is
+/// rare.
+#[derive(Debug)]
+enum Copies {
+    /// One copy.
+    One([(u16, SlotRecord); 1]),
+    /// None, or two and more.
+    Many(Box<[(u16, SlotRecord)]>),
+}
+
+impl Default for Copies {
+    fn default() -> Self {
+        Self::Many(Box::default())
+    }
+}
+
+impl std::ops::Deref for Copies {
+    type Target = [(u16, SlotRecord)];
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Self::One(one) => one,
+            Self::Many(many) => many,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Copies {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Self::One(one) => one,
+            Self::Many(many) => many,
+        }
+    }
+}
+
+impl Copies {
+    /// Adds the copy of a slot not held yet.
+    fn push(&mut self, copy: (u16, SlotRecord)) {
+        *self = match std::mem::take(self) {
+            Self::Many(many) if many.is_empty() => Self::One([copy]),
+            Self::One([first]) => Self::Many(Box::new([first, copy])),
+            Self::Many(many) => {
+                let mut many = many.into_vec();
+                many.reserve_exact(1);
+                many.push(copy);
+                Self::Many(many.into_boxed_slice())
+            }
+        };
+    }
 }
 
 /// Slot copies keyed by counter, with a change journal so they can be pulled in turn.
@@ -155,10 +208,7 @@ impl SlotCopies {
         let changed = match copies.slots.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, current)) => current.merge(record),
             None => {
-                let mut slots = std::mem::take(&mut copies.slots).into_vec();
-                slots.reserve_exact(1);
-                slots.push((slot, record.clone()));
-                copies.slots = slots.into_boxed_slice();
+                copies.slots.push((slot, record.clone()));
                 true
             }
         };
@@ -281,7 +331,7 @@ impl Journaled for SlotCopies {
 
     fn items(&self, index: usize, out: &mut Vec<SlotEntry>) {
         let (id, copies) = self.counters.get_index(index).expect("index in range");
-        for (slot, record) in &copies.slots {
+        for (slot, record) in copies.slots.iter() {
             out.push(SlotEntry {
                 slot: *slot,
                 id: id.to_string(),
@@ -298,6 +348,23 @@ mod tests {
 
     fn state(value: i64, version: u64) -> SlotRecord {
         geocount_model::SlotState { value, version }.into()
+    }
+
+    #[test]
+    fn one_copy_is_held_in_the_entry_and_more_in_a_block() {
+        // The table's entry: a 24-byte id, the copies, the journal sequence.
+        assert_eq!(std::mem::size_of::<CounterCopies>(), 48);
+        let mut copies = Copies::default();
+        assert!(copies.is_empty());
+        copies.push((3, state(30, 1)));
+        assert!(matches!(copies, Copies::One(_)));
+        copies.push((1, state(10, 2)));
+        copies.push((2, state(20, 3)));
+        assert!(matches!(copies, Copies::Many(_)));
+        let held: Vec<(u16, i64)> = copies.iter().map(|(s, r)| (*s, r.state.value)).collect();
+        assert_eq!(held, [(3, 30), (1, 10), (2, 20)]);
+        copies[1].1 = state(11, 4);
+        assert_eq!(copies[1].1.state.value, 11);
     }
 
     #[test]
