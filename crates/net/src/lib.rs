@@ -13,8 +13,8 @@
 //! - [`tls`]: TLS between tiers: a [`tls::TlsListener`] around any listener, a TLS connector
 //!   around any connector, certificates and keys from PEM files.
 //! - [`ports`]: free loopback ports for tools and tests ([`free_loopback_address`]).
-//! - [`binary`]: what every tier's binary does around its server: logging, exit codes, the
-//!   listener, stopping on SIGTERM or Ctrl-C ([`run_tier`]).
+//! - [`binary`]: what every tier's binary does around its server: logging, exit codes, huge
+//!   pages on or off, the listener, stopping on SIGTERM or Ctrl-C ([`run_tier`]).
 
 pub mod binary;
 pub mod body;
