@@ -1,5 +1,5 @@
 //! The model's hot paths: decoding a postcard batch of 1,000 writes (what `POST /batch` does
-//! first), merging slot records (what every tier does with every copy it pulls), recording a hit
+//! first) and encoding its answer, merging slot records (what every tier does with every copy it pulls), recording a hit
 //! in a rolling window, and a window read over a full 300-second window.
 //!
 //! `cargo bench -p geocount-model --bench hot_paths`
@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput};
-use geocount_model::wire::BatchRequest;
+use geocount_model::wire::{BatchRequest, BatchResponse, EntryOutcome};
 use geocount_model::{SlotRecord, SlotState, Window};
 
 /// Writes per batch, as `geoctl load` and `scripts/bench.sh` send them.
@@ -51,6 +51,23 @@ fn bench(c: &mut Criterion) {
             let batch: BatchRequest<'_> = postcard::from_bytes(black_box(&body)).expect("decodes");
             black_box(batch.entries.len())
         })
+    });
+    // The answer a node gives such a batch: one outcome per write.
+    let answer = BatchResponse {
+        slot: "DC_USA_0_VAL_1".into(),
+        outcomes: (0..BATCH as i64)
+            .map(|n| EntryOutcome::Applied {
+                value: n * 1_000 + 7,
+                version: 1_795_000_000_000_000 + n as u64,
+            })
+            .collect(),
+    };
+    group.bench_function(
+        "encode the answer to 1,000 writes (postcard::to_allocvec)",
+        |b| b.iter(|| postcard::to_allocvec(black_box(&answer)).expect("encodes")),
+    );
+    group.bench_function("encode the answer to 1,000 writes (encode::to_vec)", |b| {
+        b.iter(|| geocount_model::encode::to_vec(black_box(&answer)).expect("encodes"))
     });
     group.finish();
 

@@ -22,6 +22,8 @@
 //!   ([`TlsSettings`]).
 //! - [`wire`]: the postcard messages that cross process boundaries: batched writes, and the
 //!   sync pages every tier pulls from the one below (and descriptions from the one above).
+//! - [`encode`]: postcard encoding into a `Vec` without a `memmove` call per field ([`encode::to_vec`]),
+//!   for every message and log record the tiers write.
 //! - [`clock`]: the time seam ([`Clock`]), so simulations can inject time.
 //! - [`error`]: this crate's error enum ([`ModelError`]).
 
@@ -29,6 +31,7 @@ pub mod access;
 pub mod clock;
 pub mod counter;
 pub mod counter_id;
+pub mod encode;
 pub mod error;
 pub mod hlc;
 pub mod id_table;

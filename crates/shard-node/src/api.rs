@@ -399,7 +399,8 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
         .collect();
     let encoded = match items {
         Some(entries) if !entries.is_empty() => {
-            postcard::to_allocvec(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
+            geocount_model::encode::to_vec(&ItemBatchRequest { entries })
+                .map(|b| ("/batch/items", b))
         }
         _ => {
             let entries = writes
@@ -416,7 +417,7 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
                     )),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            postcard::to_allocvec(&BatchRequest { entries }).map(|b| ("/batch", b))
+            geocount_model::encode::to_vec(&BatchRequest { entries }).map(|b| ("/batch", b))
         }
     };
     encoded
@@ -451,9 +452,13 @@ async fn apply_batch(
     checked: Vec<Result<WriteRequest, ShardError>>,
     forwarded: bool,
 ) -> Result<Response, ShardError> {
-    let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; checked.len()];
+    let count = checked.len();
+    // The writes for this node's slot and their positions in the batch, apart, so that the
+    // common batch (every entry local) goes to the commit loop and back without a copy.
+    let mut local = Vec::with_capacity(count);
+    let mut local_positions = Vec::with_capacity(count);
+    let mut refusals = Vec::new();
     let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
-    let mut local = Vec::with_capacity(checked.len());
     let own = state.router.own_slot();
     {
         // Each entry checked and routed under one read of the descriptions, released before
@@ -463,7 +468,7 @@ async fn apply_batch(
             let write = match write.and_then(|w| check_type(&descriptions, &w).map(|()| w)) {
                 Ok(write) => write,
                 Err(error) => {
-                    outcomes[position] = Some(refused(&error));
+                    refusals.push((position, refused(&error)));
                     continue;
                 }
             };
@@ -473,12 +478,14 @@ async fn apply_batch(
                 state.router.target_of(&descriptions, &write)
             };
             if target == own {
-                local.push((position, write));
+                local.push(write);
+                local_positions.push(position);
             } else {
                 remote.entry(target).or_default().push((position, write));
             }
         }
     }
+    let all_local = local.len() == count;
     let mut forwards = tokio::task::JoinSet::new();
     for (target, group) in remote {
         let state = Arc::clone(state);
@@ -492,7 +499,47 @@ async fn apply_batch(
             (target, group, result)
         });
     }
-    apply_locally(state, local, &mut outcomes).await?;
+    let local_results = if local.is_empty() {
+        Vec::new()
+    } else {
+        state.submit(local).await?
+    };
+    let outcomes = if all_local {
+        local_results.into_iter().map(outcome_of).collect()
+    } else {
+        let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; count];
+        for (position, outcome) in refusals {
+            outcomes[position] = Some(outcome);
+        }
+        for (position, result) in local_positions.into_iter().zip(local_results) {
+            outcomes[position] = Some(outcome_of(result));
+        }
+        collect_forwarded(state, forwards, &mut outcomes).await?;
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| refused(&state.stopped())))
+            .collect()
+    };
+    let response = BatchResponse {
+        slot: state.slot_name.clone(),
+        outcomes,
+    };
+    let bytes = geocount_model::encode::to_vec(&response)
+        .map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
+    Ok(bytes_response(
+        StatusCode::OK,
+        POSTCARD_CONTENT_TYPE,
+        bytes.into(),
+    ))
+}
+
+/// Fills in the outcomes of the entries forwarded to other slots' nodes as their answers
+/// arrive. Unkeyed entries whose node could not be reached are applied here instead.
+async fn collect_forwarded(
+    state: &NodeState,
+    mut forwards: tokio::task::JoinSet<ForwardedGroup>,
+    outcomes: &mut [Option<EntryOutcome>],
+) -> Result<(), ShardError> {
     while let Some(joined) = forwards.join_next().await {
         let (target, group, result) =
             joined.map_err(|e| ShardError::OutcomeUnknown(e.to_string()))?;
@@ -523,7 +570,7 @@ async fn apply_batch(
                 for (position, _) in &keyed {
                     outcomes[*position] = Some(refused(&unreachable));
                 }
-                apply_locally(state, unkeyed, &mut outcomes).await?;
+                apply_locally(state, unkeyed, outcomes).await?;
             }
             Err(error) => {
                 let unknown = ShardError::OutcomeUnknown(format!(
@@ -535,21 +582,16 @@ async fn apply_batch(
             }
         }
     }
-    let response = BatchResponse {
-        slot: state.slot_name.clone(),
-        outcomes: outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| refused(&state.stopped())))
-            .collect(),
-    };
-    let bytes = postcard::to_allocvec(&response)
-        .map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
-    Ok(bytes_response(
-        StatusCode::OK,
-        POSTCARD_CONTENT_TYPE,
-        bytes.into(),
-    ))
+    Ok(())
 }
+
+/// What a forwarding task gives back: the target slot, the entries it was sent (with their
+/// positions in the batch), and the target's answer.
+type ForwardedGroup = (
+    u32,
+    Vec<(usize, WriteRequest)>,
+    Result<BatchResponse, geocount_net::ClientError>,
+);
 
 /// Applies writes to this node's slot, filling in their outcomes.
 async fn apply_locally(
@@ -563,15 +605,20 @@ async fn apply_locally(
     let (positions, writes): (Vec<usize>, Vec<WriteRequest>) = writes.into_iter().unzip();
     let results = state.submit(writes).await?;
     for (position, result) in positions.into_iter().zip(results) {
-        outcomes[position] = Some(match result {
-            Ok(slot) => EntryOutcome::Applied {
-                value: slot.value,
-                version: slot.version,
-            },
-            Err(error) => refused(&error),
-        });
+        outcomes[position] = Some(outcome_of(result));
     }
     Ok(())
+}
+
+/// A write's result as a batch answers it.
+fn outcome_of(result: Result<SlotState, ShardError>) -> EntryOutcome {
+    match result {
+        Ok(slot) => EntryOutcome::Applied {
+            value: slot.value,
+            version: slot.version,
+        },
+        Err(error) => refused(&error),
+    }
 }
 
 fn refused(error: &ShardError) -> EntryOutcome {

@@ -241,7 +241,7 @@ impl Store {
                         let (id, record) = table.row(row as usize);
                         buffer.extend_from_slice(id.as_bytes());
                         let id_end = buffer.len();
-                        buffer = postcard::to_extend(record, buffer)?;
+                        geocount_model::encode::append(record, &mut buffer)?;
                         ends.push((id_end, buffer.len()));
                     }
                 }
@@ -257,7 +257,7 @@ impl Store {
             }
             let mut descriptions = txn.open_table(DESCRIPTIONS).map_err(store_error)?;
             for description in &checkpoint.descriptions {
-                let bytes = postcard::to_allocvec(description)?;
+                let bytes = geocount_model::encode::to_vec(description)?;
                 descriptions
                     .insert(description.description.id.as_str(), bytes.as_slice())
                     .map_err(store_error)?;
@@ -269,7 +269,7 @@ impl Store {
                     .map_err(store_error)?;
             }
             for (key, record) in &checkpoint.idempotency_added {
-                let bytes = postcard::to_allocvec(record)?;
+                let bytes = geocount_model::encode::to_vec(record)?;
                 idempotency
                     .insert((record.created_at_ms, &**key), bytes.as_slice())
                     .map_err(store_error)?;
