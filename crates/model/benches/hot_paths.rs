@@ -1,6 +1,7 @@
 //! The model's hot paths: decoding a postcard batch of 1,000 writes (what `POST /batch` does
-//! first) and encoding its answer, merging slot records (what every tier does with every copy it pulls), recording a hit
-//! in a rolling window, and a window read over a full 300-second window.
+//! first) and encoding its answer (and, for comparison, the log's records), merging slot
+//! records (what every tier does with every copy it pulls), recording a hit in a rolling
+//! window, and a window read over a full 300-second window.
 //!
 //! `cargo bench -p geocount-model --bench hot_paths`
 
@@ -8,7 +9,7 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput};
 use geocount_model::wire::{BatchRequest, BatchResponse, EntryOutcome};
-use geocount_model::{SlotRecord, SlotState, Window};
+use geocount_model::{CounterId, SlotRecord, SlotState, Window};
 
 /// Writes per batch, as `geoctl load` and `scripts/bench.sh` send them.
 const BATCH: usize = 1_000;
@@ -68,6 +69,22 @@ fn bench(c: &mut Criterion) {
     );
     group.bench_function("encode the answer to 1,000 writes (encode::to_vec)", |b| {
         b.iter(|| geocount_model::encode::to_vec(black_box(&answer)).expect("encodes"))
+    });
+    let records: Vec<(CounterId, SlotRecord)> = (0..BATCH as u64)
+        .map(|n| {
+            (
+                CounterId::new(format!("bench-{n}")).expect("a valid id"),
+                record(1_795_000_000_000_000 + n, 1, 1_000),
+            )
+        })
+        .collect();
+    // The log's records (ids and slot records): here postcard's own flavor is the faster.
+    group.bench_function(
+        "encode 1,000 slot records with ids (postcard::to_allocvec)",
+        |b| b.iter(|| postcard::to_allocvec(black_box(&records)).expect("encodes")),
+    );
+    group.bench_function("encode 1,000 slot records with ids (encode::to_vec)", |b| {
+        b.iter(|| geocount_model::encode::to_vec(black_box(&records)).expect("encodes"))
     });
     group.finish();
 

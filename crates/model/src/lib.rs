@@ -22,8 +22,8 @@
 //!   ([`TlsSettings`]).
 //! - [`wire`]: the postcard messages that cross process boundaries: batched writes, and the
 //!   sync pages every tier pulls from the one below (and descriptions from the one above).
-//! - [`encode`]: postcard encoding into a `Vec` without a `memmove` call per field ([`encode::to_vec`]),
-//!   for every message and log record the tiers write.
+//! - [`encode`]: postcard encoding without a `memmove` call per number ([`encode::to_vec`]), for
+//!   a batch's answer.
 //! - [`clock`]: the time seam ([`Clock`]), so simulations can inject time.
 //! - [`error`]: this crate's error enum ([`ModelError`]).
 

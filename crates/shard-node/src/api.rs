@@ -399,8 +399,7 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
         .collect();
     let encoded = match items {
         Some(entries) if !entries.is_empty() => {
-            geocount_model::encode::to_vec(&ItemBatchRequest { entries })
-                .map(|b| ("/batch/items", b))
+            postcard::to_allocvec(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
         }
         _ => {
             let entries = writes
@@ -417,7 +416,7 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
                     )),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            geocount_model::encode::to_vec(&BatchRequest { entries }).map(|b| ("/batch", b))
+            postcard::to_allocvec(&BatchRequest { entries }).map(|b| ("/batch", b))
         }
     };
     encoded

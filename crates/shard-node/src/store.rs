@@ -241,7 +241,7 @@ impl Store {
                         let (id, record) = table.row(row as usize);
                         buffer.extend_from_slice(id.as_bytes());
                         let id_end = buffer.len();
-                        geocount_model::encode::append(record, &mut buffer)?;
+                        buffer = postcard::to_extend(record, buffer)?;
                         ends.push((id_end, buffer.len()));
                     }
                 }
@@ -257,7 +257,7 @@ impl Store {
             }
             let mut descriptions = txn.open_table(DESCRIPTIONS).map_err(store_error)?;
             for description in &checkpoint.descriptions {
-                let bytes = geocount_model::encode::to_vec(description)?;
+                let bytes = postcard::to_allocvec(description)?;
                 descriptions
                     .insert(description.description.id.as_str(), bytes.as_slice())
                     .map_err(store_error)?;
@@ -269,7 +269,7 @@ impl Store {
                     .map_err(store_error)?;
             }
             for (key, record) in &checkpoint.idempotency_added {
-                let bytes = geocount_model::encode::to_vec(record)?;
+                let bytes = postcard::to_allocvec(record)?;
                 idempotency
                     .insert((record.created_at_ms, &**key), bytes.as_slice())
                     .map_err(store_error)?;

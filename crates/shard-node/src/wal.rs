@@ -213,7 +213,7 @@ impl Wal {
     pub fn append(&mut self, record: &LogRecord) -> Result<(), StorageError> {
         self.buffer.clear();
         self.buffer.extend_from_slice(&[0; HEADER_BYTES]);
-        geocount_model::encode::append(record, &mut self.buffer)?;
+        postcard::to_io(record, &mut self.buffer)?;
         let payload_len = self.buffer.len() - HEADER_BYTES;
         let len = u32::try_from(payload_len).map_err(|_| {
             StorageError::io(

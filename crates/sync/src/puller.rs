@@ -49,7 +49,7 @@ pub fn spawn_puller(
             more = false;
             let sent_at_ms = clock.now_unix_ms();
             let request = sink.request();
-            let body = match geocount_model::encode::to_vec(&request) {
+            let body = match postcard::to_allocvec(&request) {
                 Ok(body) => Bytes::from(body),
                 Err(e) => {
                     sink.failed(format!("cannot encode a sync request: {e}"));

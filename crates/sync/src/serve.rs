@@ -25,7 +25,7 @@ pub fn answer_slot_copy(copy: &SlotCopy) -> Response {
 }
 
 fn postcard_response(value: &impl serde::Serialize) -> Response {
-    match geocount_model::encode::to_vec(value) {
+    match postcard::to_allocvec(value) {
         Ok(bytes) => bytes_response(StatusCode::OK, POSTCARD_CONTENT_TYPE, bytes.into()),
         Err(e) => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,
