@@ -86,7 +86,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// The byte-wise check of ASCII ids finds exactly the characters `char::is_control`
+        /// The one-pass check finds a control character exactly when `char::is_control`
         /// does, in ASCII and in any other text.
         #[test]
         fn control_characters_are_found_as_char_is_control_finds_them(

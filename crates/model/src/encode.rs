@@ -69,7 +69,7 @@ mod tests {
                 },
                 EntryOutcome::Refused {
                     status: 422,
-                    error: "a field longer than sixteen bytes, copied in one call".into(),
+                    error: "a field of ten bytes or more, copied in one call".into(),
                 },
                 EntryOutcome::Applied {
                     value: i64::MIN,
