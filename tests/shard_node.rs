@@ -425,6 +425,45 @@ async fn batches_are_answered_per_entry() {
     assert_eq!(api.value("a").await, 3);
 }
 
+#[tokio::test]
+async fn a_batch_preferring_a_minimal_return_is_answered_with_a_summary() {
+    let topology = TestTopology::single(ALONE);
+    let node = topology.start_shard("USA_0", 0).await;
+    let api = node.api();
+    let entry = |id, delta| BatchEntry {
+        id,
+        delta,
+        idempotency_key: None,
+        timestamp: None,
+    };
+    let entries = [
+        entry("m", 3),
+        entry("bad\u{7}id", 1),
+        entry("m", 4),
+        entry("n", 0),
+        entry("n", 2),
+    ];
+    let (summary, applied) = api.batch_minimal(&entries).await.unwrap();
+    assert_eq!(applied.as_deref(), Some("return=minimal"));
+    assert_eq!(summary.slot, "DC_USA_0_VAL_0");
+    assert_eq!(summary.applied, 3);
+    let refused: Vec<(u32, u16)> = summary
+        .refused
+        .iter()
+        .map(|r| (r.index, r.status))
+        .collect();
+    assert_eq!(refused, vec![(1, 400), (3, 400)]);
+    assert!(summary.refused.iter().all(|r| !r.error.is_empty()));
+    assert_eq!(api.value("m").await, 7);
+    assert_eq!(api.value("n").await, 2);
+    // Without the preference the same node answers every outcome.
+    let full = api.batch(&entries[..1]).await.unwrap();
+    assert!(matches!(
+        full.outcomes[..],
+        [EntryOutcome::Applied { value: 10, .. }]
+    ));
+}
+
 /// Runs writers against `api` until `stop`; each writer owns counters and writes them one at a
 /// time, so at any moment each counter has at most one write in flight. Returns, per counter,
 /// (acknowledged sum, delta in flight when stopped).

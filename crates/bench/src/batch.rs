@@ -1,7 +1,9 @@
 //! The batched binary path: postcard `POST /batch` requests of many writes over plain hyper
 //! HTTP/1.1 connections. The bodies are encoded before the clock starts and sent again and
 //! again (as redis-benchmark repeats its commands), so the load generator spends its share of
-//! the two cores on sending and checking answers, not on building requests.
+//! the two cores on sending and checking answers, not on building requests. A load asks for
+//! every outcome or, with `Prefer: return=minimal`, for the count applied; either way it checks
+//! that every write was applied.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use geocount_model::wire::{BatchRequest, BatchResponse, EntryOutcome, POSTCARD_CONTENT_TYPE};
+use geocount_model::wire::{
+    BatchRequest, BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE,
+};
+use geocount_net::prefer::{PREFER, PREFERENCE_APPLIED, RETURN_MINIMAL};
 use geoctl::load::workload::CounterPicker;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -57,18 +62,28 @@ impl Connection {
         Ok((status, answer.into_body().collect().await?.to_bytes()))
     }
 
-    /// Sends one batch body; returns how many of its writes were applied.
-    pub async fn send_batch(&mut self, body: Bytes) -> anyhow::Result<usize> {
-        let request = Request::builder()
+    /// Sends one batch body of `writes` writes, asking for `answer`; fails unless every write
+    /// was applied.
+    pub async fn send_batch(
+        &mut self,
+        body: Bytes,
+        writes: usize,
+        answer: Answer,
+    ) -> anyhow::Result<()> {
+        let mut request = Request::builder()
             .method(Method::POST)
             .uri("/batch")
             .header(hyper::header::HOST, self.address.to_string())
-            .header(hyper::header::CONTENT_TYPE, POSTCARD_CONTENT_TYPE)
-            .body(Full::new(body))?;
+            .header(hyper::header::CONTENT_TYPE, POSTCARD_CONTENT_TYPE);
+        if answer == Answer::Minimal {
+            request = request.header(PREFER, RETURN_MINIMAL);
+        }
+        let request = request.body(Full::new(body))?;
         self.sender.ready().await?;
-        let answer = self.sender.send_request(request).await?;
-        let status = answer.status();
-        let bytes = answer.into_body().collect().await?.to_bytes();
+        let response = self.sender.send_request(request).await?;
+        let status = response.status();
+        let minimal = response.headers().get(PREFERENCE_APPLIED).is_some();
+        let bytes = response.into_body().collect().await?.to_bytes();
         if !status.is_success() {
             bail!(
                 "{} answered {status}: {}",
@@ -76,38 +91,68 @@ impl Connection {
                 String::from_utf8_lossy(&bytes)
             );
         }
-        let response: BatchResponse =
-            postcard::from_bytes(&bytes).context("a batch answer that is not postcard")?;
-        let applied = response
-            .outcomes
-            .iter()
-            .filter(|o| matches!(o, EntryOutcome::Applied { .. }))
-            .count();
-        if applied < response.outcomes.len() {
-            let refused = response.outcomes.iter().find_map(|o| match o {
+        let (applied, first_refused) = if minimal {
+            let summary: BatchSummary =
+                postcard::from_bytes(&bytes).context("a batch summary that is not postcard")?;
+            let first = summary.refused.into_iter().next();
+            (
+                summary.applied as usize,
+                first.map(|r| format!("{} {}", r.status, r.error)),
+            )
+        } else {
+            let response: BatchResponse =
+                postcard::from_bytes(&bytes).context("a batch answer that is not postcard")?;
+            let applied = response
+                .outcomes
+                .iter()
+                .filter(|o| matches!(o, EntryOutcome::Applied { .. }))
+                .count();
+            let first = response.outcomes.into_iter().find_map(|o| match o {
                 EntryOutcome::Refused { status, error } => Some(format!("{status} {error}")),
                 EntryOutcome::Applied { .. } => None,
             });
+            (applied, first)
+        };
+        if applied != writes {
             bail!(
-                "{} refused {} of {} writes, e.g. {}",
+                "{} applied {applied} of {writes} writes; the first refused: {}",
                 self.address,
-                response.outcomes.len() - applied,
-                response.outcomes.len(),
-                refused.unwrap_or_default()
+                first_refused.unwrap_or_else(|| "none".to_owned())
             );
         }
-        Ok(applied)
+        Ok(())
     }
 }
 
+/// What a batch asks to be answered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Answer {
+    /// Every entry's outcome (a `BatchResponse`).
+    Full,
+    /// `Prefer: return=minimal`: the count applied and the refused entries (a `BatchSummary`).
+    Minimal,
+}
+
+/// A body to send again and again, with the number of writes in it.
+#[derive(Debug, Clone)]
+pub struct Body {
+    /// The encoded `BatchRequest`.
+    pub bytes: Bytes,
+    /// Its writes.
+    pub writes: usize,
+}
+
 /// The postcard body of +1 to each of `ids`.
-pub fn encode(ids: &[String]) -> Bytes {
+pub fn encode(ids: &[String]) -> Body {
     let batch = BatchRequest::increments(ids);
-    Bytes::from(postcard::to_allocvec(&batch).expect("a batch encodes"))
+    Body {
+        bytes: Bytes::from(postcard::to_allocvec(&batch).expect("a batch encodes")),
+        writes: ids.len(),
+    }
 }
 
 /// [`BODIES`] bodies of `per_body` writes each to counters `<prefix>-<n>` picked by `picker`.
-pub fn bodies(prefix: &str, picker: &CounterPicker, per_body: usize) -> Vec<Bytes> {
+pub fn bodies(prefix: &str, picker: &CounterPicker, per_body: usize) -> Vec<Body> {
     let mut rng = StdRng::seed_from_u64(6);
     (0..BODIES)
         .map(|_| {
@@ -133,11 +178,12 @@ pub struct BatchRun {
 }
 
 /// Sends `bodies` round robin over `connections` connections per address of `addresses` for
-/// `duration`; every write must be applied.
+/// `duration`, asking for `answer`; every write must be applied.
 pub async fn load(
     addresses: &[SocketAddr],
     connections: usize,
-    bodies: Arc<Vec<Bytes>>,
+    bodies: Arc<Vec<Body>>,
+    answer: Answer,
     duration: Duration,
 ) -> anyhow::Result<BatchRun> {
     let start = Instant::now();
@@ -157,9 +203,11 @@ pub async fn load(
             let mut next = n;
             while Instant::now() < end {
                 let sent = Instant::now();
-                applied += connection
-                    .send_batch(bodies[next % bodies.len()].clone())
-                    .await? as u64;
+                let body = &bodies[next % bodies.len()];
+                connection
+                    .send_batch(body.bytes.clone(), body.writes, answer)
+                    .await?;
+                applied += body.writes as u64;
                 latencies.push(sent.elapsed());
                 next += 1;
             }
@@ -206,7 +254,10 @@ pub async fn populate(
                 let ids: Vec<String> = (start..(start + chunk).min(counters))
                     .map(|n| format!("{prefix}-{n}"))
                     .collect();
-                connection.send_batch(encode(&ids)).await?;
+                let body = encode(&ids);
+                connection
+                    .send_batch(body.bytes, body.writes, Answer::Minimal)
+                    .await?;
                 start += 2 * chunk;
             }
             anyhow::Ok(())
@@ -222,7 +273,10 @@ pub async fn populate(
 pub async fn write_once(address: SocketAddr, ids: &[String], chunk: usize) -> anyhow::Result<()> {
     let mut connection = Connection::open(address).await?;
     for part in ids.chunks(chunk) {
-        connection.send_batch(encode(part)).await?;
+        let body = encode(part);
+        connection
+            .send_batch(body.bytes, body.writes, Answer::Minimal)
+            .await?;
     }
     Ok(())
 }

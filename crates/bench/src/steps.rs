@@ -13,7 +13,7 @@ use geocount_model::Topology;
 use geoctl::load::workload::{CounterPicker, KeyDistribution};
 use serde::Serialize;
 
-use crate::batch::{self, BatchRun, Connection};
+use crate::batch::{self, Answer, BatchRun, Connection};
 use crate::figure::{Figure, Unit};
 use crate::procs::{Server, free_address, output, resident_bytes};
 use crate::redis::{Persistence, Redis};
@@ -29,9 +29,6 @@ pub const ZIPF_EXPONENT: f64 = 1.1;
 /// Connections of the batched load per shard node: redis-benchmark's `-c 50`, so both servers
 /// get as many clients.
 pub const BATCH_CONNECTIONS: usize = 50;
-/// The batched load also runs over this many connections, the figure of the rounds before
-/// (each keeps 8,000 writes in flight, more than Redis's `-c 50 -P 128`).
-pub const FEW_BATCH_CONNECTIONS: usize = 8;
 /// Counters the global aggregator's readers read.
 const READ_COUNTERS: usize = 10_000;
 /// How long after the writes resident memory is read: the allocator (mimalloc) returns arena
@@ -91,7 +88,9 @@ impl Plan {
 }
 
 /// The pipelines redis-benchmark runs at.
-pub const PIPELINES: [u32; 3] = [1, 16, 128];
+pub const PIPELINES: [u32; 3] = [1, 16, BEST_PIPELINE];
+/// The pipeline of Redis's best INCR throughput, the batches' peer.
+pub const BEST_PIPELINE: u32 = 128;
 
 /// INCRs per second at each of [`PIPELINES`].
 #[derive(Debug, Clone, Serialize)]
@@ -257,24 +256,53 @@ impl BatchFigures {
     }
 }
 
+/// One batched load, run again and again.
+struct BatchLoad<'a> {
+    label: String,
+    addresses: &'a [SocketAddr],
+    connections: usize,
+    bodies: Arc<Vec<batch::Body>>,
+    answer: Answer,
+    secs: Duration,
+}
+
+/// Runs each of `loads` `plan.repeats` times, in turns (one run of each per round), so that
+/// their samples meet the machine in the same states. With `redis`, each round starts with a
+/// `redis-benchmark -P 128` run of `plan.redis_requests[2]` INCRs, whose rates come back beside
+/// the figures.
 async fn batch_repeated(
     plan: &Plan,
-    label: &str,
-    addresses: &[SocketAddr],
-    connections: usize,
-    bodies: Arc<Vec<bytes::Bytes>>,
-    secs: Duration,
-) -> anyhow::Result<BatchFigures> {
-    let mut runs = Vec::new();
+    loads: &[BatchLoad<'_>],
+    redis: Option<&Redis>,
+) -> anyhow::Result<(Vec<BatchFigures>, Vec<f64>)> {
+    let mut runs: Vec<Vec<BatchRun>> = loads.iter().map(|_| Vec::new()).collect();
+    let mut redis_samples = Vec::new();
     for _ in 0..plan.repeats {
-        let run = batch::load(addresses, connections, bodies.clone(), secs).await?;
-        println!(
-            "  {label}: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms",
-            run.writes_per_sec, run.p50_ms, run.p99_ms
-        );
-        runs.push(run);
+        if let Some(redis) = redis {
+            let rate = redis.incr(BEST_PIPELINE, plan.redis_requests[2]).await?;
+            println!("  redis Off -P {BEST_PIPELINE}, just before: {rate:.0} INCR/s");
+            redis_samples.push(rate);
+        }
+        for (load, runs) in loads.iter().zip(&mut runs) {
+            let run = batch::load(
+                load.addresses,
+                load.connections,
+                load.bodies.clone(),
+                load.answer,
+                load.secs,
+            )
+            .await?;
+            println!(
+                "  {}: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms",
+                load.label, run.writes_per_sec, run.p50_ms, run.p99_ms
+            );
+            runs.push(run);
+        }
     }
-    Ok(BatchFigures::new(runs))
+    Ok((
+        runs.into_iter().map(BatchFigures::new).collect(),
+        redis_samples,
+    ))
 }
 
 /// One shard node alone, durable.
@@ -282,41 +310,67 @@ async fn batch_repeated(
 pub struct NodeFigures {
     /// Single writes, `PATCH /counter/{id}/write` through wrk.
     pub http_writes: WrkFigures,
-    /// Batches of 1,000, Zipf over 100,000 counters, over [`BATCH_CONNECTIONS`].
+    /// Batches of 1,000, Zipf over 100,000 counters, over [`BATCH_CONNECTIONS`], answered with
+    /// `Prefer: return=minimal`.
     pub batches: BatchFigures,
-    /// The same over [`FEW_BATCH_CONNECTIONS`].
-    pub batches_few_connections: BatchFigures,
+    /// Redis `-P 128`, persistence off, each sample taken just before one of [`Self::batches`]'s.
+    pub redis_alongside: Figure,
+    /// The same batches with every outcome answered, each run right after one of
+    /// [`Self::batches`]'s.
+    pub batches_full_answers: BatchFigures,
 }
 
 fn is_shard(role: &Role) -> bool {
     matches!(role, Role::Shard { .. })
 }
 
-/// Step 3: one shard node, durable mode.
+/// Step 3: one shard node, durable mode, with Redis (persistence off) beside it for samples
+/// alternating with the batches'.
 pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<NodeFigures> {
     let node_dir = dir.join("node");
     let text = topo::single_node(&node_dir.join("data"))?;
     let mut running = Running::start(&node_dir, &text, bin_dir, is_shard).await?;
     let address = running.shard_addresses()[0];
+    let redis = match Redis::start(Persistence::Off, &node_dir.join("redis")).await {
+        Ok(redis) => redis,
+        Err(error) => {
+            running.stop().await;
+            return Err(error);
+        }
+    };
     let result = async {
         let script = wrk::write_script(dir, Script::Write, "bench", COUNTERS)?;
         let http_writes = wrk_repeated(plan, "shard node, PATCH", address, &script).await?;
         let picker = CounterPicker::new(KeyDistribution::Zipf, COUNTERS, ZIPF_EXPONENT)?;
         let bodies = Arc::new(batch::bodies("bench", &picker, BATCH_SIZE));
-        let batches_over = |connections: usize| {
-            let label = format!("shard node, batches over {connections} connections");
-            let bodies = Arc::clone(&bodies);
-            async move {
-                batch_repeated(plan, &label, &[address], connections, bodies, plan.secs()).await
-            }
+        let load = |answer: Answer| BatchLoad {
+            label: format!(
+                "shard node, batches over {BATCH_CONNECTIONS} connections, {answer:?} answers"
+            ),
+            addresses: std::slice::from_ref(&address),
+            connections: BATCH_CONNECTIONS,
+            bodies: Arc::clone(&bodies),
+            answer,
+            secs: plan.secs(),
         };
+        let (figures, redis_alongside) = batch_repeated(
+            plan,
+            &[load(Answer::Minimal), load(Answer::Full)],
+            Some(&redis),
+        )
+        .await?;
+        let [batches, batches_full_answers]: [BatchFigures; 2] = figures
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("two loads give two figures"))?;
         anyhow::Ok(NodeFigures {
             http_writes,
-            batches: batches_over(BATCH_CONNECTIONS).await?,
-            batches_few_connections: batches_over(FEW_BATCH_CONNECTIONS).await?,
+            batches,
+            redis_alongside: Figure::new(Unit::PerSec, redis_alongside),
+            batches_full_answers,
         })
     }
     .await;
+    redis.stop().await;
     running.stop().await;
     result
 }
@@ -374,12 +428,16 @@ pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Ve
                     return anyhow::Ok(None);
                 }
                 let picker = CounterPicker::new(KeyDistribution::Uniform, counters, 0.0)?;
-                let bodies = Arc::new(batch::bodies("c", &picker, BATCH_SIZE));
-                let label = format!("uniform over {counters} counters");
-                let secs = Duration::from_secs(plan.curve_secs);
-                Ok(Some(
-                    batch_repeated(plan, &label, &[address], BATCH_CONNECTIONS, bodies, secs).await?,
-                ))
+                let load = BatchLoad {
+                    label: format!("uniform over {counters} counters"),
+                    addresses: std::slice::from_ref(&address),
+                    connections: BATCH_CONNECTIONS,
+                    bodies: Arc::new(batch::bodies("c", &picker, BATCH_SIZE)),
+                    answer: Answer::Minimal,
+                    secs: Duration::from_secs(plan.curve_secs),
+                };
+                let (mut figures, _) = batch_repeated(plan, &[load], None).await?;
+                Ok(figures.pop())
             }
             .await;
             running.stop().await;

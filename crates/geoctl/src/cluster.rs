@@ -313,6 +313,7 @@ shards = ["127.0.0.1:7201"]
         let answer = |body: &'static str| Answer {
             status: hyper::StatusCode::BAD_REQUEST,
             content_type: None,
+            headers: hyper::HeaderMap::new(),
             body: Bytes::from_static(body.as_bytes()),
         };
         assert_eq!(error_message(&answer(r#"{"error":"nope"}"#)), "nope");

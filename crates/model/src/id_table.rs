@@ -5,7 +5,8 @@
 //! `indexmap::IndexMap` does the same but keeps each entry's 8-byte hash beside it and indexes
 //! entries with `usize`s; this table keeps no hash (an id is hashed again when the index grows,
 //! a few nanoseconds for ids of up to 24 bytes) and indexes with `u32`s. At 1,000,000 counters
-//! that is about 16 bytes less per counter (ARCHITECTURE.md, "Seventh round").
+//! that is about 16 bytes less per counter (ARCHITECTURE.md, "Seventh round"). The entries are
+//! kept in fixed-size chunks ([`ChunkedVec`]), so a growing table never copies them.
 
 use std::hash::BuildHasher;
 use std::ops::{Index, IndexMut};
@@ -13,12 +14,13 @@ use std::ops::{Index, IndexMut};
 use hashbrown::HashTable;
 
 use crate::CounterId;
+use crate::chunked::ChunkedVec;
 
 /// Values keyed by counter id, in insertion order, each at a stable index. Holds up to 2³²
 /// entries.
 #[derive(Debug, Clone)]
 pub struct IdTable<V> {
-    entries: Vec<(CounterId, V)>,
+    entries: ChunkedVec<(CounterId, V)>,
     index: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
 }
@@ -26,7 +28,7 @@ pub struct IdTable<V> {
 impl<V> Default for IdTable<V> {
     fn default() -> Self {
         Self {
-            entries: Vec::new(),
+            entries: ChunkedVec::default(),
             index: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
         }

@@ -7,6 +7,8 @@
 //! - [`counter_id`]: what a counter id may be ([`CounterId`]).
 //! - [`id_table`]: values keyed by counter id at stable indices ([`IdTable`]), what the slot
 //!   table and the slot copies are built on.
+//! - [`chunked`]: the append-only vector in fixed-size chunks an [`IdTable`] keeps its entries in
+//!   ([`chunked::ChunkedVec`]), so that growing never copies them.
 //! - [`slot`]: slot names ([`SlotId`]), a slot's `(value, version)` state ([`SlotState`]) and its
 //!   last-writer-wins merge, and overflow-checked deltas.
 //! - [`counter`]: a counter's description (type, number of shards, window, creation time) and
@@ -28,6 +30,7 @@
 //! - [`error`]: this crate's error enum ([`ModelError`]).
 
 pub mod access;
+pub mod chunked;
 pub mod clock;
 pub mod counter;
 pub mod counter_id;

@@ -12,6 +12,9 @@
 //!
 //! Unique counters take items rather than deltas: `POST /batch/items` takes an
 //! [`ItemBatchRequest`] and answers the same [`BatchResponse`].
+//!
+//! A batch sent with `Prefer: return=minimal` is answered by a [`BatchSummary`] instead: the
+//! count applied and the refused entries only.
 
 use serde::{Deserialize, Serialize};
 
@@ -87,6 +90,54 @@ pub struct BatchResponse {
     pub slot: String,
     /// One outcome per entry, in the request's order.
     pub outcomes: Vec<EntryOutcome>,
+}
+
+/// The short answer to a [`BatchRequest`] or an [`ItemBatchRequest`], sent instead of a
+/// [`BatchResponse`] when the request asks for it with `Prefer: return=minimal` (RFC 7240; the
+/// answer then says `Preference-Applied: return=minimal`): how many entries were applied, and
+/// only the refused ones. For clients that fire increments and need no slot state back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchSummary {
+    /// The slot this node owns, e.g. `DC_USA_0_VAL_1`.
+    pub slot: String,
+    /// Entries applied (or, for a retried idempotency key, applied earlier).
+    pub applied: u32,
+    /// The refused entries, in the request's order; every other entry was applied.
+    pub refused: Vec<RefusedEntry>,
+}
+
+/// One refused entry of a [`BatchSummary`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedEntry {
+    /// Its position in the request, from 0.
+    pub index: u32,
+    /// The HTTP status the same write would get on its own (400, 422, ...).
+    pub status: u16,
+    /// What is wrong.
+    pub error: String,
+}
+
+impl BatchSummary {
+    /// The summary of `outcomes`.
+    pub fn of(slot: String, outcomes: Vec<EntryOutcome>) -> Self {
+        let mut applied = 0;
+        let mut refused = Vec::new();
+        for (index, outcome) in (0u32..).zip(outcomes) {
+            match outcome {
+                EntryOutcome::Applied { .. } => applied += 1,
+                EntryOutcome::Refused { status, error } => refused.push(RefusedEntry {
+                    index,
+                    status,
+                    error,
+                }),
+            }
+        }
+        Self {
+            slot,
+            applied,
+            refused,
+        }
+    }
 }
 
 /// What happened to one entry of a batch.
@@ -210,4 +261,62 @@ pub struct SlotCopy {
     pub slot: String,
     /// Every counter's record in it.
     pub entries: Vec<(String, SlotRecord)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_counts_the_applied_and_keeps_the_refused_with_their_positions() {
+        let outcomes = vec![
+            EntryOutcome::Applied {
+                value: 1,
+                version: 7,
+            },
+            EntryOutcome::Refused {
+                status: 400,
+                error: "bad id".into(),
+            },
+            EntryOutcome::Applied {
+                value: 2,
+                version: 8,
+            },
+            EntryOutcome::Refused {
+                status: 422,
+                error: "a unique counter takes items".into(),
+            },
+        ];
+        let summary = BatchSummary::of("DC_USA_0_VAL_1".into(), outcomes);
+        assert_eq!(summary.slot, "DC_USA_0_VAL_1");
+        assert_eq!(summary.applied, 2);
+        assert_eq!(
+            summary.refused,
+            vec![
+                RefusedEntry {
+                    index: 1,
+                    status: 400,
+                    error: "bad id".into()
+                },
+                RefusedEntry {
+                    index: 3,
+                    status: 422,
+                    error: "a unique counter takes items".into()
+                },
+            ]
+        );
+        let all_applied = BatchSummary::of(
+            "s".into(),
+            vec![
+                EntryOutcome::Applied {
+                    value: 1,
+                    version: 1
+                };
+                1000
+            ],
+        );
+        assert_eq!((all_applied.applied, all_applied.refused.len()), (1000, 0));
+        // The whole answer to 1,000 applied writes is a few bytes.
+        assert!(postcard::to_allocvec(&all_applied).unwrap().len() < 8);
+    }
 }

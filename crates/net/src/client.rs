@@ -68,6 +68,8 @@ pub struct Answer {
     pub status: StatusCode,
     /// The `Content-Type` header, if any.
     pub content_type: Option<String>,
+    /// Every header of the answer.
+    pub headers: hyper::HeaderMap,
     /// The whole body.
     pub body: Bytes,
 }
@@ -193,8 +195,9 @@ impl HttpClient {
                 .get(hyper::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
+            let (parts, body) = response.into_parts();
             let limit = self.max_response_bytes;
-            let body = Limited::new(response.into_body(), limit)
+            let body = Limited::new(body, limit)
                 .collect()
                 .await
                 .map_err(|e| {
@@ -211,6 +214,7 @@ impl HttpClient {
             Ok(Answer {
                 status,
                 content_type,
+                headers: parts.headers,
                 body,
             })
         };

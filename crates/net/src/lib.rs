@@ -12,6 +12,8 @@
 //! - [`response`]: JSON answers and the `{"error": ...}` shape every error takes ([`HttpError`]).
 //! - [`tls`]: TLS between tiers: a [`tls::TlsListener`] around any listener, a TLS connector
 //!   around any connector, certificates and keys from PEM files.
+//! - [`prefer`]: the `Prefer` request header (RFC 7240): does a write ask for the short answer
+//!   ([`prefers_minimal_return`]).
 //! - [`ports`]: free loopback ports for tools and tests ([`free_loopback_address`]).
 //! - [`binary`]: what every tier's binary does around its server: logging, exit codes, huge
 //!   pages on or off, the listener, stopping on SIGTERM or Ctrl-C ([`run_tier`]).
@@ -22,6 +24,7 @@ pub mod client;
 pub mod connect;
 pub mod listener;
 pub mod ports;
+pub mod prefer;
 pub mod response;
 pub mod server;
 pub mod tls;
@@ -32,5 +35,6 @@ pub use client::{Answer, ClientError, DEFAULT_MAX_RESPONSE_BYTES, HttpClient};
 pub use connect::{Connect, Connecting, Connector, Stream, TcpConnect, connecting, tcp_connector};
 pub use listener::Listener;
 pub use ports::free_loopback_address;
+pub use prefer::prefers_minimal_return;
 pub use response::{HttpError, Response, bytes_response, error_response, json_response};
 pub use server::{Handler, Peer, ServeLimits, serve, serve_with_limits};

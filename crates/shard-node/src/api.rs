@@ -6,8 +6,8 @@
 //! | `GET /counter/{id}` | this slot's `{id, slot, value, version}` |
 //! | `PATCH /counter/{id}/write?op=INCREMENT\|DECREMENT` | write `{"delta"?: n > 0, "timestamp"?}`, or `{"item", "timestamp"?}` (INCREMENT) to a unique counter |
 //! | `POST /counters/{id}/increment` | write `{"delta"?: n ≠ 0, "timestamp"?}` or `{"item", "timestamp"?}` |
-//! | `POST /batch` | many writes, postcard [`BatchRequest`] → [`BatchResponse`] |
-//! | `POST /batch/items` | many items for unique counters, postcard [`ItemBatchRequest`] → [`BatchResponse`] |
+//! | `POST /batch` | many writes, postcard [`BatchRequest`] → [`BatchResponse`] (or [`BatchSummary`] with `Prefer: return=minimal`) |
+//! | `POST /batch/items` | many items for unique counters, postcard [`ItemBatchRequest`] → [`BatchResponse`] (or [`BatchSummary`]) |
 //! | `GET /counter/{id}/route` | the counter's slots in this datacenter and their nodes |
 //! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
 //! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
@@ -24,11 +24,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{
-    BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE,
+    BatchRequest, BatchResponse, BatchSummary, EntryOutcome, ItemBatchRequest, ItemEntry,
+    POSTCARD_CONTENT_TYPE,
 };
 use geocount_model::{CounterId, CounterType, Right, SlotRecord, SlotState};
-use geocount_net::{HttpError, Response, bytes_response, json_response, read_body};
+use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
+use geocount_net::{
+    HttpError, Response, bytes_response, json_response, prefers_minimal_return, read_body,
+};
 use hyper::body::Incoming;
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
@@ -426,10 +431,12 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
 
 async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
     let forwarded = is_forwarded(&request);
+    let minimal = prefers_minimal_return(request.headers());
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let writes = parse_batch(&body, &state.settings, state.clock.now_unix_secs())?;
     state.metrics.batch_entries.observe(writes.len() as f64);
-    apply_batch(state, writes, forwarded).await
+    let outcomes = apply_batch(state, writes, forwarded).await?;
+    batch_answer(state, outcomes, minimal)
 }
 
 async fn batch_items(
@@ -437,20 +444,46 @@ async fn batch_items(
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
     let forwarded = is_forwarded(&request);
+    let minimal = prefers_minimal_return(request.headers());
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let writes = parse_item_batch(&body, &state.settings, state.clock.now_unix_secs())?;
     state.metrics.batch_entries.observe(writes.len() as f64);
-    apply_batch(state, writes, forwarded).await
+    let outcomes = apply_batch(state, writes, forwarded).await?;
+    batch_answer(state, outcomes, minimal)
+}
+
+/// The postcard answer to a batch: a [`BatchResponse`] with every outcome, or, when the request
+/// preferred `return=minimal`, a [`BatchSummary`] of them.
+fn batch_answer(
+    state: &NodeState,
+    outcomes: Vec<EntryOutcome>,
+    minimal: bool,
+) -> Result<Response, ShardError> {
+    let slot = state.slot_name.clone();
+    let encoded = if minimal {
+        postcard::to_allocvec(&BatchSummary::of(slot, outcomes))
+    } else {
+        geocount_model::encode::to_vec(&BatchResponse { slot, outcomes })
+    };
+    let bytes =
+        encoded.map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
+    let mut response = bytes_response(StatusCode::OK, POSTCARD_CONTENT_TYPE, bytes.into());
+    if minimal {
+        response
+            .headers_mut()
+            .insert(PREFERENCE_APPLIED, HeaderValue::from_static(RETURN_MINIMAL));
+    }
+    Ok(response)
 }
 
 /// Applies a batch's checked writes (in request order; refused ones answered as such): entries
-/// for other slots go to their nodes, concurrently with the local ones. Answers the postcard
-/// [`BatchResponse`].
+/// for other slots go to their nodes, concurrently with the local ones. Gives each entry's
+/// outcome, in order.
 async fn apply_batch(
     state: &Arc<NodeState>,
     checked: Vec<Result<WriteRequest, ShardError>>,
     forwarded: bool,
-) -> Result<Response, ShardError> {
+) -> Result<Vec<EntryOutcome>, ShardError> {
     let count = checked.len();
     // The writes for this node's slot and their positions in the batch, apart, so that the
     // common batch (every entry local) goes to the commit loop and back without a copy.
@@ -503,7 +536,7 @@ async fn apply_batch(
     } else {
         state.submit(local).await?
     };
-    let outcomes = if all_local {
+    Ok(if all_local {
         local_results.into_iter().map(outcome_of).collect()
     } else {
         let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; count];
@@ -518,18 +551,7 @@ async fn apply_batch(
             .into_iter()
             .map(|o| o.unwrap_or_else(|| refused(&state.stopped())))
             .collect()
-    };
-    let response = BatchResponse {
-        slot: state.slot_name.clone(),
-        outcomes,
-    };
-    let bytes = geocount_model::encode::to_vec(&response)
-        .map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
-    Ok(bytes_response(
-        StatusCode::OK,
-        POSTCARD_CONTENT_TYPE,
-        bytes.into(),
-    ))
+    })
 }
 
 /// Fills in the outcomes of the entries forwarded to other slots' nodes as their answers

@@ -52,6 +52,11 @@ fn answers_a_write(operation: Operation) -> Operation {
 
 /// The document of this tier's HTTP API.
 pub fn document() -> ApiDoc {
+    let prefer = header_param(
+        "Prefer",
+        "return=minimal: answer a BatchSummary (the count applied, the refused entries) \
+         instead of every outcome",
+    );
     let key = header_param(
         "Idempotency-Key",
         "1-256 bytes: a retry with the same key is applied once and answered as the first was",
@@ -133,8 +138,12 @@ pub fn document() -> ApiDoc {
         "/batch",
         "post",
         Operation::new("many deltas in one request, answered per entry")
+            .param(prefer.clone())
             .postcard_body("BatchRequest")
-            .postcard_answer(200, "BatchResponse")
+            .postcard_answer(
+                200,
+                "BatchResponse (every outcome), or BatchSummary with Prefer: return=minimal",
+            )
             .errors(&[
                 (400, "a malformed body"),
                 (413, "a body or batch too large"),
@@ -144,8 +153,12 @@ pub fn document() -> ApiDoc {
         "/batch/items",
         "post",
         Operation::new("many items of unique counters in one request, answered per entry")
+            .param(prefer)
             .postcard_body("ItemBatchRequest")
-            .postcard_answer(200, "BatchResponse")
+            .postcard_answer(
+                200,
+                "BatchResponse (every outcome), or BatchSummary with Prefer: return=minimal",
+            )
             .errors(&[
                 (400, "a malformed body"),
                 (413, "a body or batch too large"),

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use geocount_model::wire::{
-    BatchEntry, BatchRequest, BatchResponse, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE,
+    BatchEntry, BatchRequest, BatchResponse, BatchSummary, ItemBatchRequest, ItemEntry,
+    POSTCARD_CONTENT_TYPE,
 };
 use geocount_net::{Answer, ClientError, Connector, HttpClient, tcp_connector};
 use hyper::Method;
@@ -223,6 +224,41 @@ impl Api {
         })
         .expect("encode item batch");
         self.post_batch("/batch/items", body).await
+    }
+
+    /// `POST /batch` with `Prefer: return=minimal`: the decoded summary and the answer's
+    /// `Preference-Applied` header, or the status and JSON error.
+    pub async fn batch_minimal(
+        &self,
+        entries: &[BatchEntry<'_>],
+    ) -> Result<(BatchSummary, Option<String>), (u16, Value)> {
+        let body = postcard::to_allocvec(&BatchRequest {
+            entries: entries.to_vec(),
+        })
+        .expect("encode batch");
+        let answer = self
+            .send(
+                Method::POST,
+                "/batch",
+                &[
+                    ("content-type", POSTCARD_CONTENT_TYPE),
+                    ("prefer", "respond-async, return=minimal"),
+                ],
+                body,
+            )
+            .await
+            .map_err(|e| (0, Value::String(e.to_string())))?;
+        if answer.status != 200 {
+            return Err((answer.status.as_u16(), answer.json()));
+        }
+        let applied = answer
+            .headers
+            .get("preference-applied")
+            .map(|v| v.to_str().expect("an ASCII header").to_owned());
+        Ok((
+            postcard::from_bytes(&answer.body).expect("decode batch summary"),
+            applied,
+        ))
     }
 
     async fn post_batch(&self, path: &str, body: Vec<u8>) -> Result<BatchResponse, (u16, Value)> {

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use geocount_model::wire::POSTCARD_CONTENT_TYPE;
-use geocount_model::wire::{BatchEntry, BatchRequest, BatchResponse, EntryOutcome};
+use geocount_model::wire::{BatchEntry, BatchRequest, BatchResponse, BatchSummary, EntryOutcome};
+use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
 use geocount_net::{ClientError, HttpClient};
 use hyper::Method;
 
@@ -255,7 +256,11 @@ pub async fn send_batch(
     tally: &mut Tally,
 ) -> u64 {
     let url = shard.url("/batch");
-    let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
+    // Only refusals matter here, so the answer need not carry every slot state.
+    let headers = [
+        ("content-type", POSTCARD_CONTENT_TYPE),
+        ("prefer", RETURN_MINIMAL),
+    ];
     let mut fates = vec![Fate::default(); writes.len()];
     let mut pending: Vec<usize> = (0..writes.len()).collect();
     for attempt in 0..MAX_ATTEMPTS {
@@ -299,6 +304,9 @@ fn batch_attempts(
     if !answer.status.is_success() {
         return vec![batch_status_attempt(answer.status.as_u16()); entries];
     }
+    if answer.headers.contains_key(PREFERENCE_APPLIED) {
+        return summary_attempts(url, &answer.body, entries, tally);
+    }
     match postcard::from_bytes::<BatchResponse>(&answer.body) {
         Ok(response) if response.outcomes.len() == entries => response
             .outcomes
@@ -321,6 +329,43 @@ fn batch_attempts(
             vec![Attempt::Unknown; entries]
         }
     }
+}
+
+/// One attempt per entry of a batch of `entries` entries, from its `return=minimal` answer: every
+/// entry applied but the refused ones.
+fn summary_attempts(url: &str, body: &[u8], entries: usize, tally: &mut Tally) -> Vec<Attempt> {
+    let summary = match postcard::from_bytes::<BatchSummary>(body) {
+        Ok(summary) => summary,
+        Err(error) => {
+            tally.error("bad answer", || {
+                format!("{url}: undecodable batch summary: {error}")
+            });
+            return vec![Attempt::Unknown; entries];
+        }
+    };
+    let consistent = summary.applied as usize + summary.refused.len() == entries
+        && summary.refused.iter().all(|r| (r.index as usize) < entries);
+    if !consistent {
+        tally.error("bad answer", || {
+            format!(
+                "{url}: a summary of {} applied and {} refused for {entries} entries",
+                summary.applied,
+                summary.refused.len()
+            )
+        });
+        return vec![Attempt::Unknown; entries];
+    }
+    let mut attempts = vec![Attempt::Applied; entries];
+    for refused in summary.refused {
+        attempts[refused.index as usize] = entry_attempt(
+            &EntryOutcome::Refused {
+                status: refused.status,
+                error: refused.error,
+            },
+            tally,
+        );
+    }
+    attempts
 }
 
 /// One batch entry's outcome as an attempt; a refusal is counted as an error.
@@ -410,6 +455,49 @@ mod tests {
         assert_eq!(fate(&[Unknown, Retryable]).outcome(), WriteOutcome::Unknown);
         assert_eq!(fate(&[Unknown, Refused]).outcome(), WriteOutcome::Unknown);
         assert_eq!(fate(&[Unknown, Unknown]).outcome(), WriteOutcome::Unknown);
+    }
+
+    #[test]
+    fn a_summary_answers_every_entry_but_the_refused_as_applied() {
+        use geocount_model::wire::RefusedEntry;
+        let encode = |applied, refused: Vec<RefusedEntry>| {
+            postcard::to_allocvec(&BatchSummary {
+                slot: "s".into(),
+                applied,
+                refused,
+            })
+            .unwrap()
+        };
+        let mut tally = Tally::default();
+        let refused = vec![RefusedEntry {
+            index: 1,
+            status: 503,
+            error: "storage failed".into(),
+        }];
+        assert_eq!(
+            summary_attempts("u", &encode(2, refused), 3, &mut tally),
+            vec![Attempt::Applied, Attempt::Retryable, Attempt::Applied]
+        );
+        assert_eq!(tally.errors.get("entry refused 503"), Some(&1));
+        // A summary that does not add up, or does not decode, leaves every outcome unknown.
+        let out_of_range = vec![RefusedEntry {
+            index: 3,
+            status: 400,
+            error: "bad".into(),
+        }];
+        assert_eq!(
+            summary_attempts("u", &encode(2, out_of_range), 3, &mut tally),
+            vec![Attempt::Unknown; 3]
+        );
+        assert_eq!(
+            summary_attempts("u", &encode(3, Vec::new()), 2, &mut tally),
+            vec![Attempt::Unknown; 2]
+        );
+        assert_eq!(
+            summary_attempts("u", &[0xff], 2, &mut tally),
+            vec![Attempt::Unknown; 2]
+        );
+        assert_eq!(tally.errors.get("bad answer"), Some(&3));
     }
 
     #[test]
