@@ -468,25 +468,20 @@ mod tests {
             })
             .unwrap()
         };
-        let mut tally = Tally::default();
-        let refused = vec![RefusedEntry {
-            index: 1,
-            status: 503,
+        let refusal = |index, status| RefusedEntry {
+            index,
+            status,
             error: "storage failed".into(),
-        }];
+        };
+        let mut tally = Tally::default();
         assert_eq!(
-            summary_attempts("u", &encode(2, refused), 3, &mut tally),
+            summary_attempts("u", &encode(2, vec![refusal(1, 503)]), 3, &mut tally),
             vec![Attempt::Applied, Attempt::Retryable, Attempt::Applied]
         );
         assert_eq!(tally.errors.get("entry refused 503"), Some(&1));
         // A summary that does not add up, or does not decode, leaves every outcome unknown.
-        let out_of_range = vec![RefusedEntry {
-            index: 3,
-            status: 400,
-            error: "bad".into(),
-        }];
         assert_eq!(
-            summary_attempts("u", &encode(2, out_of_range), 3, &mut tally),
+            summary_attempts("u", &encode(2, vec![refusal(3, 400)]), 3, &mut tally),
             vec![Attempt::Unknown; 3]
         );
         assert_eq!(
