@@ -7,6 +7,7 @@
 //! request to every documented operation of every tier and checks it answers with one of the
 //! documented statuses.
 
+use geocount_model::wire::POSTCARD_CONTENT_TYPE;
 use serde_json::{Map, Value, json};
 
 /// The version of the OpenAPI specification the documents follow.
@@ -98,7 +99,7 @@ impl Operation {
     pub fn postcard_body(mut self, message: &str) -> Self {
         self.request_body = Some(json!({
             "required": true,
-            "content": {"application/octet-stream": {
+            "content": {POSTCARD_CONTENT_TYPE: {
                 "schema": {"type": "string", "format": "binary",
                            "description": format!("postcard-encoded geocount_model::wire::{message}")},
             }},
@@ -121,7 +122,7 @@ impl Operation {
         self.responses.insert(
             status.to_string(),
             json!({"description": format!("postcard-encoded geocount_model::wire::{message}"),
-                   "content": {"application/octet-stream": {
+                   "content": {POSTCARD_CONTENT_TYPE: {
                        "schema": {"type": "string", "format": "binary"}}}}),
         );
         self
@@ -465,6 +466,10 @@ mod tests {
         assert_eq!(read["parameters"][0]["name"], "id");
         assert!(read["responses"]["404"]["content"]["application/json"].is_object());
         assert!(read["responses"]["401"].is_object() && read["responses"]["403"].is_object());
+        // Postcard bodies are documented with the content type the tiers send.
+        let sync = &json["paths"]["/sync"]["post"];
+        assert!(sync["requestBody"]["content"]["application/x-postcard"].is_object());
+        assert!(sync["responses"]["200"]["content"]["application/x-postcard"].is_object());
         let health = &json["paths"]["/healthz"]["get"];
         assert_eq!(health["security"], json!([]), "probes need no token");
         assert!(health["responses"]["401"].is_null());
