@@ -192,7 +192,7 @@ async fn expect_refusal(
         "{method} {path} {body:?}: {:?}",
         answer.body
     );
-    assert_eq!(answer.content_type.as_deref(), Some("application/json"));
+    assert_eq!(answer.content_type(), Some("application/json"));
     let error = answer.json();
     assert!(
         error["error"].as_str().is_some_and(|e| !e.is_empty()),

@@ -312,7 +312,6 @@ shards = ["127.0.0.1:7201"]
     fn error_messages_prefer_the_json_error() {
         let answer = |body: &'static str| Answer {
             status: hyper::StatusCode::BAD_REQUEST,
-            content_type: None,
             headers: hyper::HeaderMap::new(),
             body: Bytes::from_static(body.as_bytes()),
         };

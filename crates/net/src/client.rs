@@ -61,13 +61,11 @@ pub struct HttpClient {
     max_response_bytes: usize,
 }
 
-/// An answer: its status, content type and body.
+/// An answer: its status, headers and body.
 #[derive(Debug, Clone)]
 pub struct Answer {
     /// The HTTP status.
     pub status: StatusCode,
-    /// The `Content-Type` header, if any.
-    pub content_type: Option<String>,
     /// Every header of the answer.
     pub headers: hyper::HeaderMap,
     /// The whole body.
@@ -75,6 +73,13 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The `Content-Type` header, if any (and readable as text).
+    pub fn content_type(&self) -> Option<&str> {
+        self.headers
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+    }
+
     /// The body parsed as JSON (`Value::Null` when it is not JSON).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
@@ -189,12 +194,6 @@ impl HttpClient {
                     transport(&e)
                 }
             })?;
-            let status = response.status();
-            let content_type = response
-                .headers()
-                .get(hyper::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
             let (parts, body) = response.into_parts();
             let limit = self.max_response_bytes;
             let body = Limited::new(body, limit)
@@ -212,8 +211,7 @@ impl HttpClient {
                 })?
                 .to_bytes();
             Ok(Answer {
-                status,
-                content_type,
+                status: parts.status,
                 headers: parts.headers,
                 body,
             })
