@@ -32,6 +32,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    geocount_net::idle::release_memory_with(geocount_net::idle::release_mimalloc_memory);
     let config = Topology::load(&args.config).and_then(|topology| {
         let config = AggregatorConfig::from_topology(&topology, &args.config, &args.dc)?;
         topology.check_listen(&args.config, config.listen)?;

@@ -29,6 +29,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    geocount_net::idle::release_memory_with(geocount_net::idle::release_mimalloc_memory);
     let config = Topology::load(&args.config).and_then(|t| {
         t.check_listen(&args.config, t.global.listen)?;
         let tls = tier_tls(&t, &args.config, GLOBAL_PROCESS)?;

@@ -30,9 +30,10 @@ pub struct ProcessSetup {
 ///
 /// On a configuration error it prints the one line `<name>: <error>` on stderr and exits 2.
 /// Otherwise it logs to stderr (`RUST_LOG`, `info` by default), allows or refuses huge pages
-/// for the process as `setup` says, binds the address `setup` gives, and runs `server` on that
-/// listener until SIGTERM or Ctrl-C, then exits 0 once `server` returns (1 if it returns an
-/// error). It exits 1 when the address cannot be bound.
+/// for the process as `setup` says, starts the runtime (whose threads run
+/// [`crate::idle::thread_parked`] when they run out of work), binds the address `setup`
+/// gives, and runs `server` on that listener until SIGTERM or Ctrl-C, then exits 0 once
+/// `server` returns (1 if it returns an error). It exits 1 when the address cannot be bound.
 pub fn run_tier<C, E, S, F>(
     name: &str,
     config: Result<C, E>,
@@ -62,6 +63,7 @@ where
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(crate::idle::thread_parked)
         .build()
     {
         Ok(runtime) => runtime,

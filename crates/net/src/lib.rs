@@ -14,6 +14,8 @@
 //!   around any connector, certificates and keys from PEM files.
 //! - [`prefer`]: the `Prefer` request header (RFC 7240): does a write ask for the short answer
 //!   ([`prefers_minimal_return`]).
+//! - [`idle`]: what a tier's thread does when it runs out of work: hands freed memory back to
+//!   the system, at most once a second ([`idle::thread_parked`]).
 //! - [`ports`]: free loopback ports for tools and tests ([`free_loopback_address`]).
 //! - [`binary`]: what every tier's binary does around its server: logging, exit codes, huge
 //!   pages on or off, the listener, stopping on SIGTERM or Ctrl-C ([`run_tier`]).
@@ -22,6 +24,7 @@ pub mod binary;
 pub mod body;
 pub mod client;
 pub mod connect;
+pub mod idle;
 pub mod listener;
 pub mod ports;
 pub mod prefer;

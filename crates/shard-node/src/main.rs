@@ -36,6 +36,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    geocount_net::idle::release_memory_with(geocount_net::idle::release_mimalloc_memory);
     let config = Topology::load(&args.config).and_then(|topology| {
         let config =
             NodeConfig::from_topology(&topology, &args.config, &args.dc, args.slot, args.data_dir)?;

@@ -209,6 +209,7 @@ impl Storage {
         match self.workers {
             Workers::Threads => {
                 let runtime = tokio::runtime::Builder::new_current_thread()
+                    .on_thread_park(geocount_net::idle::thread_parked)
                     .build()
                     .unwrap_or_else(|e| panic!("cannot start the {name} runtime: {e}"));
                 std::thread::Builder::new()
