@@ -464,6 +464,9 @@ pub struct ClusterFigures {
     pub reads_idle: WrkFigures,
     /// The same while `geoctl load` writes flat out.
     pub reads_loaded: WrkFigures,
+    /// The hyper ceiling read by the same wrk script while the same load writes flat out, in
+    /// turns with `reads_loaded`: what the machine leaves any server's reads under that load.
+    pub ceiling_reads_loaded: WrkFigures,
     /// `geoctl load --path batch` writes acknowledged per second (every shard node).
     pub writes: Figure,
     /// Visibility lag (acknowledged write → global value) under that load, p50.
@@ -545,61 +548,32 @@ async fn cluster_runs(
     let script = wrk::write_script(dir, Script::Read, "r", READ_COUNTERS)?;
     let reads_idle = wrk_repeated(plan, "global reads, idle", global, &script).await?;
 
-    let geoctl = bin_dir.join("geoctl").display().to_string();
-    let mut reads = Vec::new();
-    let mut reports = Vec::new();
-    for run in 0..plan.repeats {
-        let json = dir.join(format!("geoctl-load-{run}.json"));
-        let args: Vec<String> = [
-            "--config",
-            &running.file.display().to_string(),
-            "load",
-            "--duration-secs",
-            &plan.secs.to_string(),
-            "--path",
-            "batch",
-            "--batch-size",
-            &BATCH_SIZE.to_string(),
-            "--route",
-            "owner",
-            "--distribution",
-            "zipf",
-            "--zipf-exponent",
-            &ZIPF_EXPONENT.to_string(),
-            "--counters",
-            &COUNTERS.to_string(),
-            "--json",
-            &json.display().to_string(),
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        let load = output(&geoctl, &args, Duration::from_secs(plan.secs + 120));
-        // The readers start with the writers and stop a second before them.
-        let read = wrk::run(
-            global,
-            &script,
-            plan.secs().saturating_sub(Duration::from_secs(1)),
-        );
-        let (load, read) = tokio::join!(load, read);
-        load.context("geoctl load")?;
-        let read = read?;
-        let report: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(&json)
-                .with_context(|| format!("cannot read {}", json.display()))?,
-        )?;
-        let number = |pointer: &str| report.pointer(pointer).and_then(serde_json::Value::as_f64);
-        println!(
-            "  cluster: {:.0} writes/s, lag p50 {:?} ms p99 {:?} ms; global reads {:.0}/s p99 {:.2} ms, {} errors",
-            number("/throughput/writes_per_sec").unwrap_or(f64::NAN),
-            number("/visibility_lag/p50_ms"),
-            number("/visibility_lag/p99_ms"),
-            read.requests_per_sec,
-            read.p99_ms,
-            read.non_2xx + read.socket_errors
-        );
-        reads.push(read);
-        reports.push(report);
+    // The bound on reads under load: the bare hyper server read by the same wrk while the
+    // same writes run, in turns with the global aggregator's samples.
+    let ceiling_address = free_address()?;
+    let ceiling = Server::start(
+        &bin_dir.join("bench-ceiling"),
+        &[ceiling_address.to_string()],
+        ceiling_address,
+        &dir.join("bench-ceiling-cluster.log"),
+    )
+    .await?;
+    let samples = async {
+        let (mut reads, mut ceiling_reads, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..plan.repeats {
+            let (read, report) =
+                loaded_reads(plan, dir, bin_dir, running, global, &script, run).await?;
+            reads.push(read);
+            reports.push(report);
+            let (read, _) =
+                loaded_reads(plan, dir, bin_dir, running, ceiling_address, &script, run).await?;
+            ceiling_reads.push(read);
+        }
+        anyhow::Ok((reads, ceiling_reads, reports))
     }
+    .await;
+    ceiling.stop().await;
+    let (reads, ceiling_reads, reports) = samples?;
     let of = |pointer: &str, unit| -> anyhow::Result<Figure> {
         let samples = reports
             .iter()
@@ -611,11 +585,80 @@ async fn cluster_runs(
     Ok(ClusterFigures {
         reads_idle,
         reads_loaded: WrkFigures::new(reads),
+        ceiling_reads_loaded: WrkFigures::new(ceiling_reads),
         writes: of("/throughput/writes_per_sec", Unit::PerSec)?,
         lag_p50: of("/visibility_lag/p50_ms", Unit::Ms)?,
         lag_p99: of("/visibility_lag/p99_ms", Unit::Ms)?,
         load_reports: reports,
     })
+}
+
+/// One sample of `geoctl load` writing flat out over every shard node while wrk reads `reader`
+/// with `script`: the wrk run and the load's report.
+async fn loaded_reads(
+    plan: &Plan,
+    dir: &Path,
+    bin_dir: &Path,
+    running: &Running,
+    reader: SocketAddr,
+    script: &Path,
+    run: usize,
+) -> anyhow::Result<(WrkRun, serde_json::Value)> {
+    let geoctl = bin_dir.join("geoctl").display().to_string();
+    let json = dir.join(format!("geoctl-load-{run}-{}.json", reader.port()));
+    let args: Vec<String> = [
+        "--config",
+        &running.file.display().to_string(),
+        "load",
+        "--duration-secs",
+        &plan.secs.to_string(),
+        "--path",
+        "batch",
+        "--batch-size",
+        &BATCH_SIZE.to_string(),
+        "--route",
+        "owner",
+        "--distribution",
+        "zipf",
+        "--zipf-exponent",
+        &ZIPF_EXPONENT.to_string(),
+        "--counters",
+        &COUNTERS.to_string(),
+        "--json",
+        &json.display().to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let load = output(&geoctl, &args, Duration::from_secs(plan.secs + 120));
+    // The readers start with the writers and stop a second before them.
+    let read = wrk::run(
+        reader,
+        script,
+        plan.secs().saturating_sub(Duration::from_secs(1)),
+    );
+    let (load, read) = tokio::join!(load, read);
+    load.context("geoctl load")?;
+    let read = read?;
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&json)
+            .with_context(|| format!("cannot read {}", json.display()))?,
+    )?;
+    let number = |pointer: &str| report.pointer(pointer).and_then(serde_json::Value::as_f64);
+    let reader = if reader == running.topology.global.listen {
+        "global"
+    } else {
+        "ceiling"
+    };
+    println!(
+        "  cluster: {:.0} writes/s, lag p50 {:?} ms p99 {:?} ms; {reader} reads {:.0}/s p99 {:.2} ms, {} errors",
+        number("/throughput/writes_per_sec").unwrap_or(f64::NAN),
+        number("/visibility_lag/p50_ms"),
+        number("/visibility_lag/p99_ms"),
+        read.requests_per_sec,
+        read.p99_ms,
+        read.non_2xx + read.socket_errors
+    );
+    Ok((read, report))
 }
 
 /// Resident memory per (counter, slot) entry held, by process, on `repeats` fresh clusters.
