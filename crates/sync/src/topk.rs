@@ -337,6 +337,9 @@ pub struct TopIndex {
     pending: Vec<u32>,
     /// One bit per counter index: whether it is in `pending`.
     pending_bits: Vec<u64>,
+    /// Whether `pending` is in ranking order (highest index first): the ranker ranks a few
+    /// counters per call, so it sorts again only after new marks.
+    pending_sorted: bool,
 }
 
 /// Counter `index`'s index in a [`RankKey`].
@@ -407,6 +410,7 @@ impl TopIndex {
             scratch: Vec::new(),
             pending: Vec::new(),
             pending_bits: Vec::new(),
+            pending_sorted: true,
         }
     }
 
@@ -419,6 +423,7 @@ impl TopIndex {
         if self.pending_bits[word] & bit == 0 {
             self.pending_bits[word] |= bit;
             self.pending.push(key_index(index));
+            self.pending_sorted = false;
         }
     }
 
@@ -430,8 +435,12 @@ impl TopIndex {
     /// Ranks up to `max` marked counters from their copies in `counters`; returns whether none
     /// is left waiting.
     pub fn rank_pending(&mut self, counters: &impl RankedCounters, max: usize) -> bool {
-        // Highest index last, so counters are ranked in index order: neighbours in memory.
-        self.pending.sort_unstable_by(|a, b| b.cmp(a));
+        // Highest index first, popped from the end, so counters are ranked in index order:
+        // neighbours in memory.
+        if !self.pending_sorted {
+            self.pending.sort_unstable_by(|a, b| b.cmp(a));
+            self.pending_sorted = true;
+        }
         for _ in 0..max {
             let Some(index) = self.pending.pop() else {
                 break;
