@@ -561,12 +561,28 @@ async fn cluster_runs(
     let samples = async {
         let (mut reads, mut ceiling_reads, mut reports) = (Vec::new(), Vec::new(), Vec::new());
         for run in 0..plan.repeats {
-            let (read, report) =
-                loaded_reads(plan, dir, bin_dir, running, global, &script, run).await?;
+            let (read, report) = loaded_reads(
+                plan,
+                dir,
+                bin_dir,
+                running,
+                ("global", global),
+                &script,
+                run,
+            )
+            .await?;
             reads.push(read);
             reports.push(report);
-            let (read, _) =
-                loaded_reads(plan, dir, bin_dir, running, ceiling_address, &script, run).await?;
+            let (read, _) = loaded_reads(
+                plan,
+                dir,
+                bin_dir,
+                running,
+                ("ceiling", ceiling_address),
+                &script,
+                run,
+            )
+            .await?;
             ceiling_reads.push(read);
         }
         anyhow::Ok((reads, ceiling_reads, reports))
@@ -594,13 +610,13 @@ async fn cluster_runs(
 }
 
 /// One sample of `geoctl load` writing flat out over every shard node while wrk reads `reader`
-/// with `script`: the wrk run and the load's report.
+/// (named `reader_name` in the log) with `script`: the wrk run and the load's report.
 async fn loaded_reads(
     plan: &Plan,
     dir: &Path,
     bin_dir: &Path,
     running: &Running,
-    reader: SocketAddr,
+    (reader_name, reader): (&str, SocketAddr),
     script: &Path,
     run: usize,
 ) -> anyhow::Result<(WrkRun, serde_json::Value)> {
@@ -644,13 +660,8 @@ async fn loaded_reads(
             .with_context(|| format!("cannot read {}", json.display()))?,
     )?;
     let number = |pointer: &str| report.pointer(pointer).and_then(serde_json::Value::as_f64);
-    let reader = if reader == running.topology.global.listen {
-        "global"
-    } else {
-        "ceiling"
-    };
     println!(
-        "  cluster: {:.0} writes/s, lag p50 {:?} ms p99 {:?} ms; {reader} reads {:.0}/s p99 {:.2} ms, {} errors",
+        "  cluster: {:.0} writes/s, lag p50 {:?} ms p99 {:?} ms; {reader_name} reads {:.0}/s p99 {:.2} ms, {} errors",
         number("/throughput/writes_per_sec").unwrap_or(f64::NAN),
         number("/visibility_lag/p50_ms"),
         number("/visibility_lag/p99_ms"),

@@ -1171,6 +1171,32 @@ mod tests {
     }
 
     #[test]
+    fn marks_between_partial_rankings_are_all_ranked_once() {
+        let mut t = Table::new(vec![0]);
+        // Counter `cN` at index N, worth N, marked as a merge would.
+        let hold = |t: &mut Table, n: usize| {
+            t.counters.ids.push(format!("c{n}"));
+            t.counters.records.push(vec![(0, record(n as i64, &[]))]);
+            t.index.mark(n);
+        };
+        for n in 0..6 {
+            hold(&mut t, n);
+        }
+        assert!(!t.index.rank_pending(&t.counters, 2));
+        // Marks that arrive between two partial rankings, one of them already pending.
+        hold(&mut t, 6);
+        t.index.mark(5);
+        assert_eq!(t.index.pending(), 5, "5 was pending already");
+        assert!(!t.index.rank_pending(&t.counters, 4));
+        assert!(t.index.rank_pending(&t.counters, 4));
+        assert_eq!(t.index.pending(), 0);
+        assert_eq!(
+            ids(&t.all_time(Scope::All, "", 3)),
+            [("c6", 6), ("c5", 5), ("c4", 4)]
+        );
+    }
+
+    #[test]
     fn groups_rank_their_own_slots_and_unique_counters_are_left_out() {
         // Slots 0 and 1 are group 0 (USA), slot 2 group 1 (ASIA).
         let mut t = Table::new(vec![0, 0, 1]);
