@@ -25,3 +25,17 @@ impl Clock for SystemClock {
             .unwrap_or(0)
     }
 }
+
+/// The operating system's clock moved by a fixed offset: a node whose clock runs behind or
+/// ahead of its peers' (`shard-node --clock-offset-ms`, for fault tests of clock skew).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OffsetClock {
+    /// Milliseconds added to the system clock (negative: behind).
+    pub offset_ms: i64,
+}
+
+impl Clock for OffsetClock {
+    fn now_unix_ms(&self) -> u64 {
+        SystemClock.now_unix_ms().saturating_add_signed(self.offset_ms)
+    }
+}

@@ -47,7 +47,7 @@ pub mod window;
 pub mod wire;
 
 pub use access::{AuthConfig, Right, Secret, TokenConfig};
-pub use clock::{Clock, SystemClock};
+pub use clock::{Clock, OffsetClock, SystemClock};
 pub use counter::{CounterDescription, CounterType, MAX_SHARDS_PER_COUNTER, VersionedDescription};
 pub use counter_id::CounterId;
 pub use error::ModelError;

@@ -29,6 +29,20 @@ pub struct NodeConfig {
     pub huge_pages: bool,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
+    /// What to do when the data directory holds nothing: restore the slot, or start it empty.
+    pub restore: RestoreMode,
+}
+
+/// What a node does with an empty data directory (`shard-node --restore`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestoreMode {
+    /// Restore the slot from the datacenter's complete copies before taking writes, however
+    /// long that takes: an empty directory is a lost disk until an operator says otherwise.
+    #[default]
+    Required,
+    /// Start the slot empty: the first start of a new slot, or giving up a restore no source
+    /// can complete, decided by its operator. A directory that holds a slot is used as it is.
+    Empty,
 }
 
 impl NodeConfig {
@@ -70,6 +84,7 @@ impl NodeConfig {
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,
             auth: topology.auth.clone(),
+            restore: RestoreMode::default(),
         })
     }
 }

@@ -48,7 +48,7 @@ pub mod storage;
 pub mod store;
 pub mod wal;
 
-pub use config::NodeConfig;
+pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};
 pub use server::run;
 pub use storage::{AppendFile, Disk, OsDisk, Storage, Workers};

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use geocount_model::{SystemClock, Topology};
+use geocount_model::{OffsetClock, Topology};
 use geocount_net::tls::secure;
 use geocount_net::{ProcessSetup, tcp_connector};
 use geocount_sync::tls::tier_tls;
-use shard_node::{NodeConfig, Storage};
+use shard_node::{NodeConfig, RestoreMode, Storage};
 
 /// Runs one geocount shard node: the owner of one slot of every counter.
 #[derive(Debug, Parser)]
@@ -27,6 +27,21 @@ struct Args {
     /// Where to keep data [default: `<shard.data_dir>/DC_<dc>_VAL_<slot>`].
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// With an empty data directory: `required` restores the slot from the datacenter before
+    /// taking writes; `empty` starts it empty (a new slot, decided by its operator).
+    #[arg(long, value_enum, default_value_t = Restore::Required)]
+    restore: Restore,
+    /// Moves this node's clock by this many milliseconds (negative: behind), to test how the
+    /// cluster meets a skewed clock.
+    #[arg(long, hide = true, default_value_t = 0, allow_hyphen_values = true)]
+    clock_offset_ms: i64,
+}
+
+/// `--restore`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Restore {
+    Required,
+    Empty,
 }
 
 /// mimalloc rather than glibc's malloc, which is slower when memory is freed on another thread
@@ -38,8 +53,12 @@ fn main() -> ExitCode {
     let args = Args::parse();
     geocount_net::idle::release_memory_with(geocount_net::idle::release_mimalloc_memory);
     let config = Topology::load(&args.config).and_then(|topology| {
-        let config =
+        let mut config =
             NodeConfig::from_topology(&topology, &args.config, &args.dc, args.slot, args.data_dir)?;
+        config.restore = match args.restore {
+            Restore::Required => RestoreMode::Required,
+            Restore::Empty => RestoreMode::Empty,
+        };
         topology.check_listen(&args.config, config.listen)?;
         let tls = tier_tls(&topology, &args.config, &config.slot.to_string())?;
         Ok((config, tls))
@@ -56,7 +75,9 @@ fn main() -> ExitCode {
             shard_node::run(
                 config,
                 listener,
-                Arc::new(SystemClock),
+                Arc::new(OffsetClock {
+                    offset_ms: args.clock_offset_ms,
+                }),
                 connector,
                 Storage::os(),
                 shutdown,

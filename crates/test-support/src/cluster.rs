@@ -110,7 +110,9 @@ impl TestTopology {
             .join(format!("DC_{dc}_VAL_{slot}"))
     }
 
-    /// Starts shard node `slot` of `dc` and waits until it is healthy.
+    /// Starts shard node `slot` of `dc` and waits until it is healthy. Its first start begins
+    /// the slot empty (`--restore empty`, a new cluster); a restart on an empty data directory
+    /// restores it.
     pub async fn start_shard(&self, dc: &str, slot: usize) -> NodeProcess {
         let name = format!("DC_{dc}_VAL_{slot}");
         let args = [
@@ -121,10 +123,11 @@ impl TestTopology {
             "--slot".to_owned(),
             slot.to_string(),
         ];
-        NodeProcess::start(
+        NodeProcess::start_first(
             "shard-node",
             &name,
             &args,
+            &["--restore".to_owned(), "empty".to_owned()],
             self.shard_addr(dc, slot),
             self.dir(),
         )

@@ -54,6 +54,9 @@ pub struct NodeProcess {
     /// Its combined stdout and stderr.
     pub log: PathBuf,
     args: Vec<String>,
+    /// Arguments of the first start only (a shard node's `--restore empty`): a restart after a
+    /// lost disk must restore.
+    first_start_args: Vec<String>,
 }
 
 impl NodeProcess {
@@ -66,6 +69,19 @@ impl NodeProcess {
         addr: SocketAddr,
         log_dir: &Path,
     ) -> Self {
+        Self::start_first(binary, name, args, &[], addr, log_dir).await
+    }
+
+    /// Like [`NodeProcess::start`], with `first_start_args` added to this start only, not to
+    /// restarts.
+    pub async fn start_first(
+        binary: &str,
+        name: &str,
+        args: &[String],
+        first_start_args: &[String],
+        addr: SocketAddr,
+        log_dir: &Path,
+    ) -> Self {
         let log = log_dir.join(format!("{name}.log"));
         let mut node = Self {
             child: None,
@@ -75,8 +91,10 @@ impl NodeProcess {
             addr,
             log,
             args: args.to_vec(),
+            first_start_args: first_start_args.to_vec(),
         };
         node.spawn();
+        node.first_start_args.clear();
         node.wait_healthy().await;
         node
     }
@@ -89,6 +107,7 @@ impl NodeProcess {
             .expect("open log file");
         let child = Command::new(binary(&self.binary))
             .args(&self.args)
+            .args(&self.first_start_args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
