@@ -36,6 +36,8 @@ pub struct OffsetClock {
 
 impl Clock for OffsetClock {
     fn now_unix_ms(&self) -> u64 {
-        SystemClock.now_unix_ms().saturating_add_signed(self.offset_ms)
+        SystemClock
+            .now_unix_ms()
+            .saturating_add_signed(self.offset_ms)
     }
 }
