@@ -1,0 +1,172 @@
+//! End-to-end tests of a damaged log: the real `shard-node` refuses to start on a corrupt
+//! segment and leaves it as it was, and `shard-node check` names the damage without changing
+//! anything.
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use geocount_test_support::TestTopology;
+use geocount_test_support::process::binary;
+use serde_json::json;
+
+/// A node alone (no restore source to wait for), whose log no checkpoint folds away while the
+/// test runs.
+const ALONE: &str = "restore_timeout_ms = 100\ncheckpoint_interval_ms = 600000";
+
+/// The newest log segment in `dir`.
+fn newest_segment(dir: &Path) -> PathBuf {
+    let mut segments: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("read the data directory")
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("wal-") && name.ends_with(".log"))
+        })
+        .collect();
+    segments.sort();
+    segments.pop().expect("a log segment")
+}
+
+/// Where the record holding byte `at` of a segment starts. A record is
+/// `[payload length: u32 LE][crc32: u32 LE][payload]`.
+fn record_start(bytes: &[u8], at: usize) -> usize {
+    let mut start = 0;
+    loop {
+        let len = u32::from_le_bytes(bytes[start..start + 4].try_into().unwrap()) as usize;
+        assert!(len > 0, "byte {at} lies past the records");
+        let next = start + 8 + len;
+        if at < next {
+            return start;
+        }
+        start = next;
+    }
+}
+
+/// Runs `shard-node args` until it exits, at most `within` (then kills it and fails).
+fn run_to_exit(args: &[&str], within: Duration) -> Output {
+    let mut child = Command::new(binary("shard-node"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start shard-node");
+    let deadline = Instant::now() + within;
+    while child.try_wait().expect("poll shard-node").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("reap shard-node");
+            panic!(
+                "shard-node {args:?} still running after {within:?}:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+        .wait_with_output()
+        .expect("collect shard-node's output")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn a_corrupt_log_is_refused_and_left_as_it_is() {
+    let topology = TestTopology::single(ALONE);
+    let mut node = topology.start_shard("USA_0", 0).await;
+    let api = node.api();
+    // One request each, one after another: one log record each.
+    for n in 0..1_000 {
+        let (status, body) = api
+            .write_keyed("x", json!({"delta": 1}), &format!("x-{n}"))
+            .await;
+        assert_eq!(status, 200, "write {n}: {body}");
+    }
+    assert_eq!(api.value("x").await, 1_000);
+    node.kill9();
+
+    // One byte flipped about 100 bytes in, with hundreds of acknowledged records after it.
+    let data_dir = topology.shard_data_dir("USA_0", 0);
+    let segment = newest_segment(&data_dir);
+    let file = fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    let mut bytes = fs::read(&segment).unwrap();
+    let bad = record_start(&bytes, 100);
+    assert!(
+        record_start(&bytes, 20_000) > 100,
+        "records follow the damage"
+    );
+    bytes[100] ^= 0xff;
+    file.write_all_at(&bytes[100..101], 100).unwrap();
+    drop(file);
+    let before = fs::read(&segment).unwrap();
+    assert!(before == bytes);
+
+    let config = topology.path.display().to_string();
+    let start = ["--config", &config, "--dc", "USA_0", "--slot", "0"];
+    let output = run_to_exit(&start, Duration::from_secs(10));
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    let named: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains(&*segment.to_string_lossy()))
+        .collect();
+    assert_eq!(named.len(), 1, "one line names the segment:\n{stderr}");
+    let expected = format!(
+        "shard-node: log segment {} is corrupt at byte {bad}: ",
+        segment.display()
+    );
+    assert!(named[0].starts_with(&expected), "{stderr}");
+    assert!(
+        fs::read(&segment).unwrap() == before,
+        "the segment is left byte for byte as it was"
+    );
+
+    let dir = data_dir.display().to_string();
+    let output = run_to_exit(&["check", "--data-dir", &dir], Duration::from_secs(10));
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    let verdict = format!("verdict: corrupt: {} at byte {bad}: ", segment.display());
+    assert!(stdout.contains(&verdict), "{stdout}");
+    assert!(
+        fs::read(&segment).unwrap() == before,
+        "the check changes nothing"
+    );
+}
+
+#[tokio::test]
+async fn check_reports_a_whole_data_directory() {
+    let topology = TestTopology::single(ALONE);
+    let mut node = topology.start_shard("USA_0", 0).await;
+    let api = node.api();
+    for n in 0..10 {
+        let (status, body) = api
+            .write_keyed("x", json!({"delta": 1}), &format!("x-{n}"))
+            .await;
+        assert_eq!(status, 200, "write {n}: {body}");
+    }
+    assert!(node.terminate().success(), "{}", node.log_tail());
+
+    let dir = topology.shard_data_dir("USA_0", 0).display().to_string();
+    let output = run_to_exit(&["check", "--data-dir", &dir], Duration::from_secs(10));
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    assert!(stdout.contains("\n  x: value 10, version "), "{stdout}");
+    assert!(stdout.ends_with("verdict: whole\n"), "{stdout}");
+}
