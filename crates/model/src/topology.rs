@@ -222,6 +222,9 @@ pub struct SyncSettings {
     /// The most counters in one sync page; a counter with a big sketch or a long window counts
     /// for more than one (`geocount_sync::record_weight`).
     pub page_entries: usize,
+    /// A copy's version or a description's timestamp more than this ahead of this process's
+    /// clock is refused (milliseconds): taken in, it would win over every later change.
+    pub max_clock_skew_ms: u64,
 }
 
 impl Default for SyncSettings {
@@ -233,6 +236,7 @@ impl Default for SyncSettings {
             downward_ms: 250,
             timeout_ms: 1_000,
             page_entries: 50_000,
+            max_clock_skew_ms: 60_000,
         }
     }
 }
@@ -334,8 +338,10 @@ pub struct ShardDefaults {
     /// A counter writing more than this per second per slot grows its `numberOfShards`; one
     /// under a quarter of it shrinks back (never below its created count).
     pub hot_writes_per_slot: u64,
-    /// A node starting on an empty data directory waits this long (milliseconds) for its peers
-    /// and its aggregator to hand back its slot before it starts empty.
+    /// A node restoring its lost slot, once one source (a peer, its datacenter aggregator or
+    /// the global aggregator) has handed over a complete copy, gives the other sources this
+    /// long (milliseconds) to hand over theirs, then keeps the highest version of every
+    /// counter. It never starts empty on its own, however long no source is complete.
     pub restore_timeout_ms: u64,
     /// The most counters a node keeps in its own slot, and the most descriptions it creates
     /// itself: a write or create that would go past it is refused (507). Copies and
@@ -540,6 +546,7 @@ impl Topology {
             ("sync.downward_ms", self.sync.downward_ms),
             ("sync.timeout_ms", self.sync.timeout_ms),
             ("sync.page_entries", self.sync.page_entries as u64),
+            ("sync.max_clock_skew_ms", self.sync.max_clock_skew_ms),
             (
                 "trending.window_seconds",
                 self.trending.window_seconds.into(),
@@ -892,6 +899,15 @@ shards = ["127.0.0.1:7201"]
         assert_eq!(err.key, "trending.thresholds.\"#\"");
         let err = load(&format!("{GOOD}\n[trending]\nwindow = 5\n")).unwrap_err();
         assert!(err.to_string().contains("window"), "{err}");
+    }
+
+    #[test]
+    fn the_clock_skew_bound_defaults_to_a_minute_and_must_be_positive() {
+        assert_eq!(load(GOOD).unwrap().sync.max_clock_skew_ms, 60_000);
+        let set = load(&format!("{GOOD}\n[sync]\nmax_clock_skew_ms = 5000\n")).unwrap();
+        assert_eq!(set.sync.max_clock_skew_ms, 5_000);
+        let err = load(&format!("{GOOD}\n[sync]\nmax_clock_skew_ms = 0\n")).unwrap_err();
+        assert_eq!(err.key, "sync.max_clock_skew_ms");
     }
 
     #[test]

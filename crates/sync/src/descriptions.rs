@@ -1,7 +1,7 @@
 //! Versioned counter descriptions, merged by version on every node.
 
 use geocount_model::wire::{Cursor, DescriptionPage};
-use geocount_model::{CounterId, VersionedDescription};
+use geocount_model::{CounterId, Hlc, HlcTimestamp, VersionedDescription};
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
@@ -35,23 +35,63 @@ impl DescriptionTable {
         true
     }
 
-    /// Merges a pulled page's valid descriptions ([`checked`]); returns those that changed.
-    pub fn apply_page(&mut self, page: &DescriptionPage) -> Vec<VersionedDescription> {
-        checked(page)
-            .filter(|d| self.merge((*d).clone()))
-            .cloned()
-            .collect()
+    /// Merges a pulled page's valid descriptions ([`checked`]) newer than what is known here,
+    /// but for those versioned more than `max_clock_skew_ms` ahead of `now_ms` (this process's
+    /// clock), which are refused: one from a clock far ahead would win over every later change.
+    pub fn apply_page(
+        &mut self,
+        page: &DescriptionPage,
+        now_ms: u64,
+        max_clock_skew_ms: u64,
+    ) -> Intake {
+        let mut intake = Intake::default();
+        for description in checked(page) {
+            if self.is_news(description)
+                && intake.admit(description, now_ms, max_clock_skew_ms)
+                && self.merge(description.clone())
+            {
+                intake.taken.push(description.clone());
+            }
+        }
+        intake
     }
 
-    /// The valid descriptions of a pulled page ([`checked`]) newer than what is known here.
-    pub fn newer_in_page(&self, page: &DescriptionPage) -> Vec<VersionedDescription> {
-        checked(page)
-            .filter(|d| {
-                self.get(d.description.id.as_str())
-                    .is_none_or(|known| known.is_older_than(d))
-            })
-            .cloned()
-            .collect()
+    /// The valid descriptions of a pulled page ([`checked`]) newer than what is known here, but
+    /// for those versioned more than `max_clock_skew_ms` ahead of `now_ms`, refused as by
+    /// [`DescriptionTable::apply_page`].
+    pub fn newer_in_page(
+        &self,
+        page: &DescriptionPage,
+        now_ms: u64,
+        max_clock_skew_ms: u64,
+    ) -> Intake {
+        let mut intake = Intake::default();
+        for description in checked(page) {
+            if self.is_news(description) && intake.admit(description, now_ms, max_clock_skew_ms) {
+                intake.taken.push(description.clone());
+            }
+        }
+        intake
+    }
+
+    /// Whether `description` is newer than what is known of its counter.
+    fn is_news(&self, description: &VersionedDescription) -> bool {
+        self.get(description.description.id.as_str())
+            .is_none_or(|known| known.is_older_than(description))
+    }
+
+    /// The latest version held, if any.
+    pub fn latest_version(&self) -> Option<HlcTimestamp> {
+        self.entries.values().map(|(d, _)| d.version).max()
+    }
+
+    /// Moves `hlc` past every version held. A node seeds its clock with the descriptions it
+    /// recovered, so a change it makes after restarting with its clock behind still wins over
+    /// the ones it made before. Not bounded by the clock: these were made or taken in here.
+    pub fn seed_clock(&self, hlc: &Hlc) {
+        if let Some(latest) = self.latest_version() {
+            hlc.observe(latest);
+        }
     }
 
     /// The description of counter `id`.
@@ -81,6 +121,48 @@ impl DescriptionTable {
             items,
             next,
             caught_up,
+        }
+    }
+}
+
+/// What a table takes in from a pulled page of descriptions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Intake {
+    /// The valid descriptions newer than those known (merged, by
+    /// [`DescriptionTable::apply_page`]).
+    pub taken: Vec<VersionedDescription>,
+    /// How many newer ones were refused, versioned too far ahead of this process's clock.
+    pub refused: usize,
+    /// How far ahead of the clock the furthest refused one was, in milliseconds.
+    pub furthest_ahead_ms: u64,
+}
+
+impl Intake {
+    /// Whether `description` is within `max_clock_skew_ms` of `now_ms`; counts it if not.
+    fn admit(
+        &mut self,
+        description: &VersionedDescription,
+        now_ms: u64,
+        max_clock_skew_ms: u64,
+    ) -> bool {
+        let ahead_ms = description.version.physical_ms.saturating_sub(now_ms);
+        if ahead_ms <= max_clock_skew_ms {
+            return true;
+        }
+        self.refused += 1;
+        self.furthest_ahead_ms = self.furthest_ahead_ms.max(ahead_ms);
+        false
+    }
+
+    /// Logs the refused descriptions, if any, once for the page pulled from `source`.
+    pub fn warn_refused(&self, source: &str) {
+        if self.refused > 0 {
+            tracing::warn!(
+                source,
+                refused = self.refused,
+                furthest_ahead_ms = self.furthest_ahead_ms,
+                "refused pulled counter descriptions versioned too far ahead of this clock"
+            );
         }
     }
 }
@@ -169,9 +251,93 @@ mod tests {
             next: Cursor::Start,
             caught_up: true,
         };
-        assert_eq!(table.newer_in_page(&page), vec![valid.clone()]);
-        assert_eq!(table.apply_page(&page), vec![valid]);
+        assert_eq!(
+            table.newer_in_page(&page, 10, SKEW).taken,
+            vec![valid.clone()]
+        );
+        assert_eq!(table.apply_page(&page, 10, SKEW).taken, vec![valid]);
         assert_eq!(table.len(), 1);
-        assert!(table.newer_in_page(&page).is_empty());
+        assert!(table.newer_in_page(&page, 10, SKEW).taken.is_empty());
+    }
+
+    const SKEW: u64 = 60_000;
+
+    fn page_of(items: Vec<VersionedDescription>) -> DescriptionPage {
+        DescriptionPage {
+            items,
+            next: Cursor::Start,
+            caught_up: true,
+        }
+    }
+
+    #[test]
+    fn a_description_from_far_ahead_of_the_clock_is_refused() {
+        let now = 1_000_000;
+        let mut table = DescriptionTable::default();
+        let within = described(2, now + SKEW, 1);
+        let mut ahead = described(3, now + SKEW + 1, 2);
+        ahead.description.id = CounterId::new("ahead").unwrap();
+        let page = page_of(vec![ahead.clone(), within.clone()]);
+        let expected = Intake {
+            taken: vec![within.clone()],
+            refused: 1,
+            furthest_ahead_ms: SKEW + 1,
+        };
+        assert_eq!(table.newer_in_page(&page, now, SKEW), expected);
+        assert_eq!(table.apply_page(&page, now, SKEW), expected);
+        assert_eq!(table.get("c"), Some(&within));
+        assert_eq!(table.get("ahead"), None, "never merged");
+
+        // A later version of a known counter from far ahead does not replace it either.
+        let pinning = described(1, u64::MAX, 3);
+        let refused = table.apply_page(&page_of(vec![pinning]), now, SKEW);
+        assert_eq!((refused.taken.len(), refused.refused), (0, 1));
+        assert_eq!(table.get("c"), Some(&within));
+
+        // Once the clock has caught up, the same page is taken.
+        let later = table.apply_page(&page, now + 1, SKEW);
+        assert_eq!((later.taken, later.refused), (vec![ahead], 0));
+        // What is not news is neither taken nor counted as refused.
+        assert_eq!(table.apply_page(&page, 0, SKEW), Intake::default());
+    }
+
+    struct FixedClock(u64);
+    impl geocount_model::Clock for FixedClock {
+        fn now_unix_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_clock_seeded_with_the_table_versions_later_changes_above_every_held_one() {
+        let mut table = DescriptionTable::default();
+        assert_eq!(table.latest_version(), None);
+        let made_at = 1_800_000_000_000;
+        table.merge(described(2, made_at, 1));
+        let mut other = described(1, made_at - 5, 7);
+        other.description.id = CounterId::new("other").unwrap();
+        table.merge(other);
+        assert_eq!(
+            table.latest_version(),
+            Some(described(2, made_at, 1).version)
+        );
+
+        // Restarted ten minutes behind: unseeded, its next change loses to its last.
+        let behind = std::sync::Arc::new(FixedClock(made_at - 600_000));
+        let unseeded = Hlc::new("DC_A_VAL_0", behind.clone());
+        let lost = VersionedDescription {
+            version: unseeded.now(),
+            ..described(4, 0, 0)
+        };
+        assert!(!table.merge(lost));
+        let seeded = Hlc::new("DC_A_VAL_0", behind);
+        table.seed_clock(&seeded);
+        let change = VersionedDescription {
+            version: seeded.now(),
+            ..described(4, 0, 0)
+        };
+        assert!(change.version > table.latest_version().unwrap());
+        assert!(table.merge(change.clone()), "the change wins");
+        assert_eq!(table.get("c"), Some(&change));
     }
 }
