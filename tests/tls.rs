@@ -153,7 +153,7 @@ async fn certificates_from_the_script_are_accepted() {
     let _node = KillOnDrop(
         Command::new(geocount_test_support::process::binary("shard-node"))
             .args(["--config", topology.path.to_str().unwrap()])
-            .args(["--dc", "USA_0", "--slot", "0"])
+            .args(["--dc", "USA_0", "--slot", "0", "--restore", "empty"])
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap(),

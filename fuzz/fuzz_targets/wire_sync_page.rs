@@ -28,11 +28,10 @@ impl Clock for FixedClock {
 /// `ReplicaSink::apply` of `page` from source 0, twice (a repeated page changes nothing).
 fn merge(replica: &mut Replica, page: &SyncPage) {
     for _ in 0..2 {
-        if let Some(slots) = &page.slots {
-            replica.copies.apply_page(slots);
-        }
+        let _ = replica.apply_page(0, page, NOW_MS - 20, NOW_MS);
         if let Some(descriptions) = &page.descriptions {
-            replica.descriptions.apply_page(descriptions);
+            let skew = replica.max_clock_skew_ms;
+            replica.descriptions.apply_page(descriptions, NOW_MS, skew);
         }
         replica.sources[0].advance(page, NOW_MS - 20, NOW_MS);
     }

@@ -44,6 +44,7 @@ fn pull_sources(names: Vec<String>) -> Vec<PullSource> {
         .into_iter()
         .enumerate()
         .map(|(n, name)| PullSource {
+            delivers: vec![name.clone()],
             name,
             address: format!("127.0.0.1:{}", 9000 + n),
             interval: std::time::Duration::from_millis(50),
@@ -308,6 +309,7 @@ pub mod seeds {
             vec![SlotFreshness {
                 slot: "DC_A_VAL_0".into(),
                 staleness_ms: Some(40),
+                owner_incarnation: 7,
             }],
         );
         let small = SyncPage {
@@ -338,10 +340,15 @@ pub mod seeds {
         let replica = populated_replica();
         slot_names()
             .iter()
-            .filter_map(|name| replica.slot_copy(name))
+            .filter_map(|name| replica.slot_copy(name, 0, 1_000))
             .chain([SlotCopy {
                 slot: "DC_A_VAL_0".into(),
                 entries: vec![("c".into(), unique_record(2, 1))],
+                complete: true,
+                complete_as_of_ms: Some(1),
+                source_epoch: 3,
+                next: None,
+                owner_incarnation: 7,
             }])
             .map(|copy| encode(&copy))
             .collect()

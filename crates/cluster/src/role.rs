@@ -101,18 +101,25 @@ impl Role {
                         name: name.clone(),
                         message: format!("{key}: {message}"),
                     })?;
+                let node_dir = data_dir.join(&name);
+                let mut args: Vec<OsString> = vec![
+                    "--config".into(),
+                    config.into(),
+                    "--dc".into(),
+                    datacenter.into(),
+                    "--slot".into(),
+                    slot.to_string().into(),
+                    "--data-dir".into(),
+                    node_dir.clone().into(),
+                ];
+                // A data directory that does not exist yet is a new slot of a new cluster; one
+                // that exists empty is a lost disk, and the node restores it.
+                if !node_dir.exists() {
+                    args.extend(["--restore".into(), "empty".into()]);
+                }
                 Ok(Launch {
                     binary: "shard-node",
-                    args: vec![
-                        "--config".into(),
-                        config.into(),
-                        "--dc".into(),
-                        datacenter.into(),
-                        "--slot".into(),
-                        slot.to_string().into(),
-                        "--data-dir".into(),
-                        data_dir.join(&name).into(),
-                    ],
+                    args,
                     address,
                 })
             }
@@ -264,6 +271,9 @@ shards = ["127.0.0.1:7301"]
                 &slot.to_string(),
                 "--data-dir",
                 &format!("data/local/{name}"),
+                // No such directory yet: a new slot.
+                "--restore",
+                "empty",
             ]
             .into_iter()
             .map(OsString::from)

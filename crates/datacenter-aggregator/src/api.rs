@@ -22,7 +22,8 @@ use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
 use geocount_sync::{
-    Need, SourceHealth, answer_slot_copy, parse_top_query, parse_trending_query, with_ranked,
+    Need, SourceHealth, answer_slot_copy, parse_copy_query, parse_top_query, parse_trending_query,
+    with_ranked,
 };
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -103,7 +104,9 @@ async fn dispatch(
         (Route::TopK, &Method::GET, _, _) => top_k(state, request.uri().query()),
         (Route::Trending, &Method::GET, _, _) => trending(state, request.uri().query()),
         (Route::Sync, &Method::POST, _, _) => Ok(sync(state, request).await?),
-        (Route::SlotCopy, &Method::GET, _, Some(slot)) => slot_copy(state, slot),
+        (Route::SlotCopy, &Method::GET, _, Some(slot)) => {
+            slot_copy(state, slot, request.uri().query())
+        }
         (Route::Health, &Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, &Method::GET, _, _) => Ok(json_response(
             StatusCode::OK,
@@ -189,8 +192,17 @@ async fn sync(
     .await
 }
 
-fn slot_copy(state: &AggregatorState, slot: String) -> Result<Response, AggregatorError> {
-    let copy = state.replica.read().expect("replica lock").slot_copy(&slot);
+fn slot_copy(
+    state: &AggregatorState,
+    slot: String,
+    query: Option<&str>,
+) -> Result<Response, AggregatorError> {
+    let (from, limit) = parse_copy_query(query, state.config.sync.page_entries)?;
+    let copy = state
+        .replica
+        .read()
+        .expect("replica lock")
+        .slot_copy(&slot, from, limit);
     let copy = copy.ok_or_else(|| AggregatorError::UnknownSlot {
         slot,
         datacenter: state.config.datacenter.clone(),

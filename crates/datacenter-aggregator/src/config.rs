@@ -80,6 +80,7 @@ impl AggregatorConfig {
             .into_iter()
             .zip(&self.shards)
             .map(|(name, addr)| PullSource {
+                delivers: vec![name.clone()],
                 name,
                 address: addr.to_string(),
                 interval: every(self.sync.shard_to_datacenter_ms),
@@ -93,6 +94,7 @@ impl AggregatorConfig {
             interval: every(self.sync.downward_ms),
             slots: false,
             descriptions: true,
+            delivers: Vec::new(),
         });
         sources
     }

@@ -38,6 +38,8 @@ pub async fn run<L: Listener>(
         clock.clone(),
         PREFIX,
     );
+    // Set before the first pull can land: nothing has yielded to the pullers yet.
+    replica.write().expect("replica lock").max_clock_skew_ms = config.sync.max_clock_skew_ms;
     // One datacenter: every slot in one group. What the pullers merged already is indexed too.
     replica.write().expect("replica lock").copies.index_top(
         vec![0; slot_names.len()],

@@ -51,9 +51,11 @@ pub fn freshness(replica: &Replica, slot_names: &[String], now_ms: u64) -> Vec<S
     slot_names
         .iter()
         .zip(slot_staleness(replica, slot_names.len(), now_ms))
-        .map(|(slot, staleness_ms)| SlotFreshness {
+        .zip(&replica.slots)
+        .map(|((slot, staleness_ms), heard)| SlotFreshness {
             slot: slot.clone(),
             staleness_ms,
+            owner_incarnation: heard.owner_incarnation,
         })
         .collect()
 }
@@ -172,6 +174,7 @@ mod tests {
                 interval: Duration::from_millis(50),
                 slots: true,
                 descriptions: true,
+                delivers: names(),
             })
             .collect();
         Replica::new(names(), &sources)
@@ -196,7 +199,10 @@ mod tests {
             }),
             ..SyncPage::default()
         };
-        replica.copies.apply_page(page.slots.as_ref().unwrap());
+        replica.copies.apply_page(
+            page.slots.as_ref().unwrap(),
+            &geocount_sync::PageFence::open(2),
+        );
         replica.sources[usize::from(slot)].advance(&page, sent_at_ms, sent_at_ms + 1);
     }
 

@@ -21,7 +21,10 @@ use std::sync::Arc;
 use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
-use geocount_sync::{Need, SourceHealth, parse_top_query, parse_trending_query, with_ranked};
+use geocount_sync::{
+    Need, SourceHealth, answer_slot_copy, parse_copy_query, parse_top_query, parse_trending_query,
+    with_ranked,
+};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -46,6 +49,8 @@ pub enum Route {
     Datacenters,
     /// `/sync`
     Sync,
+    /// `/slots/{slot}/copy`
+    SlotCopy,
     /// `/healthz`
     Health,
     /// `/metrics`
@@ -61,6 +66,7 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/trending", Route::Trending),
     ("/datacenters", Route::Datacenters),
     ("/sync", Route::Sync),
+    ("/slots/{slot}/copy", Route::SlotCopy),
     ("/healthz", Route::Health),
     ("/metrics", Route::Metrics),
     ("/openapi.json", Route::OpenApi),
@@ -73,7 +79,7 @@ pub fn need(route: Route) -> Need {
         Route::Counter | Route::TopK | Route::Trending | Route::Datacenters => {
             Need::Right(Right::Read)
         }
-        Route::Sync => Need::Cluster,
+        Route::Sync | Route::SlotCopy => Need::Cluster,
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
     }
 }
@@ -89,6 +95,20 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
     let now_ms = state.clock.now_unix_ms();
     let dispatch = |routed: Routed<Route>, request: Request<Incoming>| async move {
         match (routed.route, request.method(), routed.id) {
+            (Route::SlotCopy, &Method::GET, _) => {
+                let slot = routed.slot.unwrap_or_default();
+                let limit = state.config.sync.page_entries;
+                let (from, limit) = parse_copy_query(request.uri().query(), limit)?;
+                let copy = state
+                    .replica
+                    .read()
+                    .expect("replica lock")
+                    .slot_copy(&slot, from, limit);
+                match copy {
+                    Some(copy) => Ok(answer_slot_copy(&copy)),
+                    None => Err(GlobalError::UnknownSlot(slot)),
+                }
+            }
             (Route::Counter, &Method::GET, Some(id)) => {
                 let query = ReadQuery::parse(
                     request.uri().query(),

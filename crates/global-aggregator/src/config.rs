@@ -96,6 +96,9 @@ impl GlobalAggregatorConfig {
                 interval: Duration::from_millis(self.sync.datacenter_to_global_ms),
                 slots: true,
                 descriptions: true,
+                delivers: (0..dc.slots)
+                    .map(|n| SlotId::new(dc.name.as_str(), n as u32).to_string())
+                    .collect(),
             })
             .collect()
     }

@@ -29,15 +29,18 @@ pub enum GlobalError {
     /// that have one).
     #[error("{0}")]
     NoTrendingPrefix(String),
+    /// `GET /slots/{slot}/copy` for a slot of no configured datacenter.
+    #[error("slot {0:?} is not a slot of any configured datacenter")]
+    UnknownSlot(String),
 }
 
 impl HttpError for GlobalError {
     fn status(&self) -> StatusCode {
         match self {
             GlobalError::Request(error) => error.status(),
-            GlobalError::CounterNotFound(_) | GlobalError::NoTrendingPrefix(_) => {
-                StatusCode::NOT_FOUND
-            }
+            GlobalError::CounterNotFound(_)
+            | GlobalError::NoTrendingPrefix(_)
+            | GlobalError::UnknownSlot(_) => StatusCode::NOT_FOUND,
             GlobalError::Stale(_) | GlobalError::StaleTop(_) | GlobalError::StaleTrending(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

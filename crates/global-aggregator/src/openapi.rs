@@ -22,7 +22,7 @@ pub fn document() -> ApiDoc {
                 json!({"type": "object"}),
             ),
     )
-    .replication(false)
+    .replication(true)
     .health_and_metrics("health, with each datacenter's staleness")
 }
 

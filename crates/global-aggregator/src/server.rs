@@ -33,6 +33,8 @@ pub async fn run<L: Listener>(
     ));
     let (replica, metrics, mut pullers) =
         start_pulling(config.slot_names(), &sources, client, clock.clone(), PREFIX);
+    // Set before the first pull can land: nothing has yielded to the pullers yet.
+    replica.write().expect("replica lock").max_clock_skew_ms = config.sync.max_clock_skew_ms;
     // Each datacenter's slots in its own group, so /topk ranks each datacenter and the world.
     replica.write().expect("replica lock").copies.index_top(
         config.slot_datacenters(),

@@ -306,6 +306,7 @@ mod tests {
                 interval: std::time::Duration::from_millis(250),
                 slots: true,
                 descriptions: true,
+                delivers: Vec::new(),
             })
             .collect();
         let slots = ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"].map(String::from);

@@ -54,7 +54,7 @@ pub use error::ModelError;
 pub use hlc::{Hlc, HlcTimestamp};
 pub use id_table::IdTable;
 pub use placement::Placement;
-pub use slot::{SlotId, SlotRecord, SlotState, next_slot_version};
+pub use slot::{SlotId, SlotRecord, SlotState, max_slot_version, next_slot_version};
 pub use tls::TlsSettings;
 pub use topology::{
     DatacenterConfig, Durability, GlobalConfig, HttpSettings, RegionLink, Selection, ShardDefaults,

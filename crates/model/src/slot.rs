@@ -97,6 +97,13 @@ pub fn next_slot_version(last: u64, now_unix_ms: u64) -> u64 {
     last.saturating_add(1).max(now_unix_ms << 10)
 }
 
+/// The highest slot version a copy may carry at `now_unix_ms`: what an owner whose clock runs
+/// `skew_ms` ahead could have made. A version beyond it comes only from a corrupt or hostile
+/// copy, and would pin the slot (every later change of the owner would lose to it).
+pub fn max_slot_version(now_unix_ms: u64, skew_ms: u64) -> u64 {
+    now_unix_ms.saturating_add(skew_ms).saturating_mul(1 << 10)
+}
+
 /// Everything a slot holds for one counter: its running total and version, and either its
 /// window of per-second hits (a sum) or its sketch of the distinct items (a unique counter).
 /// Only the owner changes it, raising the version, so copies merge as a whole by version like

@@ -236,6 +236,8 @@ pub struct SlotFreshness {
     pub slot: String,
     /// How long ago the source last had the slot's complete state; `None`: never.
     pub staleness_ms: Option<u64>,
+    /// The incarnation of the slot's owner the source last heard (0: none heard).
+    pub owner_incarnation: u64,
 }
 
 /// The answer to a [`SyncRequest`].
@@ -252,15 +254,36 @@ pub struct SyncPage {
     pub freshness: Vec<SlotFreshness>,
     /// Writes per second the source applied lately (for least-loaded routing).
     pub load: u64,
+    /// A shard node's incarnation: drawn when its data directory was made, so a node restored
+    /// on a new disk, or a second node started for the same slot, tells itself apart (0 from an
+    /// aggregator).
+    pub incarnation: u64,
 }
 
-/// A copy of every counter's state in one slot, for a node restoring its own slot.
+/// One page of a source's copy of one slot, for a node restoring its own slot
+/// (`GET /slots/{slot}/copy?from=N&limit=M`).
+///
+/// The node merges the highest version of every counter over every source whose whole copy
+/// came from one process ([`SlotCopy::source_epoch`]) and was [`SlotCopy::complete`]: a source
+/// that has not had the slot's whole state since it started (an aggregator that restarted and
+/// has not heard the slot yet) holds only part of it, and is no answer.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SlotCopy {
     /// The slot.
     pub slot: String,
-    /// Every counter's record in it.
+    /// The page's counters with their records in the slot.
     pub entries: Vec<(String, SlotRecord)>,
+    /// Whether the source has had the slot's whole state since it started: pulled from its
+    /// owner (or from a complete tier below) up to its newest change at least once.
+    pub complete: bool,
+    /// When the source's copy was last complete, by the source's clock (unix ms).
+    pub complete_as_of_ms: Option<u64>,
+    /// Drawn at random when the source process starts: pages of one answer all carry the same.
+    pub source_epoch: u64,
+    /// Where the next page starts (`from`); `None` on the last page.
+    pub next: Option<u64>,
+    /// The owner's incarnation the source last heard the slot from (0: none heard).
+    pub owner_incarnation: u64,
 }
 
 #[cfg(test)]

@@ -14,9 +14,22 @@ pub trait HttpError: std::fmt::Display {
     /// The HTTP status this error is answered with.
     fn status(&self) -> StatusCode;
 
-    /// The answer `{"error": "<self>"}` with [`HttpError::status`].
+    /// Seconds a client should wait before trying again, sent as `Retry-After` (`None`: no
+    /// such header).
+    fn retry_after_secs(&self) -> Option<u32> {
+        None
+    }
+
+    /// The answer `{"error": "<self>"}` with [`HttpError::status`], and `Retry-After` when the
+    /// error says when to try again.
     fn to_response(&self) -> Response {
-        error_response(self.status(), &self.to_string())
+        let mut response = error_response(self.status(), &self.to_string());
+        if let Some(secs) = self.retry_after_secs() {
+            response
+                .headers_mut()
+                .insert(hyper::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

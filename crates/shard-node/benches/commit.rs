@@ -43,6 +43,7 @@ impl Node {
             dir.path(),
             &settings,
             clock.now_unix_ms(),
+            shard_node::RestoreMode::Empty,
         )
         .expect("recovery of an empty directory");
         let metrics = Arc::new(ShardMetrics::default());

@@ -42,11 +42,12 @@ use crate::error::ShardError;
 use crate::requests::{
     check_idempotency_key, parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
 };
+use crate::restore::RestoreReport;
 use crate::routing::FORWARDED_HEADER;
 use crate::server::NodeState;
 use geocount_model::wire::{BatchEntry, SlotCopy, SyncPage};
 use geocount_sync::http::{self, RequestError, Routed, WindowQuery};
-use geocount_sync::{DescriptionTable, Need, answer_slot_copy, answer_sync};
+use geocount_sync::{DescriptionTable, Need, answer_slot_copy, answer_sync, parse_copy_query};
 
 pub use crate::requests::MAX_SHARDS_PER_COUNTER;
 
@@ -137,6 +138,12 @@ async fn dispatch(
     Routed { route, id, slot }: Routed<Route>,
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
+    if state.restore.is_restoring() && !served_while_restoring(route, slot.as_deref(), state) {
+        return Err(ShardError::Restoring {
+            slot: state.slot_name.clone(),
+            progress: state.restore.summary(),
+        });
+    }
     match (route, request.method().clone(), id, slot) {
         (Route::Create, Method::POST, _, _) => create(state, request).await,
         (Route::Counter, Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
@@ -146,7 +153,9 @@ async fn dispatch(
         (Route::BatchItems, Method::POST, _, _) => batch_items(state, request).await,
         (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
         (Route::Sync, Method::POST, _, _) => sync(state, request).await,
-        (Route::SlotCopy, Method::GET, _, Some(slot)) => slot_copy(state, &slot),
+        (Route::SlotCopy, Method::GET, _, Some(slot)) => {
+            slot_copy(state, &slot, request.uri().query())
+        }
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
             StatusCode::OK,
@@ -157,6 +166,17 @@ async fn dispatch(
             Ok(http::metrics_response(state.metrics.scrape(staleness)))
         }
         _ => Err(RequestError::method_not_allowed(&request).into()),
+    }
+}
+
+/// Whether a route is answered while the slot is restored: health, metrics, the API document,
+/// and the peers' slots this node holds (a peer restoring at the same time may need them).
+/// Nothing of the own slot is, neither writes nor reads nor pulls: it is not whole yet.
+fn served_while_restoring(route: Route, slot: Option<&str>, state: &NodeState) -> bool {
+    match route {
+        Route::Health | Route::Metrics | Route::OpenApi => true,
+        Route::SlotCopy => slot != Some(state.slot_name.as_str()),
+        _ => false,
     }
 }
 
@@ -707,27 +727,47 @@ async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Response,
         }),
         freshness: Vec::new(),
         load: state.load.load(std::sync::atomic::Ordering::Relaxed),
+        incarnation: state.incarnation,
     }))
 }
 
-fn slot_copy(state: &NodeState, slot: &str) -> Result<Response, ShardError> {
-    let entries = if slot == state.slot_name {
-        let table = state.table.read().expect("slot table lock");
-        table
-            .iter()
-            .map(|(id, r)| (id.to_owned(), r.clone()))
-            .collect()
+fn slot_copy(state: &NodeState, slot: &str, query: Option<&str>) -> Result<Response, ShardError> {
+    let (from, limit) = parse_copy_query(query, state.sync.page_entries)?;
+    let copy = if slot == state.slot_name {
+        // The owner holds its slot whole by definition.
+        let (entries, next) = state
+            .table
+            .read()
+            .expect("slot table lock")
+            .copy_page(from, limit);
+        SlotCopy {
+            slot: slot.to_owned(),
+            entries,
+            complete: true,
+            complete_as_of_ms: Some(state.clock.now_unix_ms()),
+            source_epoch: state.incarnation,
+            next,
+            owner_incarnation: state.incarnation,
+        }
     } else {
         let replicas = state.replicas.read().expect("replicas lock");
         let index = replicas.slot_index(slot).ok_or_else(|| {
             ShardError::NotFound(format!("slot {slot} is not of this datacenter"))
         })?;
-        replicas.copy_of_slot(index)
+        let (entries, next) = replicas.copy_page(index, from, limit);
+        let peer = state.sources.iter().find(|s| s.name() == slot);
+        let complete_as_of_ms = peer.and_then(|p| p.complete_as_of_ms());
+        SlotCopy {
+            slot: slot.to_owned(),
+            entries,
+            complete: complete_as_of_ms.is_some(),
+            complete_as_of_ms,
+            source_epoch: replicas.epoch(),
+            next,
+            owner_incarnation: peer.map_or(0, |p| p.incarnation()),
+        }
     };
-    Ok(answer_slot_copy(&SlotCopy {
-        slot: slot.to_owned(),
-        entries,
-    }))
+    Ok(answer_slot_copy(&copy))
 }
 
 fn health(state: &NodeState) -> Response {
@@ -735,9 +775,12 @@ fn health(state: &NodeState) -> Response {
     struct Health<'a> {
         status: &'a str,
         slot: &'a str,
+        incarnation: String,
         counters: usize,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        restore: Option<RestoreReport>,
         sources: Vec<Source>,
     }
     #[derive(Serialize)]
@@ -748,17 +791,21 @@ fn health(state: &NodeState) -> Response {
     }
     let counters = state.table.read().expect("slot table lock").len();
     let error = state.health.storage_error();
-    let (status, word) = match error {
-        None => (StatusCode::OK, "ok"),
-        Some(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage failing"),
+    let restore = state.restore.is_restoring().then(|| state.restore.report());
+    let (status, word) = match (&error, &restore) {
+        (Some(_), _) => (StatusCode::SERVICE_UNAVAILABLE, "storage failing"),
+        (None, Some(_)) => (StatusCode::SERVICE_UNAVAILABLE, "restoring"),
+        (None, None) => (StatusCode::OK, "ok"),
     };
     json_response(
         status,
         &Health {
             status: word,
             slot: &state.slot_name,
+            incarnation: format!("{:016x}", state.incarnation),
             counters,
             error,
+            restore,
             sources: state
                 .sources
                 .iter()

@@ -100,6 +100,14 @@ pub enum Command {
     },
     /// Adopt descriptions learned from other nodes (kept where newer than what is known).
     Describe(Vec<VersionedDescription>),
+    /// Take in part of the slot restored from the datacenter's copies: logged and fsynced as
+    /// one record, merged by version, and every later change versioned above it.
+    Restore {
+        /// Counters with their restored records.
+        records: Vec<(CounterId, SlotRecord)>,
+        /// Answered once the part is durable.
+        reply: oneshot::Sender<Result<(), StorageError>>,
+    },
     /// Periodic: flush in async mode, expire idempotency keys, start due checkpoints.
     Tick,
     /// Flush, checkpoint, and stop.
@@ -299,6 +307,8 @@ pub struct CommitLoop {
     wal: Wal,
     idempotency: IdempotencyCache,
     last_version: u64,
+    /// The version of the group being staged.
+    group_version: u64,
     pending: Checkpoint,
     hot: HotCounters,
     last_sync_ms: u64,
@@ -323,6 +333,7 @@ impl CommitLoop {
             wal: log.wal,
             idempotency: log.idempotency,
             last_version: log.last_version,
+            group_version: log.last_version,
             pending: log.pending,
             hot,
             last_sync_ms: now,
@@ -360,12 +371,26 @@ impl CommitLoop {
         self.stop().await;
     }
 
-    fn commit_group(&mut self, group: Vec<Command>) {
+    fn commit_group(&mut self, mut group: Vec<Command>) {
         if let Some(reason) = &self.fenced {
             refuse_fenced(group, reason, &self.shared.metrics);
             return;
         }
+        // A restored part is its own record: no write is taken while the slot is restored.
+        group.retain_mut(|command| match command {
+            Command::Restore { records, reply } => {
+                let records = std::mem::take(records);
+                let (done, _) = oneshot::channel();
+                let reply = std::mem::replace(reply, done);
+                let _ = reply.send(self.restore(records));
+                false
+            }
+            _ => true,
+        });
         let now_ms = self.shared.clock.now_unix_ms();
+        // Every change of the group shares one version: versions then follow the clock however
+        // many writes a millisecond brings, and a copy's version can be bounded by the clock.
+        self.group_version = next_slot_version(self.last_version, now_ms);
         if self.idempotency.expire(now_ms) > 0 {
             self.pending.idempotency_expired_before_ms = self.idempotency.expired_before(now_ms);
         }
@@ -410,7 +435,7 @@ impl CommitLoop {
                             stage_description(&descriptions, &mut staged, description);
                         }
                     }
-                    Command::Tick | Command::Shutdown => {}
+                    Command::Tick | Command::Shutdown | Command::Restore { .. } => {}
                 }
             }
             for (id, slot) in &staged.slots {
@@ -513,7 +538,7 @@ impl CommitLoop {
             check_room(limit, held_records)?;
         }
         let committed = slot.row.map(|row| table.row(row).1);
-        let version = next_slot_version(self.last_version, now_ms);
+        let version = self.group_version;
         let mut creates_unique = false;
         match &write.change {
             Change::Delta(delta) => {
@@ -609,6 +634,26 @@ impl CommitLoop {
         tracing::error!("{reason}");
         self.shared.health.set(Some(reason.clone()));
         self.fenced = Some(reason);
+    }
+
+    /// Logs and fsyncs a restored part of the slot, then merges it into the table; later
+    /// versions go above every restored one.
+    fn restore(&mut self, records: Vec<(CounterId, SlotRecord)>) -> Result<(), StorageError> {
+        let record = LogRecord {
+            slots: records,
+            ..LogRecord::default()
+        };
+        self.wal.append(&record)?;
+        self.wal.sync()?;
+        let mut table = self.shared.table.write().expect("slot table lock");
+        for (id, slot) in record.slots {
+            self.last_version = self.last_version.max(slot.state.version);
+            if let Some(row) = table.merge_owned(id, slot) {
+                self.pending.rows.mark(row);
+            }
+        }
+        self.shared.metrics.counters_held.set(table.len() as i64);
+        Ok(())
     }
 
     /// Appends the group's record and, in sync durability, fsyncs it.
@@ -838,6 +883,12 @@ fn refuse_fenced(group: Vec<Command>, reason: &str, metrics: &ShardMetrics) {
             Command::Create { reply, .. } => {
                 let _ = reply.send(Err(refusal()));
             }
+            Command::Restore { reply, .. } => {
+                let _ = reply.send(Err(StorageError::io(
+                    "restoring the slot",
+                    std::io::Error::other(reason.to_owned()),
+                )));
+            }
             Command::Describe(_) | Command::Tick | Command::Shutdown => {}
         }
     }
@@ -877,9 +928,14 @@ mod tests {
         };
         let settings = ShardDefaults::default();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let recovered =
-            crate::recovery::recover(storage.disk.clone(), dir, &settings, clock.now_unix_ms())
-                .expect("a fresh data directory");
+        let recovered = crate::recovery::recover(
+            storage.disk.clone(),
+            dir,
+            &settings,
+            clock.now_unix_ms(),
+            crate::RestoreMode::Empty,
+        )
+        .expect("a fresh data directory");
         let table: SharedSlotTable = Arc::new(RwLock::new(recovered.table));
         let metrics = Arc::new(ShardMetrics::default());
         let checkpointer = Checkpointer::spawn(

@@ -21,6 +21,8 @@ pub struct NodeConfig {
     pub settings: ShardDefaults,
     /// This node's datacenter: its aggregator and its peers.
     pub datacenter: DatacenterConfig,
+    /// The global aggregator, one of the sources of a restore.
+    pub global: SocketAddr,
     /// How often to pull peers and descriptions.
     pub sync: SyncSettings,
     /// Limits of its HTTP listener (`[http]`).
@@ -80,6 +82,7 @@ impl NodeConfig {
             data_dir,
             settings: topology.shard.clone(),
             datacenter,
+            global: topology.global.listen,
             sync: topology.sync.clone(),
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,

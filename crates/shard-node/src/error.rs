@@ -94,6 +94,15 @@ pub enum ShardError {
     /// The node is starting, shutting down, or stopped taking writes after a storage failure.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The node's slot is being restored from its datacenter: it takes no writes and serves no
+    /// reads of the slot until the restored state is durable.
+    #[error("restoring slot {slot} from the datacenter: {progress}")]
+    Restoring {
+        /// The slot.
+        slot: String,
+        /// Where the restore stands.
+        progress: String,
+    },
 }
 
 impl HttpError for ShardError {
@@ -115,11 +124,15 @@ impl HttpError for ShardError {
             | ShardError::CounterLimit { .. }
             | ShardError::IdempotencyKeyLimit { .. } => StatusCode::INSUFFICIENT_STORAGE,
             ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ShardError::Unavailable(_) | ShardError::Unreachable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ShardError::Unavailable(_)
+            | ShardError::Unreachable(_)
+            | ShardError::Restoring { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ShardError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
         }
+    }
+
+    fn retry_after_secs(&self) -> Option<u32> {
+        matches!(self, ShardError::Restoring { .. }).then_some(1)
     }
 }
 
@@ -158,8 +171,11 @@ pub enum StorageError {
         /// The operating system's error.
         source: std::io::Error,
     },
-    /// A log segment other than the newest has a bad record: not a torn tail but corruption.
-    #[error("log segment {file} is corrupt at byte {offset}: {reason}")]
+    /// A log segment has a bad record that is no torn tail: corruption. The node does not
+    /// start on it, and leaves the file as it is.
+    #[error(
+        "log segment {file} is corrupt at byte {offset}: {reason}; move the data directory aside and start the node again to restore its slot from the datacenter (README, \"Guarantees\")"
+    )]
     Corrupt {
         /// The segment file.
         file: String,

@@ -26,9 +26,10 @@
 //! Around them: [`server::run`] wires it all to a listener (the binary and tests call it),
 //! [`config`] resolves the node's slot from the topology, [`metrics`] exports Prometheus text,
 //! [`openapi`] documents the API (`GET /openapi.json`), and [`error`] maps every failure to its
-//! HTTP status.
+//! HTTP status. [`check`] reads a data directory offline (`shard-node check`) without changing it.
 
 pub mod api;
+pub mod check;
 pub mod checkpoint;
 pub mod commit;
 pub mod config;

@@ -1,6 +1,7 @@
 //! `shard-node --config FILE --dc DC --slot N [--data-dir DIR]`: runs slot `DC_<DC>_VAL_<N>`.
+//! `shard-node check --data-dir DIR`: reads a data directory without changing it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -13,17 +14,24 @@ use shard_node::{NodeConfig, RestoreMode, Storage};
 
 /// Runs one geocount shard node: the owner of one slot of every counter.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The topology file (TOML); `GEOCOUNT_*` environment variables override its keys.
-    #[arg(long)]
-    config: PathBuf,
+    #[arg(long, required = true)]
+    config: Option<PathBuf>,
     /// The datacenter this node is in, as named in the topology.
-    #[arg(long)]
-    dc: String,
+    #[arg(long, required = true)]
+    dc: Option<String>,
     /// The slot this node owns: its index in the datacenter's `shards` list.
-    #[arg(long)]
-    slot: u32,
+    #[arg(long, required = true)]
+    slot: Option<u32>,
     /// Where to keep data [default: `<shard.data_dir>/DC_<dc>_VAL_<slot>`].
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -35,6 +43,20 @@ struct Args {
     /// cluster meets a skewed clock.
     #[arg(long, hide = true, default_value_t = 0, allow_hyphen_values = true)]
     clock_offset_ms: i64,
+}
+
+/// What to do instead of running the node.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Reads a data directory without changing it, and says whether a start would accept it.
+    ///
+    /// Prints what its store and log hold, then `verdict: whole` or `verdict: corrupt: <file> at
+    /// byte <offset>: <reason>`. Exits 0 when whole, 1 when corrupt, 2 when it cannot check.
+    Check {
+        /// The node's data directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
 
 /// `--restore`.
@@ -51,16 +73,22 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Check { data_dir }) = &args.command {
+        return check(data_dir);
+    }
+    let (Some(config_path), Some(dc), Some(slot)) = (&args.config, &args.dc, args.slot) else {
+        unreachable!("clap requires --config, --dc and --slot without a subcommand");
+    };
     geocount_net::idle::release_memory_with(geocount_net::idle::release_mimalloc_memory);
-    let config = Topology::load(&args.config).and_then(|topology| {
+    let config = Topology::load(config_path).and_then(|topology| {
         let mut config =
-            NodeConfig::from_topology(&topology, &args.config, &args.dc, args.slot, args.data_dir)?;
+            NodeConfig::from_topology(&topology, config_path, dc, slot, args.data_dir)?;
         config.restore = match args.restore {
             Restore::Required => RestoreMode::Required,
             Restore::Empty => RestoreMode::Empty,
         };
-        topology.check_listen(&args.config, config.listen)?;
-        let tls = tier_tls(&topology, &args.config, &config.slot.to_string())?;
+        topology.check_listen(config_path, config.listen)?;
+        let tls = tier_tls(&topology, config_path, &config.slot.to_string())?;
         Ok((config, tls))
     });
     geocount_net::run_tier(
@@ -84,4 +112,22 @@ fn main() -> ExitCode {
             )
         },
     )
+}
+
+/// `shard-node check`: prints the report on stdout.
+fn check(data_dir: &Path) -> ExitCode {
+    match shard_node::check::check(data_dir) {
+        Ok(report) => {
+            print!("{report}");
+            if report.verdict.is_whole() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(error) => {
+            eprintln!("shard-node check: {error}");
+            ExitCode::from(geocount_net::binary::CONFIG_ERROR_EXIT)
+        }
+    }
 }

@@ -44,6 +44,12 @@ pub struct ShardMetrics {
     pub pulls_failed: Family<SourceLabel, Counter>,
     /// Slot states merged into the peer replicas.
     pub replica_merges: Counter,
+    /// Pulled peer entries refused: of a slot the peer does not own, or versioned beyond what
+    /// any clock allows.
+    pub entries_refused: Counter,
+    /// Pulled descriptions refused, versioned more than `sync.max_clock_skew_ms` ahead of this
+    /// node's clock.
+    pub descriptions_refused: Counter,
     /// How long ago this node last had each pulled source's complete state (-1: never); set
     /// when scraped.
     pub source_staleness_ms: Family<SourceLabel, Gauge>,
@@ -76,6 +82,8 @@ impl Default for ShardMetrics {
             pulls_ok: Family::default(),
             pulls_failed: Family::default(),
             replica_merges: Counter::default(),
+            entries_refused: Counter::default(),
+            descriptions_refused: Counter::default(),
             source_staleness_ms: Family::default(),
             registry: Registry::default(),
         };
@@ -158,6 +166,16 @@ impl Default for ShardMetrics {
             "replica_merges",
             "Peer slot states merged into the replicas",
             metrics.replica_merges.clone(),
+        );
+        registry.register(
+            "entries_refused",
+            "Pulled peer entries refused: of a slot the peer does not own, or versioned beyond the clock",
+            metrics.entries_refused.clone(),
+        );
+        registry.register(
+            "descriptions_refused",
+            "Pulled descriptions refused: versioned too far ahead of this node's clock",
+            metrics.descriptions_refused.clone(),
         );
         registry.register(
             "source_staleness_ms",

@@ -1,10 +1,17 @@
 //! Startup: rebuild the committed state from the checkpoint store plus the log written since.
+//!
+//! A data directory holding no slot (no store, no log) is a lost disk unless the operator
+//! says it is a new slot ([`RestoreMode::Empty`]). Before anything else is written there, the
+//! node records durably that its slot must be restored ([`RESTORE_MARKER`]); the marker goes
+//! only once the restored state is durable ([`finish_restore`]), so a node that crashes in the
+//! middle of its restore resumes it rather than come back empty.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use geocount_model::ShardDefaults;
 
+use crate::config::RestoreMode;
 use crate::error::StorageError;
 use crate::idempotency::IdempotencyCache;
 use crate::slot_table::SlotTable;
@@ -22,8 +29,11 @@ pub struct Recovered {
     pub descriptions: DescriptionTable,
     /// The open checkpoint store: the checkpointer writes it.
     pub store: Store,
-    /// Whether the data directory held no store: a new node, or one whose disk was lost.
-    pub fresh: bool,
+    /// Whether the slot must be restored from the datacenter before the node takes writes.
+    pub restore_pending: bool,
+    /// This data directory's incarnation: drawn when it was first used, carried in every sync
+    /// page, so that a restored node or a second node for the same slot tells itself apart.
+    pub incarnation: u64,
     /// The commit loop's own state.
     pub log: LogState,
 }
@@ -41,20 +51,45 @@ pub struct LogState {
     pub last_version: u64,
 }
 
+/// The file whose presence says the slot's restore has not finished.
+pub const RESTORE_MARKER: &str = "restore.pending";
+
+/// The file holding the data directory's incarnation.
+pub const INCARNATION_FILE: &str = "incarnation";
+
 /// Opens the store in `data_dir` on `disk` (creating the directory), loads it, and replays the
-/// log.
+/// log. An empty directory is marked for a restore first unless `mode` says to start empty.
 pub fn recover(
     disk: Arc<dyn Disk>,
     data_dir: &Path,
     settings: &ShardDefaults,
     now_ms: u64,
+    mode: RestoreMode,
 ) -> Result<Recovered, StorageError> {
     create_dir_durably(&*disk, data_dir)
         .map_err(|e| StorageError::io(format!("creating {}", data_dir.display()), e))?;
     let store_path = data_dir.join(crate::store::STORE_FILE);
-    let fresh = !disk
-        .exists(&store_path)
-        .map_err(|e| StorageError::io(format!("reading {}", store_path.display()), e))?;
+    let holds_slot = exists(&*disk, &store_path)? || !wal::segments(&*disk, data_dir)?.is_empty();
+    let marker = data_dir.join(RESTORE_MARKER);
+    let mut restore_pending = exists(&*disk, &marker)?;
+    match mode {
+        RestoreMode::Required if !holds_slot && !restore_pending => {
+            write_durably(
+                &*disk,
+                data_dir,
+                &marker,
+                b"the slot must be restored from its datacenter\n",
+            )?;
+            restore_pending = true;
+        }
+        RestoreMode::Empty if restore_pending => {
+            tracing::warn!(dir = %data_dir.display(), "--restore empty: giving up the unfinished restore; the slot keeps only what was restored so far");
+            finish_restore(&*disk, data_dir)?;
+            restore_pending = false;
+        }
+        _ => {}
+    }
+    let incarnation = incarnation(&*disk, data_dir)?;
     let store = Store::open(&*disk, &store_path)?;
     let stored = store.load()?;
 
@@ -95,12 +130,12 @@ pub fn recover(
     })?;
     let wal = Wal::create(disk, data_dir, newest + 1)?;
     let last_version = table.max_version();
-    let fresh = fresh && table.is_empty();
     Ok(Recovered {
         table,
         descriptions,
         store,
-        fresh,
+        restore_pending,
+        incarnation,
         log: LogState {
             wal,
             idempotency,
@@ -108,6 +143,58 @@ pub fn recover(
             last_version,
         },
     })
+}
+
+/// Removes the restore marker durably: the restored state is durable, and a restart must not
+/// restore again.
+pub fn finish_restore(disk: &dyn Disk, data_dir: &Path) -> Result<(), StorageError> {
+    let marker = data_dir.join(RESTORE_MARKER);
+    disk.remove_file(&marker)
+        .and_then(|()| disk.sync_dir(data_dir))
+        .map_err(|e| StorageError::io(format!("removing {}", marker.display()), e))
+}
+
+fn exists(disk: &dyn Disk, path: &Path) -> Result<bool, StorageError> {
+    disk.exists(path)
+        .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))
+}
+
+/// Writes `bytes` to a new file `path` in `dir`, and syncs it and its directory entry.
+fn write_durably(
+    disk: &dyn Disk,
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), StorageError> {
+    disk.open_append(path)
+        .and_then(|mut file| {
+            file.set_len(0)?;
+            file.write_all(bytes)?;
+            file.sync_data()
+        })
+        .and_then(|()| disk.sync_dir(dir))
+        .map_err(|e| StorageError::io(format!("writing {}", path.display()), e))
+}
+
+/// The data directory's incarnation, drawn and stored durably the first time.
+fn incarnation(disk: &dyn Disk, dir: &Path) -> Result<u64, StorageError> {
+    let path = dir.join(INCARNATION_FILE);
+    if exists(disk, &path)? {
+        let text = disk
+            .read(&path)
+            .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
+        let parsed = std::str::from_utf8(&text)
+            .ok()
+            .and_then(|t| u64::from_str_radix(t.trim(), 16).ok())
+            .filter(|&n| n != 0);
+        if let Some(incarnation) = parsed {
+            return Ok(incarnation);
+        }
+        tracing::warn!(file = %path.display(), "unreadable incarnation; drawing a new one");
+    }
+    let incarnation = rand::random::<u64>().max(1);
+    write_durably(disk, dir, &path, format!("{incarnation:016x}\n").as_bytes())?;
+    Ok(incarnation)
 }
 
 /// Creates `dir` and its missing parents, and syncs the entry of each new one in its parent:

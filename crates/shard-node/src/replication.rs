@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use geocount_model::Clock;
 use geocount_model::wire::{SyncPage, SyncRequest};
-use geocount_sync::{DescriptionTable, PullSink, SlotCopies, SourceStatus};
+use geocount_model::{Clock, SyncSettings, max_slot_version};
+use geocount_sync::{DescriptionTable, PageFence, PullSink, SlotCopies, SourceStatus};
 use tokio::sync::mpsc;
 
 use crate::commit::Command;
@@ -17,19 +17,24 @@ use crate::metrics::{ShardMetrics, SourceLabel};
 pub struct PeerSink {
     label: SourceLabel,
     status: Mutex<SourceStatus>,
-    replicas: Option<Arc<RwLock<SlotCopies>>>,
+    /// The peer replicas, and the index of the one slot this source may deliver.
+    replicas: Option<(Arc<RwLock<SlotCopies>>, u16)>,
+    /// The incarnation of the peer last heard (0: none yet).
+    incarnation: AtomicU64,
     descriptions: Arc<RwLock<DescriptionTable>>,
     commands: mpsc::Sender<Command>,
     metrics: Arc<ShardMetrics>,
     clock: Arc<dyn Clock>,
+    max_clock_skew_ms: u64,
     load: AtomicU64,
 }
 
 impl PeerSink {
-    /// A sink for source `name`; slot states go into `replicas` when given.
+    /// A sink for source `name`; the states of its slot (by index in the replicas) go into
+    /// `replicas` when given.
     pub fn new(
         name: &str,
-        replicas: Option<Arc<RwLock<SlotCopies>>>,
+        replicas: Option<(Arc<RwLock<SlotCopies>>, u16)>,
         descriptions: Arc<RwLock<DescriptionTable>>,
         commands: mpsc::Sender<Command>,
         metrics: Arc<ShardMetrics>,
@@ -41,12 +46,21 @@ impl PeerSink {
             },
             status: Mutex::new(SourceStatus::new(replicas.is_some(), true)),
             replicas,
+            incarnation: AtomicU64::new(0),
             descriptions,
             commands,
             metrics,
             clock,
+            max_clock_skew_ms: SyncSettings::default().max_clock_skew_ms,
             load: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// Refuses descriptions versioned more than `max_clock_skew_ms` ahead of this node's clock
+    /// (`sync.max_clock_skew_ms`; its default until set).
+    pub fn with_max_clock_skew_ms(mut self, max_clock_skew_ms: u64) -> Self {
+        self.max_clock_skew_ms = max_clock_skew_ms;
+        self
     }
 
     /// The source's name.
@@ -59,10 +73,21 @@ impl PeerSink {
         self.load.load(Ordering::Relaxed)
     }
 
+    /// When (this node's clock) it last had the source's complete state (`None`: never since
+    /// it started).
+    pub fn complete_as_of_ms(&self) -> Option<u64> {
+        self.status.lock().expect("status lock").complete_as_of_ms
+    }
+
     /// How long ago this node last had the source's complete state.
     pub fn staleness_ms(&self) -> Option<u64> {
         let now = self.clock.now_unix_ms();
         self.status.lock().expect("status lock").staleness_ms(now)
+    }
+
+    /// The incarnation of the peer last heard (0: none yet).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::Relaxed)
     }
 
     /// The last pull error, if the last pull failed.
@@ -77,19 +102,56 @@ impl PullSink for PeerSink {
     }
 
     fn apply(&self, page: SyncPage, sent_at_ms: u64) {
-        if let (Some(replicas), Some(slots)) = (&self.replicas, &page.slots) {
-            let merged = replicas.write().expect("replicas lock").apply_page(slots);
-            self.metrics.replica_merges.inc_by(merged as u64);
+        if self.replicas.is_some() && page.source != self.label.source {
+            // A node configured for another slot listens at this peer's address.
+            let entries = page.slots.as_ref().map_or(0, |p| p.entries.len());
+            self.metrics.entries_refused.inc_by(entries as u64);
+            let error = format!(
+                "answered as {:?}, not {:?}: a node configured for another slot listens there; its pages are refused",
+                page.source, self.label.source
+            );
+            tracing::warn!(source = %self.label.source, %error, "refused a pulled page");
+            self.failed(error);
+            return;
+        }
+        if let (Some((replicas, slot)), Some(slots)) = (&self.replicas, &page.slots) {
+            // A peer delivers its own slot only, at versions a clock could have made.
+            let fence = PageFence {
+                slots: vec![*slot],
+                max_version: max_slot_version(self.clock.now_unix_ms(), self.max_clock_skew_ms),
+            };
+            let merge = replicas
+                .write()
+                .expect("replicas lock")
+                .apply_page(slots, &fence);
+            self.metrics.replica_merges.inc_by(merge.changed as u64);
+            let refused = merge.refused_slot + merge.refused_version;
+            if refused > 0 {
+                tracing::warn!(source = %self.label.source, refused_slot = merge.refused_slot, refused_version = merge.refused_version, "refused pulled entries: of a slot this peer does not own, or versioned beyond the clock");
+                self.metrics.entries_refused.inc_by(refused as u64);
+            }
+            if page.incarnation != 0 {
+                self.incarnation.store(page.incarnation, Ordering::Relaxed);
+            }
         }
         let mut delivered = true;
         if let Some(descriptions) = &page.descriptions {
-            let newer = self
+            // Refused here, before the commit loop's clock observes them.
+            let now_ms = self.clock.now_unix_ms();
+            let intake = self
                 .descriptions
                 .read()
                 .expect("descriptions lock")
-                .newer_in_page(descriptions);
-            if !newer.is_empty() {
-                delivered = self.commands.try_send(Command::Describe(newer)).is_ok();
+                .newer_in_page(descriptions, now_ms, self.max_clock_skew_ms);
+            intake.warn_refused(&self.label.source);
+            self.metrics
+                .descriptions_refused
+                .inc_by(intake.refused as u64);
+            if !intake.taken.is_empty() {
+                delivered = self
+                    .commands
+                    .try_send(Command::Describe(intake.taken))
+                    .is_ok();
             }
         }
         let mut status = self.status.lock().expect("status lock");
@@ -107,5 +169,72 @@ impl PullSink for PeerSink {
         tracing::debug!(source = %self.label.source, %error, "sync pull failed");
         self.metrics.pulls_failed.get_or_create(&self.label).inc();
         self.status.lock().expect("status lock").last_error = Some(error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::wire::{Cursor, DescriptionPage};
+    use geocount_model::{
+        CounterDescription, CounterId, CounterType, HlcTimestamp, VersionedDescription,
+    };
+
+    struct FixedClock(u64);
+    impl Clock for FixedClock {
+        fn now_unix_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    fn described(id: &str, physical_ms: u64) -> VersionedDescription {
+        VersionedDescription {
+            description: CounterDescription {
+                id: CounterId::new(id).unwrap(),
+                counter_type: CounterType::Sum,
+                number_of_shards: 2,
+                base_number_of_shards: 1,
+                window_seconds: 300,
+                created_at_ms: 1,
+            },
+            version: HlcTimestamp {
+                physical_ms,
+                logical: 0,
+                node: 1,
+            },
+        }
+    }
+
+    /// Only descriptions within the bound reach the commit loop, whose clock observes them.
+    #[test]
+    fn descriptions_from_far_ahead_of_the_clock_never_reach_the_commit_loop() {
+        let now = 1_800_000_000_000;
+        let (commands, mut receiver) = mpsc::channel(4);
+        let metrics = Arc::new(ShardMetrics::default());
+        let sink = PeerSink::new(
+            "DC_A_VAL_1",
+            None,
+            Arc::default(),
+            commands,
+            metrics.clone(),
+            Arc::new(FixedClock(now)),
+        )
+        .with_max_clock_skew_ms(1_000);
+        let near = described("near", now + 1_000);
+        let page = SyncPage {
+            source: "DC_A_VAL_1".into(),
+            descriptions: Some(DescriptionPage {
+                items: vec![described("ahead", now + 1_001), near.clone()],
+                next: Cursor::Start,
+                caught_up: true,
+            }),
+            ..SyncPage::default()
+        };
+        sink.apply(page, now);
+        match receiver.try_recv() {
+            Ok(Command::Describe(learned)) => assert_eq!(learned, vec![near]),
+            other => panic!("expected the near description, got {other:?}"),
+        }
+        assert_eq!(metrics.descriptions_refused.get(), 1);
     }
 }

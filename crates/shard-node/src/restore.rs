@@ -1,62 +1,356 @@
-//! Restoring this node's own slot after its disk was lost: before it takes writes, a node
-//! starting on an empty data directory asks its datacenter aggregator and its peers for their
-//! copies of its slot and keeps the highest version of every counter.
+//! Restoring this node's own slot after its disk was lost.
+//!
+//! A node whose data directory is marked for a restore ([`crate::recovery`]) asks every process
+//! that holds a copy of its slot (its datacenter aggregator, the global aggregator and its
+//! peers) for that copy, page by page (`GET /slots/{slot}/copy?from=N`), each page bounded by
+//! the client's timeout. Only a source that held the slot whole since it started counts: an
+//! aggregator that restarted and has not heard the slot since holds only part of it. The
+//! restore waits, retrying, until at least one source has handed over a complete copy from a
+//! single process, then gives the others `restore_timeout_ms` to do the same, and keeps the
+//! highest version of every counter over everything it received.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use geocount_model::wire::SlotCopy;
-use geocount_model::{CounterId, SlotRecord};
+use geocount_model::{Clock, CounterId, SlotRecord, max_slot_version};
 use geocount_net::HttpClient;
+use serde::Serialize;
 use tokio::task::JoinSet;
 
-/// What the sources handed back.
-#[derive(Debug, Default)]
-pub struct Restored {
-    /// The highest version any source had of each counter.
-    pub entries: HashMap<CounterId, SlotRecord>,
-    /// How many sources answered.
-    pub answered: usize,
+/// How long to wait before asking again for a page that failed.
+const PAGE_RETRY: Duration = Duration::from_millis(200);
+
+/// How often the log says which sources the restore still waits for.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// One process holding a copy of the slot.
+#[derive(Debug, Clone)]
+pub struct CopySource {
+    /// Its name, for `/healthz` and the log.
+    pub name: String,
+    /// Where it listens.
+    pub address: SocketAddr,
 }
 
-/// Asks every source for its copy of slot `slot`, retrying each until it answers or `timeout`
-/// passes, and merges the answers.
-pub async fn restore_slot(
-    slot: &str,
-    sources: &[SocketAddr],
-    client: &HttpClient,
-    timeout: Duration,
-) -> Restored {
-    let mut asks = JoinSet::new();
-    for source in sources {
-        let url = client.url(source, &format!("/slots/{slot}/copy"));
-        let client = client.clone();
-        asks.spawn(async move {
-            let deadline = tokio::time::Instant::now() + timeout;
-            loop {
-                if let Ok(answer) = client.get(&url).await
-                    && answer.status.is_success()
-                {
-                    return postcard::from_bytes::<SlotCopy>(&answer.body).ok();
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    return None;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+/// How far a restore has come, for `/healthz`, the log and the refusals meanwhile.
+#[derive(Debug, Default)]
+pub struct RestoreProgress {
+    restoring: AtomicBool,
+    report: Mutex<RestoreReport>,
+}
+
+/// What `/healthz` shows of a restore.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RestoreReport {
+    /// `waiting for a complete copy`, `gathering copies`, `writing` or `done`.
+    pub phase: &'static str,
+    /// Counters received so far, over every source.
+    pub counters_received: u64,
+    /// Distinct counters written to the log so far.
+    pub counters_written: u64,
+    /// Each source's state.
+    pub sources: Vec<SourceProgress>,
+}
+
+/// One source's part in a restore.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceProgress {
+    /// The source's name.
+    pub source: String,
+    /// `asking`, `complete`, or why its copy does not count yet.
+    pub state: String,
+    /// Pages received from it.
+    pub pages: u64,
+    /// Counters received from it.
+    pub counters: u64,
+}
+
+impl RestoreProgress {
+    /// Progress of a restore that is under way (`pending`) or of none.
+    pub fn new(pending: bool, sources: &[CopySource]) -> Self {
+        let report = RestoreReport {
+            phase: if pending {
+                "waiting for a complete copy"
+            } else {
+                "done"
+            },
+            sources: sources
+                .iter()
+                .map(|s| SourceProgress {
+                    source: s.name.clone(),
+                    state: "asking".to_owned(),
+                    pages: 0,
+                    counters: 0,
+                })
+                .collect(),
+            ..RestoreReport::default()
+        };
+        Self {
+            restoring: AtomicBool::new(pending),
+            report: Mutex::new(report),
+        }
+    }
+
+    /// Whether the slot is still being restored (no writes, no reads of it).
+    pub fn is_restoring(&self) -> bool {
+        self.restoring.load(Ordering::Acquire)
+    }
+
+    /// A copy of the report.
+    pub fn report(&self) -> RestoreReport {
+        self.report.lock().expect("restore report lock").clone()
+    }
+
+    /// One line on where the restore stands.
+    pub fn summary(&self) -> String {
+        let report = self.report();
+        let sources: Vec<String> = report
+            .sources
+            .iter()
+            .map(|s| format!("{}: {}", s.source, s.state))
+            .collect();
+        format!(
+            "{}; {} counters received, {} written; sources: {}",
+            report.phase,
+            report.counters_received,
+            report.counters_written,
+            sources.join("; ")
+        )
+    }
+
+    /// Sets the phase.
+    pub fn phase(&self, phase: &'static str) {
+        self.update(|report| report.phase = phase);
+    }
+
+    /// Adds `counters` written.
+    pub fn written(&self, counters: u64) {
+        self.update(|report| report.counters_written += counters);
+    }
+
+    /// The restore is durable: writes and reads are taken from now on.
+    pub fn finish(&self) {
+        self.phase("done");
+        self.restoring.store(false, Ordering::Release);
+    }
+
+    fn source_state(&self, index: usize, state: String) {
+        self.update(|report| report.sources[index].state = state);
+    }
+
+    fn page(&self, index: usize, counters: u64) {
+        self.update(|report| {
+            report.counters_received += counters;
+            let source = &mut report.sources[index];
+            source.pages += 1;
+            source.counters += counters;
         });
     }
-    let mut restored = Restored::default();
-    while let Some(copy) = asks.join_next().await {
-        let Ok(Some(copy)) = copy else { continue };
-        restored.answered += 1;
-        // An id no client could have written comes only from a faulty or hostile peer.
-        for (id, record) in copy.entries {
-            if let Ok(id) = CounterId::new(id) {
-                restored.entries.entry(id).or_default().merge(&record);
+
+    fn update(&self, change: impl FnOnce(&mut RestoreReport)) {
+        change(&mut self.report.lock().expect("restore report lock"));
+    }
+}
+
+/// What one restore asks of its sources.
+pub struct RestoreRequest {
+    /// The slot, e.g. `DC_USA_0_VAL_1`.
+    pub slot: String,
+    /// Every process holding a copy of it.
+    pub sources: Vec<CopySource>,
+    /// Its client (each page bounded by the client's timeout).
+    pub client: HttpClient,
+    /// How long the other sources get once one handed over a complete copy.
+    pub settle: Duration,
+    /// How far ahead of this node's clock a restored version may be.
+    pub max_clock_skew_ms: u64,
+    /// The time seam.
+    pub clock: Arc<dyn Clock>,
+}
+
+type Merged = Arc<Mutex<HashMap<CounterId, SlotRecord>>>;
+
+/// Gathers the slot from `request.sources` until at least one complete copy arrived, and
+/// returns the highest version of every counter received.
+pub async fn restore_slot(
+    request: RestoreRequest,
+    progress: Arc<RestoreProgress>,
+) -> HashMap<CounterId, SlotRecord> {
+    let merged: Merged = Arc::default();
+    let request = Arc::new(request);
+    let mut asks = JoinSet::new();
+    for index in 0..request.sources.len() {
+        asks.spawn(copy_from(
+            request.clone(),
+            index,
+            progress.clone(),
+            merged.clone(),
+        ));
+    }
+    // However long it takes: a node never starts its slot empty on its own.
+    let mut report = tokio::time::interval(REPORT_EVERY);
+    report.tick().await;
+    loop {
+        tokio::select! {
+            done = asks.join_next() => match done {
+                Some(Ok(())) => break,
+                Some(Err(error)) => tracing::error!(%error, "a restore source's task failed"),
+                None => {
+                    tracing::error!(slot = %request.slot, "no source left to restore from");
+                    std::future::pending::<()>().await;
+                }
+            },
+            _ = report.tick() => {
+                tracing::warn!(slot = %request.slot, progress = %progress.summary(), "restoring: no source has handed over a complete copy of the slot yet");
             }
         }
     }
-    restored
+    progress.phase("gathering copies");
+    let settle = tokio::time::sleep(request.settle);
+    tokio::pin!(settle);
+    while !asks.is_empty() {
+        tokio::select! {
+            _ = asks.join_next() => {}
+            _ = &mut settle => break,
+        }
+    }
+    asks.abort_all();
+    std::mem::take(&mut *merged.lock().expect("restore merge lock"))
+}
+
+/// Why one attempt at a source's whole copy did not count.
+enum Attempt {
+    /// The source answered but has not held the slot whole since it started.
+    Incomplete,
+    /// It did not answer usefully.
+    Failed(String),
+}
+
+/// Asks source `index` for a whole, complete copy until it hands one over.
+async fn copy_from(
+    request: Arc<RestoreRequest>,
+    index: usize,
+    progress: Arc<RestoreProgress>,
+    merged: Merged,
+) {
+    let source = &request.sources[index];
+    loop {
+        match whole_copy(&request, index, &progress, &merged).await {
+            Ok(counters) => {
+                tracing::info!(slot = %request.slot, source = %source.name, counters, "received a complete copy of the slot");
+                progress.source_state(index, "complete".to_owned());
+                return;
+            }
+            Err(Attempt::Incomplete) => {
+                progress.source_state(
+                    index,
+                    "incomplete: it has not held the slot whole since it started".to_owned(),
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(Attempt::Failed(error)) => {
+                progress.source_state(index, format!("failing: {error}"));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// One attempt at source `index`'s whole copy, page by page; every page is merged as it comes
+/// (a copy's records are real versions of the slot, whatever the attempt's outcome).
+async fn whole_copy(
+    request: &RestoreRequest,
+    index: usize,
+    progress: &RestoreProgress,
+    merged: &Merged,
+) -> Result<u64, Attempt> {
+    let source = &request.sources[index];
+    let mut from = 0u64;
+    let mut epoch = None;
+    let mut counters = 0u64;
+    loop {
+        let page = page(request, index, progress, from).await?;
+        if page.slot != request.slot {
+            return Err(Attempt::Failed(format!("answered slot {:?}", page.slot)));
+        }
+        if !page.complete {
+            return Err(Attempt::Incomplete);
+        }
+        if *epoch.get_or_insert(page.source_epoch) != page.source_epoch {
+            return Err(Attempt::Failed("restarted while its copy was paged".into()));
+        }
+        let received = page.entries.len() as u64;
+        let refused = merge_page(request, page.entries, merged);
+        if refused > 0 {
+            tracing::warn!(source = %source.name, refused, "refused restored records: invalid ids or versions beyond the clock");
+        }
+        counters += received;
+        progress.page(index, received);
+        match page.next {
+            Some(next) if next > from => from = next,
+            Some(_) => return Err(Attempt::Failed("its copy's pages do not advance".into())),
+            None => return Ok(counters),
+        }
+    }
+}
+
+/// One page, asked again until the source answers it: a page that timed out costs that page
+/// again, not the whole copy. A source that answers with an error, or with something that is
+/// not a copy, ends the attempt.
+async fn page(
+    request: &RestoreRequest,
+    index: usize,
+    progress: &RestoreProgress,
+    from: u64,
+) -> Result<SlotCopy, Attempt> {
+    let source = &request.sources[index];
+    let url = request.client.url(
+        source.address,
+        &format!("/slots/{}/copy?from={from}", request.slot),
+    );
+    loop {
+        match request.client.get(&url).await {
+            Ok(answer) if answer.status.is_success() => {
+                return postcard::from_bytes::<SlotCopy>(&answer.body)
+                    .map_err(|e| Attempt::Failed(format!("undecodable copy: {e}")));
+            }
+            Ok(answer) => {
+                return Err(Attempt::Failed(format!(
+                    "answered {}: {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                )));
+            }
+            Err(error) => {
+                progress.source_state(index, format!("retrying the page from {from}: {error}"));
+                tokio::time::sleep(PAGE_RETRY).await;
+            }
+        }
+    }
+}
+
+/// Merges a page's records by version; returns how many were refused.
+fn merge_page(
+    request: &RestoreRequest,
+    entries: Vec<(String, SlotRecord)>,
+    merged: &Merged,
+) -> usize {
+    let max_version = max_slot_version(request.clock.now_unix_ms(), request.max_clock_skew_ms);
+    let mut refused = 0;
+    let mut merged = merged.lock().expect("restore merge lock");
+    for (id, record) in entries {
+        // An id no client could have written, or a version no clock made, comes only from a
+        // faulty or hostile copy.
+        match CounterId::new(id) {
+            Ok(id) if record.state.version <= max_version => {
+                merged.entry(id).or_default().merge(&record);
+            }
+            _ => refused += 1,
+        }
+    }
+    refused
 }

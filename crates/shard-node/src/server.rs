@@ -16,13 +16,12 @@ use crate::commit::{Command, CommitContext, CommitLoop, NodeHealth};
 use crate::config::NodeConfig;
 use crate::error::StorageError;
 use crate::metrics::ShardMetrics;
-use crate::recovery::{self, Recovered};
+use crate::recovery;
 use crate::replication::PeerSink;
-use crate::restore::restore_slot;
+use crate::restore::{CopySource, RestoreProgress, RestoreRequest, restore_slot};
 use crate::routing::{RouterSetup, WriteRouter};
 use crate::slot_table::SharedSlotTable;
 use crate::storage::Storage;
-use crate::wal::LogRecord;
 
 /// Commands waiting for the commit loop; beyond this, handlers wait (backpressure).
 const COMMAND_QUEUE: usize = 16_384;
@@ -59,12 +58,18 @@ pub struct NodeState {
     pub routes: matchit::Router<Route>,
     /// Who may call which route (`[auth]`).
     pub access: Access,
+    /// The restore of a lost slot, while it runs: writes and reads of the slot wait for it.
+    pub restore: Arc<RestoreProgress>,
+    /// This data directory's incarnation, sent with every sync page.
+    pub incarnation: u64,
 }
 
-/// Recovers the node's state from its data directory on `storage` (restoring its slot from its
-/// peers and aggregator when the directory is empty), serves `listener` until `shutdown`
-/// completes, then drains requests, flushes the log and checkpoints. Time comes from `clock`
-/// and connections to other nodes from `connector`.
+/// Recovers the node's state from its data directory on `storage`, serves `listener` until
+/// `shutdown` completes, then drains requests, flushes the log and checkpoints. A directory
+/// marked for a restore (an empty one, unless `config.restore` says to start empty) is
+/// restored from the datacenter's copies while the node serves, taking no writes until the
+/// restored slot is durable. Time comes from `clock` and connections to other nodes from
+/// `connector`.
 pub async fn run<L: Listener>(
     config: NodeConfig,
     listener: L,
@@ -82,17 +87,22 @@ pub async fn run<L: Listener>(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
+    let restore_client = client.clone();
 
     let now_ms = clock.now_unix_ms();
     let data_dir = config.data_dir.clone();
     let recover_settings = settings.clone();
     let disk = storage.disk.clone();
-    let mut recovered = storage
-        .blocking(move || recovery::recover(disk, &data_dir, &recover_settings, now_ms))
+    let mode = config.restore;
+    let recovered = storage
+        .blocking(move || recovery::recover(disk, &data_dir, &recover_settings, now_ms, mode))
         .await?;
-    if recovered.fresh {
-        restore_from_datacenter(&config, &client, &mut recovered).await?;
-    }
+    let copy_sources = copy_sources(&config);
+    let restore = Arc::new(RestoreProgress::new(
+        recovered.restore_pending,
+        &copy_sources,
+    ));
+    let incarnation = recovered.incarnation;
     let table: SharedSlotTable = Arc::new(RwLock::new(recovered.table));
     let descriptions = Arc::new(RwLock::new(recovered.descriptions));
     let counters = table.read().expect("slot table lock").len();
@@ -102,6 +112,12 @@ pub async fn run<L: Listener>(
     let own_slot = config.slot.index;
     let placement = config.datacenter.placement(settings.virtual_nodes);
     let hlc = Arc::new(Hlc::new(&slot_name, clock.clone()));
+    // Past every recovered version: a change made after a restart with the clock behind must
+    // still win over the ones made before it.
+    descriptions
+        .read()
+        .expect("descriptions lock")
+        .seed_clock(&hlc);
     let load = Arc::new(AtomicU64::new(0));
     let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
     let checkpointer = Checkpointer::spawn(
@@ -139,14 +155,17 @@ pub async fn run<L: Listener>(
         if index as u32 == own_slot {
             continue;
         }
-        let sink = Arc::new(PeerSink::new(
-            &slot_names[index],
-            Some(replicas.clone()),
-            descriptions.clone(),
-            commands.clone(),
-            metrics.clone(),
-            clock.clone(),
-        ));
+        let sink = Arc::new(
+            PeerSink::new(
+                &slot_names[index],
+                Some((replicas.clone(), index as u16)),
+                descriptions.clone(),
+                commands.clone(),
+                metrics.clone(),
+                clock.clone(),
+            )
+            .with_max_clock_skew_ms(config.sync.max_clock_skew_ms),
+        );
         let every = Duration::from_millis(config.sync.peer_ms);
         pullers.push(spawn_puller(
             address.to_string(),
@@ -158,14 +177,17 @@ pub async fn run<L: Listener>(
         peers.push((index as u32, sink.clone()));
         sources.push(sink);
     }
-    let aggregator = Arc::new(PeerSink::new(
-        &format!("aggregator {}", config.datacenter.name),
-        None,
-        descriptions.clone(),
-        commands.clone(),
-        metrics.clone(),
-        clock.clone(),
-    ));
+    let aggregator = Arc::new(
+        PeerSink::new(
+            &format!("aggregator {}", config.datacenter.name),
+            None,
+            descriptions.clone(),
+            commands.clone(),
+            metrics.clone(),
+            clock.clone(),
+        )
+        .with_max_clock_skew_ms(config.sync.max_clock_skew_ms),
+    );
     let every = Duration::from_millis(config.sync.downward_ms);
     pullers.push(spawn_puller(
         config.datacenter.aggregator.to_string(),
@@ -209,10 +231,30 @@ pub async fn run<L: Listener>(
         health,
         routes: api::router(),
         access,
+        restore: restore.clone(),
+        incarnation,
     });
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, slot = %state.slot_name, "serving");
+        tracing::info!(%addr, slot = %state.slot_name, incarnation = format!("{incarnation:016x}"), "serving");
     }
+    let restorer = restore.is_restoring().then(|| {
+        let request = RestoreRequest {
+            slot: state.slot_name.clone(),
+            sources: copy_sources,
+            // A page of a copy is at most `sync.page_entries` counters, like a sync page.
+            client: restore_client,
+            settle: Duration::from_millis(config.settings.restore_timeout_ms),
+            max_clock_skew_ms: config.sync.max_clock_skew_ms,
+            clock: state.clock.clone(),
+        };
+        tokio::spawn(restore_then_take_writes(
+            request,
+            restore,
+            commands.clone(),
+            storage.clone(),
+            config.data_dir.clone(),
+        ))
+    });
     serve_with_limits(
         listener,
         geocount_sync::http::serve_limits(&config.http),
@@ -221,6 +263,9 @@ pub async fn run<L: Listener>(
     )
     .await;
 
+    if let Some(restorer) = restorer {
+        restorer.abort();
+    }
     for puller in pullers {
         puller.abort();
     }
@@ -231,47 +276,104 @@ pub async fn run<L: Listener>(
     Ok(())
 }
 
-/// Restores the own slot of a node whose data directory was empty from the copies its
-/// aggregator and peers hold, and makes the result durable before any write is taken.
-async fn restore_from_datacenter(
-    config: &NodeConfig,
-    client: &HttpClient,
-    recovered: &mut Recovered,
-) -> Result<(), StorageError> {
-    let mut sources = vec![config.datacenter.aggregator];
+/// Every process that holds a copy of the node's slot: its datacenter aggregator, the global
+/// aggregator, and its peers.
+fn copy_sources(config: &NodeConfig) -> Vec<CopySource> {
+    let mut sources = vec![
+        CopySource {
+            name: format!("aggregator {}", config.datacenter.name),
+            address: config.datacenter.aggregator,
+        },
+        CopySource {
+            name: "global".to_owned(),
+            address: config.global,
+        },
+    ];
+    let names = config.slot_names();
     sources.extend(
         config
             .datacenter
             .shards
             .iter()
+            .zip(names)
             .enumerate()
             .filter(|(n, _)| *n as u32 != config.slot.index)
-            .map(|(_, address)| *address),
+            .map(|(_, (address, name))| CopySource {
+                name,
+                address: *address,
+            }),
     );
-    let slot = config.slot.to_string();
-    let timeout = Duration::from_millis(config.settings.restore_timeout_ms);
-    // A whole slot's copy grows with its counters (hundreds of MB at 10,000,000): no limit
-    // but the client's timeout, unlike every other answer between tiers.
-    let client = client.clone().with_max_response_bytes(usize::MAX);
-    let restored = restore_slot(&slot, &sources, &client, timeout).await;
-    if restored.answered == 0 {
-        tracing::warn!(%slot, "empty data directory and no peer or aggregator answered: starting empty");
-        return Ok(());
-    }
-    let mut record = LogRecord::default();
-    for (id, slot) in restored.entries {
-        if let Some(row) = recovered.table.merge(&id, &slot) {
-            recovered.log.pending.rows.mark(row);
-            recovered.log.last_version = recovered.log.last_version.max(slot.state.version);
-            record.slots.push((id, slot));
+    sources
+}
+
+/// How many entries' worth ([`geocount_sync::record_weight`]) of restored records one log
+/// record holds: a few MiB, however large the slot.
+const RESTORE_RECORD_WEIGHT: usize = 50_000;
+
+/// Restores the slot, makes it durable part by part through the commit loop, then clears the
+/// restore marker and lets writes in. A part the log refuses (a full disk) is tried again.
+async fn restore_then_take_writes(
+    request: RestoreRequest,
+    progress: Arc<RestoreProgress>,
+    commands: mpsc::Sender<Command>,
+    storage: Storage,
+    data_dir: std::path::PathBuf,
+) {
+    let started = tokio::time::Instant::now();
+    let slot = request.slot.clone();
+    let restored = restore_slot(request, progress.clone()).await;
+    progress.phase("writing");
+    let counters = restored.len();
+    let mut part = Vec::new();
+    let mut weight = 0;
+    let mut restored = restored.into_iter().peekable();
+    while let Some((id, record)) = restored.next() {
+        weight += 1 + geocount_sync::record_weight(&record);
+        part.push((id, record));
+        if weight >= RESTORE_RECORD_WEIGHT || restored.peek().is_none() {
+            let written = part.len() as u64;
+            while let Err(error) = write_part(&commands, part.clone()).await {
+                tracing::error!(%slot, %error, "cannot log a restored part of the slot; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            progress.written(written);
+            part.clear();
+            weight = 0;
         }
     }
-    tracing::info!(%slot, counters = record.slots.len(), sources = restored.answered, "restored the slot from the datacenter");
-    if !record.is_empty() {
-        recovered.log.wal.append(&record)?;
-        recovered.log.wal.sync()?;
+    loop {
+        let (disk, dir) = (storage.disk.clone(), data_dir.clone());
+        match storage
+            .blocking(move || recovery::finish_restore(&*disk, &dir))
+            .await
+        {
+            Ok(()) => break,
+            Err(error) => {
+                tracing::error!(%slot, %error, "cannot clear the restore marker; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
     }
-    Ok(())
+    progress.finish();
+    tracing::info!(%slot, counters, seconds = started.elapsed().as_secs_f64(), "restored the slot from the datacenter; taking writes");
+}
+
+async fn write_part(
+    commands: &mpsc::Sender<Command>,
+    records: Vec<(geocount_model::CounterId, geocount_model::SlotRecord)>,
+) -> Result<(), StorageError> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let stopped = || {
+        StorageError::io(
+            "restoring the slot",
+            std::io::Error::other("the node is stopping"),
+        )
+    };
+    commands
+        .send(Command::Restore { records, reply })
+        .await
+        .map_err(|_| stopped())?;
+    answer.await.map_err(|_| stopped())?
 }
 
 async fn tick(commands: mpsc::Sender<Command>, every: Duration) {

@@ -176,6 +176,22 @@ impl SlotTable {
         self.rows.iter().map(|(id, row)| (id.as_str(), &row.record))
     }
 
+    /// One page of a copy of the slot: the rows from `from`, at most `limit` of them, and where
+    /// the next page starts (rows are never removed, so pages miss none held at the first).
+    pub fn copy_page(&self, from: u64, limit: usize) -> (Vec<(String, SlotRecord)>, Option<u64>) {
+        let start = usize::try_from(from)
+            .unwrap_or(usize::MAX)
+            .min(self.rows.len());
+        let end = start.saturating_add(limit.max(1)).min(self.rows.len());
+        let entries = (start..end)
+            .map(|index| {
+                let (id, record) = self.row(index);
+                (id.to_owned(), record.clone())
+            })
+            .collect();
+        (entries, (end < self.rows.len()).then_some(end as u64))
+    }
+
     /// The states changed since `cursor`, as a page named after `slot_name`.
     pub fn page(&self, slot_name: &str, cursor: Cursor, limit: usize) -> SlotPage {
         let (entries, next, caught_up) = geocount_sync::page(self, cursor, limit);

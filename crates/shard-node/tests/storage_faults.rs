@@ -14,7 +14,7 @@ use geocount_model::{SystemClock, Topology};
 use geocount_net::{HttpClient, tcp_connector};
 use hyper::Method;
 use serde_json::Value;
-use shard_node::{AppendFile, Disk, NodeConfig, OsDisk, Storage, Workers};
+use shard_node::{AppendFile, Disk, NodeConfig, OsDisk, RestoreMode, Storage, Workers};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -137,7 +137,7 @@ impl Node {
     ) -> Self {
         let addr: SocketAddr = listener.local_addr().unwrap();
         let topology = Topology::from_toml("faults.toml", toml).unwrap();
-        let config = NodeConfig::from_topology(
+        let mut config = NodeConfig::from_topology(
             &topology,
             Path::new("faults.toml"),
             "USA_0",
@@ -145,6 +145,8 @@ impl Node {
             Some(dir.to_owned()),
         )
         .unwrap();
+        // A node alone: its slot is new, with no datacenter to restore it from.
+        config.restore = RestoreMode::Empty;
         let storage = Storage {
             disk: Arc::new(FaultyDisk(faults.clone())),
             workers: Workers::Threads,

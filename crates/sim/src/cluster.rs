@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use datacenter_aggregator::AggregatorConfig;
@@ -12,7 +13,7 @@ use geocount_model::{Clock, SyncSettings, Topology};
 use global_aggregator::GlobalAggregatorConfig;
 use rand::Rng;
 use rand::rngs::StdRng;
-use shard_node::{NodeConfig, StorageError};
+use shard_node::{NodeConfig, RestoreMode, StorageError};
 use turmoil::Sim;
 
 use crate::seams::{SimClock, SimListener, sim_connector, sim_storage};
@@ -123,10 +124,17 @@ pub fn register_hosts(sim: &mut Sim<'_>, topology: &Topology, rng: &mut StdRng, 
             let config = NodeConfig::from_topology(topology, file, dc, slot as u32, data_dir)
                 .expect("a shard slot");
             let clock_of = clock();
+            // The first start begins a new slot; every later one (after a crash, or on an
+            // emptied disk) must find its slot on disk or restore it.
+            let started = Arc::new(AtomicBool::new(false));
             tier(sim, shard_host(dc, slot), move |listener| {
                 let (clock, connector, storage) =
                     (clock_of.clone(), sim_connector(), sim_storage());
-                shard_node::run(config.clone(), listener, clock, connector, storage, never())
+                let mut config = config.clone();
+                if !started.swap(true, Ordering::Relaxed) {
+                    config.restore = RestoreMode::Empty;
+                }
+                shard_node::run(config, listener, clock, connector, storage, never())
             });
         }
     }

@@ -18,7 +18,7 @@ use geocount_model::Window;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{SlotRecord, SlotState};
 use geocount_sync::http::WindowQuery;
-use geocount_sync::{LiveRanking, RankedCounters, Scope, SlotCopies, TopIndex};
+use geocount_sync::{LiveRanking, PageFence, RankedCounters, Scope, SlotCopies, TopIndex};
 
 const COUNTERS: usize = 1_000_000;
 
@@ -246,6 +246,7 @@ fn merge_pages(
     slots_of: &dyn Fn(usize) -> std::ops::Range<u16>,
 ) {
     let names = copies.slot_names().to_vec();
+    let fence = PageFence::open(names.len());
     let mut rng = XorShift(0x1234_5678_9ABC_DEF1);
     let mut version = 1;
     c.bench_function(name, |b| {
@@ -257,7 +258,7 @@ fn merge_pages(
                 page_of(&names, ids, &mut counters, slots_of, version)
             },
             |page| {
-                let changed = copies.apply_page(&page);
+                let changed = copies.apply_page(&page, &fence).changed;
                 copies.rank_pending(usize::MAX);
                 black_box(changed)
             },
@@ -285,7 +286,7 @@ fn global_page(c: &mut Criterion) {
     let before = resident_bytes();
     let mut copies = SlotCopies::new(names.clone());
     copies.index_top(vec![0, 0, 0, 1, 1, 2], LiveRanking::new(300, 1_000));
-    copies.apply_page(&full);
+    copies.apply_page(&full, &PageFence::open(copies.slot_names().len()));
     copies.rank_pending(usize::MAX);
     eprintln!(
         "global copies of {GLOBAL_COUNTERS} counters in 6 slots of 3 datacenters, ranked: about {} bytes per (counter, datacenter) resident",
@@ -313,7 +314,7 @@ fn datacenter_page(c: &mut Criterion) {
     let full = page_of(&names, &ids, &mut (0..GLOBAL_COUNTERS), &slot_of, 1);
     let mut copies = SlotCopies::new(names);
     copies.index_top(vec![0, 0, 0], LiveRanking::new(300, 1_000));
-    copies.apply_page(&full);
+    copies.apply_page(&full, &PageFence::open(copies.slot_names().len()));
     copies.rank_pending(usize::MAX);
     drop(full);
     merge_pages(

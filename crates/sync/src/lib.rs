@@ -47,10 +47,10 @@ pub use metrics::ReplicaMetrics;
 pub use openapi::{ApiDoc, Operation};
 pub use puller::{PullSink, SourceStatus, spawn_puller};
 pub use replica::{
-    HeldCounter, PullSource, Pullers, Replica, SharedReplica, SourceHealth, spawn_pullers,
-    start_pulling, with_ranked, worst_staleness,
+    DEFAULT_MAX_CLOCK_SKEW_MS, HeldCounter, PullSource, Pullers, Replica, SharedReplica, SlotHeard,
+    SourceHealth, spawn_pullers, start_pulling, with_ranked, worst_staleness,
 };
-pub use serve::{answer_slot_copy, answer_sync};
-pub use slot_copies::{SlotCopies, record_weight};
+pub use serve::{answer_slot_copy, answer_sync, parse_copy_query};
+pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight};
 pub use top_query::{TopQuery, parse_top_query, parse_trending_query};
 pub use topk::{LiveRanking, Ranked, RankedCounters, Scope, TopIndex};

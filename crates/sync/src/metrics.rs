@@ -35,6 +35,19 @@ pub struct PullCounters {
     pub states_merged: Counter,
     /// Descriptions that changed a copy.
     pub descriptions_merged: Counter,
+    /// Pulled descriptions refused, versioned more than `sync.max_clock_skew_ms` ahead of this
+    /// process's clock.
+    pub descriptions_refused: Counter,
+    /// Pulled entries refused, by reason: `slot` (a slot the source does not serve) or
+    /// `version` (beyond what any clock allows).
+    pub entries_refused: Family<ReasonLabel, Counter>,
+}
+
+/// The `reason` label of refused entries.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why they were refused.
+    pub reason: &'static str,
 }
 
 impl PullCounters {
@@ -57,6 +70,17 @@ impl PullCounters {
         self.descriptions_merged.inc_by(descriptions as u64);
     }
 
+    /// Counts pulled entries refused for their slot or their version.
+    pub fn refused(&self, slot: usize, version: usize) {
+        for (reason, count) in [("slot", slot), ("version", version)] {
+            if count > 0 {
+                self.entries_refused
+                    .get_or_create(&ReasonLabel { reason })
+                    .inc_by(count as u64);
+            }
+        }
+    }
+
     /// Counts a failed pull of source `source`.
     pub fn failed(&self, source: usize) {
         if let Some(label) = self.sources.get(source) {
@@ -76,6 +100,9 @@ fn duration_histogram() -> Histogram {
 /// - `pull_seconds{source}`: a histogram of the time from sending a pull to having merged its
 ///   page; `merge_seconds`: of the merges alone, waiting for the lock included;
 /// - `states_merged_total`, `descriptions_merged_total`: what the pulls changed;
+/// - `descriptions_refused_total`: pulled descriptions versioned too far ahead of this clock;
+/// - `entries_refused_total{reason}`: pulled entries of a slot their source does not serve
+///   (`slot`) or versioned beyond what any clock allows (`version`);
 /// - `staleness_ms{source}`: how long ago the copy of each source was complete, -1 for one
 ///   never complete since this process started;
 /// - `counters`, `descriptions`: how many are held.
@@ -113,6 +140,8 @@ impl ReplicaMetrics {
                 merge_seconds: duration_histogram(),
                 states_merged: Counter::default(),
                 descriptions_merged: Counter::default(),
+                descriptions_refused: Counter::default(),
+                entries_refused: Family::default(),
             },
             staleness_ms: Family::default(),
             counters_held: Gauge::default(),
@@ -135,6 +164,18 @@ impl ReplicaMetrics {
             "descriptions_merged",
             "Descriptions changed",
             descriptions_merged,
+        );
+        let descriptions_refused = pulls.descriptions_refused.clone();
+        r.register(
+            "descriptions_refused",
+            "Pulled descriptions refused: versioned too far ahead of this clock",
+            descriptions_refused,
+        );
+        let refused = pulls.entries_refused.clone();
+        r.register(
+            "entries_refused",
+            "Pulled entries refused (reason: slot or version)",
+            refused,
         );
         let staleness = metrics.staleness_ms.clone();
         r.register(
@@ -175,6 +216,7 @@ mod tests {
             interval: std::time::Duration::from_millis(50),
             slots: true,
             descriptions: false,
+            delivers: Vec::new(),
         };
         let metrics = ReplicaMetrics::new("test", &[source("a"), source("b")]);
         metrics.pulls.succeeded(0, 3, 0, 0.1, 0.003);

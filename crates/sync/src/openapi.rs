@@ -257,8 +257,8 @@ impl ApiDoc {
         })
     }
 
-    /// Adds `/sync` and `/slots/{slot}/copy`, the replication routes a tier serves to the tier
-    /// that pulls it (the global aggregator serves only `/sync`, for descriptions).
+    /// Adds `/sync` and, with `slot_copies`, `/slots/{slot}/copy`: the replication routes a tier
+    /// serves to the tiers that pull it and to shard nodes restoring a lost slot.
     pub fn replication(self, slot_copies: bool) -> Self {
         let doc = self.operation(
             "/sync",
@@ -274,10 +274,21 @@ impl ApiDoc {
         doc.operation(
             "/slots/{slot}/copy",
             "get",
-            Operation::new("every record this tier holds of one slot (restoring a shard node)")
-                .param(path_param("slot", "a slot name, DC_<DATACENTER>_VAL_<n>"))
-                .postcard_answer(200, "SlotCopy")
-                .errors(&[(404, "a slot this tier does not hold")]),
+            Operation::new(
+                "a page of the records this tier holds of one slot (restoring a shard node): the \
+                 counters from table index `from` (0), at most `limit` (sync.page_entries) looked \
+                 at; says whether this tier has held the slot whole since it started, and where \
+                 the next page starts",
+            )
+            .param(path_param("slot", "a slot name, DC_<DATACENTER>_VAL_<n>"))
+            .param(query_param("from", "integer", "where the page starts (0)"))
+            .param(query_param(
+                "limit",
+                "integer",
+                "how many counters the page looks at",
+            ))
+            .postcard_answer(200, "SlotCopy")
+            .errors(&[(404, "a slot this tier does not hold")]),
         )
     }
 

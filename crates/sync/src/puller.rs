@@ -163,6 +163,7 @@ mod tests {
                 .map(|s| SlotFreshness {
                     slot: "s".into(),
                     staleness_ms: s,
+                    owner_incarnation: 0,
                 })
                 .collect(),
             ..SyncPage::default()

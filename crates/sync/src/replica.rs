@@ -12,12 +12,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
-use geocount_model::{Clock, CounterType, SlotRecord, VersionedDescription};
+use geocount_model::{Clock, CounterType, SlotRecord, VersionedDescription, max_slot_version};
 use geocount_net::{Handler, HttpClient, Listener};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::metrics::{PullCounters, ReplicaMetrics};
+use crate::slot_copies::{PageFence, PageMerge};
 use crate::{DescriptionTable, PullSink, SlotCopies, SourceStatus, spawn_puller};
 
 /// An aggregator's copy of the tier below it.
@@ -29,7 +30,39 @@ pub struct Replica {
     pub descriptions: DescriptionTable,
     /// One status per source, in the order the sources were given to [`spawn_pullers`].
     pub sources: Vec<SourceStatus>,
+    /// What this replica has heard of each slot, by slot index.
+    pub slots: Vec<SlotHeard>,
+    /// Per source, the indices of the slots it may deliver.
+    fences: Vec<Vec<u16>>,
+    /// Per source, the name its pages must carry (its slot's, or its datacenter's).
+    source_names: Vec<String>,
+    /// How far ahead of this process's clock a copy's version may be (`sync.max_clock_skew_ms`).
+    pub max_clock_skew_ms: u64,
 }
+
+/// What a replica has heard of one slot since its process started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotHeard {
+    /// When (this process's clock) the replica last held the slot's whole state: its owner's
+    /// newest change, directly or through a complete tier below. `None`: never since it started,
+    /// so its copy may lack anything the slot holds.
+    pub complete_as_of_ms: Option<u64>,
+    /// The owner's incarnation last heard (0: none).
+    pub owner_incarnation: u64,
+}
+
+impl SlotHeard {
+    /// Marks the slot complete as of `as_of_ms` (never moving back), heard from `incarnation`.
+    fn heard(&mut self, as_of_ms: u64, incarnation: u64) {
+        self.complete_as_of_ms = Some(self.complete_as_of_ms.map_or(as_of_ms, |t| t.max(as_of_ms)));
+        if incarnation != 0 {
+            self.owner_incarnation = incarnation;
+        }
+    }
+}
+
+/// How far ahead of a process's clock a copy's version may be when no setting says otherwise.
+pub const DEFAULT_MAX_CLOCK_SKEW_MS: u64 = 60_000;
 
 /// A [`Replica`] shared by the pullers and the HTTP handlers.
 pub type SharedReplica = Arc<RwLock<Replica>>;
@@ -84,14 +117,92 @@ impl Replica {
     /// Empty copies of the slots named `slot_names`, to be pulled from `sources` (none heard
     /// yet).
     pub fn new(slot_names: Vec<String>, sources: &[PullSource]) -> Self {
+        let fences = sources
+            .iter()
+            .map(|source| {
+                source
+                    .delivers
+                    .iter()
+                    .filter_map(|name| slot_names.iter().position(|n| n == name))
+                    .map(|index| index as u16)
+                    .collect()
+            })
+            .collect();
         Self {
+            slots: vec![SlotHeard::default(); slot_names.len()],
             copies: SlotCopies::new(slot_names),
             descriptions: DescriptionTable::default(),
             sources: sources
                 .iter()
                 .map(|s| SourceStatus::new(s.slots, s.descriptions))
                 .collect(),
+            fences,
+            source_names: sources.iter().map(|s| s.name.clone()).collect(),
+            max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
         }
+    }
+
+    /// Merges a page pulled from source `source` at `sent_at_ms`, fenced to the slots that
+    /// source may deliver and to versions the clock allows at `now_ms`, and notes each slot
+    /// the page shows complete.
+    ///
+    /// A page answered under another name than the source's (a node configured for another
+    /// slot listens at the address pulled for this one) is refused whole: the error says so.
+    pub fn apply_page(
+        &mut self,
+        source: usize,
+        page: &SyncPage,
+        sent_at_ms: u64,
+        now_ms: u64,
+    ) -> Result<PageMerge, String> {
+        let expected = &self.source_names[source];
+        if page.source != *expected {
+            return Err(format!(
+                "answered as {:?}, not {expected:?}: a process configured for another slot or datacenter listens there; its pages are refused",
+                page.source
+            ));
+        }
+        let fence = PageFence {
+            slots: self.fences[source].clone(),
+            max_version: max_slot_version(now_ms, self.max_clock_skew_ms),
+        };
+        let Some(slots) = &page.slots else {
+            return Ok(PageMerge::default());
+        };
+        let merge = self.copies.apply_page(slots, &fence);
+        if merge.refused_slot + merge.refused_version > 0 {
+            tracing::warn!(
+                source = %page.source,
+                refused_slot = merge.refused_slot,
+                refused_version = merge.refused_version,
+                "refused pulled entries: of a slot this source does not serve, or versioned beyond the clock"
+            );
+        }
+        if slots.caught_up {
+            if page.freshness.is_empty() {
+                // A shard node's page: its own slot, complete as of when the pull was sent.
+                if let Some(index) = self.copies.slot_index(&page.source)
+                    && fence.slots.contains(&index)
+                {
+                    self.slots[index as usize].heard(sent_at_ms, page.incarnation);
+                }
+            } else {
+                // An aggregator's page: each slot as complete as the aggregator's copy of it.
+                for freshness in &page.freshness {
+                    if let (Some(index), Some(staleness)) = (
+                        self.copies.slot_index(&freshness.slot),
+                        freshness.staleness_ms,
+                    ) && fence.slots.contains(&index)
+                    {
+                        self.slots[index as usize].heard(
+                            sent_at_ms.saturating_sub(staleness),
+                            freshness.owner_incarnation,
+                        );
+                    }
+                }
+            }
+        }
+        Ok(merge)
     }
 
     /// The replica behind a lock, for the pullers and the handlers to share.
@@ -116,16 +227,25 @@ impl Replica {
                 .map(|cursor| self.descriptions.page(cursor, limit)),
             freshness,
             load: 0,
+            incarnation: 0,
         }
     }
 
-    /// Every counter's state in slot `name`, for a shard node restoring it; `None` when this
-    /// replica does not hold that slot.
-    pub fn slot_copy(&self, name: &str) -> Option<SlotCopy> {
+    /// A page of slot `name`'s copy for a shard node restoring it (counters from table index
+    /// `from`, at most `limit` looked at), saying whether this replica holds the slot whole;
+    /// `None` when this replica does not hold that slot.
+    pub fn slot_copy(&self, name: &str, from: u64, limit: usize) -> Option<SlotCopy> {
         let index = self.copies.slot_index(name)?;
+        let heard = self.slots[index as usize];
+        let (entries, next) = self.copies.copy_page(index, from, limit);
         Some(SlotCopy {
             slot: name.to_owned(),
-            entries: self.copies.copy_of_slot(index),
+            entries,
+            complete: heard.complete_as_of_ms.is_some(),
+            complete_as_of_ms: heard.complete_as_of_ms,
+            source_epoch: self.copies.epoch(),
+            next,
+            owner_incarnation: heard.owner_incarnation,
         })
     }
 
@@ -182,14 +302,32 @@ impl PullSink for ReplicaSink {
         let now_ms = self.clock.now_unix_ms();
         let (states, descriptions) = {
             let mut replica = self.replica.write().expect("replica lock");
-            let states = page
-                .slots
-                .as_ref()
-                .map_or(0, |p| replica.copies.apply_page(p));
-            let descriptions = page
+            let merge = match replica.apply_page(self.source, &page, sent_at_ms, now_ms) {
+                Ok(merge) => merge,
+                Err(error) => {
+                    drop(replica);
+                    let entries = page.slots.as_ref().map_or(0, |p| p.entries.len());
+                    self.metrics.refused(entries, 0);
+                    tracing::warn!(source = self.source, %error, "refused a pulled page");
+                    self.failed(error);
+                    return;
+                }
+            };
+            self.metrics
+                .refused(merge.refused_slot, merge.refused_version);
+            let states = merge.changed;
+            // Descriptions are bounded by the same clock skew as the copies' versions.
+            let skew_ms = replica.max_clock_skew_ms;
+            let intake = page
                 .descriptions
                 .as_ref()
-                .map_or(0, |p| replica.descriptions.apply_page(p).len());
+                .map(|p| replica.descriptions.apply_page(p, now_ms, skew_ms))
+                .unwrap_or_default();
+            intake.warn_refused(&page.source);
+            self.metrics
+                .descriptions_refused
+                .inc_by(intake.refused as u64);
+            let descriptions = intake.taken.len();
             replica.sources[self.source].advance(&page, sent_at_ms, now_ms);
             (states, descriptions)
         };
@@ -225,6 +363,9 @@ pub struct PullSource {
     pub slots: bool,
     /// Whether descriptions are pulled.
     pub descriptions: bool,
+    /// The slots whose states this source may deliver (a shard node its own, a datacenter
+    /// aggregator its datacenter's): entries of any other slot are refused.
+    pub delivers: Vec<String>,
 }
 
 /// The running pullers of a replica; dropping this aborts them.
@@ -384,6 +525,7 @@ mod tests {
                 interval: Duration::from_millis(50),
                 slots: true,
                 descriptions: false,
+                delivers: vec![name.clone()],
             })
             .collect();
         let replica = Replica::new(names, &sources).shared();
@@ -417,7 +559,9 @@ mod tests {
         );
         assert_eq!(r.source_health(1, 1_100).staleness_ms, None, "never heard");
         assert_eq!(r.sources[0].slots, Some(Cursor::Seq { epoch: 1, seq: 1 }));
-        let copy = r.slot_copy("DC_A_VAL_0").unwrap();
+        let copy = r.slot_copy("DC_A_VAL_0", 0, 100).unwrap();
+        assert!(copy.complete, "heard whole from its owner");
+        assert!(!r.slot_copy("DC_A_VAL_1", 0, 100).unwrap().complete);
         assert_eq!(
             copy.entries,
             vec![(
@@ -429,7 +573,7 @@ mod tests {
                 .into()
             )]
         );
-        assert!(r.slot_copy("DC_B_VAL_0").is_none());
+        assert!(r.slot_copy("DC_B_VAL_0", 0, 100).is_none());
         let answer = r.sync_page(
             &SyncRequest {
                 slots: None,
@@ -505,5 +649,65 @@ mod tests {
         assert_eq!(worst_staleness([Some(5), Some(80), Some(3)]), Some(80));
         assert_eq!(worst_staleness([Some(5), None]), None);
         assert_eq!(worst_staleness([]), Some(0));
+    }
+
+    /// A description versioned far ahead of the aggregator's clock would pin its counter's
+    /// description everywhere: the sink refuses it, counts it, and takes the rest of the page.
+    #[test]
+    fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
+        use geocount_model::wire::DescriptionPage;
+        use geocount_model::{CounterDescription, CounterId, HlcTimestamp};
+
+        let sources = [PullSource {
+            name: "DC_A_VAL_0".into(),
+            address: "127.0.0.1:1".into(),
+            interval: Duration::from_millis(50),
+            slots: false,
+            descriptions: true,
+            delivers: Vec::new(),
+        }];
+        let replica = Replica::new(vec!["DC_A_VAL_0".to_owned()], &sources).shared();
+        let metrics = ReplicaMetrics::new("test", &sources);
+        let now = 1_800_000_000_000;
+        let sink = ReplicaSink {
+            replica: replica.clone(),
+            source: 0,
+            clock: Arc::new(FixedClock(now)),
+            metrics: metrics.pulls.clone(),
+        };
+        let skew = replica.read().unwrap().max_clock_skew_ms;
+        let described = |id: &str, physical_ms| VersionedDescription {
+            description: CounterDescription {
+                id: CounterId::new(id).unwrap(),
+                counter_type: CounterType::Sum,
+                number_of_shards: 1,
+                base_number_of_shards: 1,
+                window_seconds: 300,
+                created_at_ms: now,
+            },
+            version: HlcTimestamp {
+                physical_ms,
+                logical: 0,
+                node: 1,
+            },
+        };
+        let page = SyncPage {
+            source: "DC_A_VAL_0".into(),
+            descriptions: Some(DescriptionPage {
+                items: vec![
+                    described("ahead", now + skew + 1),
+                    described("near", now + skew),
+                ],
+                next: Cursor::Seq { epoch: 1, seq: 2 },
+                caught_up: true,
+            }),
+            ..SyncPage::default()
+        };
+        sink.apply(page, now - 10);
+        let r = replica.read().unwrap();
+        assert!(r.descriptions.get("ahead").is_none(), "refused");
+        assert!(r.descriptions.get("near").is_some(), "within the bound");
+        assert_eq!(metrics.pulls.descriptions_refused.get(), 1);
+        assert_eq!(metrics.pulls.descriptions_merged.get(), 1);
     }
 }

@@ -4,6 +4,8 @@ use geocount_model::wire::{POSTCARD_CONTENT_TYPE, SlotCopy, SyncPage, SyncReques
 use geocount_net::{Response, bytes_response, error_response};
 use hyper::StatusCode;
 
+use crate::http::RequestError;
+
 /// Answers a `POST /sync` body: decodes the [`SyncRequest`] (400 when malformed), builds the page
 /// with `build`, and encodes it.
 pub fn answer_sync(body: &[u8], build: impl FnOnce(&SyncRequest) -> SyncPage) -> Response {
@@ -22,6 +24,37 @@ pub fn answer_sync(body: &[u8], build: impl FnOnce(&SyncRequest) -> SyncPage) ->
 /// Answers `GET /slots/{slot}/copy` with a [`SlotCopy`].
 pub fn answer_slot_copy(copy: &SlotCopy) -> Response {
     postcard_response(copy)
+}
+
+/// The page a `GET /slots/{slot}/copy?from=N&limit=M` asks for: where it starts (0 by
+/// default) and how many counters it looks at (`page_entries` by default, and at most that).
+pub fn parse_copy_query(
+    query: Option<&str>,
+    page_entries: usize,
+) -> Result<(u64, usize), RequestError> {
+    let mut from = 0;
+    let mut limit = page_entries;
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let number = || {
+            value.parse::<u64>().map_err(|_| {
+                RequestError::BadRequest(format!("{key} must be a whole number, not {value:?}"))
+            })
+        };
+        match &*key {
+            "from" => from = number()?,
+            "limit" => {
+                limit = usize::try_from(number()?)
+                    .unwrap_or(usize::MAX)
+                    .clamp(1, page_entries)
+            }
+            _ => {
+                return Err(RequestError::BadRequest(format!(
+                    "unknown query parameter {key:?}: a slot copy takes from and limit"
+                )));
+            }
+        }
+    }
+    Ok((from, limit))
 }
 
 fn postcard_response(value: &impl serde::Serialize) -> Response {
@@ -64,6 +97,22 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn copy_queries_default_and_bound_the_page() {
+        assert_eq!(parse_copy_query(None, 500).unwrap(), (0, 500));
+        assert_eq!(
+            parse_copy_query(Some("from=7&limit=9"), 500).unwrap(),
+            (7, 9)
+        );
+        assert_eq!(
+            parse_copy_query(Some("limit=99999"), 500).unwrap(),
+            (0, 500)
+        );
+        assert_eq!(parse_copy_query(Some("limit=0"), 500).unwrap(), (0, 1));
+        assert!(parse_copy_query(Some("from=-1"), 500).is_err());
+        assert!(parse_copy_query(Some("to=3"), 500).is_err());
     }
 
     /// A pulled page whose lengths claim more than the body carries is refused at once.

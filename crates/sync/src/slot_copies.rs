@@ -93,6 +93,38 @@ impl Copies {
     }
 }
 
+/// What a pulled page may carry: the slots its source may deliver (a shard node its own, a
+/// datacenter aggregator its datacenter's), and the highest version any clock allows now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageFence {
+    /// Indices of the slots the source may deliver.
+    pub slots: Vec<u16>,
+    /// Versions above this are refused: no owner's clock can have made them.
+    pub max_version: u64,
+}
+
+impl PageFence {
+    /// A fence that lets every one of `slots` slots through, at any version (tests and
+    /// benchmarks).
+    pub fn open(slots: usize) -> Self {
+        Self {
+            slots: (0..slots as u16).collect(),
+            max_version: u64::MAX,
+        }
+    }
+}
+
+/// What merging one pulled page did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageMerge {
+    /// Records that changed a copy.
+    pub changed: usize,
+    /// Entries of a slot the source may not deliver, refused.
+    pub refused_slot: usize,
+    /// Entries versioned beyond what any clock allows, refused.
+    pub refused_version: usize,
+}
+
 /// Slot copies keyed by counter, with a change journal so they can be pulled in turn.
 #[derive(Debug)]
 pub struct SlotCopies {
@@ -221,29 +253,69 @@ impl SlotCopies {
         changed
     }
 
-    /// Merges a pulled page, mapping its slot names onto this table's; entries of slots this
-    /// table does not hold, and entries whose id no client could have written (empty, too long,
-    /// control characters: only a faulty or hostile peer sends one), are skipped. Returns how
-    /// many states changed.
-    pub fn apply_page(&mut self, page: &SlotPage) -> usize {
-        let mapping: Vec<Option<u16>> =
-            page.slot_names.iter().map(|n| self.slot_index(n)).collect();
-        let mut changed = 0;
+    /// Merges a pulled page, mapping its slot names onto this table's. Entries whose id no
+    /// client could have written (only a faulty or hostile peer sends one) are skipped; entries
+    /// of a slot the source may not deliver (`fence`), or versioned beyond what any clock
+    /// allows, are refused and counted.
+    pub fn apply_page(&mut self, page: &SlotPage, fence: &PageFence) -> PageMerge {
+        let mapping: Vec<Option<u16>> = page
+            .slot_names
+            .iter()
+            .map(|n| self.slot_index(n).filter(|s| fence.slots.contains(s)))
+            .collect();
+        let mut merge = PageMerge::default();
         let mut invalid = 0;
         for entry in &page.entries {
             if counter_id::validate(&entry.id).is_err() {
                 invalid += 1;
                 continue;
             }
-            if let Some(Some(slot)) = mapping.get(entry.slot as usize) {
-                let key = || CounterId::new(entry.id.as_str()).expect("validated above");
-                changed += usize::from(self.merge_keyed(*slot, &entry.id, key, &entry.record));
+            let Some(Some(slot)) = mapping.get(entry.slot as usize) else {
+                merge.refused_slot += 1;
+                continue;
+            };
+            if entry.record.state.version > fence.max_version {
+                merge.refused_version += 1;
+                continue;
             }
+            let key = || CounterId::new(entry.id.as_str()).expect("validated above");
+            merge.changed += usize::from(self.merge_keyed(*slot, &entry.id, key, &entry.record));
         }
         if invalid > 0 {
             tracing::warn!(invalid, "skipped pulled entries with invalid counter ids");
         }
-        changed
+        merge
+    }
+
+    /// The journal's epoch: drawn when this process started.
+    pub fn epoch(&self) -> u64 {
+        self.journal.epoch()
+    }
+
+    /// One page of every counter's record in slot `slot`: the counters from table index
+    /// `from`, at most `limit` of them looked at, and where the next page starts. Counters are
+    /// only ever added, so pages taken one after another miss none that was held at the first.
+    pub fn copy_page(
+        &self,
+        slot: u16,
+        from: u64,
+        limit: usize,
+    ) -> (Vec<(String, SlotRecord)>, Option<u64>) {
+        let start = usize::try_from(from)
+            .unwrap_or(usize::MAX)
+            .min(self.counters.len());
+        let end = start.saturating_add(limit.max(1)).min(self.counters.len());
+        let entries = (start..end)
+            .filter_map(|index| {
+                let (id, c) = self.counters.get_index(index)?;
+                c.slots
+                    .iter()
+                    .find(|(s, _)| *s == slot)
+                    .map(|(_, record)| (id.to_string(), record.clone()))
+            })
+            .collect();
+        let next = (end < self.counters.len()).then_some(end as u64);
+        (entries, next)
     }
 
     /// Counter `id`'s copies, `(slot index, state)`.
@@ -264,19 +336,6 @@ impl SlotCopies {
     /// Whether no counter is held.
     pub fn is_empty(&self) -> bool {
         self.counters.is_empty()
-    }
-
-    /// Every counter's state in slot `slot`.
-    pub fn copy_of_slot(&self, slot: u16) -> Vec<(String, SlotRecord)> {
-        self.counters
-            .iter()
-            .filter_map(|(id, c)| {
-                c.slots
-                    .iter()
-                    .find(|(s, _)| *s == slot)
-                    .map(|(_, record)| (id.to_string(), record.clone()))
-            })
-            .collect()
     }
 
     /// A page of the states changed since `cursor`, at most `limit` counters.
@@ -382,7 +441,7 @@ mod tests {
         }
         assert_eq!(page.entries.len(), 4);
         let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned()]);
-        assert_eq!(table.apply_page(&page), 1);
+        assert_eq!(table.apply_page(&page, &PageFence::open(2)).changed, 1);
         assert_eq!(table.len(), 1);
         assert!(table.get("good").is_some());
     }
@@ -504,8 +563,12 @@ mod tests {
         ]);
         let page = source.page(Cursor::Start, 100);
         assert!(page.caught_up);
-        assert_eq!(copy.apply_page(&page), 3);
-        assert_eq!(copy.apply_page(&page), 0, "a repeated page changes nothing");
+        assert_eq!(copy.apply_page(&page, &PageFence::open(2)).changed, 3);
+        assert_eq!(
+            copy.apply_page(&page, &PageFence::open(2)).changed,
+            0,
+            "a repeated page changes nothing"
+        );
         let mut c: Vec<_> = copy.get("c").unwrap().to_vec();
         c.sort_unstable_by_key(|(s, _)| *s);
         assert_eq!(c, vec![(0, state(3, 7)), (1, state(5, 10))]);
@@ -513,8 +576,8 @@ mod tests {
         source.merge(0, &CounterId::new("c").unwrap(), &state(9, 11));
         let newer = source.page(page.next, 100);
         assert_eq!(newer.entries.len(), 2, "both slots of the changed counter");
-        copy.apply_page(&newer);
-        copy.apply_page(&page);
+        copy.apply_page(&newer, &PageFence::open(2));
+        copy.apply_page(&page, &PageFence::open(2));
         assert_eq!(
             copy.get("c")
                 .unwrap()
@@ -525,11 +588,45 @@ mod tests {
             state(9, 11)
         );
         assert_eq!(
-            copy.copy_of_slot(1),
-            vec![
-                ("c".to_owned(), state(9, 11)),
-                ("d".to_owned(), state(1, 2))
-            ]
+            copy.copy_page(1, 0, 100),
+            (
+                vec![
+                    ("c".to_owned(), state(9, 11)),
+                    ("d".to_owned(), state(1, 2))
+                ],
+                None
+            )
         );
+        // Paged one counter at a time, the pages add up to the whole copy.
+        let (first, next) = copy.copy_page(1, 0, 1);
+        assert_eq!((first.len(), next), (1, Some(1)));
+        let (second, next) = copy.copy_page(1, 1, 1);
+        assert_eq!((second.len(), next), (1, None));
+    }
+
+    #[test]
+    fn a_fenced_page_keeps_only_its_sources_slots_and_sane_versions() {
+        let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
+        let mut source = SlotCopies::new(names.clone());
+        let id = |s: &str| CounterId::new(s).unwrap();
+        source.merge(0, &id("mine"), &state(1, 5));
+        source.merge(1, &id("theirs"), &state(2, 5));
+        source.merge(0, &id("pinned"), &state(3, u64::MAX));
+        let page = source.page(Cursor::Start, 100);
+        let mut copy = SlotCopies::new(names);
+        let fence = PageFence {
+            slots: vec![0],
+            max_version: 1_000,
+        };
+        let merge = copy.apply_page(&page, &fence);
+        assert_eq!(
+            merge,
+            PageMerge {
+                changed: 1,
+                refused_slot: 1,
+                refused_version: 1
+            }
+        );
+        assert!(copy.get("theirs").is_none() && copy.get("pinned").is_none());
     }
 }

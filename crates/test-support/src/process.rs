@@ -117,6 +117,13 @@ impl NodeProcess {
         self.child = Some(child);
     }
 
+    /// Starts the same process again after it stopped, without waiting for it to be healthy
+    /// (a node that restores its slot answers 503 meanwhile).
+    pub fn respawn(&mut self) {
+        assert!(self.child.is_none(), "{} is still running", self.name);
+        self.spawn();
+    }
+
     /// Starts the same process again (same arguments, same data) after it stopped.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "{} is still running", self.name);

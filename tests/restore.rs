@@ -1,0 +1,263 @@
+//! A shard node that lost its disk restores its slot before it takes a write, whatever else
+//! failed: its datacenter aggregator and its peer restarted just before (their copies are
+//! empty), it was killed in the middle of its restore, or its slot is too large for one answer.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use geocount_model::wire::BatchEntry;
+use geocount_test_support::{Api, Method, NodeProcess, TestTopology, eventually};
+
+/// How many counters the victim's slot gets, each with the value 57.
+const COUNTERS: usize = 40;
+
+/// A datacenter of two shard nodes, its aggregator and the global aggregator.
+struct Datacenter {
+    topology: TestTopology,
+    global: NodeProcess,
+    aggregator: NodeProcess,
+    shards: Vec<NodeProcess>,
+}
+
+impl Datacenter {
+    async fn start(shard_toml: &str) -> Self {
+        let topology = TestTopology::new(&[("USA_0", 2)], shard_toml);
+        let global = topology.start_global_aggregator().await;
+        let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+        let mut shards = Vec::new();
+        for slot in 0..2 {
+            shards.push(topology.start_shard("USA_0", slot).await);
+        }
+        Self {
+            topology,
+            global,
+            aggregator,
+            shards,
+        }
+    }
+
+    /// Writes 57 to each of `ids` through shard 0, and returns what shard 0's own slot holds
+    /// once the global aggregator holds every total.
+    async fn write_57(&self, ids: &[String]) -> HashMap<String, i64> {
+        let entries: Vec<BatchEntry> = ids
+            .iter()
+            .map(|id| BatchEntry {
+                id,
+                delta: 57,
+                idempotency_key: None,
+                timestamp: None,
+            })
+            .collect();
+        self.shards[0].api().batch(&entries).await.expect("batch");
+        let global = self.global.api();
+        for id in ids {
+            global
+                .read_until(
+                    Duration::from_secs(10),
+                    &format!("/counter/{id}"),
+                    |s, b| s == 200 && b["value"] == 57 && b["complete"] == true,
+                )
+                .await;
+        }
+        let mut held = HashMap::new();
+        for id in ids {
+            let (status, body) = self.shards[0].api().read(id).await;
+            if status == 200 && body["value"].as_i64() != Some(0) {
+                held.insert(id.clone(), body["value"].as_i64().unwrap());
+            }
+        }
+        assert!(
+            held.len() > 5,
+            "shard 0 holds too few counters: {}",
+            held.len()
+        );
+        held
+    }
+
+    /// Kills shard 0, restarts the aggregator and the peer (their memory goes), and empties
+    /// shard 0's data directory: a lost disk, right after the restarts.
+    async fn lose_shard_0_after_restarting_its_datacenter(&mut self) {
+        self.shards[0].kill9();
+        self.aggregator.kill9();
+        self.shards[1].kill9();
+        self.aggregator.restart().await;
+        self.shards[1].restart().await;
+        std::fs::remove_dir_all(self.topology.shard_data_dir("USA_0", 0)).unwrap();
+    }
+
+    /// Every tier reads `value` for `id`.
+    async fn every_tier_reads(&self, id: &str, value: i64) {
+        let path = format!("/counter/{id}");
+        for (tier, api) in [
+            ("global", self.global.api()),
+            ("aggregator", self.aggregator.api()),
+        ] {
+            let body = api
+                .read_until(Duration::from_secs(10), &path, |s, b| {
+                    s == 200 && b["value"] == value
+                })
+                .await;
+            assert_eq!(body["value"], value, "{tier} reads {id}");
+        }
+    }
+}
+
+/// Reads `/healthz` of a node that may not listen yet until `done` accepts it.
+async fn health_until(
+    api: &Api,
+    within: Duration,
+    done: impl Fn(u16, &serde_json::Value) -> bool + Clone,
+) -> serde_json::Value {
+    eventually(within, "the node's health", || {
+        let (api, done) = (api.clone(), done.clone());
+        async move {
+            let answer = api.get("/healthz").await.ok()?;
+            let body = answer.json();
+            done(answer.status.as_u16(), &body).then_some(body)
+        }
+    })
+    .await
+}
+
+fn ids(prefix: &str) -> Vec<String> {
+    (0..COUNTERS).map(|n| format!("{prefix}-{n}")).collect()
+}
+
+/// Its aggregator and peer hold nothing of the slot after their restarts; the global
+/// aggregator still holds it whole, and the node restores from it: a write after the restore
+/// adds to 57 rather than start again from 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_disk_restores_from_the_global_aggregator_when_the_datacenter_forgot() {
+    let mut dc = Datacenter::start("restore_timeout_ms = 500").await;
+    let ids = ids("empty-sources");
+    let held = dc.write_57(&ids).await;
+    dc.lose_shard_0_after_restarting_its_datacenter().await;
+    dc.shards[0].restart().await;
+    for (id, value) in &held {
+        assert_eq!(dc.shards[0].api().value(id).await, *value, "{id} restored");
+    }
+    let id = held.keys().next().unwrap().clone();
+    let (status, answer) = dc.shards[0].api().add(&id, 1).await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    dc.every_tier_reads(&id, 58).await;
+}
+
+/// No source holds the slot whole (the global aggregator is stopped): the node waits,
+/// refusing writes with 503 and `Retry-After`, saying why in `/healthz`. Killed there, it
+/// comes back still restoring, and restores once a source can give the whole slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_in_its_restore_resumes_it() {
+    let mut dc = Datacenter::start("restore_timeout_ms = 500").await;
+    let ids = ids("crash-in-restore");
+    let held = dc.write_57(&ids).await;
+    dc.global.pause();
+    dc.lose_shard_0_after_restarting_its_datacenter().await;
+    dc.shards[0].respawn();
+    let node = dc.shards[0].api();
+    let health = health_until(&node, Duration::from_secs(10), |s, b| {
+        s == 503 && b["status"] == "restoring"
+    })
+    .await;
+    assert!(
+        health["restore"]["sources"].as_array().unwrap().len() == 3,
+        "{health}"
+    );
+    let id = held.keys().next().unwrap().clone();
+    let answer = node
+        .send(
+            Method::PATCH,
+            &format!("/counter/{id}/write?op=INCREMENT"),
+            &[],
+            r#"{"delta":1}"#.to_owned(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 503);
+    assert_eq!(answer.headers["retry-after"], "1");
+    assert!(
+        answer.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("restoring"),
+        "{}",
+        answer.json()
+    );
+    let dir = dc.topology.shard_data_dir("USA_0", 0);
+    assert!(
+        dir.join("restore.pending").exists(),
+        "the restore is on disk"
+    );
+
+    dc.shards[0].kill9();
+    dc.shards[0].respawn();
+    health_until(&node, Duration::from_secs(10), |s, b| {
+        s == 503 && b["status"] == "restoring"
+    })
+    .await;
+    dc.global.resume();
+    dc.shards[0].wait_healthy().await;
+    assert!(!dir.join("restore.pending").exists());
+    for (id, value) in &held {
+        assert_eq!(node.value(id).await, *value, "{id} restored");
+    }
+    let (status, _) = node.add(&id, 1).await.unwrap();
+    assert_eq!(status, 200);
+    dc.every_tier_reads(&id, 58).await;
+}
+
+/// A slot too large for one answer within the client's timeout comes over page by page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_slot_is_restored_page_by_page() {
+    const LARGE: usize = 150_000;
+    let topology = TestTopology::with_extra(
+        &[("USA_0", 2)],
+        "restore_timeout_ms = 500",
+        "[sync]\ntimeout_ms = 100\npage_entries = 1000",
+    );
+    let _global = topology.start_global_aggregator().await;
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let mut shards = Vec::new();
+    for slot in 0..2 {
+        shards.push(topology.start_shard("USA_0", slot).await);
+    }
+    let ids: Vec<String> = (0..LARGE).map(|n| format!("large-{n}")).collect();
+    for chunk in ids.chunks(10_000) {
+        let entries: Vec<BatchEntry> = chunk
+            .iter()
+            .map(|id| BatchEntry {
+                id,
+                delta: 1,
+                idempotency_key: None,
+                timestamp: None,
+            })
+            .collect();
+        shards[0].api().batch(&entries).await.expect("batch");
+    }
+    let held = {
+        let (_, health) = shards[0].api().get_json("/healthz").await;
+        health["counters"].as_u64().unwrap()
+    };
+    let agg = aggregator.api();
+    eventually(
+        Duration::from_secs(20),
+        "the aggregator holds shard 0 whole",
+        || {
+            let agg = agg.clone();
+            async move {
+                let (_, health) = agg.get_json("/healthz").await;
+                let slot = &health["slots"]["DC_USA_0_VAL_0"];
+                (slot["staleness_ms"].is_u64() && health["counters"].as_u64() >= Some(held))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    shards[0].kill9();
+    std::fs::remove_dir_all(topology.shard_data_dir("USA_0", 0)).unwrap();
+    shards[0].respawn();
+    let node = shards[0].api();
+    health_until(&node, Duration::from_secs(20), |s, b| {
+        s == 200 && b["counters"].as_u64() == Some(held)
+    })
+    .await;
+}
