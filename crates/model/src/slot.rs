@@ -387,8 +387,10 @@ mod tests {
     #[test]
     fn the_version_after_the_last_one_never_overflows() {
         // A `SlotCopy` of slot "" holding counter "" at value 0, version u64::MAX.
-        const COPY: [u8; 16] = [
-            0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0,
+        // Then complete: false, complete_as_of_ms: None, source_epoch: 0, next: None,
+        // owner_incarnation: 0.
+        const COPY: [u8; 21] = [
+            0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0, 0, 0, 0, 0, 0,
         ];
         let copy: crate::wire::SlotCopy = postcard::from_bytes(&COPY).unwrap();
         let record = &copy.entries[0].1;
