@@ -212,7 +212,7 @@ async fn a_large_slot_is_restored_page_by_page() {
     let topology = TestTopology::with_extra(
         &[("USA_0", 2)],
         "restore_timeout_ms = 500",
-        "[sync]\ntimeout_ms = 100\npage_entries = 1000",
+        "[sync]\ntimeout_ms = 250\npage_entries = 1000",
     );
     let _global = topology.start_global_aggregator().await;
     let aggregator = topology.start_datacenter_aggregator("USA_0").await;
@@ -256,7 +256,7 @@ async fn a_large_slot_is_restored_page_by_page() {
     std::fs::remove_dir_all(topology.shard_data_dir("USA_0", 0)).unwrap();
     shards[0].respawn();
     let node = shards[0].api();
-    health_until(&node, Duration::from_secs(20), |s, b| {
+    health_until(&node, Duration::from_secs(60), |s, b| {
         s == 200 && b["counters"].as_u64() == Some(held)
     })
     .await;
