@@ -339,9 +339,10 @@ pub struct ShardDefaults {
     /// under a quarter of it shrinks back (never below its created count).
     pub hot_writes_per_slot: u64,
     /// A node restoring its lost slot, once one source (a peer, its datacenter aggregator or
-    /// the global aggregator) has handed over a complete copy, gives the other sources this
-    /// long (milliseconds) to hand over theirs, then keeps the highest version of every
-    /// counter. It never starts empty on its own, however long no source is complete.
+    /// the global aggregator) has handed over a complete copy, keeps waiting for the other
+    /// sources while they hand over a page at least this often (milliseconds), then keeps the
+    /// highest version of every counter. It never starts empty on its own, however long no
+    /// source is complete.
     pub restore_timeout_ms: u64,
     /// The most counters a node keeps in its own slot, and the most descriptions it creates
     /// itself: a write or create that would go past it is refused (507). Copies and

@@ -6,8 +6,9 @@
 //! the client's timeout. Only a source that held the slot whole since it started counts: an
 //! aggregator that restarted and has not heard the slot since holds only part of it. The
 //! restore waits, retrying, until at least one source has handed over a complete copy from a
-//! single process, then gives the others `restore_timeout_ms` to do the same, and keeps the
-//! highest version of every counter over everything it received.
+//! single process, then keeps waiting for the others as long as they hand over a page at least
+//! every `restore_timeout_ms`, and keeps the highest version of every counter over everything
+//! it received.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -138,6 +139,12 @@ impl RestoreProgress {
         self.restoring.store(false, Ordering::Release);
     }
 
+    /// Pages received so far, over every source.
+    fn pages(&self) -> u64 {
+        let report = self.report.lock().expect("restore report lock");
+        report.sources.iter().map(|s| s.pages).sum()
+    }
+
     fn source_state(&self, index: usize, state: String) {
         self.update(|report| report.sources[index].state = state);
     }
@@ -164,7 +171,8 @@ pub struct RestoreRequest {
     pub sources: Vec<CopySource>,
     /// Its client (each page bounded by the client's timeout).
     pub client: HttpClient,
-    /// How long the other sources get once one handed over a complete copy.
+    /// Once one source handed over a complete copy, how long the others may go without
+    /// handing over a page before the restore stops waiting for them.
     pub settle: Duration,
     /// How far ahead of this node's clock a restored version may be.
     pub max_clock_skew_ms: u64,
@@ -209,13 +217,19 @@ pub async fn restore_slot(
             }
         }
     }
+    // The others may hold later writes: wait for every source still handing over pages.
     progress.phase("gathering copies");
-    let settle = tokio::time::sleep(request.settle);
-    tokio::pin!(settle);
+    let mut pages_seen = progress.pages();
     while !asks.is_empty() {
         tokio::select! {
             _ = asks.join_next() => {}
-            _ = &mut settle => break,
+            _ = tokio::time::sleep(request.settle) => {
+                let pages = progress.pages();
+                if pages == pages_seen {
+                    break;
+                }
+                pages_seen = pages;
+            }
         }
     }
     asks.abort_all();
