@@ -110,18 +110,17 @@ async fn health_until(
     done: impl Fn(u16, &serde_json::Value) -> bool,
 ) -> serde_json::Value {
     let deadline = std::time::Instant::now() + within;
-    let mut last = String::from("no answer");
     loop {
-        match api.get("/healthz").await {
+        let last = match api.get("/healthz").await {
             Ok(answer) => {
                 let body = answer.json();
                 if done(answer.status.as_u16(), &body) {
                     return body;
                 }
-                last = format!("{} {body}", answer.status);
+                format!("{} {body}", answer.status)
             }
-            Err(error) => last = error.to_string(),
-        }
+            Err(error) => error.to_string(),
+        };
         assert!(
             std::time::Instant::now() < deadline,
             "the node's health after {within:?}: {last}"
