@@ -127,3 +127,89 @@ async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
         assert_eq!(owner.api().value(id).await, 5);
     }
 }
+
+/// A second node started for a slot another node already serves (its topology gives it another
+/// address): the datacenter aggregator hears both at once, says so in `/healthz` and its
+/// metrics, and the newer one takes no writes until the operator stops one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_for_a_served_slot_is_detected_and_takes_no_writes() {
+    let topology = TestTopology::new(&[("USA_0", 2)], "restore_timeout_ms = 200");
+    let _global = topology.start_global_aggregator().await;
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let _owner0 = topology.start_shard("USA_0", 0).await;
+    let owner = topology.start_shard("USA_0", 1).await;
+
+    let served = topology.shard_addr("USA_0", 1);
+    let elsewhere = geocount_test_support::ports::free_addr();
+    let text = std::fs::read_to_string(&topology.path)
+        .unwrap()
+        .replace(&served.to_string(), &elsewhere.to_string());
+    let second_file = topology.dir().join("second.toml");
+    std::fs::write(&second_file, text).unwrap();
+    let second_dir = topology.dir().join("second-data");
+    let args = [
+        "--config",
+        second_file.to_str().unwrap(),
+        "--dc",
+        "USA_0",
+        "--slot",
+        "1",
+        "--data-dir",
+        second_dir.to_str().unwrap(),
+    ]
+    .map(String::from);
+    let first = ["--restore", "empty"].map(String::from);
+    let mut second = NodeProcess::start_first(
+        "shard-node",
+        "second",
+        &args,
+        &first,
+        elsewhere,
+        topology.dir(),
+    )
+    .await;
+
+    let second_api = second.api();
+    let health = second_api
+        .read_until(Duration::from_secs(10), "/healthz", |s, b| {
+            s == 503 && b["status"] == "slot served twice"
+        })
+        .await;
+    assert!(
+        health["conflict"]
+            .as_str()
+            .unwrap()
+            .contains("DC_USA_0_VAL_1"),
+        "{health}"
+    );
+    let (status, body) = second_api.add("twice", 1).await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("two processes"),
+        "{body}"
+    );
+
+    let (_, agg_health) = aggregator.api().get_json("/healthz").await;
+    assert_eq!(agg_health["status"], "slot served twice", "{agg_health}");
+    let metrics = aggregator.api().get("/metrics").await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l == "geocount_datacenter_slot_conflicts 1"),
+        "{text}"
+    );
+    // The node that served the slot first keeps taking writes.
+    let (_, owner_health) = owner.api().get_json("/healthz").await;
+    assert_eq!(owner_health["status"], "ok", "{owner_health}");
+    let (status, _) = owner.api().add("twice", 1).await.unwrap();
+    assert_eq!(status, 200);
+
+    // The operator stops the second node: the conflict ends once it has been silent a while.
+    second.kill9();
+    aggregator
+        .api()
+        .read_until(Duration::from_secs(15), "/healthz", |s, b| {
+            s == 200 && b["status"] == "ok"
+        })
+        .await;
+}

@@ -43,6 +43,7 @@ fn serve_and_advance(replica: &mut Replica) {
     let all = SyncRequest {
         slots: Some(Cursor::Start),
         descriptions: Some(Cursor::Start),
+        puller: None,
     };
     round_trip(&replica.sync_page(&all, "A", 50_000, Vec::new()));
     for name in &slot_names() {

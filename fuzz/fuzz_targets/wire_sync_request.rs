@@ -63,6 +63,7 @@ fuzz_target!(|data: &[u8]| {
                 descriptions: request
                     .descriptions
                     .map(|c| with_epoch(c, descriptions_epoch)),
+                puller: request.puller.clone(),
             },
         );
     }

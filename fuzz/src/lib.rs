@@ -221,7 +221,7 @@ pub mod seeds {
     use super::*;
     use geocount_model::wire::{
         BatchEntry, BatchRequest, BatchResponse, DescriptionPage, EntryOutcome, ItemBatchRequest,
-        ItemEntry, SlotCopy, SlotFreshness, SyncRequest,
+        ItemEntry, Puller, SlotCopy, SlotFreshness, SyncRequest,
     };
 
     fn encode(value: &impl serde::Serialize) -> Vec<u8> {
@@ -276,10 +276,15 @@ pub mod seeds {
             SyncRequest {
                 slots: Some(Cursor::Start),
                 descriptions: Some(Cursor::Start),
+                puller: None,
             },
             SyncRequest {
                 slots: Some(Cursor::Seq { epoch: 1, seq: 3 }),
                 descriptions: None,
+                puller: Some(Puller {
+                    slot: "DC_A_VAL_0".into(),
+                    incarnation: 7,
+                }),
             },
             SyncRequest {
                 slots: Some(Cursor::Scan {
@@ -288,6 +293,7 @@ pub mod seeds {
                     next_index: 2,
                 }),
                 descriptions: Some(Cursor::Seq { epoch: 1, seq: 1 }),
+                puller: None,
             },
         ]
         .iter()
@@ -301,6 +307,7 @@ pub mod seeds {
         let request = SyncRequest {
             slots: Some(Cursor::Start),
             descriptions: Some(Cursor::Start),
+            puller: None,
         };
         let served = replica.sync_page(
             &request,

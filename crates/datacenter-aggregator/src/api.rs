@@ -187,6 +187,7 @@ async fn sync(
         &state.replica,
         &state.config.datacenter,
         state.config.sync.page_entries,
+        now_ms,
         |replica| freshness(replica, &state.slot_names, now_ms),
     )
     .await
@@ -217,9 +218,16 @@ fn health(state: &AggregatorState) -> Response {
         datacenter: &'a str,
         counters: usize,
         slots: Named<SourceHealth>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        conflicts: Vec<String>,
     }
     let now_ms = state.clock.now_unix_ms();
     let replica = state.replica.read().expect("replica lock");
+    let conflicts: Vec<String> = replica
+        .conflicts(now_ms)
+        .iter()
+        .map(|(slot, conflict)| conflict.describe(slot))
+        .collect();
     let slots = state
         .slot_names
         .iter()
@@ -229,10 +237,16 @@ fn health(state: &AggregatorState) -> Response {
     json_response(
         StatusCode::OK,
         &Health {
-            status: "ok",
+            // The aggregator serves either way; a conflict is the shard nodes' to resolve.
+            status: if conflicts.is_empty() {
+                "ok"
+            } else {
+                "slot served twice"
+            },
             datacenter: &state.config.datacenter,
             counters: replica.copies.len(),
             slots,
+            conflicts,
         },
     )
 }

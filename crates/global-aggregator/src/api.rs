@@ -122,7 +122,9 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
             (Route::Datacenters, &Method::GET, _) => Ok(datacenters(state, now_ms)),
             (Route::Sync, &Method::POST, _) => {
                 let limit = state.config.sync.page_entries;
-                let answer = serve_sync(request, &state.replica, "global", limit, |_| Vec::new());
+                let answer = serve_sync(request, &state.replica, "global", limit, now_ms, |_| {
+                    Vec::new()
+                });
                 Ok(answer.await?)
             }
             (Route::Health, &Method::GET, _) => Ok(health(state, now_ms)),

@@ -192,6 +192,18 @@ pub struct SyncRequest {
     pub slots: Option<Cursor>,
     /// Descriptions changed since this cursor; `None` to skip them.
     pub descriptions: Option<Cursor>,
+    /// The shard node pulling, if one is: which slot it serves and as which incarnation, so the
+    /// datacenter aggregator can tell when two processes serve one slot at once.
+    pub puller: Option<Puller>,
+}
+
+/// A shard node announcing itself in its pulls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Puller {
+    /// The slot it serves, e.g. `DC_USA_0_VAL_1`.
+    pub slot: String,
+    /// Its data directory's incarnation.
+    pub incarnation: u64,
 }
 
 /// One slot state of one counter.
@@ -258,6 +270,9 @@ pub struct SyncPage {
     /// on a new disk, or a second node started for the same slot, tells itself apart (0 from an
     /// aggregator).
     pub incarnation: u64,
+    /// To a shard node that announced itself: another process served its slot at the same
+    /// time and this one is the newer, so it must take no writes until an operator stops one.
+    pub conflict: Option<String>,
 }
 
 /// One page of a source's copy of one slot, for a node restoring its own slot

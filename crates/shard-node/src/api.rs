@@ -144,6 +144,13 @@ async fn dispatch(
             progress: state.restore.summary(),
         });
     }
+    if let (
+        Some(conflict),
+        Route::Write | Route::Increment | Route::Batch | Route::BatchItems | Route::Create,
+    ) = (state.health.conflict(), route)
+    {
+        return Err(ShardError::SlotServedTwice(conflict));
+    }
     match (route, request.method().clone(), id, slot) {
         (Route::Create, Method::POST, _, _) => create(state, request).await,
         (Route::Counter, Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
@@ -728,6 +735,7 @@ async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Response,
         freshness: Vec::new(),
         load: state.load.load(std::sync::atomic::Ordering::Relaxed),
         incarnation: state.incarnation,
+        conflict: None,
     }))
 }
 
@@ -781,6 +789,8 @@ fn health(state: &NodeState) -> Response {
         error: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         restore: Option<RestoreReport>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        conflict: Option<String>,
         sources: Vec<Source>,
     }
     #[derive(Serialize)]
@@ -792,10 +802,12 @@ fn health(state: &NodeState) -> Response {
     let counters = state.table.read().expect("slot table lock").len();
     let error = state.health.storage_error();
     let restore = state.restore.is_restoring().then(|| state.restore.report());
-    let (status, word) = match (&error, &restore) {
-        (Some(_), _) => (StatusCode::SERVICE_UNAVAILABLE, "storage failing"),
-        (None, Some(_)) => (StatusCode::SERVICE_UNAVAILABLE, "restoring"),
-        (None, None) => (StatusCode::OK, "ok"),
+    let conflict = state.health.conflict();
+    let (status, word) = match (&error, &restore, &conflict) {
+        (Some(_), _, _) => (StatusCode::SERVICE_UNAVAILABLE, "storage failing"),
+        (None, Some(_), _) => (StatusCode::SERVICE_UNAVAILABLE, "restoring"),
+        (None, None, Some(_)) => (StatusCode::SERVICE_UNAVAILABLE, "slot served twice"),
+        (None, None, None) => (StatusCode::OK, "ok"),
     };
     json_response(
         status,
@@ -806,6 +818,7 @@ fn health(state: &NodeState) -> Response {
             counters,
             error,
             restore,
+            conflict,
             sources: state
                 .sources
                 .iter()

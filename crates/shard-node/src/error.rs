@@ -94,6 +94,10 @@ pub enum ShardError {
     /// The node is starting, shutting down, or stopped taking writes after a storage failure.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// Another process serves this node's slot at the same time and this one is the newer:
+    /// it takes no writes until an operator stops one of them.
+    #[error("unavailable: {0}")]
+    SlotServedTwice(String),
     /// The node's slot is being restored from its datacenter: it takes no writes and serves no
     /// reads of the slot until the restored state is durable.
     #[error("restoring slot {slot} from the datacenter: {progress}")]
@@ -126,7 +130,8 @@ impl HttpError for ShardError {
             ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ShardError::Unavailable(_)
             | ShardError::Unreachable(_)
-            | ShardError::Restoring { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | ShardError::Restoring { .. }
+            | ShardError::SlotServedTwice(_) => StatusCode::SERVICE_UNAVAILABLE,
             ShardError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }

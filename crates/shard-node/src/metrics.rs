@@ -44,6 +44,9 @@ pub struct ShardMetrics {
     pub pulls_failed: Family<SourceLabel, Counter>,
     /// Slot states merged into the peer replicas.
     pub replica_merges: Counter,
+    /// 1 while the datacenter aggregator reports that another process serves this node's slot
+    /// and this one, the newer, takes no writes.
+    pub slot_conflict: Gauge,
     /// Pulled peer entries refused: of a slot the peer does not own, or versioned beyond what
     /// any clock allows.
     pub entries_refused: Counter,
@@ -82,6 +85,7 @@ impl Default for ShardMetrics {
             pulls_ok: Family::default(),
             pulls_failed: Family::default(),
             replica_merges: Counter::default(),
+            slot_conflict: Gauge::default(),
             entries_refused: Counter::default(),
             descriptions_refused: Counter::default(),
             source_staleness_ms: Family::default(),
@@ -166,6 +170,11 @@ impl Default for ShardMetrics {
             "replica_merges",
             "Peer slot states merged into the replicas",
             metrics.replica_merges.clone(),
+        );
+        registry.register(
+            "slot_conflict",
+            "1 while another process serves this slot and this one takes no writes",
+            metrics.slot_conflict.clone(),
         );
         registry.register(
             "entries_refused",

@@ -89,7 +89,7 @@ pub fn recover(
         }
         _ => {}
     }
-    let incarnation = incarnation(&*disk, data_dir)?;
+    let incarnation = incarnation(&*disk, data_dir, now_ms)?;
     let store = Store::open(&*disk, &store_path)?;
     let stored = store.load()?;
 
@@ -176,8 +176,9 @@ fn write_durably(
         .map_err(|e| StorageError::io(format!("writing {}", path.display()), e))
 }
 
-/// The data directory's incarnation, drawn and stored durably the first time.
-fn incarnation(disk: &dyn Disk, dir: &Path) -> Result<u64, StorageError> {
+/// The data directory's incarnation, drawn at `now_ms` and stored durably the first time
+/// ([`geocount_sync::new_incarnation`]: a later one compares higher).
+fn incarnation(disk: &dyn Disk, dir: &Path, now_ms: u64) -> Result<u64, StorageError> {
     let path = dir.join(INCARNATION_FILE);
     if exists(disk, &path)? {
         let text = disk
@@ -192,7 +193,7 @@ fn incarnation(disk: &dyn Disk, dir: &Path) -> Result<u64, StorageError> {
         }
         tracing::warn!(file = %path.display(), "unreadable incarnation; drawing a new one");
     }
-    let incarnation = rand::random::<u64>().max(1);
+    let incarnation = geocount_sync::new_incarnation(now_ms, rand::random()).max(1);
     write_durably(disk, dir, &path, format!("{incarnation:016x}\n").as_bytes())?;
     Ok(incarnation)
 }

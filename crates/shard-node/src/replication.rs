@@ -5,12 +5,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use geocount_model::wire::{SyncPage, SyncRequest};
+use geocount_model::wire::{Puller, SyncPage, SyncRequest};
 use geocount_model::{Clock, SyncSettings, max_slot_version};
 use geocount_sync::{DescriptionTable, PageFence, PullSink, SlotCopies, SourceStatus};
 use tokio::sync::mpsc;
 
-use crate::commit::Command;
+use crate::commit::{Command, NodeHealth};
 use crate::metrics::{ShardMetrics, SourceLabel};
 
 /// Pulls one source (a peer shard node, or the datacenter aggregator for descriptions only).
@@ -27,6 +27,9 @@ pub struct PeerSink {
     clock: Arc<dyn Clock>,
     max_clock_skew_ms: u64,
     load: AtomicU64,
+    /// For the datacenter aggregator: who this node is in its pulls, and where the conflict it
+    /// reports goes.
+    announce: Option<(Puller, Arc<NodeHealth>)>,
 }
 
 impl PeerSink {
@@ -53,7 +56,15 @@ impl PeerSink {
             clock,
             max_clock_skew_ms: SyncSettings::default().max_clock_skew_ms,
             load: AtomicU64::new(u64::MAX),
+            announce: None,
         }
+    }
+
+    /// Announces this node as `puller` in every pull, and keeps the conflict the source
+    /// reports in `health` (for the datacenter aggregator, which compares incarnations).
+    pub fn announcing(mut self, puller: Puller, health: Arc<NodeHealth>) -> Self {
+        self.announce = Some((puller, health));
+        self
     }
 
     /// Refuses descriptions versioned more than `max_clock_skew_ms` ahead of this node's clock
@@ -98,7 +109,9 @@ impl PeerSink {
 
 impl PullSink for PeerSink {
     fn request(&self) -> SyncRequest {
-        self.status.lock().expect("status lock").request()
+        let mut request = self.status.lock().expect("status lock").request();
+        request.puller = self.announce.as_ref().map(|(puller, _)| puller.clone());
+        request
     }
 
     fn apply(&self, page: SyncPage, sent_at_ms: u64) {
@@ -132,6 +145,22 @@ impl PullSink for PeerSink {
             }
             if page.incarnation != 0 {
                 self.incarnation.store(page.incarnation, Ordering::Relaxed);
+            }
+        }
+        if let Some((puller, health)) = &self.announce {
+            self.metrics
+                .slot_conflict
+                .set(i64::from(page.conflict.is_some()));
+            let conflict = page.conflict.clone();
+            if health.set_conflict(conflict.clone()) {
+                match conflict {
+                    Some(conflict) => {
+                        tracing::error!(slot = %puller.slot, %conflict, "taking no writes")
+                    }
+                    None => {
+                        tracing::warn!(slot = %puller.slot, "no other process serves the slot any more; taking writes")
+                    }
+                }
             }
         }
         let mut delivered = true;

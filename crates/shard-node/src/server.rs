@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use geocount_model::wire::Puller;
 use geocount_model::{Clock, Durability, Hlc, ShardDefaults, SyncSettings};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
 use geocount_sync::{Access, DescriptionTable, PullSink, SlotCopies, spawn_puller};
@@ -177,6 +178,12 @@ pub async fn run<L: Listener>(
         peers.push((index as u32, sink.clone()));
         sources.push(sink);
     }
+    // The aggregator learns which incarnation pulls for this slot, and tells this node if
+    // another process serves the slot at the same time.
+    let me = Puller {
+        slot: slot_name.clone(),
+        incarnation,
+    };
     let aggregator = Arc::new(
         PeerSink::new(
             &format!("aggregator {}", config.datacenter.name),
@@ -186,7 +193,8 @@ pub async fn run<L: Listener>(
             metrics.clone(),
             clock.clone(),
         )
-        .with_max_clock_skew_ms(config.sync.max_clock_skew_ms),
+        .with_max_clock_skew_ms(config.sync.max_clock_skew_ms)
+        .announcing(me, health.clone()),
     );
     let every = Duration::from_millis(config.sync.downward_ms);
     pullers.push(spawn_puller(

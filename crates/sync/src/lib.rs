@@ -11,6 +11,7 @@
 //!   peers hold them.
 //! - [`descriptions`]: versioned counter descriptions ([`DescriptionTable`]).
 //! - [`serve`]: answering `POST /sync` and `GET /slots/{slot}/copy` ([`answer_sync`]).
+//! - [`incarnations`]: telling when two processes serve one slot at once ([`SlotIncarnations`]).
 //! - [`puller`]: the pull loop ([`spawn_puller`]) and the freshness of a source
 //!   ([`SourceStatus`]).
 //! - [`replica`]: what an aggregator holds of the tier below ([`Replica`]) and the pullers that
@@ -29,6 +30,7 @@
 pub mod access;
 pub mod descriptions;
 pub mod http;
+pub mod incarnations;
 pub mod journal;
 pub mod metrics;
 pub mod openapi;
@@ -42,6 +44,7 @@ pub mod topk;
 
 pub use access::{Access, AccessError, CLUSTER_SECRET_HEADER, Need};
 pub use descriptions::DescriptionTable;
+pub use incarnations::{Conflict, SlotIncarnations, incarnation_made_at_ms, new_incarnation};
 pub use journal::{ChangeJournal, Journaled, page};
 pub use metrics::ReplicaMetrics;
 pub use openapi::{ApiDoc, Operation};

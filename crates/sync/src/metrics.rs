@@ -105,7 +105,8 @@ fn duration_histogram() -> Histogram {
 ///   (`slot`) or versioned beyond what any clock allows (`version`);
 /// - `staleness_ms{source}`: how long ago the copy of each source was complete, -1 for one
 ///   never complete since this process started;
-/// - `counters`, `descriptions`: how many are held.
+/// - `counters`, `descriptions`: how many are held;
+/// - `slot_conflicts`: slots served by two processes at once (see [`crate::incarnations`]).
 ///
 /// The gauges are set when scraped ([`ReplicaMetrics::scrape`]).
 #[derive(Debug)]
@@ -119,6 +120,8 @@ pub struct ReplicaMetrics {
     pub counters_held: Gauge,
     /// Descriptions held.
     pub descriptions_held: Gauge,
+    /// Slots served by two processes at once.
+    pub slot_conflicts: Gauge,
 }
 
 impl ReplicaMetrics {
@@ -146,6 +149,7 @@ impl ReplicaMetrics {
             staleness_ms: Family::default(),
             counters_held: Gauge::default(),
             descriptions_held: Gauge::default(),
+            slot_conflicts: Gauge::default(),
         };
         let (r, pulls) = (&mut metrics.registry, &metrics.pulls);
         r.register("pulls_succeeded", "Pulls merged", pulls.succeeded.clone());
@@ -186,6 +190,12 @@ impl ReplicaMetrics {
         r.register("counters", "Counters held", metrics.counters_held.clone());
         let descriptions = metrics.descriptions_held.clone();
         r.register("descriptions", "Descriptions held", descriptions);
+        let conflicts = metrics.slot_conflicts.clone();
+        r.register(
+            "slot_conflicts",
+            "Slots served by two processes at once",
+            conflicts,
+        );
         metrics
     }
 
@@ -200,6 +210,8 @@ impl ReplicaMetrics {
         self.counters_held.set(replica.copies.len() as i64);
         self.descriptions_held
             .set(replica.descriptions.len() as i64);
+        self.slot_conflicts
+            .set(replica.conflicts(now_ms).len() as i64);
         metrics_response(&self.registry)
     }
 }

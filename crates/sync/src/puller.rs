@@ -112,6 +112,7 @@ impl SourceStatus {
         SyncRequest {
             slots: self.slots,
             descriptions: self.descriptions,
+            puller: None,
         }
     }
 

@@ -17,6 +17,7 @@ use geocount_net::{Handler, HttpClient, Listener};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
+use crate::incarnations::{Conflict, SlotIncarnations};
 use crate::metrics::{PullCounters, ReplicaMetrics};
 use crate::slot_copies::{PageFence, PageMerge};
 use crate::{DescriptionTable, PullSink, SlotCopies, SourceStatus, spawn_puller};
@@ -32,6 +33,9 @@ pub struct Replica {
     pub sources: Vec<SourceStatus>,
     /// What this replica has heard of each slot, by slot index.
     pub slots: Vec<SlotHeard>,
+    /// Each slot's incarnations lately heard at its address and announced in pulls, by slot
+    /// index.
+    pub incarnations: Vec<SlotIncarnations>,
     /// Per source, the indices of the slots it may deliver.
     fences: Vec<Vec<u16>>,
     /// Per source, the name its pages must carry (its slot's, or its datacenter's).
@@ -130,6 +134,7 @@ impl Replica {
             .collect();
         Self {
             slots: vec![SlotHeard::default(); slot_names.len()],
+            incarnations: vec![SlotIncarnations::default(); slot_names.len()],
             copies: SlotCopies::new(slot_names),
             descriptions: DescriptionTable::default(),
             sources: sources
@@ -166,6 +171,11 @@ impl Replica {
             slots: self.fences[source].clone(),
             max_version: max_slot_version(now_ms, self.max_clock_skew_ms),
         };
+        if page.freshness.is_empty()
+            && let Some(index) = self.copies.slot_index(&page.source)
+        {
+            self.incarnations[index as usize].heard(page.incarnation, now_ms);
+        }
         let Some(slots) = &page.slots else {
             return Ok(PageMerge::default());
         };
@@ -228,7 +238,31 @@ impl Replica {
             freshness,
             load: 0,
             incarnation: 0,
+            conflict: None,
         }
+    }
+
+    /// Notes the shard node announced in `request` (if any) at `now_ms`, and returns what its
+    /// answer must tell it: that it is the newer of two processes serving its slot at once.
+    pub fn announced(&mut self, request: &SyncRequest, now_ms: u64) -> Option<String> {
+        let puller = request.puller.as_ref()?;
+        let index = self.copies.slot_index(&puller.slot)? as usize;
+        let slot = &mut self.incarnations[index];
+        slot.announced(puller.incarnation, now_ms);
+        let conflict = slot.conflict(now_ms)?;
+        (conflict.newer() == puller.incarnation).then(|| conflict.describe(&puller.slot))
+    }
+
+    /// Every slot served by two processes at once, at `now_ms`: `(slot, conflict)`.
+    pub fn conflicts(&self, now_ms: u64) -> Vec<(String, Conflict)> {
+        self.incarnations
+            .iter()
+            .enumerate()
+            .filter_map(|(index, slot)| {
+                let conflict = slot.conflict(now_ms)?;
+                Some((self.copies.slot_names()[index].clone(), conflict))
+            })
+            .collect()
     }
 
     /// A page of slot `name`'s copy for a shard node restoring it (counters from table index
@@ -578,6 +612,7 @@ mod tests {
             &SyncRequest {
                 slots: None,
                 descriptions: Some(Cursor::Start),
+                puller: None,
             },
             "A",
             10,

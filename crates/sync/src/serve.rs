@@ -80,6 +80,7 @@ mod tests {
         let ok = postcard::to_allocvec(&SyncRequest {
             slots: Some(Cursor::Start),
             descriptions: None,
+            puller: None,
         })
         .unwrap();
         assert_eq!(answer_sync(&ok, build).status(), StatusCode::OK);

@@ -1,0 +1,160 @@
+//! Telling when two processes serve one slot at once.
+//!
+//! Every shard node's data directory has an incarnation: the time it was made, shifted left 16
+//! bits, plus 16 random bits, so a later one compares higher. A node announces its slot and
+//! incarnation in every pull of its datacenter aggregator, and carries its incarnation in every
+//! page it answers. The aggregator pulls each slot at the address its topology gives, so it
+//! hears the incarnation that serves there. When a node announces an incarnation for a slot
+//! and the aggregator then hears another one at the slot's address, both are alive at once: a
+//! second node started for the slot (a stale topology, a copied data directory). A node that
+//! replaced a lost disk does not look like this: after it starts, the address answers only it.
+
+/// Events older than this are forgotten: a conflict lasts until one of the two processes has
+/// been silent this long.
+pub const CONFLICT_WINDOW_MS: u64 = 5_000;
+
+/// When an incarnation drawn at `now_ms` with `random` bits was made.
+pub fn new_incarnation(now_ms: u64, random: u16) -> u64 {
+    (now_ms << 16) | u64::from(random)
+}
+
+/// When incarnation `incarnation` was made (unix ms).
+pub fn incarnation_made_at_ms(incarnation: u64) -> u64 {
+    incarnation >> 16
+}
+
+/// What one aggregator has lately seen of one slot's incarnations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlotIncarnations {
+    /// The incarnation last heard at the slot's address, and when.
+    heard: Option<(u64, u64)>,
+    /// Incarnations that announced themselves for the slot: first and last time.
+    announced: Vec<Announced>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Announced {
+    incarnation: u64,
+    first_ms: u64,
+    last_ms: u64,
+}
+
+/// Two incarnations serving one slot at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conflict {
+    /// The one heard at the slot's address.
+    pub at_address: u64,
+    /// The one announcing itself from elsewhere.
+    pub elsewhere: u64,
+}
+
+impl Conflict {
+    /// The newer of the two: the one that must refuse writes.
+    pub fn newer(&self) -> u64 {
+        self.at_address.max(self.elsewhere)
+    }
+
+    /// What the operator reads.
+    pub fn describe(&self, slot: &str) -> String {
+        format!(
+            "slot {slot} is served by two processes at once: incarnation {:016x} (made at {} ms) at its address, and incarnation {:016x} (made at {} ms) elsewhere; the newer, {:016x}, takes no writes until an operator stops one of them",
+            self.at_address,
+            incarnation_made_at_ms(self.at_address),
+            self.elsewhere,
+            incarnation_made_at_ms(self.elsewhere),
+            self.newer()
+        )
+    }
+}
+
+impl SlotIncarnations {
+    /// `incarnation` answered a pull at the slot's address at `now_ms` (0: an aggregator, or a
+    /// node that says nothing).
+    pub fn heard(&mut self, incarnation: u64, now_ms: u64) {
+        if incarnation != 0 {
+            self.heard = Some((incarnation, now_ms));
+        }
+    }
+
+    /// `incarnation` announced itself for the slot in a pull at `now_ms`.
+    pub fn announced(&mut self, incarnation: u64, now_ms: u64) {
+        self.announced
+            .retain(|a| a.last_ms + CONFLICT_WINDOW_MS >= now_ms);
+        match self
+            .announced
+            .iter_mut()
+            .find(|a| a.incarnation == incarnation)
+        {
+            Some(known) => known.last_ms = now_ms,
+            None => self.announced.push(Announced {
+                incarnation,
+                first_ms: now_ms,
+                last_ms: now_ms,
+            }),
+        }
+    }
+
+    /// The conflict at `now_ms`, if another incarnation was heard at the slot's address after
+    /// one announced itself, both within [`CONFLICT_WINDOW_MS`].
+    pub fn conflict(&self, now_ms: u64) -> Option<Conflict> {
+        let (at_address, heard_ms) = self.heard?;
+        if heard_ms + CONFLICT_WINDOW_MS < now_ms {
+            return None;
+        }
+        self.announced
+            .iter()
+            .filter(|a| a.last_ms + CONFLICT_WINDOW_MS >= now_ms)
+            .find(|a| a.incarnation != at_address && heard_ms > a.first_ms)
+            .map(|a| Conflict {
+                at_address,
+                elsewhere: a.incarnation,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incarnations_made_later_compare_higher() {
+        let early = new_incarnation(1_000, u16::MAX);
+        let late = new_incarnation(1_001, 0);
+        assert!(late > early);
+        assert_eq!(incarnation_made_at_ms(late), 1_001);
+    }
+
+    #[test]
+    fn a_second_process_for_the_slot_is_a_conflict_while_both_are_heard() {
+        let (owner, stray) = (new_incarnation(1, 7), new_incarnation(2, 9));
+        let mut slot = SlotIncarnations::default();
+        slot.heard(owner, 100);
+        slot.announced(owner, 110);
+        assert_eq!(slot.conflict(120), None, "the owner announcing itself");
+        slot.announced(stray, 200);
+        assert_eq!(slot.conflict(210), None, "not heard at the address since");
+        slot.heard(owner, 250);
+        let conflict = slot.conflict(260).expect("both alive at once");
+        assert_eq!((conflict.at_address, conflict.newer()), (owner, stray));
+        assert!(conflict.describe("DC_A_VAL_1").contains("DC_A_VAL_1"));
+        // The stray stops: the conflict ends once it has been silent for the window.
+        slot.heard(owner, 200 + CONFLICT_WINDOW_MS);
+        assert!(slot.conflict(200 + CONFLICT_WINDOW_MS).is_some());
+        slot.heard(owner, 201 + CONFLICT_WINDOW_MS + 1);
+        assert_eq!(slot.conflict(201 + CONFLICT_WINDOW_MS + 1), None);
+    }
+
+    #[test]
+    fn a_node_replacing_a_lost_disk_is_no_conflict() {
+        let (lost, replacement) = (new_incarnation(1, 1), new_incarnation(5, 1));
+        let mut slot = SlotIncarnations::default();
+        slot.heard(lost, 100);
+        // The replacement starts at the same address: it announces itself, and the address
+        // answers only it from then on.
+        slot.announced(replacement, 150);
+        assert_eq!(slot.conflict(160), None);
+        slot.heard(replacement, 400);
+        slot.announced(replacement, 420);
+        assert_eq!(slot.conflict(430), None);
+    }
+}
