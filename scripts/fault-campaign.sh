@@ -1,12 +1,29 @@
 #!/usr/bin/env bash
 # The fault campaign: the local cluster of config/local.toml (on ports 17000-17900, data under
-# /tmp) behind the emulated WAN, under steady keyed load (`geoctl load`), while in turn a shard
-# node is killed -9 and restarted, a datacenter aggregator restarted, a shard node SIGSTOPped
-# then SIGCONTed, ASIA_0 cut off then healed, and a shard's disk (a tmpfs; needs root) filled
-# then freed. During each fault, marker writes (+1, each with its own Idempotency-Key) go
-# through every datacenter; after each heal the unacknowledged ones are retried with the same
-# keys and every datacenter aggregator and the global aggregator are polled until they show
-# exactly the acknowledged markers.
+# /tmp) behind the emulated WAN, under steady keyed load (`geoctl load`), while in turn:
+#   1. a shard node is killed -9 and restarted;
+#   2. a datacenter aggregator is restarted;
+#   3. a shard node is SIGSTOPped, then SIGCONTed;
+#   4. ASIA_0 is cut off, then healed;
+#   5. a shard's disk (a tmpfs; needs root) is filled, then freed;
+#   6. a shard's disk is lost right after its datacenter aggregator restarted, and the node
+#      restores its slot (from the global aggregator and its peers: the aggregator forgot it);
+#   7. a shard whose disk was lost is killed -9 in the middle of its restore (its sources
+#      stopped meanwhile), then restarted: it resumes the restore;
+#   8. a byte of a shard's newest log segment is flipped: the node refuses to start, naming
+#      the file and the byte, `shard-node check` says so, and the documented recovery (move
+#      the data directory aside, start the node) restores it whole;
+#   9. a second node is started for a slot already served (a topology copy giving it another
+#      address): it and the datacenter aggregator report the conflict and it takes no writes;
+#  10. the global aggregator is restarted.
+# During each fault, marker writes (+1, each with its own Idempotency-Key) go through every
+# datacenter; after each heal the unacknowledged ones are retried with the same keys and every
+# datacenter aggregator and the global aggregator are polled until they show exactly the
+# acknowledged markers.
+#
+# A lost disk loses what no other process had pulled yet (a pull interval's writes): faults 6
+# to 8 pause the load for a moment before the loss so that everything acknowledged had been
+# pulled, and then require that nothing acknowledged is lost.
 #
 # Prints one table: writes acknowledged, writes lost (must be 0), writes doubled (must be 0),
 # the longest time any tier stayed wrong after a heal, and whether every process still serves.
@@ -14,12 +31,12 @@
 #
 #   scripts/fault-campaign.sh [--duration S] [--rate N] [--no-build]
 #
-# Bounded: the load runs S seconds (default 120, at least 60); the whole run takes about S + 60 s
-# plus the build. Traffic stays on 127.0.0.1.
+# Bounded: the load runs S seconds (default 240, at least 150); the whole run takes about
+# S + 60 s plus the build. Traffic stays on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=120
+duration=240
 rate=400
 build=1
 while [[ $# -gt 0 ]]; do
@@ -30,7 +47,7 @@ while [[ $# -gt 0 ]]; do
         *) echo "usage: $0 [--duration S] [--rate N] [--no-build]" >&2; exit 2 ;;
     esac
 done
-((duration >= 60)) || { echo "--duration must be at least 60" >&2; exit 2; }
+((duration >= 150)) || { echo "--duration must be at least 150" >&2; exit 2; }
 
 bins=target/release
 if ((build)); then
@@ -55,7 +72,9 @@ cleanup() {
         kill "$launcher_pid" 2>/dev/null
         wait "$launcher_pid" 2>/dev/null
     fi
-    for pid in "${restarted[@]}"; do wait "$pid" 2>/dev/null; done
+    for pid in "${restarted[@]}"; do   # disowned: wait until each is gone, for 10 s at most
+        for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    done
     mountpoint -q "$tmpfs" && umount -l "$tmpfs"
 }
 trap cleanup EXIT
@@ -71,7 +90,7 @@ if ! mount -t tmpfs -o size=64m tmpfs "$tmpfs" 2>"$run/mount.err"; then
     echo "note: cannot mount a tmpfs for $full_slot ($(cat "$run/mount.err")): the disk-full fault is skipped"
 fi
 
-"$bins/geocount-cluster" --config "$topology" --bin-dir "$bins" --data-dir "$data" --wan \
+"$bins/geocount-cluster" --config "$topology" --bin-dir "$bins" --data-dir "$data" --wan --new-cluster \
     > "$run/cluster.out" 2>&1 &
 launcher_pid=$!
 for _ in $(seq 1 300); do
@@ -106,21 +125,54 @@ stop() {
     while kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]]; do sleep 0.05; done
 }
 
-# start NAME: starts it again with the same command line, appending to its log, and waits
-# until it answers /healthz.
-start() {
-    local name=$1
-    local -a cmd
-    mapfile -d '' cmd < "$run/$name.cmdline"
+# launch NAME: starts it again with the command line it had, less a first start's
+# `--restore empty` (a node that finds its disk empty now must restore it), appending to its
+# log; does not wait.
+launch() {
+    local name=$1 skip=0 arg
+    local -a saved cmd=()
+    mapfile -d '' saved < "$run/$name.cmdline"
+    for arg in "${saved[@]}"; do
+        ((skip)) && { skip=0; continue; }
+        [[ $arg == --restore ]] && { skip=1; continue; }
+        cmd+=("$arg")
+    done
     "${cmd[@]}" >> "$data/logs/$name.log" 2>&1 &
     pid_of[$name]=$!
     restarted+=("$!")
-    for _ in $(seq 1 300); do
+    disown "$!"   # its kill -9 is the campaign's, not news
+}
+
+# healthy NAME SECONDS: waits until NAME answers /healthz with 200.
+healthy() {
+    local name=$1 tries=$(($2 * 20))
+    for _ in $(seq 1 "$tries"); do
         curl -sf -m 1 "http://${addr_of[$name]}/healthz" > /dev/null && return 0
         sleep 0.05
     done
-    echo "$name did not come back after its restart" >&2
+    echo "$name not healthy after $2 s" >&2
     return 1
+}
+
+# start NAME: launch, then wait until it answers /healthz.
+start() {
+    launch "$1"
+    healthy "$1" 15 || { echo "$1 did not come back after its restart" >&2; return 1; }
+}
+
+# status_of NAME: the status word of its /healthz.
+status_of() { curl -s -m 1 "http://${addr_of[$1]}/healthz" | jq -r '.status // "none"' 2>/dev/null || echo none; }
+
+# The load is paused while a disk is lost: what was acknowledged must have been pulled first.
+quiesce() { kill -STOP "$load_pid"; sleep 1.5; }
+resume_load() { kill -CONT "$load_pid"; }
+
+# A check of a fault's own behaviour that did not hold.
+checks_failed=()
+check() { # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then echo "  ok: $what"; else echo "  NOT OK: $what"; checks_failed+=("$what"); fi
 }
 
 # Marker writes of the current fault: key → the shard node it was sent to; acked keys.
@@ -182,12 +234,21 @@ converge() {
     done
 }
 
-"$bins/geoctl" --config "$topology" load --duration-secs "$duration" --rate "$rate" \
-    --path http --concurrency 16 --json "$run/load.json" > "$run/load.out" 2>&1 &
-load_pid=$!
+# The load runs under a subshell that records its exit status: the campaign stops and resumes
+# geoctl itself (faults 6-8), which leaves `wait` on it unreliable.
+(
+    "$bins/geoctl" --config "$topology" load --duration-secs "$duration" --rate "$rate" \
+        --path http --concurrency 16 --json "$run/load.json" > "$run/load.out" 2>&1 &
+    echo $! > "$run/load.pid"
+    wait $!
+    echo $? > "$run/load.status"
+) &
+load_waiter=$!
+while [[ ! -s "$run/load.pid" ]]; do sleep 0.01; done
+load_pid=$(cat "$run/load.pid")
 started=$(now_ms)
 faults=()      # "name|converged ms"
-gap=$(((duration - 30) / 5))
+gap=$(((duration - 30) / 10))
 
 at() { # waits until $1 seconds after the load started
     local wait_ms=$((started + $1 * 1000 - $(now_ms)))
@@ -256,7 +317,109 @@ if ((disk_fault)); then
     record "fill $full_slot's disk, free it" "$(now_ms)"
 fi
 
-wait "$load_pid" && load_status=0 || load_status=$?
+at $((8 + 5 * gap))
+echo "fault 6: lose DC_USA_0_VAL_0's disk right after aggregator_USA_0 restarted"
+quiesce
+stop aggregator_USA_0 TERM
+start aggregator_USA_0
+stop DC_USA_0_VAL_0 KILL
+rm -rf "${data:?}/DC_USA_0_VAL_0"
+launch DC_USA_0_VAL_0
+write_markers lost-disk
+resume_load
+check "DC_USA_0_VAL_0 restores its slot" healthy DC_USA_0_VAL_0 60
+record "lose a disk after its aggregator restarted" "$(now_ms)"
+
+at $((8 + 6 * gap))
+echo "fault 7: kill -9 DC_ASIA_0_VAL_1 in the middle of the restore of its lost disk"
+quiesce
+stop DC_ASIA_0_VAL_1 KILL
+rm -rf "${data:?}/DC_ASIA_0_VAL_1"
+sources=(aggregator_ASIA_0 global DC_ASIA_0_VAL_0)
+for name in "${sources[@]}"; do kill -STOP "${pid_of[$name]}"; done
+launch DC_ASIA_0_VAL_1
+restoring() {
+    for _ in $(seq 1 100); do [[ "$(status_of "$1")" == restoring ]] && return 0; sleep 0.05; done
+    return 1
+}
+check "DC_ASIA_0_VAL_1 waits for its stopped sources" restoring DC_ASIA_0_VAL_1
+write_markers restore-crash
+stop DC_ASIA_0_VAL_1 KILL
+check "the restore is recorded on disk" test -e "$data/DC_ASIA_0_VAL_1/restore.pending"
+launch DC_ASIA_0_VAL_1
+check "DC_ASIA_0_VAL_1 resumes its restore" restoring DC_ASIA_0_VAL_1
+for name in "${sources[@]}"; do kill -CONT "${pid_of[$name]}"; done
+resume_load
+check "DC_ASIA_0_VAL_1 restores its slot" healthy DC_ASIA_0_VAL_1 60
+record "kill -9 a shard in its restore" "$(now_ms)"
+
+at $((8 + 7 * gap))
+echo "fault 8: flip a byte of DC_USA_0_VAL_2's newest log segment"
+quiesce
+stop DC_USA_0_VAL_2 KILL
+victim_dir="$data/DC_USA_0_VAL_2"
+segment=$(find "$victim_dir" -name 'wal-*.log' | sort | tail -n 1)
+record_bytes=$("$bins/shard-node" check --data-dir "$victim_dir" | grep '^log segment' | tail -n 1 |
+    sed -E 's/.* in ([0-9]+) bytes.*/\1/')
+offset=$((record_bytes / 3))
+byte=$(od -An -tu1 -j "$offset" -N1 "$segment" | tr -d ' ')
+printf "$(printf '\\x%02x' $((byte ^ 0xff)))" | dd of="$segment" bs=1 seek="$offset" conv=notrunc 2>/dev/null
+before=$(sha256sum < "$segment")
+write_markers corrupt-log
+launch DC_USA_0_VAL_2
+refused() {
+    for _ in $(seq 1 200); do
+        kill -0 "${pid_of[DC_USA_0_VAL_2]}" 2>/dev/null || break
+        sleep 0.05
+    done
+    # It names the segment and where the record holding the flipped byte starts.
+    ! kill -0 "${pid_of[DC_USA_0_VAL_2]}" 2>/dev/null &&
+        tail -n 1 "$data/logs/DC_USA_0_VAL_2.log" |
+        grep -q "log segment $segment is corrupt at byte"
+}
+check "the node refuses the log (byte $offset flipped), naming the segment" refused
+check "the segment is left as it was" test "$(sha256sum < "$segment")" == "$before"
+check "shard-node check finds it" bash -c "! '$bins/shard-node' check --data-dir '$victim_dir' > /dev/null"
+mv "$victim_dir" "$run/DC_USA_0_VAL_2.corrupt"
+launch DC_USA_0_VAL_2
+resume_load
+check "moved aside, the node restores its slot" healthy DC_USA_0_VAL_2 60
+record "corrupt log, directory moved aside" "$(now_ms)"
+
+at $((8 + 8 * gap))
+echo "fault 9: a second node for DC_ASIA_0_VAL_0, at another address, for ${fault_window} s"
+mapfile -d '' asia_cmd < "$run/DC_ASIA_0_VAL_1.cmdline"
+for ((i = 0; i < ${#asia_cmd[@]}; i++)); do [[ ${asia_cmd[i]} == --config ]] && asia_config=${asia_cmd[i + 1]}; done
+second_addr=127.0.0.1:17990
+sed "s|${addr_of[DC_ASIA_0_VAL_0]}|$second_addr|" "$asia_config" > "$run/second.toml"
+"$bins/shard-node" --config "$run/second.toml" --dc ASIA_0 --slot 0 --data-dir "$run/second-data" \
+    --restore empty >> "$data/logs/second.log" 2>&1 &
+second_pid=$!
+restarted+=("$second_pid")
+disown "$second_pid"
+addr_of[second]=$second_addr
+served_twice() {
+    for _ in $(seq 1 300); do [[ "$(status_of "$1")" == "slot served twice" ]] && return 0; sleep 0.05; done
+    return 1
+}
+check "the second node reports the conflict and takes no writes" served_twice second
+check "aggregator_ASIA_0 reports the conflict" served_twice aggregator_ASIA_0
+write_markers second-node
+sleep "$fault_window"
+kill -KILL "$second_pid"
+unset 'addr_of[second]'
+record "a second node for a served slot" "$(now_ms)"
+
+at $((8 + 9 * gap))
+echo "fault 10: restart the global aggregator (SIGTERM, down ${fault_window} s)"
+stop global TERM
+write_markers global-restart
+sleep "$fault_window"
+start global
+record "restart the global aggregator" "$(now_ms)"
+
+wait "$load_waiter"
+load_status=$(cat "$run/load.status" 2>/dev/null || echo "unknown")
 load_pid=""
 
 # Every process still serving?
@@ -275,7 +438,8 @@ done
 marker_lost=0
 marker_doubled=0
 marker_acked_total=0
-for fault in kill9 agg-restart sigstop cut disk-full; do
+for fault in kill9 agg-restart sigstop cut disk-full lost-disk restore-crash corrupt-log \
+    second-node global-restart; do
     [[ $fault == disk-full ]] && ((!disk_fault)) && continue
     expected=$((markers_per_dc * ${#datacenters[@]}))
     marker_acked_total=$((marker_acked_total + expected))
@@ -315,8 +479,10 @@ printf '%-44s %s\n' "writes doubled (must be 0)" "$doubled"
 printf '%-44s %s\n' "counters unexplained by the load's check" "$unexplained (geoctl load exited $load_status)"
 printf '%-44s %s\n' "longest time a tier stayed wrong after a heal" "$worst ms ($worst_fault)"
 printf '%-44s %s\n' "every process still serving" "$([[ $serving == "$total" ]] && echo yes || echo no) ($serving of $total)"
+printf '%-44s %s\n' "every fault's own checks hold" "$( ((${#checks_failed[@]} == 0)) && echo yes || echo "no: ${checks_failed[*]}")"
 
-if ((lost != 0 || doubled != 0 || unexplained != 0 || never || serving != total)); then
+if ((lost != 0 || doubled != 0 || unexplained != 0 || never || serving != total || ${#checks_failed[@]} != 0)) ||
+    [[ $load_status != 0 ]]; then
     echo "FAILED: see $run/load.out and $data/logs"
     exit 1
 fi

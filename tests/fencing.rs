@@ -21,6 +21,37 @@ async fn ids_of_slot_0(node: &geocount_test_support::Api, want: usize) -> Vec<St
     ids
 }
 
+/// Starts a new shard node `name` for slot `slot` of `USA_0` with its own data directory and a
+/// copy of `topology` in which `from` reads `to`, listening at `listen`.
+async fn start_misconfigured(
+    topology: &TestTopology,
+    name: &str,
+    from: impl std::fmt::Display,
+    to: impl std::fmt::Display,
+    slot: u32,
+    listen: std::net::SocketAddr,
+) -> NodeProcess {
+    let text = std::fs::read_to_string(&topology.path)
+        .unwrap()
+        .replace(&from.to_string(), &to.to_string());
+    let file = topology.dir().join(format!("{name}.toml"));
+    std::fs::write(&file, text).unwrap();
+    let data_dir = topology.dir().join(format!("{name}-data"));
+    let args = [
+        "--config",
+        file.to_str().unwrap(),
+        "--dc",
+        "USA_0",
+        "--slot",
+        &slot.to_string(),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ]
+    .map(String::from);
+    let first = ["--restore", "empty"].map(String::from);
+    NodeProcess::start_first("shard-node", name, &args, &first, listen, topology.dir()).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
     let topology = TestTopology::new(&[("USA_0", 2)], "restore_timeout_ms = 200");
@@ -34,27 +65,8 @@ async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
         topology.shard_addr("USA_0", 0),
         topology.shard_addr("USA_0", 1),
     );
-    let text = std::fs::read_to_string(&topology.path).unwrap().replace(
-        &format!("\"{a0}\", \"{a1}\""),
-        &format!("\"{a1}\", \"{a0}\""),
-    );
-    let stale_file = topology.dir().join("stale.toml");
-    std::fs::write(&stale_file, text).unwrap();
-    let stale_dir = topology.dir().join("stale-data");
-    let args = [
-        "--config",
-        stale_file.to_str().unwrap(),
-        "--dc",
-        "USA_0",
-        "--slot",
-        "0",
-        "--data-dir",
-        stale_dir.to_str().unwrap(),
-    ]
-    .map(String::from);
-    let first = ["--restore", "empty"].map(String::from);
-    let stale =
-        NodeProcess::start_first("shard-node", "stale", &args, &first, a1, topology.dir()).await;
+    let (from, to) = (format!("\"{a0}\", \"{a1}\""), format!("\"{a1}\", \"{a0}\""));
+    let stale = start_misconfigured(&topology, "stale", from, to, 0, a1).await;
 
     let ids = ids_of_slot_0(&owner.api(), 5).await;
     for id in &ids {
@@ -141,33 +153,8 @@ async fn a_second_node_for_a_served_slot_is_detected_and_takes_no_writes() {
 
     let served = topology.shard_addr("USA_0", 1);
     let elsewhere = geocount_test_support::ports::free_addr();
-    let text = std::fs::read_to_string(&topology.path)
-        .unwrap()
-        .replace(&served.to_string(), &elsewhere.to_string());
-    let second_file = topology.dir().join("second.toml");
-    std::fs::write(&second_file, text).unwrap();
-    let second_dir = topology.dir().join("second-data");
-    let args = [
-        "--config",
-        second_file.to_str().unwrap(),
-        "--dc",
-        "USA_0",
-        "--slot",
-        "1",
-        "--data-dir",
-        second_dir.to_str().unwrap(),
-    ]
-    .map(String::from);
-    let first = ["--restore", "empty"].map(String::from);
-    let mut second = NodeProcess::start_first(
-        "shard-node",
-        "second",
-        &args,
-        &first,
-        elsewhere,
-        topology.dir(),
-    )
-    .await;
+    let mut second =
+        start_misconfigured(&topology, "second", &served, &elsewhere, 1, elsewhere).await;
 
     let second_api = second.api();
     let health = second_api

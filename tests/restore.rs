@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use geocount_model::wire::BatchEntry;
+use geocount_model::wire::{BatchEntry, BatchRequest};
 use geocount_test_support::{Api, Method, NodeProcess, TestTopology, eventually};
 
 /// How many counters the victim's slot gets, each with the value 57.
@@ -263,16 +263,8 @@ async fn a_slow_large_restore_waits_and_pages() {
     }
     let ids: Vec<String> = (0..LARGE).map(|n| format!("large-{n}")).collect();
     for chunk in ids.chunks(10_000) {
-        let entries: Vec<BatchEntry> = chunk
-            .iter()
-            .map(|id| BatchEntry {
-                id,
-                delta: 1,
-                idempotency_key: None,
-                timestamp: None,
-            })
-            .collect();
-        shards[0].api().batch(&entries).await.expect("batch");
+        let batch = BatchRequest::increments(chunk);
+        shards[0].api().batch(&batch.entries).await.expect("batch");
     }
     let held = {
         let (_, health) = shards[0].api().get_json("/healthz").await;

@@ -9,6 +9,7 @@ mod batch;
 mod figure;
 mod procs;
 mod redis;
+mod restore;
 mod steps;
 mod topo;
 mod wrk;
@@ -69,6 +70,8 @@ enum Step {
     Cluster,
     /// Resident bytes per counter.
     Memory,
+    /// How long a lost slot takes to restore from its datacenter.
+    Restore,
 }
 
 /// Everything the run measured.
@@ -87,6 +90,7 @@ struct Results {
     curve: Option<Vec<CurvePoint>>,
     cluster: Option<ClusterFigures>,
     memory: Option<MemoryFigures>,
+    restore: Option<restore::RestoreFigures>,
     /// Steps that failed, with their errors (the others are still reported).
     failures: Vec<String>,
 }
@@ -334,6 +338,24 @@ fn rows(results: &Results) -> Vec<Row> {
             Some(Goal::Below(400.0)),
         ));
     }
+    if let Some(restore) = &results.restore {
+        rows.push(Row::alone(
+            format!(
+                "restore of a lost slot of {} counters from its datacenter (its aggregator and the global one), until /healthz 200",
+                restore.counters
+            ),
+            Figure::new(Unit::Ms, vec![restore.restore_secs * 1000.0]),
+            None,
+        ));
+        rows.push(Row::alone(
+            "the same, counters restored per second",
+            Figure::new(
+                Unit::PerSec,
+                vec![restore.counters_restored as f64 / restore.restore_secs],
+            ),
+            None,
+        ));
+    }
     if let Some(memory) = &results.memory {
         let limit = 100.0 + memory.mean_id_bytes;
         // Every process of its kind in every run: the range shows both nodes and runs.
@@ -401,6 +423,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         curve: None,
         cluster: None,
         memory: None,
+        restore: None,
         failures: Vec::new(),
     };
     if wants(Step::Redis) {
@@ -449,6 +472,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             &mut results.failures,
             "memory",
             steps::memory(&plan, &dir, &bin_dir, &shape).await,
+        );
+    }
+    if wants(Step::Restore) {
+        println!("step 6: restoring a lost slot from its datacenter");
+        results.restore = kept(
+            &mut results.failures,
+            "restore",
+            restore::restore(&plan, &dir, &bin_dir).await,
         );
     }
     results.rows = rows(&results);

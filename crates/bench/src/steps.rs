@@ -54,6 +54,8 @@ pub struct Plan {
     pub redis_requests: [u64; 3],
     /// The same with `appendfsync always`.
     pub redis_always_requests: [u64; 3],
+    /// Counters in the slot the restore step restores.
+    pub restore_counters: usize,
 }
 
 impl Plan {
@@ -68,6 +70,7 @@ impl Plan {
                 memory_counters: 200_000,
                 redis_requests: [100_000, 500_000, 1_000_000],
                 redis_always_requests: [30_000, 200_000, 500_000],
+                restore_counters: 1_000_000,
             }
         } else {
             Self {
@@ -78,6 +81,7 @@ impl Plan {
                 memory_counters: 1_000_000,
                 redis_requests: [300_000, 2_000_000, 5_000_000],
                 redis_always_requests: [100_000, 1_000_000, 2_000_000],
+                restore_counters: 10_000_000,
             }
         }
     }

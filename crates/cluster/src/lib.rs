@@ -50,6 +50,11 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// Delete the data directory before starting.
     pub fresh: bool,
+    /// Start every shard node's slot empty (`shard-node --restore empty`), whatever its data
+    /// directory holds: the first start of a new cluster whose directories exist already.
+    /// Without it (or `fresh`), only a node whose directory does not exist yet starts empty,
+    /// and one that finds its directory empty restores its slot.
+    pub new_cluster: bool,
     /// Run every cross-region connection through a WAN emulator shaped by the topology's
     /// `[wan]` section ([`wan`]).
     pub wan: bool,
@@ -120,19 +125,26 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
     if wan.is_some() {
         roles.insert(0, Role::WanEmulator);
     }
+    if options.fresh {
+        // Before the launches are planned: a slot whose directory is gone starts empty.
+        remove_data_dir(&data_dir)?;
+    }
     let mut plan = Vec::new();
     for role in roles {
         let config = match &wan {
             Some(wan) => wan.config_of(&role),
             None => options.config.clone(),
         };
-        let launch = role.launch(&topology, &config, &data_dir)?;
+        let mut launch = role.launch(&topology, &config, &data_dir)?;
+        if options.new_cluster
+            && matches!(role, Role::Shard { .. })
+            && !launch.args.iter().any(|a| a == "--restore")
+        {
+            launch.args.extend(["--restore".into(), "empty".into()]);
+        }
         let binary = process::find_binary(&bin_dir, launch.binary)?;
         process::check_address(&role.name(), launch.address)?;
         plan.push((role, launch, binary));
-    }
-    if options.fresh {
-        remove_data_dir(&data_dir)?;
     }
     let log_dir = data_dir.join("logs");
     create_dir(&log_dir)?;

@@ -1,4 +1,4 @@
-//! `geocount-cluster --config FILE [--bin-dir DIR] [--data-dir DIR] [--fresh] [--wan]`: runs a
+//! `geocount-cluster --config FILE [--bin-dir DIR] [--data-dir DIR] [--fresh] [--new-cluster] [--wan]`: runs a
 //! whole topology on this machine until Ctrl-C, with `--wan` behind an emulated WAN.
 
 use std::path::PathBuf;
@@ -25,6 +25,11 @@ struct Args {
     /// Delete the data directory before starting.
     #[arg(long)]
     fresh: bool,
+    /// A new cluster: every shard node starts its slot empty, even where its data directory
+    /// exists already (a mounted, empty disk). Without it, a node whose directory exists but
+    /// is empty treats it as a lost disk and restores its slot from the datacenter.
+    #[arg(long)]
+    new_cluster: bool,
     /// Emulate the WAN between regions: start `wan-emulator` first, with one delayed link each
     /// way between every datacenter aggregator outside the global aggregator's region and the
     /// global aggregator (delays from the topology's `[wan]` section), and give every process
@@ -59,6 +64,7 @@ fn main() -> ExitCode {
         bin_dir: args.bin_dir,
         data_dir: args.data_dir,
         fresh: args.fresh,
+        new_cluster: args.new_cluster,
         wan: args.wan,
     };
     match runtime.block_on(geocount_cluster::run(options, shutdown)) {

@@ -1,6 +1,7 @@
 //! The simulated cluster: two datacenters of two shard nodes each, their aggregators and the
 //! global aggregator, each the real tier's `run` on a turmoil host of its own.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use rand::rngs::StdRng;
 use shard_node::{NodeConfig, RestoreMode, StorageError};
 use turmoil::Sim;
 
-use crate::seams::{SimClock, SimListener, sim_connector, sim_storage};
+use crate::seams::{DiskLoss, SimClock, SimListener, sim_connector, sim_storage};
 
 /// The port every simulated tier listens on (each host has an address of its own).
 pub const PORT: u16 = 7000;
@@ -97,8 +98,14 @@ pub fn staleness_bound(sync: &SyncSettings, max_latency: Duration) -> Duration {
 }
 
 /// Registers every tier of `topology` as a host of `sim`. Each host's clock is off by up to
-/// `max_skew_ms` (drawn from `rng`).
-pub fn register_hosts(sim: &mut Sim<'_>, topology: &Topology, rng: &mut StdRng, max_skew_ms: u64) {
+/// `max_skew_ms` (drawn from `rng`). Returns each shard host's [`DiskLoss`], by host name: a
+/// lost disk is gone at the host's next start.
+pub fn register_hosts(
+    sim: &mut Sim<'_>,
+    topology: &Topology,
+    rng: &mut StdRng,
+    max_skew_ms: u64,
+) -> BTreeMap<String, DiskLoss> {
     let file = Path::new("simulated.toml");
     let mut clock = || -> Arc<dyn Clock> {
         Arc::new(SimClock {
@@ -106,6 +113,7 @@ pub fn register_hosts(sim: &mut Sim<'_>, topology: &Topology, rng: &mut StdRng, 
         })
     };
     let never = std::future::pending::<()>;
+    let mut disks = BTreeMap::new();
 
     let (config, clock_of) = (GlobalAggregatorConfig::from_topology(topology), clock());
     tier(sim, GLOBAL.to_owned(), move |listener| {
@@ -127,7 +135,11 @@ pub fn register_hosts(sim: &mut Sim<'_>, topology: &Topology, rng: &mut StdRng, 
             // The first start begins a new slot; every later one (after a crash, or on an
             // emptied disk) must find its slot on disk or restore it.
             let started = Arc::new(AtomicBool::new(false));
+            let disk = DiskLoss::default();
+            disks.insert(shard_host(dc, slot), disk.clone());
             tier(sim, shard_host(dc, slot), move |listener| {
+                disk.wipe_if_lost(Path::new(DATA_DIR))
+                    .expect("the simulated disk can be wiped");
                 let (clock, connector, storage) =
                     (clock_of.clone(), sim_connector(), sim_storage());
                 let mut config = config.clone();
@@ -138,6 +150,7 @@ pub fn register_hosts(sim: &mut Sim<'_>, topology: &Topology, rng: &mut StdRng, 
             });
         }
     }
+    disks
 }
 
 /// How a tier's `run` ended, as turmoil takes a host's end.

@@ -7,12 +7,14 @@ use std::fmt;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use geocount_model::Topology;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use turmoil::{Builder, Sim};
 
 use crate::cluster::{self, DATACENTERS, GLOBAL, SHARDS_PER_DATACENTER};
-use crate::workload::{self, Ledger, SharedLedger};
+use crate::seams::DiskLoss;
+use crate::workload::{self, COUNTERS, Ledger, SharedLedger};
 
 /// Writes per datacenter in every run.
 const WRITES_PER_DATACENTER: usize = 40;
@@ -44,6 +46,20 @@ pub enum Scenario {
     /// reordering), short partitions that drop messages between tiers and between shard nodes,
     /// and a shard node's answers to clients dropped (applied writes retried with their key).
     Delay,
+    /// Datacenter aggregators and the global aggregator crash (losing everything they held:
+    /// they keep nothing on disk) and restart, pulling everything again; one to three times,
+    /// overlapping, while clients write.
+    AggregatorCrash,
+    /// In the middle of the load a shard node crashes and restarts on an empty disk (its data
+    /// directory gone), and restores its slot from the copies its peer and the aggregators
+    /// hold, refusing writes meanwhile. In some seeds its datacenter aggregator, or that and its
+    /// peer, crash with it and restart before it, so that only the global aggregator (and the
+    /// peer) hold the slot whole. Its datacenter's writer starts no write from a while before
+    /// the loss (once all it sent is acknowledged, 400-700 ms for every copy to pull it) until
+    /// the loss: a write acknowledged but not yet pulled by any copy is lost with the disk by
+    /// design (ARCHITECTURE.md, "Replicas and restore"), and so are the idempotency keys, which
+    /// a retry across the loss would need. The other datacenter writes throughout.
+    LostDisk,
 }
 
 impl fmt::Display for Scenario {
@@ -52,6 +68,8 @@ impl fmt::Display for Scenario {
             Scenario::Partition => "partition",
             Scenario::Crash => "crash",
             Scenario::Delay => "delay",
+            Scenario::AggregatorCrash => "aggregator_crash",
+            Scenario::LostDisk => "lost_disk",
         })
     }
 }
@@ -75,6 +93,13 @@ pub enum Fault {
     Crash(String),
     /// Start the host's software again.
     Bounce(String),
+    /// The host's disk is lost: its next start finds its data directory gone.
+    LoseDisk(String),
+    /// The datacenter's writer starts no other write; the rest of the plan waits until every
+    /// write it sent is acknowledged (its instants move on by as long as that took).
+    Pause(String),
+    /// The datacenter's writer writes again.
+    Resume(String),
 }
 
 /// A fault at a simulated instant.
@@ -99,19 +124,23 @@ pub struct Report {
     pub scenario: Scenario,
     /// The seed.
     pub seed: u64,
-    /// The faults applied, in order.
+    /// The faults applied, in order, each at the instant it was applied.
     pub events: Vec<Event>,
     /// Writes acknowledged.
     pub acknowledged: usize,
     /// Requests the writers sent (retries included).
     pub requests: u64,
+    /// Of those, refused because their slot's node was restoring its lost slot.
+    pub restoring_refusals: u64,
     /// The world's total of each counter: the sum of its acknowledged deltas.
     pub totals: BTreeMap<&'static str, i64>,
     /// When the observer started: the later of the last heal and the last acknowledgement.
     pub settled_at: Duration,
     /// How long after that every tier showed the exact totals.
     pub convergence: Duration,
-    /// The bound that must hold: see [`cluster::staleness_bound`].
+    /// The bound that must hold: see [`cluster::staleness_bound`]; for [`Scenario::LostDisk`]
+    /// also `restore_timeout_ms`, which the restore waits for sources that have not handed
+    /// over a complete copy.
     pub bound: Duration,
     /// Simulated time the whole run took.
     pub elapsed: Duration,
@@ -130,8 +159,8 @@ pub struct Violation {
 }
 
 impl Scenario {
-    /// The faults of a run, drawn from `rng`; the last one heals.
-    fn plan(self, rng: &mut StdRng) -> Vec<Event> {
+    /// The faults of a run on `topology`, drawn from `rng`; the last one heals.
+    fn plan(self, rng: &mut StdRng, topology: &Topology) -> Vec<Event> {
         let ms = |rng: &mut StdRng, low: u64, high: u64| {
             Duration::from_millis(rng.random_range(low..=high))
         };
@@ -213,9 +242,108 @@ impl Scenario {
                 }
                 events.sort_by_key(|event| event.at);
             }
+            Scenario::AggregatorCrash => {
+                let mut aggregators: Vec<String> = DATACENTERS
+                    .iter()
+                    .map(|dc| cluster::aggregator_host(dc))
+                    .collect();
+                aggregators.push(GLOBAL.to_owned());
+                // When each crashed aggregator is back: it crashes again only after that.
+                let mut back_at: BTreeMap<String, Duration> = BTreeMap::new();
+                for _ in 0..rng.random_range(1..=3) {
+                    let host = aggregators[rng.random_range(0..aggregators.len())].clone();
+                    let after_back = back_at.get(&host).map(|&back| back + ms(rng, 20, 300));
+                    let crash = at.max(after_back.unwrap_or_default());
+                    let back = crash + ms(rng, 50, 1_500);
+                    events.push(Event {
+                        at: crash,
+                        fault: Fault::Crash(host.clone()),
+                    });
+                    events.push(Event {
+                        at: back,
+                        fault: Fault::Bounce(host.clone()),
+                    });
+                    back_at.insert(host, back);
+                    // Often before the last one is back: crashes overlap.
+                    at += ms(rng, 0, 700);
+                }
+                events.sort_by_key(|event| event.at);
+            }
+            Scenario::LostDisk => {
+                let dc = pick(rng, &DATACENTERS);
+                let holding = slots_holding_counters(topology, dc);
+                let slot = holding[rng.random_range(0..holding.len())];
+                let lost = cluster::shard_host(dc, slot);
+                let peer = cluster::shard_host(dc, (slot + 1) % SHARDS_PER_DATACENTER);
+                events.push(Event {
+                    at,
+                    fault: Fault::Pause(dc.to_owned()),
+                });
+                // Once the writer is idle, long enough for the peer (every 100 ms), the
+                // datacenter aggregator (every 50 ms) and through it the global aggregator
+                // (every 100 ms) to pull its last write.
+                at += ms(rng, 400, 700);
+                // Crashed with it, and restarted before it: none, the datacenter aggregator, or
+                // that and the peer (then only the global aggregator holds the slot whole).
+                let with = match rng.random_range(0..3) {
+                    0 => vec![],
+                    1 => vec![cluster::aggregator_host(dc)],
+                    _ => vec![cluster::aggregator_host(dc), peer],
+                };
+                let back = at + ms(rng, 100, 800);
+                for host in with {
+                    events.push(Event {
+                        at,
+                        fault: Fault::Crash(host.clone()),
+                    });
+                    events.push(Event {
+                        at: at + ms(rng, 20, 100),
+                        fault: Fault::Bounce(host),
+                    });
+                }
+                events.push(Event {
+                    at,
+                    fault: Fault::Crash(lost.clone()),
+                });
+                events.push(Event {
+                    at,
+                    fault: Fault::LoseDisk(lost.clone()),
+                });
+                events.push(Event {
+                    at: back,
+                    fault: Fault::Bounce(lost),
+                });
+                // Writes again while the node is down or restoring.
+                events.push(Event {
+                    at: at + ms(rng, 0, 600),
+                    fault: Fault::Resume(dc.to_owned()),
+                });
+                events.sort_by_key(|event| event.at);
+            }
         }
         events
     }
+}
+
+/// The slots of datacenter `dc` that take keyed writes of [`COUNTERS`] (with the default
+/// placement, each datacenter's three counters all land on one of its two slots: losing the
+/// other would restore nothing).
+fn slots_holding_counters(topology: &Topology, dc: &str) -> Vec<usize> {
+    let datacenter = topology
+        .datacenters
+        .iter()
+        .find(|d| d.name == dc)
+        .expect("a datacenter of the topology");
+    let placement = datacenter.placement(topology.shard.virtual_nodes);
+    let shards = topology.shard.default_number_of_shards;
+    let mut slots: Vec<usize> = COUNTERS
+        .iter()
+        .flat_map(|counter| placement.slots_for(counter, shards))
+        .map(|slot| slot as usize)
+        .collect();
+    slots.sort_unstable();
+    slots.dedup();
+    slots
 }
 
 /// The host name of datacenter `dc`'s writing client.
@@ -240,7 +368,20 @@ fn inter_tier_link(rng: &mut StdRng) -> (String, String) {
     }
 }
 
-fn apply(sim: &mut Sim<'_>, fault: &Fault) {
+/// The index of datacenter `name` in [`DATACENTERS`].
+fn datacenter_index(name: &str) -> usize {
+    DATACENTERS
+        .iter()
+        .position(|&dc| dc == name)
+        .expect("a datacenter of the cluster")
+}
+
+fn apply(
+    sim: &mut Sim<'_>,
+    disks: &BTreeMap<String, DiskLoss>,
+    ledger: &SharedLedger,
+    fault: &Fault,
+) {
     match fault {
         Fault::Partition(a, b) => sim.partition(a.as_str(), b.as_str()),
         Fault::PartitionOneway(a, b) => sim.partition_oneway(a.as_str(), b.as_str()),
@@ -250,6 +391,13 @@ fn apply(sim: &mut Sim<'_>, fault: &Fault) {
         Fault::Latency(a, b, latency) => sim.set_link_latency(a.as_str(), b.as_str(), *latency),
         Fault::Crash(host) => sim.crash(host.as_str()),
         Fault::Bounce(host) => sim.bounce(host.as_str()),
+        Fault::LoseDisk(host) => disks[host].lose(),
+        Fault::Pause(dc) => {
+            ledger.borrow_mut().paused.insert(datacenter_index(dc));
+        }
+        Fault::Resume(dc) => {
+            ledger.borrow_mut().paused.remove(&datacenter_index(dc));
+        }
     }
 }
 
@@ -266,7 +414,6 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         reason,
     };
     let mut rng = StdRng::seed_from_u64(seed);
-    let events = scenario.plan(&mut rng);
     let mut sim = Builder::new()
         .rng_seed(seed)
         .epoch(UNIX_EPOCH)
@@ -276,8 +423,13 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         .tick_duration(TICK)
         .build();
     let topology = cluster::topology(&sim);
-    let bound = cluster::staleness_bound(&topology.sync, MAX_LATENCY) + workload::OBSERVE_EVERY * 2;
-    cluster::register_hosts(&mut sim, &topology, &mut rng, MAX_CLOCK_SKEW_MS);
+    let events = scenario.plan(&mut rng, &topology);
+    let mut bound =
+        cluster::staleness_bound(&topology.sync, MAX_LATENCY) + workload::OBSERVE_EVERY * 2;
+    if scenario == Scenario::LostDisk {
+        bound += Duration::from_millis(topology.shard.restore_timeout_ms);
+    }
+    let disks = cluster::register_hosts(&mut sim, &topology, &mut rng, MAX_CLOCK_SKEW_MS);
 
     let ledger: SharedLedger = Rc::new(RefCell::new(Ledger::default()));
     for (datacenter, name) in DATACENTERS.iter().enumerate() {
@@ -300,12 +452,32 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     );
 
     let mut pending = events.iter().peekable();
+    let mut applied = Vec::with_capacity(events.len());
     if pending.peek().is_none() {
         ledger.borrow_mut().healed_at = Some(Duration::ZERO);
     }
+    // How far the plan's instants have moved on while paused writers became idle, and the
+    // writer the plan waits for (with when it was paused).
+    let mut shift = Duration::ZERO;
+    let mut waiting: Option<(usize, Duration)> = None;
     loop {
-        while let Some(event) = pending.next_if(|event| event.at <= sim.elapsed()) {
-            apply(&mut sim, &event.fault);
+        if let Some((dc, since)) = waiting
+            && ledger.borrow().idle.contains(&dc)
+        {
+            shift += sim.elapsed() - since;
+            waiting = None;
+        }
+        while waiting.is_none()
+            && let Some(event) = pending.next_if(|event| event.at + shift <= sim.elapsed())
+        {
+            apply(&mut sim, &disks, &ledger, &event.fault);
+            if let Fault::Pause(dc) = &event.fault {
+                waiting = Some((datacenter_index(dc), sim.elapsed()));
+            }
+            applied.push(Event {
+                at: sim.elapsed(),
+                fault: event.fault.clone(),
+            });
             if pending.peek().is_none() {
                 ledger.borrow_mut().healed_at = Some(sim.elapsed());
             }
@@ -347,9 +519,10 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     Ok(Report {
         scenario,
         seed,
-        events,
+        events: applied,
         acknowledged: ledger.acks.len(),
         requests: ledger.acks.iter().map(|a| u64::from(a.attempts)).sum(),
+        restoring_refusals: ledger.restoring_refusals,
         totals: ledger.expected(None),
         settled_at,
         convergence,

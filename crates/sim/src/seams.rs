@@ -1,5 +1,6 @@
 //! The simulated side of every seam the tiers take: time ([`SimClock`]), incoming and outgoing
-//! connections ([`SimListener`], [`SimConnect`]) and the shard node's disk ([`SimDisk`]).
+//! connections ([`SimListener`], [`SimConnect`]) and the shard node's disk ([`SimDisk`]), which
+//! a scenario may lose whole ([`DiskLoss`]).
 //!
 //! Each is a thin adapter over turmoil, and must be used from inside a simulated host: turmoil
 //! keeps the current host's network, clock and files in its thread-local world.
@@ -9,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use geocount_model::Clock;
 use geocount_net::{Connect, Connecting, Connector, Listener, connecting};
@@ -133,6 +135,58 @@ impl Disk for SimDisk {
             .set_cache_size(shard_node::storage::STORE_CACHE_BYTES)
             .create_with_backend(SimBackend(file))
     }
+}
+
+/// The loss of a simulated host's disk, set by the driver and carried out by the host itself at
+/// its next start (turmoil's files may only be touched from inside their host, and the driver
+/// is not): [`DiskLoss::lose`] marks the disk lost, and the host's software calls
+/// [`DiskLoss::wipe_if_lost`] before it starts, which removes the data directory whole, as if
+/// the host came back with a new, empty disk.
+#[derive(Debug, Clone, Default)]
+pub struct DiskLoss(Arc<AtomicBool>);
+
+impl DiskLoss {
+    /// The disk is lost: the host's next start finds nothing on it.
+    pub fn lose(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// If the disk was lost since the last start, removes `dir` and everything under it,
+    /// durably. Returns whether it did. Must run inside the host.
+    pub fn wipe_if_lost(&self, dir: &Path) -> io::Result<bool> {
+        if !self.0.swap(false, Ordering::Relaxed) {
+            return Ok(false);
+        }
+        remove_dir_all(dir)?;
+        if let Some(parent) = dir.parent() {
+            simfs::sync_dir(parent)?;
+        }
+        if simfs::exists(dir) {
+            return Err(io::Error::other(format!(
+                "{} is still there after its disk was lost",
+                dir.display()
+            )));
+        }
+        Ok(true)
+    }
+}
+
+/// Removes `dir` and everything under it from the current host's disk, each directory's
+/// removals synced before the directory itself goes (a missing `dir` is nothing to remove).
+fn remove_dir_all(dir: &Path) -> io::Result<()> {
+    if !simfs::exists(dir) {
+        return Ok(());
+    }
+    for entry in simfs::read_dir(dir)? {
+        let path = entry?.path();
+        if simfs::metadata(&path)?.is_dir() {
+            remove_dir_all(&path)?;
+        } else {
+            simfs::remove_file(&path)?;
+        }
+    }
+    simfs::sync_dir(dir)?;
+    simfs::remove_dir(dir)
 }
 
 /// A simulated log segment.

@@ -1,14 +1,15 @@
 //! What the simulated clients do: write with idempotency keys until every write is acknowledged
 //! ([`writer`]), and, once the faults have healed, watch every tier until it shows the exact
-//! totals ([`observer`]). Both record into the run's [`Ledger`].
+//! totals ([`observer`]). Both record into the run's [`Ledger`], through which the driver may
+//! also pause a writer.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use geocount_net::HttpClient;
+use geocount_net::{Answer, HttpClient};
 use hyper::{Method, StatusCode};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -62,6 +63,15 @@ pub struct Ledger {
     pub last_mismatch: Option<String>,
     /// Answers that break the protocol (a 4xx to a valid write, a reused key refused).
     pub protocol_errors: Vec<String>,
+    /// Requests refused because their slot's node was restoring the slot (503, or 504 through
+    /// the node that forwarded them), then retried.
+    pub restoring_refusals: u64,
+    /// Datacenters whose writer must not start another write until the driver takes them out
+    /// (the write it is sending is still retried until acknowledged).
+    pub paused: BTreeSet<usize>,
+    /// Datacenters whose writer has every write it sent acknowledged and sends no other: paused,
+    /// or done.
+    pub idle: BTreeSet<usize>,
 }
 
 /// A total per counter.
@@ -107,6 +117,7 @@ pub async fn writer(
         .collect();
     for n in 0..writes {
         tokio::time::sleep(max_gap.mul_f64(rng.random::<f64>())).await;
+        wait_while_paused(datacenter, &ledger).await;
         let counter = COUNTERS[rng.random_range(0..COUNTERS.len())];
         let delta: i64 = match rng.random_range(0..4) {
             0 => -rng.random_range(1..=5),
@@ -142,6 +153,13 @@ pub async fn writer(
                     ledger.borrow_mut().protocol_errors.push(error);
                     break;
                 }
+                // A node restoring its lost slot takes no writes until the slot is durable.
+                Ok(answer) if restoring(&answer) => {
+                    ledger.borrow_mut().restoring_refusals += 1;
+                    node = (node + 1) % shards.len();
+                    let backoff = Duration::from_millis(rng.random_range(20..=150));
+                    tokio::time::sleep(backoff).await;
+                }
                 // Refused (503/504/500), no answer, or cut off: the outcome is unknown, and the
                 // key makes the retry safe.
                 _ => {
@@ -159,8 +177,26 @@ pub async fn writer(
             at: now(),
         });
     }
-    ledger.borrow_mut().writers_done += 1;
+    let mut ledger = ledger.borrow_mut();
+    ledger.writers_done += 1;
+    ledger.idle.insert(datacenter);
     Ok(())
+}
+
+/// Whether `answer` is a node's refusal while it restores its slot: its own 503, or the 504 of
+/// the node that forwarded the write to it (which says what it was answered).
+fn restoring(answer: &Answer) -> bool {
+    answer.status.is_server_error()
+        && String::from_utf8_lossy(&answer.body).contains("restoring slot")
+}
+
+/// Waits, idle, while the driver pauses `datacenter`'s writer.
+async fn wait_while_paused(datacenter: usize, ledger: &SharedLedger) {
+    while ledger.borrow().paused.contains(&datacenter) {
+        ledger.borrow_mut().idle.insert(datacenter);
+        tokio::time::sleep(OBSERVE_EVERY).await;
+    }
+    ledger.borrow_mut().idle.remove(&datacenter);
 }
 
 /// Waits until every writer is done and the driver has healed every fault, then reads every

@@ -28,6 +28,7 @@ fn check(scenario: Scenario) {
     let mut failures = Vec::new();
     let mut slowest = std::time::Duration::ZERO;
     let mut retries = 0;
+    let mut restoring = 0;
     let seeds = seeds();
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(scenario, seed));
@@ -35,6 +36,7 @@ fn check(scenario: Scenario) {
             Ok(Ok(report)) => {
                 slowest = slowest.max(report.convergence);
                 retries += report.requests - report.acknowledged as u64;
+                restoring += report.restoring_refusals;
                 if seeds.len() == 1 {
                     println!("{report:#?}");
                 }
@@ -44,7 +46,7 @@ fn check(scenario: Scenario) {
         }
     }
     println!(
-        "{scenario}: {} seeds, {} failed; {retries} retried requests; slowest convergence {} ms",
+        "{scenario}: {} seeds, {} failed; {retries} retried requests ({restoring} refused by a restoring node); slowest convergence {} ms",
         seeds.len(),
         failures.len(),
         slowest.as_millis()
@@ -71,11 +73,27 @@ fn delay() {
     check(Scenario::Delay);
 }
 
+#[test]
+fn aggregator_crash() {
+    check(Scenario::AggregatorCrash);
+}
+
+#[test]
+fn lost_disk() {
+    check(Scenario::LostDisk);
+}
+
 /// The same seed twice gives the same run: the same faults at the same instants, the same
 /// number of requests, the same acknowledgements and the same convergence time.
 #[test]
 fn a_seed_replays_exactly() {
-    for scenario in [Scenario::Partition, Scenario::Crash, Scenario::Delay] {
+    for scenario in [
+        Scenario::Partition,
+        Scenario::Crash,
+        Scenario::Delay,
+        Scenario::AggregatorCrash,
+        Scenario::LostDisk,
+    ] {
         let first = run(scenario, 7).expect("seed 7 passes");
         let second = run(scenario, 7).expect("seed 7 passes");
         assert_eq!(first, second, "{scenario}: two runs of seed 7 differ");

@@ -26,10 +26,18 @@ pub fn incarnation_made_at_ms(incarnation: u64) -> u64 {
 /// What one aggregator has lately seen of one slot's incarnations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlotIncarnations {
-    /// The incarnation last heard at the slot's address, and when.
-    heard: Option<(u64, u64)>,
+    /// The incarnation last heard at the slot's address: first and last time (since it last
+    /// took over from another).
+    heard: Option<Heard>,
     /// Incarnations that announced themselves for the slot: first and last time.
     announced: Vec<Announced>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Heard {
+    incarnation: u64,
+    first_ms: u64,
+    last_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +79,18 @@ impl SlotIncarnations {
     /// `incarnation` answered a pull at the slot's address at `now_ms` (0: an aggregator, or a
     /// node that says nothing).
     pub fn heard(&mut self, incarnation: u64, now_ms: u64) {
-        if incarnation != 0 {
-            self.heard = Some((incarnation, now_ms));
+        if incarnation == 0 {
+            return;
+        }
+        match &mut self.heard {
+            Some(heard) if heard.incarnation == incarnation => heard.last_ms = now_ms,
+            _ => {
+                self.heard = Some(Heard {
+                    incarnation,
+                    first_ms: now_ms,
+                    last_ms: now_ms,
+                });
+            }
         }
     }
 
@@ -94,19 +112,25 @@ impl SlotIncarnations {
         }
     }
 
-    /// The conflict at `now_ms`, if another incarnation was heard at the slot's address after
-    /// one announced itself, both within [`CONFLICT_WINDOW_MS`].
+    /// The conflict at `now_ms`: another incarnation than the one at the slot's address
+    /// announced itself, and their lives overlap (each was heard after the other was first
+    /// heard), both within [`CONFLICT_WINDOW_MS`]. A process that died before the other first
+    /// answered is no conflict, however recent.
     pub fn conflict(&self, now_ms: u64) -> Option<Conflict> {
-        let (at_address, heard_ms) = self.heard?;
-        if heard_ms + CONFLICT_WINDOW_MS < now_ms {
+        let heard = self.heard?;
+        if heard.last_ms + CONFLICT_WINDOW_MS < now_ms {
             return None;
         }
         self.announced
             .iter()
             .filter(|a| a.last_ms + CONFLICT_WINDOW_MS >= now_ms)
-            .find(|a| a.incarnation != at_address && heard_ms > a.first_ms)
+            .find(|a| {
+                a.incarnation != heard.incarnation
+                    && heard.last_ms > a.first_ms
+                    && a.last_ms > heard.first_ms
+            })
             .map(|a| Conflict {
-                at_address,
+                at_address: heard.incarnation,
                 elsewhere: a.incarnation,
             })
     }
@@ -156,5 +180,19 @@ mod tests {
         slot.heard(replacement, 400);
         slot.announced(replacement, 420);
         assert_eq!(slot.conflict(430), None);
+    }
+
+    #[test]
+    fn a_node_that_died_before_its_replacement_answered_is_no_conflict() {
+        let (lost, replacement) = (new_incarnation(1, 1), new_incarnation(5, 1));
+        let mut slot = SlotIncarnations::default();
+        // The lost node served and announced itself until it died at 1,000.
+        slot.heard(lost, 900);
+        slot.announced(lost, 1_000);
+        // Its replacement answers at the same address soon after, well within the window.
+        slot.heard(replacement, 1_500);
+        slot.announced(replacement, 1_600);
+        slot.heard(replacement, 1_700);
+        assert_eq!(slot.conflict(1_800), None);
     }
 }
