@@ -55,10 +55,10 @@ pub enum Scenario {
     /// hold, refusing writes meanwhile. In some seeds its datacenter aggregator, or that and its
     /// peer, crash with it and restart before it, so that only the global aggregator (and the
     /// peer) hold the slot whole. Its datacenter's writer starts no write from a while before
-    /// the loss (once all it sent is acknowledged, 400-700 ms for every copy to pull it) until
-    /// the loss: a write acknowledged but not yet pulled by any copy is lost with the disk by
-    /// design (ARCHITECTURE.md, "Replicas and restore"), and so are the idempotency keys, which
-    /// a retry across the loss would need. The other datacenter writes throughout.
+    /// the loss (once all it sent is acknowledged, 400-700 ms, for every copy to pull it) until
+    /// up to 600 ms after it: a write acknowledged but not yet pulled by any copy is lost with
+    /// the disk by design (ARCHITECTURE.md, "Replicas and restore"), and so are the idempotency
+    /// keys, which a retry across the loss would need. The other datacenter writes throughout.
     LostDisk,
 }
 
