@@ -221,6 +221,13 @@ async fn a_node_killed_in_its_restore_resumes_it() {
         "{}",
         answer.json()
     );
+    // Through its peer too: refused (nothing applied), not of unknown outcome.
+    let (status, answer) = dc.shards[1].api().add(&id, 1).await.unwrap();
+    assert_eq!(status, 503, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("restoring"),
+        "{answer}"
+    );
     let dir = dc.topology.shard_data_dir("USA_0", 0);
     assert!(
         dir.join("restore.pending").exists(),

@@ -43,7 +43,7 @@ use crate::requests::{
     check_idempotency_key, parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
 };
 use crate::restore::RestoreReport;
-use crate::routing::FORWARDED_HEADER;
+use crate::routing::{FORWARDED_HEADER, ForwardError};
 use crate::server::NodeState;
 use geocount_model::wire::{BatchEntry, SlotCopy, SyncPage};
 use geocount_sync::http::{self, RequestError, Routed, WindowQuery};
@@ -401,6 +401,11 @@ async fn forward_one(
                 "{slot_name} answered no outcome"
             ))),
         },
+        Err(ForwardError::Refused { status, error }) => Err(ShardError::TargetRefused {
+            slot: slot_name.to_owned(),
+            status,
+            error,
+        }),
         Err(error) if error.is_connect() && write.idempotency_key.is_none() => {
             tracing::warn!(%error, "forwarding target unreachable; applying the write here");
             Ok(None)
@@ -553,7 +558,7 @@ async fn apply_batch(
             let writes: Vec<&WriteRequest> = group.iter().map(|(_, w)| w).collect();
             let result = match encode_forward(&writes) {
                 Ok((path, body)) => state.router.forward(target, path, body).await,
-                Err(error) => Err(geocount_net::ClientError::Request(error.to_string())),
+                Err(error) => Err(geocount_net::ClientError::Request(error.to_string()).into()),
             };
             (target, group, result)
         });
@@ -606,6 +611,16 @@ async fn collect_forwarded(
                     outcomes[*position] = Some(refused(&error));
                 }
             }
+            Err(ForwardError::Refused { status, error }) => {
+                let refusal = ShardError::TargetRefused {
+                    slot: slot_name.clone(),
+                    status,
+                    error,
+                };
+                for (position, _) in &group {
+                    outcomes[*position] = Some(refused(&refusal));
+                }
+            }
             Err(error) if error.is_connect() => {
                 // Nothing reached the target: unkeyed entries may be taken here; keyed ones
                 // must wait for their slot so retries stay deduplicated.
@@ -638,7 +653,7 @@ async fn collect_forwarded(
 type ForwardedGroup = (
     u32,
     Vec<(usize, WriteRequest)>,
-    Result<BatchResponse, geocount_net::ClientError>,
+    Result<BatchResponse, ForwardError>,
 );
 
 /// Applies writes to this node's slot, filling in their outcomes.

@@ -88,6 +88,17 @@ pub enum ShardError {
     /// The node a write must go to cannot be reached; nothing was applied.
     #[error("unreachable: {0}")]
     Unreachable(String),
+    /// The node a write must go to refused it whole (restoring, stopping, a bad request):
+    /// nothing was applied; its status and answer are passed on.
+    #[error("{slot} refused the write: {error}")]
+    TargetRefused {
+        /// The slot it was sent to.
+        slot: String,
+        /// The status it answered.
+        status: u16,
+        /// Its answer's body.
+        error: String,
+    },
     /// A forwarded write may or may not have been applied.
     #[error("outcome unknown: {0}")]
     OutcomeUnknown(String),
@@ -133,11 +144,15 @@ impl HttpError for ShardError {
             | ShardError::Restoring { .. }
             | ShardError::SlotServedTwice(_) => StatusCode::SERVICE_UNAVAILABLE,
             ShardError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
+            ShardError::TargetRefused { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
+            }
         }
     }
 
     fn retry_after_secs(&self) -> Option<u32> {
-        matches!(self, ShardError::Restoring { .. }).then_some(1)
+        let unavailable = matches!(self, ShardError::TargetRefused { status: 503, .. });
+        (matches!(self, ShardError::Restoring { .. }) || unavailable).then_some(1)
     }
 }
 

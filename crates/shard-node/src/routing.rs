@@ -191,7 +191,7 @@ impl WriteRouter {
         slot: u32,
         path: &str,
         batch: Bytes,
-    ) -> Result<BatchResponse, ClientError> {
+    ) -> Result<BatchResponse, ForwardError> {
         let url = self.client.url(self.address(slot), path);
         let headers = [
             ("content-type", POSTCARD_CONTENT_TYPE),
@@ -201,6 +201,12 @@ impl WriteRouter {
             .client
             .send(Method::POST, &url, &headers, batch)
             .await?;
+        if refused_whole(answer.status) {
+            return Err(ForwardError::Refused {
+                status: answer.status.as_u16(),
+                error: String::from_utf8_lossy(&answer.body).into_owned(),
+            });
+        }
         if !answer.status.is_success() {
             return Err(ClientError::Transport {
                 url,
@@ -209,12 +215,46 @@ impl WriteRouter {
                     answer.status,
                     String::from_utf8_lossy(&answer.body)
                 ),
-            });
+            }
+            .into());
         }
-        postcard::from_bytes(&answer.body).map_err(|e| ClientError::Transport {
-            url,
-            message: format!("undecodable batch answer: {e}"),
+        postcard::from_bytes(&answer.body).map_err(|e| {
+            ClientError::Transport {
+                url,
+                message: format!("undecodable batch answer: {e}"),
+            }
+            .into()
         })
+    }
+}
+
+/// Whether a shard node's answer of `status` to a forwarded batch refused it whole, applying
+/// nothing: every 4xx, and 503 (restoring, stopping, or fenced after a storage failure), are
+/// answered before any write is staged. Other failures may come after a write was applied.
+fn refused_whole(status: hyper::StatusCode) -> bool {
+    status.is_client_error() || status == hyper::StatusCode::SERVICE_UNAVAILABLE
+}
+
+/// Why a forwarded batch has no outcomes.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// The target refused the whole batch and applied none of it.
+    #[error("refused with {status}: {error}")]
+    Refused {
+        /// The target's HTTP status.
+        status: u16,
+        /// Its answer's body.
+        error: String,
+    },
+    /// The request failed: not sent at all ([`ClientError::is_connect`]), or of unknown outcome.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl ForwardError {
+    /// Whether the batch certainly never reached the target.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, ForwardError::Client(error) if error.is_connect())
     }
 }
 
