@@ -230,6 +230,9 @@ pub async fn restore_slot(
                 }
                 pages_seen = pages;
             }
+            _ = report.tick() => {
+                tracing::info!(slot = %request.slot, progress = %progress.summary(), "restoring: gathering the other sources' copies");
+            }
         }
     }
     asks.abort_all();
@@ -367,4 +370,59 @@ fn merge_page(
         }
     }
     refused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::SlotState;
+
+    struct FixedClock(u64);
+    impl Clock for FixedClock {
+        fn now_unix_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    fn record(value: i64, version: u64) -> SlotRecord {
+        SlotState { value, version }.into()
+    }
+
+    /// A restored copy can neither pin the slot with a version no clock made nor bring an id
+    /// no client could have written; of the rest, the highest version wins.
+    #[test]
+    fn restored_records_are_fenced_and_merged_by_version() {
+        let now = 1_800_000_000_000;
+        let request = RestoreRequest {
+            slot: "DC_A_VAL_0".into(),
+            sources: Vec::new(),
+            client: HttpClient::new(Duration::from_secs(1)),
+            settle: Duration::from_secs(1),
+            max_clock_skew_ms: 60_000,
+            clock: Arc::new(FixedClock(now)),
+        };
+        let merged: Merged = Arc::default();
+        let newest_allowed = max_slot_version(now, 60_000);
+        let refused = merge_page(
+            &request,
+            vec![
+                ("a".into(), record(5, 10)),
+                ("pinned".into(), record(1, u64::MAX)),
+                ("ahead".into(), record(1, newest_allowed + 1)),
+                ("".into(), record(1, 1)),
+                ("edge".into(), record(2, newest_allowed)),
+            ],
+            &merged,
+        );
+        assert_eq!(refused, 3);
+        let refused = merge_page(&request, vec![("a".into(), record(3, 9))], &merged);
+        assert_eq!(refused, 0);
+        let merged = merged.lock().unwrap();
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[&CounterId::new("a").unwrap()], record(5, 10));
+        assert_eq!(
+            merged[&CounterId::new("edge").unwrap()],
+            record(2, newest_allowed)
+        );
+    }
 }
