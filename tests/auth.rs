@@ -319,3 +319,114 @@ fn a_public_address_without_tokens_is_a_config_error() {
     let expected = format!("global-aggregator: {config}: auth.cluster_secret: ");
     assert!(stderr.starts_with(&expected), "{stderr}");
 }
+
+/// Two tenants that pick the same `Idempotency-Key` never meet: each one's write with key `1`
+/// is applied, through either node and in batches too, and a refusal of a reused key names only
+/// the tenant's own first write.
+#[tokio::test]
+async fn idempotency_keys_are_scoped_by_the_token_that_sent_them() {
+    let t = topology(&[("USA_0", 2)]);
+    let _global = t.start_global_aggregator().await;
+    let _aggregator = t.start_datacenter_aggregator("USA_0").await;
+    let shards = [
+        t.start_shard("USA_0", 0).await,
+        t.start_shard("USA_0", 1).await,
+    ];
+    let tenant_a = shards[0].api().with_token(WRITER);
+    let tenant_b = shards[1].api().with_token(ADMIN);
+    let reader = shards[0].api().with_token(READER);
+    let total = |api: &Api, id: &'static str| {
+        let api = api.clone();
+        async move {
+            let path = format!("/counter/{id}/route");
+            let (_, route) = api.get_json(&path).await;
+            let mut total = 0;
+            for slot in route["slots"].as_array().unwrap() {
+                let node =
+                    Api::new(slot["address"].as_str().unwrap().parse().unwrap()).with_token(READER);
+                let (code, body) = node.read(id).await;
+                if code == 200 {
+                    total += body["value"].as_i64().unwrap();
+                }
+            }
+            total
+        }
+    };
+
+    let (code, body) = tenant_a
+        .write_keyed("scoped:m", json!({"delta": 3}), "1")
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = tenant_b
+        .write_keyed("scoped:m", json!({"delta": 1}), "1")
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        total(&reader, "scoped:m").await,
+        4,
+        "both tenants' writes applied"
+    );
+    // A's retry is still A's: answered as its first write, applied once.
+    let (code, _) = tenant_a
+        .write_keyed("scoped:m", json!({"delta": 3}), "1")
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(total(&reader, "scoped:m").await, 4);
+    // Key 1 on another counter of the same slot: each tenant is refused naming its own write.
+    let slot_of = |id: String| {
+        let reader = reader.clone();
+        async move {
+            let (_, route) = reader.get_json(&format!("/counter/{id}/route")).await;
+            route["slots"][0]["slot"].as_str().unwrap().to_owned()
+        }
+    };
+    let slot = slot_of("scoped:m".into()).await;
+    let mut other = String::new();
+    for n in 0.. {
+        other = format!("scoped:other-{n}");
+        if slot_of(other.clone()).await == slot {
+            break;
+        }
+    }
+    let (code, body) = tenant_b.write_keyed(&other, json!({"delta": 7}), "1").await;
+    assert_eq!(code, 422, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("delta 1") && !error.contains("delta 3"),
+        "{body}"
+    );
+    let (code, body) = tenant_a.write_keyed(&other, json!({"delta": 7}), "1").await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("delta 3"),
+        "{body}"
+    );
+    // Batches are scoped the same way.
+    let entry = |key| BatchEntry {
+        id: "scoped:batch",
+        delta: 5,
+        idempotency_key: Some(key),
+        timestamp: None,
+    };
+    for api in [&tenant_a, &tenant_b] {
+        let answer = api.batch(&[entry("k")]).await.expect("batch");
+        assert!(
+            matches!(
+                answer.outcomes[0],
+                geocount_model::wire::EntryOutcome::Applied { .. }
+            ),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(total(&reader, "scoped:batch").await, 10);
+    // A key holding the scope separator could pose as another scope: refused (a header
+    // cannot carry it; a batch entry can).
+    let answer = tenant_a.batch(&[entry("ops\u{1f}k")]).await.expect("batch");
+    assert!(
+        matches!(
+            answer.outcomes[0],
+            geocount_model::wire::EntryOutcome::Refused { status: 400, .. }
+        ),
+        "{answer:?}"
+    );
+}

@@ -12,7 +12,8 @@ use geocount_sync::http::{self, WindowQuery};
 use geocount_sync::{parse_top_query, parse_trending_query};
 use global_aggregator::api::ReadQuery;
 use libfuzzer_sys::fuzz_target;
-use shard_node::requests::{check_idempotency_key, parse_write_op};
+use shard_node::key_scope::{KeyScope, check_client_key};
+use shard_node::requests::parse_write_op;
 
 /// Every tier's router, built once (as each process does).
 struct Routers {
@@ -54,7 +55,8 @@ fuzz_target!(|data: &[u8]| {
         use_window(read.window);
     }
     let _ = parse_write_op(query);
-    let _ = check_idempotency_key(&text);
+    let _ = check_client_key(&text);
+    let _ = KeyScope::Forwarded.key(&text);
     // Path segments, as each tier's router decodes them.
     let _ = http::decode_counter_id(&text);
     let _ = text.parse::<SlotId>();

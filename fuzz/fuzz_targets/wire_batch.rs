@@ -13,6 +13,7 @@ use hyper::StatusCode;
 use libfuzzer_sys::fuzz_target;
 use shard_node::commit::{Change, WriteRequest};
 use shard_node::error::ShardError;
+use shard_node::key_scope::KeyScope;
 use shard_node::requests::{parse_batch, parse_item_batch};
 
 /// Routes and applies checked writes to one slot's records, as the commit loop would.
@@ -48,10 +49,10 @@ fn apply(writes: Vec<Result<WriteRequest, ShardError>>) {
 
 fuzz_target!(|data: &[u8]| {
     let settings = ShardDefaults::default();
-    if let Ok(writes) = parse_batch(data, &settings, NOW_SECS) {
+    if let Ok(writes) = parse_batch(data, &settings, NOW_SECS, &KeyScope::Forwarded) {
         apply(writes);
     }
-    if let Ok(writes) = parse_item_batch(data, &settings, NOW_SECS) {
+    if let Ok(writes) = parse_item_batch(data, &settings, NOW_SECS, &KeyScope::Token(String::new())) {
         apply(writes);
     }
     // What a node that forwarded a batch decodes (`routing::WriteRouter::forward`) and answers.

@@ -39,14 +39,13 @@ use serde::Serialize;
 
 use crate::commit::{Change, Command, WriteRequest, WriteResults};
 use crate::error::ShardError;
-use crate::requests::{
-    check_idempotency_key, parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
-};
+use crate::key_scope::KeyScope;
+use crate::requests::{parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op};
 use crate::restore::RestoreReport;
 use crate::routing::{FORWARDED_HEADER, ForwardError};
 use crate::server::NodeState;
 use geocount_model::wire::{BatchEntry, SlotCopy, SyncPage};
-use geocount_sync::http::{self, RequestError, Routed, WindowQuery};
+use geocount_sync::http::{self, RequestError, Routed, TokenName, WindowQuery};
 use geocount_sync::{DescriptionTable, Need, answer_slot_copy, answer_sync, parse_copy_query};
 
 pub use crate::requests::MAX_SHARDS_PER_COUNTER;
@@ -192,6 +191,20 @@ fn is_forwarded(request: &Request<Incoming>) -> bool {
     request.headers().contains_key(FORWARDED_HEADER)
 }
 
+/// Whose the request's idempotency keys are: the token that sent it, or the node that
+/// forwarded it (its keys come scoped already).
+fn key_scope(request: &Request<Incoming>) -> KeyScope {
+    if is_forwarded(request) {
+        return KeyScope::Forwarded;
+    }
+    KeyScope::Token(
+        request
+            .extensions()
+            .get::<TokenName>()
+            .map_or_else(String::new, |TokenName(name)| name.clone()),
+    )
+}
+
 fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, ShardError> {
     let Some(value) = request.headers().get("idempotency-key") else {
         return Ok(None);
@@ -199,8 +212,7 @@ fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, Shar
     let key = value
         .to_str()
         .map_err(|_| ShardError::BadRequest("Idempotency-Key must be visible ASCII".into()))?;
-    check_idempotency_key(key)?;
-    Ok(Some(key.into()))
+    key_scope(request).key(key).map(Some)
 }
 
 async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
@@ -463,9 +475,10 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
 
 async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
     let forwarded = is_forwarded(&request);
+    let scope = key_scope(&request);
     let minimal = prefers_minimal_return(request.headers());
     let body = read_body(request, state.settings.max_body_bytes).await?;
-    let writes = parse_batch(&body, &state.settings, state.clock.now_unix_secs())?;
+    let writes = parse_batch(&body, &state.settings, state.clock.now_unix_secs(), &scope)?;
     state.metrics.batch_entries.observe(writes.len() as f64);
     let outcomes = apply_batch(state, writes, forwarded).await?;
     batch_answer(state, outcomes, minimal)
@@ -476,9 +489,10 @@ async fn batch_items(
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
     let forwarded = is_forwarded(&request);
+    let scope = key_scope(&request);
     let minimal = prefers_minimal_return(request.headers());
     let body = read_body(request, state.settings.max_body_bytes).await?;
-    let writes = parse_item_batch(&body, &state.settings, state.clock.now_unix_secs())?;
+    let writes = parse_item_batch(&body, &state.settings, state.clock.now_unix_secs(), &scope)?;
     state.metrics.batch_entries.observe(writes.len() as f64);
     let outcomes = apply_batch(state, writes, forwarded).await?;
     batch_answer(state, outcomes, minimal)

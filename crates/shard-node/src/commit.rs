@@ -528,13 +528,14 @@ impl CommitLoop {
                     self.shared.metrics.idempotent_replays.inc();
                     return Ok(first.outcome);
                 }
+                // Only a write of the same token can meet its key: the refusal shows its own.
                 return Err(ShardError::IdempotencyKeyReused {
-                    key: key.to_string(),
+                    key: crate::key_scope::unscoped(key).to_owned(),
                     counter: first.counter.to_string(),
                     write: first.describe_write(),
                 });
             }
-            // A new key: held for the whole retention, so bounded (about 375 bytes each).
+            // A new key: held for the whole retention, so bounded.
             let limit = self.shared.settings.max_idempotency_keys;
             if self.idempotency.len() + staged.idempotency.len() >= limit {
                 return Err(ShardError::IdempotencyKeyLimit { limit });

@@ -5,7 +5,8 @@
 //! - [`api`]: the HTTP handler parses and validates it ([`requests`] decodes and checks the
 //!   bodies, queries and keys) and sends a [`commit::Command`].
 //! - [`commit`]: the single-writer commit loop groups waiting writes, applies each to its slot
-//!   (overflow, [`idempotency`] keys, a new version), and
+//!   (overflow, [`idempotency`] keys, scoped by the token that sent them in [`key_scope`],
+//!   a new version), and
 //! - [`wal`]: appends the group to the write-ahead log and fsyncs once (group commit); then
 //! - [`slot_table`]: installs the result in the in-memory table that reads are served from, and
 //!   answers.
@@ -36,6 +37,7 @@ pub mod config;
 pub mod error;
 pub mod hot;
 pub mod idempotency;
+pub mod key_scope;
 pub mod metrics;
 pub mod openapi;
 pub mod recovery;

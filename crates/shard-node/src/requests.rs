@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::commit::{Change, WriteRequest};
 use crate::error::ShardError;
-use crate::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
+use crate::key_scope::KeyScope;
 
 pub use geocount_model::MAX_SHARDS_PER_COUNTER;
 
@@ -24,16 +24,6 @@ fn json_body<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ShardErro
     }
     serde_json::from_slice(bytes)
         .map_err(|e| ShardError::BadRequest(format!("malformed JSON body: {e}")))
-}
-
-/// Refuses an `Idempotency-Key` that is empty or longer than [`MAX_IDEMPOTENCY_KEY_BYTES`].
-pub fn check_idempotency_key(key: &str) -> Result<(), ShardError> {
-    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
-        return Err(ShardError::BadRequest(format!(
-            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
-        )));
-    }
-    Ok(())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -253,6 +243,7 @@ fn checked_writes(
     entries: &[impl Entry],
     settings: &ShardDefaults,
     now_secs: u64,
+    scope: &KeyScope,
 ) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError> {
     let limit = settings.max_batch_entries;
     if entries.len() > limit {
@@ -265,14 +256,14 @@ fn checked_writes(
         // Validated before the change, so a bad id and a bad change report the id, as before.
         let id = CounterId::new(entry.id())?;
         let change = entry.change()?;
-        let key = entry.idempotency_key();
-        if let Some(key) = key {
-            check_idempotency_key(key)?;
-        }
+        let key = entry
+            .idempotency_key()
+            .map(|key| scope.key(key))
+            .transpose()?;
         Ok(WriteRequest {
             id,
             change,
-            idempotency_key: key.map(Into::into),
+            idempotency_key: key,
             timestamp_secs: write_timestamp(settings, entry.timestamp(), now_secs)?,
         })
     };
@@ -286,9 +277,10 @@ pub fn parse_batch(
     body: &[u8],
     settings: &ShardDefaults,
     now_secs: u64,
+    scope: &KeyScope,
 ) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError> {
     let batch: BatchRequest = decode_batch(body)?;
-    checked_writes(&batch.entries, settings, now_secs)
+    checked_writes(&batch.entries, settings, now_secs, scope)
 }
 
 /// The writes of a `POST /batch/items` body (a postcard [`ItemBatchRequest`]), checked like
@@ -297,9 +289,10 @@ pub fn parse_item_batch(
     body: &[u8],
     settings: &ShardDefaults,
     now_secs: u64,
+    scope: &KeyScope,
 ) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError> {
     let batch: ItemBatchRequest = decode_batch(body)?;
-    checked_writes(&batch.entries, settings, now_secs)
+    checked_writes(&batch.entries, settings, now_secs, scope)
 }
 
 #[cfg(test)]
@@ -399,11 +392,12 @@ mod tests {
             ],
         };
         let mut bytes = postcard::to_allocvec(&batch).unwrap();
-        let writes = parse_batch(&bytes, &settings(), NOW).unwrap();
+        let writes =
+            parse_batch(&bytes, &settings(), NOW, &KeyScope::Token(String::new())).unwrap();
         assert!(writes[0].is_ok() && writes[1].is_err() && writes[2].is_err());
         bytes.push(0);
         assert!(
-            parse_batch(&bytes, &settings(), NOW).is_err(),
+            parse_batch(&bytes, &settings(), NOW, &KeyScope::Token(String::new())).is_err(),
             "trailing bytes"
         );
         let items = ItemBatchRequest {
@@ -415,7 +409,8 @@ mod tests {
             }],
         };
         let bytes = postcard::to_allocvec(&items).unwrap();
-        let writes = parse_item_batch(&bytes, &settings(), NOW).unwrap();
+        let writes =
+            parse_item_batch(&bytes, &settings(), NOW, &KeyScope::Token(String::new())).unwrap();
         assert!(matches!(writes[0], Err(ShardError::TimestampAhead { .. })));
         let few = ShardDefaults {
             max_batch_entries: 2,
@@ -423,7 +418,7 @@ mod tests {
         };
         let bytes = postcard::to_allocvec(&batch).unwrap();
         assert!(matches!(
-            parse_batch(&bytes, &few, NOW),
+            parse_batch(&bytes, &few, NOW, &KeyScope::Token(String::new())),
             Err(ShardError::TooManyEntries { entries: 3, .. })
         ));
     }
@@ -433,11 +428,21 @@ mod tests {
     #[test]
     fn huge_length_prefixes_are_refused_without_allocating() {
         let entries = [0xff, 0xff, 0xff, 0xff, 0x0f, 1, b'a', 2, 0, 0];
-        assert!(parse_batch(&entries, &settings(), NOW).is_err());
-        assert!(parse_item_batch(&entries, &settings(), NOW).is_err());
+        assert!(parse_batch(&entries, &settings(), NOW, &KeyScope::Token(String::new())).is_err());
+        assert!(
+            parse_item_batch(&entries, &settings(), NOW, &KeyScope::Token(String::new())).is_err()
+        );
         let id = [1, 0xff, 0xff, 0xff, 0xff, 0x0f, b'a'];
-        assert!(parse_batch(&id, &settings(), NOW).is_err());
+        assert!(parse_batch(&id, &settings(), NOW, &KeyScope::Token(String::new())).is_err());
         // Not UTF-8 where a str is expected.
-        assert!(parse_batch(&[1, 1, 0xff, 2, 0, 0], &settings(), NOW).is_err());
+        assert!(
+            parse_batch(
+                &[1, 1, 0xff, 2, 0, 0],
+                &settings(),
+                NOW,
+                &KeyScope::Token(String::new())
+            )
+            .is_err()
+        );
     }
 }

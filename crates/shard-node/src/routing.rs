@@ -26,6 +26,7 @@ use geocount_sync::DescriptionTable;
 use hyper::Method;
 
 use crate::commit::{Change, WriteRequest};
+use crate::key_scope::unscoped;
 use crate::replication::PeerSink;
 
 /// Marks a write forwarded by another node: apply it here.
@@ -154,13 +155,14 @@ impl WriteRouter {
         }
     }
 
-    /// [`target`](Self::target) of `write`.
+    /// [`target`](Self::target) of `write`: a keyed write by its client's key alone, whoever
+    /// sent it, so clients that route themselves find the same slot.
     pub fn target_of(&self, descriptions: &DescriptionTable, write: &WriteRequest) -> u32 {
         self.target(
             descriptions,
             write.id.as_str(),
             &write.change,
-            write.idempotency_key.as_deref(),
+            write.idempotency_key.as_deref().map(unscoped),
         )
     }
 

@@ -124,11 +124,12 @@ impl Access {
         }
     }
 
-    /// Lets a request with `headers` through for a route that needs `need`, or says why not.
-    pub fn check(&self, need: Need, headers: &HeaderMap) -> Result<(), AccessError> {
+    /// Lets a request with `headers` through for a route that needs `need`, or says why not;
+    /// the name of the token it was let through with, if one.
+    pub fn check(&self, need: Need, headers: &HeaderMap) -> Result<Option<&str>, AccessError> {
         match need {
-            Need::Open => Ok(()),
-            Need::Right(_) if self.tokens.is_empty() => Ok(()),
+            Need::Open => Ok(None),
+            Need::Right(_) if self.tokens.is_empty() => Ok(None),
             Need::Right(right) => {
                 let given = bearer(headers).ok_or(AccessError::MissingToken)?;
                 // Every token is compared, so the time taken does not say which one matched.
@@ -140,7 +141,7 @@ impl Access {
                 }
                 let token = found.ok_or(AccessError::InvalidToken)?;
                 if token.grants(right) {
-                    Ok(())
+                    Ok(Some(token.name.as_str()))
                 } else {
                     Err(AccessError::Forbidden {
                         name: token.name.clone(),
@@ -150,13 +151,13 @@ impl Access {
             }
             Need::Cluster => {
                 let Some(secret) = &self.cluster_secret else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 let given = headers
                     .get(CLUSTER_SECRET_HEADER)
                     .ok_or(AccessError::MissingSecret)?;
                 if bool::from(secret.expose().as_bytes().ct_eq(given.as_bytes())) {
-                    Ok(())
+                    Ok(None)
                 } else {
                     Err(AccessError::WrongSecret)
                 }
@@ -231,10 +232,13 @@ mod tests {
         let read = Need::Right(Right::Read);
         let write = Need::Right(Right::Write);
         let admin = Need::Right(Right::Admin);
-        assert_eq!(access.check(read, &bearer_of(READER)), Ok(()));
-        assert_eq!(access.check(write, &bearer_of(WRITER)), Ok(()));
+        assert_eq!(
+            access.check(read, &bearer_of(READER)),
+            Ok(Some("dashboard"))
+        );
+        assert_eq!(access.check(write, &bearer_of(WRITER)), Ok(Some("web")));
         for need in [read, write, admin] {
-            assert_eq!(access.check(need, &bearer_of(ADMIN)), Ok(()));
+            assert_eq!(access.check(need, &bearer_of(ADMIN)), Ok(Some("ops")));
         }
         assert_eq!(
             access.check(write, &bearer_of(READER)),
@@ -250,7 +254,10 @@ mod tests {
             "token \"web\" lacks the admin right this request needs"
         );
         let scheme_in_any_case = headers(&[("authorization", &format!("bearer  {READER} "))]);
-        assert_eq!(access.check(read, &scheme_in_any_case), Ok(()));
+        assert_eq!(
+            access.check(read, &scheme_in_any_case),
+            Ok(Some("dashboard"))
+        );
     }
 
     #[test]
@@ -288,7 +295,7 @@ mod tests {
     fn routes_between_tiers_need_the_cluster_secret() {
         let access = access();
         let with = |secret: &str| headers(&[(CLUSTER_SECRET_HEADER, secret)]);
-        assert_eq!(access.check(Need::Cluster, &with(SECRET)), Ok(()));
+        assert_eq!(access.check(Need::Cluster, &with(SECRET)), Ok(None));
         assert_eq!(
             access.check(Need::Cluster, &HeaderMap::new()),
             Err(AccessError::MissingSecret)
@@ -301,14 +308,14 @@ mod tests {
             access.check(Need::Cluster, &bearer_of(ADMIN)),
             Err(AccessError::MissingSecret)
         );
-        assert_eq!(access.check(Need::Open, &HeaderMap::new()), Ok(()));
+        assert_eq!(access.check(Need::Open, &HeaderMap::new()), Ok(None));
     }
 
     #[test]
     fn without_auth_everything_is_open() {
         let open = Access::default();
         for need in [Need::Open, Need::Right(Right::Admin), Need::Cluster] {
-            assert_eq!(open.check(need, &HeaderMap::new()), Ok(()));
+            assert_eq!(open.check(need, &HeaderMap::new()), Ok(None));
         }
     }
 }

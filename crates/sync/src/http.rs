@@ -122,12 +122,20 @@ where
     F: FnOnce(Routed<R>, Request<Incoming>) -> Fut,
     Fut: Future<Output = Result<Response, E>>,
 {
+    let mut request = request;
     let result = match route(router, request.uri().path()) {
         Ok(routed) => {
             let need = need(routed.route, &request);
-            if let Err(refusal) = access.check(need, request.headers()) {
-                log_refusal(&refusal, need, &request);
-                return refusal.to_response();
+            match access.check(need, request.headers()) {
+                Ok(Some(token)) => {
+                    let name = TokenName(token.to_owned());
+                    request.extensions_mut().insert(name);
+                }
+                Ok(None) => {}
+                Err(refusal) => {
+                    log_refusal(&refusal, need, &request);
+                    return refusal.to_response();
+                }
             }
             dispatch(routed, request).await
         }
@@ -142,6 +150,11 @@ where
         error.to_response()
     })
 }
+
+/// The name of the client token a request was let through with, in its extensions (absent
+/// when no token was needed or none is configured): a shard node scopes idempotency keys by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenName(pub String);
 
 /// Logs a refused request: a peer without the right cluster secret as a warning naming its
 /// address (a misconfigured tier, or someone probing), a client's refusal at debug level.
