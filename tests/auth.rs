@@ -292,12 +292,20 @@ fn a_public_address_without_tokens_is_a_config_error() {
     std::fs::write(&path, text).unwrap();
     let config = path.display().to_string();
     // Runs binary `name`, which must exit 2 with one line on stderr; that line.
+    // (A binary that starts instead is killed after 5 s and fails the test.)
     let config_error = |name: &str, args: &[&str]| {
-        let output = std::process::Command::new(binary(name))
+        let mut child = std::process::Command::new(binary(name))
             .args(["--config", &config])
             .args(args)
-            .output()
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .expect("run the binary");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let output = child.wait_with_output().unwrap();
         assert_eq!(output.status.code(), Some(2), "{output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -318,6 +326,40 @@ fn a_public_address_without_tokens_is_a_config_error() {
     let stderr = config_error("global-aggregator", &[]);
     let expected = format!("global-aggregator: {config}: auth.cluster_secret: ");
     assert!(stderr.starts_with(&expected), "{stderr}");
+
+    // Tokens and a secret on a public address without [tls]: they would cross the network in
+    // clear text. Refused, unless the operator says so.
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&format!("\n[auth]\ncluster_secret = \"{SECRET}\"\n"));
+    std::fs::write(&path, &text).unwrap();
+    let stderr = config_error("shard-node", &["--dc", "USA_0", "--slot", "1"]);
+    let expected = format!("shard-node: {config}: datacenters[0].shards[1]: {public} ");
+    assert!(stderr.starts_with(&expected), "{stderr}");
+    assert!(
+        stderr.contains("auth.insecure_plaintext = true"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("clear text"), "{stderr}");
+    std::fs::write(&path, text + "insecure_plaintext = true\n").unwrap();
+    let mut node = std::process::Command::new(binary("shard-node"))
+        .args([
+            "--config",
+            &config,
+            "--dc",
+            "USA_0",
+            "--slot",
+            "1",
+            "--restore",
+            "empty",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run shard-node");
+    std::thread::sleep(Duration::from_millis(500));
+    let running = node.try_wait().unwrap().is_none();
+    node.kill().unwrap();
+    let output = node.wait_with_output().unwrap();
+    assert!(running, "{}", String::from_utf8_lossy(&output.stderr));
 }
 
 /// Two tenants that pick the same `Idempotency-Key` never meet: each one's write with key `1`

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! With no `[auth]` section (the default) every route is open and every node must listen on a
-//! loopback address unless `insecure_public = true`. The checks themselves run in
+//! loopback address unless `insecure_public = true`; with tokens or a cluster secret, a node
+//! beyond loopback needs `[tls]` unless `insecure_plaintext = true`. The checks themselves run in
 //! `geocount_sync::access`.
 
 use std::fmt;
@@ -38,6 +39,10 @@ pub struct AuthConfig {
     /// Lets a node without `tokens` listen on a non-loopback address (default false): anyone
     /// who can reach it may then read, write and create counters.
     pub insecure_public: bool,
+    /// Lets a node with `tokens` or a `cluster_secret` listen on a non-loopback address without
+    /// `[tls]` (default false): the tokens and the secret then cross the network in clear text,
+    /// for anyone on the path to read and replay.
+    pub insecure_plaintext: bool,
 }
 
 /// One application's token (`[[auth.tokens]]`).
@@ -120,16 +125,28 @@ impl AuthConfig {
         !self.tokens.is_empty()
     }
 
-    /// Refuses a node without tokens listening on `addr` beyond loopback, unless
-    /// `insecure_public` is set. The message says what to do.
-    pub fn check_listen(&self, addr: SocketAddr) -> Result<(), String> {
-        if addr.ip().is_loopback() || self.has_tokens() || self.insecure_public {
+    /// Refuses a node listening on `addr` beyond loopback without tokens (unless
+    /// `insecure_public`), or with tokens or the cluster secret but without TLS (`tls`: whether
+    /// the topology has `[tls]`; unless `insecure_plaintext`). The message says what to do.
+    pub fn check_listen(&self, addr: SocketAddr, tls: bool) -> Result<(), String> {
+        if addr.ip().is_loopback() {
             return Ok(());
         }
-        Err(format!(
-            "{addr} is not a loopback address and [auth] has no tokens: add [[auth.tokens]], \
-             listen on 127.0.0.1, or set auth.insecure_public = true"
-        ))
+        if !self.has_tokens() && !self.insecure_public {
+            return Err(format!(
+                "{addr} is not a loopback address and [auth] has no tokens: add [[auth.tokens]], \
+                 listen on 127.0.0.1, or set auth.insecure_public = true"
+            ));
+        }
+        let credentials = self.has_tokens() || self.cluster_secret.is_some();
+        if credentials && !tls && !self.insecure_plaintext {
+            return Err(format!(
+                "{addr} is not a loopback address and there is no [tls]: the tokens and the \
+                 cluster secret would cross the network in clear text; add [tls], listen on \
+                 127.0.0.1, or set auth.insecure_plaintext = true"
+            ));
+        }
+        Ok(())
     }
 
     /// Checks what serde cannot; the error is the offending key (below `auth`) and a message.
@@ -204,6 +221,7 @@ mod tests {
             tokens: vec![token("web", &secret('t'), &[Right::Read])],
             cluster_secret: Some(Secret::new(secret('s'))),
             insecure_public: false,
+            insecure_plaintext: false,
         }
     }
 
@@ -254,16 +272,47 @@ mod tests {
     #[test]
     fn only_loopback_without_tokens_unless_insecure_public() {
         let open = AuthConfig::default();
-        assert_eq!(open.check_listen("127.0.0.1:7000".parse().unwrap()), Ok(()));
-        assert_eq!(open.check_listen("[::1]:7000".parse().unwrap()), Ok(()));
-        let error = open
-            .check_listen("0.0.0.0:7000".parse().unwrap())
-            .unwrap_err();
+        let (loopback, public_addr) = (
+            "127.0.0.1:7000".parse().unwrap(),
+            "0.0.0.0:7000".parse().unwrap(),
+        );
+        assert_eq!(open.check_listen(loopback, false), Ok(()));
+        assert_eq!(
+            open.check_listen("[::1]:7000".parse().unwrap(), false),
+            Ok(())
+        );
+        let error = open.check_listen(public_addr, true).unwrap_err();
         assert!(error.contains("auth.insecure_public"), "{error}");
         let public = AuthConfig {
             insecure_public: true,
             ..AuthConfig::default()
         };
-        assert_eq!(public.check_listen("0.0.0.0:7000".parse().unwrap()), Ok(()));
+        assert_eq!(public.check_listen(public_addr, false), Ok(()));
+    }
+
+    #[test]
+    fn credentials_beyond_loopback_need_tls_unless_insecure_plaintext() {
+        let public_addr = "10.0.0.5:7000".parse().unwrap();
+        let with_tokens = AuthConfig {
+            tokens: vec![TokenConfig {
+                name: "web".into(),
+                token: Secret::new("0123456789abcdef0123456789abcdef"),
+                rights: vec![Right::Write],
+            }],
+            cluster_secret: Some(Secret::new("fedcba9876543210fedcba9876543210")),
+            ..AuthConfig::default()
+        };
+        let error = with_tokens.check_listen(public_addr, false).unwrap_err();
+        assert!(error.contains("auth.insecure_plaintext"), "{error}");
+        assert_eq!(with_tokens.check_listen(public_addr, true), Ok(()));
+        assert_eq!(
+            with_tokens.check_listen("127.0.0.1:7000".parse().unwrap(), false),
+            Ok(())
+        );
+        let said_so = AuthConfig {
+            insecure_plaintext: true,
+            ..with_tokens
+        };
+        assert_eq!(said_so.check_listen(public_addr, false), Ok(()));
     }
 }

@@ -701,7 +701,7 @@ impl Topology {
     /// is configured at. Every tier's binary calls it before it listens.
     pub fn check_listen(&self, file: &Path, listen: SocketAddr) -> Result<(), TopologyError> {
         self.auth
-            .check_listen(listen)
+            .check_listen(listen, self.tls.is_some())
             .map_err(|message| TopologyError {
                 file: file.to_owned(),
                 key: self.key_of_address(listen),

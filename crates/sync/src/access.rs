@@ -211,6 +211,7 @@ mod tests {
             ],
             cluster_secret: Some(Secret::new(SECRET)),
             insecure_public: false,
+            insecure_plaintext: false,
         })
     }
 
