@@ -506,3 +506,38 @@ async fn every_tier_refuses_huge_pages_unless_the_topology_allows_them() {
         }
     }
 }
+
+/// One host opening idle sockets cannot take the connections the tiers pull with: it gets
+/// `max_connections_per_peer` of them, and the datacenter aggregator started after the flood
+/// still pulls the node (its connections come from another address).
+#[tokio::test]
+async fn one_host_flooding_a_node_with_idle_sockets_leaves_room_for_the_tiers() {
+    let topology = TestTopology::with_extra(
+        &[("USA_0", 1)],
+        ALONE,
+        "[http]\nmax_connections = 300\nmax_connections_per_peer = 100",
+    );
+    let node = topology.start_shard("USA_0", 0).await;
+    assert_eq!(node.api().add("flooded", 5).await.unwrap().0, 200);
+    // 400 idle sockets from 127.0.0.2: more than the whole listener takes.
+    let mut flood = Vec::new();
+    for _ in 0..400 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        if let Ok(stream) = socket.connect(node.addr).await {
+            flood.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let body = aggregator
+        .api()
+        .read_until(Duration::from_secs(5), "/counter/flooded", |s, b| {
+            s == 200 && b["value"] == 5
+        })
+        .await;
+    assert!(body["staleness_ms"].is_u64(), "{body}");
+    // The node still answers its clients (from 127.0.0.1).
+    assert_eq!(node.api().value("flooded").await, 5);
+    drop(flood);
+}

@@ -184,3 +184,36 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// One host opening sockets and never starting their TLS handshakes cannot stop a node from
+/// accepting: past its share of handshakes under way, its new connections are closed, and the
+/// datacenter aggregator started after the flood (from another address) still pulls the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_handshakes_from_one_host_do_not_stop_a_node_accepting() {
+    tls::force();
+    let topology = TestTopology::new(&[("USA_0", 1)], FAST_START);
+    let node = topology.start_shard("USA_0", 0).await;
+    let (status, _) = node.api().add("tls:flooded", 5).await.unwrap();
+    assert_eq!(status, 200);
+    // More silent sockets from 127.0.0.2 than a listener runs handshakes at once.
+    // (A connect the listen backlog holds is given up after 100 ms: the flood need not wait.)
+    let mut flood = Vec::new();
+    for _ in 0..1_200 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let connect = socket.connect(node.addr);
+        if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(100), connect).await {
+            flood.push(stream);
+        }
+    }
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    // Well inside the 10 s a silent handshake may take.
+    let body = aggregator
+        .api()
+        .read_until(Duration::from_secs(3), "/counter/tls:flooded", |s, b| {
+            s == 200 && b["value"] == 5
+        })
+        .await;
+    assert!(body["staleness_ms"].is_u64(), "{body}");
+    drop(flood);
+}

@@ -72,6 +72,10 @@ pub struct HttpSettings {
     /// The most connections a listener keeps open at once; one more is accepted and closed at
     /// once.
     pub max_connections: usize,
+    /// The most connections a listener keeps open at once from one IP address, so one host
+    /// (a client pooling too many connections, or opening idle sockets) cannot take every
+    /// connection from the others and the tiers' pulls; one more from it is closed at once.
+    pub max_connections_per_peer: usize,
     /// A client must send a request's whole header within this many milliseconds of the
     /// connection being ready for it (opened, or the previous answer sent): it also closes
     /// idle keep-alive connections.
@@ -85,6 +89,7 @@ impl Default for HttpSettings {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            max_connections_per_peer: 1_000,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
         }
@@ -529,6 +534,10 @@ impl Topology {
                 shard.max_idempotency_keys as u64,
             ),
             ("http.max_connections", self.http.max_connections as u64),
+            (
+                "http.max_connections_per_peer",
+                self.http.max_connections_per_peer as u64,
+            ),
             (
                 "http.header_read_timeout_ms",
                 self.http.header_read_timeout_ms,

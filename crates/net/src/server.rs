@@ -1,11 +1,12 @@
 //! The accept loop: serves HTTP/1.1 on every connection a [`Listener`] yields until shutdown,
-//! then lets in-flight requests finish. [`ServeLimits`] bound how many connections it keeps and
-//! how long a slow client may take.
+//! then lets in-flight requests finish. [`ServeLimits`] bound how many connections it keeps, in
+//! all and from one address, and how long a slow client may take.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::Request;
@@ -33,6 +34,10 @@ pub struct ServeLimits {
     /// The most connections open at once. One more is accepted and closed at once (the client
     /// sees the connection closed rather than hanging in the listen backlog).
     pub max_connections: usize,
+    /// The most connections open at once from one IP address, so one client (or one host
+    /// opening idle sockets) cannot take every connection from the others, the tiers' pulls
+    /// among them. One more from it is accepted and closed at once.
+    pub max_connections_per_peer: usize,
     /// How long a client may take to send a request's whole header, counted from when the
     /// connection is ready for it (opened, or the previous answer sent): an idle keep-alive
     /// connection is closed after it too.
@@ -46,8 +51,57 @@ impl Default for ServeLimits {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            max_connections_per_peer: 1_000,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: crate::body::DEFAULT_BODY_READ_TIMEOUT,
+        }
+    }
+}
+
+/// Connections open per IP address, each bounded.
+#[derive(Debug, Clone)]
+struct PeerConnections {
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    limit: usize,
+}
+
+/// One open connection of a peer: dropping it closes its place.
+struct PeerSlot {
+    peers: PeerConnections,
+    ip: IpAddr,
+}
+
+impl PeerConnections {
+    fn new(limit: usize) -> Self {
+        Self {
+            open: Arc::default(),
+            limit,
+        }
+    }
+
+    /// A place for one more connection from `ip`, if it has fewer than the limit open.
+    fn open(&self, ip: IpAddr) -> Option<PeerSlot> {
+        let mut open = self.open.lock().expect("peer connections lock");
+        let count = open.entry(ip).or_default();
+        if *count >= self.limit {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot {
+            peers: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().expect("peer connections lock");
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
         }
     }
 }
@@ -90,6 +144,7 @@ pub async fn serve_with_limits(
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
     let open = Arc::new(Semaphore::new(limits.max_connections));
+    let per_peer = PeerConnections::new(limits.max_connections_per_peer);
     let body_timeout = BodyReadTimeout(limits.body_read_timeout);
     tokio::pin!(shutdown);
     loop {
@@ -104,6 +159,12 @@ pub async fn serve_with_limits(
                 }
             },
             () = &mut shutdown => break,
+        };
+        let Some(peer_slot) = per_peer.open(peer.ip()) else {
+            // Debug, not warn: a flood would flood the log too.
+            tracing::debug!(%peer, limit = limits.max_connections_per_peer, "too many connections from this address; closing the new one");
+            drop(io);
+            continue;
         };
         let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
             tracing::warn!(%peer, limit = limits.max_connections, "too many connections; closing the new one");
@@ -123,6 +184,7 @@ pub async fn serve_with_limits(
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
             drop(permit);
+            drop(peer_slot);
         });
     }
     drop(listener);

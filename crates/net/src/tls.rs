@@ -8,9 +8,10 @@
 //! certificate must name the addresses it is reached at (`127.0.0.1` and `localhost` for a
 //! cluster on one machine).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use crate::listener::Listener;
 /// How long an accepted connection may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The most handshakes a [`TlsListener`] runs at once; it accepts no more until one ends.
+/// The most handshakes a [`TlsListener`] runs at once; a connection past it is closed at once.
 const MAX_HANDSHAKES: usize = 1_024;
 
 /// A TLS file that could not be used. Displays as one line: `<file>: <what is wrong>`.
@@ -191,16 +192,24 @@ impl<L: Listener> Listener for MaybeTlsListener<L> {
     }
 }
 
-/// A handshake that ended: the connection, or `None` if it failed (already logged).
-type Handshake<Io> = Option<(server::TlsStream<Io>, SocketAddr)>;
+/// A handshake that ended: its peer, and the connection unless it failed (already logged).
+type Handshake<Io> = (SocketAddr, Option<server::TlsStream<Io>>);
+
+/// The most handshakes one IP address may have under way at once: more from it are closed at
+/// once, so one host opening sockets and never finishing a handshake cannot hold every
+/// handshake place while the tiers' connections wait.
+const MAX_HANDSHAKES_PER_PEER: usize = 64;
 
 /// The TLS side of a [`Listener`]: each accepted connection does its handshake in a task of its
 /// own (up to [`HANDSHAKE_TIMEOUT`]), so a slow or silent client never holds up the others; a
-/// failed handshake is logged and its connection dropped.
+/// failed handshake is logged and its connection dropped. Accepting never waits for handshakes:
+/// past [`MAX_HANDSHAKES`] under way, or [`MAX_HANDSHAKES_PER_PEER`] from one address, a new
+/// connection is closed at once.
 pub struct TlsListener<L: Listener> {
     inner: L,
     acceptor: TlsAcceptor,
     handshakes: JoinSet<Handshake<L::Io>>,
+    per_peer: HashMap<IpAddr, usize>,
 }
 
 impl<L: Listener> TlsListener<L> {
@@ -210,6 +219,40 @@ impl<L: Listener> TlsListener<L> {
             inner,
             acceptor: TlsAcceptor::from(config),
             handshakes: JoinSet::new(),
+            per_peer: HashMap::new(),
+        }
+    }
+
+    /// Starts the handshake of a connection from `peer`, or closes it when there is no room.
+    fn start(&mut self, io: L::Io, peer: SocketAddr) {
+        let pending = self.per_peer.entry(peer.ip()).or_default();
+        if *pending >= MAX_HANDSHAKES_PER_PEER || self.handshakes.len() >= MAX_HANDSHAKES {
+            tracing::debug!(%peer, "too many TLS handshakes under way; closing the new connection");
+            return;
+        }
+        *pending += 1;
+        let acceptor = self.acceptor.clone();
+        self.handshakes.spawn(async move {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+                Ok(Ok(stream)) => (peer, Some(stream)),
+                Ok(Err(error)) => {
+                    tracing::warn!(%peer, %error, "TLS handshake failed");
+                    (peer, None)
+                }
+                Err(_) => {
+                    tracing::warn!(%peer, "TLS handshake timed out");
+                    (peer, None)
+                }
+            }
+        });
+    }
+
+    fn ended(&mut self, peer: SocketAddr) {
+        if let Some(pending) = self.per_peer.get_mut(&peer.ip()) {
+            *pending -= 1;
+            if *pending == 0 {
+                self.per_peer.remove(&peer.ip());
+            }
         }
     }
 }
@@ -220,26 +263,16 @@ impl<L: Listener> Listener for TlsListener<L> {
     async fn accept(&mut self) -> io::Result<(Self::Io, SocketAddr)> {
         loop {
             tokio::select! {
-                accepted = self.inner.accept(), if self.handshakes.len() < MAX_HANDSHAKES => {
+                accepted = self.inner.accept() => {
                     let (io, peer) = accepted?;
-                    let acceptor = self.acceptor.clone();
-                    self.handshakes.spawn(async move {
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
-                            Ok(Ok(stream)) => Some((stream, peer)),
-                            Ok(Err(error)) => {
-                                tracing::warn!(%peer, %error, "TLS handshake failed");
-                                None
-                            }
-                            Err(_) => {
-                                tracing::warn!(%peer, "TLS handshake timed out");
-                                None
-                            }
-                        }
-                    });
+                    self.start(io, peer);
                 }
                 Some(ended) = self.handshakes.join_next() => {
-                    if let Ok(Some(accepted)) = ended {
-                        return Ok(accepted);
+                    if let Ok((peer, stream)) = ended {
+                        self.ended(peer);
+                        if let Some(stream) = stream {
+                            return Ok((stream, peer));
+                        }
                     }
                 }
             }

@@ -368,6 +368,7 @@ pub fn parse_read_query(
 pub fn serve_limits(settings: &geocount_model::HttpSettings) -> geocount_net::ServeLimits {
     geocount_net::ServeLimits {
         max_connections: settings.max_connections,
+        max_connections_per_peer: settings.max_connections_per_peer,
         header_read_timeout: std::time::Duration::from_millis(settings.header_read_timeout_ms),
         body_read_timeout: std::time::Duration::from_millis(settings.body_read_timeout_ms),
     }
