@@ -5,12 +5,15 @@
 # Usage: scripts/make-certs.sh OUT_DIR TOPOLOGY        every process of the topology file
 #        scripts/make-certs.sh OUT_DIR --names NAME...  the named processes only
 #
-# OUT_DIR gets ca.pem and ca-key.pem (an existing CA there is kept and signs the new
-# certificates), and per process <name>.pem and <name>-key.pem, where <name> is `global`,
-# `aggregator_<DC>` or `DC_<DC>_VAL_<n>`: `[tls] ca = "OUT_DIR/ca.pem"`, `cert_dir = "OUT_DIR"`.
+# OUT_DIR gets ca.pem, and per process <name>.pem and <name>-key.pem, where <name> is
+# `global`, `aggregator_<DC>` or `DC_<DC>_VAL_<n>`: `[tls] ca = "OUT_DIR/ca.pem"`,
+# `cert_dir = "OUT_DIR"`. The CA's key goes to CA_DIR (default OUT_DIR-ca, beside it), never
+# into OUT_DIR, which every process reads: keep it off the machines that run them. An existing
+# CA in CA_DIR is kept and signs the new certificates.
 # Certificates are valid for 127.0.0.1, ::1 and localhost, plus each of CERT_HOSTS (IP
-# addresses or DNS names, space-separated), for 825 days. Keys are EC P-256, readable by their
-# owner only. The topology's `shards` lists must each be on one line.
+# addresses or DNS names, space-separated), for 825 days, and each names its own process
+# (subject CN=<name> and the URI geocount:<name>). Keys are EC P-256, readable by their owner
+# only. The topology's `shards` lists must each be on one line.
 set -euo pipefail
 
 usage() {
@@ -43,7 +46,8 @@ else
     }' "$1")
 fi
 
-mkdir -p "$out"
+ca_dir=${CA_DIR:-${out%/}-ca}
+mkdir -p "$out" "$ca_dir"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 umask 077
@@ -64,27 +68,30 @@ keyUsage = critical, digitalSignature
 extendedKeyUsage = serverAuth
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
-subjectAltName = $sans
+subjectAltName = \$ENV::NODE_SANS
 EOF
 
 new_key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
 serial() { echo "0x$(openssl rand -hex 16)"; }
 
-if [[ ! -s $out/ca.pem || ! -s $out/ca-key.pem ]]; then
-  new_key "$out/ca-key.pem"
-  openssl req -new -key "$out/ca-key.pem" -subj "/CN=geocount local CA" -out "$work/ca.csr"
-  openssl x509 -req -in "$work/ca.csr" -signkey "$out/ca-key.pem" -days 3650 \
-    -set_serial "$(serial)" -extfile "$work/ext.cnf" -extensions ca -out "$out/ca.pem" 2>/dev/null
-  chmod 644 "$out/ca.pem"
-  echo "made CA $out/ca.pem"
+ca_key="$ca_dir/ca-key.pem"
+if [[ ! -s $ca_dir/ca.pem || ! -s $ca_key ]]; then
+  new_key "$ca_key"
+  openssl req -new -key "$ca_key" -subj "/CN=geocount local CA" -out "$work/ca.csr"
+  NODE_SANS=$sans openssl x509 -req -in "$work/ca.csr" -signkey "$ca_key" -days 3650 \
+    -set_serial "$(serial)" -extfile "$work/ext.cnf" -extensions ca -out "$ca_dir/ca.pem" 2>/dev/null
+  chmod 644 "$ca_dir/ca.pem"
+  echo "made CA $ca_dir/ca.pem (its key: $ca_key)"
 fi
+cp "$ca_dir/ca.pem" "$out/ca.pem"
+chmod 644 "$out/ca.pem"
 
 for name in "${names[@]}"; do
   new_key "$out/$name-key.pem"
   openssl req -new -key "$out/$name-key.pem" -subj "/CN=$name" -out "$work/$name.csr"
-  openssl x509 -req -in "$work/$name.csr" -CA "$out/ca.pem" -CAkey "$out/ca-key.pem" \
-    -days 825 -set_serial "$(serial)" -extfile "$work/ext.cnf" -extensions node \
-    -out "$out/$name.pem" 2>/dev/null
+  NODE_SANS="$sans,URI:geocount:$name" openssl x509 -req -in "$work/$name.csr" \
+    -CA "$ca_dir/ca.pem" -CAkey "$ca_key" -days 825 -set_serial "$(serial)" \
+    -extfile "$work/ext.cnf" -extensions node -out "$out/$name.pem" 2>/dev/null
   chmod 644 "$out/$name.pem"
 done
 echo "made ${#names[@]} certificate(s) in $out: ${names[*]}"

@@ -133,7 +133,24 @@ async fn certificates_from_the_script_are_accepted() {
     for name in ["global", "aggregator_USA_0", "DC_USA_0_VAL_0"] {
         assert!(certs.join(format!("{name}.pem")).exists(), "{name}");
         assert!(certs.join(format!("{name}-key.pem")).exists(), "{name}");
+        // Each certificate names its own process.
+        let sans = Command::new("openssl")
+            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+            .arg(certs.join(format!("{name}.pem")))
+            .output()
+            .unwrap();
+        let sans = String::from_utf8_lossy(&sans.stdout);
+        assert!(
+            sans.contains(&format!("URI:geocount:{name}")),
+            "{name}: {sans}"
+        );
     }
+    // The CA's key stays out of the directory every process reads.
+    assert!(
+        !certs.join("ca-key.pem").exists(),
+        "the CA key is in the certificate directory"
+    );
+    assert!(topology.dir().join("script-certs-ca/ca-key.pem").exists());
     let text = std::fs::read_to_string(&topology.path).unwrap();
     let settings = topology.topology.tls.as_ref().unwrap();
     let text = text
