@@ -198,7 +198,7 @@ type Handshake<Io> = (SocketAddr, Option<server::TlsStream<Io>>);
 /// The most handshakes one IP address may have under way at once: more from it are closed at
 /// once, so one host opening sockets and never finishing a handshake cannot hold every
 /// handshake place while the tiers' connections wait.
-const MAX_HANDSHAKES_PER_PEER: usize = 64;
+const MAX_HANDSHAKES_PER_PEER: usize = 256;
 
 /// The TLS side of a [`Listener`]: each accepted connection does its handshake in a task of its
 /// own (up to [`HANDSHAKE_TIMEOUT`]), so a slow or silent client never holds up the others; a
