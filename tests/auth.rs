@@ -32,6 +32,20 @@ fn topology(datacenters: &[(&str, usize)]) -> TestTopology {
     TestTopology::with_extra(datacenters, "restore_timeout_ms = 200", &auth_toml(SECRET))
 }
 
+/// Datacenter USA_0 of two shard nodes, with its aggregator and the global one.
+async fn datacenter_of_two() -> (TestTopology, [NodeProcess; 2], [NodeProcess; 2]) {
+    let t = topology(&[("USA_0", 2)]);
+    let aggregators = [
+        t.start_global_aggregator().await,
+        t.start_datacenter_aggregator("USA_0").await,
+    ];
+    let shards = [
+        t.start_shard("USA_0", 0).await,
+        t.start_shard("USA_0", 1).await,
+    ];
+    (t, aggregators, shards)
+}
+
 async fn status(api: &Api, method: Method, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
     let answer = api
         .send(method, path, headers, Vec::new())
@@ -42,13 +56,7 @@ async fn status(api: &Api, method: Method, path: &str, headers: &[(&str, &str)])
 
 #[tokio::test]
 async fn client_tokens_need_their_rights_and_refusals_change_nothing() {
-    let t = topology(&[("USA_0", 2)]);
-    let _global = t.start_global_aggregator().await;
-    let _aggregator = t.start_datacenter_aggregator("USA_0").await;
-    let shards = [
-        t.start_shard("USA_0", 0).await,
-        t.start_shard("USA_0", 1).await,
-    ];
+    let (t, _aggregators, shards) = datacenter_of_two().await;
     let anonymous = shards[0].api();
     let reader = shards[0].api().with_token(READER);
     let writer = shards[0].api().with_token(WRITER);
@@ -367,13 +375,7 @@ fn a_public_address_without_tokens_is_a_config_error() {
 /// the tenant's own first write.
 #[tokio::test]
 async fn idempotency_keys_are_scoped_by_the_token_that_sent_them() {
-    let t = topology(&[("USA_0", 2)]);
-    let _global = t.start_global_aggregator().await;
-    let _aggregator = t.start_datacenter_aggregator("USA_0").await;
-    let shards = [
-        t.start_shard("USA_0", 0).await,
-        t.start_shard("USA_0", 1).await,
-    ];
+    let (_topology, _aggregators, shards) = datacenter_of_two().await;
     let tenant_a = shards[0].api().with_token(WRITER);
     let tenant_b = shards[1].api().with_token(ADMIN);
     let reader = shards[0].api().with_token(READER);

@@ -508,6 +508,23 @@ mod tests {
         }
     }
 
+    /// One record of 200,000 counters: a few megabytes.
+    fn big_record() -> LogRecord {
+        LogRecord {
+            slots: (0..200_000)
+                .map(|n| {
+                    let id = CounterId::new(format!("counter-{n}")).unwrap();
+                    let state = geocount_model::SlotState {
+                        value: n,
+                        version: 1,
+                    };
+                    (id, state.into())
+                })
+                .collect(),
+            ..LogRecord::default()
+        }
+    }
+
     /// Segment 1 holding records `a` then `b`, synced.
     fn a_then_b(dir: &Path) -> Wal {
         let mut wal = create(dir, 1);
@@ -633,22 +650,7 @@ mod tests {
     fn segments_reserve_as_they_grow_and_close_at_their_last_record() {
         let dir = tempfile::tempdir().unwrap();
         let mut wal = create(dir.path(), 1);
-        let big = LogRecord {
-            slots: (0..200_000)
-                .map(|n| {
-                    let id = CounterId::new(format!("counter-{n}")).unwrap();
-                    (
-                        id,
-                        geocount_model::SlotState {
-                            value: n,
-                            version: 1,
-                        }
-                        .into(),
-                    )
-                })
-                .collect(),
-            ..LogRecord::default()
-        };
+        let big = big_record();
         let mut appended = 0;
         while wal.len() <= RESERVE_BYTES {
             wal.append(&big).unwrap();
@@ -826,19 +828,7 @@ mod tests {
     fn a_large_torn_record_is_cut_off() {
         let dir = tempfile::tempdir().unwrap();
         let mut wal = create(dir.path(), 1);
-        let big = LogRecord {
-            slots: (0..200_000)
-                .map(|n| {
-                    let id = CounterId::new(format!("counter-{n}")).unwrap();
-                    let state = geocount_model::SlotState {
-                        value: n,
-                        version: 1,
-                    };
-                    (id, state.into())
-                })
-                .collect(),
-            ..LogRecord::default()
-        };
+        let big = big_record();
         wal.append(&record("a", 1, 1)).unwrap();
         let first = wal.len();
         wal.append(&big).unwrap();
