@@ -40,7 +40,7 @@ async fn descriptions_at(api: &Api) -> Vec<VersionedDescription> {
     let request = SyncRequest {
         slots: None,
         descriptions: Some(Cursor::Start),
-        puller: None,
+        ..SyncRequest::default()
     };
     let body = postcard::to_allocvec(&request).unwrap();
     let answer = api.send(Method::POST, "/sync", &[], body).await.unwrap();

@@ -179,6 +179,54 @@ async fn a_lost_disk_restores_from_the_global_aggregator_when_the_datacenter_for
     let (status, answer) = dc.shards[0].api().add(&id, 1).await.unwrap();
     assert_eq!(status, 200, "{answer}");
     dc.every_tier_reads(&id, 58).await;
+    // The restarted peer's copy of the keys is not whole: keys the slot does not hold may be
+    // retries of writes it applied, refused until they would have expired, across restarts.
+    new_keys_are_refused_by_slot_0(&dc).await;
+    dc.shards[0].kill9();
+    dc.shards[0].restart().await;
+    new_keys_are_refused_by_slot_0(&dc).await;
+}
+
+/// Keyed writes with new keys: those whose key belongs to slot 0 are refused with 503 and
+/// `Retry-After`, the others are applied.
+async fn new_keys_are_refused_by_slot_0(dc: &Datacenter) {
+    let mut refused = 0;
+    for n in 0..24 {
+        let answer = dc.shards[0]
+            .api()
+            .send(
+                Method::PATCH,
+                &format!("/counter/fenced-{n}/write?op=INCREMENT"),
+                &[("Idempotency-Key", &format!("new-{n}-{}", rand_suffix()))],
+                r#"{"delta":1}"#.to_owned(),
+            )
+            .await
+            .unwrap();
+        let body = answer.json();
+        match answer.status.as_u16() {
+            200 => assert_eq!(body["slot"], "DC_USA_0_VAL_1", "{body}"),
+            503 => {
+                let error = body["error"].as_str().unwrap();
+                assert!(error.contains("idempotency keys"), "{body}");
+                let retry: u64 = answer.headers["retry-after"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!(retry > 500 && retry <= 600, "Retry-After {retry}");
+                refused += 1;
+            }
+            status => panic!("{status} {body}"),
+        }
+    }
+    assert!(refused > 0, "no key of the 24 belongs to slot 0");
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
 }
 
 /// No source holds the slot whole (the global aggregator is stopped): the node waits,
@@ -316,4 +364,63 @@ async fn a_slow_large_restore_waits_and_pages() {
     })
     .await;
     assert_eq!(health["status"], "ok");
+}
+
+/// A keyed write acknowledged before the disk was lost is answered as it was the first time
+/// when its client retries after the restore, and applied once: its key came back with the
+/// slot, from the peer that held a copy of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_retry_after_a_lost_disk_is_applied_once() {
+    let mut dc = Datacenter::start("restore_timeout_ms = 500").await;
+    let node = dc.shards[0].api();
+    let writes: Vec<(String, String)> = (0..COUNTERS)
+        .map(|n| (format!("retried-{n}"), format!("order-{n}")))
+        .collect();
+    let mut first = HashMap::new();
+    for (id, key) in &writes {
+        let (status, answer) = node
+            .write_keyed(id, serde_json::json!({"delta": 5}), key)
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        first.insert(id.clone(), answer);
+    }
+    let held = {
+        let (_, health) = node.get_json("/healthz").await;
+        health["counters"].as_u64().unwrap()
+    };
+    assert!(held > 5, "shard 0 took too few of the keyed writes: {held}");
+    let peer = dc.shards[1].api();
+    eventually(
+        Duration::from_secs(10),
+        "the peer holds shard 0 whole",
+        || {
+            let peer = peer.clone();
+            async move { (copy_len(&peer, "DC_USA_0_VAL_0").await? == held).then_some(()) }
+        },
+    )
+    .await;
+    dc.shards[0].kill9();
+    std::fs::remove_dir_all(dc.topology.shard_data_dir("USA_0", 0)).unwrap();
+    dc.shards[0].restart().await;
+    for (id, key) in &writes {
+        let (status, answer) = node
+            .write_keyed(id, serde_json::json!({"delta": 5}), key)
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(
+            answer, first[id],
+            "the retry of {id} is answered as the first write"
+        );
+    }
+    // Each slot's own value, read from its owner: a retry applied again shows at once.
+    for (id, _) in &writes {
+        let mut total = 0;
+        for shard in &dc.shards {
+            let (status, body) = shard.api().read(id).await;
+            if status == 200 {
+                total += body["value"].as_i64().unwrap();
+            }
+        }
+        assert_eq!(total, 5, "{id} counted once");
+    }
 }

@@ -14,6 +14,8 @@
 //! - [`counter`]: a counter's description (type, number of shards, window, creation time) and
 //!   its versioned form ([`VersionedDescription`]) that every node merges.
 //! - [`hlc`]: hybrid logical clock timestamps, the versions of descriptions.
+//! - [`idempotency`]: what a keyed write did ([`IdempotencyRecord`]), logged by its owner and
+//!   copied to its peers.
 //! - [`placement`]: consistent hashing of counters onto a datacenter's slots.
 //! - [`window`]: per-second hit buckets of a rolling window ([`Window`]).
 //! - [`unique`]: the HyperLogLog sketch of a unique counter's slot ([`UniqueSketch`]).
@@ -38,6 +40,7 @@ pub mod encode;
 pub mod error;
 pub mod hlc;
 pub mod id_table;
+pub mod idempotency;
 pub mod placement;
 pub mod slot;
 pub mod tls;
@@ -53,6 +56,7 @@ pub use counter_id::CounterId;
 pub use error::ModelError;
 pub use hlc::{Hlc, HlcTimestamp};
 pub use id_table::IdTable;
+pub use idempotency::IdempotencyRecord;
 pub use placement::Placement;
 pub use slot::{SlotId, SlotRecord, SlotState, max_slot_version, next_slot_version};
 pub use tls::TlsSettings;

@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{SlotRecord, VersionedDescription};
+use crate::{IdempotencyRecord, SlotRecord, VersionedDescription};
 
 /// The content type of postcard bodies.
 pub const POSTCARD_CONTENT_TYPE: &str = "application/x-postcard";
@@ -195,6 +195,9 @@ pub struct SyncRequest {
     /// The shard node pulling, if one is: which slot it serves and as which incarnation, so the
     /// datacenter aggregator can tell when two processes serve one slot at once.
     pub puller: Option<Puller>,
+    /// A shard node's idempotency keys recorded since this cursor (peers ask for them, to hand
+    /// them back to the owner should it lose its disk); `None` to skip them.
+    pub keys: Option<Cursor>,
 }
 
 /// A shard node announcing itself in its pulls.
@@ -273,6 +276,42 @@ pub struct SyncPage {
     /// To a shard node that announced itself: another process served its slot at the same
     /// time and this one is the newer, so it must take no writes until an operator stops one.
     pub conflict: Option<String>,
+    /// The idempotency keys asked for.
+    pub keys: Option<KeyPage>,
+}
+
+/// Idempotency keys a shard node recorded since the puller's cursor, oldest first.
+///
+/// The cursor is [`Cursor::Seq`] with the owner's key epoch and the number of the next record;
+/// a cursor of another epoch, or [`Cursor::Start`], gets every key the owner still retains.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KeyPage {
+    /// Each key (scoped by its token) with what its first write did.
+    pub keys: Vec<(String, IdempotencyRecord)>,
+    /// The cursor to ask from next time.
+    pub next: Cursor,
+    /// Whether the page reaches the owner's newest key.
+    pub caught_up: bool,
+    /// Whether the owner holds every key it recorded within the retention: not while it
+    /// restores its slot, nor after a restore that found no whole copy of its keys, until the
+    /// keys it may have lost have expired.
+    pub whole: bool,
+}
+
+/// One page of a peer's copy of a slot's idempotency keys, for a node restoring its own slot
+/// (`GET /slots/{slot}/keys?from=N&limit=M`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KeyCopy {
+    /// The slot.
+    pub slot: String,
+    /// The page's keys with their records.
+    pub keys: Vec<(String, IdempotencyRecord)>,
+    /// Whether the peer has held every key the owner retained since the peer started.
+    pub complete: bool,
+    /// Drawn at random when the peer process starts: pages of one answer all carry the same.
+    pub source_epoch: u64,
+    /// Where the next page starts (`from`); `None` on the last page.
+    pub next: Option<u64>,
 }
 
 /// One page of a source's copy of one slot, for a node restoring its own slot

@@ -11,6 +11,7 @@
 //! | `GET /counter/{id}/route` | the counter's slots in this datacenter and their nodes |
 //! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
 //! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
+//! | `GET /slots/{slot}/keys` | this node's copy of a peer slot's idempotency keys (for restores) |
 //! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
 //!
 //! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
@@ -38,15 +39,16 @@ use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
 use crate::commit::{Change, Command, WriteRequest, WriteResults};
+use crate::copies;
 use crate::error::ShardError;
 use crate::key_scope::KeyScope;
 use crate::requests::{parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op};
 use crate::restore::RestoreReport;
 use crate::routing::{FORWARDED_HEADER, ForwardError};
 use crate::server::NodeState;
-use geocount_model::wire::{BatchEntry, SlotCopy, SyncPage};
+use geocount_model::wire::BatchEntry;
 use geocount_sync::http::{self, RequestError, Routed, TokenName, WindowQuery};
-use geocount_sync::{DescriptionTable, Need, answer_slot_copy, answer_sync, parse_copy_query};
+use geocount_sync::{DescriptionTable, Need};
 
 pub use crate::requests::MAX_SHARDS_PER_COUNTER;
 
@@ -71,6 +73,8 @@ pub enum Route {
     Sync,
     /// `/slots/{slot}/copy`
     SlotCopy,
+    /// `/slots/{slot}/keys`
+    KeyCopy,
     /// `/healthz`
     Health,
     /// `/metrics`
@@ -90,6 +94,7 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/counter/{id}/route", Route::Route),
     ("/sync", Route::Sync),
     ("/slots/{slot}/copy", Route::SlotCopy),
+    ("/slots/{slot}/keys", Route::KeyCopy),
     ("/healthz", Route::Health),
     ("/metrics", Route::Metrics),
     ("/openapi.json", Route::OpenApi),
@@ -109,7 +114,7 @@ pub fn need(route: Route, forwarded: bool) -> Need {
         }
         Route::Create => Need::Right(Right::Admin),
         Route::Counter | Route::Route => Need::Right(Right::Read),
-        Route::Sync | Route::SlotCopy => Need::Cluster,
+        Route::Sync | Route::SlotCopy | Route::KeyCopy => Need::Cluster,
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
     }
 }
@@ -158,9 +163,12 @@ async fn dispatch(
         (Route::Batch, Method::POST, _, _) => batch(state, request).await,
         (Route::BatchItems, Method::POST, _, _) => batch_items(state, request).await,
         (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
-        (Route::Sync, Method::POST, _, _) => sync(state, request).await,
+        (Route::Sync, Method::POST, _, _) => copies::sync(state, request).await,
         (Route::SlotCopy, Method::GET, _, Some(slot)) => {
-            slot_copy(state, &slot, request.uri().query())
+            copies::slot_copy(state, &slot, request.uri().query())
+        }
+        (Route::KeyCopy, Method::GET, _, Some(slot)) => {
+            copies::key_copy(state, &slot, request.uri().query())
         }
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
@@ -181,7 +189,7 @@ async fn dispatch(
 fn served_while_restoring(route: Route, slot: Option<&str>, state: &NodeState) -> bool {
     match route {
         Route::Health | Route::Metrics | Route::OpenApi => true,
-        Route::SlotCopy => slot != Some(state.slot_name.as_str()),
+        Route::SlotCopy | Route::KeyCopy => slot != Some(state.slot_name.as_str()),
         _ => false,
     }
 }
@@ -740,71 +748,6 @@ fn route_answer(state: &NodeState, id: &CounterId) -> Response {
                 .collect(),
         },
     )
-}
-
-async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
-    let body = read_body(request, state.settings.max_body_bytes).await?;
-    let limit = state.sync.page_entries;
-    Ok(answer_sync(&body, |asked| SyncPage {
-        source: state.slot_name.clone(),
-        slots: asked.slots.map(|cursor| {
-            state
-                .table
-                .read()
-                .expect("slot table lock")
-                .page(&state.slot_name, cursor, limit)
-        }),
-        descriptions: asked.descriptions.map(|cursor| {
-            state
-                .descriptions
-                .read()
-                .expect("descriptions lock")
-                .page(cursor, limit)
-        }),
-        freshness: Vec::new(),
-        load: state.load.load(std::sync::atomic::Ordering::Relaxed),
-        incarnation: state.incarnation,
-        conflict: None,
-    }))
-}
-
-fn slot_copy(state: &NodeState, slot: &str, query: Option<&str>) -> Result<Response, ShardError> {
-    let (from, limit) = parse_copy_query(query, state.sync.page_entries)?;
-    let copy = if slot == state.slot_name {
-        // The owner holds its slot whole by definition.
-        let (entries, next) = state
-            .table
-            .read()
-            .expect("slot table lock")
-            .copy_page(from, limit);
-        SlotCopy {
-            slot: slot.to_owned(),
-            entries,
-            complete: true,
-            complete_as_of_ms: Some(state.clock.now_unix_ms()),
-            source_epoch: state.incarnation,
-            next,
-            owner_incarnation: state.incarnation,
-        }
-    } else {
-        let replicas = state.replicas.read().expect("replicas lock");
-        let index = replicas.slot_index(slot).ok_or_else(|| {
-            ShardError::NotFound(format!("slot {slot} is not of this datacenter"))
-        })?;
-        let (entries, next) = replicas.copy_page(index, from, limit);
-        let peer = state.sources.iter().find(|s| s.name() == slot);
-        let complete_as_of_ms = peer.and_then(|p| p.complete_as_of_ms());
-        SlotCopy {
-            slot: slot.to_owned(),
-            entries,
-            complete: complete_as_of_ms.is_some(),
-            complete_as_of_ms,
-            source_epoch: replicas.epoch(),
-            next,
-            owner_incarnation: peer.map_or(0, |p| p.incarnation()),
-        }
-    };
-    Ok(answer_slot_copy(&copy))
 }
 
 fn health(state: &NodeState) -> Response {

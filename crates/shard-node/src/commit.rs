@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::checkpoint::Checkpointer;
 use crate::error::{ShardError, StorageError};
 use crate::hot::{HotCounters, changed_description};
-use crate::idempotency::{IdempotencyCache, IdempotencyRecord};
+use crate::idempotency::{IdempotencyRecord, SharedKeys, asks_for, record_of};
 use crate::metrics::ShardMetrics;
 use crate::recovery::LogState;
 use crate::slot_table::{SharedSlotTable, SlotTable};
@@ -106,6 +106,17 @@ pub enum Command {
         /// Counters with their restored records.
         records: Vec<(CounterId, SlotRecord)>,
         /// Answered once the part is durable.
+        reply: oneshot::Sender<Result<(), StorageError>>,
+    },
+    /// Take in the slot's idempotency keys restored from its peers: logged and fsynced as one
+    /// record. `unknown_until_ms`: until when keys the restore did not find may still be
+    /// retried (`None`: a peer handed over a whole copy).
+    RestoreKeys {
+        /// Each key with its record.
+        keys: Vec<(Box<str>, IdempotencyRecord)>,
+        /// Until when a key not held may be a lost one.
+        unknown_until_ms: Option<u64>,
+        /// Answered once the keys are durable.
         reply: oneshot::Sender<Result<(), StorageError>>,
     },
     /// Periodic: flush in async mode, expire idempotency keys, start due checkpoints.
@@ -321,7 +332,8 @@ pub struct CommitContext {
 pub struct CommitLoop {
     shared: CommitContext,
     wal: Wal,
-    idempotency: IdempotencyCache,
+    /// Shared with the sync handler, which pages the keys to the slot's peers.
+    idempotency: SharedKeys,
     last_version: u64,
     /// The version of the group being staged.
     group_version: u64,
@@ -401,14 +413,28 @@ impl CommitLoop {
                 let _ = reply.send(self.restore(records));
                 false
             }
+            Command::RestoreKeys {
+                keys,
+                unknown_until_ms,
+                reply,
+            } => {
+                let keys = std::mem::take(keys);
+                let (done, _) = oneshot::channel();
+                let reply = std::mem::replace(reply, done);
+                let _ = reply.send(self.restore_keys(keys, *unknown_until_ms));
+                false
+            }
             _ => true,
         });
         let now_ms = self.shared.clock.now_unix_ms();
         // Every change of the group shares one version: versions then follow the clock however
         // many writes a millisecond brings, and a copy's version can be bounded by the clock.
         self.group_version = next_slot_version(self.last_version, now_ms);
-        if self.idempotency.expire(now_ms) > 0 {
-            self.pending.idempotency_expired_before_ms = self.idempotency.expired_before(now_ms);
+        {
+            let mut keys = self.idempotency.write().expect("idempotency lock");
+            if keys.expire(now_ms) > 0 {
+                self.pending.idempotency_expired_before_ms = keys.expired_before(now_ms);
+            }
         }
 
         let mut staged = Staged::default();
@@ -451,7 +477,10 @@ impl CommitLoop {
                             stage_description(&descriptions, &mut staged, description);
                         }
                     }
-                    Command::Tick | Command::Shutdown | Command::Restore { .. } => {}
+                    Command::Tick
+                    | Command::Shutdown
+                    | Command::Restore { .. }
+                    | Command::RestoreKeys { .. } => {}
                 }
             }
             for (id, slot) in &staged.slots {
@@ -519,12 +548,10 @@ impl CommitLoop {
     ) -> Result<SlotState, ShardError> {
         let id = write.id.as_str();
         if let Some(key) = &write.idempotency_key {
-            let first = staged
-                .idempotency
-                .get(key)
-                .or_else(|| self.idempotency.get(key));
+            let keys = self.idempotency.read().expect("idempotency lock");
+            let first = staged.idempotency.get(key).or_else(|| keys.get(key));
             if let Some(first) = first {
-                if first.matches(id, &write.change) {
+                if asks_for(first, id, &write.change) {
                     self.shared.metrics.idempotent_replays.inc();
                     return Ok(first.outcome);
                 }
@@ -535,9 +562,15 @@ impl CommitLoop {
                     write: first.describe_write(),
                 });
             }
+            if let Some(until) = keys.unknown_until(now_ms) {
+                let retry_secs = until.saturating_sub(now_ms).div_ceil(1000);
+                return Err(ShardError::KeysUnknown {
+                    retry_secs: u32::try_from(retry_secs).unwrap_or(u32::MAX),
+                });
+            }
             // A new key: held for the whole retention, so bounded.
             let limit = self.shared.settings.max_idempotency_keys;
-            if self.idempotency.len() + staged.idempotency.len() >= limit {
+            if keys.len() + staged.idempotency.len() >= limit {
                 return Err(ShardError::IdempotencyKeyLimit { limit });
             }
         }
@@ -612,7 +645,7 @@ impl CommitLoop {
             self.stage_unique_description(&write.id, staged, now_ms);
         }
         if let Some(key) = write.idempotency_key {
-            let record = IdempotencyRecord::new(&write.id, &write.change, next, now_ms);
+            let record = record_of(&write.id, &write.change, next, now_ms);
             staged.idempotency.insert(key, record);
         }
         Ok(next)
@@ -673,6 +706,30 @@ impl CommitLoop {
         Ok(())
     }
 
+    /// Logs and fsyncs the slot's restored keys, oldest first (the order they expire in), and
+    /// holds them.
+    fn restore_keys(
+        &mut self,
+        mut keys: Vec<(Box<str>, IdempotencyRecord)>,
+        unknown_until_ms: Option<u64>,
+    ) -> Result<(), StorageError> {
+        keys.sort_by_key(|(_, record)| record.created_at_ms);
+        let record = LogRecord {
+            idempotency: keys,
+            ..LogRecord::default()
+        };
+        self.wal.append(&record)?;
+        self.wal.sync()?;
+        let now_ms = self.shared.clock.now_unix_ms();
+        let mut held = self.idempotency.write().expect("idempotency lock");
+        for (key, entry) in record.idempotency {
+            held.insert(&key, entry.clone(), now_ms);
+            self.pending.idempotency_added.push((key, entry));
+        }
+        held.set_unknown_until(unknown_until_ms);
+        Ok(())
+    }
+
     /// Appends the group's record and, in sync durability, fsyncs it.
     fn make_durable(&mut self, record: &LogRecord) -> Result<(), StorageError> {
         if record.is_empty() {
@@ -717,8 +774,9 @@ impl CommitLoop {
             }
         }
         self.pending.descriptions.extend(record.descriptions);
+        let mut keys = self.idempotency.write().expect("idempotency lock");
         for (key, entry) in record.idempotency {
-            self.idempotency.insert(&key, entry.clone(), now_ms);
+            keys.insert(&key, entry.clone(), now_ms);
             self.pending.idempotency_added.push((key, entry));
         }
     }
@@ -900,7 +958,7 @@ fn refuse_fenced(group: Vec<Command>, reason: &str, metrics: &ShardMetrics) {
             Command::Create { reply, .. } => {
                 let _ = reply.send(Err(refusal()));
             }
-            Command::Restore { reply, .. } => {
+            Command::Restore { reply, .. } | Command::RestoreKeys { reply, .. } => {
                 let _ = reply.send(Err(StorageError::io(
                     "restoring the slot",
                     std::io::Error::other(reason.to_owned()),

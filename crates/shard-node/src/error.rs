@@ -109,6 +109,16 @@ pub enum ShardError {
     /// it takes no writes until an operator stops one of them.
     #[error("unavailable: {0}")]
     SlotServedTwice(String),
+    /// The slot was restored without a whole copy of its idempotency keys: a new key may be the
+    /// retry of a write applied before the disk was lost, so it is refused until every key
+    /// that could be lost has expired.
+    #[error(
+        "this slot was restored without a whole copy of its idempotency keys: a write with an Idempotency-Key it does not hold may retry one it applied, so it is refused for {retry_secs} s more, until shard.idempotency_retention_secs has passed since the restore; writes without a key are taken"
+    )]
+    KeysUnknown {
+        /// Seconds until the lost keys have expired.
+        retry_secs: u32,
+    },
     /// The node's slot is being restored from its datacenter: it takes no writes and serves no
     /// reads of the slot until the restored state is durable.
     #[error("restoring slot {slot} from the datacenter: {progress}")]
@@ -142,6 +152,7 @@ impl HttpError for ShardError {
             ShardError::Unavailable(_)
             | ShardError::Unreachable(_)
             | ShardError::Restoring { .. }
+            | ShardError::KeysUnknown { .. }
             | ShardError::SlotServedTwice(_) => StatusCode::SERVICE_UNAVAILABLE,
             ShardError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
             ShardError::TargetRefused { status, .. } => {
@@ -151,6 +162,9 @@ impl HttpError for ShardError {
     }
 
     fn retry_after_secs(&self) -> Option<u32> {
+        if let ShardError::KeysUnknown { retry_secs } = self {
+            return Some(*retry_secs);
+        }
         let unavailable = matches!(self, ShardError::TargetRefused { status: 503, .. });
         (matches!(self, ShardError::Restoring { .. }) || unavailable).then_some(1)
     }

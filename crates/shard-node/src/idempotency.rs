@@ -6,78 +6,59 @@
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
+use geocount_model::wire::{Cursor, KeyPage};
 use geocount_model::{CounterId, SlotState};
 use hashbrown::HashTable;
-use serde::{Deserialize, Serialize};
+
+pub use geocount_model::IdempotencyRecord;
 
 use crate::commit::Change;
+
+/// The keys, shared by the commit loop (their only writer) and the sync handler.
+pub type SharedKeys = std::sync::Arc<std::sync::RwLock<IdempotencyCache>>;
 
 /// The longest idempotency key accepted, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
 
-/// What the first write with a key did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IdempotencyRecord {
-    /// The counter it wrote (inline up to 24 bytes: no heap block of its own).
-    pub counter: CounterId,
-    /// The signed delta it applied (0 for an item).
-    pub delta: i64,
-    /// The hash of the item it added, for a unique counter.
-    pub item: Option<u64>,
-    /// The slot's state right after it: the answer every retry gets.
-    pub outcome: SlotState,
-    /// When it was applied, in unix milliseconds.
-    pub created_at_ms: u64,
+/// The record of a write to `counter` that made `change` and left the slot at `outcome`.
+pub fn record_of(
+    counter: &CounterId,
+    change: &Change,
+    outcome: SlotState,
+    created_at_ms: u64,
+) -> IdempotencyRecord {
+    let (delta, item) = key_parts(change);
+    IdempotencyRecord {
+        counter: counter.clone(),
+        delta,
+        item,
+        outcome,
+        created_at_ms,
+    }
 }
 
-impl IdempotencyRecord {
-    /// The record of a write to `counter` that made `change` and left the slot at `outcome`.
-    pub fn new(
-        counter: &CounterId,
-        change: &Change,
-        outcome: SlotState,
-        created_at_ms: u64,
-    ) -> Self {
-        let (delta, item) = match change {
-            Change::Delta(delta) => (*delta, None),
-            Change::Item { hash, .. } => (0, Some(*hash)),
-        };
-        Self {
-            counter: counter.clone(),
-            delta,
-            item,
-            outcome,
-            created_at_ms,
-        }
-    }
+/// Whether a retry of `change` to `counter` asks for the write `first` records.
+pub fn asks_for(first: &IdempotencyRecord, counter: &str, change: &Change) -> bool {
+    let (delta, item) = key_parts(change);
+    first.matches(counter, delta, item)
+}
 
-    /// Whether a retry asks for the same write.
-    pub fn matches(&self, counter: &str, change: &Change) -> bool {
-        self.counter.as_str() == counter
-            && match change {
-                Change::Delta(delta) => self.item.is_none() && self.delta == *delta,
-                Change::Item { hash, .. } => self.item == Some(*hash),
-            }
-    }
-
-    /// The first write, as a refusal names it: `delta 5`, or `an item`.
-    pub fn describe_write(&self) -> String {
-        match self.item {
-            Some(_) => "an item".to_owned(),
-            None => format!("delta {}", self.delta),
-        }
+/// What a record keeps of a change: its delta (0 for an item), and its item's hash.
+fn key_parts(change: &Change) -> (i64, Option<u64>) {
+    match change {
+        Change::Delta(delta) => (*delta, None),
+        Change::Item { hash, .. } => (0, Some(*hash)),
     }
 }
 
 /// The remembered keys, expiring in the order they were recorded.
 ///
-/// A key is held as a 128-bit keyed hash, not its bytes: two SipHash-1-3 digests under random
-/// keys chosen at startup, so no client can make two keys collide on purpose, and by chance two
-/// of even billions of keys collide with odds under 10^-20. Records are kept in one queue in the
-/// order recorded, which is both their store and the age order they expire in; a hash table
-/// maps each key to its record's number in the queue. A key costs one queue slot and one table
-/// slot, with no heap block of its own (ARCHITECTURE.md, "Tenth round"). The key strings stay
-/// in the log and the checkpoint store, which hash them again at startup.
+/// A key is found by a 128-bit keyed hash: two SipHash-1-3 digests under random keys chosen at
+/// startup, so no client can make two keys collide on purpose, and by chance two of even
+/// billions of keys collide with odds under 10^-20. Records are kept in one queue in the order
+/// recorded, which is their store, the age order they expire in, and the change stream the
+/// slot's peers pull ([`IdempotencyCache::page`]); a hash table maps each key's hash to its
+/// record's number in the queue.
 #[derive(Debug)]
 pub struct IdempotencyCache {
     /// Records in the order recorded, oldest first. A record whose key was recorded again
@@ -90,12 +71,19 @@ pub struct IdempotencyCache {
     index: HashTable<u64>,
     hashers: [std::hash::RandomState; 2],
     retention_ms: u64,
+    /// Drawn at startup: record numbers start again at 0 in every process, so a peer's cursor
+    /// from another process starts over.
+    epoch: u64,
+    /// Until when (unix ms) keys recorded before may be missing: the slot was restored
+    /// without a whole copy of its keys, or its restore has not brought them yet.
+    unknown_until_ms: Option<u64>,
 }
 
-/// One record and the hash of its key.
+/// One record, its key and the key's hash.
 #[derive(Debug)]
 struct Held {
-    key: KeyHash,
+    hash: KeyHash,
+    key: Box<str>,
     record: IdempotencyRecord,
 }
 
@@ -119,6 +107,8 @@ impl IdempotencyCache {
             index: HashTable::new(),
             hashers: [std::hash::RandomState::new(), std::hash::RandomState::new()],
             retention_ms,
+            epoch: rand::random(),
+            unknown_until_ms: None,
         }
     }
 
@@ -132,7 +122,7 @@ impl IdempotencyCache {
         let (held, popped) = (&self.held, self.popped);
         self.index
             .find(key.slot(), |&number| {
-                held[(number - popped) as usize].key == key
+                held[(number - popped) as usize].hash == key
             })
             .map(|&number| &held[(number - popped) as usize].record)
     }
@@ -142,15 +132,19 @@ impl IdempotencyCache {
         if record.created_at_ms + self.retention_ms <= now_ms {
             return;
         }
-        let key = self.hash(key);
+        let hash = self.hash(key);
         let number = self.popped + self.held.len() as u64;
-        self.held.push_back(Held { key, record });
+        self.held.push_back(Held {
+            hash,
+            key: key.into(),
+            record,
+        });
         let (held, popped) = (&self.held, self.popped);
         let record_of = |number: u64| &held[(number - popped) as usize];
         match self.index.entry(
-            key.slot(),
-            |&earlier| record_of(earlier).key == key,
-            |&other| record_of(other).key.slot(),
+            hash.slot(),
+            |&earlier| record_of(earlier).hash == hash,
+            |&other| record_of(other).hash.slot(),
         ) {
             // The earlier record stays queued, unindexed, until it expires.
             hashbrown::hash_table::Entry::Occupied(mut earlier) => *earlier.get_mut() = number,
@@ -171,7 +165,7 @@ impl IdempotencyCache {
                 break;
             }
             let number = self.popped;
-            if let Ok(indexed) = self.index.find_entry(oldest.key.slot(), |&n| n == number) {
+            if let Ok(indexed) = self.index.find_entry(oldest.hash.slot(), |&n| n == number) {
                 indexed.remove();
             }
             self.held.pop_front();
@@ -183,7 +177,7 @@ impl IdempotencyCache {
             self.held.shrink_to(self.held.len() * 3 / 2);
             let (held, popped) = (&self.held, self.popped);
             self.index
-                .shrink_to(0, |&n| held[(n - popped) as usize].key.slot());
+                .shrink_to(0, |&n| held[(n - popped) as usize].hash.slot());
         }
         dropped
     }
@@ -202,6 +196,59 @@ impl IdempotencyCache {
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
+
+    /// Keys recorded before may be missing until `until_ms` (`None`: every retained key is
+    /// here).
+    pub fn set_unknown_until(&mut self, until_ms: Option<u64>) {
+        self.unknown_until_ms = until_ms;
+    }
+
+    /// Until when a key that is not here may still have been recorded, at `now_ms` (`None`:
+    /// a key not here never was, within the retention).
+    pub fn unknown_until(&self, now_ms: u64) -> Option<u64> {
+        self.unknown_until_ms.filter(|&until| now_ms < until)
+    }
+
+    /// Up to `limit` records from record number `from` on (older ones have expired), oldest
+    /// first, and the number of the next one (`None` past the newest).
+    pub fn copy_page(
+        &self,
+        from: u64,
+        limit: usize,
+    ) -> (Vec<(String, IdempotencyRecord)>, Option<u64>) {
+        let start = from.max(self.popped);
+        let skip = (start - self.popped) as usize;
+        let keys: Vec<_> = self
+            .held
+            .iter()
+            .skip(skip)
+            .take(limit.max(1))
+            .map(|held| (held.key.to_string(), held.record.clone()))
+            .collect();
+        let next = start + keys.len() as u64;
+        let more = next < self.popped + self.held.len() as u64;
+        (keys, more.then_some(next))
+    }
+
+    /// The records recorded since `cursor`, for a peer's pull at `now_ms`: a cursor of another
+    /// process gets every record still retained.
+    pub fn page(&self, cursor: Cursor, limit: usize, now_ms: u64) -> KeyPage {
+        let from = match cursor {
+            Cursor::Seq { epoch, seq } if epoch == self.epoch => seq,
+            _ => 0,
+        };
+        let (keys, next) = self.copy_page(from, limit);
+        let end = self.popped + self.held.len() as u64;
+        KeyPage {
+            keys,
+            next: Cursor::Seq {
+                epoch: self.epoch,
+                seq: next.unwrap_or(end),
+            },
+            caught_up: next.is_none(),
+            whole: self.unknown_until(now_ms).is_none(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -213,7 +260,7 @@ mod tests {
             value: delta,
             version: 1,
         };
-        IdempotencyRecord::new(&id(counter), &Change::Delta(delta), outcome, at)
+        record_of(&id(counter), &Change::Delta(delta), outcome, at)
     }
 
     fn id(counter: &str) -> CounterId {
@@ -229,13 +276,13 @@ mod tests {
 
     #[test]
     fn an_item_matches_only_the_same_item() {
-        let first = IdempotencyRecord::new(&id("u"), &item("a"), SlotState::default(), 0);
-        assert!(first.matches("u", &item("a")));
-        assert!(!first.matches("u", &item("b")));
-        assert!(!first.matches("v", &item("a")));
-        assert!(!first.matches("u", &Change::Delta(0)));
+        let first = record_of(&id("u"), &item("a"), SlotState::default(), 0);
+        assert!(asks_for(&first, "u", &item("a")));
+        assert!(!asks_for(&first, "u", &item("b")));
+        assert!(!asks_for(&first, "v", &item("a")));
+        assert!(!asks_for(&first, "u", &Change::Delta(0)));
         assert_eq!(first.describe_write(), "an item");
-        assert!(!record("u", 1, 0).matches("u", &item("a")));
+        assert!(!asks_for(&record("u", 1, 0), "u", &item("a")));
     }
 
     #[test]
@@ -252,8 +299,8 @@ mod tests {
             "created at 0 has expired"
         );
         assert!(cache.get("a").is_none());
-        assert!(cache.get("b").unwrap().matches("c", &Change::Delta(2)));
-        assert!(!cache.get("b").unwrap().matches("c", &Change::Delta(3)));
+        assert!(asks_for(cache.get("b").unwrap(), "c", &Change::Delta(2)));
+        assert!(!asks_for(cache.get("b").unwrap(), "c", &Change::Delta(3)));
         assert_eq!(cache.expire(1500), 1);
         assert!(cache.is_empty());
     }
@@ -266,7 +313,7 @@ mod tests {
         assert_eq!(cache.len(), 1, "one key, held once");
         // The first record's time comes: the newer one stays.
         assert_eq!(cache.expire(1000), 1);
-        assert!(cache.get("a").unwrap().matches("c", &Change::Delta(5)));
+        assert!(asks_for(cache.get("a").unwrap(), "c", &Change::Delta(5)));
         assert_eq!(cache.len(), 1);
         assert_eq!(cache.expire(1500), 1);
         assert!(cache.is_empty());
@@ -282,7 +329,7 @@ mod tests {
         assert!(cache.get("k4999").is_none());
         for n in [5_000u64, 7_777, 9_999] {
             let held = cache.get(&format!("k{n}")).unwrap();
-            assert!(held.matches("c", &Change::Delta(n as i64)), "k{n}");
+            assert!(asks_for(held, "c", &Change::Delta(n as i64)), "k{n}");
         }
         assert_eq!(cache.len(), 5_000);
         // Every key stays found as the queue's room is handed back.
@@ -301,15 +348,40 @@ mod tests {
         }
         assert_eq!(cache.len(), keys.len());
         for (n, key) in keys.iter().enumerate() {
-            assert!(
-                cache
-                    .get(key)
-                    .unwrap()
-                    .matches("c", &Change::Delta(n as i64))
-            );
+            assert!(asks_for(
+                cache.get(key).unwrap(),
+                "c",
+                &Change::Delta(n as i64)
+            ));
         }
         assert!(cache.get("order-").is_none());
         assert!(cache.get("order-000000000").is_none());
+    }
+
+    #[test]
+    fn peers_page_through_the_keys_in_the_order_recorded() {
+        let mut cache = IdempotencyCache::new(1000);
+        for n in 0..5u64 {
+            cache.insert(&format!("k{n}"), record("c", n as i64, n * 100), n * 100);
+        }
+        let first = cache.page(Cursor::Start, 2, 0);
+        let names = |page: &KeyPage| page.keys.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&first), ["k0", "k1"]);
+        assert!(!first.caught_up);
+        let rest = cache.page(first.next, 10, 0);
+        assert_eq!(names(&rest), ["k2", "k3", "k4"]);
+        assert!(rest.caught_up);
+        assert!(cache.page(rest.next, 10, 0).keys.is_empty());
+        // Expired keys are behind every cursor; another process's cursor starts over.
+        assert_eq!(cache.expire(1150), 2);
+        assert_eq!(names(&cache.page(first.next, 10, 0)), ["k2", "k3", "k4"]);
+        let elsewhere = Cursor::Seq {
+            epoch: cache.epoch.wrapping_add(1),
+            seq: 4,
+        };
+        assert_eq!(names(&cache.page(elsewhere, 10, 0)), ["k2", "k3", "k4"]);
+        cache.insert("k5", record("c", 5, 1200), 1200);
+        assert_eq!(names(&cache.page(rest.next, 10, 0)), ["k5"]);
     }
 
     #[test]

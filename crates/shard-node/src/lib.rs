@@ -16,7 +16,8 @@
 //!   acknowledged.
 //!
 //! Replication and routing: [`replication`] pulls the peers' slots (replicas) and descriptions,
-//! [`restore`] rebuilds a lost disk's slot from the datacenter's copies, [`routing`] sends each
+//! [`restore`] rebuilds a lost disk's slot from the datacenter's copies and [`key_restore`] its
+//! idempotency keys from the peers' ([`copies`] serves both), [`routing`] sends each
 //! write to one of its counter's slots (consistent hashing) and [`hot`] spreads hot counters
 //! over more slots.
 //!
@@ -34,9 +35,11 @@ pub mod check;
 pub mod checkpoint;
 pub mod commit;
 pub mod config;
+pub mod copies;
 pub mod error;
 pub mod hot;
 pub mod idempotency;
+pub mod key_restore;
 pub mod key_scope;
 pub mod metrics;
 pub mod openapi;

@@ -1,6 +1,8 @@
 //! The shard node's OpenAPI document, served at `GET /openapi.json`.
 
-use geocount_sync::openapi::{header_param, id_param, required_query_param};
+use geocount_sync::openapi::{
+    header_param, id_param, path_param, query_param, required_query_param,
+};
 use geocount_sync::{ApiDoc, Operation};
 use serde_json::{Value, json};
 
@@ -173,6 +175,27 @@ pub fn document() -> ApiDoc {
             .errors(&[(400, "a bad id")]),
     )
     .replication(true)
+    .operation(
+        "/slots/{slot}/keys",
+        "get",
+        Operation::new(
+            "a page of this node's copy of a peer slot's idempotency keys (restoring that peer): \
+             the keys from record number `from` (0), at most `limit` (sync.page_entries); says \
+             whether the copy holds every key the peer retains, and where the next page starts",
+        )
+        .param(path_param(
+            "slot",
+            "a peer's slot name, DC_<DATACENTER>_VAL_<n>",
+        ))
+        .param(query_param("from", "integer", "where the page starts (0)"))
+        .param(query_param(
+            "limit",
+            "integer",
+            "how many keys the page holds",
+        ))
+        .postcard_answer(200, "KeyCopy")
+        .errors(&[(404, "a slot that is no peer of this node")]),
+    )
     .health_and_metrics("health: 503 while storage fails, with each pulled source's staleness")
 }
 

@@ -7,13 +7,13 @@
 //! middle of its restore resumes it rather than come back empty.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use geocount_model::ShardDefaults;
 
 use crate::config::RestoreMode;
 use crate::error::StorageError;
-use crate::idempotency::IdempotencyCache;
+use crate::idempotency::{IdempotencyCache, SharedKeys};
 use crate::slot_table::SlotTable;
 use crate::storage::Disk;
 use crate::store::{Checkpoint, Store};
@@ -44,7 +44,7 @@ pub struct LogState {
     /// A fresh log segment after the replayed ones.
     pub wal: Wal,
     /// Idempotency keys still within retention.
-    pub idempotency: IdempotencyCache,
+    pub idempotency: SharedKeys,
     /// What the log holds beyond the store: the next checkpoint must write it.
     pub pending: Checkpoint,
     /// The highest version of the slot so far.
@@ -53,6 +53,10 @@ pub struct LogState {
 
 /// The file whose presence says the slot's restore has not finished.
 pub const RESTORE_MARKER: &str = "restore.pending";
+
+/// The file holding until when (unix ms, in decimal) the slot may miss idempotency keys: it
+/// was restored without a whole copy of them.
+pub const KEYS_UNKNOWN_FILE: &str = "keys.unknown-until";
 
 /// The file holding the data directory's incarnation.
 pub const INCARNATION_FILE: &str = "incarnation";
@@ -113,6 +117,14 @@ pub fn recover(
         }
     }
 
+    // A slot still to restore holds none of its keys yet.
+    let unknown_until = if restore_pending {
+        Some(u64::MAX)
+    } else {
+        keys_unknown_until(&*disk, data_dir)?
+    };
+    idempotency.set_unknown_until(unknown_until);
+
     let newest = wal::replay(&*disk, data_dir, |record| {
         for (id, slot) in record.slots {
             if let Some(row) = table.apply_logged(id, slot) {
@@ -138,11 +150,43 @@ pub fn recover(
         incarnation,
         log: LogState {
             wal,
-            idempotency,
+            idempotency: Arc::new(RwLock::new(idempotency)),
             pending,
             last_version,
         },
     })
+}
+
+/// Records durably that keys recorded before `until_ms` may be missing, for a slot restored
+/// without a whole copy of them.
+pub fn record_unknown_keys(
+    disk: &dyn Disk,
+    data_dir: &Path,
+    until_ms: u64,
+) -> Result<(), StorageError> {
+    let path = data_dir.join(KEYS_UNKNOWN_FILE);
+    write_durably(disk, data_dir, &path, format!("{until_ms}\n").as_bytes())
+}
+
+/// Until when the slot may miss keys, if a restore recorded it.
+fn keys_unknown_until(disk: &dyn Disk, data_dir: &Path) -> Result<Option<u64>, StorageError> {
+    let path = data_dir.join(KEYS_UNKNOWN_FILE);
+    if !exists(disk, &path)? {
+        return Ok(None);
+    }
+    let text = disk
+        .read(&path)
+        .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
+    let until = std::str::from_utf8(&text)
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .ok_or_else(|| {
+            StorageError::io(
+                format!("reading {}", path.display()),
+                std::io::Error::other("not a time in unix milliseconds"),
+            )
+        })?;
+    Ok(Some(until))
 }
 
 /// Removes the restore marker durably: the restored state is durable, and a restart must not

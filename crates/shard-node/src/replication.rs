@@ -2,15 +2,16 @@
 //! loses its disk can restore from them) and new descriptions from its peers and its datacenter
 //! aggregator. Learned descriptions go through the commit loop, so they are durable here too.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use geocount_model::wire::{Puller, SyncPage, SyncRequest};
+use geocount_model::wire::{Cursor, KeyCopy, Puller, SyncPage, SyncRequest};
 use geocount_model::{Clock, SyncSettings, max_slot_version};
 use geocount_sync::{DescriptionTable, PageFence, PullSink, SlotCopies, SourceStatus};
 use tokio::sync::mpsc;
 
 use crate::commit::{Command, NodeHealth};
+use crate::idempotency::IdempotencyCache;
 use crate::metrics::{ShardMetrics, SourceLabel};
 
 /// Pulls one source (a peer shard node, or the datacenter aggregator for descriptions only).
@@ -30,6 +31,11 @@ pub struct PeerSink {
     /// For the datacenter aggregator: who this node is in its pulls, and where the conflict it
     /// reports goes.
     announce: Option<(Puller, Arc<NodeHealth>)>,
+    /// For a peer: its slot's idempotency keys, handed back to it should it lose its disk.
+    keys: Option<Mutex<IdempotencyCache>>,
+    /// Whether `keys` has held every key the peer retains: set once a pull reached the peer's
+    /// newest key while the peer held all of its own.
+    keys_complete: AtomicBool,
 }
 
 impl PeerSink {
@@ -57,6 +63,8 @@ impl PeerSink {
             max_clock_skew_ms: SyncSettings::default().max_clock_skew_ms,
             load: AtomicU64::new(u64::MAX),
             announce: None,
+            keys: None,
+            keys_complete: AtomicBool::new(false),
         }
     }
 
@@ -65,6 +73,27 @@ impl PeerSink {
     pub fn announcing(mut self, puller: Puller, health: Arc<NodeHealth>) -> Self {
         self.announce = Some((puller, health));
         self
+    }
+
+    /// Pulls and holds the peer's idempotency keys, each for `retention_ms`.
+    pub fn holding_keys(mut self, retention_ms: u64) -> Self {
+        self.keys = Some(Mutex::new(IdempotencyCache::new(retention_ms)));
+        self.status.get_mut().expect("status lock").keys = Some(Cursor::Start);
+        self
+    }
+
+    /// A page of the peer's keys held here: up to `limit` from number `from` on, saying
+    /// whether they are all the keys the peer retains (`None`: this source holds no keys).
+    pub fn key_copy(&self, from: u64, limit: usize, source_epoch: u64) -> Option<KeyCopy> {
+        let keys = self.keys.as_ref()?.lock().expect("keys lock");
+        let (page, next) = keys.copy_page(from, limit);
+        Some(KeyCopy {
+            slot: self.label.source.clone(),
+            keys: page,
+            complete: self.keys_complete.load(Ordering::Acquire),
+            source_epoch,
+            next,
+        })
     }
 
     /// Refuses descriptions versioned more than `max_clock_skew_ms` ahead of this node's clock
@@ -145,6 +174,17 @@ impl PullSink for PeerSink {
             }
             if page.incarnation != 0 {
                 self.incarnation.store(page.incarnation, Ordering::Relaxed);
+            }
+        }
+        if let (Some(held), Some(keys)) = (&self.keys, &page.keys) {
+            let now_ms = self.clock.now_unix_ms();
+            let mut held = held.lock().expect("keys lock");
+            held.expire(now_ms);
+            for (key, record) in &keys.keys {
+                held.insert(key, record.clone(), now_ms);
+            }
+            if keys.whole && keys.caught_up {
+                self.keys_complete.store(true, Ordering::Release);
             }
         }
         if let Some((puller, health)) = &self.announce {

@@ -169,6 +169,8 @@ pub struct RestoreRequest {
     pub slot: String,
     /// Every process holding a copy of it.
     pub sources: Vec<CopySource>,
+    /// The peers, which also hold copies of its idempotency keys.
+    pub key_sources: Vec<CopySource>,
     /// Its client (each page bounded by the client's timeout).
     pub client: HttpClient,
     /// Once one source handed over a complete copy, how long the others may go without
@@ -185,11 +187,10 @@ type Merged = Arc<Mutex<HashMap<CounterId, SlotRecord>>>;
 /// Gathers the slot from `request.sources` until at least one complete copy arrived, and
 /// returns the highest version of every counter received.
 pub async fn restore_slot(
-    request: RestoreRequest,
+    request: Arc<RestoreRequest>,
     progress: Arc<RestoreProgress>,
 ) -> HashMap<CounterId, SlotRecord> {
     let merged: Merged = Arc::default();
-    let request = Arc::new(request);
     let mut asks = JoinSet::new();
     for index in 0..request.sources.len() {
         asks.spawn(copy_from(
@@ -396,6 +397,7 @@ mod tests {
         let request = RestoreRequest {
             slot: "DC_A_VAL_0".into(),
             sources: Vec::new(),
+            key_sources: Vec::new(),
             client: HttpClient::new(Duration::from_secs(1)),
             settle: Duration::from_secs(1),
             max_clock_skew_ms: 60_000,

@@ -16,6 +16,8 @@ use crate::checkpoint::Checkpointer;
 use crate::commit::{Command, CommitContext, CommitLoop, NodeHealth};
 use crate::config::NodeConfig;
 use crate::error::StorageError;
+use crate::idempotency::SharedKeys;
+use crate::key_restore::restore_keys;
 use crate::metrics::ShardMetrics;
 use crate::recovery;
 use crate::replication::PeerSink;
@@ -63,6 +65,8 @@ pub struct NodeState {
     pub restore: Arc<RestoreProgress>,
     /// This data directory's incarnation, sent with every sync page.
     pub incarnation: u64,
+    /// The own slot's idempotency keys, paged to the peers.
+    pub keys: SharedKeys,
 }
 
 /// Recovers the node's state from its data directory on `storage`, serves `listener` until
@@ -128,6 +132,7 @@ pub async fn run<L: Listener>(
         config.data_dir.clone(),
         metrics.clone(),
     );
+    let keys = recovered.log.idempotency.clone();
     let commit_loop = CommitLoop::new(
         recovered.log,
         CommitContext {
@@ -165,7 +170,8 @@ pub async fn run<L: Listener>(
                 metrics.clone(),
                 clock.clone(),
             )
-            .with_max_clock_skew_ms(config.sync.max_clock_skew_ms),
+            .with_max_clock_skew_ms(config.sync.max_clock_skew_ms)
+            .holding_keys(settings.idempotency_retention_secs * 1000),
         );
         let every = Duration::from_millis(config.sync.peer_ms);
         pullers.push(spawn_puller(
@@ -241,14 +247,21 @@ pub async fn run<L: Listener>(
         access,
         restore: restore.clone(),
         incarnation,
+        keys,
     });
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, slot = %state.slot_name, incarnation = format!("{incarnation:016x}"), "serving");
     }
     let restorer = restore.is_restoring().then(|| {
+        let key_sources = copy_sources
+            .iter()
+            .filter(|source| state.sources.iter().any(|peer| peer.name() == source.name))
+            .cloned()
+            .collect();
         let request = RestoreRequest {
             slot: state.slot_name.clone(),
             sources: copy_sources,
+            key_sources,
             // A page of a copy is at most `sync.page_entries` counters, like a sync page.
             client: restore_client,
             settle: Duration::from_millis(config.settings.restore_timeout_ms),
@@ -256,11 +269,12 @@ pub async fn run<L: Listener>(
             clock: state.clock.clone(),
         };
         tokio::spawn(restore_then_take_writes(
-            request,
+            Arc::new(request),
             restore,
             commands.clone(),
             storage.clone(),
             config.data_dir.clone(),
+            config.settings.idempotency_retention_secs * 1000,
         ))
     });
     serve_with_limits(
@@ -321,15 +335,16 @@ const RESTORE_RECORD_WEIGHT: usize = 50_000;
 /// Restores the slot, makes it durable part by part through the commit loop, then clears the
 /// restore marker and lets writes in. A part the log refuses (a full disk) is tried again.
 async fn restore_then_take_writes(
-    request: RestoreRequest,
+    request: Arc<RestoreRequest>,
     progress: Arc<RestoreProgress>,
     commands: mpsc::Sender<Command>,
     storage: Storage,
     data_dir: std::path::PathBuf,
+    key_retention_ms: u64,
 ) {
     let started = tokio::time::Instant::now();
     let slot = request.slot.clone();
-    let restored = restore_slot(request, progress.clone()).await;
+    let restored = restore_slot(request.clone(), progress.clone()).await;
     progress.phase("writing");
     let counters = restored.len();
     let mut part = Vec::new();
@@ -349,6 +364,30 @@ async fn restore_then_take_writes(
             weight = 0;
         }
     }
+    progress.phase("gathering idempotency keys");
+    let keys = restore_keys(request.clone()).await;
+    let held = keys.keys.len();
+    let unknown_until_ms = (!keys.whole).then(|| request.clock.now_unix_ms() + key_retention_ms);
+    if let Some(until) = unknown_until_ms {
+        tracing::warn!(%slot, keys = held, "no peer holds a whole copy of the slot's idempotency keys: writes with keys it does not hold are refused for shard.idempotency_retention_secs");
+        loop {
+            let (disk, dir) = (storage.disk.clone(), data_dir.clone());
+            match storage
+                .blocking(move || recovery::record_unknown_keys(&*disk, &dir, until))
+                .await
+            {
+                Ok(()) => break,
+                Err(error) => {
+                    tracing::error!(%slot, %error, "cannot record that keys may be missing; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+    while let Err(error) = write_keys(&commands, keys.keys.clone(), unknown_until_ms).await {
+        tracing::error!(%slot, %error, "cannot log the restored idempotency keys; trying again");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     loop {
         let (disk, dir) = (storage.disk.clone(), data_dir.clone());
         match storage
@@ -363,7 +402,7 @@ async fn restore_then_take_writes(
         }
     }
     progress.finish();
-    tracing::info!(%slot, counters, seconds = started.elapsed().as_secs_f64(), "restored the slot from the datacenter; taking writes");
+    tracing::info!(%slot, counters, keys = held, seconds = started.elapsed().as_secs_f64(), "restored the slot from the datacenter; taking writes");
 }
 
 async fn write_part(
@@ -379,6 +418,29 @@ async fn write_part(
     };
     commands
         .send(Command::Restore { records, reply })
+        .await
+        .map_err(|_| stopped())?;
+    answer.await.map_err(|_| stopped())?
+}
+
+async fn write_keys(
+    commands: &mpsc::Sender<Command>,
+    keys: Vec<(Box<str>, geocount_model::IdempotencyRecord)>,
+    unknown_until_ms: Option<u64>,
+) -> Result<(), StorageError> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let stopped = || {
+        StorageError::io(
+            "restoring the idempotency keys",
+            std::io::Error::other("the node is stopping"),
+        )
+    };
+    commands
+        .send(Command::RestoreKeys {
+            keys,
+            unknown_until_ms,
+            reply,
+        })
         .await
         .map_err(|_| stopped())?;
     answer.await.map_err(|_| stopped())?

@@ -53,7 +53,7 @@ pub use replica::{
     DEFAULT_MAX_CLOCK_SKEW_MS, HeldCounter, PullSource, Pullers, Replica, SharedReplica, SlotHeard,
     SourceHealth, spawn_pullers, start_pulling, with_ranked, worst_staleness,
 };
-pub use serve::{answer_slot_copy, answer_sync, parse_copy_query};
+pub use serve::{answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query};
 pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight};
 pub use top_query::{TopQuery, parse_top_query, parse_trending_query};
 pub use topk::{LiveRanking, Ranked, RankedCounters, Scope, TopIndex};

@@ -86,6 +86,8 @@ pub struct SourceStatus {
     pub slots: Option<Cursor>,
     /// The description cursor, if descriptions are pulled.
     pub descriptions: Option<Cursor>,
+    /// The idempotency-key cursor, if keys are pulled (a shard node's peers pull them).
+    pub keys: Option<Cursor>,
     /// When (this node's clock, unix ms) the copy was last complete: every stream caught up,
     /// and for an aggregator source every one of its slots heard.
     pub complete_as_of_ms: Option<u64>,
@@ -113,6 +115,7 @@ impl SourceStatus {
             slots: self.slots,
             descriptions: self.descriptions,
             puller: None,
+            keys: self.keys,
         }
     }
 
@@ -127,6 +130,15 @@ impl SourceStatus {
         if let (Some(cursor), Some(p)) = (&mut self.descriptions, &page.descriptions) {
             *cursor = p.next;
             caught_up &= p.caught_up;
+        }
+        match (&mut self.keys, &page.keys) {
+            (Some(cursor), Some(p)) => {
+                *cursor = p.next;
+                caught_up &= p.caught_up;
+            }
+            // Keys asked of a source that does not keep them: the copy is not whole.
+            (Some(_), None) => caught_up = false,
+            _ => {}
         }
         self.last_heard_ms = Some(now_ms);
         self.last_error = None;

@@ -239,6 +239,8 @@ impl Replica {
             load: 0,
             incarnation: 0,
             conflict: None,
+            // Aggregators keep no idempotency keys: a shard node's peers do.
+            keys: None,
         }
     }
 
@@ -612,7 +614,7 @@ mod tests {
             &SyncRequest {
                 slots: None,
                 descriptions: Some(Cursor::Start),
-                puller: None,
+                ..SyncRequest::default()
             },
             "A",
             10,

@@ -1,6 +1,6 @@
 //! The server side of replication, shared by every tier's HTTP API.
 
-use geocount_model::wire::{POSTCARD_CONTENT_TYPE, SlotCopy, SyncPage, SyncRequest};
+use geocount_model::wire::{KeyCopy, POSTCARD_CONTENT_TYPE, SlotCopy, SyncPage, SyncRequest};
 use geocount_net::{Response, bytes_response, error_response};
 use hyper::StatusCode;
 
@@ -23,6 +23,11 @@ pub fn answer_sync(body: &[u8], build: impl FnOnce(&SyncRequest) -> SyncPage) ->
 
 /// Answers `GET /slots/{slot}/copy` with a [`SlotCopy`].
 pub fn answer_slot_copy(copy: &SlotCopy) -> Response {
+    postcard_response(copy)
+}
+
+/// Answers `GET /slots/{slot}/keys` with a [`KeyCopy`].
+pub fn answer_key_copy(copy: &KeyCopy) -> Response {
     postcard_response(copy)
 }
 
@@ -80,7 +85,7 @@ mod tests {
         let ok = postcard::to_allocvec(&SyncRequest {
             slots: Some(Cursor::Start),
             descriptions: None,
-            puller: None,
+            ..SyncRequest::default()
         })
         .unwrap();
         assert_eq!(answer_sync(&ok, build).status(), StatusCode::OK);

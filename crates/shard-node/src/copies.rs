@@ -1,0 +1,110 @@
+//! What a shard node hands the processes that hold copies of slots: its own slot's changes,
+//! descriptions and idempotency keys as sync pages (`POST /sync`), and, for a node restoring
+//! a lost slot, the copies it holds of it (`GET /slots/{slot}/copy`, `GET /slots/{slot}/keys`).
+
+use geocount_model::wire::{SlotCopy, SyncPage};
+use geocount_net::{Response, read_body};
+use geocount_sync::{answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query};
+use hyper::Request;
+use hyper::body::Incoming;
+
+use crate::error::ShardError;
+use crate::server::NodeState;
+
+/// `POST /sync`: what changed in the own slot, the descriptions and the keys since the
+/// puller's cursors.
+pub async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let limit = state.sync.page_entries;
+    Ok(answer_sync(&body, |asked| SyncPage {
+        source: state.slot_name.clone(),
+        slots: asked.slots.map(|cursor| {
+            state
+                .table
+                .read()
+                .expect("slot table lock")
+                .page(&state.slot_name, cursor, limit)
+        }),
+        descriptions: asked.descriptions.map(|cursor| {
+            state
+                .descriptions
+                .read()
+                .expect("descriptions lock")
+                .page(cursor, limit)
+        }),
+        freshness: Vec::new(),
+        load: state.load.load(std::sync::atomic::Ordering::Relaxed),
+        incarnation: state.incarnation,
+        conflict: None,
+        keys: asked.keys.map(|cursor| {
+            state.keys.read().expect("idempotency lock").page(
+                cursor,
+                limit,
+                state.clock.now_unix_ms(),
+            )
+        }),
+    }))
+}
+
+/// `GET /slots/{slot}/copy?from=N&limit=M`: a page of the own slot, or of this node's copy of a
+/// peer's, for a node restoring it.
+pub fn slot_copy(
+    state: &NodeState,
+    slot: &str,
+    query: Option<&str>,
+) -> Result<Response, ShardError> {
+    let (from, limit) = parse_copy_query(query, state.sync.page_entries)?;
+    let copy = if slot == state.slot_name {
+        // The owner holds its slot whole by definition.
+        let (entries, next) = state
+            .table
+            .read()
+            .expect("slot table lock")
+            .copy_page(from, limit);
+        SlotCopy {
+            slot: slot.to_owned(),
+            entries,
+            complete: true,
+            complete_as_of_ms: Some(state.clock.now_unix_ms()),
+            source_epoch: state.incarnation,
+            next,
+            owner_incarnation: state.incarnation,
+        }
+    } else {
+        let replicas = state.replicas.read().expect("replicas lock");
+        let index = replicas.slot_index(slot).ok_or_else(|| {
+            ShardError::NotFound(format!("slot {slot} is not of this datacenter"))
+        })?;
+        let (entries, next) = replicas.copy_page(index, from, limit);
+        let peer = state.sources.iter().find(|s| s.name() == slot);
+        let complete_as_of_ms = peer.and_then(|p| p.complete_as_of_ms());
+        SlotCopy {
+            slot: slot.to_owned(),
+            entries,
+            complete: complete_as_of_ms.is_some(),
+            complete_as_of_ms,
+            source_epoch: replicas.epoch(),
+            next,
+            owner_incarnation: peer.map_or(0, |p| p.incarnation()),
+        }
+    };
+    Ok(answer_slot_copy(&copy))
+}
+
+/// `GET /slots/{slot}/keys?from=N&limit=M`: this node's copy of a peer slot's idempotency
+/// keys, for that peer restoring its lost slot.
+pub fn key_copy(
+    state: &NodeState,
+    slot: &str,
+    query: Option<&str>,
+) -> Result<Response, ShardError> {
+    let (from, limit) = parse_copy_query(query, state.sync.page_entries)?;
+    let source_epoch = state.replicas.read().expect("replicas lock").epoch();
+    let copy = state
+        .sources
+        .iter()
+        .find(|source| source.name() == slot)
+        .and_then(|peer| peer.key_copy(from, limit, source_epoch))
+        .ok_or_else(|| ShardError::NotFound(format!("slot {slot} is no peer of this node")))?;
+    Ok(answer_key_copy(&copy))
+}
