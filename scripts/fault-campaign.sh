@@ -15,7 +15,11 @@
 #      the data directory aside, start the node) restores it whole;
 #   9. a second node is started for a slot already served (a topology copy giving it another
 #      address): it and the datacenter aggregator report the conflict and it takes no writes;
-#  10. the global aggregator is restarted.
+#  10. the global aggregator is restarted;
+#  11. a shard node is flooded with idle connections from one other address (127.0.0.2):
+#      its pulls and its writes go on, and global reads stay fresh;
+#  12. the global aggregator is stormed with 4 loops of the worst-case top-K scan: its reads
+#      keep answering, never 503 (stale).
 # During each fault, marker writes (+1, each with its own Idempotency-Key) go through every
 # datacenter; after each heal the unacknowledged ones are retried with the same keys and every
 # datacenter aggregator and the global aggregator are polled until they show exactly the
@@ -248,7 +252,7 @@ while [[ ! -s "$run/load.pid" ]]; do sleep 0.01; done
 load_pid=$(cat "$run/load.pid")
 started=$(now_ms)
 faults=()      # "name|converged ms"
-gap=$(((duration - 30) / 10))
+gap=$(((duration - 30) / 12))
 
 at() { # waits until $1 seconds after the load started
     local wait_ms=$((started + $1 * 1000 - $(now_ms)))
@@ -418,6 +422,34 @@ sleep "$fault_window"
 start global
 record "restart the global aggregator" "$(now_ms)"
 
+at $((8 + 10 * gap))
+echo "fault 11: flood DC_USA_0_VAL_0 with 3000 idle connections from 127.0.0.2 for ${fault_window} s"
+"$bins/geoctl" --config "$topology" storm connections --target "${addr_of[DC_USA_0_VAL_0]}" \
+    --connections 3000 --from 127.0.0.2 --duration-secs "$fault_window" > "$run/flood.out" 2>&1 &
+flood_pid=$!
+sleep 1
+write_markers flood
+fresh_reads() { # global reads without allow_partial are never stale (503) for 2 s
+    local end=$(($(now_ms) + 2000)) code
+    while (($(now_ms) < end)); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://$global/counter/campaign-flood" || true)
+        [[ $code == 200 || $code == 404 ]] || { echo "  global read answered $code during the flood"; return 1; }
+        sleep 0.1
+    done
+}
+check "global reads stay fresh during the flood" fresh_reads
+wait "$flood_pid" || true
+echo "  $(cat "$run/flood.out")"
+record "flood a shard node with connections" "$(now_ms)"
+
+at $((8 + 11 * gap))
+echo "fault 12: 4 loops of the worst-case top-K at the global aggregator for ${fault_window} s"
+write_markers scan-storm
+check "the global aggregator answers every read during the scans" \
+    "$bins/geoctl" --config "$topology" storm scans --loops 4 --probe campaign-scan-storm \
+    --duration-secs "$fault_window"
+record "scan storm at the global aggregator" "$(now_ms)"
+
 wait "$load_waiter"
 load_status=$(cat "$run/load.status" 2>/dev/null || echo "unknown")
 load_pid=""
@@ -439,7 +471,7 @@ marker_lost=0
 marker_doubled=0
 marker_acked_total=0
 for fault in kill9 agg-restart sigstop cut disk-full lost-disk restore-crash corrupt-log \
-    second-node global-restart; do
+    second-node global-restart flood scan-storm; do
     [[ $fault == disk-full ]] && ((!disk_fault)) && continue
     expected=$((markers_per_dc * ${#datacenters[@]}))
     marker_acked_total=$((marker_acked_total + expected))

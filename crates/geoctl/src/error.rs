@@ -83,6 +83,12 @@ pub enum GeoctlError {
         /// Writes sent.
         sent: u64,
     },
+    /// The global aggregator answered reads 503 (stale) during a scan storm.
+    #[error("the global aggregator answered {refused} of the probe reads 503 during the scans")]
+    StaleUnderScans {
+        /// How many probe reads were answered 503.
+        refused: u64,
+    },
     /// Standard output could not be written (e.g. a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),

@@ -8,7 +8,9 @@
 //!   - [`cmd::incr`]: one write through a random shard node;
 //!   - [`cmd::lag`]: measure how long a write takes to show at the global aggregator;
 //!   - [`cmd::load`]: drive writes at the cluster and measure throughput, latency, lag under
-//!     load, and that the global totals are exact.
+//!     load, and that the global totals are exact;
+//!   - [`cmd::storm`]: flood a node with idle connections, or the global aggregator with
+//!     scans, as the fault campaign does.
 //! - [`error`]: this crate's error enum ([`GeoctlError`]).
 //! - [`load`]: the parts of `geoctl load` (workload, pacing, sending, tallies, probes,
 //!   exactness, report, plot, progress bar).
@@ -44,6 +46,8 @@ pub enum Command {
     Lag(cmd::lag::LagOptions),
     /// Drive writes at the cluster and measure it.
     Load(cmd::load::LoadOptions),
+    /// Flood a node with connections or scans.
+    Storm(cmd::storm::StormOptions),
 }
 
 /// Loads the topology file `config` and runs `command`, printing to `out`; every request
@@ -61,6 +65,7 @@ pub async fn run(
         Command::Incr(options) => cmd::incr::run(&cluster, options, out).await,
         Command::Lag(options) => cmd::lag::run(&cluster, options, out).await.map(drop),
         Command::Load(options) => cmd::load::run(&cluster, options, out).await.map(drop),
+        Command::Storm(options) => cmd::storm::run(&cluster, options, out).await,
     }?;
     out.flush()?;
     Ok(())

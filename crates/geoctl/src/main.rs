@@ -1,4 +1,4 @@
-//! `geoctl [--config FILE] get|create|incr|lag|load ...`: parses flags and calls the library.
+//! `geoctl [--config FILE] get|create|incr|lag|load|storm ...`: parses flags and calls the library.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ use geoctl::cmd::load::{
     DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY as DEFAULT_LOAD_CONCURRENCY, DEFAULT_COUNTERS,
     DEFAULT_DURATION_SECS, DEFAULT_ZIPF_EXPONENT, LoadOptions, MAX_BATCH_SIZE,
 };
+use geoctl::cmd::storm::{StormKind, StormOptions};
 use geoctl::load::route::WriteRoute;
 use geoctl::load::workload::{KeyDistribution, WritePath};
 
@@ -156,6 +157,47 @@ enum Sub {
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
     },
+    /// Flood a node as a careless or hostile client would: idle connections held open, or
+    /// scans at the global aggregator with probe reads meanwhile (exits 1 if a probe read is
+    /// answered 503).
+    Storm {
+        #[command(subcommand)]
+        storm: StormSub,
+        /// How long the storm lasts, in seconds.
+        #[arg(long, value_name = "S", default_value_t = 10, global = true,
+              value_parser = clap::value_parser!(u64).range(1..=3_600))]
+        duration_secs: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum StormSub {
+    /// Hold idle TCP connections to one node, opening a new one whenever it closes one.
+    Connections {
+        /// The node's address.
+        #[arg(long, value_name = "HOST:PORT")]
+        target: std::net::SocketAddr,
+        /// How many to hold at once.
+        #[arg(long, value_name = "N", default_value_t = 2_000,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..=60_000))]
+        connections: usize,
+        /// The local address they come from (127.0.0.2 makes one host of them).
+        #[arg(long, value_name = "IP", default_value = "127.0.0.2")]
+        from: std::net::IpAddr,
+    },
+    /// Loops of a scan at the global aggregator, reading one counter ten times a second.
+    Scans {
+        /// How many loops run at once.
+        #[arg(long, value_name = "N", default_value_t = 4,
+              value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
+        loops: usize,
+        /// The path each loop asks for.
+        #[arg(long, value_name = "PATH", default_value = geoctl::cmd::storm::DEFAULT_SCAN_PATH)]
+        path: String,
+        /// The counter the probe reads.
+        #[arg(long, value_name = "ID")]
+        probe: String,
+    },
 }
 
 /// `--distribution`.
@@ -250,6 +292,26 @@ impl From<Sub> for Command {
                 json,
                 plot,
                 progress: std::io::stdout().is_terminal(),
+            }),
+            Sub::Storm {
+                storm,
+                duration_secs,
+            } => Command::Storm(StormOptions {
+                duration_secs,
+                kind: match storm {
+                    StormSub::Connections {
+                        target,
+                        connections,
+                        from,
+                    } => StormKind::Connections {
+                        target,
+                        connections,
+                        from,
+                    },
+                    StormSub::Scans { loops, path, probe } => {
+                        StormKind::Scans { loops, path, probe }
+                    }
+                },
             }),
         }
     }

@@ -6,3 +6,4 @@ pub mod get;
 pub mod incr;
 pub mod lag;
 pub mod load;
+pub mod storm;
