@@ -1,9 +1,10 @@
 //! `geocount-bench [--quick] [--steps ...] [--out FILE]`: the benchmark of issue #6, run by
 //! `scripts/bench.sh`. It measures Redis (the peer), a bare hyper server (the ceiling for HTTP
 //! on this machine), one geocount shard node, the growth curve, the whole cluster of
-//! `config/local.toml` and memory per counter, all on this machine in one go, prints one
-//! Markdown table (each geocount figure beside its peer, as a ratio from the same run) and saves
-//! it with every sample as JSON.
+//! `config/local.toml`, memory per counter, a lost slot's restore and global reads while
+//! rankings scan every counter, all on this machine in one go, prints one Markdown table (each
+//! geocount figure beside its peer, as a ratio from the same run) and saves it with every sample
+//! as JSON.
 
 mod batch;
 mod figure;

@@ -6,6 +6,8 @@
 //! - A datacenter is stale when its staleness is unknown or above `max_staleness_ms`; stale
 //!   datacenters refuse the answer (503 naming them) unless `allow_partial=true`, which answers
 //!   with `complete: false` and ranks their last known values.
+//! - A ranking the index's leaders cannot answer is a scan of every counter, run off the
+//!   runtime a run of counters per hold of the replica's lock ([`geocount_sync::Scans`]).
 //! - Unique counters are left out (their values are estimates of distinct items).
 
 use geocount_sync::http::{Named, WindowQuery};
