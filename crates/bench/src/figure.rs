@@ -12,6 +12,8 @@ pub enum Unit {
     Ms,
     /// Bytes.
     Bytes,
+    /// A count of events.
+    Count,
 }
 
 /// The repeats of one measurement.
@@ -70,6 +72,7 @@ pub fn show_value(unit: Unit, value: f64) -> String {
         Unit::Ms if value >= 100.0 => format!("{value:.0} ms"),
         Unit::Ms => format!("{value:.2} ms"),
         Unit::Bytes => format!("{value:.0} B"),
+        Unit::Count => format!("{value:.0}"),
     }
 }
 
@@ -79,6 +82,8 @@ pub fn show_value(unit: Unit, value: f64) -> String {
 pub enum Goal {
     /// The ratio geocount / peer (medians) must be at least this.
     RatioAtLeast(f64),
+    /// The ratio geocount / peer (medians) must be at most this.
+    RatioAtMost(f64),
     /// The figure's median must be below this.
     Below(f64),
     /// The figure's median must be at least this.
@@ -133,6 +138,7 @@ impl Row {
             .map(|(_, p)| geocount.median / p.median);
         let holds = goal.as_ref().map(|goal| match *goal {
             Goal::RatioAtLeast(least) => ratio.is_some_and(|r| r >= least),
+            Goal::RatioAtMost(most) => ratio.is_some_and(|r| r <= most),
             Goal::Below(limit) => geocount.median < limit,
             Goal::AtLeast(least) => geocount.median >= least,
         });
@@ -152,6 +158,7 @@ impl Row {
         match &self.goal {
             None => "—".to_owned(),
             Some(Goal::RatioAtLeast(r)) => format!("≥ {r}×"),
+            Some(Goal::RatioAtMost(r)) => format!("≤ {r}×"),
             Some(Goal::Below(v)) => format!("< {}", show_value(self.geocount.unit, *v)),
             Some(Goal::AtLeast(v)) => format!("≥ {}", show_value(self.geocount.unit, *v)),
         }

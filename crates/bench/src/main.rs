@@ -1,15 +1,17 @@
 //! `geocount-bench [--quick] [--steps ...] [--out FILE]`: the benchmark of issue #6, run by
 //! `scripts/bench.sh`. It measures Redis (the peer), a bare hyper server (the ceiling for HTTP
 //! on this machine), one geocount shard node, the growth curve, the whole cluster of
-//! `config/local.toml` and memory per counter, all on this machine in one go, prints one
-//! Markdown table (each geocount figure beside its peer, as a ratio from the same run) and saves
-//! it with every sample as JSON.
+//! `config/local.toml`, memory per counter, a lost slot's restore and global reads while
+//! rankings scan every counter, all on this machine in one go, prints one Markdown table (each
+//! geocount figure beside its peer, as a ratio from the same run) and saves it with every sample
+//! as JSON.
 
 mod batch;
 mod figure;
 mod procs;
 mod redis;
 mod restore;
+mod scan;
 mod steps;
 mod topo;
 mod wrk;
@@ -72,6 +74,8 @@ enum Step {
     Memory,
     /// How long a lost slot takes to restore from its datacenter.
     Restore,
+    /// Global reads while rankings scan every counter.
+    Scan,
 }
 
 /// Everything the run measured.
@@ -91,6 +95,7 @@ struct Results {
     cluster: Option<ClusterFigures>,
     memory: Option<MemoryFigures>,
     restore: Option<restore::RestoreFigures>,
+    scan: Option<scan::ScanFigures>,
     /// Steps that failed, with their errors (the others are still reported).
     failures: Vec<String>,
 }
@@ -320,6 +325,13 @@ fn rows(results: &Results) -> Vec<Row> {
             cluster.ceiling_reads_loaded.p99.clone(),
             Some(Goal::Below(5.0)),
         ));
+        rows.push(Row::against(
+            "the same, global read p99 against the hyper ceiling's under the same writes",
+            cluster.reads_loaded.p99.clone(),
+            "hyper ceiling read p99 under the same writes",
+            cluster.ceiling_reads_loaded.p99.clone(),
+            Some(Goal::RatioAtMost(1.5)),
+        ));
         // Whether any server's reads could meet 5 ms while these writes run on the same cores:
         // the bare hyper server, read by the same wrk under the same load, in turns.
         rows.push(Row::alone(
@@ -336,6 +348,30 @@ fn rows(results: &Results) -> Vec<Row> {
             "the same, visibility lag p99",
             cluster.lag_p99.clone(),
             Some(Goal::Below(400.0)),
+        ));
+    }
+    if let Some(scan) = &results.scan {
+        rows.push(Row::against(
+            format!(
+                "scan: global read p99 (wrk -t2 -c64) while {} loops ask {} over {} counters",
+                scan::SCAN_LOOPS,
+                scan::WORST_SCAN,
+                scan.counters
+            ),
+            scan.reads_scanning.p99.clone(),
+            "the same reads, idle",
+            scan.reads_idle.p99.clone(),
+            Some(Goal::RatioAtMost(10.0)),
+        ));
+        rows.push(Row::alone(
+            "the same, reads refused (non-2xx: 503 stale) over the runs",
+            Figure::new(Unit::Count, vec![scan.reads_scanning.errors as f64]),
+            Some(Goal::Below(1.0)),
+        ));
+        rows.push(Row::alone(
+            "the same, rankings answered (the rest refused with 429 past http.max_concurrent_scans)",
+            Figure::new(Unit::Count, vec![scan.scans_answered as f64]),
+            None,
         ));
     }
     if let Some(restore) = &results.restore {
@@ -424,6 +460,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cluster: None,
         memory: None,
         restore: None,
+        scan: None,
         failures: Vec::new(),
     };
     if wants(Step::Redis) {
@@ -480,6 +517,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             &mut results.failures,
             "restore",
             restore::restore(&plan, &dir, &bin_dir).await,
+        );
+    }
+    if wants(Step::Scan) {
+        println!("step 7: global reads while rankings scan every counter");
+        results.scan = kept(
+            &mut results.failures,
+            "scan",
+            scan::scan(&plan, &dir, &bin_dir).await,
         );
     }
     results.rows = rows(&results);

@@ -54,7 +54,7 @@ async fn health(address: std::net::SocketAddr) -> Option<(u16, serde_json::Value
 }
 
 /// Waits until `address` answers `/healthz` with `counters` of at least `want`.
-async fn holds(address: std::net::SocketAddr, want: usize, what: &str) -> anyhow::Result<()> {
+pub async fn holds(address: std::net::SocketAddr, want: usize, what: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         if let Some((_, body)) = health(address).await

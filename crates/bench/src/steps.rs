@@ -146,7 +146,8 @@ pub struct WrkFigures {
 }
 
 impl WrkFigures {
-    fn new(runs: Vec<WrkRun>) -> Self {
+    /// The figures of `runs` (at least one).
+    pub fn new(runs: Vec<WrkRun>) -> Self {
         let of = |unit, f: fn(&WrkRun) -> f64| Figure::new(unit, runs.iter().map(f).collect());
         Self {
             rate: of(Unit::PerSec, |r| r.requests_per_sec),

@@ -23,7 +23,6 @@ use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
 use geocount_sync::{
     Need, SourceHealth, answer_slot_copy, parse_copy_query, parse_top_query, parse_trending_query,
-    with_ranked,
 };
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -101,8 +100,8 @@ async fn dispatch(
 ) -> Result<Response, AggregatorError> {
     match (route, request.method(), id, slot) {
         (Route::Counter, &Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
-        (Route::TopK, &Method::GET, _, _) => top_k(state, request.uri().query()),
-        (Route::Trending, &Method::GET, _, _) => trending(state, request.uri().query()),
+        (Route::TopK, &Method::GET, _, _) => top_k(state, request.uri().query()).await,
+        (Route::Trending, &Method::GET, _, _) => trending(state, request.uri().query()).await,
         (Route::Sync, &Method::POST, _, _) => Ok(sync(state, request).await?),
         (Route::SlotCopy, &Method::GET, _, Some(slot)) => {
             slot_copy(state, slot, request.uri().query())
@@ -149,17 +148,22 @@ fn read(
     Ok(json_response(StatusCode::OK, &reading))
 }
 
-fn top_k(state: &AggregatorState, query: Option<&str>) -> Result<Response, AggregatorError> {
+async fn top_k(state: &AggregatorState, query: Option<&str>) -> Result<Response, AggregatorError> {
     let now_ms = state.clock.now_unix_ms();
     let query = parse_top_query(query, now_ms / 1000, |_, _| Ok(false))?;
+    let (prefix, k, window) = (&query.prefix, query.k, query.window);
+    let ask = |replica: &_| trends::ranking(replica, prefix, k, None, window);
+    let lists = state.scans.rank(&state.replica, now_ms / 1000, ask).await?;
     let slots = state.slot_names.len();
-    let answer = with_ranked(&state.replica, now_ms / 1000, |replica| {
-        trends::top_k(replica, slots, query, now_ms)
-    });
+    let replica = state.replica.read().expect("replica lock");
+    let answer = trends::top_k(&replica, slots, query, lists, now_ms);
     Ok(json_response(StatusCode::OK, &answer))
 }
 
-fn trending(state: &AggregatorState, query: Option<&str>) -> Result<Response, AggregatorError> {
+async fn trending(
+    state: &AggregatorState,
+    query: Option<&str>,
+) -> Result<Response, AggregatorError> {
     let now_ms = state.clock.now_unix_ms();
     let prefix = parse_trending_query(query, |_, _| Ok(false))?;
     let trending = &state.config.trending;
@@ -170,10 +174,12 @@ fn trending(state: &AggregatorState, query: Option<&str>) -> Result<Response, Ag
         seconds: trending.window_seconds,
         at: now_ms / 1000,
     };
+    let min = Some(i128::from(threshold));
+    let ask = |replica: &_| trends::ranking(replica, &prefix, usize::MAX, min, Some(window));
+    let lists = state.scans.rank(&state.replica, now_ms / 1000, ask).await?;
     let slots = state.slot_names.len();
-    let answer = with_ranked(&state.replica, now_ms / 1000, |replica| {
-        trends::trending(replica, slots, prefix, threshold, window, now_ms)
-    });
+    let replica = state.replica.read().expect("replica lock");
+    let answer = trends::trending(&replica, slots, (prefix, threshold), window, lists, now_ms);
     Ok(json_response(StatusCode::OK, &answer))
 }
 

@@ -2,6 +2,7 @@
 
 use geocount_net::HttpError;
 use geocount_sync::http::RequestError;
+use geocount_sync::{SCAN_RETRY_AFTER_SECS, ScansBusy};
 use hyper::StatusCode;
 
 /// Everything a datacenter aggregator refuses.
@@ -25,6 +26,9 @@ pub enum AggregatorError {
     /// that have one).
     #[error("{0}")]
     NoTrendingPrefix(String),
+    /// A ranking that scans every counter while the most allowed at once are under way.
+    #[error(transparent)]
+    ScansBusy(#[from] ScansBusy),
 }
 
 impl HttpError for AggregatorError {
@@ -34,6 +38,11 @@ impl HttpError for AggregatorError {
             AggregatorError::CounterNotFound(_)
             | AggregatorError::UnknownSlot { .. }
             | AggregatorError::NoTrendingPrefix(_) => StatusCode::NOT_FOUND,
+            AggregatorError::ScansBusy(_) => StatusCode::TOO_MANY_REQUESTS,
         }
+    }
+
+    fn retry_after_secs(&self) -> Option<u32> {
+        matches!(self, AggregatorError::ScansBusy(_)).then_some(SCAN_RETRY_AFTER_SECS)
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geocount_model::Clock;
 use geocount_net::{Connector, HttpClient, Listener};
-use geocount_sync::{Access, LiveRanking, start_pulling};
+use geocount_sync::{Access, LiveRanking, Scans, start_pulling};
 
 use crate::api;
 use crate::config::AggregatorConfig;
@@ -51,8 +51,10 @@ pub async fn run<L: Listener>(
     );
     pullers.keep_ranked(&replica, clock.clone());
     tracing::info!(addr = %config.listen, datacenter = %config.datacenter, "serving");
+    let scans = Scans::new(config.http.max_concurrent_scans);
     let state = Arc::new(AggregatorState {
         config,
+        scans,
         slot_names,
         replica,
         clock,

@@ -14,7 +14,7 @@ use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::SlotFreshness;
 use geocount_model::{Clock, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
-use geocount_sync::{Access, Replica, ReplicaMetrics, SharedReplica, worst_staleness};
+use geocount_sync::{Access, Replica, ReplicaMetrics, Scans, SharedReplica, worst_staleness};
 use serde::Serialize;
 
 use crate::api::Route;
@@ -36,6 +36,8 @@ pub struct AggregatorState {
     pub router: matchit::Router<Route>,
     /// Who may call which route (`[auth]`).
     pub access: Access,
+    /// The rankings that scan every counter, at most `http.max_concurrent_scans` at once.
+    pub scans: Scans,
 }
 
 /// Each slot's staleness at `now_ms`, by slot index (the first `slots` sources are the shards).

@@ -3,12 +3,13 @@
 //!
 //! - All-time rankings and the live window walk the index's leaders from the top; other
 //!   windows (and answers the leaders do not hold) scan every counter's copies, exactly, at
-//!   request time.
+//!   request time, off the runtime and a run of counters per hold of the replica's lock
+//!   ([`geocount_sync::Scans`]).
 //! - Unique counters are left out (their values are estimates of distinct items).
 //! - The answer carries the datacenter's staleness (the worst of its slots') like a read.
 
 use geocount_sync::http::WindowQuery;
-use geocount_sync::{Ranked, Replica, Scope, TopQuery, worst_staleness};
+use geocount_sync::{Answer, Ranked, Replica, Scope, TopQuery, worst_staleness};
 use serde::Serialize;
 
 use crate::state::slot_staleness;
@@ -48,21 +49,30 @@ pub struct TrendingAnswer {
     pub complete: bool,
 }
 
-/// The datacenter's top counters for `query`, at `now_ms`.
-pub fn top_k(replica: &Replica, slots: usize, query: TopQuery, now_ms: u64) -> TopAnswer {
+/// The ranking of counters with `prefix` counting at least `min_value`, all-time or in
+/// `window`: the datacenter's K best, or the scan that finds them.
+pub fn ranking(
+    replica: &Replica,
+    prefix: &str,
+    k: usize,
+    min_value: Option<i128>,
+    window: Option<WindowQuery>,
+) -> Answer {
     let mut index = replica.copies.top_index().expect("indexed at start");
-    let top = match query.window {
-        None => index.all_time(Scope::All, &query.prefix, query.k, &replica.copies),
-        Some(window) => {
-            let copies = &replica.copies;
-            let mut lists =
-                index.windowed(&[Scope::All], &query.prefix, query.k, None, window, copies);
-            lists.pop().unwrap_or_default()
-        }
-    };
+    index.rank(&[Scope::All], prefix, k, min_value, window, &replica.copies)
+}
+
+/// The answer to `query` ranked as `lists` ([`ranking`]), at `now_ms`.
+pub fn top_k(
+    replica: &Replica,
+    slots: usize,
+    query: TopQuery,
+    mut lists: Vec<Vec<Ranked>>,
+    now_ms: u64,
+) -> TopAnswer {
     let staleness_ms = worst_staleness(slot_staleness(replica, slots, now_ms));
     TopAnswer {
-        top,
+        top: lists.pop().unwrap_or_default(),
         k: query.k,
         prefix: query.prefix,
         window: query.window,
@@ -71,20 +81,16 @@ pub fn top_k(replica: &Replica, slots: usize, query: TopQuery, now_ms: u64) -> T
     }
 }
 
-/// The datacenter's counters starting with `prefix` whose hits in `window` reach
-/// `threshold`, at `now_ms`.
+/// The counters starting with `prefix` whose hits in `window` reach `threshold`, ranked as
+/// `lists` ([`ranking`]), at `now_ms`.
 pub fn trending(
     replica: &Replica,
     slots: usize,
-    prefix: String,
-    threshold: i64,
+    (prefix, threshold): (String, i64),
     window: WindowQuery,
+    mut lists: Vec<Vec<Ranked>>,
     now_ms: u64,
 ) -> TrendingAnswer {
-    let mut index = replica.copies.top_index().expect("indexed at start");
-    let copies = &replica.copies;
-    let min = Some(i128::from(threshold));
-    let mut lists = index.windowed(&[Scope::All], &prefix, usize::MAX, min, window, copies);
     let staleness_ms = worst_staleness(slot_staleness(replica, slots, now_ms));
     TrendingAnswer {
         prefix,

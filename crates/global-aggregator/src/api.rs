@@ -23,7 +23,6 @@ use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
 use geocount_sync::{
     Need, SourceHealth, answer_slot_copy, parse_copy_query, parse_top_query, parse_trending_query,
-    with_ranked,
 };
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -117,8 +116,10 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 )?;
                 read(state, &id, query, now_ms)
             }
-            (Route::TopK, &Method::GET, _) => top_k(state, request.uri().query(), now_ms),
-            (Route::Trending, &Method::GET, _) => trending(state, request.uri().query(), now_ms),
+            (Route::TopK, &Method::GET, _) => top_k(state, request.uri().query(), now_ms).await,
+            (Route::Trending, &Method::GET, _) => {
+                trending(state, request.uri().query(), now_ms).await
+            }
             (Route::Datacenters, &Method::GET, _) => Ok(datacenters(state, now_ms)),
             (Route::Sync, &Method::POST, _) => {
                 let limit = state.config.sync.page_entries;
@@ -223,22 +224,31 @@ impl StalenessKeys {
     }
 }
 
-fn top_k(state: &GlobalState, query: Option<&str>, now_ms: u64) -> Result<Response, GlobalError> {
+async fn top_k(
+    state: &GlobalState,
+    query: Option<&str>,
+    now_ms: u64,
+) -> Result<Response, GlobalError> {
     let mut staleness = StalenessKeys::default();
     let query = parse_top_query(query, now_ms / 1000, |key, value| {
         staleness.take(key, value)
     })?;
     let freshness = staleness.freshness(state.config.max_staleness_ms);
-    let answer = with_ranked(&state.replica, now_ms / 1000, |replica| {
-        trends::top_k(replica, &state.names, query, freshness, now_ms)
-    });
+    let (datacenters, prefix, k, window) =
+        (state.names.len(), &query.prefix, query.k, query.window);
+    let ask = |replica: &_| trends::rankings(replica, datacenters, prefix, k, None, window);
+    let lists = state.scans.rank(&state.replica, now_ms / 1000, ask).await?;
+    let answer = {
+        let replica = state.replica.read().expect("replica lock");
+        trends::top_k(&replica, &state.names, (query, lists), freshness, now_ms)
+    };
     match answer {
         Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
         Err(refusal) => Err(GlobalError::StaleTop(Box::new(refusal))),
     }
 }
 
-fn trending(
+async fn trending(
     state: &GlobalState,
     query: Option<&str>,
     now_ms: u64,
@@ -254,17 +264,16 @@ fn trending(
         seconds: config.window_seconds,
         at: now_ms / 1000,
     };
-    let names = &state.names;
-    let answer = with_ranked(&state.replica, now_ms / 1000, |replica| {
-        trends::trending(
-            replica,
-            names,
-            (prefix, threshold),
-            window,
-            freshness,
-            now_ms,
-        )
-    });
+    let (datacenters, min) = (state.names.len(), Some(i128::from(threshold)));
+    let ask = |replica: &_| {
+        trends::rankings(replica, datacenters, &prefix, usize::MAX, min, Some(window))
+    };
+    let lists = state.scans.rank(&state.replica, now_ms / 1000, ask).await?;
+    let answer = {
+        let replica = state.replica.read().expect("replica lock");
+        let asked = (prefix, threshold, lists);
+        trends::trending(&replica, &state.names, asked, window, freshness, now_ms)
+    };
     match answer {
         Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
         Err(refusal) => Err(GlobalError::StaleTrending(Box::new(refusal))),

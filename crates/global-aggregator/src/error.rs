@@ -2,6 +2,7 @@
 
 use geocount_net::{HttpError, Response, json_response};
 use geocount_sync::http::RequestError;
+use geocount_sync::{SCAN_RETRY_AFTER_SECS, ScansBusy};
 use hyper::StatusCode;
 
 use crate::state::StaleRead;
@@ -32,6 +33,9 @@ pub enum GlobalError {
     /// `GET /slots/{slot}/copy` for a slot of no configured datacenter.
     #[error("slot {0:?} is not a slot of any configured datacenter")]
     UnknownSlot(String),
+    /// A ranking that scans every counter while the most allowed at once are under way.
+    #[error(transparent)]
+    ScansBusy(#[from] ScansBusy),
 }
 
 impl HttpError for GlobalError {
@@ -44,7 +48,12 @@ impl HttpError for GlobalError {
             GlobalError::Stale(_) | GlobalError::StaleTop(_) | GlobalError::StaleTrending(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            GlobalError::ScansBusy(_) => StatusCode::TOO_MANY_REQUESTS,
         }
+    }
+
+    fn retry_after_secs(&self) -> Option<u32> {
+        matches!(self, GlobalError::ScansBusy(_)).then_some(SCAN_RETRY_AFTER_SECS)
     }
 
     /// `{"error": ...}`; a stale read also names the stale datacenters and gives every
@@ -54,7 +63,7 @@ impl HttpError for GlobalError {
             GlobalError::Stale(refusal) => json_response(self.status(), refusal),
             GlobalError::StaleTop(refusal) => json_response(self.status(), refusal),
             GlobalError::StaleTrending(refusal) => json_response(self.status(), refusal),
-            other => geocount_net::error_response(other.status(), &other.to_string()),
+            other => geocount_net::error_answer(other),
         }
     }
 }

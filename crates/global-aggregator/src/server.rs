@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geocount_model::Clock;
 use geocount_net::{Connector, HttpClient, Listener};
-use geocount_sync::{Access, LiveRanking, start_pulling};
+use geocount_sync::{Access, LiveRanking, Scans, start_pulling};
 
 use crate::api;
 use crate::config::GlobalAggregatorConfig;
@@ -46,7 +46,9 @@ pub async fn run<L: Listener>(
     );
     pullers.keep_ranked(&replica, clock.clone());
     tracing::info!(addr = %config.listen, datacenters = sources.len(), "serving");
+    let scans = Scans::new(config.http.max_concurrent_scans);
     let state = Arc::new(GlobalState {
+        scans,
         names: sources.into_iter().map(|source| source.name).collect(),
         slot_datacenters: config.slot_datacenters(),
         config,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::{Clock, SlotRecord, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
-use geocount_sync::{Access, Replica, ReplicaMetrics, SharedReplica, worst_staleness};
+use geocount_sync::{Access, Replica, ReplicaMetrics, Scans, SharedReplica, worst_staleness};
 use serde::Serialize;
 
 use crate::api::Route;
@@ -39,6 +39,8 @@ pub struct GlobalState {
     pub router: matchit::Router<Route>,
     /// Who may call which route (`[auth]`).
     pub access: Access,
+    /// The rankings that scan every counter, at most `http.max_concurrent_scans` at once.
+    pub scans: Scans,
 }
 
 /// One datacenter's part of a counter.

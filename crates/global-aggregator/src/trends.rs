@@ -6,10 +6,12 @@
 //! - A datacenter is stale when its staleness is unknown or above `max_staleness_ms`; stale
 //!   datacenters refuse the answer (503 naming them) unless `allow_partial=true`, which answers
 //!   with `complete: false` and ranks their last known values.
+//! - A ranking the index's leaders cannot answer is a scan of every counter, run off the
+//!   runtime a run of counters per hold of the replica's lock ([`geocount_sync::Scans`]).
 //! - Unique counters are left out (their values are estimates of distinct items).
 
 use geocount_sync::http::{Named, WindowQuery};
-use geocount_sync::{Ranked, Replica, Scope, TopQuery, worst_staleness};
+use geocount_sync::{Answer, Ranked, Replica, Scope, TopQuery, worst_staleness};
 use serde::Serialize;
 
 use crate::state::{
@@ -88,26 +90,20 @@ pub struct Freshness {
 }
 
 /// The world's ranking, then each datacenter's: `k` counters with `prefix` counting at least
-/// `min_value`, all-time or in `window`.
-fn rankings(
+/// `min_value`, all-time or in `window`; or the scan that finds them.
+pub fn rankings(
     replica: &Replica,
     datacenters: usize,
     prefix: &str,
     k: usize,
     min_value: Option<i128>,
     window: Option<WindowQuery>,
-) -> Vec<Vec<Ranked>> {
+) -> Answer {
     let mut index = replica.copies.top_index().expect("indexed at start");
     let scopes: Vec<Scope> = std::iter::once(Scope::All)
         .chain((0..datacenters).map(Scope::Group))
         .collect();
-    match window {
-        None => scopes
-            .iter()
-            .map(|scope| index.all_time(*scope, prefix, k, &replica.copies))
-            .collect(),
-        Some(window) => index.windowed(&scopes, prefix, k, min_value, window, &replica.copies),
-    }
+    index.rank(&scopes, prefix, k, min_value, window, &replica.copies)
 }
 
 /// A ranking split into the world's and each datacenter's parts, with the staleness rules
@@ -163,23 +159,15 @@ impl<T> Split<T> {
     }
 }
 
-/// The world's and each datacenter's top counters for `query` at `now_ms`, or the refusal
-/// naming the stale datacenters.
+/// The world's and each datacenter's top counters for `query` at `now_ms`, ranked as `lists`
+/// ([`rankings`]), or the refusal naming the stale datacenters.
 pub fn top_k(
     replica: &Replica,
     names: &[String],
-    query: TopQuery,
+    (query, lists): (TopQuery, Vec<Vec<Ranked>>),
     freshness: Freshness,
     now_ms: u64,
 ) -> Result<GlobalTop, StaleRead<DatacenterTop>> {
-    let lists = rankings(
-        replica,
-        names.len(),
-        &query.prefix,
-        query.k,
-        None,
-        query.window,
-    );
     let mut split = split(replica, names, lists, freshness, now_ms, |top, r| {
         DatacenterTop {
             top,
@@ -202,17 +190,16 @@ pub fn top_k(
 }
 
 /// The world's and each datacenter's counters starting with `prefix` whose hits in `window`
-/// reach `threshold`, or the refusal naming the stale datacenters.
+/// reach `threshold`, ranked as `lists` ([`rankings`]), or the refusal naming the stale
+/// datacenters.
 pub fn trending(
     replica: &Replica,
     names: &[String],
-    (prefix, threshold): (String, i64),
+    (prefix, threshold, lists): (String, i64, Vec<Vec<Ranked>>),
     window: WindowQuery,
     freshness: Freshness,
     now_ms: u64,
 ) -> Result<GlobalTrending, StaleRead<DatacenterTrending>> {
-    let min = Some(i128::from(threshold));
-    let lists = rankings(replica, names.len(), &prefix, usize::MAX, min, Some(window));
     let mut split = split(replica, names, lists, freshness, now_ms, |trending, r| {
         DatacenterTrending {
             trending,

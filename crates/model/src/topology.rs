@@ -83,7 +83,15 @@ pub struct HttpSettings {
     /// A request's whole body must arrive within this many milliseconds of the handler starting
     /// to read it; a slower one is answered 408 and nothing of it is applied.
     pub body_read_timeout_ms: u64,
+    /// The most rankings that scan every counter (a `/topk` over any window but the live
+    /// trending one, or one the kept leaders cannot answer) an aggregator runs at once, each
+    /// on a thread of its own; one more is answered 429 with `Retry-After`, so scans cannot
+    /// take every core from reads and merges (1 to [`MAX_CONCURRENT_SCANS`]).
+    pub max_concurrent_scans: usize,
 }
+
+/// The most scans `http.max_concurrent_scans` may allow: each holds a blocking thread.
+pub const MAX_CONCURRENT_SCANS: usize = 256;
 
 impl Default for HttpSettings {
     fn default() -> Self {
@@ -92,6 +100,7 @@ impl Default for HttpSettings {
             max_connections_per_peer: 1_000,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
+            max_concurrent_scans: 2,
         }
     }
 }
@@ -543,6 +552,10 @@ impl Topology {
                 self.http.header_read_timeout_ms,
             ),
             ("http.body_read_timeout_ms", self.http.body_read_timeout_ms),
+            (
+                "http.max_concurrent_scans",
+                self.http.max_concurrent_scans as u64,
+            ),
             ("global.max_staleness_ms", self.global.max_staleness_ms),
             (
                 "sync.shard_to_datacenter_ms",
@@ -566,6 +579,15 @@ impl Topology {
             if value == 0 {
                 return Err((key.into(), "must be greater than 0".into()));
             }
+        }
+        if self.http.max_concurrent_scans > MAX_CONCURRENT_SCANS {
+            return Err((
+                "http.max_concurrent_scans".into(),
+                format!(
+                    "{} is more than {MAX_CONCURRENT_SCANS}",
+                    self.http.max_concurrent_scans
+                ),
+            ));
         }
         if shard.virtual_nodes > MAX_VIRTUAL_NODES {
             return Err((
@@ -837,6 +859,18 @@ shards = ["127.0.0.1:7201"]
         let error = Topology::from_toml("t.toml", &with(4_294_967_295)).unwrap_err();
         assert_eq!(error.key, "shard.virtual_nodes");
         assert!(error.message.contains("more than 4096"), "{error}");
+    }
+
+    /// Each scan holds a thread of its own, so their number is bounded, and at least one runs.
+    #[test]
+    fn concurrent_scans_are_bounded() {
+        let with = |n: usize| format!("{GOOD}\n[http]\nmax_concurrent_scans = {n}\n");
+        let t = Topology::from_toml("t.toml", &with(MAX_CONCURRENT_SCANS)).unwrap();
+        assert_eq!(t.http.max_concurrent_scans, MAX_CONCURRENT_SCANS);
+        for bad in [0, MAX_CONCURRENT_SCANS + 1] {
+            let error = Topology::from_toml("t.toml", &with(bad)).unwrap_err();
+            assert_eq!(error.key, "http.max_concurrent_scans", "{bad}");
+        }
     }
 
     #[test]

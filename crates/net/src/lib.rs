@@ -39,5 +39,7 @@ pub use connect::{Connect, Connecting, Connector, Stream, TcpConnect, connecting
 pub use listener::Listener;
 pub use ports::free_loopback_address;
 pub use prefer::prefers_minimal_return;
-pub use response::{HttpError, Response, bytes_response, error_response, json_response};
+pub use response::{
+    HttpError, Response, bytes_response, error_answer, error_response, json_response,
+};
 pub use server::{Handler, Peer, ServeLimits, serve, serve_with_limits};

@@ -23,14 +23,20 @@ pub trait HttpError: std::fmt::Display {
     /// The answer `{"error": "<self>"}` with [`HttpError::status`], and `Retry-After` when the
     /// error says when to try again.
     fn to_response(&self) -> Response {
-        let mut response = error_response(self.status(), &self.to_string());
-        if let Some(secs) = self.retry_after_secs() {
-            response
-                .headers_mut()
-                .insert(hyper::header::RETRY_AFTER, secs.into());
-        }
-        response
+        error_answer(self)
     }
+}
+
+/// `error`'s plain answer: `{"error": "<error>"}` with its status, and `Retry-After` when it
+/// says when to try again (what an override of [`HttpError::to_response`] falls back to).
+pub fn error_answer<E: HttpError + ?Sized>(error: &E) -> Response {
+    let mut response = error_response(error.status(), &error.to_string());
+    if let Some(secs) = error.retry_after_secs() {
+        response
+            .headers_mut()
+            .insert(hyper::header::RETRY_AFTER, secs.into());
+    }
+    response
 }
 
 /// What a JSON answer's buffer starts with: a read naming a few datacenters or slots fits

@@ -17,7 +17,10 @@
 //! - [`replica`]: what an aggregator holds of the tier below ([`Replica`]) and the pullers that
 //!   feed it ([`start_pulling`]).
 //! - [`topk`]: the leading counters of each ranking by total, kept as merges change them, and
-//!   windowed top K ([`TopIndex`]).
+//!   windowed top K ([`TopIndex`]); [`leaders`]: one ranking's leaders and the walk of them.
+//! - [`ranked`]: what every ranking shares ([`Ranked`], [`Scope`]); [`scan`]: a ranking by a
+//!   scan of every counter, a run at a time ([`Scan`]); [`ranking`]: answering a ranking
+//!   without holding up merges and reads, at most so many scans at once ([`Scans`]).
 //! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //! - [`access`]: the checks of client tokens and the cluster secret ([`Access`]).
@@ -32,10 +35,14 @@ pub mod descriptions;
 pub mod http;
 pub mod incarnations;
 pub mod journal;
+pub mod leaders;
 pub mod metrics;
 pub mod openapi;
 pub mod puller;
+pub mod ranked;
+pub mod ranking;
 pub mod replica;
+pub mod scan;
 pub mod serve;
 pub mod slot_copies;
 pub mod tls;
@@ -49,11 +56,14 @@ pub use journal::{ChangeJournal, Journaled, page};
 pub use metrics::ReplicaMetrics;
 pub use openapi::{ApiDoc, Operation};
 pub use puller::{PullSink, SourceStatus, spawn_puller};
+pub use ranked::{Ranked, RankedCounters, Scope};
+pub use ranking::{SCAN_RETRY_AFTER_SECS, Scans, ScansBusy};
 pub use replica::{
     DEFAULT_MAX_CLOCK_SKEW_MS, HeldCounter, PullSource, Pullers, Replica, SharedReplica, SlotHeard,
     SourceHealth, spawn_pullers, start_pulling, with_ranked, worst_staleness,
 };
+pub use scan::Scan;
 pub use serve::{answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query};
 pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight};
 pub use top_query::{TopQuery, parse_top_query, parse_trending_query};
-pub use topk::{LiveRanking, Ranked, RankedCounters, Scope, TopIndex};
+pub use topk::{Answer, LiveRanking, TopIndex};

@@ -383,7 +383,13 @@ impl ApiDoc {
             "one of the configured prefixes",
             "#",
         ));
-        let mut errors = vec![(400, "a bad or unknown query key")];
+        let mut errors = vec![
+            (400, "a bad or unknown query key"),
+            (
+                429,
+                "a ranking that scans every counter while http.max_concurrent_scans are under way (Retry-After)",
+            ),
+        ];
         if global {
             top = top.staleness_params();
             trending = trending.staleness_params();

@@ -125,6 +125,14 @@ pub struct PageMerge {
     pub refused_version: usize,
 }
 
+impl std::ops::AddAssign for PageMerge {
+    fn add_assign(&mut self, other: Self) {
+        self.changed += other.changed;
+        self.refused_slot += other.refused_slot;
+        self.refused_version += other.refused_version;
+    }
+}
+
 /// Slot copies keyed by counter, with a change journal so they can be pulled in turn.
 #[derive(Debug)]
 pub struct SlotCopies {
@@ -258,14 +266,24 @@ impl SlotCopies {
     /// of a slot the source may not deliver (`fence`), or versioned beyond what any clock
     /// allows, are refused and counted.
     pub fn apply_page(&mut self, page: &SlotPage, fence: &PageFence) -> PageMerge {
-        let mapping: Vec<Option<u16>> = page
-            .slot_names
+        self.apply_entries(&page.slot_names, &page.entries, fence)
+    }
+
+    /// [`apply_page`](Self::apply_page) of some of a page's entries, `entries`, whose slots
+    /// the page names `slot_names`: a page merged a run of entries at a time.
+    pub fn apply_entries(
+        &mut self,
+        slot_names: &[String],
+        entries: &[SlotEntry],
+        fence: &PageFence,
+    ) -> PageMerge {
+        let mapping: Vec<Option<u16>> = slot_names
             .iter()
             .map(|n| self.slot_index(n).filter(|s| fence.slots.contains(s)))
             .collect();
         let mut merge = PageMerge::default();
         let mut invalid = 0;
-        for entry in &page.entries {
+        for entry in entries {
             if counter_id::validate(&entry.id).is_err() {
                 invalid += 1;
                 continue;

@@ -1,0 +1,230 @@
+//! Unit tests of the replica: merging pulled pages, rankings counting every merge, and the
+//! clock bounds on what is taken in.
+
+use super::*;
+use geocount_model::SlotState;
+use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
+
+use crate::Scope;
+
+struct FixedClock(u64);
+impl Clock for FixedClock {
+    fn now_unix_ms(&self) -> u64 {
+        self.0
+    }
+}
+
+fn page(value: i64, version: u64) -> SyncPage {
+    SyncPage {
+        source: "DC_A_VAL_0".into(),
+        slots: Some(SlotPage {
+            slot_names: vec!["DC_A_VAL_0".into()],
+            entries: vec![SlotEntry {
+                slot: 0,
+                id: "c".into(),
+                record: SlotState { value, version }.into(),
+            }],
+            next: Cursor::Seq { epoch: 1, seq: 1 },
+            caught_up: true,
+        }),
+        ..SyncPage::default()
+    }
+}
+
+#[test]
+fn a_sink_merges_pages_and_tracks_its_source() {
+    let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
+    let sources: Vec<PullSource> = names
+        .iter()
+        .map(|name| PullSource {
+            name: name.clone(),
+            address: "127.0.0.1:1".into(),
+            interval: Duration::from_millis(50),
+            slots: true,
+            descriptions: false,
+            delivers: vec![name.clone()],
+        })
+        .collect();
+    let replica = Replica::new(names, &sources).shared();
+    let metrics = ReplicaMetrics::new("test", &sources);
+    let sink = ReplicaSink {
+        replica: replica.clone(),
+        source: 0,
+        clock: Arc::new(FixedClock(1_000)),
+        metrics: metrics.pulls.clone(),
+    };
+    assert_eq!(sink.request().slots, Some(Cursor::Start));
+    sink.apply(page(5, 2), 900);
+    sink.apply(page(3, 1), 950);
+    sink.failed("refused".into());
+    let r = replica.read().unwrap();
+    assert_eq!(
+        r.copies.get("c").unwrap(),
+        &[(
+            0,
+            SlotState {
+                value: 5,
+                version: 2
+            }
+            .into()
+        )]
+    );
+    assert_eq!(r.source_health(0, 1_100).staleness_ms, Some(150));
+    assert_eq!(
+        r.source_health(0, 1_100).last_error.as_deref(),
+        Some("refused")
+    );
+    assert_eq!(r.source_health(1, 1_100).staleness_ms, None, "never heard");
+    assert_eq!(r.sources[0].slots, Some(Cursor::Seq { epoch: 1, seq: 1 }));
+    let copy = r.slot_copy("DC_A_VAL_0", 0, 100).unwrap();
+    assert!(copy.complete, "heard whole from its owner");
+    assert!(!r.slot_copy("DC_A_VAL_1", 0, 100).unwrap().complete);
+    assert_eq!(
+        copy.entries,
+        vec![(
+            "c".to_owned(),
+            SlotState {
+                value: 5,
+                version: 2
+            }
+            .into()
+        )]
+    );
+    assert!(r.slot_copy("DC_B_VAL_0", 0, 100).is_none());
+    let answer = r.sync_page(
+        &SyncRequest {
+            slots: None,
+            descriptions: Some(Cursor::Start),
+            ..SyncRequest::default()
+        },
+        "A",
+        10,
+        Vec::new(),
+    );
+    assert!(answer.slots.is_none() && answer.descriptions.is_some());
+    assert_eq!(metrics.pulls.states_merged.get(), 1);
+}
+
+/// Merges only mark counters; a ranking answered through `with_ranked` still counts every
+/// merge, whether the background ranker ran or not.
+#[tokio::test]
+async fn rankings_count_every_merge_with_or_without_the_ranker() {
+    let names = vec!["DC_A_VAL_0".to_owned()];
+    let replica = Replica::new(names, &[]).shared();
+    replica
+        .write()
+        .unwrap()
+        .copies
+        .index_top(vec![0], crate::LiveRanking::new(300, 1_000));
+    let top = |replica: &SharedReplica| {
+        with_ranked(replica, 1_000, |r| {
+            let copies = &r.copies;
+            let mut index = copies.top_index().unwrap();
+            let ranked = index.all_time(Scope::All, "", 10, copies);
+            ranked
+                .into_iter()
+                .map(|r| (r.id, r.value))
+                .collect::<Vec<_>>()
+        })
+    };
+    let merge = |id: &str, value, version| {
+        let record = SlotState { value, version }.into();
+        replica.write().unwrap().copies.merge(
+            0,
+            &geocount_model::CounterId::new(id).unwrap(),
+            &record,
+        );
+    };
+    merge("a", 5, 1);
+    merge("b", 7, 1);
+    assert_eq!(top(&replica), [("b".into(), 7), ("a".into(), 5)]);
+    merge("a", 9, 2);
+    let mut pullers = Pullers(Vec::new());
+    pullers.keep_ranked(&replica, Arc::new(FixedClock(2_000_000)));
+    // The ranker's first round runs at once; wait for it, not for the next interval.
+    let ranked = async {
+        while !replica.read().unwrap().copies.ranking_is_current(2_000) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), ranked)
+        .await
+        .expect("the ranker ranks the merge");
+    assert_eq!(top(&replica), [("a".into(), 9), ("b".into(), 7)]);
+    // ... and moved the live window on to the clock's second.
+    let live = replica
+        .read()
+        .unwrap()
+        .copies
+        .top_index()
+        .unwrap()
+        .live_window();
+    assert_eq!(live.at, 2_000);
+}
+
+#[test]
+fn the_worst_staleness_is_never_when_any_is_never() {
+    assert_eq!(worst_staleness([Some(5), Some(80), Some(3)]), Some(80));
+    assert_eq!(worst_staleness([Some(5), None]), None);
+    assert_eq!(worst_staleness([]), Some(0));
+}
+
+/// A description versioned far ahead of the aggregator's clock would pin its counter's
+/// description everywhere: the sink refuses it, counts it, and takes the rest of the page.
+#[test]
+fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
+    use geocount_model::wire::DescriptionPage;
+    use geocount_model::{CounterDescription, CounterId, HlcTimestamp};
+
+    let sources = [PullSource {
+        name: "DC_A_VAL_0".into(),
+        address: "127.0.0.1:1".into(),
+        interval: Duration::from_millis(50),
+        slots: false,
+        descriptions: true,
+        delivers: Vec::new(),
+    }];
+    let replica = Replica::new(vec!["DC_A_VAL_0".to_owned()], &sources).shared();
+    let metrics = ReplicaMetrics::new("test", &sources);
+    let now = 1_800_000_000_000;
+    let sink = ReplicaSink {
+        replica: replica.clone(),
+        source: 0,
+        clock: Arc::new(FixedClock(now)),
+        metrics: metrics.pulls.clone(),
+    };
+    let skew = replica.read().unwrap().max_clock_skew_ms;
+    let described = |id: &str, physical_ms| VersionedDescription {
+        description: CounterDescription {
+            id: CounterId::new(id).unwrap(),
+            counter_type: CounterType::Sum,
+            number_of_shards: 1,
+            base_number_of_shards: 1,
+            window_seconds: 300,
+            created_at_ms: now,
+        },
+        version: HlcTimestamp {
+            physical_ms,
+            logical: 0,
+            node: 1,
+        },
+    };
+    let page = SyncPage {
+        source: "DC_A_VAL_0".into(),
+        descriptions: Some(DescriptionPage {
+            items: vec![
+                described("ahead", now + skew + 1),
+                described("near", now + skew),
+            ],
+            next: Cursor::Seq { epoch: 1, seq: 2 },
+            caught_up: true,
+        }),
+        ..SyncPage::default()
+    };
+    sink.apply(page, now - 10);
+    let r = replica.read().unwrap();
+    assert!(r.descriptions.get("ahead").is_none(), "refused");
+    assert!(r.descriptions.get("near").is_some(), "within the bound");
+    assert_eq!(metrics.pulls.descriptions_refused.get(), 1);
+    assert_eq!(metrics.pulls.descriptions_merged.get(), 1);
+}
