@@ -42,6 +42,10 @@ pub struct Replica {
     source_names: Vec<String>,
     /// How far ahead of this process's clock a copy's version may be (`sync.max_clock_skew_ms`).
     pub max_clock_skew_ms: u64,
+    /// The setting that bounds the copies' bytes, to name in reports (empty: unbounded).
+    byte_bound_key: &'static str,
+    /// Pulled entries refused past the byte bound since the process started.
+    refused_past_bound: u64,
 }
 
 /// What a replica has heard of one slot since its process started.
@@ -53,10 +57,20 @@ pub struct SlotHeard {
     pub complete_as_of_ms: Option<u64>,
     /// The owner's incarnation last heard (0: none).
     pub owner_incarnation: u64,
+    /// Entries of the slot were refused past this replica's byte bound: its copy lacks them
+    /// until the process restarts.
+    pub refused_past_bound: bool,
+    /// The source it was pulled from last said its own copy is incomplete.
+    pub source_incomplete: bool,
 }
 
 impl SlotHeard {
     /// Marks the slot complete as of `as_of_ms` (never moving back), heard from `incarnation`.
+    /// Whether the copy lacks entries refused past a byte bound, here or below.
+    pub fn is_incomplete(&self) -> bool {
+        self.refused_past_bound || self.source_incomplete
+    }
+
     fn heard(&mut self, as_of_ms: u64, incarnation: u64) {
         self.complete_as_of_ms = Some(self.complete_as_of_ms.map_or(as_of_ms, |t| t.max(as_of_ms)));
         if incarnation != 0 {
@@ -78,6 +92,10 @@ pub struct SourceHealth {
     pub staleness_ms: Option<u64>,
     /// The last pull failure, cleared by the next success.
     pub last_error: Option<String>,
+    /// The copy lacks entries refused past a byte bound (this aggregator's or the source's):
+    /// sums over it are incomplete.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
 }
 
 /// One counter as a [`Replica`] holds it, found once for a read: its slots' copies and its
@@ -144,7 +162,29 @@ impl Replica {
             fences,
             source_names: sources.iter().map(|s| s.name.clone()).collect(),
             max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
+            byte_bound_key: "",
+            refused_past_bound: 0,
         }
+    }
+
+    /// Bounds the bytes of the copies at `max_bytes`, set by the setting `key`: entries past
+    /// it are refused and counted, and the slots they belong to are reported incomplete.
+    pub fn set_byte_bound(&mut self, key: &'static str, max_bytes: u64) {
+        self.byte_bound_key = key;
+        self.copies.set_max_bytes(max_bytes);
+    }
+
+    /// Once entries were refused past the byte bound: what to report, naming the setting.
+    pub fn over_bound(&self) -> Option<String> {
+        (self.refused_past_bound > 0).then(|| {
+            format!(
+                "{} ({}) reached: {} pulled entries refused (this aggregator holds {} bytes); the sums of the slots they belong to are incomplete until it restarts with a higher bound",
+                self.byte_bound_key,
+                self.copies.max_bytes(),
+                self.refused_past_bound,
+                self.copies.held_bytes(),
+            )
+        })
     }
 
     /// Merges a page pulled from source `source` at `sent_at_ms`, fenced to the slots that
@@ -180,6 +220,20 @@ impl Replica {
             return Ok(PageMerge::default());
         };
         let merge = self.copies.apply_page(slots, &fence);
+        if merge.refused_bytes > 0 {
+            // The source's cursor moves past them: the copy lacks them for good.
+            self.refused_past_bound += merge.refused_bytes as u64;
+            self.sources[source].refused_past_bound = true;
+            for &index in &fence.slots {
+                self.slots[usize::from(index)].refused_past_bound = true;
+            }
+            tracing::warn!(
+                source = %page.source,
+                refused = merge.refused_bytes,
+                bound = self.byte_bound_key,
+                "refused pulled entries past this aggregator's byte bound; its sums are incomplete"
+            );
+        }
         if merge.refused_slot + merge.refused_version > 0 {
             tracing::warn!(
                 source = %page.source,
@@ -199,6 +253,11 @@ impl Replica {
             } else {
                 // An aggregator's page: each slot as complete as the aggregator's copy of it.
                 for freshness in &page.freshness {
+                    if let Some(index) = self.copies.slot_index(&freshness.slot)
+                        && fence.slots.contains(&index)
+                    {
+                        self.slots[index as usize].source_incomplete = freshness.incomplete;
+                    }
                     if let (Some(index), Some(staleness)) = (
                         self.copies.slot_index(&freshness.slot),
                         freshness.staleness_ms,
@@ -275,8 +334,8 @@ impl Replica {
         Some(SlotCopy {
             slot: name.to_owned(),
             entries,
-            complete: heard.complete_as_of_ms.is_some(),
-            complete_as_of_ms: heard.complete_as_of_ms,
+            complete: heard.complete_as_of_ms.is_some() && !heard.is_incomplete(),
+            complete_as_of_ms: heard.complete_as_of_ms.filter(|_| !heard.is_incomplete()),
             source_epoch: self.copies.epoch(),
             next,
             owner_incarnation: heard.owner_incarnation,
@@ -289,6 +348,7 @@ impl Replica {
         SourceHealth {
             staleness_ms: status.staleness_ms(now_ms),
             last_error: status.last_error.clone(),
+            incomplete: status.is_incomplete(),
         }
     }
 }
@@ -341,14 +401,16 @@ impl PullSink for ReplicaSink {
                 Err(error) => {
                     drop(replica);
                     let entries = page.slots.as_ref().map_or(0, |p| p.entries.len());
-                    self.metrics.refused(entries, 0);
+                    self.metrics.refused(PageMerge {
+                        refused_slot: entries,
+                        ..PageMerge::default()
+                    });
                     tracing::warn!(source = self.source, %error, "refused a pulled page");
                     self.failed(error);
                     return;
                 }
             };
-            self.metrics
-                .refused(merge.refused_slot, merge.refused_version);
+            self.metrics.refused(merge);
             let states = merge.changed;
             // Descriptions are bounded by the same clock skew as the copies' versions.
             let skew_ms = replica.max_clock_skew_ms;
