@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use geocount_model::wire::{BatchEntry, EntryOutcome};
+use geocount_model::wire::{BatchEntry, EntryOutcome, ItemEntry};
 use geocount_test_support::{Api, TestTopology};
 use serde_json::{Value, json};
 
@@ -96,6 +96,30 @@ async fn a_write_past_a_counters_byte_bound_is_refused_and_changes_nothing() {
         (200, Some(applied as i64 + 5))
     );
     assert_eq!(api.add("other", 2).await.unwrap().0, 200);
+
+    // A unique counter's sketch grows a register per new item, up to the same bound.
+    let items: Vec<String> = (0..400).map(|n| format!("user-{n}")).collect();
+    let entries: Vec<ItemEntry> = items
+        .iter()
+        .map(|item| ItemEntry {
+            id: "u",
+            item,
+            idempotency_key: None,
+            timestamp: None,
+        })
+        .collect();
+    let answer = api.batch_items(&entries).await.unwrap();
+    let (_, refused) = outcomes(&answer.outcomes);
+    assert!(!refused.is_empty(), "400 registers of 4 bytes do not fit");
+    assert!(
+        refused
+            .iter()
+            .all(|e| e.contains("shard.max_counter_bytes (1024)") && e.contains("\"u\"")),
+        "{refused:?}"
+    );
+    let (status, body) = api.read("u").await;
+    let estimate = body["value"].as_i64().unwrap();
+    assert!(status == 200 && estimate < 300, "{body}");
     assert_eq!(api.get("/healthz").await.unwrap().status, 200);
 }
 
