@@ -351,8 +351,8 @@ fn health(state: &GlobalState, now_ms: u64) -> Response {
         &Health {
             status: if incomplete { "incomplete" } else { "ok" },
             counters: replica.copies.len(),
-            state_bytes: replica.copies.held_bytes(),
-            max_state_bytes: replica.copies.max_bytes(),
+            state_bytes: replica.copies.bytes().held(),
+            max_state_bytes: replica.copies.bytes().max(),
             over_bound,
             datacenters,
         },

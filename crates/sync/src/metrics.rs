@@ -228,8 +228,9 @@ impl ReplicaMetrics {
         }
         self.counters_held.set(replica.copies.len() as i64);
         let gauge = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
-        self.state_bytes.set(gauge(replica.copies.held_bytes()));
-        self.max_state_bytes.set(gauge(replica.copies.max_bytes()));
+        let bytes = replica.copies.bytes();
+        self.state_bytes.set(gauge(bytes.held()));
+        self.max_state_bytes.set(gauge(bytes.max()));
         self.descriptions_held
             .set(replica.descriptions.len() as i64);
         self.slot_conflicts

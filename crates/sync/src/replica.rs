@@ -17,6 +17,7 @@ use geocount_net::{Handler, HttpClient, Listener};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
+use crate::byte_bound::Refusals;
 use crate::incarnations::{Conflict, SlotIncarnations};
 use crate::metrics::{PullCounters, ReplicaMetrics};
 use crate::slot_copies::{PageFence, PageMerge};
@@ -42,10 +43,8 @@ pub struct Replica {
     source_names: Vec<String>,
     /// How far ahead of this process's clock a copy's version may be (`sync.max_clock_skew_ms`).
     pub max_clock_skew_ms: u64,
-    /// The setting that bounds the copies' bytes, to name in reports (empty: unbounded).
-    byte_bound_key: &'static str,
-    /// Pulled entries refused past the byte bound since the process started.
-    refused_past_bound: u64,
+    /// Pulled entries refused past the copies' byte bound, and the setting that bounds them.
+    refusals: Refusals,
 }
 
 /// What a replica has heard of one slot since its process started.
@@ -162,29 +161,20 @@ impl Replica {
             fences,
             source_names: sources.iter().map(|s| s.name.clone()).collect(),
             max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
-            byte_bound_key: "",
-            refused_past_bound: 0,
+            refusals: Refusals::default(),
         }
     }
 
     /// Bounds the bytes of the copies at `max_bytes`, set by the setting `key`: entries past
     /// it are refused and counted, and the slots they belong to are reported incomplete.
     pub fn set_byte_bound(&mut self, key: &'static str, max_bytes: u64) {
-        self.byte_bound_key = key;
+        self.refusals.key = key;
         self.copies.set_max_bytes(max_bytes);
     }
 
     /// Once entries were refused past the byte bound: what to report, naming the setting.
     pub fn over_bound(&self) -> Option<String> {
-        (self.refused_past_bound > 0).then(|| {
-            format!(
-                "{} ({}) reached: {} pulled entries refused (this aggregator holds {} bytes); the sums of the slots they belong to are incomplete until it restarts with a higher bound",
-                self.byte_bound_key,
-                self.copies.max_bytes(),
-                self.refused_past_bound,
-                self.copies.held_bytes(),
-            )
-        })
+        self.refusals.report(self.copies.bytes())
     }
 
     /// Merges a page pulled from source `source` at `sent_at_ms`, fenced to the slots that
@@ -222,7 +212,7 @@ impl Replica {
         let merge = self.copies.apply_page(slots, &fence);
         if merge.refused_bytes > 0 {
             // The source's cursor moves past them: the copy lacks them for good.
-            self.refused_past_bound += merge.refused_bytes as u64;
+            self.refusals.entries += merge.refused_bytes as u64;
             self.sources[source].refused_past_bound = true;
             for &index in &fence.slots {
                 self.slots[usize::from(index)].refused_past_bound = true;
@@ -230,7 +220,7 @@ impl Replica {
             tracing::warn!(
                 source = %page.source,
                 refused = merge.refused_bytes,
-                bound = self.byte_bound_key,
+                bound = self.refusals.key,
                 "refused pulled entries past this aggregator's byte bound; its sums are incomplete"
             );
         }

@@ -8,6 +8,7 @@ use geocount_model::held_bytes::{id_bytes, record_bytes};
 use geocount_model::wire::{SlotEntry, SlotPage};
 use geocount_model::{CounterId, IdTable, SlotRecord, counter_id};
 
+use crate::byte_bound::ByteBound;
 use crate::journal::{ChangeJournal, Journaled};
 use crate::topk::{LiveRanking, RankedCounters, TopIndex};
 
@@ -35,11 +36,6 @@ pub fn record_weight(record: &SlotRecord) -> usize {
 fn is_newer(current: &SlotRecord, other: &SlotRecord) -> bool {
     let mut state = current.state;
     state.merge(other.state)
-}
-
-/// Whether going from `before` to `after` bytes for one entry takes `held` past `max`.
-fn exceeds(held: u64, before: u64, after: u64, max: u64) -> bool {
-    after > before && held.saturating_add(after - before) > max
 }
 
 /// One counter's copies: `(slot index, state)` for each slot that ever held a value.
@@ -161,11 +157,9 @@ pub struct SlotCopies {
     /// Behind a lock of its own, so ranking needs only shared access to the copies: reads and
     /// sync pages are served meanwhile, and only merges wait.
     top: Option<Mutex<TopIndex>>,
-    /// Bytes held ([`geocount_model::held_bytes`]): each counter's id and each copy's record,
-    /// kept as merges change them.
-    held_bytes: u64,
-    /// The most bytes held: a merge that would pass it is refused.
-    max_bytes: u64,
+    /// Bytes held ([`geocount_model::held_bytes`]): each counter's id and each copy's record;
+    /// a merge that would pass the bound is refused.
+    bytes: ByteBound,
 }
 
 impl SlotCopies {
@@ -182,25 +176,19 @@ impl SlotCopies {
             counters: IdTable::default(),
             journal: ChangeJournal::default(),
             top: None,
-            held_bytes: 0,
-            max_bytes: u64::MAX,
+            bytes: ByteBound::default(),
         }
     }
 
     /// Bounds the bytes held: from now on, a merge that would take them past `max_bytes` is
     /// refused ([`PageMerge::refused_bytes`]). Unbounded until set.
     pub fn set_max_bytes(&mut self, max_bytes: u64) {
-        self.max_bytes = max_bytes;
+        self.bytes.set_max(max_bytes);
     }
 
-    /// The bytes held, as [`geocount_model::held_bytes`] estimates them.
-    pub fn held_bytes(&self) -> u64 {
-        self.held_bytes
-    }
-
-    /// The bound on the bytes held (`u64::MAX`: none).
-    pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
+    /// The bytes held and their bound.
+    pub fn bytes(&self) -> ByteBound {
+        self.bytes
     }
 
     /// Starts ranking counters by total ([`TopIndex`]), the slots grouped by `slot_groups` (by
@@ -285,17 +273,17 @@ impl SlotCopies {
                     return Merged::Unchanged;
                 }
                 let before = held.map_or(0, |(_, current)| record_bytes(current) as u64);
-                if exceeds(self.held_bytes, before, after, self.max_bytes) {
+                if !self.bytes.admits(before, after) {
                     return Merged::OverBound;
                 }
                 (index, copies, before)
             }
             None => {
                 let after = after + id_bytes(id) as u64;
-                if exceeds(self.held_bytes, 0, after, self.max_bytes) {
+                if !self.bytes.admits(0, after) {
                     return Merged::OverBound;
                 }
-                self.held_bytes += id_bytes(id) as u64;
+                self.bytes.changed(0, id_bytes(id) as u64);
                 let index = self.counters.insert(key(), CounterCopies::default());
                 (index, &mut self.counters[index], 0)
             }
@@ -308,7 +296,7 @@ impl SlotCopies {
             }
         };
         if changed {
-            self.held_bytes = self.held_bytes.saturating_sub(before) + after;
+            self.bytes.changed(before, after);
             copies.latest_seq = self.journal.record(index);
             if let Some(top) = &mut self.top {
                 top.get_mut().expect("top-K lock").mark(index);
@@ -709,15 +697,15 @@ mod tests {
             source.merge(0, &id(&format!("c{n}")), &state(n, 5));
         }
         let one = (id_bytes("c0") + record_bytes(&state(0, 5))) as u64;
-        assert_eq!(source.held_bytes(), 10 * one);
+        assert_eq!(source.bytes().held(), 10 * one);
         let mut copy = SlotCopies::new(names);
         copy.set_max_bytes(4 * one);
         let merge = copy.apply_page(&source.page(Cursor::Start, 100), &PageFence::open(1));
         assert_eq!((merge.changed, merge.refused_bytes), (4, 6));
-        assert_eq!((copy.len(), copy.held_bytes()), (4, 4 * one));
+        assert_eq!((copy.len(), copy.bytes().held()), (4, 4 * one));
         // A newer copy of a held counter, no bigger, still merges; one no newer is no refusal.
         assert!(copy.merge(0, &id("c0"), &state(7, 6)));
         assert!(!copy.merge(0, &id("c0"), &state(7, 6)));
-        assert_eq!(copy.held_bytes(), 4 * one);
+        assert_eq!(copy.bytes().held(), 4 * one);
     }
 }
