@@ -317,6 +317,7 @@ pub mod seeds {
                 slot: "DC_A_VAL_0".into(),
                 staleness_ms: Some(40),
                 owner_incarnation: 7,
+                incomplete: false,
             }],
         );
         let small = SyncPage {

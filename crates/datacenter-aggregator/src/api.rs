@@ -223,6 +223,10 @@ fn health(state: &AggregatorState) -> Response {
         status: &'a str,
         datacenter: &'a str,
         counters: usize,
+        state_bytes: u64,
+        max_state_bytes: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        over_bound: Option<String>,
         slots: Named<SourceHealth>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         conflicts: Vec<String>,
@@ -240,17 +244,22 @@ fn health(state: &AggregatorState) -> Response {
         .enumerate()
         .map(|(slot, name)| (name.clone(), replica.source_health(slot, now_ms)))
         .collect();
+    let over_bound = replica.over_bound();
     json_response(
         StatusCode::OK,
         &Health {
-            // The aggregator serves either way; a conflict is the shard nodes' to resolve.
-            status: if conflicts.is_empty() {
-                "ok"
-            } else {
-                "slot served twice"
+            // The aggregator serves either way; a conflict is the shard nodes' to resolve, and
+            // sums past the byte bound are marked incomplete in every answer.
+            status: match (conflicts.is_empty(), over_bound.is_none()) {
+                (false, _) => "slot served twice",
+                (true, false) => "over its byte bound",
+                (true, true) => "ok",
             },
             datacenter: &state.config.datacenter,
             counters: replica.copies.len(),
+            state_bytes: replica.copies.bytes().held(),
+            max_state_bytes: replica.copies.bytes().max(),
+            over_bound,
             slots,
             conflicts,
         },

@@ -12,7 +12,7 @@ pub fn document() -> ApiDoc {
     .aggregator_read(false)
     .rankings(false)
     .replication(true)
-    .health_and_metrics("health, with each shard's staleness")
+    .health_and_metrics("health, with each shard's staleness and whether it is over its byte bound")
 }
 
 #[cfg(test)]

@@ -40,6 +40,10 @@ pub async fn run<L: Listener>(
     );
     // Set before the first pull can land: nothing has yielded to the pullers yet.
     replica.write().expect("replica lock").max_clock_skew_ms = config.sync.max_clock_skew_ms;
+    replica.write().expect("replica lock").set_byte_bound(
+        "aggregator.datacenter_max_state_bytes",
+        config.max_state_bytes,
+    );
     // One datacenter: every slot in one group. What the pullers merged already is indexed too.
     replica.write().expect("replica lock").copies.index_top(
         vec![0; slot_names.len()],

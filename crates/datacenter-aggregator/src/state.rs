@@ -58,6 +58,7 @@ pub fn freshness(replica: &Replica, slot_names: &[String], now_ms: u64) -> Vec<S
             slot: slot.clone(),
             staleness_ms,
             owner_incarnation: heard.owner_incarnation,
+            incomplete: heard.is_incomplete(),
         })
         .collect()
 }

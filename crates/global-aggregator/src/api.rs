@@ -342,17 +342,27 @@ fn health(state: &GlobalState, now_ms: u64) -> Response {
     struct Health {
         status: &'static str,
         counters: usize,
+        state_bytes: u64,
+        max_state_bytes: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        over_bound: Option<String>,
         datacenters: Named<SourceHealth>,
     }
     let replica = state.replica.read().expect("replica lock");
     let datacenters = (state.names.iter().enumerate())
         .map(|(dc, name)| (name.clone(), replica.source_health(dc, now_ms)))
         .collect();
+    let over_bound = replica.over_bound();
+    // The aggregator serves either way: reads over incomplete copies are stale, not whole.
+    let incomplete = over_bound.is_some() || replica.sources.iter().any(|s| s.is_incomplete());
     json_response(
         StatusCode::OK,
         &Health {
-            status: "ok",
+            status: if incomplete { "incomplete" } else { "ok" },
             counters: replica.copies.len(),
+            state_bytes: replica.copies.bytes().held(),
+            max_state_bytes: replica.copies.bytes().max(),
+            over_bound,
             datacenters,
         },
     )

@@ -38,6 +38,8 @@ pub struct GlobalAggregatorConfig {
     pub http: HttpSettings,
     /// Whether its heap may use transparent huge pages (`memory.huge_pages`).
     pub huge_pages: bool,
+    /// The most bytes of copies it holds (`aggregator.global_max_state_bytes`).
+    pub max_state_bytes: u64,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
 }
@@ -62,6 +64,7 @@ impl GlobalAggregatorConfig {
             trending: topology.trending.clone(),
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,
+            max_state_bytes: topology.aggregator.global_max_state_bytes,
             auth: topology.auth.clone(),
         }
     }

@@ -23,7 +23,9 @@ pub fn document() -> ApiDoc {
             ),
     )
     .replication(true)
-    .health_and_metrics("health, with each datacenter's staleness")
+    .health_and_metrics(
+        "health, with each datacenter's staleness and whether it is over its byte bound",
+    )
 }
 
 #[cfg(test)]

@@ -35,6 +35,10 @@ pub async fn run<L: Listener>(
         start_pulling(config.slot_names(), &sources, client, clock.clone(), PREFIX);
     // Set before the first pull can land: nothing has yielded to the pullers yet.
     replica.write().expect("replica lock").max_clock_skew_ms = config.sync.max_clock_skew_ms;
+    replica
+        .write()
+        .expect("replica lock")
+        .set_byte_bound("aggregator.global_max_state_bytes", config.max_state_bytes);
     // Each datacenter's slots in its own group, so /topk ranks each datacenter and the world.
     replica.write().expect("replica lock").copies.index_top(
         config.slot_datacenters(),

@@ -167,7 +167,7 @@ pub fn stale_reasons(
             let why = match (reading.staleness_ms, reading.heard) {
                 (Some(ms), _) => format!("staleness {ms} ms > {max_staleness_ms} ms"),
                 (None, false) => "never heard".to_owned(),
-                (None, true) => "never complete: some of its slots never heard".to_owned(),
+                (None, true) => "never complete: some of its slots never heard, or held incompletely past a byte bound (see /healthz)".to_owned(),
             };
             format!("{} ({why})", names[dc])
         })
@@ -371,6 +371,7 @@ mod tests {
             auth: Default::default(),
             http: Default::default(),
             huge_pages: false,
+            max_state_bytes: u64::MAX,
         };
         let statuses = datacenter_statuses(&replica, &config, &[0, 0, 1], 1_400);
         let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);

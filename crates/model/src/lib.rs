@@ -38,6 +38,7 @@ pub mod counter;
 pub mod counter_id;
 pub mod encode;
 pub mod error;
+pub mod held_bytes;
 pub mod hlc;
 pub mod id_table;
 pub mod idempotency;
@@ -61,8 +62,8 @@ pub use placement::Placement;
 pub use slot::{SlotId, SlotRecord, SlotState, max_slot_version, next_slot_version};
 pub use tls::TlsSettings;
 pub use topology::{
-    DatacenterConfig, Durability, GlobalConfig, HttpSettings, RegionLink, Selection, ShardDefaults,
-    SyncSettings, Topology, TopologyError, TrendingConfig, WanSettings,
+    AggregatorSettings, DatacenterConfig, Durability, GlobalConfig, HttpSettings, RegionLink,
+    Selection, ShardDefaults, SyncSettings, Topology, TopologyError, TrendingConfig, WanSettings,
 };
 pub use unique::UniqueSketch;
 pub use window::{BucketSlice, Recorded, Window, WindowChange};

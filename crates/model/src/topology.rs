@@ -50,6 +50,35 @@ pub struct Topology {
     /// How every tier's process uses memory (`[memory]`).
     #[serde(default)]
     pub memory: MemorySettings,
+    /// How much state each aggregator holds (`[aggregator]`).
+    #[serde(default)]
+    pub aggregator: AggregatorSettings,
+}
+
+/// How much state each aggregator holds (`[aggregator]`), in bytes as
+/// [`crate::held_bytes`] estimates them: the copies it pulls from the tier below. A pulled
+/// entry that would take it past its bound is refused and counted, and the aggregator reports
+/// the slots it refused as incomplete, so reads never pass a partial sum off as whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AggregatorSettings {
+    /// The most state bytes a datacenter aggregator holds of its shards' slots. At least the
+    /// sum of its shards' `shard.max_state_bytes` never refuses an entry.
+    pub datacenter_max_state_bytes: u64,
+    /// The most state bytes the global aggregator holds of every datacenter's slots.
+    pub global_max_state_bytes: u64,
+}
+
+impl Default for AggregatorSettings {
+    /// Sized so that each tier's one process fits this 24 GiB machine with room for the
+    /// allocator and the tables' own overhead: two shard nodes' worth for a datacenter
+    /// aggregator, four for the global aggregator.
+    fn default() -> Self {
+        Self {
+            datacenter_max_state_bytes: 8 << 30,
+            global_max_state_bytes: 16 << 30,
+        }
+    }
 }
 
 /// How every tier's process uses memory (`[memory]`).
@@ -104,6 +133,10 @@ impl Default for HttpSettings {
         }
     }
 }
+
+/// The least `shard.max_counter_bytes`: a counter with the longest id (256 bytes), its
+/// description and a few window buckets.
+pub const MIN_COUNTER_BYTES: u64 = 1_024;
 
 /// The most points each slot may own on the placement ring (`shard.virtual_nodes`): the ring
 /// of a datacenter is built in memory at start-up, so its size must stay bounded.
@@ -366,6 +399,15 @@ pub struct ShardDefaults {
     /// about 180 bytes of memory): a write with a new key beyond it is refused (507) until
     /// older keys expire; retries of held keys and writes without a key are never refused.
     pub max_idempotency_keys: usize,
+    /// The most bytes one counter's state may hold on a node (its record with its window
+    /// buckets or sketch, its id and its description, as [`crate::held_bytes`] estimates
+    /// them): a write that would grow a counter past it is refused (507). The default holds
+    /// the longest window (3,600 buckets, about 57 KiB) and a dense sketch (about 16 KiB).
+    pub max_counter_bytes: u64,
+    /// The most bytes of state a node holds: its own slot's records and ids, and every
+    /// description it knows. A write or create that would grow it past it is refused (507);
+    /// descriptions learned from other nodes are never refused (they count towards it).
+    pub max_state_bytes: u64,
 }
 
 impl Default for ShardDefaults {
@@ -389,6 +431,8 @@ impl Default for ShardDefaults {
             restore_timeout_ms: 3_000,
             max_counters: 10_000_000,
             max_idempotency_keys: 10_000_000,
+            max_counter_bytes: 64 * 1024,
+            max_state_bytes: 4 << 30,
         }
     }
 }
@@ -542,6 +586,15 @@ impl Topology {
                 "shard.max_idempotency_keys",
                 shard.max_idempotency_keys as u64,
             ),
+            ("shard.max_state_bytes", shard.max_state_bytes),
+            (
+                "aggregator.datacenter_max_state_bytes",
+                self.aggregator.datacenter_max_state_bytes,
+            ),
+            (
+                "aggregator.global_max_state_bytes",
+                self.aggregator.global_max_state_bytes,
+            ),
             ("http.max_connections", self.http.max_connections as u64),
             (
                 "http.max_connections_per_peer",
@@ -593,6 +646,24 @@ impl Topology {
             return Err((
                 "shard.virtual_nodes".into(),
                 format!("{} is more than {MAX_VIRTUAL_NODES}", shard.virtual_nodes),
+            ));
+        }
+        if shard.max_counter_bytes < MIN_COUNTER_BYTES {
+            return Err((
+                "shard.max_counter_bytes".into(),
+                format!(
+                    "{} is less than {MIN_COUNTER_BYTES} (a counter with the longest id and a few buckets)",
+                    shard.max_counter_bytes
+                ),
+            ));
+        }
+        if shard.max_counter_bytes > shard.max_state_bytes {
+            return Err((
+                "shard.max_counter_bytes".into(),
+                format!(
+                    "{} is above shard.max_state_bytes ({})",
+                    shard.max_counter_bytes, shard.max_state_bytes
+                ),
             ));
         }
         if shard.default_window_seconds > shard.max_window_seconds {
@@ -952,6 +1023,35 @@ shards = ["127.0.0.1:7201"]
         assert_eq!(set.sync.max_clock_skew_ms, 5_000);
         let err = load(&format!("{GOOD}\n[sync]\nmax_clock_skew_ms = 0\n")).unwrap_err();
         assert_eq!(err.key, "sync.max_clock_skew_ms");
+    }
+
+    #[test]
+    fn byte_limits_have_defaults_and_are_validated() {
+        let t = load(GOOD).unwrap();
+        assert_eq!(
+            (t.shard.max_counter_bytes, t.shard.max_state_bytes),
+            (65_536, 4 << 30)
+        );
+        assert_eq!(t.aggregator.global_max_state_bytes, 16 << 30);
+        for (section, setting, key) in [
+            (
+                "shard",
+                "max_counter_bytes = 1000",
+                "shard.max_counter_bytes",
+            ),
+            ("shard", "max_state_bytes = 5000", "shard.max_counter_bytes"),
+            ("shard", "max_state_bytes = 0", "shard.max_state_bytes"),
+            (
+                "aggregator",
+                "datacenter_max_state_bytes = 0",
+                "aggregator.datacenter_max_state_bytes",
+            ),
+            ("aggregator", "global_max_state_byte = 1", "aggregator"),
+        ] {
+            let err = load(&format!("{GOOD}\n[{section}]\n{setting}\n")).unwrap_err();
+            assert!(err.key.starts_with(key), "{setting}: {err}");
+            assert!(err.to_string().contains("topology.toml"), "{err}");
+        }
     }
 
     #[test]

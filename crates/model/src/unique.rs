@@ -122,6 +122,13 @@ impl UniqueSketch {
         rank > self.register(index)
     }
 
+    /// Whether adding the item with hash `hash` would set a register still at 0 (the sketch
+    /// then holds one more: see [`crate::held_bytes`]).
+    pub fn sets_register(&self, hash: u64) -> bool {
+        let (index, _) = position(hash);
+        self.register(index) == 0
+    }
+
     /// Adds the item with hash `hash` ([`hash_item`]); returns whether a register rose. An item
     /// that raises none leaves the sketch exactly as it was.
     pub fn add_hash(&mut self, hash: u64) -> bool {

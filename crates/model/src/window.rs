@@ -336,6 +336,8 @@ pub struct WindowChange {
     newest: Option<u64>,
     /// The changed buckets with their new totals, in the order first changed.
     buckets: SmallVec<[(u64, i64); 2]>,
+    /// How many of them the base window does not hold (what the change adds to its size).
+    added: usize,
 }
 
 impl WindowChange {
@@ -344,7 +346,23 @@ impl WindowChange {
         Self {
             newest: base.newest(),
             buckets: SmallVec::new(),
+            added: 0,
         }
+    }
+
+    /// How many buckets the change adds to its base window (before any expire).
+    pub fn added(&self) -> usize {
+        self.added
+    }
+
+    /// Whether recording a hit at `second` against `base` would add a bucket: a second
+    /// neither changed yet nor held, and not too old for a window of `length` seconds.
+    pub fn would_add(&self, base: &Window, second: u64, length: u32) -> bool {
+        let newest = self.newest.unwrap_or(second).max(second);
+        let oldest_kept = newest.saturating_sub(u64::from(length)) + 1;
+        second >= oldest_kept
+            && !self.buckets.iter().any(|(s, _)| *s == second)
+            && bucket_of(&base.buckets(), second).is_err()
     }
 
     /// Records `delta` hits at `second` against `base` (the window this change was made for)
@@ -365,9 +383,11 @@ impl WindowChange {
             Some((_, hits)) => *hits = crate::slot::checked_add(*hits, delta)?,
             None => {
                 let held = base.buckets();
-                let before = bucket_of(&held, second).map_or(0, |at| held[at].1);
+                let at = bucket_of(&held, second);
+                let before = at.map_or(0, |at| held[at].1);
                 let hits = crate::slot::checked_add(before, delta)?;
                 self.buckets.push((second, hits));
+                self.added += usize::from(at.is_err());
             }
         }
         self.newest = Some(newest);

@@ -253,6 +253,9 @@ pub struct SlotFreshness {
     pub staleness_ms: Option<u64>,
     /// The incarnation of the slot's owner the source last heard (0: none heard).
     pub owner_incarnation: u64,
+    /// The source refused entries of the slot past its byte bound: its copy lacks them, so
+    /// neither it nor anything pulled from it is complete.
+    pub incomplete: bool,
 }
 
 /// The answer to a [`SyncRequest`].

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
+use geocount_model::held_bytes::description_bytes;
 use geocount_model::{
     Clock, CounterDescription, CounterId, CounterType, Durability, Hlc, Placement, Recorded,
     ShardDefaults, SlotRecord, SlotState, UniqueSketch, VersionedDescription, Window, WindowChange,
@@ -20,6 +21,7 @@ use geocount_sync::DescriptionTable;
 use indexmap::IndexMap;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::budget::{self, ByteBudget, row_bytes};
 use crate::checkpoint::Checkpointer;
 use crate::error::{ShardError, StorageError};
 use crate::hot::{HotCounters, changed_description};
@@ -187,11 +189,19 @@ struct StagedSlot {
     window_seconds: u32,
     /// Writes the group applied to the counter (for hot-counter detection).
     writes: u64,
+    /// What its committed row holds, in bytes (0 without one).
+    committed_bytes: u64,
+    /// What the counter holds with the group's changes, description included, in bytes (an
+    /// upper bound: buckets that expire are not taken off until installed).
+    bytes: u64,
+    /// Whether the counter has a description (known or staged).
+    described: bool,
 }
 
 /// What installing a durable group does to one counter's row.
 struct SlotChange {
     row: Option<usize>,
+    committed_bytes: u64,
     window: WindowChange,
     window_seconds: u32,
 }
@@ -209,6 +219,8 @@ struct Staged {
     new_records: usize,
     /// Descriptions the group creates itself (`shard.max_counters`).
     new_descriptions: usize,
+    /// Bytes the group's changes add to the node (`shard.max_state_bytes`).
+    grown: u64,
 }
 
 impl Staged {
@@ -220,6 +232,7 @@ impl Staged {
     fn stage_description(&mut self, description: VersionedDescription) {
         let id = description.description.id.clone();
         if let Some(slot) = self.slots.get_mut(id.as_str()) {
+            slot.described = true;
             slot.known = Some(description.description.counter_type);
             slot.window_seconds = description.description.window_seconds;
         }
@@ -251,6 +264,8 @@ impl Staged {
         let row = table.row_index(id);
         let committed = row.map(|row| table.row(row).1);
         let described = self.description(id).or_else(|| descriptions.get(id));
+        let committed_bytes = committed.map_or(0, |record| row_bytes(id, record));
+        let description = described.map_or(0, |_| description_bytes(id) as u64);
         let slot = StagedSlot {
             row,
             state: committed.map(|record| record.state).unwrap_or_default(),
@@ -264,6 +279,9 @@ impl Staged {
                 d.description.window_seconds
             }),
             writes: 0,
+            committed_bytes,
+            bytes: committed_bytes + description,
+            described: described.is_some(),
         };
         let (at, _) = self.slots.insert_full(counter.clone(), slot);
         &mut self.slots[at]
@@ -341,6 +359,8 @@ pub struct CommitLoop {
     hot: HotCounters,
     last_sync_ms: u64,
     last_checkpoint_ms: u64,
+    /// Bytes of state held, against `shard.max_counter_bytes` and `shard.max_state_bytes`.
+    budget: ByteBudget,
     /// Set once an fsync failed: the node takes no more writes until it restarts.
     fenced: Option<String>,
     /// Descriptions learned from other nodes whose group could not be logged (a full disk):
@@ -357,7 +377,14 @@ impl CommitLoop {
             shared.settings.default_number_of_shards,
             now,
         );
+        let budget = {
+            let table = shared.table.read().expect("slot table lock");
+            let descriptions = shared.descriptions.read().expect("descriptions lock");
+            ByteBudget::recovered(&table, &descriptions, &shared.settings)
+        };
+        shared.metrics.state_bytes.set(budget.held() as i64);
         Self {
+            budget,
             wal: log.wal,
             idempotency: log.idempotency,
             last_version: log.last_version,
@@ -512,6 +539,7 @@ impl CommitLoop {
             logged.push((id, change));
             changes.push(SlotChange {
                 row: slot.row,
+                committed_bytes: slot.committed_bytes,
                 window: slot.window,
                 window_seconds: slot.window_seconds,
             });
@@ -577,6 +605,7 @@ impl CommitLoop {
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
         let held_descriptions = descriptions.len() + staged.new_descriptions;
+        let grown = staged.grown;
         let slot = staged.slot(table, descriptions, &self.shared.settings, &write.id);
         if let Some(counter_type) = slot.known
             && counter_type != write.change.counter_type()
@@ -590,12 +619,17 @@ impl CommitLoop {
         let committed = slot.row.map(|row| table.row(row).1);
         let version = self.group_version;
         let mut creates_unique = false;
+        let bytes_before = slot.bytes;
         match &write.change {
             Change::Delta(delta) => {
                 let next = slot.state.apply(*delta, version)?;
                 // The hit lands in its own second's bucket of the counter's window.
                 let empty = Window::default();
                 let base = committed.map_or(&empty, |record| record.window());
+                let (second, length) = (write.timestamp_secs, slot.window_seconds);
+                let hit = budget::Hit::new(&slot.window, second, length);
+                let after = budget::sum_bytes_after(id, base, hit, slot.described);
+                self.budget.check(id, slot.bytes, after, grown)?;
                 let recorded =
                     slot.window
                         .record(base, write.timestamp_secs, *delta, slot.window_seconds)?;
@@ -603,6 +637,7 @@ impl CommitLoop {
                     self.shared.metrics.window_too_old.inc();
                 }
                 slot.state = next;
+                slot.bytes = slot.bytes.max(after);
                 // A delta makes a counter no one described a sum, as its record does in later
                 // groups: an item for it later in this group is refused like one then, rather
                 // than turn it unique and leave this acknowledged delta out of its value.
@@ -621,6 +656,10 @@ impl CommitLoop {
                     // Nothing changed: no version, no log record, no key to remember.
                     return Ok(slot.state);
                 }
+                let described = slot.described || creates_unique;
+                let after = budget::unique_bytes_after(id, current, *hash, described);
+                self.budget.check(id, slot.bytes, after, grown)?;
+                slot.bytes = slot.bytes.max(after);
                 let sketch = slot.sketch.get_or_insert_with(|| {
                     committed
                         .and_then(|record| record.uniques().cloned().map(Box::new))
@@ -635,7 +674,10 @@ impl CommitLoop {
         }
         slot.changed = true;
         slot.writes += 1;
+        slot.described |= creates_unique;
         let next = slot.state;
+        let growth = slot.bytes - bytes_before;
+        staged.grown += growth;
         self.last_version = next.version;
         if adds_record {
             staged.new_records += 1;
@@ -698,11 +740,20 @@ impl CommitLoop {
         let mut table = self.shared.table.write().expect("slot table lock");
         for (id, slot) in record.slots {
             self.last_version = self.last_version.max(slot.state.version);
+            let before = table
+                .get_record(id.as_str())
+                .map_or(0, |record| row_bytes(id.as_str(), record));
             if let Some(row) = table.merge_owned(id, slot) {
+                let (id, merged) = table.row(row);
+                self.budget.changed(before, row_bytes(id, merged));
                 self.pending.rows.mark(row);
             }
         }
         self.shared.metrics.counters_held.set(table.len() as i64);
+        self.shared
+            .metrics
+            .state_bytes
+            .set(self.budget.held() as i64);
         Ok(())
     }
 
@@ -763,6 +814,9 @@ impl CommitLoop {
                     &change.window,
                     change.window_seconds,
                 );
+                let (id, installed) = table.row(row);
+                self.budget
+                    .changed(change.committed_bytes, row_bytes(id, installed));
                 self.pending.rows.mark(row);
             }
             self.shared.metrics.counters_held.set(table.len() as i64);
@@ -770,9 +824,18 @@ impl CommitLoop {
         if !record.descriptions.is_empty() {
             let mut descriptions = self.shared.descriptions.write().expect("descriptions lock");
             for description in &record.descriptions {
+                let known = descriptions.len();
                 descriptions.merge(description.clone());
+                if descriptions.len() > known {
+                    self.budget
+                        .add(description_bytes(description.description.id.as_str()) as u64);
+                }
             }
         }
+        self.shared
+            .metrics
+            .state_bytes
+            .set(self.budget.held() as i64);
         self.pending.descriptions.extend(record.descriptions);
         let mut keys = self.idempotency.write().expect("idempotency lock");
         for (key, entry) in record.idempotency {
@@ -857,6 +920,9 @@ impl CommitLoop {
             self.shared.settings.max_counters,
             descriptions.len() + staged.new_descriptions,
         )?;
+        let bytes = description_bytes(id) as u64;
+        self.budget.check_growth(bytes, staged.grown)?;
+        staged.grown += bytes;
         staged.new_descriptions += 1;
         staged.stage_description(VersionedDescription {
             description: description.clone(),

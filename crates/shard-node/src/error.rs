@@ -73,6 +73,30 @@ pub enum ShardError {
         /// The configured limit.
         limit: usize,
     },
+    /// A write would grow one counter's state past `shard.max_counter_bytes`: refused, the
+    /// counter keeps what it holds.
+    #[error(
+        "shard.max_counter_bytes ({limit}) reached: counter {id:?} would hold {bytes} bytes; writes that would grow it are refused, writes to other counters keep working"
+    )]
+    CounterBytes {
+        /// The counter.
+        id: String,
+        /// What it would hold, in bytes.
+        bytes: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+    /// The node holds `shard.max_state_bytes` of state: a write or create that would add more
+    /// is refused; reads, and writes that add nothing, keep working.
+    #[error(
+        "shard.max_state_bytes ({limit}) reached: this node holds {held} bytes of state; writes and creates that would add more are refused, reads and writes that add no state keep working"
+    )]
+    StateBytes {
+        /// What the node holds, in bytes.
+        held: u64,
+        /// The configured limit.
+        limit: u64,
+    },
     /// The node holds `shard.max_idempotency_keys` keys: a write with a new key is refused
     /// until older keys expire.
     #[error(
@@ -147,6 +171,8 @@ impl HttpError for ShardError {
             }
             ShardError::StorageFull(_)
             | ShardError::CounterLimit { .. }
+            | ShardError::CounterBytes { .. }
+            | ShardError::StateBytes { .. }
             | ShardError::IdempotencyKeyLimit { .. } => StatusCode::INSUFFICIENT_STORAGE,
             ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ShardError::Unavailable(_)

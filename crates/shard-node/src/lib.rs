@@ -31,6 +31,7 @@
 //! HTTP status. [`check`] reads a data directory offline (`shard-node check`) without changing it.
 
 pub mod api;
+pub mod budget;
 pub mod check;
 pub mod checkpoint;
 pub mod commit;

@@ -26,6 +26,8 @@ pub struct ShardMetrics {
     pub commit_seconds: Histogram,
     /// Counters this node holds.
     pub counters_held: Gauge,
+    /// Bytes of state this node holds, as `shard.max_state_bytes` counts them.
+    pub state_bytes: Gauge,
     /// Bytes in the open log segment.
     pub log_bytes: Gauge,
     /// Checkpoints written into the store.
@@ -76,6 +78,7 @@ impl Default for ShardMetrics {
             group_commit_writes: Histogram::new(exponential_buckets(1.0, 4.0, 10)),
             commit_seconds: Histogram::new(exponential_buckets(0.000_02, 2.0, 16)),
             counters_held: Gauge::default(),
+            state_bytes: Gauge::default(),
             log_bytes: Gauge::default(),
             checkpoints: Counter::default(),
             checkpoint_failures: Counter::default(),
@@ -125,6 +128,11 @@ impl Default for ShardMetrics {
             "counters",
             "Counters held by this node",
             metrics.counters_held.clone(),
+        );
+        registry.register(
+            "state_bytes",
+            "Bytes of state held (estimated; bounded by shard.max_state_bytes)",
+            metrics.state_bytes.clone(),
         );
         registry.register(
             "log_bytes",

@@ -35,8 +35,10 @@ const WRITE_ERRORS: &[(u16, &str)] = &[
     (504, "the forward's outcome is unknown"),
     (
         507,
-        "the disk is full, or the node holds its limit of counters (shard.max_counters) or of \
-           idempotency keys (shard.max_idempotency_keys)",
+        "the disk is full, or the node holds its limit of counters (shard.max_counters), of \
+           idempotency keys (shard.max_idempotency_keys) or of bytes of state \
+           (shard.max_state_bytes), or the write would grow its counter past \
+           shard.max_counter_bytes",
     ),
 ];
 
@@ -94,7 +96,7 @@ pub fn document() -> ApiDoc {
                 (
                     507,
                     "the disk is full, or the node holds its limit of counters \
-                       (shard.max_counters)",
+                       (shard.max_counters) or of bytes of state (shard.max_state_bytes)",
                 ),
             ]),
     )

@@ -31,6 +31,7 @@
 //!   shared parts ([`ApiDoc`]).
 
 pub mod access;
+pub mod byte_bound;
 pub mod descriptions;
 pub mod http;
 pub mod incarnations;
@@ -50,6 +51,7 @@ pub mod top_query;
 pub mod topk;
 
 pub use access::{Access, AccessError, CLUSTER_SECRET_HEADER, Need};
+pub use byte_bound::ByteBound;
 pub use descriptions::DescriptionTable;
 pub use incarnations::{Conflict, SlotIncarnations, incarnation_made_at_ms, new_incarnation};
 pub use journal::{ChangeJournal, Journaled, page};

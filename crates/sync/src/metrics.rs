@@ -9,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::PageMerge;
 use crate::http::metrics_response;
 use crate::{PullSource, Replica};
 
@@ -38,8 +39,8 @@ pub struct PullCounters {
     /// Pulled descriptions refused, versioned more than `sync.max_clock_skew_ms` ahead of this
     /// process's clock.
     pub descriptions_refused: Counter,
-    /// Pulled entries refused, by reason: `slot` (a slot the source does not serve) or
-    /// `version` (beyond what any clock allows).
+    /// Pulled entries refused, by reason: `slot` (a slot the source does not serve),
+    /// `version` (beyond what any clock allows) or `bytes` (past the aggregator's byte bound).
     pub entries_refused: Family<ReasonLabel, Counter>,
 }
 
@@ -70,9 +71,15 @@ impl PullCounters {
         self.descriptions_merged.inc_by(descriptions as u64);
     }
 
-    /// Counts pulled entries refused for their slot or their version.
-    pub fn refused(&self, slot: usize, version: usize) {
-        for (reason, count) in [("slot", slot), ("version", version)] {
+    /// Counts the pulled entries a merge refused: for their slot, their version or the byte
+    /// bound.
+    pub fn refused(&self, merge: PageMerge) {
+        let reasons = [
+            ("slot", merge.refused_slot),
+            ("version", merge.refused_version),
+            ("bytes", merge.refused_bytes),
+        ];
+        for (reason, count) in reasons {
             if count > 0 {
                 self.entries_refused
                     .get_or_create(&ReasonLabel { reason })
@@ -102,7 +109,9 @@ fn duration_histogram() -> Histogram {
 /// - `states_merged_total`, `descriptions_merged_total`: what the pulls changed;
 /// - `descriptions_refused_total`: pulled descriptions versioned too far ahead of this clock;
 /// - `entries_refused_total{reason}`: pulled entries of a slot their source does not serve
-///   (`slot`) or versioned beyond what any clock allows (`version`);
+///   (`slot`), versioned beyond what any clock allows (`version`), or past the aggregator's
+///   byte bound (`bytes`: its sums are then incomplete, and `/healthz` says so);
+/// - `state_bytes`, `max_state_bytes`: the bytes of copies held, and their bound;
 /// - `staleness_ms{source}`: how long ago the copy of each source was complete, -1 for one
 ///   never complete since this process started;
 /// - `counters`, `descriptions`: how many are held;
@@ -118,6 +127,10 @@ pub struct ReplicaMetrics {
     pub staleness_ms: Family<SourceLabel, Gauge>,
     /// Counters held.
     pub counters_held: Gauge,
+    /// Bytes of copies held.
+    pub state_bytes: Gauge,
+    /// The bound on them.
+    pub max_state_bytes: Gauge,
     /// Descriptions held.
     pub descriptions_held: Gauge,
     /// Slots served by two processes at once.
@@ -148,6 +161,8 @@ impl ReplicaMetrics {
             },
             staleness_ms: Family::default(),
             counters_held: Gauge::default(),
+            state_bytes: Gauge::default(),
+            max_state_bytes: Gauge::default(),
             descriptions_held: Gauge::default(),
             slot_conflicts: Gauge::default(),
         };
@@ -178,7 +193,7 @@ impl ReplicaMetrics {
         let refused = pulls.entries_refused.clone();
         r.register(
             "entries_refused",
-            "Pulled entries refused (reason: slot or version)",
+            "Pulled entries refused (reason: slot, version or bytes)",
             refused,
         );
         let staleness = metrics.staleness_ms.clone();
@@ -188,6 +203,10 @@ impl ReplicaMetrics {
             staleness,
         );
         r.register("counters", "Counters held", metrics.counters_held.clone());
+        let bytes = metrics.state_bytes.clone();
+        r.register("state_bytes", "Bytes of copies held (estimated)", bytes);
+        let bound = metrics.max_state_bytes.clone();
+        r.register("max_state_bytes", "The bound on the bytes of copies", bound);
         let descriptions = metrics.descriptions_held.clone();
         r.register("descriptions", "Descriptions held", descriptions);
         let conflicts = metrics.slot_conflicts.clone();
@@ -208,6 +227,10 @@ impl ReplicaMetrics {
             self.staleness_ms.get_or_create(label).set(value);
         }
         self.counters_held.set(replica.copies.len() as i64);
+        let gauge = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
+        let bytes = replica.copies.bytes();
+        self.state_bytes.set(gauge(bytes.held()));
+        self.max_state_bytes.set(gauge(bytes.max()));
         self.descriptions_held
             .set(replica.descriptions.len() as i64);
         self.slot_conflicts

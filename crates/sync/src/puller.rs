@@ -97,6 +97,12 @@ pub struct SourceStatus {
     pub last_error: Option<String>,
     /// The source's reported write rate.
     pub load: u64,
+    /// Set once this process refused entries of the source past its byte bound: its copy
+    /// lacks them, so it is never complete again (until the process restarts).
+    pub refused_past_bound: bool,
+    /// Whether the source's last page said it holds some of its slots incompletely (it refused
+    /// entries past its own byte bound).
+    pub source_incomplete: bool,
 }
 
 impl SourceStatus {
@@ -143,6 +149,7 @@ impl SourceStatus {
         self.last_heard_ms = Some(now_ms);
         self.last_error = None;
         self.load = page.load;
+        self.source_incomplete = page.freshness.iter().any(|f| f.incomplete);
         let source_staleness =
             crate::worst_staleness(page.freshness.iter().map(|f| f.staleness_ms));
         if let (true, Some(behind)) = (caught_up, source_staleness) {
@@ -151,9 +158,17 @@ impl SourceStatus {
         }
     }
 
-    /// How long ago the copy was complete (`None`: never).
+    /// How long ago the copy was complete (`None`: never, or it is incomplete now).
     pub fn staleness_ms(&self, now_ms: u64) -> Option<u64> {
+        if self.is_incomplete() {
+            return None;
+        }
         self.complete_as_of_ms.map(|t| now_ms.saturating_sub(t))
+    }
+
+    /// Whether the copy lacks entries refused past a byte bound, here or at the source.
+    pub fn is_incomplete(&self) -> bool {
+        self.refused_past_bound || self.source_incomplete
     }
 }
 
@@ -177,6 +192,7 @@ mod tests {
                     slot: "s".into(),
                     staleness_ms: s,
                     owner_incarnation: 0,
+                    incomplete: false,
                 })
                 .collect(),
             ..SyncPage::default()
@@ -202,5 +218,13 @@ mod tests {
             Some(1070),
             "never older than before"
         );
+        let mut over = page(true, vec![Some(10)]);
+        over.freshness[0].incomplete = true;
+        status.advance(&over, 1900, 1901);
+        assert_eq!(status.staleness_ms(2000), None, "a source over its bound");
+        status.advance(&page(true, vec![Some(10)]), 1900, 1901);
+        assert_eq!(status.staleness_ms(2000), Some(110), "complete again");
+        status.refused_past_bound = true;
+        assert_eq!(status.staleness_ms(2000), None, "refused here");
     }
 }

@@ -17,6 +17,7 @@ use geocount_net::{Handler, HttpClient, Listener};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
+use crate::byte_bound::Refusals;
 use crate::incarnations::{Conflict, SlotIncarnations};
 use crate::metrics::{PullCounters, ReplicaMetrics};
 use crate::slot_copies::{PageFence, PageMerge};
@@ -42,6 +43,8 @@ pub struct Replica {
     source_names: Vec<String>,
     /// How far ahead of this process's clock a copy's version may be (`sync.max_clock_skew_ms`).
     pub max_clock_skew_ms: u64,
+    /// Pulled entries refused past the copies' byte bound, and the setting that bounds them.
+    refusals: Refusals,
 }
 
 /// What a replica has heard of one slot since its process started.
@@ -53,10 +56,20 @@ pub struct SlotHeard {
     pub complete_as_of_ms: Option<u64>,
     /// The owner's incarnation last heard (0: none).
     pub owner_incarnation: u64,
+    /// Entries of the slot were refused past this replica's byte bound: its copy lacks them
+    /// until the process restarts.
+    pub refused_past_bound: bool,
+    /// The source it was pulled from last said its own copy is incomplete.
+    pub source_incomplete: bool,
 }
 
 impl SlotHeard {
     /// Marks the slot complete as of `as_of_ms` (never moving back), heard from `incarnation`.
+    /// Whether the copy lacks entries refused past a byte bound, here or below.
+    pub fn is_incomplete(&self) -> bool {
+        self.refused_past_bound || self.source_incomplete
+    }
+
     fn heard(&mut self, as_of_ms: u64, incarnation: u64) {
         self.complete_as_of_ms = Some(self.complete_as_of_ms.map_or(as_of_ms, |t| t.max(as_of_ms)));
         if incarnation != 0 {
@@ -78,6 +91,10 @@ pub struct SourceHealth {
     pub staleness_ms: Option<u64>,
     /// The last pull failure, cleared by the next success.
     pub last_error: Option<String>,
+    /// The copy lacks entries refused past a byte bound (this aggregator's or the source's):
+    /// sums over it are incomplete.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
 }
 
 /// One counter as a [`Replica`] holds it, found once for a read: its slots' copies and its
@@ -144,7 +161,20 @@ impl Replica {
             fences,
             source_names: sources.iter().map(|s| s.name.clone()).collect(),
             max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
+            refusals: Refusals::default(),
         }
+    }
+
+    /// Bounds the bytes of the copies at `max_bytes`, set by the setting `key`: entries past
+    /// it are refused and counted, and the slots they belong to are reported incomplete.
+    pub fn set_byte_bound(&mut self, key: &'static str, max_bytes: u64) {
+        self.refusals.key = key;
+        self.copies.set_max_bytes(max_bytes);
+    }
+
+    /// Once entries were refused past the byte bound: what to report, naming the setting.
+    pub fn over_bound(&self) -> Option<String> {
+        self.refusals.report(self.copies.bytes())
     }
 
     /// Merges a page pulled from source `source` at `sent_at_ms`, fenced to the slots that
@@ -168,7 +198,7 @@ impl Replica {
                 self.copies
                     .apply_entries(&slots.slot_names, &slots.entries, &fence)
             });
-        self.close_page(page, &fence, merge, sent_at_ms);
+        self.close_page(source, page, &fence, merge, sent_at_ms);
         Ok(merge)
     }
 
@@ -203,6 +233,7 @@ impl Replica {
     /// slot the page shows complete.
     fn close_page(
         &mut self,
+        source: usize,
         page: &SyncPage,
         fence: &PageFence,
         merge: PageMerge,
@@ -211,6 +242,20 @@ impl Replica {
         let Some(slots) = &page.slots else {
             return;
         };
+        if merge.refused_bytes > 0 {
+            // The source's cursor moves past them: the copy lacks them for good.
+            self.refusals.entries += merge.refused_bytes as u64;
+            self.sources[source].refused_past_bound = true;
+            for &index in &fence.slots {
+                self.slots[usize::from(index)].refused_past_bound = true;
+            }
+            tracing::warn!(
+                source = %page.source,
+                refused = merge.refused_bytes,
+                bound = self.refusals.key,
+                "refused pulled entries past this aggregator's byte bound; its sums are incomplete"
+            );
+        }
         if merge.refused_slot + merge.refused_version > 0 {
             tracing::warn!(
                 source = %page.source,
@@ -232,6 +277,11 @@ impl Replica {
         } else {
             // An aggregator's page: each slot as complete as the aggregator's copy of it.
             for freshness in &page.freshness {
+                if let Some(index) = self.copies.slot_index(&freshness.slot)
+                    && fence.slots.contains(&index)
+                {
+                    self.slots[index as usize].source_incomplete = freshness.incomplete;
+                }
                 if let (Some(index), Some(staleness)) = (
                     self.copies.slot_index(&freshness.slot),
                     freshness.staleness_ms,
@@ -308,8 +358,8 @@ impl Replica {
         Some(SlotCopy {
             slot: name.to_owned(),
             entries,
-            complete: heard.complete_as_of_ms.is_some(),
-            complete_as_of_ms: heard.complete_as_of_ms,
+            complete: heard.complete_as_of_ms.is_some() && !heard.is_incomplete(),
+            complete_as_of_ms: heard.complete_as_of_ms.filter(|_| !heard.is_incomplete()),
             source_epoch: self.copies.epoch(),
             next,
             owner_incarnation: heard.owner_incarnation,
@@ -322,6 +372,7 @@ impl Replica {
         SourceHealth {
             staleness_ms: status.staleness_ms(now_ms),
             last_error: status.last_error.clone(),
+            incomplete: status.is_incomplete(),
         }
     }
 }
@@ -391,7 +442,10 @@ impl PullSink for ReplicaSink {
             Ok(fence) => fence,
             Err(error) => {
                 let entries = page.slots.as_ref().map_or(0, |p| p.entries.len());
-                self.metrics.refused(entries, 0);
+                self.metrics.refused(PageMerge {
+                    refused_slot: entries,
+                    ..PageMerge::default()
+                });
                 tracing::warn!(source = self.source, %error, "refused a pulled page");
                 self.failed(error);
                 return;
@@ -407,9 +461,8 @@ impl PullSink for ReplicaSink {
         }
         let (states, descriptions) = {
             let mut replica = self.replica.write().expect("replica lock");
-            replica.close_page(&page, &fence, merge, sent_at_ms);
-            self.metrics
-                .refused(merge.refused_slot, merge.refused_version);
+            replica.close_page(self.source, &page, &fence, merge, sent_at_ms);
+            self.metrics.refused(merge);
             let states = merge.changed;
             // Descriptions are bounded by the same clock skew as the copies' versions.
             let skew_ms = replica.max_clock_skew_ms;

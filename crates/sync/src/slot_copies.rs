@@ -4,9 +4,11 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use geocount_model::held_bytes::{id_bytes, record_bytes};
 use geocount_model::wire::{SlotEntry, SlotPage};
 use geocount_model::{CounterId, IdTable, SlotRecord, counter_id};
 
+use crate::byte_bound::ByteBound;
 use crate::journal::{ChangeJournal, Journaled};
 use crate::topk::{LiveRanking, RankedCounters, TopIndex};
 
@@ -28,6 +30,12 @@ pub fn record_weight(record: &SlotRecord) -> usize {
     let sketch = record.uniques().map_or(0, |sketch| sketch.encoded_bytes());
     let window = record.window().buckets().len() * WINDOW_BUCKET_BYTES;
     (sketch + window) / RECORD_BYTES_PER_ENTRY
+}
+
+/// Whether `other` is a newer copy of the slot `current` holds (it would win the merge).
+fn is_newer(current: &SlotRecord, other: &SlotRecord) -> bool {
+    let mut state = current.state;
+    state.merge(other.state)
 }
 
 /// One counter's copies: `(slot index, state)` for each slot that ever held a value.
@@ -123,6 +131,18 @@ pub struct PageMerge {
     pub refused_slot: usize,
     /// Entries versioned beyond what any clock allows, refused.
     pub refused_version: usize,
+    /// Entries that would take the copies past their byte bound
+    /// ([`SlotCopies::set_max_bytes`]), refused.
+    pub refused_bytes: usize,
+}
+
+/// What merging one record did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Merged {
+    Unchanged,
+    Changed,
+    /// Newer, but refused: taking it in would pass the byte bound.
+    OverBound,
 }
 
 impl std::ops::AddAssign for PageMerge {
@@ -130,6 +150,7 @@ impl std::ops::AddAssign for PageMerge {
         self.changed += other.changed;
         self.refused_slot += other.refused_slot;
         self.refused_version += other.refused_version;
+        self.refused_bytes += other.refused_bytes;
     }
 }
 
@@ -145,6 +166,9 @@ pub struct SlotCopies {
     /// Behind a lock of its own, so ranking needs only shared access to the copies: reads and
     /// sync pages are served meanwhile, and only merges wait.
     top: Option<Mutex<TopIndex>>,
+    /// Bytes held ([`geocount_model::held_bytes`]): each counter's id and each copy's record;
+    /// a merge that would pass the bound is refused.
+    bytes: ByteBound,
 }
 
 impl SlotCopies {
@@ -161,7 +185,19 @@ impl SlotCopies {
             counters: IdTable::default(),
             journal: ChangeJournal::default(),
             top: None,
+            bytes: ByteBound::default(),
         }
+    }
+
+    /// Bounds the bytes held: from now on, a merge that would take them past `max_bytes` is
+    /// refused ([`PageMerge::refused_bytes`]). Unbounded until set.
+    pub fn set_max_bytes(&mut self, max_bytes: u64) {
+        self.bytes.set_max(max_bytes);
+    }
+
+    /// The bytes held and their bound.
+    pub fn bytes(&self) -> ByteBound {
+        self.bytes
     }
 
     /// Starts ranking counters by total ([`TopIndex`]), the slots grouped by `slot_groups` (by
@@ -226,7 +262,7 @@ impl SlotCopies {
     /// Merges one slot record of counter `id`; returns whether anything changed. A change is
     /// journaled and marked for the top-K index ([`SlotCopies::rank_pending`]).
     pub fn merge(&mut self, slot: u16, id: &CounterId, record: &SlotRecord) -> bool {
-        self.merge_keyed(slot, id.as_str(), || id.clone(), record)
+        self.merge_keyed(slot, id.as_str(), || id.clone(), record) == Merged::Changed
     }
 
     /// [`merge`](Self::merge) of counter `id`, whose key `key` makes only if the table does not
@@ -237,12 +273,28 @@ impl SlotCopies {
         id: &str,
         key: impl FnOnce() -> CounterId,
         record: &SlotRecord,
-    ) -> bool {
-        let (index, copies) = match self.counters.get_full_mut(id) {
-            Some((index, copies)) => (index, copies),
+    ) -> Merged {
+        let after = record_bytes(record) as u64;
+        let (index, copies, before) = match self.counters.get_full_mut(id) {
+            Some((index, copies)) => {
+                let held = copies.slots.iter().find(|(s, _)| *s == slot);
+                if held.is_some_and(|(_, current)| !is_newer(current, record)) {
+                    return Merged::Unchanged;
+                }
+                let before = held.map_or(0, |(_, current)| record_bytes(current) as u64);
+                if !self.bytes.admits(before, after) {
+                    return Merged::OverBound;
+                }
+                (index, copies, before)
+            }
             None => {
+                let after = after + id_bytes(id) as u64;
+                if !self.bytes.admits(0, after) {
+                    return Merged::OverBound;
+                }
+                self.bytes.changed(0, id_bytes(id) as u64);
                 let index = self.counters.insert(key(), CounterCopies::default());
-                (index, &mut self.counters[index])
+                (index, &mut self.counters[index], 0)
             }
         };
         let changed = match copies.slots.iter_mut().find(|(s, _)| *s == slot) {
@@ -253,12 +305,14 @@ impl SlotCopies {
             }
         };
         if changed {
+            self.bytes.changed(before, after);
             copies.latest_seq = self.journal.record(index);
             if let Some(top) = &mut self.top {
                 top.get_mut().expect("top-K lock").mark(index);
             }
+            return Merged::Changed;
         }
-        changed
+        Merged::Unchanged
     }
 
     /// Merges a pulled page, mapping its slot names onto this table's. Entries whose id no
@@ -297,7 +351,11 @@ impl SlotCopies {
                 continue;
             }
             let key = || CounterId::new(entry.id.as_str()).expect("validated above");
-            merge.changed += usize::from(self.merge_keyed(*slot, &entry.id, key, &entry.record));
+            match self.merge_keyed(*slot, &entry.id, key, &entry.record) {
+                Merged::Changed => merge.changed += 1,
+                Merged::OverBound => merge.refused_bytes += 1,
+                Merged::Unchanged => {}
+            }
         }
         if invalid > 0 {
             tracing::warn!(invalid, "skipped pulled entries with invalid counter ids");
@@ -642,9 +700,31 @@ mod tests {
             PageMerge {
                 changed: 1,
                 refused_slot: 1,
-                refused_version: 1
+                refused_version: 1,
+                refused_bytes: 0,
             }
         );
         assert!(copy.get("theirs").is_none() && copy.get("pinned").is_none());
+    }
+
+    #[test]
+    fn entries_past_the_byte_bound_are_refused_and_the_count_follows_merges() {
+        let names = vec!["DC_A_VAL_0".to_owned()];
+        let mut source = SlotCopies::new(names.clone());
+        let id = |s: &str| CounterId::new(s).unwrap();
+        for n in 0..10 {
+            source.merge(0, &id(&format!("c{n}")), &state(n, 5));
+        }
+        let one = (id_bytes("c0") + record_bytes(&state(0, 5))) as u64;
+        assert_eq!(source.bytes().held(), 10 * one);
+        let mut copy = SlotCopies::new(names);
+        copy.set_max_bytes(4 * one);
+        let merge = copy.apply_page(&source.page(Cursor::Start, 100), &PageFence::open(1));
+        assert_eq!((merge.changed, merge.refused_bytes), (4, 6));
+        assert_eq!((copy.len(), copy.bytes().held()), (4, 4 * one));
+        // A newer copy of a held counter, no bigger, still merges; one no newer is no refusal.
+        assert!(copy.merge(0, &id("c0"), &state(7, 6)));
+        assert!(!copy.merge(0, &id("c0"), &state(7, 6)));
+        assert_eq!(copy.bytes().held(), 4 * one);
     }
 }
