@@ -1,16 +1,20 @@
 //! TLS end to end (issue #7): a cluster whose every listener and every call between tiers is
 //! TLS carries a write to the global aggregator; a plain-HTTP client and a client trusting
 //! another CA get nothing; unusable certificate files are one-line configuration errors; the
-//! certificates `scripts/make-certs.sh` makes are accepted.
+//! certificates `scripts/make-certs.sh` makes are accepted; clients holding every connection
+//! they may have leave the tiers theirs.
 //!
 //! Every test here turns TLS on for the whole test process ([`tls::force`]), whatever
 //! `E2E_TLS` says.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use geocount_net::tls::{client_config, tls_connector};
+use geocount_net::{Connect, Connecting, connecting};
 use geocount_test_support::tls::{self, TestCa};
 use geocount_test_support::{Api, TestTopology, eventually};
 use serde_json::json;
@@ -232,5 +236,82 @@ async fn silent_handshakes_from_one_host_do_not_stop_a_node_accepting() {
         })
         .await;
     assert!(body["staleness_ms"].is_u64(), "{body}");
+    drop(flood);
+}
+
+/// Connections from 127.0.0.2: another host, as far as the limits per address go.
+struct FromSecondHost;
+
+impl Connect for FromSecondHost {
+    fn connect(&self, host: &str, port: u16) -> Connecting {
+        let addr = format!("{host}:{port}").parse::<SocketAddr>();
+        connecting(async move {
+            let addr = addr.map_err(std::io::Error::other)?;
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind("127.0.0.2:0".parse().unwrap())?;
+            socket.connect(addr).await
+        })
+    }
+}
+
+/// Clients holding every connection a datacenter aggregator gives its clients (TLS done, then
+/// idle) do not starve the tiers: the global aggregator, started after them, still pulls it
+/// over a connection of the tiers' own budget, and its reads stay fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_holding_every_connection_leave_the_tiers_theirs() {
+    tls::force();
+    let topology = TestTopology::with_extra(
+        &[("USA_0", 1)],
+        FAST_START,
+        "[http]\nmax_connections = 40\nmax_connections_per_peer = 40\n\
+         header_read_timeout_ms = 60000",
+    );
+    let settings = topology.topology.tls.clone().expect("a [tls] section");
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let shard = topology.start_shard("USA_0", 0).await;
+    assert_eq!(shard.api().add("tls:starved", 5).await.unwrap().0, 200);
+    aggregator
+        .api()
+        .read_until(Duration::from_secs(10), "/counter/tls:starved", |s, b| {
+            s == 200 && b["value"] == 5
+        })
+        .await;
+
+    // 40 clients from 127.0.0.2 complete their handshake and send nothing.
+    let flooder = tls_connector(
+        Arc::new(FromSecondHost),
+        client_config(&settings.ca).unwrap(),
+    );
+    let port = aggregator.addr.port();
+    let mut flood = Vec::new();
+    for _ in 0..40 {
+        flood.push(
+            flooder
+                .connect("127.0.0.1", port)
+                .await
+                .expect("a TLS connection"),
+        );
+    }
+    // The clients' budget is spent: one more client, from anywhere, is turned away.
+    let refused = eventually(
+        Duration::from_secs(5),
+        "the client budget spent",
+        || async { aggregator.api().get("/healthz").await.err() },
+    )
+    .await;
+    assert!(!refused.to_string().is_empty());
+
+    let global = topology.start_global_aggregator().await;
+    let body = global
+        .api()
+        .read_until(Duration::from_secs(10), "/counter/tls:starved", |s, b| {
+            s == 200 && b["value"] == 5
+        })
+        .await;
+    assert_eq!(body["datacenters"]["USA_0"]["value"], 5, "{body}");
+    // Still fresh a while later: the pulls keep going.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, body) = global.api().global_read("tls:starved", "").await;
+    assert_eq!(status, 200, "{body}");
     drop(flood);
 }

@@ -33,6 +33,9 @@ pub struct AggregatorConfig {
     pub huge_pages: bool,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
+    /// Whether the topology has `[tls]`: the other tiers then prove their process by client
+    /// certificate when they call this one.
+    pub certificates: bool,
 }
 
 impl AggregatorConfig {
@@ -61,6 +64,7 @@ impl AggregatorConfig {
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,
             auth: topology.auth.clone(),
+            certificates: topology.tls.is_some(),
         })
     }
 

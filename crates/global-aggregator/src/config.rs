@@ -40,6 +40,9 @@ pub struct GlobalAggregatorConfig {
     pub huge_pages: bool,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
+    /// Whether the topology has `[tls]`: the other tiers then prove their process by client
+    /// certificate when they call this one.
+    pub certificates: bool,
 }
 
 impl GlobalAggregatorConfig {
@@ -63,6 +66,7 @@ impl GlobalAggregatorConfig {
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,
             auth: topology.auth.clone(),
+            certificates: topology.tls.is_some(),
         }
     }
 

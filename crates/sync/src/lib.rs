@@ -20,7 +20,10 @@
 //!   windowed top K ([`TopIndex`]).
 //! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
-//! - [`access`]: the checks of client tokens and the cluster secret ([`Access`]).
+//! - [`access`]: the checks of client tokens and of the processes calling between tiers
+//!   ([`Access`]).
+//! - [`roles`]: how a tier process proves its name, and which processes a route between tiers
+//!   accepts ([`Allow`]).
 //! - [`http`]: the HTTP pieces both aggregators' APIs share (routing with decoded counter ids,
 //!   the common refusals, `/metrics`).
 //! - [`tls`]: a tier's TLS as its topology's `[tls]` says ([`tls::tier_tls`]).
@@ -36,13 +39,14 @@ pub mod metrics;
 pub mod openapi;
 pub mod puller;
 pub mod replica;
+pub mod roles;
 pub mod serve;
 pub mod slot_copies;
 pub mod tls;
 pub mod top_query;
 pub mod topk;
 
-pub use access::{Access, AccessError, CLUSTER_SECRET_HEADER, Need};
+pub use access::{Access, AccessError, Caller, Need, TierRefusal};
 pub use descriptions::DescriptionTable;
 pub use incarnations::{Conflict, SlotIncarnations, incarnation_made_at_ms, new_incarnation};
 pub use journal::{ChangeJournal, Journaled, page};
@@ -53,6 +57,7 @@ pub use replica::{
     DEFAULT_MAX_CLOCK_SKEW_MS, HeldCounter, PullSource, Pullers, Replica, SharedReplica, SlotHeard,
     SourceHealth, spawn_pullers, start_pulling, with_ranked, worst_staleness,
 };
+pub use roles::{Allow, PROCESS_HEADER, PROCESS_KEY_HEADER, ProcessKeys};
 pub use serve::{answer_slot_copy, answer_sync, parse_copy_query};
 pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight};
 pub use top_query::{TopQuery, parse_top_query, parse_trending_query};
