@@ -2,7 +2,8 @@
 //! TLS carries a write to the global aggregator; a plain-HTTP client and a client trusting
 //! another CA get nothing; unusable certificate files are one-line configuration errors; the
 //! certificates `scripts/make-certs.sh` makes are accepted; clients holding every connection
-//! they may have leave the tiers theirs.
+//! they may have leave the tiers theirs; a puller sends nothing to another process than the
+//! one it means to pull.
 //!
 //! Every test here turns TLS on for the whole test process ([`tls::force`]), whatever
 //! `E2E_TLS` says.
@@ -11,12 +12,14 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use geocount_net::tls::{client_config, tls_connector};
-use geocount_net::{Connect, Connecting, connecting};
+use geocount_net::tls::{TierTls, client_config, tls_connector};
+use geocount_net::{Connect, Connecting, connecting, error_response};
 use geocount_test_support::tls::{self, TestCa};
 use geocount_test_support::{Api, TestTopology, eventually};
+use hyper::StatusCode;
 use serde_json::json;
 
 /// Shard nodes start empty; they need not wait long for peers to hand back their slot.
@@ -92,6 +95,26 @@ async fn unusable_certificate_files_are_one_line_configuration_errors() {
         format!(
             "shard-node: {config}: tls.ca: /nonexistent/ca.pem: cannot read: No such file or \
              directory (os error 2)"
+        )
+    );
+
+    // Another process's certificate and key: they go together, but name that process.
+    let cert = settings.cert("DC_USA_0_VAL_0");
+    std::fs::copy(settings.cert("aggregator_USA_0"), &cert).unwrap();
+    std::fs::copy(
+        settings.key("aggregator_USA_0"),
+        settings.key("DC_USA_0_VAL_0"),
+    )
+    .unwrap();
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "shard-node: {config}: tls.cert_dir: {}: names process \"aggregator_USA_0\", not \
+             \"DC_USA_0_VAL_0\": it needs the URI geocount:DC_USA_0_VAL_0 (scripts/make-certs.sh \
+             writes it)",
+            cert.display()
         )
     );
 
@@ -314,4 +337,44 @@ async fn clients_holding_every_connection_leave_the_tiers_theirs() {
     let (status, body) = global.api().global_read("tls:starved", "").await;
     assert_eq!(status, 200, "{body}");
     drop(flood);
+}
+
+/// Another process of the cluster serving at the global aggregator's address (its certificate
+/// signed by the cluster CA and valid for 127.0.0.1) is never pulled: the datacenter aggregator
+/// expects the global aggregator's certificate there, and sends nothing to any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_puller_sends_nothing_to_another_process_at_its_sources_address() {
+    tls::force();
+    let topology = TestTopology::new(&[("USA_0", 1)], FAST_START);
+    let settings = topology.topology.tls.clone().expect("a [tls] section");
+    let node = "DC_USA_0_VAL_0";
+    let impostor = TierTls::load(&settings.ca, &settings.cert(node), &settings.key(node)).unwrap();
+    let listener = tokio::net::TcpListener::bind(topology.topology.global.listen)
+        .await
+        .unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let handler = move |_request| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { error_response(StatusCode::NOT_FOUND, "an impostor") }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(geocount_net::serve(
+        impostor.listener(listener),
+        handler,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    // It pulls the global aggregator every 250 ms for descriptions.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        0,
+        "requests reached the impostor"
+    );
+    assert!(aggregator.api().get("/healthz").await.is_ok());
+    let _ = stop.send(());
+    server.await.unwrap();
 }

@@ -142,7 +142,7 @@ impl HttpClient {
     }
 
     /// The same client, sending header `name: value` with every request (a credential such as
-    /// `authorization` or the cluster secret). An invalid name or value is a
+    /// `authorization` or a process key). An invalid name or value is a
     /// [`ClientError::Request`].
     pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, ClientError> {
         let invalid = |what: &str| ClientError::Request(format!("header {name}: invalid {what}"));

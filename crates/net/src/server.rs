@@ -21,7 +21,7 @@ use crate::identity::PeerProcess;
 use crate::{Listener, Response};
 
 /// The address a request came from: every request [`serve`] hands its handler carries it in
-/// its extensions (for logs naming the peer, such as a refused cluster secret).
+/// its extensions (for logs naming the peer, such as a refused call between tiers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer(pub SocketAddr);
 
@@ -32,8 +32,10 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// drives them with its own time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
-    /// The most connections open at once. One more is accepted and closed at once (the client
-    /// sees the connection closed rather than hanging in the listen backlog).
+    /// The most connections open at once from clients. One more is accepted and closed at
+    /// once (the client sees the connection closed rather than hanging in the listen backlog).
+    /// Connections from tier processes ([`crate::PeerProcess`]) have a budget of their own as
+    /// large.
     pub max_connections: usize,
     /// The most connections open at once from one IP address, so one client (or one host
     /// opening idle sockets) cannot take every connection from the others, the tiers' pulls

@@ -173,7 +173,12 @@ pub struct TierTls {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
     process: Option<Arc<str>>,
+    expected: Arc<Expected>,
 }
+
+/// The process each address of the cluster is served by: a server there must present its
+/// certificate.
+pub type Expected = HashMap<SocketAddr, Arc<str>>;
 
 impl fmt::Debug for TierTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -188,7 +193,16 @@ impl TierTls {
             server: tier_server_config(ca, cert, key)?,
             client: tier_client_config(ca, cert, key)?,
             process: certificate_process(&certificates(cert)?[0]),
+            expected: Arc::default(),
         })
+    }
+
+    /// The same, expecting the server at each address of `expected` to present the certificate
+    /// of the process it names there: a call to one of them that meets another process's
+    /// certificate fails like a broken connection, before anything is sent.
+    pub fn expecting(mut self, expected: Expected) -> Self {
+        self.expected = Arc::new(expected);
+        self
     }
 
     /// The process its certificate names (its `geocount:<name>` URI), if it names one.
@@ -201,9 +215,14 @@ impl TierTls {
         TlsListener::new(inner, self.server.clone())
     }
 
-    /// `inner`'s connections, each after a TLS handshake verifying the server.
+    /// `inner`'s connections, each after a TLS handshake verifying the server (and, at an
+    /// address it expects a process at, that the server is that process).
     pub fn connector(&self, inner: Connector) -> Connector {
-        tls_connector(inner, self.client.clone())
+        Arc::new(TlsConnect {
+            inner,
+            tls: TlsConnector::from(self.client.clone()),
+            expected: self.expected.clone(),
+        })
     }
 }
 
@@ -366,13 +385,15 @@ pub fn tls_connector(inner: Connector, config: Arc<ClientConfig>) -> Connector {
     Arc::new(TlsConnect {
         inner,
         tls: TlsConnector::from(config),
+        expected: Arc::default(),
     })
 }
 
-/// See [`tls_connector`].
+/// See [`tls_connector`] and [`TierTls::connector`].
 struct TlsConnect {
     inner: Connector,
     tls: TlsConnector,
+    expected: Arc<Expected>,
 }
 
 impl Connect for TlsConnect {
@@ -385,10 +406,29 @@ impl Connect for TlsConnect {
         });
         let stream = self.inner.connect(host, port);
         let tls = self.tls.clone();
+        let address = format!("{host}:{port}").parse::<SocketAddr>().ok();
+        let expected = address.and_then(|a| self.expected.get(&a).cloned());
+        let host = host.to_owned();
         connecting(async move {
             let name = name?;
             let stream = stream.await?;
-            tls.connect(name, stream).await
+            let stream = tls.connect(name, stream).await?;
+            if let Some(expected) = expected {
+                let (_, connection) = stream.get_ref();
+                let found = connection
+                    .peer_certificates()
+                    .and_then(|chain| certificate_process(chain.first()?));
+                if found.as_deref() != Some(&*expected) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "{host}:{port} is process {expected}'s, but its certificate names {}",
+                            found.as_deref().unwrap_or("no process")
+                        ),
+                    ));
+                }
+            }
+            Ok(stream)
         })
     }
 

@@ -20,8 +20,8 @@
 
 use geocount_model::{AuthConfig, Right, Role, Secret};
 use geocount_net::{HttpClient, HttpError, Response, error_response, json_response};
-use hyper::StatusCode;
 use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Method, StatusCode};
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
@@ -169,8 +169,10 @@ pub struct Caller<'a> {
     pub headers: &'a HeaderMap,
     /// The process its connection's client certificate names, if it presented one.
     pub certified: Option<&'a str>,
-    /// Its route, as refusals name it: method and path.
-    pub route: &'a str,
+    /// Its method.
+    pub method: &'a Method,
+    /// Its path.
+    pub path: &'a str,
 }
 
 /// A tier's access rules, from the topology's `[auth]`. The default lets everything through.
@@ -263,7 +265,7 @@ impl Tiers {
             .and_then(|name| name.to_str().ok());
         let refuse = |process: Option<&str>, why| AccessError::Tier {
             process: process.map(str::to_owned),
-            route: caller.route.to_owned(),
+            route: format!("{} {}", caller.method, caller.path),
             why,
         };
         let name = if self.certificates {
@@ -355,7 +357,8 @@ mod tests {
         Caller {
             headers,
             certified,
-            route: "POST /sync",
+            method: &Method::POST,
+            path: "/sync",
         }
     }
 
@@ -504,7 +507,8 @@ mod tests {
         let proven = Caller {
             headers: &headers,
             certified: Some("DC_A_VAL_1"),
-            route: "POST /sync",
+            method: &Method::POST,
+            path: "/sync",
         };
         assert_eq!(access.check(&from_a, proven), Ok(None));
         let refused = |caller| match access.check(&from_a, caller) {

@@ -126,14 +126,14 @@ where
     let result = match route(router, request.uri().path()) {
         Ok(routed) => {
             let need = need(&routed, &request);
-            let route = format!("{} {}", request.method(), request.uri().path());
             let caller = Caller {
                 headers: request.headers(),
                 certified: request
                     .extensions()
                     .get::<PeerProcess>()
                     .map(|PeerProcess(name)| &**name),
-                route: &route,
+                method: request.method(),
+                path: request.uri().path(),
             };
             match access.check(&need, caller) {
                 Ok(Some(token)) => {
