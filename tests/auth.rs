@@ -15,7 +15,7 @@ const WRITER: &str = "writer-7b3e9d1c5a2f4e8b9c6d0a3f1e7b2c58";
 const ADMIN: &str = "admin-2c8f6a1e9d4b7c3f0e5a8d2b6c9f1e47";
 const SECRET: &str = "cluster-9e4d2b7f1c6a8e3d5b0f9c2a7e4d1b63";
 const FORWARDED_HEADER: &str = "x-geocount-forwarded";
-/// What a cluster secret travelled in before process keys: it opens nothing.
+/// A header a caller might send the cluster secret itself in: it opens nothing.
 const SECRET_HEADER: &str = "x-geocount-cluster-secret";
 const PROCESS_HEADER: &str = "x-geocount-process";
 const PROCESS_KEY_HEADER: &str = "x-geocount-process-key";

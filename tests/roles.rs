@@ -4,7 +4,7 @@
 //! `E2E_TLS=1` (scripts/test.sh) the same tests run over mutual TLS.
 //!
 //! Each caller here sends everything the process it plays holds: its certificate, its name and
-//! key, and the cluster secret in the header that once opened every route between tiers.
+//! key, and the cluster secret itself (in `x-geocount-cluster-secret`).
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ const WRITER: &str = "writer-7b3e9d1c5a2f4e8b9c6d0a3f1e7b2c58";
 const ADMIN: &str = "admin-2c8f6a1e9d4b7c3f0e5a8d2b6c9f1e47";
 const SECRET: &str = "cluster-9e4d2b7f1c6a8e3d5b0f9c2a7e4d1b63";
 const FORWARDED_HEADER: &str = "x-geocount-forwarded";
-/// The header the cluster secret itself once travelled in between tiers.
+/// A header a caller might send the cluster secret itself in.
 const SECRET_HEADER: &str = "x-geocount-cluster-secret";
 const REFUSED: &str = "refused a call between tiers";
 

@@ -43,7 +43,7 @@ pub struct AuthConfig {
     /// who can reach it may then read, write and create counters.
     pub insecure_public: bool,
     /// Lets a node with `tokens` or a `cluster_secret` listen on a non-loopback address without
-    /// `[tls]` (default false): the tokens and the secret then cross the network in clear text,
+    /// `[tls]` (default false): the tokens and the process keys then cross the network in clear text,
     /// for anyone on the path to read and replay.
     pub insecure_plaintext: bool,
 }
@@ -145,7 +145,7 @@ impl AuthConfig {
         if credentials && !tls && !self.insecure_plaintext {
             return Err(format!(
                 "{addr} is not a loopback address and there is no [tls]: the tokens and the \
-                 cluster secret would cross the network in clear text; add [tls], listen on \
+                 process keys would cross the network in clear text; add [tls], listen on \
                  127.0.0.1, or set auth.insecure_plaintext = true"
             ));
         }

@@ -86,6 +86,19 @@ impl Answer {
     }
 }
 
+/// `error` and what caused it, innermost last (`client error (Connect): <why>`): hyper's
+/// own message does not say why a connection failed.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    message
+}
+
 impl ClientError {
     /// Whether the request certainly never reached the server (safe to send elsewhere).
     pub fn is_connect(&self) -> bool {
@@ -188,7 +201,7 @@ impl HttpClient {
                 if e.is_connect() {
                     ClientError::Connect {
                         url: url.to_owned(),
-                        message: e.to_string(),
+                        message: with_causes(&e),
                     }
                 } else {
                     transport(&e)

@@ -61,7 +61,7 @@ pub enum TierRefusal {
     #[error("its process key is missing or wrong")]
     WrongKey,
     /// A proven process whose role the route does not accept.
-    #[error("only {allowed} may call it")]
+    #[error("{allowed} may call it")]
     Role {
         /// Whom the route accepts.
         allowed: String,
@@ -296,11 +296,10 @@ impl Tiers {
         }
         let allowed = match allowed {
             [] => "no process".to_owned(),
-            allowed => allowed
-                .iter()
-                .map(Allow::to_string)
-                .collect::<Vec<_>>()
-                .join(" and "),
+            allowed => {
+                let kinds: Vec<String> = allowed.iter().map(Allow::to_string).collect();
+                format!("only {}", kinds.join(" and "))
+            }
         };
         Err(refuse(Some(name), TierRefusal::Role { allowed }))
     }
@@ -491,7 +490,7 @@ mod tests {
         assert_eq!(
             check(&access, &Need::Tier(vec![]), &process_headers("DC_A_VAL_1"))
                 .map_err(|e| e.to_string()),
-            Err("POST /sync refused to process DC_A_VAL_1: only no process may call it".into())
+            Err("POST /sync refused to process DC_A_VAL_1: no process may call it".into())
         );
         assert_eq!(check(&access, &Need::Open, &HeaderMap::new()), Ok(None));
         // The refusal names the process and the route.
