@@ -12,8 +12,9 @@
 # CA in CA_DIR is kept and signs the new certificates.
 # Certificates are valid for 127.0.0.1, ::1 and localhost, plus each of CERT_HOSTS (IP
 # addresses or DNS names, space-separated), for 825 days, and each names its own process
-# (subject CN=<name> and the URI geocount:<name>). Keys are EC P-256, readable by their owner
-# only. The topology's `shards` lists must each be on one line.
+# (subject CN=<name> and the URI geocount:<name>, which the other tiers read to tell which
+# process calls them: each certificate serves and is presented as a client). Keys are EC P-256,
+# readable by their owner only. The topology's `shards` lists must each be on one line.
 set -euo pipefail
 
 usage() {
@@ -65,7 +66,7 @@ subjectKeyIdentifier = hash
 [node]
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
-extendedKeyUsage = serverAuth
+extendedKeyUsage = serverAuth, clientAuth
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 subjectAltName = \$ENV::NODE_SANS

@@ -1,5 +1,5 @@
 //! End-to-end tests of access control (README, "Access"): client tokens and their rights at
-//! every tier, the cluster secret between tiers, and the loopback rule. Real binaries on
+//! every tier, the process keys between tiers, and the loopback rule. Real binaries on
 //! loopback ports.
 
 use std::time::Duration;
@@ -15,7 +15,10 @@ const WRITER: &str = "writer-7b3e9d1c5a2f4e8b9c6d0a3f1e7b2c58";
 const ADMIN: &str = "admin-2c8f6a1e9d4b7c3f0e5a8d2b6c9f1e47";
 const SECRET: &str = "cluster-9e4d2b7f1c6a8e3d5b0f9c2a7e4d1b63";
 const FORWARDED_HEADER: &str = "x-geocount-forwarded";
+/// A header a caller might send the cluster secret itself in: it opens nothing.
 const SECRET_HEADER: &str = "x-geocount-cluster-secret";
+const PROCESS_HEADER: &str = "x-geocount-process";
+const PROCESS_KEY_HEADER: &str = "x-geocount-process-key";
 
 /// The `[auth]` section: a read-only, a write-only and an admin token, and `secret`.
 fn auth_toml(secret: &str) -> String {
@@ -146,35 +149,36 @@ async fn client_tokens_need_their_rights_and_refusals_change_nothing() {
 }
 
 #[tokio::test]
-async fn routes_between_tiers_need_the_cluster_secret() {
+async fn routes_between_tiers_need_a_proven_process() {
     // One slot: every write is this node's, so a refused forward is easy to see.
     let t = topology(&[("USA_0", 1)]);
     let mut shard = t.start_shard("USA_0", 0).await;
     let writer = shard.api().with_token(WRITER);
     assert_eq!(writer.add("fake:peer", 5).await.unwrap().0, 200);
 
-    // A fake peer: without the secret, with a wrong one, or with a client's (admin) token.
+    // A fake peer: naming no process, naming one with a wrong key, sending the cluster secret
+    // itself, or a client's (admin) token.
     let plain = shard.api();
     let wrong = shard
         .api()
-        .with_header(SECRET_HEADER, &SECRET.replace('9', "8"));
+        .with_header(PROCESS_HEADER, "DC_USA_0_VAL_0")
+        .with_header(PROCESS_KEY_HEADER, &"0".repeat(64));
+    let secret = shard.api().with_header(SECRET_HEADER, SECRET);
     let admin = shard.api().with_token(ADMIN);
-    for fake in [&plain, &wrong, &admin] {
+    for fake in [&plain, &wrong, &secret, &admin] {
         let (code, body) = status(fake, Method::POST, "/sync", &[]).await;
         assert_eq!(code, 403, "{body}");
-        assert!(
-            body["error"].as_str().unwrap().contains("cluster secret"),
-            "{body}"
-        );
+        assert_eq!(body["route"], "POST /sync", "{body}");
         let copy = "/slots/DC_USA_0_VAL_0/copy";
         assert_eq!(status(fake, Method::GET, copy, &[]).await.0, 403);
     }
-    // With the secret the route answers.
-    let peer = shard.api().with_header(SECRET_HEADER, SECRET);
-    let copy = status(&peer, Method::GET, "/slots/DC_USA_0_VAL_0/copy", &[]).await;
+    // As the slot's own node (restoring it) the copy answers.
+    let own = t.api_as(t.shard_addr("USA_0", 0), "DC_USA_0_VAL_0");
+    let copy = status(&own, Method::GET, "/slots/DC_USA_0_VAL_0/copy", &[]).await;
     assert_eq!(copy.0, 200);
 
-    // A write marked as forwarded needs the secret, even with a client's write token.
+    // A write marked as forwarded needs a shard node of the datacenter, even with a client's
+    // write token.
     let forwarded = [(FORWARDED_HEADER, "1")];
     for fake in [&writer, &wrong] {
         let answer = fake
@@ -206,10 +210,9 @@ async fn routes_between_tiers_need_the_cluster_secret() {
     assert_eq!((code, &body["value"]), (200, &json!(5)), "{body}");
 
     // Each refusal is logged with the peer's address.
-    let log = shard
-        .wait_for_log("refused a peer", Duration::from_secs(5))
-        .await;
-    let line = log.lines().find(|l| l.contains("refused a peer")).unwrap();
+    let refused = "refused a call between tiers";
+    let log = shard.wait_for_log(refused, Duration::from_secs(5)).await;
+    let line = log.lines().find(|l| l.contains(refused)).unwrap();
     assert!(
         line.contains("peer") && line.contains("127.0.0.1:"),
         "{line}"
@@ -261,10 +264,10 @@ async fn a_node_with_another_secret_never_reaches_the_aggregator() {
 
     // Both sides refuse the other and say so.
     aggregator
-        .wait_for_log("refused a peer", Duration::from_secs(5))
+        .wait_for_log("refused a call between tiers", Duration::from_secs(5))
         .await;
     stray
-        .wait_for_log("refused a peer", Duration::from_secs(5))
+        .wait_for_log("refused a call between tiers", Duration::from_secs(5))
         .await;
     // The good slot is heard; the stray one never is, and its counter never arrives.
     let aggregator = aggregator.api().with_token(READER);

@@ -1,18 +1,25 @@
 //! TLS end to end (issue #7): a cluster whose every listener and every call between tiers is
 //! TLS carries a write to the global aggregator; a plain-HTTP client and a client trusting
 //! another CA get nothing; unusable certificate files are one-line configuration errors; the
-//! certificates `scripts/make-certs.sh` makes are accepted.
+//! certificates `scripts/make-certs.sh` makes are accepted; clients holding every connection
+//! they may have leave the tiers theirs; a puller sends nothing to another process than the
+//! one it means to pull.
 //!
 //! Every test here turns TLS on for the whole test process ([`tls::force`]), whatever
 //! `E2E_TLS` says.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use geocount_net::tls::{client_config, tls_connector};
+use geocount_net::tls::{TierTls, client_config, tls_connector};
+use geocount_net::{Connect, Connecting, connecting, error_response};
 use geocount_test_support::tls::{self, TestCa};
 use geocount_test_support::{Api, TestTopology, eventually};
+use hyper::StatusCode;
 use serde_json::json;
 
 /// Shard nodes start empty; they need not wait long for peers to hand back their slot.
@@ -88,6 +95,26 @@ async fn unusable_certificate_files_are_one_line_configuration_errors() {
         format!(
             "shard-node: {config}: tls.ca: /nonexistent/ca.pem: cannot read: No such file or \
              directory (os error 2)"
+        )
+    );
+
+    // Another process's certificate and key: they go together, but name that process.
+    let cert = settings.cert("DC_USA_0_VAL_0");
+    std::fs::copy(settings.cert("aggregator_USA_0"), &cert).unwrap();
+    std::fs::copy(
+        settings.key("aggregator_USA_0"),
+        settings.key("DC_USA_0_VAL_0"),
+    )
+    .unwrap();
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "shard-node: {config}: tls.cert_dir: {}: names process \"aggregator_USA_0\", not \
+             \"DC_USA_0_VAL_0\": it needs the URI geocount:DC_USA_0_VAL_0 (scripts/make-certs.sh \
+             writes it)",
+            cert.display()
         )
     );
 
@@ -233,4 +260,121 @@ async fn silent_handshakes_from_one_host_do_not_stop_a_node_accepting() {
         .await;
     assert!(body["staleness_ms"].is_u64(), "{body}");
     drop(flood);
+}
+
+/// Connections from 127.0.0.2: another host, as far as the limits per address go.
+struct FromSecondHost;
+
+impl Connect for FromSecondHost {
+    fn connect(&self, host: &str, port: u16) -> Connecting {
+        let addr = format!("{host}:{port}").parse::<SocketAddr>();
+        connecting(async move {
+            let addr = addr.map_err(std::io::Error::other)?;
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind("127.0.0.2:0".parse().unwrap())?;
+            socket.connect(addr).await
+        })
+    }
+}
+
+/// Clients holding every connection a datacenter aggregator gives its clients (TLS done, then
+/// idle) do not starve the tiers: the global aggregator, started after them, still pulls it
+/// over a connection of the tiers' own budget, and its reads stay fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_holding_every_connection_leave_the_tiers_theirs() {
+    tls::force();
+    let topology = TestTopology::with_extra(
+        &[("USA_0", 1)],
+        FAST_START,
+        "[http]\nmax_connections = 40\nmax_connections_per_peer = 40\n\
+         header_read_timeout_ms = 60000",
+    );
+    let settings = topology.topology.tls.clone().expect("a [tls] section");
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let shard = topology.start_shard("USA_0", 0).await;
+    assert_eq!(shard.api().add("tls:starved", 5).await.unwrap().0, 200);
+    aggregator
+        .api()
+        .read_until(Duration::from_secs(10), "/counter/tls:starved", |s, b| {
+            s == 200 && b["value"] == 5
+        })
+        .await;
+
+    // 40 clients from 127.0.0.2 complete their handshake and send nothing.
+    let flooder = tls_connector(
+        Arc::new(FromSecondHost),
+        client_config(&settings.ca).unwrap(),
+    );
+    let port = aggregator.addr.port();
+    let mut flood = Vec::new();
+    for _ in 0..40 {
+        flood.push(
+            flooder
+                .connect("127.0.0.1", port)
+                .await
+                .expect("a TLS connection"),
+        );
+    }
+    // The clients' budget is spent: one more client, from anywhere, is turned away.
+    let refused = eventually(
+        Duration::from_secs(5),
+        "the client budget spent",
+        || async { aggregator.api().get("/healthz").await.err() },
+    )
+    .await;
+    assert!(!refused.to_string().is_empty());
+
+    let global = topology.start_global_aggregator().await;
+    let body = global
+        .api()
+        .read_until(Duration::from_secs(10), "/counter/tls:starved", |s, b| {
+            s == 200 && b["value"] == 5
+        })
+        .await;
+    assert_eq!(body["datacenters"]["USA_0"]["value"], 5, "{body}");
+    // Still fresh a while later: the pulls keep going.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, body) = global.api().global_read("tls:starved", "").await;
+    assert_eq!(status, 200, "{body}");
+    drop(flood);
+}
+
+/// Another process of the cluster serving at the global aggregator's address (its certificate
+/// signed by the cluster CA and valid for 127.0.0.1) is never pulled: the datacenter aggregator
+/// expects the global aggregator's certificate there, and sends nothing to any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_puller_sends_nothing_to_another_process_at_its_sources_address() {
+    tls::force();
+    let topology = TestTopology::new(&[("USA_0", 1)], FAST_START);
+    let settings = topology.topology.tls.clone().expect("a [tls] section");
+    let node = "DC_USA_0_VAL_0";
+    let impostor = TierTls::load(&settings.ca, &settings.cert(node), &settings.key(node)).unwrap();
+    let listener = tokio::net::TcpListener::bind(topology.topology.global.listen)
+        .await
+        .unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let handler = move |_request| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { error_response(StatusCode::NOT_FOUND, "an impostor") }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(geocount_net::serve(
+        impostor.listener(listener),
+        handler,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    // It pulls the global aggregator every 250 ms for descriptions.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        0,
+        "requests reached the impostor"
+    );
+    assert!(aggregator.api().get("/healthz").await.is_ok());
+    let _ = stop.send(());
+    server.await.unwrap();
 }

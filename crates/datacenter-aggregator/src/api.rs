@@ -22,7 +22,8 @@ use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
 use geocount_sync::{
-    Need, SourceHealth, answer_slot_copy, parse_copy_query, parse_top_query, parse_trending_query,
+    Allow, Need, SourceHealth, answer_slot_copy, parse_copy_query, parse_top_query,
+    parse_trending_query,
 };
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -65,12 +66,16 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/openapi.json", Route::OpenApi),
 ];
 
-/// What each route needs of a request (README, "Access"): a client token with a right, the
-/// cluster secret, or nothing.
-pub fn need(route: Route) -> Need {
+/// What each route needs of a request (README, "Access"): a client token with a right, a
+/// tier process of the roles that call it, or nothing. `datacenter` is this aggregator's,
+/// `slot` the route's `{slot}`: `/sync` is pulled by the global aggregator (slot states) and
+/// this datacenter's shard nodes (descriptions), a slot's copy only by the node of that slot,
+/// which restores it.
+pub fn need(route: Route, slot: Option<&str>, datacenter: &str) -> Need {
     match route {
         Route::Counter | Route::TopK | Route::Trending => Need::Right(Right::Read),
-        Route::Sync | Route::SlotCopy => Need::Cluster,
+        Route::Sync => Need::Tier(vec![Allow::Global, Allow::ShardsOf(datacenter.to_owned())]),
+        Route::SlotCopy => Need::Tier(Allow::slot_owner(slot, Some(datacenter))),
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
     }
 }
@@ -82,7 +87,13 @@ pub fn router() -> matchit::Router<Route> {
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<AggregatorState>, request: Request<Incoming>) -> Response {
-    let need = |route, _: &Request<Incoming>| need(route);
+    let need = |routed: &Routed<Route>, _: &Request<Incoming>| {
+        need(
+            routed.route,
+            routed.slot.as_deref(),
+            &state.config.datacenter,
+        )
+    };
     http::answer(
         &state.router,
         &state.access,

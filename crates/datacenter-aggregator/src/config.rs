@@ -35,6 +35,9 @@ pub struct AggregatorConfig {
     pub max_state_bytes: u64,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
+    /// Whether the topology has `[tls]`: the other tiers then prove their process by client
+    /// certificate when they call this one.
+    pub certificates: bool,
 }
 
 impl AggregatorConfig {
@@ -64,6 +67,7 @@ impl AggregatorConfig {
             huge_pages: topology.memory.huge_pages,
             max_state_bytes: topology.aggregator.datacenter_max_state_bytes,
             auth: topology.auth.clone(),
+            certificates: topology.tls.is_some(),
         })
     }
 

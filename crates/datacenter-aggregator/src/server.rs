@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geocount_model::Clock;
+use geocount_model::tls::aggregator_process;
 use geocount_net::{Connector, HttpClient, Listener};
 use geocount_sync::{Access, LiveRanking, Scans, start_pulling};
 
@@ -26,7 +27,8 @@ pub async fn run<L: Listener>(
 ) {
     let slot_names = config.slot_names();
     let limits = geocount_sync::http::serve_limits(&config.http);
-    let access = Access::new(&config.auth);
+    let process = aggregator_process(&config.datacenter);
+    let access = Access::new(&config.auth, &process, config.certificates);
     let client = access.cluster_client(HttpClient::with_connector(
         Duration::from_millis(config.sync.timeout_ms),
         connector,

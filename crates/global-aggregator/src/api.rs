@@ -22,7 +22,8 @@ use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
 use geocount_sync::http::{self, Named, RequestError, Routed, WindowQuery, serve_sync};
 use geocount_sync::{
-    Need, SourceHealth, answer_slot_copy, parse_copy_query, parse_top_query, parse_trending_query,
+    Allow, Need, SourceHealth, answer_slot_copy, parse_copy_query, parse_top_query,
+    parse_trending_query,
 };
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -71,14 +72,17 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/openapi.json", Route::OpenApi),
 ];
 
-/// What each route needs of a request (README, "Access"): a client token with a right, the
-/// cluster secret, or nothing.
-pub fn need(route: Route) -> Need {
+/// What each route needs of a request (README, "Access"): a client token with a right, a
+/// tier process of the roles that call it, or nothing. `/sync` is pulled by the datacenter
+/// aggregators (descriptions), a slot's copy (`slot`, the route's `{slot}`) only by the node of
+/// that slot, which restores it.
+pub fn need(route: Route, slot: Option<&str>) -> Need {
     match route {
         Route::Counter | Route::TopK | Route::Trending | Route::Datacenters => {
             Need::Right(Right::Read)
         }
-        Route::Sync | Route::SlotCopy => Need::Cluster,
+        Route::Sync => Need::Tier(vec![Allow::Aggregators]),
+        Route::SlotCopy => Need::Tier(Allow::slot_owner(slot, None)),
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
     }
 }
@@ -142,7 +146,8 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
             ))),
         }
     };
-    let need = |route, _: &Request<Incoming>| need(route);
+    let need =
+        |routed: &Routed<Route>, _: &Request<Incoming>| need(routed.route, routed.slot.as_deref());
     http::answer(&state.router, &state.access, need, request, dispatch).await
 }
 

@@ -42,6 +42,9 @@ pub struct GlobalAggregatorConfig {
     pub max_state_bytes: u64,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
+    /// Whether the topology has `[tls]`: the other tiers then prove their process by client
+    /// certificate when they call this one.
+    pub certificates: bool,
 }
 
 impl GlobalAggregatorConfig {
@@ -66,6 +69,7 @@ impl GlobalAggregatorConfig {
             huge_pages: topology.memory.huge_pages,
             max_state_bytes: topology.aggregator.global_max_state_bytes,
             auth: topology.auth.clone(),
+            certificates: topology.tls.is_some(),
         }
     }
 

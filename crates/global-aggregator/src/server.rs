@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geocount_model::Clock;
+use geocount_model::tls::GLOBAL_PROCESS;
 use geocount_net::{Connector, HttpClient, Listener};
 use geocount_sync::{Access, LiveRanking, Scans, start_pulling};
 
@@ -26,7 +27,7 @@ pub async fn run<L: Listener>(
 ) {
     let sources = config.sources();
     let limits = geocount_sync::http::serve_limits(&config.http);
-    let access = Access::new(&config.auth);
+    let access = Access::new(&config.auth, GLOBAL_PROCESS, config.certificates);
     let client = access.cluster_client(HttpClient::with_connector(
         Duration::from_millis(config.sync.timeout_ms),
         connector,

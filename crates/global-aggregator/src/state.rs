@@ -369,6 +369,7 @@ mod tests {
             default_window_seconds: 300,
             trending: Default::default(),
             auth: Default::default(),
+            certificates: false,
             http: Default::default(),
             huge_pages: false,
             max_state_bytes: u64::MAX,

@@ -1,5 +1,5 @@
 //! The `[auth]` section of the topology: who may call the client API (bearer tokens, each with
-//! its rights), the secret every tier presents to the others, and whether a node without
+//! its rights), the secret the tiers' process keys derive from, and whether a node without
 //! tokens may listen beyond loopback.
 //!
 //! ```toml
@@ -32,15 +32,18 @@ pub struct AuthConfig {
     /// The client API's bearer tokens, one per application. None (the default): the client API
     /// is open, so the nodes must listen on loopback unless `insecure_public` is set.
     pub tokens: Vec<TokenConfig>,
-    /// The secret every tier sends to the others (header `X-Geocount-Cluster-Secret`) and
-    /// requires on `/sync`, `/slots/{slot}/copy` and forwarded writes. Required with `tokens`.
+    /// The secret the tiers' process keys derive from: with it, `/sync`, `/slots/{slot}/copy`
+    /// and forwarded writes accept only the tier processes whose roles call them, each proving
+    /// its name with its key `HMAC-SHA256(secret, "geocount process key\0" ‖ name)` (and with
+    /// `[tls]` its client certificate); the secret itself is never sent. Without it those routes
+    /// are open. Required with `tokens`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_secret: Option<Secret>,
     /// Lets a node without `tokens` listen on a non-loopback address (default false): anyone
     /// who can reach it may then read, write and create counters.
     pub insecure_public: bool,
     /// Lets a node with `tokens` or a `cluster_secret` listen on a non-loopback address without
-    /// `[tls]` (default false): the tokens and the secret then cross the network in clear text,
+    /// `[tls]` (default false): the tokens and the process keys then cross the network in clear text,
     /// for anyone on the path to read and replay.
     pub insecure_plaintext: bool,
 }
@@ -142,7 +145,7 @@ impl AuthConfig {
         if credentials && !tls && !self.insecure_plaintext {
             return Err(format!(
                 "{addr} is not a loopback address and there is no [tls]: the tokens and the \
-                 cluster secret would cross the network in clear text; add [tls], listen on \
+                 process keys would cross the network in clear text; add [tls], listen on \
                  127.0.0.1, or set auth.insecure_plaintext = true"
             ));
         }

@@ -24,6 +24,8 @@
 //!   ([`AuthConfig`]).
 //! - [`tls`]: its `[tls]` section: the CA and where each process's certificate and key are
 //!   ([`TlsSettings`]).
+//! - [`role`]: the processes of a cluster by name, and what each one is ([`Role`]): what the
+//!   routes between tiers check.
 //! - [`wire`]: the postcard messages that cross process boundaries: batched writes, and the
 //!   sync pages every tier pulls from the one below (and descriptions from the one above).
 //! - [`encode`]: postcard encoding without a `memmove` call per number ([`encode::to_vec`]), for
@@ -43,6 +45,7 @@ pub mod hlc;
 pub mod id_table;
 pub mod idempotency;
 pub mod placement;
+pub mod role;
 pub mod slot;
 pub mod tls;
 pub mod topology;
@@ -59,6 +62,7 @@ pub use hlc::{Hlc, HlcTimestamp};
 pub use id_table::IdTable;
 pub use idempotency::IdempotencyRecord;
 pub use placement::Placement;
+pub use role::Role;
 pub use slot::{SlotId, SlotRecord, SlotState, max_slot_version, next_slot_version};
 pub use tls::TlsSettings;
 pub use topology::{

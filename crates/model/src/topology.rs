@@ -98,8 +98,9 @@ pub struct MemorySettings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpSettings {
-    /// The most connections a listener keeps open at once; one more is accepted and closed at
-    /// once.
+    /// The most client connections a listener keeps open at once; one more is accepted and
+    /// closed at once. With `[tls]`, connections whose client certificate names a tier process
+    /// have a budget of their own as large, so clients cannot starve the tiers' pulls.
     pub max_connections: usize,
     /// The most connections a listener keeps open at once from one IP address, so one host
     /// (a client pooling too many connections, or opening idle sockets) cannot take every

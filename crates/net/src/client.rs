@@ -86,6 +86,19 @@ impl Answer {
     }
 }
 
+/// `error` and what caused it, innermost last (`client error (Connect): <why>`): hyper's
+/// own message does not say why a connection failed.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    message
+}
+
 impl ClientError {
     /// Whether the request certainly never reached the server (safe to send elsewhere).
     pub fn is_connect(&self) -> bool {
@@ -142,7 +155,7 @@ impl HttpClient {
     }
 
     /// The same client, sending header `name: value` with every request (a credential such as
-    /// `authorization` or the cluster secret). An invalid name or value is a
+    /// `authorization` or a process key). An invalid name or value is a
     /// [`ClientError::Request`].
     pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, ClientError> {
         let invalid = |what: &str| ClientError::Request(format!("header {name}: invalid {what}"));
@@ -188,7 +201,7 @@ impl HttpClient {
                 if e.is_connect() {
                     ClientError::Connect {
                         url: url.to_owned(),
-                        message: e.to_string(),
+                        message: with_causes(&e),
                     }
                 } else {
                     transport(&e)

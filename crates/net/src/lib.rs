@@ -12,6 +12,8 @@
 //! - [`response`]: JSON answers and the `{"error": ...}` shape every error takes ([`HttpError`]).
 //! - [`tls`]: TLS between tiers: a [`tls::TlsListener`] around any listener, a TLS connector
 //!   around any connector, certificates and keys from PEM files.
+//! - [`identity`]: the tier process a connection proved to be by its client certificate
+//!   ([`PeerProcess`]).
 //! - [`prefer`]: the `Prefer` request header (RFC 7240): does a write ask for the short answer
 //!   ([`prefers_minimal_return`]).
 //! - [`idle`]: what a tier's thread does when it runs out of work: hands freed memory back to
@@ -24,6 +26,7 @@ pub mod binary;
 pub mod body;
 pub mod client;
 pub mod connect;
+pub mod identity;
 pub mod idle;
 pub mod listener;
 pub mod ports;
@@ -36,6 +39,7 @@ pub use binary::{ProcessSetup, run_tier};
 pub use body::{BodyError, BodyReadTimeout, DEFAULT_BODY_READ_TIMEOUT, read_body};
 pub use client::{Answer, ClientError, DEFAULT_MAX_RESPONSE_BYTES, HttpClient};
 pub use connect::{Connect, Connecting, Connector, Stream, TcpConnect, connecting, tcp_connector};
+pub use identity::PeerProcess;
 pub use listener::Listener;
 pub use ports::free_loopback_address;
 pub use prefer::prefers_minimal_return;

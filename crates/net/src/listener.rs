@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -16,6 +17,12 @@ pub trait Listener: Send + 'static {
 
     /// The address this listener is bound to.
     fn local_addr(&self) -> io::Result<SocketAddr>;
+
+    /// The tier process connection `io` proved to be by a verified client certificate
+    /// ([`crate::identity`]); none by default.
+    fn peer_process(_io: &Self::Io) -> Option<Arc<str>> {
+        None
+    }
 }
 
 impl Listener for tokio::net::TcpListener {

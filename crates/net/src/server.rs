@@ -17,10 +17,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::Semaphore;
 
 use crate::body::BodyReadTimeout;
+use crate::identity::PeerProcess;
 use crate::{Listener, Response};
 
 /// The address a request came from: every request [`serve`] hands its handler carries it in
-/// its extensions (for logs naming the peer, such as a refused cluster secret).
+/// its extensions (for logs naming the peer, such as a refused call between tiers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer(pub SocketAddr);
 
@@ -31,8 +32,10 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// drives them with its own time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
-    /// The most connections open at once. One more is accepted and closed at once (the client
-    /// sees the connection closed rather than hanging in the listen backlog).
+    /// The most connections open at once from clients. One more is accepted and closed at
+    /// once (the client sees the connection closed rather than hanging in the listen backlog).
+    /// Connections from tier processes ([`crate::PeerProcess`]) have a budget of their own as
+    /// large.
     pub max_connections: usize,
     /// The most connections open at once from one IP address, so one client (or one host
     /// opening idle sockets) cannot take every connection from the others, the tiers' pulls
@@ -131,9 +134,12 @@ pub async fn serve(
     serve_with_limits(listener, ServeLimits::default(), handler, shutdown).await;
 }
 
-/// [`serve`] under `limits`.
-pub async fn serve_with_limits(
-    mut listener: impl Listener,
+/// [`serve`] under `limits`. A connection whose client certificate proved a tier process
+/// ([`Listener::peer_process`]) is served from a budget of its own, `limits.max_connections`
+/// more, and is not counted against its address: clients holding every connection they may
+/// have cannot starve the pulls, copies and forwarded writes between tiers.
+pub async fn serve_with_limits<L: Listener>(
+    mut listener: L,
     limits: ServeLimits,
     handler: impl Handler,
     shutdown: impl Future<Output = ()>,
@@ -144,6 +150,7 @@ pub async fn serve_with_limits(
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
     let open = Arc::new(Semaphore::new(limits.max_connections));
+    let tiers_open = Arc::new(Semaphore::new(limits.max_connections));
     let per_peer = PeerConnections::new(limits.max_connections_per_peer);
     let body_timeout = BodyReadTimeout(limits.body_read_timeout);
     tokio::pin!(shutdown);
@@ -160,14 +167,21 @@ pub async fn serve_with_limits(
             },
             () = &mut shutdown => break,
         };
-        let Some(peer_slot) = per_peer.open(peer.ip()) else {
-            // Debug, not warn: a flood would flood the log too.
-            tracing::debug!(%peer, limit = limits.max_connections_per_peer, "too many connections from this address; closing the new one");
-            drop(io);
-            continue;
+        let process = L::peer_process(&io);
+        let (peer_slot, open) = match &process {
+            Some(_) => (None, &tiers_open),
+            None => match per_peer.open(peer.ip()) {
+                Some(slot) => (Some(slot), &open),
+                None => {
+                    // Debug, not warn: a flood would flood the log too.
+                    tracing::debug!(%peer, limit = limits.max_connections_per_peer, "too many connections from this address; closing the new one");
+                    drop(io);
+                    continue;
+                }
+            },
         };
-        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
-            tracing::warn!(%peer, limit = limits.max_connections, "too many connections; closing the new one");
+        let Ok(permit) = Arc::clone(open).try_acquire_owned() else {
+            tracing::warn!(%peer, process = process.as_deref(), limit = limits.max_connections, "too many connections; closing the new one");
             drop(io);
             continue;
         };
@@ -175,6 +189,11 @@ pub async fn serve_with_limits(
         let service = service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(body_timeout);
             request.extensions_mut().insert(Peer(peer));
+            if let Some(process) = &process {
+                request
+                    .extensions_mut()
+                    .insert(PeerProcess(process.clone()));
+            }
             let response = handler(request);
             async move { Ok::<_, Infallible>(response.await) }
         });

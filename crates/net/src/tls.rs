@@ -3,10 +3,13 @@
 //! connector and verifies the server against a CA, and the loading of certificates, keys and
 //! CAs from PEM files.
 //!
-//! Only the server authenticates: every tier presents its own certificate and trusts one CA.
-//! The server name checked is the host of the address dialled (an IP address or a name), so a
-//! certificate must name the addresses it is reached at (`127.0.0.1` and `localhost` for a
-//! cluster on one machine).
+//! Both sides authenticate between tiers: every tier serves with its own certificate, and
+//! presents the same certificate as a client when it calls another tier; both are verified
+//! against the one cluster CA. The server name checked is the host of the address dialled (an
+//! IP address or a name), so a certificate must name the addresses it is reached at (`127.0.0.1`
+//! and `localhost` for a cluster on one machine). A client certificate is asked for but not
+//! required: clients of the API present none, and the routes between tiers refuse a request
+//! whose connection proved no process ([`crate::identity`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,11 +22,13 @@ use std::time::Duration;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::task::JoinSet;
 use tokio_rustls::{TlsAcceptor, TlsConnector, server};
 
 use crate::connect::{Connect, Connecting, Connector, Stream, connecting};
+use crate::identity::{Identified, certificate_process};
 use crate::listener::Listener;
 
 /// How long an accepted connection may take to complete its TLS handshake.
@@ -93,30 +98,87 @@ pub fn client_config_trusting(
     Ok(Arc::new(config))
 }
 
-/// A server configuration presenting the certificate chain of the PEM file `cert` with the
-/// private key of the PEM file `key`.
-pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
-    let chain = certificates(cert)?;
-    let private_key = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| match e {
+/// The private key of the PEM file `key`.
+fn private_key(key: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| match e {
         pem::Error::NoItemsFound => TlsError::new(key, "no private key in it"),
         e => TlsError::new(key, format!("bad PEM: {e}")),
-    })?;
+    })
+}
+
+/// The CA certificates of the PEM file `ca` as a root store.
+fn roots(ca: &Path) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    for root in certificates(ca)? {
+        store
+            .add(root)
+            .map_err(|e| TlsError::new(ca, format!("not a usable CA certificate: {e}")))?;
+    }
+    Ok(store)
+}
+
+/// A server configuration presenting the certificate chain of the PEM file `cert` with the
+/// private key of the PEM file `key`; clients need no certificate.
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::new(cert, e))?
         .with_no_client_auth()
-        .with_single_cert(chain, private_key)
+        .with_single_cert(certificates(cert)?, private_key(key)?)
         .map_err(|e| TlsError::new(key, format!("does not go with {}: {e}", cert.display())))?;
     Ok(Arc::new(config))
 }
 
-/// The TLS of one tier process: the certificate it serves with and the CA it trusts when it
-/// calls other tiers.
+/// [`server_config`], also asking each client for a certificate and verifying the one it
+/// presents against the CA of the PEM file `ca` (a client presenting none is let in: it is no
+/// tier process).
+pub fn tier_server_config(
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::new(ca, format!("cannot verify clients with it: {e}")))?;
+    let config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::new(cert, e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certificates(cert)?, private_key(key)?)
+        .map_err(|e| TlsError::new(key, format!("does not go with {}: {e}", cert.display())))?;
+    Ok(Arc::new(config))
+}
+
+/// A client configuration that trusts the CA of the PEM file `ca` and presents the
+/// certificate chain of `cert` with the key of `key` to the servers that ask for one.
+pub fn tier_client_config(
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::new(ca, e))?
+        .with_root_certificates(roots(ca)?)
+        .with_client_auth_cert(certificates(cert)?, private_key(key)?)
+        .map_err(|e| TlsError::new(key, format!("does not go with {}: {e}", cert.display())))?;
+    Ok(Arc::new(config))
+}
+
+/// The TLS of one tier process: the certificate it serves with and presents when it calls
+/// other tiers, and the CA it verifies them against both ways.
 #[derive(Clone)]
 pub struct TierTls {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
+    process: Option<Arc<str>>,
+    expected: Arc<Expected>,
 }
+
+/// The process each address of the cluster is served by: a server there must present its
+/// certificate.
+pub type Expected = HashMap<SocketAddr, Arc<str>>;
 
 impl fmt::Debug for TierTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -128,9 +190,24 @@ impl TierTls {
     /// Loads the CA (`ca`) and the process's certificate chain and key (`cert`, `key`).
     pub fn load(ca: &Path, cert: &Path, key: &Path) -> Result<Self, TlsError> {
         Ok(Self {
-            server: server_config(cert, key)?,
-            client: client_config(ca)?,
+            server: tier_server_config(ca, cert, key)?,
+            client: tier_client_config(ca, cert, key)?,
+            process: certificate_process(&certificates(cert)?[0]),
+            expected: Arc::default(),
         })
+    }
+
+    /// The same, expecting the server at each address of `expected` to present the certificate
+    /// of the process it names there: a call to one of them that meets another process's
+    /// certificate fails like a broken connection, before anything is sent.
+    pub fn expecting(mut self, expected: Expected) -> Self {
+        self.expected = Arc::new(expected);
+        self
+    }
+
+    /// The process its certificate names (its `geocount:<name>` URI), if it names one.
+    pub fn process(&self) -> Option<&str> {
+        self.process.as_deref()
     }
 
     /// `inner`'s connections, each after a TLS handshake as the server.
@@ -138,9 +215,14 @@ impl TierTls {
         TlsListener::new(inner, self.server.clone())
     }
 
-    /// `inner`'s connections, each after a TLS handshake verifying the server.
+    /// `inner`'s connections, each after a TLS handshake verifying the server (and, at an
+    /// address it expects a process at, that the server is that process).
     pub fn connector(&self, inner: Connector) -> Connector {
-        tls_connector(inner, self.client.clone())
+        Arc::new(TlsConnect {
+            inner,
+            tls: TlsConnector::from(self.client.clone()),
+            expected: self.expected.clone(),
+        })
     }
 }
 
@@ -169,19 +251,25 @@ pub enum MaybeTlsListener<L: Listener> {
 }
 
 impl<L: Listener> Listener for MaybeTlsListener<L> {
-    type Io = Box<dyn Stream>;
+    type Io = Identified<Box<dyn Stream>>;
 
     async fn accept(&mut self) -> io::Result<(Self::Io, SocketAddr)> {
         match self {
             MaybeTlsListener::Plain(inner) => {
                 let (io, peer) = inner.accept().await?;
-                Ok((Box::new(io), peer))
+                let process = L::peer_process(&io);
+                Ok((Identified::new(Box::new(io), process), peer))
             }
             MaybeTlsListener::Tls(inner) => {
                 let (io, peer) = inner.accept().await?;
-                Ok((Box::new(io), peer))
+                let process = TlsListener::<L>::peer_process(&io);
+                Ok((Identified::new(Box::new(io), process), peer))
             }
         }
+    }
+
+    fn peer_process(io: &Self::Io) -> Option<Arc<str>> {
+        io.process()
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -282,6 +370,13 @@ impl<L: Listener> Listener for TlsListener<L> {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
+
+    /// The process the client certificate names, when the client presented one (rustls has
+    /// verified it against the CA by then).
+    fn peer_process(io: &Self::Io) -> Option<Arc<str>> {
+        let (_, connection) = io.get_ref();
+        certificate_process(connection.peer_certificates()?.first()?)
+    }
 }
 
 /// A [`Connector`] that opens `inner`'s connections and then speaks TLS on them, verifying the
@@ -290,13 +385,15 @@ pub fn tls_connector(inner: Connector, config: Arc<ClientConfig>) -> Connector {
     Arc::new(TlsConnect {
         inner,
         tls: TlsConnector::from(config),
+        expected: Arc::default(),
     })
 }
 
-/// See [`tls_connector`].
+/// See [`tls_connector`] and [`TierTls::connector`].
 struct TlsConnect {
     inner: Connector,
     tls: TlsConnector,
+    expected: Arc<Expected>,
 }
 
 impl Connect for TlsConnect {
@@ -309,10 +406,29 @@ impl Connect for TlsConnect {
         });
         let stream = self.inner.connect(host, port);
         let tls = self.tls.clone();
+        let address = format!("{host}:{port}").parse::<SocketAddr>().ok();
+        let expected = address.and_then(|a| self.expected.get(&a).cloned());
+        let host = host.to_owned();
         connecting(async move {
             let name = name?;
             let stream = stream.await?;
-            tls.connect(name, stream).await
+            let stream = tls.connect(name, stream).await?;
+            if let Some(expected) = expected {
+                let (_, connection) = stream.get_ref();
+                let found = connection
+                    .peer_certificates()
+                    .and_then(|chain| certificate_process(chain.first()?));
+                if found.as_deref() != Some(&*expected) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "{host}:{port} is process {expected}'s, but its certificate names {}",
+                            found.as_deref().unwrap_or("no process")
+                        ),
+                    ));
+                }
+            }
+            Ok(stream)
         })
     }
 

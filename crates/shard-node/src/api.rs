@@ -48,7 +48,7 @@ use crate::routing::{FORWARDED_HEADER, ForwardError};
 use crate::server::NodeState;
 use geocount_model::wire::BatchEntry;
 use geocount_sync::http::{self, RequestError, Routed, TokenName, WindowQuery};
-use geocount_sync::{DescriptionTable, Need};
+use geocount_sync::{Allow, DescriptionTable, Need};
 
 pub use crate::requests::MAX_SHARDS_PER_COUNTER;
 
@@ -100,21 +100,27 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/openapi.json", Route::OpenApi),
 ];
 
-/// What each route needs of a request (README, "Access"): a client token with a right, the
-/// cluster secret, or nothing. A write another node forwarded (marked with
-/// [`FORWARDED_HEADER`]) needs the cluster secret instead of a token: the first node checked
-/// the client's, and the mark alone must not let a client skip it.
-pub fn need(route: Route, forwarded: bool) -> Need {
+/// What each route needs of a request (README, "Access"): a client token with a right, a
+/// tier process of the roles that call it, or nothing. `datacenter` is this node's, `slot` the
+/// route's `{slot}`. A write another node forwarded (marked with [`FORWARDED_HEADER`]) needs a
+/// shard node of this datacenter instead of a token: the first node checked the client's, and
+/// the mark alone must not let a client skip it. `/sync` is pulled by this datacenter's
+/// aggregator and its shard nodes (peers), a slot's copy only by the node of that slot, which
+/// restores it.
+pub fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter: &str) -> Need {
+    let shards = || Allow::ShardsOf(datacenter.to_owned());
     match route {
         Route::Write | Route::Increment | Route::Batch | Route::BatchItems if forwarded => {
-            Need::Cluster
+            Need::Tier(vec![shards()])
         }
         Route::Write | Route::Increment | Route::Batch | Route::BatchItems => {
             Need::Right(Right::Write)
         }
         Route::Create => Need::Right(Right::Admin),
         Route::Counter | Route::Route => Need::Right(Right::Read),
-        Route::Sync | Route::SlotCopy | Route::KeyCopy => Need::Cluster,
+        Route::Sync => Need::Tier(vec![Allow::AggregatorOf(datacenter.to_owned()), shards()]),
+        // Only the slot's own node asks for its copies: to restore them.
+        Route::SlotCopy | Route::KeyCopy => Need::Tier(Allow::slot_owner(slot, Some(datacenter))),
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
     }
 }
@@ -126,7 +132,10 @@ pub fn router() -> matchit::Router<Route> {
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
-    let need = |route, request: &Request<Incoming>| need(route, is_forwarded(request));
+    let need = |routed: &Routed<Route>, request: &Request<Incoming>| {
+        let slot = routed.slot.as_deref();
+        need(routed.route, slot, is_forwarded(request), &state.datacenter)
+    };
     http::answer(
         &state.routes,
         &state.access,

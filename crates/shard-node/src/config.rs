@@ -31,6 +31,9 @@ pub struct NodeConfig {
     pub huge_pages: bool,
     /// Client tokens and the cluster secret (`[auth]`).
     pub auth: AuthConfig,
+    /// Whether the topology has `[tls]`: the other tiers then prove their process by client
+    /// certificate when they call this one.
+    pub certificates: bool,
     /// What to do when the data directory holds nothing: restore the slot, or start it empty.
     pub restore: RestoreMode,
 }
@@ -87,6 +90,7 @@ impl NodeConfig {
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,
             auth: topology.auth.clone(),
+            certificates: topology.tls.is_some(),
             restore: RestoreMode::default(),
         })
     }

@@ -33,6 +33,8 @@ const COMMAND_QUEUE: usize = 16_384;
 pub struct NodeState {
     /// The owned slot's name, e.g. `DC_USA_0_VAL_1`.
     pub slot_name: String,
+    /// Its datacenter's name, e.g. `USA_0`.
+    pub datacenter: String,
     /// Committed state of the own slot, for reads and sync.
     pub table: SharedSlotTable,
     /// Known counter descriptions.
@@ -87,7 +89,7 @@ pub async fn run<L: Listener>(
     let metrics = Arc::new(ShardMetrics::default());
     let health = Arc::new(NodeHealth::default());
     let settings = config.settings.clone();
-    let access = Access::new(&config.auth);
+    let access = Access::new(&config.auth, &slot_name, config.certificates);
     let client = access.cluster_client(HttpClient::with_connector(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
@@ -230,6 +232,7 @@ pub async fn run<L: Listener>(
         client,
     });
     let state = Arc::new(NodeState {
+        datacenter: config.slot.datacenter.clone(),
         slot_name,
         table,
         descriptions,

@@ -7,14 +7,14 @@ use std::future::Future;
 
 use geocount_model::wire::SlotFreshness;
 use geocount_model::{CounterId, ModelError, SlotRecord};
-use geocount_net::{BodyError, HttpError, Peer, Response, bytes_response, read_body};
+use geocount_net::{BodyError, HttpError, Peer, PeerProcess, Response, bytes_response, read_body};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use percent_encoding::percent_decode_str;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
-use crate::access::{Access, AccessError, Need};
+use crate::access::{Access, AccessError, Caller, Need};
 use crate::{Replica, SharedReplica, answer_sync};
 
 /// The largest `POST /sync` body read (a request is a few bytes).
@@ -112,7 +112,7 @@ pub fn route<R: Copy>(router: &matchit::Router<R>, path: &str) -> Result<Routed<
 pub async fn answer<R, E, F, Fut>(
     router: &matchit::Router<R>,
     access: &Access,
-    need: impl FnOnce(R, &Request<Incoming>) -> Need,
+    need: impl FnOnce(&Routed<R>, &Request<Incoming>) -> Need,
     request: Request<Incoming>,
     dispatch: F,
 ) -> Response
@@ -125,15 +125,24 @@ where
     let mut request = request;
     let result = match route(router, request.uri().path()) {
         Ok(routed) => {
-            let need = need(routed.route, &request);
-            match access.check(need, request.headers()) {
+            let need = need(&routed, &request);
+            let caller = Caller {
+                headers: request.headers(),
+                certified: request
+                    .extensions()
+                    .get::<PeerProcess>()
+                    .map(|PeerProcess(name)| &**name),
+                method: request.method(),
+                path: request.uri().path(),
+            };
+            match access.check(&need, caller) {
                 Ok(Some(token)) => {
                     let name = TokenName(token.to_owned());
                     request.extensions_mut().insert(name);
                 }
                 Ok(None) => {}
                 Err(refusal) => {
-                    log_refusal(&refusal, need, &request);
+                    log_refusal(&refusal, &request);
                     return refusal.to_response();
                 }
             }
@@ -156,16 +165,18 @@ where
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenName(pub String);
 
-/// Logs a refused request: a peer without the right cluster secret as a warning naming its
-/// address (a misconfigured tier, or someone probing), a client's refusal at debug level.
-fn log_refusal(refusal: &AccessError, need: Need, request: &Request<Incoming>) {
+/// Logs a refused request: a refused call between tiers as a warning naming the caller's
+/// process and address (a misconfigured tier, or someone probing), a client's refusal at debug
+/// level.
+fn log_refusal(refusal: &AccessError, request: &Request<Incoming>) {
     let peer = request
         .extensions()
         .get::<Peer>()
         .map_or_else(|| "unknown".to_owned(), |Peer(addr)| addr.to_string());
     let path = request.uri().path();
-    if need == Need::Cluster {
-        tracing::warn!(%peer, path, "refused a peer: {refusal}");
+    if let AccessError::Tier { process, .. } = refusal {
+        let process = process.as_deref().unwrap_or("(none)");
+        tracing::warn!(%peer, process, path, "refused a call between tiers: {refusal}");
     } else {
         tracing::debug!(%peer, path, "refused a request: {refusal}");
     }

@@ -23,7 +23,10 @@
 //!   without holding up merges and reads, at most so many scans at once ([`Scans`]).
 //! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
-//! - [`access`]: the checks of client tokens and the cluster secret ([`Access`]).
+//! - [`access`]: the checks of client tokens and of the processes calling between tiers
+//!   ([`Access`]).
+//! - [`roles`]: how a tier process proves its name, and which processes a route between tiers
+//!   accepts ([`Allow`]).
 //! - [`http`]: the HTTP pieces both aggregators' APIs share (routing with decoded counter ids,
 //!   the common refusals, `/metrics`).
 //! - [`tls`]: a tier's TLS as its topology's `[tls]` says ([`tls::tier_tls`]).
@@ -43,6 +46,7 @@ pub mod puller;
 pub mod ranked;
 pub mod ranking;
 pub mod replica;
+pub mod roles;
 pub mod scan;
 pub mod serve;
 pub mod slot_copies;
@@ -50,7 +54,7 @@ pub mod tls;
 pub mod top_query;
 pub mod topk;
 
-pub use access::{Access, AccessError, CLUSTER_SECRET_HEADER, Need};
+pub use access::{Access, AccessError, Caller, Need, TierRefusal};
 pub use byte_bound::ByteBound;
 pub use descriptions::DescriptionTable;
 pub use incarnations::{Conflict, SlotIncarnations, incarnation_made_at_ms, new_incarnation};
@@ -64,6 +68,7 @@ pub use replica::{
     DEFAULT_MAX_CLOCK_SKEW_MS, HeldCounter, PullSource, Pullers, Replica, SharedReplica, SlotHeard,
     SourceHealth, spawn_pullers, start_pulling, with_ranked, worst_staleness,
 };
+pub use roles::{Allow, PROCESS_HEADER, PROCESS_KEY_HEADER, ProcessKeys};
 pub use scan::Scan;
 pub use serve::{answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query};
 pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight};

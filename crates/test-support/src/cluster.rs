@@ -9,6 +9,11 @@ use geocount_model::tls::{GLOBAL_PROCESS, aggregator_process};
 use geocount_model::{SlotId, Topology};
 use tempfile::TempDir;
 
+use geocount_net::tcp_connector;
+use geocount_net::tls::{tier_client_config, tls_connector};
+use geocount_sync::{PROCESS_HEADER, PROCESS_KEY_HEADER, ProcessKeys};
+
+use crate::Api;
 use crate::ports::free_addr;
 use crate::process::NodeProcess;
 
@@ -157,6 +162,39 @@ impl TestTopology {
         let addr = self.topology.global.listen;
         let args = self.config_flag();
         NodeProcess::start("global-aggregator", "global", &args, addr, self.dir()).await
+    }
+
+    /// A client of the process at `addr` that calls it as tier process `name` does: with its
+    /// name and process key (with a cluster secret) and, with `[tls]`, its client certificate.
+    pub fn api_as(&self, addr: SocketAddr, name: &str) -> Api {
+        self.api_posing(addr, name, name, name)
+    }
+
+    /// A client of the process at `addr` that presents the client certificate of process
+    /// `certificate` (with `[tls]`) but names itself `claimed`, with the process key of
+    /// `key_of` (with a cluster secret): one process posing as another.
+    pub fn api_posing(
+        &self,
+        addr: SocketAddr,
+        certificate: &str,
+        claimed: &str,
+        key_of: &str,
+    ) -> Api {
+        let api = match &self.topology.tls {
+            Some(tls) => {
+                let (cert, key) = (tls.cert(certificate), tls.key(certificate));
+                let config =
+                    tier_client_config(&tls.ca, &cert, &key).expect("the test certificates load");
+                Api::with_connector(addr, tls_connector(tcp_connector(), config))
+            }
+            None => Api::plain(addr),
+        };
+        match &self.topology.auth.cluster_secret {
+            Some(secret) => api
+                .with_header(PROCESS_HEADER, claimed)
+                .with_header(PROCESS_KEY_HEADER, &ProcessKeys::new(secret).key_of(key_of)),
+            None => api,
+        }
     }
 
     /// `--config <topology file>`.

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use geocount_net::tls::{client_config_trusting, tls_connector};
 use geocount_net::{Connector, tcp_connector};
-use rcgen::{BasicConstraints, Certificate, CertificateParams, DnType, IsCa, KeyPair};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, Ia5String, IsCa, KeyPair, SanType,
+};
 
 /// The environment variable that turns TLS on for every test topology and client (not
 /// `GEOCOUNT_*`: the tiers read those as overrides of the topology).
@@ -67,13 +69,16 @@ impl TestCa {
         std::fs::write(file, self.certificate.pem()).expect("write CA certificate");
     }
 
-    /// Issues process `name` a certificate for `127.0.0.1` and `localhost`, written (PEM) to
+    /// Issues process `name` a certificate for `127.0.0.1` and `localhost` that names it with
+    /// the URI `geocount:<name>` (as `scripts/make-certs.sh` does), written (PEM) to
     /// `<dir>/<name>.pem` with its key in `<dir>/<name>-key.pem`, as `[tls] cert_dir` expects.
     pub fn issue(&self, dir: &Path, name: &str) {
         let key = KeyPair::generate().expect("node key");
         let mut params =
             CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
                 .expect("node parameters");
+        let uri = Ia5String::try_from(format!("geocount:{name}")).expect("an ASCII URI");
+        params.subject_alt_names.push(SanType::URI(uri));
         params.distinguished_name.push(DnType::CommonName, name);
         let certificate = params
             .signed_by(&key, &self.certificate, &self.key)
