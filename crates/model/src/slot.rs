@@ -496,7 +496,8 @@ mod tests {
         }
     }
 
-    /// The size every (counter, slot) of every tier pays (docs/architecture.md, "Memory per counter").
+    /// The size every (counter, slot) of every tier pays (docs/architecture.md, "Memory per
+    /// counter").
     #[test]
     fn a_slot_record_is_thirty_two_bytes() {
         assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
