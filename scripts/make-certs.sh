@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes a local CA and a certificate for each process of a geocount cluster, with openssl, for
-# the topology's `[tls]` section (README, "TLS").
+# the topology's `[tls]` section (docs/operations.md, "TLS").
 #
 # Usage: scripts/make-certs.sh OUT_DIR TOPOLOGY        every process of the topology file
 #        scripts/make-certs.sh OUT_DIR --names NAME...  the named processes only

@@ -3,8 +3,8 @@
 //!
 //! A `Vec` that grows by doubling copies everything it holds into a block twice as large and
 //! frees the old one: at 1,000,000 slot-table entries that is a 32 MiB copy on the commit
-//! thread, and a 32 MiB block the allocator may keep long after (ARCHITECTURE.md, "Fifteenth
-//! round"). Here only the first chunk grows that way; every later chunk is allocated at its full
+//! thread, and a 32 MiB block the allocator may keep long after (docs/architecture.md, "Memory
+//! per counter"). Here only the first chunk grows that way; every later chunk is allocated at its full
 //! size once, and nothing is ever copied or freed while the vector grows.
 
 use std::ops::{Index, IndexMut};

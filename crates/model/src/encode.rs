@@ -7,7 +7,7 @@
 //! [`SHORT_FIELD`] a byte at a time, inline. Criterion (`hot_paths`, "batch"): the answer to
 //! 1,000 writes in 15 µs against 20-22 µs. The same flavor is slower on messages of short strings
 //! (1,000 logged slot records with their ids: 36 µs against 32-33 µs), so the log, the store,
-//! sync pages and forwarded batches keep postcard's own (ARCHITECTURE.md, "Fourteenth round").
+//! sync pages and forwarded batches keep postcard's own.
 
 use postcard::ser_flavors::Flavor;
 use serde::Serialize;

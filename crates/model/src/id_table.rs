@@ -5,8 +5,8 @@
 //! `indexmap::IndexMap` does the same but keeps each entry's 8-byte hash beside it and indexes
 //! entries with `usize`s; this table keeps no hash (an id is hashed again when the index grows,
 //! a few nanoseconds for ids of up to 24 bytes) and indexes with `u32`s. At 1,000,000 counters
-//! that is about 16 bytes less per counter (ARCHITECTURE.md, "Seventh round"). The entries are
-//! kept in fixed-size chunks ([`ChunkedVec`]), so a growing table never copies them.
+//! that is about 16 bytes less per counter (docs/architecture.md, "Memory per counter"). The
+//! entries are kept in fixed-size chunks ([`ChunkedVec`]), so a growing table never copies them.
 
 use std::hash::BuildHasher;
 use std::ops::{Index, IndexMut};

@@ -110,7 +110,7 @@ pub fn max_slot_version(now_unix_ms: u64, skew_ms: u64) -> u64 {
 /// [`SlotState`].
 ///
 /// 32 bytes: every tier holds one per (counter, slot), so its size is a large part of the
-/// memory per counter (ARCHITECTURE.md, "Twelfth round"). On the wire it is the struct
+/// memory per counter (docs/architecture.md, "Memory per counter"). On the wire it is the struct
 /// `{state, window, uniques}` it always was.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(from = "EncodedRecord")]
@@ -496,7 +496,8 @@ mod tests {
         }
     }
 
-    /// The size every (counter, slot) of every tier pays (ARCHITECTURE.md, "Twelfth round").
+    /// The size every (counter, slot) of every tier pays (docs/architecture.md, "Memory per
+    /// counter").
     #[test]
     fn a_slot_record_is_thirty_two_bytes() {
         assert_eq!(std::mem::size_of::<SlotRecord>(), 32);

@@ -90,7 +90,7 @@ pub struct MemorySettings {
     /// (about 25 MB less at 1,000,000 counters on a shard node). On, lookups in tables of many
     /// millions of counters miss the TLB less (batches uniform over 10,000,000 counters about
     /// 40 % faster here), for memory the kernel fills out to whole 2 MiB pages
-    /// (ARCHITECTURE.md, "Thirteenth round").
+    /// (docs/configuration.md, "[memory]").
     pub huge_pages: bool,
 }
 

@@ -26,8 +26,8 @@ use crate::ModelError;
 ///
 /// 16 bytes: one bucket is kept inline (most counters' windows hold one second), so a window
 /// costs no heap block of its own until a second bucket arrives. Every slot record of every
-/// tier holds one, so its size is a large part of the memory per counter (ARCHITECTURE.md,
-/// "Twelfth round").
+/// tier holds one, so its size is a large part of the memory per counter (docs/architecture.md,
+/// "Memory per counter").
 #[derive(Clone, Default, Deserialize)]
 #[serde(try_from = "EncodedWindow")]
 pub struct Window {
@@ -564,7 +564,7 @@ mod tests {
         }
     }
 
-    /// The size every slot record of every tier pays (ARCHITECTURE.md, "Twelfth round").
+    /// The size every slot record of every tier pays (docs/architecture.md, "Memory per counter").
     #[test]
     fn a_window_is_sixteen_bytes() {
         assert_eq!(std::mem::size_of::<Window>(), 16);

@@ -3,10 +3,10 @@
 //!
 //! mimalloc returns a freed page to the system only some time after the free, and only when the
 //! thread that owns the page calls into it again. A thread that goes idle right after a burst
-//! of large batches keeps tens of megabytes resident that nothing uses (ARCHITECTURE.md, "Sixteenth
-//! round"). Every runtime a tier builds calls [`thread_parked`] when one of its threads parks;
-//! the binary says with [`release_memory_with`] how its allocator gives memory back. Tests that
-//! run a tier in-process register nothing, and parking then does nothing.
+//! of large batches keeps tens of megabytes resident that nothing uses (docs/architecture.md,
+//! "Memory per counter"). Every runtime a tier builds calls [`thread_parked`] when one of its
+//! threads parks; the binary says with [`release_memory_with`] how its allocator gives memory
+//! back. Tests that run a tier in-process register nothing, and parking then does nothing.
 
 use std::cell::Cell;
 use std::sync::OnceLock;

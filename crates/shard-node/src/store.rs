@@ -16,7 +16,7 @@ const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records")
 const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
 /// Idempotency records by `(created_at_ms, key)`, so that expired ones go in one range.
 const IDEMPOTENCY: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("idempotency_by_age");
-/// Where idempotency records were kept by key alone, before the tenth round: moved into
+/// Where idempotency records were kept by key alone in stores of earlier builds: moved into
 /// [`IDEMPOTENCY`] when a store is opened.
 const IDEMPOTENCY_BY_KEY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
 
@@ -130,7 +130,7 @@ fn store_error(e: impl Into<redb::Error>) -> StorageError {
     StorageError::Store(e.into())
 }
 
-/// Moves the idempotency records of a store written before the tenth round (by key alone)
+/// Moves the idempotency records of a store an earlier build wrote (by key alone)
 /// into the table by age, once.
 fn move_keys_by_age(txn: &redb::WriteTransaction) -> Result<(), StorageError> {
     let old = IDEMPOTENCY_BY_KEY.name();
@@ -309,7 +309,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(STORE_FILE);
         {
-            // A store as the ninth round wrote it.
+            // A store as an earlier build wrote it.
             let db = OsDisk.open_database(&path).unwrap();
             let txn = db.begin_write().unwrap();
             {

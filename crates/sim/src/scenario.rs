@@ -62,7 +62,7 @@ pub enum Scenario {
     /// peer) hold the slot whole. Its datacenter's writer starts no write from a while before
     /// the loss (once all it sent is acknowledged, 400-700 ms, for every copy to pull it) until
     /// up to 600 ms after it: a write acknowledged but not yet pulled by any copy is lost with
-    /// the disk by design (ARCHITECTURE.md, "Replicas and restore"). Its idempotency keys come
+    /// the disk by design (docs/architecture.md, "Replicas and restore"). Its idempotency keys come
     /// back from the peer; when the peer crashed too, the restored slot refuses keys it does
     /// not hold for the retention (10 s here), and the writer's retries wait that out. The
     /// other datacenter writes throughout.

@@ -403,7 +403,7 @@ pub fn with_ranked<T>(replica: &SharedReplica, now: u64, answer: impl FnOnce(&Re
 
 /// How many marked counters the background ranker, and a ranking catching up, rank per hold
 /// of the read lock. A merge waits for the hold to end, and reads that come after the merge
-/// wait for both, so holds are kept short (ARCHITECTURE.md, "Top-K and trending").
+/// wait for both, so holds are kept short (docs/architecture.md, "Top-K and trending").
 const RANK_CHUNK: usize = 32;
 
 /// How many pulled entries a merge takes per hold of the replica's write lock: reads wait
