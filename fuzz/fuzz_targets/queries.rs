@@ -6,11 +6,11 @@
 
 use std::sync::OnceLock;
 
+use geocount_aggregator::global::query::ReadQuery;
 use geocount_fuzz::{WINDOW_SECONDS, sum_record};
 use geocount_model::SlotId;
 use geocount_sync::http::{self, WindowQuery};
 use geocount_sync::{parse_top_query, parse_trending_query};
-use global_aggregator::api::ReadQuery;
 use libfuzzer_sys::fuzz_target;
 use shard_node::key_scope::{KeyScope, check_client_key};
 use shard_node::requests::parse_write_op;
@@ -18,16 +18,16 @@ use shard_node::requests::parse_write_op;
 /// Every tier's router, built once (as each process does).
 struct Routers {
     shard: matchit::Router<shard_node::api::Route>,
-    datacenter: matchit::Router<datacenter_aggregator::api::Route>,
-    global: matchit::Router<global_aggregator::api::Route>,
+    datacenter: matchit::Router<geocount_aggregator::routes::Route>,
+    global: matchit::Router<geocount_aggregator::routes::Route>,
 }
 
 fn routers() -> &'static Routers {
     static ROUTERS: OnceLock<Routers> = OnceLock::new();
     ROUTERS.get_or_init(|| Routers {
         shard: shard_node::api::router(),
-        datacenter: datacenter_aggregator::api::router(),
-        global: global_aggregator::api::router(),
+        datacenter: geocount_aggregator::datacenter::api::router(),
+        global: geocount_aggregator::global::api::router(),
     })
 }
 

@@ -14,20 +14,8 @@ use geocount_sync::http::{Named, WindowQuery};
 use geocount_sync::{Answer, Ranked, Replica, Scope, TopQuery, worst_staleness};
 use serde::Serialize;
 
-use crate::state::{
-    DatacenterReading, StaleRead, empty_readings, named, stale_datacenters, stale_reasons,
-};
-
-/// One datacenter's own top counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DatacenterTop {
-    /// Its counters ranked by its slots alone.
-    pub top: Vec<Ranked>,
-    /// Its staleness (`None`: never complete).
-    pub staleness_ms: Option<u64>,
-    /// Whether its aggregator ever answered.
-    pub heard: bool,
-}
+use super::parts::{DatacenterReading, DatacenterTop, DatacenterTrending, StaleRead};
+use super::state::{empty_readings, named, stale_datacenters, stale_reasons};
 
 /// The answer to the global `GET /topk`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -47,17 +35,6 @@ pub struct GlobalTop {
     pub complete: bool,
     /// Each datacenter's own top counters, in topology order.
     pub datacenters: Named<DatacenterTop>,
-}
-
-/// One datacenter's own trending counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DatacenterTrending {
-    /// Its counters at or over the threshold by its slots alone.
-    pub trending: Vec<Ranked>,
-    /// Its staleness (`None`: never complete).
-    pub staleness_ms: Option<u64>,
-    /// Whether its aggregator ever answered.
-    pub heard: bool,
 }
 
 /// The answer to the global `GET /trending`.

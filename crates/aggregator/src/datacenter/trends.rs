@@ -12,7 +12,7 @@ use geocount_sync::http::WindowQuery;
 use geocount_sync::{Answer, Ranked, Replica, Scope, TopQuery, worst_staleness};
 use serde::Serialize;
 
-use crate::state::slot_staleness;
+use super::state::slot_staleness;
 
 /// The answer to `GET /topk`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

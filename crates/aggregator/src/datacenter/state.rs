@@ -1,4 +1,4 @@
-//! What a datacenter aggregator holds, and the rules it reads it by.
+//! What the datacenter tier holds, and the rules it reads it by.
 //!
 //! - A slot's staleness is its shard's: how long ago this aggregator last had a complete copy
 //!   of that shard ([`geocount_sync::SourceStatus::staleness_ms`]); `None` when the shard was
@@ -8,36 +8,23 @@
 //! - A unique counter's value is the estimate of the union of its slots' sketches (each slot's
 //!   own value is its sketch's estimate), with the estimate's relative standard error.
 
-use std::sync::Arc;
-
+use geocount_model::UniqueSketch;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::SlotFreshness;
-use geocount_model::{Clock, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
-use geocount_sync::{Access, Replica, ReplicaMetrics, Scans, SharedReplica, worst_staleness};
+use geocount_sync::{Replica, worst_staleness};
 use serde::Serialize;
 
-use crate::api::Route;
-use crate::config::AggregatorConfig;
+use crate::tier::Core;
 
-/// What the HTTP handlers share.
-pub struct AggregatorState {
-    /// The configuration it runs with.
-    pub config: AggregatorConfig,
+/// What the datacenter tier's HTTP handlers share.
+pub struct DatacenterState {
+    /// What either tier's handlers share.
+    pub core: Core,
+    /// The datacenter's name, e.g. `USA_0`.
+    pub datacenter: String,
     /// The datacenter's slot names, by index (source `n` is the shard owning slot `n`).
     pub slot_names: Vec<String>,
-    /// The copies of the datacenter's slots, fed by the pullers.
-    pub replica: SharedReplica,
-    /// The time seam.
-    pub clock: Arc<dyn Clock>,
-    /// The aggregator's metrics.
-    pub metrics: ReplicaMetrics,
-    /// The endpoints.
-    pub router: matchit::Router<Route>,
-    /// Who may call which route (`[auth]`).
-    pub access: Access,
-    /// The rankings that scan every counter, at most `http.max_concurrent_scans` at once.
-    pub scans: Scans,
 }
 
 /// Each slot's staleness at `now_ms`, by slot index (the first `slots` sources are the shards).

@@ -1,4 +1,4 @@
-//! What the global aggregator holds, and the rules it answers reads by.
+//! What the global tier holds, and the rules it answers reads by.
 //!
 //! - A datacenter's staleness is how long ago this aggregator last had that datacenter's
 //!   complete state ([`geocount_sync::SourceStatus::staleness_ms`]): a datacenter whose own
@@ -10,49 +10,26 @@
 //! - A unique counter's value is the estimate of the union of every slot's sketch (a
 //!   datacenter's part: of its slots' union), under the same staleness rules.
 
-use std::sync::Arc;
-
 use geocount_model::unique::STANDARD_ERROR;
-use geocount_model::{Clock, SlotRecord, UniqueSketch};
+use geocount_model::{SlotRecord, UniqueSketch};
 use geocount_sync::http::{Named, WindowQuery};
-use geocount_sync::{Access, Replica, ReplicaMetrics, Scans, SharedReplica, worst_staleness};
+use geocount_sync::{Replica, worst_staleness};
 use serde::Serialize;
 
-use crate::api::Route;
-use crate::config::GlobalAggregatorConfig;
+use super::GlobalConfig;
+use super::parts::{DatacenterReading, StaleRead};
+use crate::tier::Core;
 
-/// What the HTTP handlers share.
+/// What the global tier's HTTP handlers share.
 pub struct GlobalState {
+    /// What either tier's handlers share.
+    pub core: Core,
     /// The configuration it runs with.
-    pub config: GlobalAggregatorConfig,
+    pub config: GlobalConfig,
     /// The datacenters' names, by index (source `n` is datacenter `n`).
     pub names: Vec<String>,
     /// The index of the datacenter of each slot, by slot index.
     pub slot_datacenters: Vec<usize>,
-    /// The copies of every slot, fed by the pullers.
-    pub replica: SharedReplica,
-    /// The time seam.
-    pub clock: Arc<dyn Clock>,
-    /// The aggregator's metrics.
-    pub metrics: ReplicaMetrics,
-    /// The endpoints.
-    pub router: matchit::Router<Route>,
-    /// Who may call which route (`[auth]`).
-    pub access: Access,
-    /// The rankings that scan every counter, at most `http.max_concurrent_scans` at once.
-    pub scans: Scans,
-}
-
-/// One datacenter's part of a counter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DatacenterReading {
-    /// The sum of the datacenter's slots (its last known values when stale); for a unique
-    /// counter, the estimate of the union of its slots' sketches.
-    pub value: i128,
-    /// The datacenter's staleness (`None`: never complete).
-    pub staleness_ms: Option<u64>,
-    /// Whether the datacenter's aggregator ever answered.
-    pub heard: bool,
 }
 
 /// Every datacenter's staleness at `now_ms`, with no value yet.
@@ -138,18 +115,6 @@ pub struct CounterReading {
     /// The rolling window the values count, when one was asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowQuery>,
-}
-
-/// A read refused because datacenters are stale: the body of its 503 (`T`: what the read
-/// reports per datacenter).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StaleRead<T = DatacenterReading> {
-    /// Which datacenters are stale and how.
-    pub error: String,
-    /// Their names.
-    pub stale_datacenters: Vec<String>,
-    /// Each datacenter's part, in topology order.
-    pub datacenters: Named<T>,
 }
 
 /// Why the datacenters `stale` (indices into `readings`, named by `names`) are stale for a read
@@ -250,7 +215,7 @@ pub struct DatacenterStatus {
 /// operator's occasional look, not for a hot path.
 pub fn datacenter_statuses(
     replica: &Replica,
-    config: &GlobalAggregatorConfig,
+    config: &GlobalConfig,
     slot_datacenters: &[usize],
     now_ms: u64,
 ) -> Named<DatacenterStatus> {
@@ -288,6 +253,7 @@ pub fn datacenter_statuses(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::global::Datacenter;
     use geocount_model::CounterId;
 
     fn reading(value: i128, staleness_ms: Option<u64>, heard: bool) -> DatacenterReading {
@@ -355,24 +321,21 @@ mod tests {
         assert_eq!(readings[1], reading(100, None, false));
         assert!(!read_datacenters(&replica, &[0, 0, 1], replica.copies.get("e"), None, 1_400).0);
 
-        let config = GlobalAggregatorConfig {
-            listen: "127.0.0.1:1".parse().unwrap(),
+        let t = geocount_test_support::TestTopology::new(&[("USA_0", 1), ("ASIA_0", 1)], "");
+        let config = GlobalConfig {
             max_staleness_ms: 1_000,
             datacenters: ["USA_0", "ASIA_0"]
-                .map(|name| crate::config::Datacenter {
+                .map(|name| Datacenter {
                     name: name.into(),
                     aggregator: "127.0.0.1:2".parse().unwrap(),
                     slots: 1,
                 })
                 .to_vec(),
-            sync: Default::default(),
-            default_window_seconds: 300,
-            trending: Default::default(),
-            auth: Default::default(),
-            certificates: false,
-            http: Default::default(),
-            huge_pages: false,
-            max_state_bytes: u64::MAX,
+            settings: crate::settings::Settings::from_topology(
+                &t.topology,
+                "127.0.0.1:1".parse().unwrap(),
+                u64::MAX,
+            ),
         };
         let statuses = datacenter_statuses(&replica, &config, &[0, 0, 1], 1_400);
         let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);
