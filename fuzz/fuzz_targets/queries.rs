@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 use geocount_aggregator::global::query::ReadQuery;
 use geocount_fuzz::{WINDOW_SECONDS, sum_record};
 use geocount_model::SlotId;
-use geocount_sync::http::{self, WindowQuery};
-use geocount_sync::{parse_top_query, parse_trending_query};
+use geocount_http::routing::{self, WindowQuery};
+use geocount_http::{parse_top_query, parse_trending_query};
 use libfuzzer_sys::fuzz_target;
 use shard_node::key_scope::{KeyScope, check_client_key};
 use shard_node::requests::parse_write_op;
@@ -43,11 +43,11 @@ fuzz_target!(|data: &[u8]| {
             let _ = WindowQuery::value_of(Some(&window), &record);
         }
     };
-    if let Ok(window) = http::parse_read_query(query, u64::MAX, none) {
+    if let Ok(window) = routing::parse_read_query(query, u64::MAX, none) {
         use_window(window);
     }
     if let Ok(top) = parse_top_query(query, 0, none) {
-        assert!((1..=geocount_sync::top_query::MAX_K).contains(&top.k));
+        assert!((1..=geocount_http::top_query::MAX_K).contains(&top.k));
         use_window(top.window);
     }
     let _ = parse_trending_query(query, none);
@@ -58,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = check_client_key(&text);
     let _ = KeyScope::Forwarded.key(&text);
     // Path segments, as each tier's router decodes them.
-    let _ = http::decode_counter_id(&text);
+    let _ = routing::decode_counter_id(&text);
     let _ = text.parse::<SlotId>();
     for path in [
         format!("/counter/{text}"),
@@ -67,8 +67,8 @@ fuzz_target!(|data: &[u8]| {
         text.to_string(),
     ] {
         let routers = routers();
-        let _ = http::route(&routers.shard, &path);
-        let _ = http::route(&routers.datacenter, &path);
-        let _ = http::route(&routers.global, &path);
+        let _ = routing::route(&routers.shard, &path);
+        let _ = routing::route(&routers.datacenter, &path);
+        let _ = routing::route(&routers.global, &path);
     }
 });

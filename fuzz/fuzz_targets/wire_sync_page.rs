@@ -14,7 +14,8 @@ use geocount_fuzz::{
 };
 use geocount_model::wire::{Cursor, SyncPage, SyncRequest};
 use geocount_model::{Clock, Hlc};
-use geocount_sync::{Replica, TopQuery};
+use geocount_http::TopQuery;
+use geocount_sync::Replica;
 use libfuzzer_sys::fuzz_target;
 
 struct FixedClock;

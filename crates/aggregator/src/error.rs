@@ -1,7 +1,7 @@
 //! Every refusal of either tier, and the one place that maps each to its HTTP status.
 
+use geocount_http::routing::RequestError;
 use geocount_net::{HttpError, Response, json_response};
-use geocount_sync::http::RequestError;
 use geocount_sync::{SCAN_RETRY_AFTER_SECS, ScansBusy};
 use hyper::StatusCode;
 

@@ -1,6 +1,6 @@
 //! The OpenAPI document each tier serves at `GET /openapi.json`.
 
-use geocount_sync::{ApiDoc, Operation};
+use geocount_http::{ApiDoc, Operation};
 use serde_json::json;
 
 /// The document of the datacenter tier's HTTP API.

@@ -5,11 +5,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use geocount_http::tls::tier_tls;
 use geocount_model::{Clock, SystemClock, Topology, TopologyError};
 use geocount_net::binary::Shutdown;
 use geocount_net::tls::{MaybeTlsListener, secure};
 use geocount_net::{Connector, ProcessSetup, tcp_connector};
-use geocount_sync::tls::tier_tls;
 use tokio::net::TcpListener;
 
 use crate::settings::Settings;

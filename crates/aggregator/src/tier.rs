@@ -5,14 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use geocount_http::Access;
+use geocount_http::routing::{self, RequestError, WindowQuery};
 use geocount_model::Clock;
 use geocount_model::wire::SlotFreshness;
 use geocount_net::{Connector, HttpClient, Listener, Response, json_response};
-use geocount_sync::http::{self, RequestError, WindowQuery, serve_sync};
 use geocount_sync::replica::Pullers;
 use geocount_sync::{
-    Access, Answer, HeldCounter, LiveRanking, PullSource, Ranked, Replica, ReplicaMetrics, Scans,
-    ScansBusy, SharedReplica, answer_slot_copy, parse_copy_query, start_pulling,
+    Answer, HeldCounter, LiveRanking, PullSource, Ranked, Replica, ReplicaMetrics, Scans,
+    ScansBusy, SharedReplica, answer_slot_copy, parse_copy_query, serve_sync, start_pulling,
 };
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
@@ -93,7 +94,7 @@ pub fn start(
     pullers.keep_ranked(&replica, clock.clone());
     let core = Core {
         scans: Scans::new(settings.http.max_concurrent_scans),
-        router: http::router(tier.routes.iter().copied()),
+        router: routing::router(tier.routes.iter().copied()),
         settings,
         replica,
         clock,
@@ -112,7 +113,7 @@ pub async fn serve<L: Listener>(
     handler: impl geocount_net::Handler,
     shutdown: impl Future<Output = ()>,
 ) {
-    let limits = geocount_sync::http::serve_limits(&settings.http);
+    let limits = geocount_http::routing::serve_limits(&settings.http);
     pullers.serve(listener, limits, handler, shutdown).await;
     tracing::info!("stopped");
 }
@@ -125,7 +126,7 @@ impl Core {
     }
 
     /// The OpenAPI document `document` as its answer.
-    pub fn openapi(document: geocount_sync::ApiDoc) -> Response {
+    pub fn openapi(document: geocount_http::ApiDoc) -> Response {
         json_response(StatusCode::OK, &document.to_json())
     }
 
@@ -168,7 +169,7 @@ impl Core {
             return Ok(());
         };
         if counter.is_unique() {
-            return Err(http::no_window_for_unique());
+            return Err(routing::no_window_for_unique());
         }
         window.check(counter.window_seconds(self.settings.default_window_seconds))
     }

@@ -18,10 +18,11 @@
 
 use std::sync::Arc;
 
+use geocount_http::routing::{self, Named, RequestError, Routed};
+use geocount_http::{Allow, Need, parse_top_query, parse_trending_query};
 use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
-use geocount_sync::http::{self, Named, RequestError, Routed};
-use geocount_sync::{Allow, Need, SourceHealth, parse_top_query, parse_trending_query};
+use geocount_sync::SourceHealth;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -50,7 +51,7 @@ pub fn need(route: Route, slot: Option<&str>, datacenter: &str) -> Need {
 
 /// The router of this tier's paths.
 pub fn router() -> matchit::Router<Route> {
-    http::router(ROUTES.iter().copied())
+    routing::router(ROUTES.iter().copied())
 }
 
 /// Answers one request; every error becomes its JSON answer.
@@ -58,7 +59,7 @@ pub async fn handle(state: Arc<DatacenterState>, request: Request<Incoming>) -> 
     let need = |routed: &Routed<Route>, _: &Request<Incoming>| {
         need(routed.route, routed.slot.as_deref(), &state.datacenter)
     };
-    http::answer(
+    routing::answer(
         &state.core.router,
         &state.core.access,
         need,
@@ -105,7 +106,7 @@ fn read(
     query: Option<&str>,
     now_ms: u64,
 ) -> Result<Response, AggregatorError> {
-    let window = http::parse_read_query(query, now_ms / 1000, |_, _| Ok(false))?;
+    let window = routing::parse_read_query(query, now_ms / 1000, |_, _| Ok(false))?;
     let reading = {
         let replica = state.core.replica.read().expect("replica lock");
         if window.is_some() {

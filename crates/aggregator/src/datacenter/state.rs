@@ -8,10 +8,10 @@
 //! - A unique counter's value is the estimate of the union of its slots' sketches (each slot's
 //!   own value is its sketch's estimate), with the estimate's relative standard error.
 
+use geocount_http::routing::{Named, WindowQuery};
 use geocount_model::UniqueSketch;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::SlotFreshness;
-use geocount_sync::http::{Named, WindowQuery};
 use geocount_sync::{Replica, worst_staleness};
 use serde::Serialize;
 

@@ -8,8 +8,9 @@
 //! - Unique counters are left out (their values are estimates of distinct items).
 //! - The answer carries the datacenter's staleness (the worst of its slots') like a read.
 
-use geocount_sync::http::WindowQuery;
-use geocount_sync::{Answer, Ranked, Replica, Scope, TopQuery, worst_staleness};
+use geocount_http::TopQuery;
+use geocount_http::routing::WindowQuery;
+use geocount_sync::{Answer, Ranked, Replica, Scope, worst_staleness};
 use serde::Serialize;
 
 use super::state::slot_staleness;

@@ -18,10 +18,11 @@
 
 use std::sync::Arc;
 
+use geocount_http::routing::{self, Named, RequestError, Routed};
+use geocount_http::{Allow, Need, parse_top_query, parse_trending_query};
 use geocount_model::{CounterId, Right};
 use geocount_net::{Response, json_response};
-use geocount_sync::http::{self, Named, RequestError, Routed};
-use geocount_sync::{Allow, Need, SourceHealth, parse_top_query, parse_trending_query};
+use geocount_sync::SourceHealth;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
@@ -53,7 +54,7 @@ pub fn need(route: Route, slot: Option<&str>) -> Need {
 
 /// The router of this tier's paths.
 pub fn router() -> matchit::Router<Route> {
-    http::router(ROUTES.iter().chain(GLOBAL_ONLY).copied())
+    routing::router(ROUTES.iter().chain(GLOBAL_ONLY).copied())
 }
 
 /// Answers one request; every error (a stale read's 503 too) becomes its JSON answer.
@@ -92,7 +93,7 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
     };
     let need =
         |routed: &Routed<Route>, _: &Request<Incoming>| need(routed.route, routed.slot.as_deref());
-    http::answer(&core.router, &core.access, need, request, dispatch).await
+    routing::answer(&core.router, &core.access, need, request, dispatch).await
 }
 
 async fn top_k(

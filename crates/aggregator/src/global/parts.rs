@@ -1,8 +1,8 @@
 //! Each datacenter's part of a global answer, and the body of the 503 that refuses an answer
 //! with stale datacenters. A leaf module: the crate's errors carry these bodies.
 
+use geocount_http::routing::Named;
 use geocount_sync::Ranked;
-use geocount_sync::http::Named;
 use serde::Serialize;
 
 /// One datacenter's part of a counter.

@@ -1,7 +1,7 @@
 //! The query keys of the global tier's reads: `max_staleness_ms=N&allow_partial=true|false`
 //! on every read, with `window=S&at=T` on a counter's.
 
-use geocount_sync::http::{self, RequestError, WindowQuery};
+use geocount_http::routing::{self, RequestError, WindowQuery};
 
 use super::trends::Freshness;
 
@@ -27,7 +27,7 @@ impl ReadQuery {
     ) -> Result<Self, RequestError> {
         let mut staleness = StalenessKeys::default();
         let window =
-            http::parse_read_query(query, now_secs, |key, value| staleness.take(key, value))?;
+            routing::parse_read_query(query, now_secs, |key, value| staleness.take(key, value))?;
         let freshness = staleness.freshness(default_max_staleness_ms);
         Ok(Self {
             max_staleness_ms: freshness.max_staleness_ms,

@@ -10,9 +10,9 @@
 //! - A unique counter's value is the estimate of the union of every slot's sketch (a
 //!   datacenter's part: of its slots' union), under the same staleness rules.
 
+use geocount_http::routing::{Named, WindowQuery};
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::{SlotRecord, UniqueSketch};
-use geocount_sync::http::{Named, WindowQuery};
 use geocount_sync::{Replica, worst_staleness};
 use serde::Serialize;
 

@@ -10,8 +10,9 @@
 //!   runtime a run of counters per hold of the replica's lock ([`geocount_sync::Scans`]).
 //! - Unique counters are left out (their values are estimates of distinct items).
 
-use geocount_sync::http::{Named, WindowQuery};
-use geocount_sync::{Answer, Ranked, Replica, Scope, TopQuery, worst_staleness};
+use geocount_http::TopQuery;
+use geocount_http::routing::{Named, WindowQuery};
+use geocount_sync::{Answer, Ranked, Replica, Scope, worst_staleness};
 use serde::Serialize;
 
 use super::parts::{DatacenterReading, DatacenterTop, DatacenterTrending, StaleRead};

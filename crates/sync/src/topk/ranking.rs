@@ -86,8 +86,8 @@ mod tests {
     use geocount_model::{CounterId, SlotState};
 
     use super::*;
-    use crate::http::WindowQuery;
     use crate::{LiveRanking, Scope};
+    use geocount_http::routing::WindowQuery;
 
     /// A replica of one slot holding `counters` counters, ranked by total.
     fn replica(counters: usize) -> SharedReplica {

@@ -1,10 +1,10 @@
 //! What every ranking shares: its scopes, its answers, the counters it ranks, and the hits of a
-//! window. Both the kept index ([`crate::topk`]) and full scans ([`crate::scan`]) build on it.
+//! window. Both the kept index ([`crate::topk`]) and full scans ([`crate::topk::scan`]) build on it.
 
 use geocount_model::{SlotRecord, Window};
 use serde::Serialize;
 
-use crate::http::WindowQuery;
+use geocount_http::routing::WindowQuery;
 
 /// Which totals a ranking orders: over every slot the index covers, or one group's slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Who may call what: the checks of the topology's `[auth]` section ([`AuthConfig`]), run by
 //! every tier's handler right after its route is matched and before anything else
-//! ([`crate::http::answer`]), so a refused request changes nothing.
+//! ([`crate::routing::answer`]), so a refused request changes nothing.
 //!
 //! - The client API needs `Authorization: Bearer <token>` when tokens are configured: a missing
 //!   or unknown token is 401 ([`AccessError::MissingToken`], [`AccessError::InvalidToken`], with

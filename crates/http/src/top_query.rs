@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::http::{RequestError, WindowQuery, parse_read_query};
+use crate::routing::{RequestError, WindowQuery, parse_read_query};
 
 /// The `k` of a `/topk` without one.
 pub const DEFAULT_K: usize = 10;

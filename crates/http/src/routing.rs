@@ -5,9 +5,8 @@
 
 use std::future::Future;
 
-use geocount_model::wire::SlotFreshness;
 use geocount_model::{CounterId, ModelError, SlotRecord};
-use geocount_net::{BodyError, HttpError, Peer, PeerProcess, Response, bytes_response, read_body};
+use geocount_net::{BodyError, HttpError, Peer, PeerProcess, Response, bytes_response};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use percent_encoding::percent_decode_str;
@@ -15,10 +14,6 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use crate::access::{Access, AccessError, Caller, Need};
-use crate::{Replica, SharedReplica, answer_sync};
-
-/// The largest `POST /sync` body read (a request is a few bytes).
-pub const MAX_SYNC_REQUEST_BYTES: usize = 64 * 1024;
 
 /// What any route of a tier's API refuses before its own logic runs, in the order the checks
 /// happen: the path, the method, the counter id, then the query or body.
@@ -188,37 +183,6 @@ pub fn decode_counter_id(raw: &str) -> Result<CounterId, RequestError> {
         .decode_utf8()
         .map_err(|_| ModelError::InvalidCounterId("it is not valid UTF-8"))?;
     Ok(CounterId::new(decoded)?)
-}
-
-/// Answers `POST /sync` from `replica`: the streams the request asks for, at most `limit`
-/// entries each, under the name `source` and with the freshness `freshness` reports. A shard
-/// node that announces itself is noted at `now_ms` ([`Replica::announced`]).
-pub async fn serve_sync(
-    request: Request<Incoming>,
-    replica: &SharedReplica,
-    source: &str,
-    limit: usize,
-    now_ms: u64,
-    freshness: impl FnOnce(&Replica) -> Vec<SlotFreshness>,
-) -> Result<Response, RequestError> {
-    let body = read_body(request, MAX_SYNC_REQUEST_BYTES).await?;
-    Ok(answer_sync(&body, |asked| {
-        // A shard node announcing itself is noted (briefly under the write lock), and told if
-        // it is the newer of two processes serving its slot.
-        let conflict = asked.puller.as_ref().and_then(|_| {
-            replica
-                .write()
-                .expect("replica lock")
-                .announced(asked, now_ms)
-        });
-        let replica = replica.read().expect("replica lock");
-        let mut page = replica.sync_page(asked, source, limit, freshness(&replica));
-        if let Some(conflict) = &conflict {
-            tracing::warn!(%conflict, "told a shard node it serves its slot beside another process");
-        }
-        page.conflict = conflict;
-        page
-    }))
 }
 
 /// `GET /metrics`: `registry` in the OpenMetrics text format.

@@ -6,8 +6,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::http::WindowQuery;
-use crate::ranked::{Ranked, RankedCounters, hits_in, is_unique};
+use crate::topk::ranked::{Ranked, RankedCounters, hits_in, is_unique};
+use geocount_http::routing::WindowQuery;
 
 /// What a scan ranks counters by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
