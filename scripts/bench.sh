@@ -28,6 +28,5 @@ if ((${#missing[@]})); then
     fi
 fi
 
-cargo build --release -p geocount-bench -p shard-node -p datacenter-aggregator \
-    -p global-aggregator -p geoctl
+cargo build --release -p geocount-bench -p shard-node -p geocount-aggregator -p geoctl
 exec target/release/geocount-bench "$@"

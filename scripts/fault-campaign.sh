@@ -55,8 +55,8 @@ done
 
 bins=target/release
 if ((build)); then
-    cargo build --release -p shard-node -p datacenter-aggregator -p global-aggregator \
-        -p geocount-cluster -p geoctl -p geocount-wan
+    cargo build --release -p shard-node -p geocount-aggregator -p geocount-cluster \
+        -p geoctl -p geocount-wan
 fi
 
 run=/tmp/geocount-campaign

@@ -6,11 +6,11 @@
 
 use std::sync::OnceLock;
 
+use geocount_aggregator::global::query::ReadQuery;
 use geocount_fuzz::{WINDOW_SECONDS, sum_record};
 use geocount_model::SlotId;
-use geocount_sync::http::{self, WindowQuery};
-use geocount_sync::{parse_top_query, parse_trending_query};
-use global_aggregator::api::ReadQuery;
+use geocount_http::routing::{self, WindowQuery};
+use geocount_http::{parse_top_query, parse_trending_query};
 use libfuzzer_sys::fuzz_target;
 use shard_node::key_scope::{KeyScope, check_client_key};
 use shard_node::requests::parse_write_op;
@@ -18,16 +18,16 @@ use shard_node::requests::parse_write_op;
 /// Every tier's router, built once (as each process does).
 struct Routers {
     shard: matchit::Router<shard_node::api::Route>,
-    datacenter: matchit::Router<datacenter_aggregator::api::Route>,
-    global: matchit::Router<global_aggregator::api::Route>,
+    datacenter: matchit::Router<geocount_aggregator::routes::Route>,
+    global: matchit::Router<geocount_aggregator::routes::Route>,
 }
 
 fn routers() -> &'static Routers {
     static ROUTERS: OnceLock<Routers> = OnceLock::new();
     ROUTERS.get_or_init(|| Routers {
         shard: shard_node::api::router(),
-        datacenter: datacenter_aggregator::api::router(),
-        global: global_aggregator::api::router(),
+        datacenter: geocount_aggregator::datacenter::api::router(),
+        global: geocount_aggregator::global::api::router(),
     })
 }
 
@@ -43,11 +43,11 @@ fuzz_target!(|data: &[u8]| {
             let _ = WindowQuery::value_of(Some(&window), &record);
         }
     };
-    if let Ok(window) = http::parse_read_query(query, u64::MAX, none) {
+    if let Ok(window) = routing::parse_read_query(query, u64::MAX, none) {
         use_window(window);
     }
     if let Ok(top) = parse_top_query(query, 0, none) {
-        assert!((1..=geocount_sync::top_query::MAX_K).contains(&top.k));
+        assert!((1..=geocount_http::top_query::MAX_K).contains(&top.k));
         use_window(top.window);
     }
     let _ = parse_trending_query(query, none);
@@ -58,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = check_client_key(&text);
     let _ = KeyScope::Forwarded.key(&text);
     // Path segments, as each tier's router decodes them.
-    let _ = http::decode_counter_id(&text);
+    let _ = routing::decode_counter_id(&text);
     let _ = text.parse::<SlotId>();
     for path in [
         format!("/counter/{text}"),
@@ -67,8 +67,8 @@ fuzz_target!(|data: &[u8]| {
         text.to_string(),
     ] {
         let routers = routers();
-        let _ = http::route(&routers.shard, &path);
-        let _ = http::route(&routers.datacenter, &path);
-        let _ = http::route(&routers.global, &path);
+        let _ = routing::route(&routers.shard, &path);
+        let _ = routing::route(&routers.datacenter, &path);
+        let _ = routing::route(&routers.global, &path);
     }
 });

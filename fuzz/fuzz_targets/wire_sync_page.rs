@@ -7,14 +7,15 @@
 
 use std::sync::Arc;
 
+use geocount_aggregator::global::trends::Freshness;
 use geocount_fuzz::{
     NOW_MS, NOW_SECS, SLOT_DATACENTERS, WINDOW_SECONDS, datacenter_names, drive_record,
     empty_datacenter_replica, empty_replica, round_trip, slot_names, windows,
 };
 use geocount_model::wire::{Cursor, SyncPage, SyncRequest};
 use geocount_model::{Clock, Hlc};
-use geocount_sync::{Replica, TopQuery};
-use global_aggregator::trends::Freshness;
+use geocount_http::TopQuery;
+use geocount_sync::Replica;
 use libfuzzer_sys::fuzz_target;
 
 struct FixedClock;
@@ -66,7 +67,7 @@ fn datacenter_reads(replica: &Replica) {
         let window_seconds = replica.counter(id).window_seconds(WINDOW_SECONDS);
         for window in windows().iter().map(Some).chain([None]) {
             if window.is_none_or(|w| w.check(window_seconds).is_ok()) {
-                let _ = datacenter_aggregator::state::read_counter(
+                let _ = geocount_aggregator::datacenter::state::read_counter(
                     replica, "A", &names, id, window, NOW_MS,
                 );
             }
@@ -78,9 +79,9 @@ fn datacenter_reads(replica: &Replica) {
             prefix: String::new(),
             window,
         };
-        let _ = datacenter_aggregator::trends::top_k(replica, names.len(), query, NOW_MS);
+        let _ = geocount_aggregator::datacenter::trends::top_k(replica, names.len(), query, NOW_MS);
     }
-    let _ = datacenter_aggregator::trends::trending(
+    let _ = geocount_aggregator::datacenter::trends::trending(
         replica,
         names.len(),
         "#".to_owned(),
@@ -94,7 +95,7 @@ fn datacenter_reads(replica: &Replica) {
 fn global_reads(replica: &Replica) {
     for (id, _) in replica.copies.iter() {
         for window in windows().iter().map(Some).chain([None]) {
-            let _ = global_aggregator::state::read_datacenters(
+            let _ = geocount_aggregator::global::state::read_datacenters(
                 replica,
                 &SLOT_DATACENTERS,
                 replica.copies.get(id),
@@ -102,7 +103,7 @@ fn global_reads(replica: &Replica) {
                 NOW_MS,
             );
         }
-        let _ = global_aggregator::state::read_unique_datacenters(
+        let _ = geocount_aggregator::global::state::read_unique_datacenters(
             replica,
             &SLOT_DATACENTERS,
             replica.copies.get(id),
@@ -120,10 +121,11 @@ fn global_reads(replica: &Replica) {
             prefix: "#".to_owned(),
             window,
         };
-        let _ = global_aggregator::trends::top_k(replica, &names, query, freshness, NOW_MS);
+        let _ =
+            geocount_aggregator::global::trends::top_k(replica, &names, query, freshness, NOW_MS);
     }
     let trending = ("#".to_owned(), 1);
-    let _ = global_aggregator::trends::trending(
+    let _ = geocount_aggregator::global::trends::trending(
         replica,
         &names,
         trending,

@@ -13,7 +13,7 @@ use geocount_model::{
     CounterDescription, CounterId, CounterType, HlcTimestamp, SlotRecord, SlotState,
     VersionedDescription, next_slot_version,
 };
-use geocount_sync::http::WindowQuery;
+use geocount_http::routing::WindowQuery;
 use geocount_sync::{LiveRanking, PullSource, Replica};
 
 /// The node's clock in every target, in unix seconds (deterministic, so crashes reproduce).

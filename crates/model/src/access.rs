@@ -14,7 +14,7 @@
 //! With no `[auth]` section (the default) every route is open and every node must listen on a
 //! loopback address unless `insecure_public = true`; with tokens or a cluster secret, a node
 //! beyond loopback needs `[tls]` unless `insecure_plaintext = true`. The checks themselves run in
-//! `geocount_sync::access`.
+//! `geocount_http::access`.
 
 use std::fmt;
 use std::net::SocketAddr;

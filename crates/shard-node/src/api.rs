@@ -46,9 +46,10 @@ use crate::requests::{parse_batch, parse_create, parse_item_batch, parse_write, 
 use crate::restore::RestoreReport;
 use crate::routing::{FORWARDED_HEADER, ForwardError};
 use crate::server::NodeState;
+use geocount_http::routing::{self, RequestError, Routed, TokenName, WindowQuery};
+use geocount_http::{Allow, Need};
 use geocount_model::wire::BatchEntry;
-use geocount_sync::http::{self, RequestError, Routed, TokenName, WindowQuery};
-use geocount_sync::{Allow, DescriptionTable, Need};
+use geocount_sync::DescriptionTable;
 
 pub use crate::requests::MAX_SHARDS_PER_COUNTER;
 
@@ -127,7 +128,7 @@ pub fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter: &str)
 
 /// Builds the router once per node.
 pub fn router() -> matchit::Router<Route> {
-    http::router(ROUTES.iter().copied())
+    routing::router(ROUTES.iter().copied())
 }
 
 /// Answers one request; every error becomes its JSON answer.
@@ -136,7 +137,7 @@ pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Respon
         let slot = routed.slot.as_deref();
         need(routed.route, slot, is_forwarded(request), &state.datacenter)
     };
-    http::answer(
+    routing::answer(
         &state.routes,
         &state.access,
         need,
@@ -186,7 +187,7 @@ async fn dispatch(
         )),
         (Route::Metrics, Method::GET, _, _) => {
             let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));
-            Ok(http::metrics_response(state.metrics.scrape(staleness)))
+            Ok(routing::metrics_response(state.metrics.scrape(staleness)))
         }
         _ => Err(RequestError::method_not_allowed(&request).into()),
     }
@@ -268,7 +269,7 @@ fn slot_answer(slot_name: &str, id: &CounterId, slot: SlotState, unique: bool) -
 }
 
 fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Response, ShardError> {
-    let window = http::parse_read_query(query, state.clock.now_unix_secs(), |_, _| Ok(false))?;
+    let window = routing::parse_read_query(query, state.clock.now_unix_secs(), |_, _| Ok(false))?;
     let record = state
         .table
         .read()
@@ -288,7 +289,7 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
     });
     if unique {
         if window.is_some() {
-            return Err(http::no_window_for_unique().into());
+            return Err(routing::no_window_for_unique().into());
         }
         let slot = SlotState {
             value: record.uniques().map_or(0, |sketch| sketch.count()),

@@ -1,8 +1,8 @@
 //! The shard node's errors, and the one place that maps each to its HTTP status.
 
+use geocount_http::routing::RequestError;
 use geocount_model::{CounterType, ModelError};
 use geocount_net::{BodyError, HttpError};
-use geocount_sync::http::RequestError;
 use hyper::StatusCode;
 
 /// Everything a shard node can refuse or fail at.

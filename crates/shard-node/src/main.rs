@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+use geocount_http::tls::tier_tls;
 use geocount_model::{OffsetClock, Topology};
 use geocount_net::tls::secure;
 use geocount_net::{ProcessSetup, tcp_connector};
-use geocount_sync::tls::tier_tls;
 use shard_node::{NodeConfig, RestoreMode, Storage};
 
 /// Runs one geocount shard node: the owner of one slot of every counter.

@@ -1,9 +1,9 @@
 //! The shard node's OpenAPI document, served at `GET /openapi.json`.
 
-use geocount_sync::openapi::{
+use geocount_http::openapi::{
     header_param, id_param, path_param, query_param, required_query_param,
 };
-use geocount_sync::{ApiDoc, Operation};
+use geocount_http::{ApiDoc, Operation};
 use serde_json::{Value, json};
 
 /// The answer to a write or a read of this node's slot.

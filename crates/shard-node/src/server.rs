@@ -5,10 +5,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use geocount_http::Access;
 use geocount_model::wire::Puller;
 use geocount_model::{Clock, Durability, Hlc, ShardDefaults, SyncSettings};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
-use geocount_sync::{Access, DescriptionTable, PullSink, SlotCopies, spawn_puller};
+use geocount_sync::{DescriptionTable, PullSink, SlotCopies, spawn_puller};
 use tokio::sync::mpsc;
 
 use crate::api::{self, Route};
@@ -282,7 +283,7 @@ pub async fn run<L: Listener>(
     });
     serve_with_limits(
         listener,
-        geocount_sync::http::serve_limits(&config.http),
+        geocount_http::routing::serve_limits(&config.http),
         move |request| api::handle(state.clone(), request),
         shutdown,
     )

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use datacenter_aggregator::AggregatorConfig;
+use geocount_aggregator::{DatacenterConfig, GlobalConfig};
 use geocount_model::{Clock, SyncSettings, Topology};
-use global_aggregator::GlobalAggregatorConfig;
 use rand::Rng;
 use rand::rngs::StdRng;
 use shard_node::{NodeConfig, RestoreMode, StorageError};
@@ -115,17 +114,23 @@ pub fn register_hosts(
     let never = std::future::pending::<()>;
     let mut disks = BTreeMap::new();
 
-    let (config, clock_of) = (GlobalAggregatorConfig::from_topology(topology), clock());
+    let (config, clock_of) = (GlobalConfig::from_topology(topology), clock());
     tier(sim, GLOBAL.to_owned(), move |listener| {
         let clock = clock_of.clone();
-        global_aggregator::run(config.clone(), listener, clock, sim_connector(), never())
+        geocount_aggregator::global::run(config.clone(), listener, clock, sim_connector(), never())
     });
     for dc in DATACENTERS {
-        let config = AggregatorConfig::from_topology(topology, file, dc).expect("a datacenter");
+        let config = DatacenterConfig::from_topology(topology, file, dc).expect("a datacenter");
         let clock_of = clock();
         tier(sim, aggregator_host(dc), move |listener| {
             let clock = clock_of.clone();
-            datacenter_aggregator::run(config.clone(), listener, clock, sim_connector(), never())
+            geocount_aggregator::datacenter::run(
+                config.clone(),
+                listener,
+                clock,
+                sim_connector(),
+                never(),
+            )
         });
         for slot in 0..SHARDS_PER_DATACENTER {
             let data_dir = Some(PathBuf::from(DATA_DIR));

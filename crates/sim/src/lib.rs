@@ -1,10 +1,11 @@
 //! Deterministic simulation of a geocount cluster with turmoil.
 //!
-//! The real tiers (`shard_node::run`, `datacenter_aggregator::run`, `global_aggregator::run`)
-//! run as turmoil hosts: the same code as the binaries, given simulated seams instead of the
-//! operating system's ([`seams`]): a clock read from simulated time, turmoil's TCP for incoming
-//! and outgoing connections, and for shard nodes turmoil's per-host disk (where a crash loses
-//! what was not synced) with the commit loop and checkpointer as tasks of the host.
+//! The real tiers (`shard_node::run`, `geocount_aggregator::datacenter::run`,
+//! `geocount_aggregator::global::run`) run as turmoil hosts: the same code as the binaries,
+//! given simulated seams instead of the operating system's ([`seams`]): a clock read from
+//! simulated time, turmoil's TCP for incoming and outgoing connections, and for shard nodes
+//! turmoil's per-host disk (where a crash loses what was not synced) with the commit loop and
+//! checkpointer as tasks of the host.
 //!
 //! [`cluster`] builds two datacenters of two shard nodes, their aggregators and the global
 //! aggregator; [`workload`] writes through them with idempotency keys and watches every tier;

@@ -14,10 +14,10 @@
 use std::hint::black_box;
 
 use criterion::Criterion;
+use geocount_http::routing::WindowQuery;
 use geocount_model::Window;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{SlotRecord, SlotState};
-use geocount_sync::http::WindowQuery;
 use geocount_sync::{LiveRanking, PageFence, RankedCounters, Scope, SlotCopies, TopIndex};
 
 const COUNTERS: usize = 1_000_000;

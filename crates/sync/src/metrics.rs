@@ -10,8 +10,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::PageMerge;
-use crate::http::metrics_response;
 use crate::{PullSource, Replica};
+use geocount_http::routing::metrics_response;
 
 /// The `source` label: a shard's slot name, a datacenter's name, or `global`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

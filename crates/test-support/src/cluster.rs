@@ -9,9 +9,9 @@ use geocount_model::tls::{GLOBAL_PROCESS, aggregator_process};
 use geocount_model::{SlotId, Topology};
 use tempfile::TempDir;
 
+use geocount_http::{PROCESS_HEADER, PROCESS_KEY_HEADER, ProcessKeys};
 use geocount_net::tcp_connector;
 use geocount_net::tls::{tier_client_config, tls_connector};
-use geocount_sync::{PROCESS_HEADER, PROCESS_KEY_HEADER, ProcessKeys};
 
 use crate::Api;
 use crate::ports::free_addr;

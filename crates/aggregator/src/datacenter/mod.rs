@@ -1,0 +1,170 @@
+//! The datacenter tier: one datacenter's slots in one part. It pulls `POST /sync` from each
+//! shard node of its datacenter every `sync.shard_to_datacenter_ms` (slot states and
+//! descriptions) and from the global aggregator every `sync.downward_ms` (descriptions flowing
+//! down). The global aggregator pulls it in turn, and a shard node restoring a lost disk
+//! fetches its slot back from it.
+//!
+//! - [`state`]: the read rules: a slot's staleness is its shard's, the datacenter's the worst
+//!   of its slots', a counter's value the sum of its slots.
+//! - [`trends`]: the datacenter's top-K and trending counters.
+//! - [`api`]: its routes and who may call them.
+//!
+//! Its metrics are named `geocount_datacenter_<name>`; its sources are its shards, each named
+//! by its slot, and `global`.
+
+pub mod api;
+pub mod state;
+pub mod trends;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use geocount_model::tls::aggregator_process;
+use geocount_model::{Clock, Topology, TopologyError};
+use geocount_net::{Connector, Listener};
+use geocount_sync::PullSource;
+
+use crate::routes::ROUTES;
+use crate::settings::{Settings, SlotGroups, slot_names};
+use crate::tier::{self, Tier};
+use state::DatacenterState;
+
+/// The prefix of the datacenter tier's metric names.
+pub const METRICS_PREFIX: &str = "geocount_datacenter";
+
+/// Everything a datacenter aggregator needs to run.
+#[derive(Debug, Clone)]
+pub struct DatacenterConfig {
+    /// The datacenter's name, e.g. `USA_0`.
+    pub datacenter: String,
+    /// Its shard nodes; the one at index `n` owns slot `DC_<datacenter>_VAL_<n>`.
+    pub shards: Vec<SocketAddr>,
+    /// The global aggregator, which it pulls descriptions from.
+    pub global: SocketAddr,
+    /// What every aggregator runs with; it listens on the datacenter's `aggregator` address.
+    pub settings: Settings,
+}
+
+impl DatacenterConfig {
+    /// Resolves datacenter `datacenter` in a topology read from `file`; an unknown datacenter
+    /// is an error naming the file and the `datacenters` key.
+    pub fn from_topology(
+        topology: &Topology,
+        file: &Path,
+        datacenter: &str,
+    ) -> Result<Self, TopologyError> {
+        let dc = topology
+            .datacenter(datacenter)
+            .map_err(|message| TopologyError {
+                file: file.to_owned(),
+                key: "datacenters".to_owned(),
+                message,
+            })?;
+        let max_state_bytes = topology.aggregator.datacenter_max_state_bytes;
+        Ok(Self {
+            datacenter: dc.name.clone(),
+            shards: dc.shards.clone(),
+            global: topology.global.listen,
+            settings: Settings::from_topology(topology, dc.aggregator, max_state_bytes),
+        })
+    }
+
+    /// The datacenter's slot names, by index.
+    pub fn slot_names(&self) -> Vec<String> {
+        slot_names(&self.datacenter, self.shards.len())
+    }
+
+    /// What it pulls: each shard node (slot states and descriptions; source `n` is slot `n`),
+    /// then the global aggregator (descriptions only, flowing down).
+    pub fn sources(&self) -> Vec<PullSource> {
+        let every = Duration::from_millis;
+        let sync = &self.settings.sync;
+        let mut sources: Vec<PullSource> = self
+            .slot_names()
+            .into_iter()
+            .zip(&self.shards)
+            .map(|(name, addr)| PullSource {
+                delivers: vec![name.clone()],
+                name,
+                address: addr.to_string(),
+                interval: every(sync.shard_to_datacenter_ms),
+                slots: true,
+                descriptions: true,
+            })
+            .collect();
+        sources.push(PullSource {
+            name: "global".to_owned(),
+            address: self.global.to_string(),
+            interval: every(sync.downward_ms),
+            slots: false,
+            descriptions: true,
+            delivers: Vec::new(),
+        });
+        sources
+    }
+}
+
+/// Starts pulling every shard of the datacenter and the global aggregator (connecting through
+/// `connector`), and serves `listener` until `shutdown` completes; then stops the pullers and
+/// drains requests. Time comes from `clock`.
+pub async fn run<L: Listener>(
+    config: DatacenterConfig,
+    listener: L,
+    clock: Arc<dyn Clock>,
+    connector: Connector,
+    shutdown: impl Future<Output = ()>,
+) {
+    let groups = SlotGroups::of_datacenters([(config.datacenter.as_str(), config.shards.len())]);
+    let process = aggregator_process(&config.datacenter);
+    let tier = Tier {
+        process: &process,
+        sources: &config.sources(),
+        groups: &groups,
+        byte_bound_key: "aggregator.datacenter_max_state_bytes",
+        metrics_prefix: METRICS_PREFIX,
+        routes: ROUTES,
+    };
+    let (core, pullers) = tier::start(tier, config.settings.clone(), clock, connector);
+    tracing::info!(addr = %config.settings.listen, datacenter = %config.datacenter, "serving");
+    let settings = config.settings.clone();
+    let state = Arc::new(DatacenterState {
+        core,
+        slot_names: groups.names,
+        datacenter: config.datacenter,
+    });
+    let handler = move |request| api::handle(state.clone(), request);
+    tier::serve(pullers, &settings, listener, handler, shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_test_support::TestTopology;
+
+    #[test]
+    fn resolves_its_datacenter_and_sources() {
+        let t = TestTopology::new(&[("ASIA_0", 1), ("USA_0", 2)], "");
+        let config = DatacenterConfig::from_topology(&t.topology, &t.path, "USA_0").unwrap();
+        assert_eq!(config.settings.listen, t.topology.datacenters[1].aggregator);
+        assert_eq!(config.slot_names(), ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1"]);
+        let sources = config.sources();
+        assert_eq!(sources.len(), 3, "two shards, then the global aggregator");
+        assert_eq!(sources[1].address, t.shard_addr("USA_0", 1).to_string());
+        assert!(sources[1].slots && sources[1].descriptions);
+        assert_eq!(sources[2].address, t.topology.global.listen.to_string());
+        assert!(!sources[2].slots && sources[2].descriptions);
+    }
+
+    #[test]
+    fn an_unknown_datacenter_names_file_and_key() {
+        let t = TestTopology::new(&[("USA_0", 1)], "");
+        let error = DatacenterConfig::from_topology(&t.topology, &t.path, "MARS")
+            .unwrap_err()
+            .to_string();
+        let file_and_key = format!("{}: datacenters: ", t.path.display());
+        assert!(error.starts_with(&file_and_key), "{error}");
+        assert!(error.contains("MARS") && error.contains("USA_0"), "{error}");
+    }
+}

@@ -1,0 +1,43 @@
+//! The geocount aggregators: one library for both aggregation tiers. The datacenter tier sums
+//! one datacenter's slots of every counter; the global tier sums every datacenter's. Both pull
+//! `POST /sync` from the tier below, merge every page by version into memory, and answer reads
+//! from memory alone: a read never waits on the tier below, so it stays fast while a shard or
+//! a datacenter is unreachable.
+//!
+//! What tells the tiers apart is how their slots group into parts ([`SlotGroups`]): the
+//! datacenter tier holds its datacenter's slots as one part and each slot's staleness is its
+//! shard's; the global tier holds every datacenter's slots, a part each, and each part's
+//! staleness is its datacenter's. The top-K index ranks every part besides all slots.
+//!
+//! Neither keeps disk state. A restarted aggregator starts with empty copies and new cursors,
+//! so the tier below sends it a full copy again; until a source has answered, its part reads
+//! as never heard (`staleness_ms: null`, `complete: false`).
+//!
+//! Modules, leaves first:
+//! - [`settings`]: what both tiers read from the topology ([`Settings`]) and [`SlotGroups`].
+//! - [`routes`]: the endpoints both tiers route ([`routes::Route`]).
+//! - [`global::parts`]: each datacenter's part of a global answer and a stale read's 503 body.
+//! - [`error`]: every refusal and its HTTP status ([`AggregatorError`]).
+//! - [`openapi`]: the OpenAPI document each tier serves at `GET /openapi.json`.
+//! - [`tier`]: what both tiers run alike: the pullers, the top-K index, and the answers that
+//!   do not depend on the tier (metrics, slot copies, `POST /sync`, ranking scans).
+//! - [`datacenter`]: the datacenter tier ([`DatacenterConfig`], [`datacenter::run`]).
+//! - [`global`]: the global tier, with its staleness rules, `allow_partial` and
+//!   `GET /datacenters` ([`GlobalConfig`], [`global::run`]).
+//! - [`process`]: what the two binaries (`datacenter-aggregator`, `global-aggregator`) share.
+//!
+//! The pull loop and the sink that merges pages live in [`geocount_sync::replica`].
+
+pub mod datacenter;
+pub mod error;
+pub mod global;
+pub mod openapi;
+pub mod process;
+pub mod routes;
+pub mod settings;
+pub mod tier;
+
+pub use datacenter::DatacenterConfig;
+pub use error::AggregatorError;
+pub use global::GlobalConfig;
+pub use settings::{Settings, SlotGroups};

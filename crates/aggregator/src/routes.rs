@@ -1,0 +1,40 @@
+//! The endpoints of both tiers, as the router matches them. The global tier answers one path
+//! more ([`GLOBAL_ONLY`]).
+
+/// The endpoints, as matched by the router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `/counter/{id}`
+    Counter,
+    /// `/topk`
+    TopK,
+    /// `/trending`
+    Trending,
+    /// `/datacenters` (the global tier only)
+    Datacenters,
+    /// `/sync`
+    Sync,
+    /// `/slots/{slot}/copy`
+    SlotCopy,
+    /// `/healthz`
+    Health,
+    /// `/metrics`
+    Metrics,
+    /// `/openapi.json`
+    OpenApi,
+}
+
+/// Every path both tiers answer, with its route (their OpenAPI documents list the same).
+pub const ROUTES: &[(&str, Route)] = &[
+    ("/counter/{id}", Route::Counter),
+    ("/topk", Route::TopK),
+    ("/trending", Route::Trending),
+    ("/sync", Route::Sync),
+    ("/slots/{slot}/copy", Route::SlotCopy),
+    ("/healthz", Route::Health),
+    ("/metrics", Route::Metrics),
+    ("/openapi.json", Route::OpenApi),
+];
+
+/// The paths only the global tier answers.
+pub const GLOBAL_ONLY: &[(&str, Route)] = &[("/datacenters", Route::Datacenters)];

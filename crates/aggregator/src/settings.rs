@@ -1,0 +1,96 @@
+//! What both tiers read from the topology alike, and how a tier's slots group into parts.
+
+use std::net::SocketAddr;
+
+use geocount_model::{AuthConfig, HttpSettings, SlotId, SyncSettings, Topology, TrendingConfig};
+
+/// The settings every aggregator runs with, whichever tier.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// How often it pulls, and the page size it answers with.
+    pub sync: SyncSettings,
+    /// The window of counters without a description (`shard.default_window_seconds`).
+    pub default_window_seconds: u32,
+    /// What `GET /trending` lists (`[trending]`).
+    pub trending: TrendingConfig,
+    /// Limits of its HTTP listener (`[http]`).
+    pub http: HttpSettings,
+    /// Whether its heap may use transparent huge pages (`memory.huge_pages`).
+    pub huge_pages: bool,
+    /// The most bytes of copies it holds (`aggregator.datacenter_max_state_bytes` or
+    /// `aggregator.global_max_state_bytes`).
+    pub max_state_bytes: u64,
+    /// Client tokens and the cluster secret (`[auth]`).
+    pub auth: AuthConfig,
+    /// Whether the topology has `[tls]`: the other tiers then prove their process by client
+    /// certificate when they call this one.
+    pub certificates: bool,
+}
+
+impl Settings {
+    /// The settings of an aggregator of `topology` listening on `listen`, holding at most
+    /// `max_state_bytes`.
+    pub fn from_topology(topology: &Topology, listen: SocketAddr, max_state_bytes: u64) -> Self {
+        Self {
+            listen,
+            sync: topology.sync.clone(),
+            default_window_seconds: topology.shard.default_window_seconds,
+            trending: topology.trending.clone(),
+            http: topology.http.clone(),
+            huge_pages: topology.memory.huge_pages,
+            max_state_bytes,
+            auth: topology.auth.clone(),
+            certificates: topology.tls.is_some(),
+        }
+    }
+}
+
+/// The slots a tier holds, by index, and the part each belongs to: the datacenter tier holds
+/// one datacenter's slots in one part, the global tier every datacenter's, a part each. The
+/// top-K index ranks each part besides all slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotGroups {
+    /// Every slot's name, by index.
+    pub names: Vec<String>,
+    /// The index of each slot's part, by slot index.
+    pub part_of: Vec<usize>,
+}
+
+impl SlotGroups {
+    /// The slots of `datacenters` (name and slot count), in order: each datacenter a part.
+    pub fn of_datacenters<'a>(datacenters: impl IntoIterator<Item = (&'a str, usize)>) -> Self {
+        let mut groups = Self {
+            names: Vec::new(),
+            part_of: Vec::new(),
+        };
+        for (part, (datacenter, slots)) in datacenters.into_iter().enumerate() {
+            groups.names.extend(slot_names(datacenter, slots));
+            groups.part_of.extend(std::iter::repeat_n(part, slots));
+        }
+        groups
+    }
+}
+
+/// The names of datacenter `datacenter`'s `slots` slots, by index.
+pub fn slot_names(datacenter: &str, slots: usize) -> Vec<String> {
+    (0..slots)
+        .map(|n| SlotId::new(datacenter, n as u32).to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_datacenter_is_a_part_of_its_slots() {
+        let groups = SlotGroups::of_datacenters([("USA_0", 2), ("ASIA_0", 1)]);
+        assert_eq!(
+            groups.names,
+            ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"]
+        );
+        assert_eq!(groups.part_of, [0, 0, 1]);
+    }
+}

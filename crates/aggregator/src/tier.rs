@@ -1,0 +1,202 @@
+//! What both tiers run alike: the pullers that fill the replica, the top-K index over it, and
+//! the answers that do not depend on the tier (metrics, copies of a slot, `POST /sync`,
+//! ranking scans, the window of a read).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use geocount_http::Access;
+use geocount_http::routing::{self, RequestError, WindowQuery};
+use geocount_model::Clock;
+use geocount_model::wire::SlotFreshness;
+use geocount_net::{Connector, HttpClient, Listener, Response, json_response};
+use geocount_sync::replica::Pullers;
+use geocount_sync::{
+    Answer, HeldCounter, LiveRanking, PullSource, Ranked, Replica, ReplicaMetrics, Scans,
+    ScansBusy, SharedReplica, answer_slot_copy, parse_copy_query, serve_sync, start_pulling,
+};
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+
+use crate::error::AggregatorError;
+use crate::routes::Route;
+use crate::settings::{Settings, SlotGroups};
+
+/// What tells one tier from the other when it starts.
+pub struct Tier<'a> {
+    /// The process name it proves itself by (`geocount_model::tls`).
+    pub process: &'a str,
+    /// The sources it pulls.
+    pub sources: &'a [PullSource],
+    /// Its slots and their parts.
+    pub groups: &'a SlotGroups,
+    /// The config key of its byte bound, named when it is reached.
+    pub byte_bound_key: &'static str,
+    /// The prefix of its metric names.
+    pub metrics_prefix: &'static str,
+    /// The paths it answers.
+    pub routes: &'a [(&'static str, Route)],
+}
+
+/// What the HTTP handlers of either tier share.
+pub struct Core {
+    /// The settings it runs with.
+    pub settings: Settings,
+    /// The copies of its slots, fed by the pullers.
+    pub replica: SharedReplica,
+    /// The time seam.
+    pub clock: Arc<dyn Clock>,
+    /// The aggregator's metrics.
+    pub metrics: ReplicaMetrics,
+    /// The endpoints.
+    pub router: matchit::Router<Route>,
+    /// Who may call which route (`[auth]`).
+    pub access: Access,
+    /// The rankings that scan every counter, at most `http.max_concurrent_scans` at once.
+    pub scans: Scans,
+}
+
+/// Starts pulling `tier`'s sources (connecting through `connector`) into a replica indexed
+/// for top-K by `tier.groups`; the pullers serve once the tier has its handler.
+pub fn start(
+    tier: Tier<'_>,
+    settings: Settings,
+    clock: Arc<dyn Clock>,
+    connector: Connector,
+) -> (Core, Pullers) {
+    let access = Access::new(&settings.auth, tier.process, settings.certificates);
+    let client = access.cluster_client(HttpClient::with_connector(
+        Duration::from_millis(settings.sync.timeout_ms),
+        connector,
+    ));
+    let (replica, metrics, mut pullers) = start_pulling(
+        tier.groups.names.clone(),
+        tier.sources,
+        client,
+        clock.clone(),
+        tier.metrics_prefix,
+    );
+    {
+        // Set while nothing has yielded to the pullers yet, so the first page merged obeys them.
+        let mut held = replica.write().expect("replica lock");
+        held.max_clock_skew_ms = settings.sync.max_clock_skew_ms;
+        held.set_byte_bound(tier.byte_bound_key, settings.max_state_bytes);
+        // What the pullers merged already is indexed too.
+        held.copies.index_top(
+            tier.groups.part_of.clone(),
+            LiveRanking {
+                seconds: settings.trending.window_seconds,
+                now: clock.now_unix_ms() / 1000,
+                hold_from: settings.trending.smallest_threshold().map(i128::from),
+            },
+        );
+    }
+    pullers.keep_ranked(&replica, clock.clone());
+    let core = Core {
+        scans: Scans::new(settings.http.max_concurrent_scans),
+        router: routing::router(tier.routes.iter().copied()),
+        settings,
+        replica,
+        clock,
+        metrics,
+        access,
+    };
+    (core, pullers)
+}
+
+/// Serves `listener` with `handler` until `shutdown` completes; then stops the pullers and
+/// drains requests.
+pub async fn serve<L: Listener>(
+    pullers: Pullers,
+    settings: &Settings,
+    listener: L,
+    handler: impl geocount_net::Handler,
+    shutdown: impl Future<Output = ()>,
+) {
+    let limits = geocount_http::routing::serve_limits(&settings.http);
+    pullers.serve(listener, limits, handler, shutdown).await;
+    tracing::info!("stopped");
+}
+
+impl Core {
+    /// Prometheus text of its metrics at `now_ms`.
+    pub fn scrape(&self, now_ms: u64) -> Response {
+        let replica = self.replica.read().expect("replica lock");
+        self.metrics.scrape(&replica, now_ms)
+    }
+
+    /// The OpenAPI document `document` as its answer.
+    pub fn openapi(document: geocount_http::ApiDoc) -> Response {
+        json_response(StatusCode::OK, &document.to_json())
+    }
+
+    /// A page of the copy of `slot` (`query`: where from, how many), or `unknown` when it
+    /// holds no such slot.
+    pub fn slot_copy(
+        &self,
+        slot: String,
+        query: Option<&str>,
+        unknown: impl FnOnce(String) -> AggregatorError,
+    ) -> Result<Response, AggregatorError> {
+        let (from, limit) = parse_copy_query(query, self.settings.sync.page_entries)?;
+        let copy = (self.replica.read().expect("replica lock")).slot_copy(&slot, from, limit);
+        match copy {
+            Some(copy) => Ok(answer_slot_copy(&copy)),
+            None => Err(unknown(slot)),
+        }
+    }
+
+    /// `POST /sync` answered as `name`, each page with the `freshness` of its slots.
+    pub async fn sync(
+        &self,
+        request: Request<Incoming>,
+        name: &str,
+        now_ms: u64,
+        freshness: impl FnOnce(&Replica) -> Vec<SlotFreshness>,
+    ) -> Result<Response, RequestError> {
+        let limit = self.settings.sync.page_entries;
+        serve_sync(request, &self.replica, name, limit, now_ms, freshness).await
+    }
+
+    /// Refuses a `window` a read of `counter` cannot have: any for a unique counter, and one
+    /// longer than the counter's window.
+    pub fn check_window(
+        &self,
+        counter: &HeldCounter<'_>,
+        window: Option<&WindowQuery>,
+    ) -> Result<(), RequestError> {
+        let Some(window) = window else {
+            return Ok(());
+        };
+        if counter.is_unique() {
+            return Err(routing::no_window_for_unique());
+        }
+        window.check(counter.window_seconds(self.settings.default_window_seconds))
+    }
+
+    /// The rankings `ask` gives at `now_ms`, or the scan it asks for, run off the runtime.
+    pub async fn rank(
+        &self,
+        now_ms: u64,
+        ask: impl FnOnce(&Replica) -> Answer,
+    ) -> Result<Vec<Vec<Ranked>>, ScansBusy> {
+        self.scans.rank(&self.replica, now_ms / 1000, ask).await
+    }
+
+    /// The threshold of trending prefix `prefix` and the window it counts at `now_ms`.
+    pub fn trending_window(
+        &self,
+        prefix: &str,
+        now_ms: u64,
+    ) -> Result<(i64, WindowQuery), AggregatorError> {
+        let trending = &self.settings.trending;
+        let threshold = trending
+            .threshold(prefix)
+            .map_err(AggregatorError::NoTrendingPrefix)?;
+        let window = WindowQuery {
+            seconds: trending.window_seconds,
+            at: now_ms / 1000,
+        };
+        Ok((threshold, window))
+    }
+}

@@ -1,0 +1,28 @@
+//! The HTTP layer every geocount tier shares, whatever it replicates.
+//!
+//! Modules, leaves first:
+//! - [`roles`]: how a tier process proves its name, and which processes a route between tiers
+//!   accepts ([`Allow`]).
+//! - [`access`]: the checks of client tokens and of the processes calling between tiers
+//!   ([`Access`]).
+//! - [`routing`]: matching a path to a route with its decoded parameters, checking its access
+//!   and answering the result ([`routing::answer`]), the refusals any route can give
+//!   ([`RequestError`]), `GET /metrics`, rolling-window queries ([`WindowQuery`]) and JSON
+//!   objects whose keys keep their order ([`Named`]).
+//! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
+//! - [`tls`]: a tier's TLS as its topology's `[tls]` says ([`tls::tier_tls`]).
+//! - [`openapi`]: the OpenAPI documents every tier serves at `GET /openapi.json`, built from
+//!   shared parts ([`ApiDoc`]).
+
+pub mod access;
+pub mod openapi;
+pub mod roles;
+pub mod routing;
+pub mod tls;
+pub mod top_query;
+
+pub use access::{Access, AccessError, Caller, Need, TierRefusal};
+pub use openapi::{ApiDoc, Operation};
+pub use roles::{Allow, PROCESS_HEADER, PROCESS_KEY_HEADER, ProcessKeys};
+pub use routing::{Named, RequestError, WindowQuery};
+pub use top_query::{TopQuery, parse_top_query, parse_trending_query};

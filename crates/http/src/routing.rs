@@ -1,0 +1,350 @@
+//! The HTTP pieces every tier's API shares: matching a path to a route with its decoded
+//! parameters, checking its access, and answering the result ([`answer`]), the refusals any
+//! route can give ([`RequestError`]), `GET /metrics`, and JSON objects whose keys keep their
+//! order ([`Named`]).
+
+use std::future::Future;
+
+use geocount_model::{CounterId, ModelError, SlotRecord};
+use geocount_net::{BodyError, HttpError, Peer, PeerProcess, Response, bytes_response};
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use percent_encoding::percent_decode_str;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+use crate::access::{Access, AccessError, Caller, Need};
+
+/// What any route of a tier's API refuses before its own logic runs, in the order the checks
+/// happen: the path, the method, the counter id, then the query or body.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// A path no route matches.
+    #[error("no such endpoint: {0}")]
+    NoRoute(String),
+    /// A known path with a method it does not take.
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed {
+        /// The method used.
+        method: Method,
+        /// The path.
+        path: String,
+    },
+    /// An invalid counter id in the path.
+    #[error(transparent)]
+    InvalidId(#[from] ModelError),
+    /// A request that cannot be understood: a bad query, a malformed body.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The body could not be read or is too large.
+    #[error(transparent)]
+    Body(#[from] BodyError),
+}
+
+impl HttpError for RequestError {
+    fn status(&self) -> StatusCode {
+        match self {
+            RequestError::NoRoute(_) => StatusCode::NOT_FOUND,
+            RequestError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            RequestError::InvalidId(_) | RequestError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            RequestError::Body(refusal) => refusal.status(),
+        }
+    }
+}
+
+impl RequestError {
+    /// The refusal of `request`'s method on its path.
+    pub fn method_not_allowed(request: &Request<Incoming>) -> Self {
+        RequestError::MethodNotAllowed {
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+        }
+    }
+}
+
+/// A path matched to a route, with its parameters decoded: `{id}` as a validated counter id,
+/// `{slot}` as it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed<R> {
+    /// The route.
+    pub route: R,
+    /// The `{id}` parameter, percent-decoded and validated.
+    pub id: Option<CounterId>,
+    /// The `{slot}` parameter.
+    pub slot: Option<String>,
+}
+
+/// A router of `(path, route)` pairs.
+pub fn router<R>(routes: impl IntoIterator<Item = (&'static str, R)>) -> matchit::Router<R> {
+    let mut router = matchit::Router::new();
+    for (path, route) in routes {
+        router.insert(path, route).expect("routes do not conflict");
+    }
+    router
+}
+
+/// Matches `path` in `router`: 404 when no route matches, 400 when `{id}` is not a valid
+/// counter id.
+pub fn route<R: Copy>(router: &matchit::Router<R>, path: &str) -> Result<Routed<R>, RequestError> {
+    let matched = router
+        .at(path)
+        .map_err(|_| RequestError::NoRoute(path.to_owned()))?;
+    Ok(Routed {
+        route: *matched.value,
+        id: matched
+            .params
+            .get("id")
+            .map(decode_counter_id)
+            .transpose()?,
+        slot: matched.params.get("slot").map(str::to_owned),
+    })
+}
+
+/// Answers `request`: matches its path in `router`, lets `access` check it against what
+/// `need` says its route needs (before anything else runs: a refusal is answered at once and
+/// changes nothing), hands the match to `dispatch`, and turns the result, or the refusal to
+/// route it, into the answer (server failures are logged).
+pub async fn answer<R, E, F, Fut>(
+    router: &matchit::Router<R>,
+    access: &Access,
+    need: impl FnOnce(&Routed<R>, &Request<Incoming>) -> Need,
+    request: Request<Incoming>,
+    dispatch: F,
+) -> Response
+where
+    R: Copy,
+    E: HttpError + From<RequestError>,
+    F: FnOnce(Routed<R>, Request<Incoming>) -> Fut,
+    Fut: Future<Output = Result<Response, E>>,
+{
+    let mut request = request;
+    let result = match route(router, request.uri().path()) {
+        Ok(routed) => {
+            let need = need(&routed, &request);
+            let caller = Caller {
+                headers: request.headers(),
+                certified: request
+                    .extensions()
+                    .get::<PeerProcess>()
+                    .map(|PeerProcess(name)| &**name),
+                method: request.method(),
+                path: request.uri().path(),
+            };
+            match access.check(&need, caller) {
+                Ok(Some(token)) => {
+                    let name = TokenName(token.to_owned());
+                    request.extensions_mut().insert(name);
+                }
+                Ok(None) => {}
+                Err(refusal) => {
+                    log_refusal(&refusal, &request);
+                    return refusal.to_response();
+                }
+            }
+            dispatch(routed, request).await
+        }
+        Err(refusal) => Err(refusal.into()),
+    };
+    result.unwrap_or_else(|error| {
+        // 503 is an expected answer (a stale read), not a failure of this process.
+        let status = error.status();
+        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(%error, "request failed");
+        }
+        error.to_response()
+    })
+}
+
+/// The name of the client token a request was let through with, in its extensions (absent
+/// when no token was needed or none is configured): a shard node scopes idempotency keys by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenName(pub String);
+
+/// Logs a refused request: a refused call between tiers as a warning naming the caller's
+/// process and address (a misconfigured tier, or someone probing), a client's refusal at debug
+/// level.
+fn log_refusal(refusal: &AccessError, request: &Request<Incoming>) {
+    let peer = request
+        .extensions()
+        .get::<Peer>()
+        .map_or_else(|| "unknown".to_owned(), |Peer(addr)| addr.to_string());
+    let path = request.uri().path();
+    if let AccessError::Tier { process, .. } = refusal {
+        let process = process.as_deref().unwrap_or("(none)");
+        tracing::warn!(%peer, process, path, "refused a call between tiers: {refusal}");
+    } else {
+        tracing::debug!(%peer, path, "refused a request: {refusal}");
+    }
+}
+
+/// A counter id from a path segment: percent-decoded, then validated.
+pub fn decode_counter_id(raw: &str) -> Result<CounterId, RequestError> {
+    let decoded = percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ModelError::InvalidCounterId("it is not valid UTF-8"))?;
+    Ok(CounterId::new(decoded)?)
+}
+
+/// `GET /metrics`: `registry` in the OpenMetrics text format.
+pub fn metrics_response(registry: &Registry) -> Response {
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    bytes_response(
+        StatusCode::OK,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        text.into(),
+    )
+}
+
+/// Named values that serialize as one JSON object, keys in list order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Named<T>(pub Vec<(String, T)>);
+
+impl<T: Serialize> Serialize for Named<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, value)| (name, value)))
+    }
+}
+
+impl<T> FromIterator<(String, T)> for Named<T> {
+    fn from_iter<I: IntoIterator<Item = (String, T)>>(iter: I) -> Self {
+        Named(iter.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Route {
+        Counter,
+        Copy,
+    }
+
+    #[test]
+    fn routes_decode_and_validate_their_parameters() {
+        let router = router([
+            ("/counter/{id}", Route::Counter),
+            ("/slots/{slot}/copy", Route::Copy),
+        ]);
+        let routed = route(&router, "/counter/a%2Fb%20%E6%97%A5").unwrap();
+        assert_eq!(routed.route, Route::Counter);
+        assert_eq!(routed.id.unwrap().as_str(), "a/b 日");
+        let routed = route(&router, "/slots/DC_A_VAL_0/copy").unwrap();
+        assert_eq!(routed.slot.as_deref(), Some("DC_A_VAL_0"));
+        let bad = route(&router, "/counter/%0A").unwrap_err();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        let bad = route(&router, "/counter/%FF").unwrap_err();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        let none = route(&router, "/nothing").unwrap_err();
+        assert_eq!(none.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn named_values_keep_their_order() {
+        let named: Named<u32> = [("b".to_owned(), 1), ("a".to_owned(), 2)]
+            .into_iter()
+            .collect();
+        assert_eq!(serde_json::to_string(&named).unwrap(), r#"{"b":1,"a":2}"#);
+    }
+}
+
+/// The rolling-window part of a read: `window=S&at=T` asks for the hits with `T - S < t <= T`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WindowQuery {
+    /// The window length `S`, in seconds.
+    pub seconds: u32,
+    /// The end of the window `T`, in unix seconds.
+    pub at: u64,
+}
+
+impl WindowQuery {
+    /// The value a slot record contributes to a read: its running total, or its hits in the
+    /// window.
+    pub fn value_of(query: Option<&WindowQuery>, record: &SlotRecord) -> i128 {
+        match query {
+            Some(window) => record.window().sum(window.seconds, window.at),
+            None => i128::from(record.state.value),
+        }
+    }
+
+    /// Refuses a window longer than the counter's (`window_seconds`).
+    pub fn check(&self, window_seconds: u32) -> Result<(), RequestError> {
+        if self.seconds > window_seconds {
+            return Err(RequestError::BadRequest(format!(
+                "window={} is longer than the counter's window of {window_seconds} s",
+                self.seconds
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The refusal of a `window=` read of a unique counter: its sketch counts distinct items over
+/// all time and keeps no per-second buckets.
+pub fn no_window_for_unique() -> RequestError {
+    RequestError::BadRequest(
+        "a unique counter keeps no rolling window: read it without window= and at=".into(),
+    )
+}
+
+/// Parses a read's query string: `window=S` (1 or more seconds) and `at=T` (unix seconds,
+/// default `now_secs`; only with `window`) are understood here; every other key goes to
+/// `other`, which returns whether it took it. Unknown keys, repeated keys and bad values are
+/// refused with 400.
+pub fn parse_read_query(
+    query: Option<&str>,
+    now_secs: u64,
+    mut other: impl FnMut(&str, &str) -> Result<bool, RequestError>,
+) -> Result<Option<WindowQuery>, RequestError> {
+    let bad = |message: String| RequestError::BadRequest(message);
+    let (mut seconds, mut at) = (None, None);
+    let mut seen = std::collections::HashSet::new();
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if !seen.insert(key.clone()) {
+            return Err(bad(format!("query parameter {key} is given twice")));
+        }
+        match key.as_ref() {
+            "window" => {
+                let s = value.parse::<u32>().ok().filter(|s| *s > 0);
+                seconds = Some(s.ok_or_else(|| {
+                    bad(format!(
+                        "window must be a whole number of seconds above 0, got {value:?}"
+                    ))
+                })?);
+            }
+            "at" => {
+                at = Some(value.parse::<u64>().map_err(|_| {
+                    bad(format!(
+                        "at must be a time in whole unix seconds, got {value:?}"
+                    ))
+                })?);
+            }
+            key => {
+                if !other(key, &value)? {
+                    return Err(bad(format!("unknown query parameter {key:?}")));
+                }
+            }
+        }
+    }
+    match (seconds, at) {
+        (Some(seconds), at) => Ok(Some(WindowQuery {
+            seconds,
+            at: at.unwrap_or(now_secs),
+        })),
+        (None, Some(_)) => Err(bad("at is only meaningful with window".into())),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The accept loop's limits from the topology's `[http]` section: every tier serves under them.
+pub fn serve_limits(settings: &geocount_model::HttpSettings) -> geocount_net::ServeLimits {
+    geocount_net::ServeLimits {
+        max_connections: settings.max_connections,
+        max_connections_per_peer: settings.max_connections_per_peer,
+        header_read_timeout: std::time::Duration::from_millis(settings.header_read_timeout_ms),
+        body_read_timeout: std::time::Duration::from_millis(settings.body_read_timeout_ms),
+    }
+}
