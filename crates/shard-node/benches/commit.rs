@@ -17,8 +17,10 @@ use geocount_model::{Clock, CounterId, Hlc, Placement, ShardDefaults, SystemCloc
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shard_node::checkpoint::Checkpointer;
-use shard_node::commit::{Change, Command, CommitContext, CommitLoop, NodeHealth, WriteRequest};
+use shard_node::commit::{CommitContext, CommitLoop};
+use shard_node::health::NodeHealth;
 use shard_node::metrics::ShardMetrics;
+use shard_node::write::{Change, Command, WriteRequest};
 use shard_node::{Storage, recovery};
 use tokio::sync::{mpsc, oneshot};
 

@@ -38,7 +38,6 @@ use hyper::header::HeaderValue;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
-use crate::commit::{Change, Command, WriteRequest, WriteResults};
 use crate::copies;
 use crate::error::ShardError;
 use crate::key_scope::KeyScope;
@@ -46,6 +45,7 @@ use crate::requests::{parse_batch, parse_create, parse_item_batch, parse_write, 
 use crate::restore::RestoreReport;
 use crate::routing::{FORWARDED_HEADER, ForwardError};
 use crate::server::NodeState;
+use crate::write::{Change, Command, WriteRequest, WriteResults};
 use geocount_model::wire::BatchEntry;
 use geocount_sync::http::{self, RequestError, Routed, TokenName, WindowQuery};
 use geocount_sync::{Allow, DescriptionTable, Need};

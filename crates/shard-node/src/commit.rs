@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use geocount_model::held_bytes::description_bytes;
@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::budget::{self, ByteBudget, row_bytes};
 use crate::checkpoint::Checkpointer;
 use crate::error::{ShardError, StorageError};
+use crate::health::NodeHealth;
 use crate::hot::{HotCounters, changed_description};
 use crate::idempotency::{IdempotencyRecord, SharedKeys, asks_for, record_of};
 use crate::metrics::ShardMetrics;
@@ -31,143 +32,13 @@ use crate::recovery::LogState;
 use crate::slot_table::{SharedSlotTable, SlotTable};
 use crate::store::Checkpoint;
 use crate::wal::{LogRecord, Wal};
+use crate::write::{Command, WriteResults};
+
+/// The write vocabulary, named here too for callers outside the crate (the fuzz targets).
+pub use crate::write::{Change, WriteRequest};
 
 /// A group stops gathering at this many writes, bounding one log record's size.
 const MAX_GROUP_WRITES: usize = 200_000;
-
-/// What a write changes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    /// Adds a signed delta to a sum counter's total.
-    Delta(i64),
-    /// Adds an item to a unique counter's sketch.
-    Item {
-        /// The item, as written (forwarded writes carry it on).
-        item: Box<str>,
-        /// Its hash ([`geocount_model::unique::hash_item`]).
-        hash: u64,
-    },
-}
-
-impl Change {
-    /// An item change, hashed.
-    pub fn item(item: &str) -> Self {
-        Change::Item {
-            item: item.into(),
-            hash: geocount_model::unique::hash_item(item),
-        }
-    }
-
-    /// The counter type this change is for.
-    pub fn counter_type(&self) -> CounterType {
-        match self {
-            Change::Delta(_) => CounterType::Sum,
-            Change::Item { .. } => CounterType::Unique,
-        }
-    }
-}
-
-/// One write asked of the node.
-#[derive(Debug, Clone)]
-pub struct WriteRequest {
-    /// The counter.
-    pub id: CounterId,
-    /// A delta or an item.
-    pub change: Change,
-    /// Deduplicates retries of this write.
-    pub idempotency_key: Option<Box<str>>,
-    /// When the hit happened, in unix seconds (kept for rolling windows).
-    pub timestamp_secs: u64,
-}
-
-/// The answer to each write of a [`Command::Write`], in order.
-pub type WriteResults = Vec<Result<SlotState, ShardError>>;
-
-/// What handlers ask of the commit loop.
-#[derive(Debug)]
-pub enum Command {
-    /// Apply writes; answered once they are durable (or refused).
-    Write {
-        /// The writes, applied in order.
-        writes: Vec<WriteRequest>,
-        /// Where the results go.
-        reply: oneshot::Sender<WriteResults>,
-    },
-    /// Create a counter with this description.
-    Create {
-        /// The new counter.
-        description: CounterDescription,
-        /// Where the result goes.
-        reply: oneshot::Sender<Result<CounterDescription, ShardError>>,
-    },
-    /// Adopt descriptions learned from other nodes (kept where newer than what is known).
-    Describe(Vec<VersionedDescription>),
-    /// Take in part of the slot restored from the datacenter's copies: logged and fsynced as
-    /// one record, merged by version, and every later change versioned above it.
-    Restore {
-        /// Counters with their restored records.
-        records: Vec<(CounterId, SlotRecord)>,
-        /// Answered once the part is durable.
-        reply: oneshot::Sender<Result<(), StorageError>>,
-    },
-    /// Take in the slot's idempotency keys restored from its peers: logged and fsynced as one
-    /// record. `unknown_until_ms`: until when keys the restore did not find may still be
-    /// retried (`None`: a peer handed over a whole copy).
-    RestoreKeys {
-        /// Each key with its record.
-        keys: Vec<(Box<str>, IdempotencyRecord)>,
-        /// Until when a key not held may be a lost one.
-        unknown_until_ms: Option<u64>,
-        /// Answered once the keys are durable.
-        reply: oneshot::Sender<Result<(), StorageError>>,
-    },
-    /// Periodic: flush in async mode, expire idempotency keys, start due checkpoints.
-    Tick,
-    /// Flush, checkpoint, and stop.
-    Shutdown,
-}
-
-impl Command {
-    fn writes(&self) -> usize {
-        match self {
-            Command::Write { writes, .. } => writes.len(),
-            _ => 1,
-        }
-    }
-}
-
-/// The node's health as the commit loop and its datacenter aggregator see it, for
-/// `GET /healthz`.
-#[derive(Debug, Default)]
-pub struct NodeHealth {
-    storage_error: Mutex<Option<String>>,
-    conflict: Mutex<Option<String>>,
-}
-
-impl NodeHealth {
-    /// Why this node takes no writes: its aggregator saw another process serve its slot at
-    /// the same time, and this one is the newer.
-    pub fn conflict(&self) -> Option<String> {
-        self.conflict.lock().expect("health lock").clone()
-    }
-
-    /// Sets or clears the conflict its aggregator reports; says whether that changed it.
-    pub fn set_conflict(&self, conflict: Option<String>) -> bool {
-        let mut held = self.conflict.lock().expect("health lock");
-        let changed = *held != conflict;
-        *held = conflict;
-        changed
-    }
-
-    /// The last storage failure, if the latest commit failed.
-    pub fn storage_error(&self) -> Option<String> {
-        self.storage_error.lock().expect("health lock").clone()
-    }
-
-    fn set(&self, error: Option<String>) {
-        *self.storage_error.lock().expect("health lock") = error;
-    }
-}
 
 /// One counter's changes in a group, staged beside its committed record (which is neither
 /// copied nor changed until the group is durable), and what is known of the counter, looked up

@@ -3,7 +3,8 @@
 //! A write's path through this crate, one file per step:
 //!
 //! - [`api`]: the HTTP handler parses and validates it ([`requests`] decodes and checks the
-//!   bodies, queries and keys) and sends a [`commit::Command`].
+//!   bodies, queries and keys) and sends a [`write::Command`] ([`write`] is the vocabulary
+//!   every step names a write with).
 //! - [`commit`]: the single-writer commit loop groups waiting writes, applies each to its slot
 //!   (overflow, [`idempotency`] keys, scoped by the token that sent them in [`key_scope`],
 //!   a new version), and
@@ -27,8 +28,8 @@
 //!
 //! Around them: [`server::run`] wires it all to a listener (the binary and tests call it),
 //! [`config`] resolves the node's slot from the topology, [`metrics`] exports Prometheus text,
-//! [`openapi`] documents the API (`GET /openapi.json`), and [`error`] maps every failure to its
-//! HTTP status. [`check`] reads a data directory offline (`shard-node check`) without changing it.
+//! [`openapi`] documents the API (`GET /openapi.json`), [`health`] holds what `/healthz`
+//! reports, and [`error`] maps every failure to its HTTP status. [`check`] reads a data directory offline (`shard-node check`) without changing it.
 
 pub mod api;
 pub mod budget;
@@ -38,6 +39,7 @@ pub mod commit;
 pub mod config;
 pub mod copies;
 pub mod error;
+pub mod health;
 pub mod hot;
 pub mod idempotency;
 pub mod key_restore;
@@ -54,6 +56,7 @@ pub mod slot_table;
 pub mod storage;
 pub mod store;
 pub mod wal;
+pub mod write;
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};

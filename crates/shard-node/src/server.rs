@@ -13,9 +13,10 @@ use tokio::sync::mpsc;
 
 use crate::api::{self, Route};
 use crate::checkpoint::Checkpointer;
-use crate::commit::{Command, CommitContext, CommitLoop, NodeHealth};
+use crate::commit::{CommitContext, CommitLoop};
 use crate::config::NodeConfig;
 use crate::error::StorageError;
+use crate::health::NodeHealth;
 use crate::idempotency::SharedKeys;
 use crate::key_restore::restore_keys;
 use crate::metrics::ShardMetrics;
@@ -25,6 +26,7 @@ use crate::restore::{CopySource, RestoreProgress, RestoreRequest, restore_slot};
 use crate::routing::{RouterSetup, WriteRouter};
 use crate::slot_table::SharedSlotTable;
 use crate::storage::Storage;
+use crate::write::Command;
 
 /// Commands waiting for the commit loop; beyond this, handlers wait (backpressure).
 const COMMAND_QUEUE: usize = 16_384;
