@@ -6,72 +6,31 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_model::wire::Puller;
-use geocount_model::{Clock, Durability, Hlc, ShardDefaults, SyncSettings};
+use geocount_model::{Clock, Durability, Hlc};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
-use geocount_sync::{Access, DescriptionTable, PullSink, SlotCopies, spawn_puller};
+use geocount_sync::{Access, PullSink, SlotCopies, spawn_puller};
 use tokio::sync::mpsc;
 
-use crate::api::{self, Route};
+use crate::api;
 use crate::checkpoint::Checkpointer;
 use crate::commit::{CommitContext, CommitLoop};
 use crate::config::NodeConfig;
 use crate::error::StorageError;
 use crate::health::NodeHealth;
-use crate::idempotency::SharedKeys;
 use crate::key_restore::restore_keys;
 use crate::metrics::ShardMetrics;
 use crate::recovery;
 use crate::replication::PeerSink;
 use crate::restore::{CopySource, RestoreProgress, RestoreRequest, restore_slot};
+use crate::routes;
 use crate::routing::{RouterSetup, WriteRouter};
 use crate::slot_table::SharedSlotTable;
+use crate::state::NodeState;
 use crate::storage::Storage;
 use crate::write::Command;
 
 /// Commands waiting for the commit loop; beyond this, handlers wait (backpressure).
 const COMMAND_QUEUE: usize = 16_384;
-
-/// What the HTTP handlers share.
-pub struct NodeState {
-    /// The owned slot's name, e.g. `DC_USA_0_VAL_1`.
-    pub slot_name: String,
-    /// Its datacenter's name, e.g. `USA_0`.
-    pub datacenter: String,
-    /// Committed state of the own slot, for reads and sync.
-    pub table: SharedSlotTable,
-    /// Known counter descriptions.
-    pub descriptions: Arc<RwLock<DescriptionTable>>,
-    /// Copies of the peers' slots.
-    pub replicas: Arc<RwLock<SlotCopies>>,
-    /// The peers and the aggregator this node pulls, for `/healthz`.
-    pub sources: Vec<Arc<PeerSink>>,
-    /// Picks slots and forwards writes.
-    pub router: WriteRouter,
-    /// The way to the commit loop.
-    pub commands: mpsc::Sender<Command>,
-    /// Shard settings from the topology.
-    pub settings: ShardDefaults,
-    /// Sync settings from the topology.
-    pub sync: SyncSettings,
-    /// The time seam.
-    pub clock: Arc<dyn Clock>,
-    /// Writes per second applied lately.
-    pub load: Arc<AtomicU64>,
-    /// The node's metrics.
-    pub metrics: Arc<ShardMetrics>,
-    /// Storage health, for `/healthz`.
-    pub health: Arc<NodeHealth>,
-    /// The endpoints.
-    pub routes: matchit::Router<Route>,
-    /// Who may call which route (`[auth]`).
-    pub access: Access,
-    /// The restore of a lost slot, while it runs: writes and reads of the slot wait for it.
-    pub restore: Arc<RestoreProgress>,
-    /// This data directory's incarnation, sent with every sync page.
-    pub incarnation: u64,
-    /// The own slot's idempotency keys, paged to the peers.
-    pub keys: SharedKeys,
-}
 
 /// Recovers the node's state from its data directory on `storage`, serves `listener` until
 /// `shutdown` completes, then drains requests, flushes the log and checkpoints. A directory
@@ -248,7 +207,7 @@ pub async fn run<L: Listener>(
         load,
         metrics,
         health,
-        routes: api::router(),
+        routes: routes::router(),
         access,
         restore: restore.clone(),
         incarnation,
