@@ -21,7 +21,7 @@ use shard_node::commit::{CommitContext, CommitLoop};
 use shard_node::health::NodeHealth;
 use shard_node::metrics::ShardMetrics;
 use shard_node::write::{Change, Command, WriteRequest};
-use shard_node::{Storage, recovery};
+use shard_node::{Storage, resume};
 use tokio::sync::{mpsc, oneshot};
 
 /// Writes per batch.
@@ -40,7 +40,7 @@ impl Node {
         let settings = ShardDefaults::default();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let storage = Storage::os();
-        let recovered = recovery::recover(
+        let recovered = resume::recover(
             storage.disk.clone(),
             dir.path(),
             &settings,

@@ -586,7 +586,7 @@ mod tests {
             .unwrap();
         let mut checkpoint = Checkpoint::default();
         checkpoint.rows.mark(row);
-        store.write(&checkpoint, &table).unwrap();
+        store.write(&checkpoint, &*table).unwrap();
         store.close().unwrap();
         let mut wal = Wal::create(Arc::new(OsDisk), dir, 1).unwrap();
         wal.append(&record("b", 2, 2)).unwrap();

@@ -28,7 +28,7 @@ use crate::health::NodeHealth;
 use crate::hot::{HotCounters, changed_description};
 use crate::idempotency::{IdempotencyRecord, SharedKeys, asks_for, record_of};
 use crate::metrics::ShardMetrics;
-use crate::recovery::LogState;
+use crate::resume::LogState;
 use crate::slot_table::{SharedSlotTable, SlotTable};
 use crate::store::Checkpoint;
 use crate::wal::{LogRecord, Wal};
@@ -940,7 +940,7 @@ mod tests {
         };
         let settings = ShardDefaults::default();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let recovered = crate::recovery::recover(
+        let recovered = crate::resume::recover(
             storage.disk.clone(),
             dir,
             &settings,

@@ -17,8 +17,8 @@
 //!   served from, and answers.
 //! - [`checkpoint`]: a worker folds closed log segments into the [`store`] (redb) and deletes
 //!   them.
-//! - [`recovery`]: at startup, the store plus the log replayed rebuild exactly what was
-//!   acknowledged.
+//! - [`recovery`]: at startup, reads the store and the log as plain records, and [`resume`]
+//!   rebuilds from them exactly what was acknowledged.
 //!
 //! Replication: [`replication`] pulls the peers' slots (replicas) and descriptions,
 //! [`restore`] rebuilds a lost disk's slot from the datacenter's copies and [`key_restore`] its
@@ -54,6 +54,7 @@ pub mod recovery;
 pub mod replication;
 pub mod requests;
 pub mod restore;
+pub mod resume;
 pub mod routes;
 pub mod routing;
 pub mod server;

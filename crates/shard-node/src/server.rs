@@ -22,6 +22,7 @@ use crate::metrics::ShardMetrics;
 use crate::recovery;
 use crate::replication::PeerSink;
 use crate::restore::{CopySource, RestoreProgress, RestoreRequest, restore_slot};
+use crate::resume;
 use crate::routes;
 use crate::routing::{RouterSetup, WriteRouter};
 use crate::slot_table::SharedSlotTable;
@@ -63,7 +64,7 @@ pub async fn run<L: Listener>(
     let disk = storage.disk.clone();
     let mode = config.restore;
     let recovered = storage
-        .blocking(move || recovery::recover(disk, &data_dir, &recover_settings, now_ms, mode))
+        .blocking(move || resume::recover(disk, &data_dir, &recover_settings, now_ms, mode))
         .await?;
     let copy_sources = copy_sources(&config);
     let restore = Arc::new(RestoreProgress::new(

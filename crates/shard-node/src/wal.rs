@@ -20,11 +20,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use geocount_model::{CounterId, SlotRecord, VersionedDescription};
+use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;
-use crate::idempotency::IdempotencyRecord;
 use crate::storage::{AppendFile, Disk};
 
 const HEADER_BYTES: usize = 8;
