@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use crate::copies;
 use crate::error::ShardError;
-use crate::forward::{self, Placed};
+use crate::forward;
 use crate::key_scope::KeyScope;
 use crate::requests::{parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op};
 use crate::restore::RestoreReport;
@@ -288,16 +288,8 @@ async fn write_one(
 ) -> Result<Response, ShardError> {
     let id = write.id.clone();
     let unique = write.change.counter_type() == CounterType::Unique;
-    match forward::apply_one(state, write, forwarded).await? {
-        Placed::Applied {
-            slot,
-            state: applied,
-        } => Ok(slot_answer(slot, &id, applied, unique)),
-        Placed::Refused { status, error } => Ok(geocount_net::error_response(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-            &error,
-        )),
-    }
+    let applied = forward::apply_one(state, write, forwarded).await?;
+    Ok(slot_answer(applied.slot, &id, applied.state, unique))
 }
 
 async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
@@ -338,8 +330,7 @@ fn batch_answer(
     } else {
         geocount_model::encode::to_vec(&BatchResponse { slot, outcomes })
     };
-    let bytes =
-        encoded.map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
+    let bytes = encoded.map_err(|e| ShardError::internal("cannot encode the batch answer", e))?;
     let mut response = bytes_response(StatusCode::OK, POSTCARD_CONTENT_TYPE, bytes.into());
     if minimal {
         response

@@ -291,6 +291,7 @@ impl CommitLoop {
             Err(error) => {
                 tracing::error!(%error, "group commit failed; its writes are refused");
                 self.shared.health.set(Some(error.to_string()));
+                let error = Arc::new(error);
                 refuse_all(replies, &error, &self.shared.metrics);
                 self.learned_unlogged = learned;
                 self.fence_if_fsync_failed(&error);
@@ -372,19 +373,21 @@ fn refuse_fenced(group: Vec<Command>, reason: &str, metrics: &ShardMetrics) {
     }
 }
 
-fn refuse_all(replies: Vec<Reply>, error: &StorageError, metrics: &ShardMetrics) {
+/// Refuses every write of a group whose record could not be made durable: each refusal
+/// carries the storage failure as its source.
+fn refuse_all(replies: Vec<Reply>, error: &Arc<StorageError>, metrics: &ShardMetrics) {
     for reply in replies {
         match reply {
             Reply::Write(sender, results) => {
                 metrics.writes_refused.inc_by(results.len() as u64);
                 let refused = results
                     .iter()
-                    .map(|_| Err(ShardError::from_storage(error)))
+                    .map(|_| Err(ShardError::from_storage(error.clone())))
                     .collect();
                 let _ = sender.send(refused);
             }
             Reply::Create(sender, _) => {
-                let _ = sender.send(Err(ShardError::from_storage(error)));
+                let _ = sender.send(Err(ShardError::from_storage(error.clone())));
             }
         }
     }

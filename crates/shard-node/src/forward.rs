@@ -20,23 +20,13 @@ use crate::routing::ForwardError;
 use crate::state::NodeState;
 use crate::write::{Change, WriteRequest};
 
-/// Where one write ended up.
+/// A write applied, by this node or the one it was forwarded to.
 #[derive(Debug)]
-pub enum Placed<'a> {
-    /// Applied, by this node or the one it was forwarded to: that slot and its state after.
-    Applied {
-        /// The slot that applied it.
-        slot: &'a str,
-        /// The slot's state after the write.
-        state: SlotState,
-    },
-    /// Refused by the node it was forwarded to: its status and answer, passed on.
-    Refused {
-        /// The status it answered.
-        status: u16,
-        /// Its answer's message.
-        error: String,
-    },
+pub struct Applied<'a> {
+    /// The slot that applied it.
+    pub slot: &'a str,
+    /// The slot's state after the write.
+    pub state: SlotState,
 }
 
 /// Applies one write here, or forwards it to the node owning the slot it is routed to.
@@ -44,7 +34,7 @@ pub async fn apply_one(
     state: &NodeState,
     write: WriteRequest,
     forwarded: bool,
-) -> Result<Placed<'_>, ShardError> {
+) -> Result<Applied<'_>, ShardError> {
     let target = {
         let descriptions = state.descriptions.read().expect("descriptions lock");
         check_type(&descriptions, &write)?;
@@ -56,13 +46,13 @@ pub async fn apply_one(
     };
     if target != state.router.own_slot() {
         // `None`: the target was unreachable before anything was sent, so the write is taken here.
-        if let Some(placed) = forward_one(state, target, &write).await? {
-            return Ok(placed);
+        if let Some(applied) = forward_one(state, target, &write).await? {
+            return Ok(applied);
         }
     }
     let mut results = state.submit(vec![write]).await?;
     let applied = results.pop().ok_or_else(|| state.stopped())??;
-    Ok(Placed::Applied {
+    Ok(Applied {
         slot: &state.slot_name,
         state: applied,
     })
@@ -74,18 +64,18 @@ async fn forward_one<'a>(
     state: &'a NodeState,
     target: u32,
     write: &WriteRequest,
-) -> Result<Option<Placed<'a>>, ShardError> {
+) -> Result<Option<Applied<'a>>, ShardError> {
     let (path, body) = encode_forward(&[write])?;
     state.metrics.writes_forwarded.inc();
     let slot_name = state.router.slot_name(target);
     match state.router.forward(target, path, body).await {
         Ok(mut answer) => match answer.outcomes.pop() {
-            Some(EntryOutcome::Applied { value, version }) => Ok(Some(Placed::Applied {
+            Some(EntryOutcome::Applied { value, version }) => Ok(Some(Applied {
                 slot: slot_name,
                 state: SlotState { value, version },
             })),
             Some(EntryOutcome::Refused { status, error }) => {
-                Ok(Some(Placed::Refused { status, error }))
+                Err(ShardError::PassedOn { status, error })
             }
             None => Err(ShardError::OutcomeUnknown(format!(
                 "{slot_name} answered no outcome"
@@ -138,8 +128,8 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
                         idempotency_key: w.idempotency_key.as_deref(),
                         timestamp: Some(w.timestamp_secs),
                     }),
-                    Change::Item { .. } => Err(ShardError::BadRequest(
-                        "cannot forward deltas and items in one batch".into(),
+                    Change::Item { .. } => Err(ShardError::internal_message(
+                        "cannot forward deltas and items in one batch",
                     )),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -148,7 +138,7 @@ fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), Sha
     };
     encoded
         .map(|(path, bytes)| (path, Bytes::from(bytes)))
-        .map_err(|e| ShardError::BadRequest(format!("cannot encode a forwarded batch: {e}")))
+        .map_err(|e| ShardError::internal("cannot encode a forwarded batch", e))
 }
 
 /// Applies a batch's checked writes (in request order; refused ones answered as such): entries
@@ -195,14 +185,23 @@ pub async fn apply_batch(
     let all_local = local.len() == count;
     let mut forwards = tokio::task::JoinSet::new();
     for (target, group) in remote {
+        let writes: Vec<&WriteRequest> = group.iter().map(|(_, w)| w).collect();
+        let (path, body) = match encode_forward(&writes) {
+            Ok(encoded) => encoded,
+            // The node's own failure: nothing was sent.
+            Err(error) => {
+                refusals.extend(
+                    group
+                        .iter()
+                        .map(|(position, _)| (*position, refused(&error))),
+                );
+                continue;
+            }
+        };
         let state = Arc::clone(state);
         forwards.spawn(async move {
             state.metrics.writes_forwarded.inc_by(group.len() as u64);
-            let writes: Vec<&WriteRequest> = group.iter().map(|(_, w)| w).collect();
-            let result = match encode_forward(&writes) {
-                Ok((path, body)) => state.router.forward(target, path, body).await,
-                Err(error) => Err(geocount_net::ClientError::Request(error.to_string()).into()),
-            };
+            let result = state.router.forward(target, path, body).await;
             (target, group, result)
         });
     }
