@@ -67,7 +67,7 @@ enum Restore {
 }
 
 /// mimalloc rather than glibc's malloc, which is slower when memory is freed on another thread
-/// than the one that allocated it (ARCHITECTURE.md, "Dependencies beyond the design set").
+/// than the one that allocated it (docs/architecture.md, "Dependencies beyond the design set").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
