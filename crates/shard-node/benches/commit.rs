@@ -17,9 +17,11 @@ use geocount_model::{Clock, CounterId, Hlc, Placement, ShardDefaults, SystemCloc
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shard_node::checkpoint::Checkpointer;
-use shard_node::commit::{Change, Command, CommitContext, CommitLoop, NodeHealth, WriteRequest};
+use shard_node::commit::{CommitContext, CommitLoop};
+use shard_node::health::NodeHealth;
 use shard_node::metrics::ShardMetrics;
-use shard_node::{Storage, recovery};
+use shard_node::write::{Change, Command, WriteRequest};
+use shard_node::{Storage, resume};
 use tokio::sync::{mpsc, oneshot};
 
 /// Writes per batch.
@@ -38,7 +40,7 @@ impl Node {
         let settings = ShardDefaults::default();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let storage = Storage::os();
-        let recovered = recovery::recover(
+        let recovered = resume::recover(
             storage.disk.clone(),
             dir.path(),
             &settings,

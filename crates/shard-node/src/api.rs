@@ -1,4 +1,5 @@
-//! The shard node's HTTP API: routes, request parsing, and answers.
+//! The shard node's HTTP API: routes and their handlers, which parse a request, hand it on
+//! ([`crate::forward`], [`crate::copies`]) and answer.
 //!
 //! | route | does |
 //! |---|---|
@@ -6,8 +7,8 @@
 //! | `GET /counter/{id}` | this slot's `{id, slot, value, version}` |
 //! | `PATCH /counter/{id}/write?op=INCREMENT\|DECREMENT` | write `{"delta"?: n > 0, "timestamp"?}`, or `{"item", "timestamp"?}` (INCREMENT) to a unique counter |
 //! | `POST /counters/{id}/increment` | write `{"delta"?: n ≠ 0, "timestamp"?}` or `{"item", "timestamp"?}` |
-//! | `POST /batch` | many writes, postcard [`BatchRequest`] → [`BatchResponse`] (or [`BatchSummary`] with `Prefer: return=minimal`) |
-//! | `POST /batch/items` | many items for unique counters, postcard [`ItemBatchRequest`] → [`BatchResponse`] (or [`BatchSummary`]) |
+//! | `POST /batch` | many writes, postcard [`BatchRequest`](geocount_model::wire::BatchRequest) → [`BatchResponse`] (or [`BatchSummary`] with `Prefer: return=minimal`) |
+//! | `POST /batch/items` | many items for unique counters, postcard [`ItemBatchRequest`](geocount_model::wire::ItemBatchRequest) → [`BatchResponse`] (or [`BatchSummary`]) |
 //! | `GET /counter/{id}/route` | the counter's slots in this datacenter and their nodes |
 //! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
 //! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
@@ -15,121 +16,36 @@
 //! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
 //!
 //! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
-//! this node's is forwarded to one that does ([`crate::routing`]). A unique counter's reads and
+//! this node's is forwarded to one that does ([`crate::forward`]). A unique counter's reads and
 //! writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
 //! `{"error": ...}` with a 4xx.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use geocount_model::unique::STANDARD_ERROR;
-use geocount_model::wire::{
-    BatchRequest, BatchResponse, BatchSummary, EntryOutcome, ItemBatchRequest, ItemEntry,
-    POSTCARD_CONTENT_TYPE,
-};
-use geocount_model::{CounterId, CounterType, Right, SlotRecord, SlotState};
+use geocount_model::wire::{BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE};
+use geocount_model::{CounterId, CounterType, SlotRecord, SlotState};
 use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
-use geocount_net::{
-    HttpError, Response, bytes_response, json_response, prefers_minimal_return, read_body,
-};
+use geocount_net::{Response, bytes_response, json_response, prefers_minimal_return, read_body};
 use hyper::body::Incoming;
 use hyper::header::HeaderValue;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
-use crate::commit::{Change, Command, WriteRequest, WriteResults};
 use crate::copies;
 use crate::error::ShardError;
+use crate::forward;
 use crate::key_scope::KeyScope;
 use crate::requests::{parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op};
 use crate::restore::RestoreReport;
-use crate::routing::{FORWARDED_HEADER, ForwardError};
-use crate::server::NodeState;
+use crate::routing::FORWARDED_HEADER;
+use crate::state::NodeState;
+use crate::write::{Command, WriteRequest};
 use geocount_http::routing::{self, RequestError, Routed, TokenName, WindowQuery};
-use geocount_http::{Allow, Need};
-use geocount_model::wire::BatchEntry;
-use geocount_sync::DescriptionTable;
 
 pub use crate::requests::MAX_SHARDS_PER_COUNTER;
-
-/// The endpoints, as matched by the router.
-#[derive(Debug, Clone, Copy)]
-pub enum Route {
-    /// `/counter`
-    Create,
-    /// `/counter/{id}`
-    Counter,
-    /// `/counter/{id}/write`
-    Write,
-    /// `/counters/{id}/increment`
-    Increment,
-    /// `/batch`
-    Batch,
-    /// `/batch/items`
-    BatchItems,
-    /// `/counter/{id}/route`
-    Route,
-    /// `/sync`
-    Sync,
-    /// `/slots/{slot}/copy`
-    SlotCopy,
-    /// `/slots/{slot}/keys`
-    KeyCopy,
-    /// `/healthz`
-    Health,
-    /// `/metrics`
-    Metrics,
-    /// `/openapi.json`
-    OpenApi,
-}
-
-/// Every path this tier answers, with its route (its OpenAPI document lists the same).
-pub const ROUTES: &[(&str, Route)] = &[
-    ("/counter", Route::Create),
-    ("/counter/{id}", Route::Counter),
-    ("/counter/{id}/write", Route::Write),
-    ("/counters/{id}/increment", Route::Increment),
-    ("/batch", Route::Batch),
-    ("/batch/items", Route::BatchItems),
-    ("/counter/{id}/route", Route::Route),
-    ("/sync", Route::Sync),
-    ("/slots/{slot}/copy", Route::SlotCopy),
-    ("/slots/{slot}/keys", Route::KeyCopy),
-    ("/healthz", Route::Health),
-    ("/metrics", Route::Metrics),
-    ("/openapi.json", Route::OpenApi),
-];
-
-/// What each route needs of a request (README, "Access"): a client token with a right, a
-/// tier process of the roles that call it, or nothing. `datacenter` is this node's, `slot` the
-/// route's `{slot}`. A write another node forwarded (marked with [`FORWARDED_HEADER`]) needs a
-/// shard node of this datacenter instead of a token: the first node checked the client's, and
-/// the mark alone must not let a client skip it. `/sync` is pulled by this datacenter's
-/// aggregator and its shard nodes (peers), a slot's copy only by the node of that slot, which
-/// restores it.
-pub fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter: &str) -> Need {
-    let shards = || Allow::ShardsOf(datacenter.to_owned());
-    match route {
-        Route::Write | Route::Increment | Route::Batch | Route::BatchItems if forwarded => {
-            Need::Tier(vec![shards()])
-        }
-        Route::Write | Route::Increment | Route::Batch | Route::BatchItems => {
-            Need::Right(Right::Write)
-        }
-        Route::Create => Need::Right(Right::Admin),
-        Route::Counter | Route::Route => Need::Right(Right::Read),
-        Route::Sync => Need::Tier(vec![Allow::AggregatorOf(datacenter.to_owned()), shards()]),
-        // Only the slot's own node asks for its copies: to restore them.
-        Route::SlotCopy | Route::KeyCopy => Need::Tier(Allow::slot_owner(slot, Some(datacenter))),
-        Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
-    }
-}
-
-/// Builds the router once per node.
-pub fn router() -> matchit::Router<Route> {
-    routing::router(ROUTES.iter().copied())
-}
+/// The routes, named here too for callers outside the crate (the fuzz targets).
+pub use crate::routes::{ROUTES, Route, need, router};
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
@@ -363,132 +279,17 @@ async fn increment(
     write_one(state, write, forwarded).await
 }
 
-/// Refuses a write whose kind does not fit the counter's type as `descriptions` know it, before
-/// it is forwarded (the commit loop where it lands checks again, against what it knows then).
-fn check_type(descriptions: &DescriptionTable, write: &WriteRequest) -> Result<(), ShardError> {
-    match descriptions.get(write.id.as_str()) {
-        Some(d) if d.description.counter_type != write.change.counter_type() => Err(
-            ShardError::wrong_type(write.id.as_str(), d.description.counter_type),
-        ),
-        _ => Ok(()),
-    }
-}
-
-/// Applies one write here, or forwards it to the node owning the slot it is routed to.
+/// Applies one write here, or forwards it to the node owning the slot it is routed to, and
+/// answers as that slot did.
 async fn write_one(
     state: &NodeState,
     write: WriteRequest,
     forwarded: bool,
 ) -> Result<Response, ShardError> {
-    let target = {
-        let descriptions = state.descriptions.read().expect("descriptions lock");
-        check_type(&descriptions, &write)?;
-        if forwarded {
-            state.router.own_slot()
-        } else {
-            state.router.target_of(&descriptions, &write)
-        }
-    };
-    if target != state.router.own_slot() {
-        // `None`: the target was unreachable before anything was sent, so the write is taken here.
-        if let Some(response) = forward_one(state, target, &write).await? {
-            return Ok(response);
-        }
-    }
     let id = write.id.clone();
     let unique = write.change.counter_type() == CounterType::Unique;
-    let mut results = state.submit(vec![write]).await?;
-    let slot = results.pop().ok_or_else(|| state.stopped())??;
-    Ok(slot_answer(&state.slot_name, &id, slot, unique))
-}
-
-/// Forwards one write. `None` when the target could not be reached and the write carries no
-/// idempotency key, so it may safely be applied here instead.
-async fn forward_one(
-    state: &NodeState,
-    target: u32,
-    write: &WriteRequest,
-) -> Result<Option<Response>, ShardError> {
-    let (path, body) = encode_forward(&[write])?;
-    state.metrics.writes_forwarded.inc();
-    let slot_name = state.router.slot_name(target);
-    let unique = write.change.counter_type() == CounterType::Unique;
-    match state.router.forward(target, path, body).await {
-        Ok(mut answer) => match answer.outcomes.pop() {
-            Some(EntryOutcome::Applied { value, version }) => Ok(Some(slot_answer(
-                slot_name,
-                &write.id,
-                SlotState { value, version },
-                unique,
-            ))),
-            Some(EntryOutcome::Refused { status, error }) => {
-                Ok(Some(geocount_net::error_response(
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-                    &error,
-                )))
-            }
-            None => Err(ShardError::OutcomeUnknown(format!(
-                "{slot_name} answered no outcome"
-            ))),
-        },
-        Err(ForwardError::Refused { status, error }) => Err(ShardError::TargetRefused {
-            slot: slot_name.to_owned(),
-            status,
-            error,
-        }),
-        Err(error) if error.is_connect() && write.idempotency_key.is_none() => {
-            tracing::warn!(%error, "forwarding target unreachable; applying the write here");
-            Ok(None)
-        }
-        Err(error) if error.is_connect() => Err(ShardError::Unreachable(format!(
-            "{slot_name}, which takes writes with this Idempotency-Key, is unreachable ({error}); retry later"
-        ))),
-        Err(error) => Err(ShardError::OutcomeUnknown(format!(
-            "forwarding to {slot_name} failed after sending ({error}); retry with an Idempotency-Key to be safe"
-        ))),
-    }
-}
-
-/// Encodes writes of one kind for forwarding: deltas as a [`BatchRequest`] for `/batch`, items
-/// as an [`ItemBatchRequest`] for `/batch/items`. Returns the path and the body.
-fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), ShardError> {
-    let items: Option<Vec<ItemEntry<'_>>> = writes
-        .iter()
-        .map(|w| match &w.change {
-            Change::Item { item, .. } => Some(ItemEntry {
-                id: w.id.as_str(),
-                item,
-                idempotency_key: w.idempotency_key.as_deref(),
-                timestamp: Some(w.timestamp_secs),
-            }),
-            Change::Delta(_) => None,
-        })
-        .collect();
-    let encoded = match items {
-        Some(entries) if !entries.is_empty() => {
-            postcard::to_allocvec(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
-        }
-        _ => {
-            let entries = writes
-                .iter()
-                .map(|w| match w.change {
-                    Change::Delta(delta) => Ok(BatchEntry {
-                        id: w.id.as_str(),
-                        delta,
-                        idempotency_key: w.idempotency_key.as_deref(),
-                        timestamp: Some(w.timestamp_secs),
-                    }),
-                    Change::Item { .. } => Err(ShardError::BadRequest(
-                        "cannot forward deltas and items in one batch".into(),
-                    )),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            postcard::to_allocvec(&BatchRequest { entries }).map(|b| ("/batch", b))
-        }
-    };
-    encoded
-        .map(|(path, bytes)| (path, Bytes::from(bytes)))
-        .map_err(|e| ShardError::BadRequest(format!("cannot encode a forwarded batch: {e}")))
+    let applied = forward::apply_one(state, write, forwarded).await?;
+    Ok(slot_answer(applied.slot, &id, applied.state, unique))
 }
 
 async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
@@ -498,7 +299,7 @@ async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Res
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let writes = parse_batch(&body, &state.settings, state.clock.now_unix_secs(), &scope)?;
     state.metrics.batch_entries.observe(writes.len() as f64);
-    let outcomes = apply_batch(state, writes, forwarded).await?;
+    let outcomes = forward::apply_batch(state, writes, forwarded).await?;
     batch_answer(state, outcomes, minimal)
 }
 
@@ -512,7 +313,7 @@ async fn batch_items(
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let writes = parse_item_batch(&body, &state.settings, state.clock.now_unix_secs(), &scope)?;
     state.metrics.batch_entries.observe(writes.len() as f64);
-    let outcomes = apply_batch(state, writes, forwarded).await?;
+    let outcomes = forward::apply_batch(state, writes, forwarded).await?;
     batch_answer(state, outcomes, minimal)
 }
 
@@ -529,8 +330,7 @@ fn batch_answer(
     } else {
         geocount_model::encode::to_vec(&BatchResponse { slot, outcomes })
     };
-    let bytes =
-        encoded.map_err(|e| ShardError::Storage(format!("cannot encode the batch answer: {e}")))?;
+    let bytes = encoded.map_err(|e| ShardError::internal("cannot encode the batch answer", e))?;
     let mut response = bytes_response(StatusCode::OK, POSTCARD_CONTENT_TYPE, bytes.into());
     if minimal {
         response
@@ -538,189 +338,6 @@ fn batch_answer(
             .insert(PREFERENCE_APPLIED, HeaderValue::from_static(RETURN_MINIMAL));
     }
     Ok(response)
-}
-
-/// Applies a batch's checked writes (in request order; refused ones answered as such): entries
-/// for other slots go to their nodes, concurrently with the local ones. Gives each entry's
-/// outcome, in order.
-async fn apply_batch(
-    state: &Arc<NodeState>,
-    checked: Vec<Result<WriteRequest, ShardError>>,
-    forwarded: bool,
-) -> Result<Vec<EntryOutcome>, ShardError> {
-    let count = checked.len();
-    // The writes for this node's slot and their positions in the batch, apart, so that the
-    // common batch (every entry local) goes to the commit loop and back without a copy.
-    let mut local = Vec::with_capacity(count);
-    let mut local_positions = Vec::with_capacity(count);
-    let mut refusals = Vec::new();
-    let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
-    let own = state.router.own_slot();
-    {
-        // Each entry checked and routed under one read of the descriptions, released before
-        // anything waits.
-        let descriptions = state.descriptions.read().expect("descriptions lock");
-        for (position, write) in checked.into_iter().enumerate() {
-            let write = match write.and_then(|w| check_type(&descriptions, &w).map(|()| w)) {
-                Ok(write) => write,
-                Err(error) => {
-                    refusals.push((position, refused(&error)));
-                    continue;
-                }
-            };
-            let target = if forwarded {
-                own
-            } else {
-                state.router.target_of(&descriptions, &write)
-            };
-            if target == own {
-                local.push(write);
-                local_positions.push(position);
-            } else {
-                remote.entry(target).or_default().push((position, write));
-            }
-        }
-    }
-    let all_local = local.len() == count;
-    let mut forwards = tokio::task::JoinSet::new();
-    for (target, group) in remote {
-        let state = Arc::clone(state);
-        forwards.spawn(async move {
-            state.metrics.writes_forwarded.inc_by(group.len() as u64);
-            let writes: Vec<&WriteRequest> = group.iter().map(|(_, w)| w).collect();
-            let result = match encode_forward(&writes) {
-                Ok((path, body)) => state.router.forward(target, path, body).await,
-                Err(error) => Err(geocount_net::ClientError::Request(error.to_string()).into()),
-            };
-            (target, group, result)
-        });
-    }
-    let local_results = if local.is_empty() {
-        Vec::new()
-    } else {
-        state.submit(local).await?
-    };
-    Ok(if all_local {
-        local_results.into_iter().map(outcome_of).collect()
-    } else {
-        let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; count];
-        for (position, outcome) in refusals {
-            outcomes[position] = Some(outcome);
-        }
-        for (position, result) in local_positions.into_iter().zip(local_results) {
-            outcomes[position] = Some(outcome_of(result));
-        }
-        collect_forwarded(state, forwards, &mut outcomes).await?;
-        outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| refused(&state.stopped())))
-            .collect()
-    })
-}
-
-/// Fills in the outcomes of the entries forwarded to other slots' nodes as their answers
-/// arrive. Unkeyed entries whose node could not be reached are applied here instead.
-async fn collect_forwarded(
-    state: &NodeState,
-    mut forwards: tokio::task::JoinSet<ForwardedGroup>,
-    outcomes: &mut [Option<EntryOutcome>],
-) -> Result<(), ShardError> {
-    while let Some(joined) = forwards.join_next().await {
-        let (target, group, result) =
-            joined.map_err(|e| ShardError::OutcomeUnknown(e.to_string()))?;
-        let slot_name = state.router.slot_name(target).to_owned();
-        match result {
-            Ok(answer) if answer.outcomes.len() == group.len() => {
-                for ((position, _), outcome) in group.iter().zip(answer.outcomes) {
-                    outcomes[*position] = Some(outcome);
-                }
-            }
-            Ok(_) => {
-                let error = ShardError::OutcomeUnknown(format!(
-                    "{slot_name} answered a different number of outcomes"
-                ));
-                for (position, _) in &group {
-                    outcomes[*position] = Some(refused(&error));
-                }
-            }
-            Err(ForwardError::Refused { status, error }) => {
-                let refusal = ShardError::TargetRefused {
-                    slot: slot_name.clone(),
-                    status,
-                    error,
-                };
-                for (position, _) in &group {
-                    outcomes[*position] = Some(refused(&refusal));
-                }
-            }
-            Err(error) if error.is_connect() => {
-                // Nothing reached the target: unkeyed entries may be taken here; keyed ones
-                // must wait for their slot so retries stay deduplicated.
-                let (keyed, unkeyed): (Vec<_>, Vec<_>) = group
-                    .into_iter()
-                    .partition(|(_, w)| w.idempotency_key.is_some());
-                let unreachable = ShardError::Unreachable(format!(
-                    "{slot_name} is unreachable ({error}); retry later"
-                ));
-                for (position, _) in &keyed {
-                    outcomes[*position] = Some(refused(&unreachable));
-                }
-                apply_locally(state, unkeyed, outcomes).await?;
-            }
-            Err(error) => {
-                let unknown = ShardError::OutcomeUnknown(format!(
-                    "forwarding to {slot_name} failed after sending ({error}); retry with an Idempotency-Key to be safe"
-                ));
-                for (position, _) in &group {
-                    outcomes[*position] = Some(refused(&unknown));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// What a forwarding task gives back: the target slot, the entries it was sent (with their
-/// positions in the batch), and the target's answer.
-type ForwardedGroup = (
-    u32,
-    Vec<(usize, WriteRequest)>,
-    Result<BatchResponse, ForwardError>,
-);
-
-/// Applies writes to this node's slot, filling in their outcomes.
-async fn apply_locally(
-    state: &NodeState,
-    writes: Vec<(usize, WriteRequest)>,
-    outcomes: &mut [Option<EntryOutcome>],
-) -> Result<(), ShardError> {
-    if writes.is_empty() {
-        return Ok(());
-    }
-    let (positions, writes): (Vec<usize>, Vec<WriteRequest>) = writes.into_iter().unzip();
-    let results = state.submit(writes).await?;
-    for (position, result) in positions.into_iter().zip(results) {
-        outcomes[position] = Some(outcome_of(result));
-    }
-    Ok(())
-}
-
-/// A write's result as a batch answers it.
-fn outcome_of(result: Result<SlotState, ShardError>) -> EntryOutcome {
-    match result {
-        Ok(slot) => EntryOutcome::Applied {
-            value: slot.value,
-            version: slot.version,
-        },
-        Err(error) => refused(&error),
-    }
-}
-
-fn refused(error: &ShardError) -> EntryOutcome {
-    EntryOutcome::Refused {
-        status: error.status().as_u16(),
-        error: error.to_string(),
-    }
 }
 
 fn route_answer(state: &NodeState, id: &CounterId) -> Response {
@@ -812,23 +429,4 @@ fn health(state: &NodeState) -> Response {
                 .collect(),
         },
     )
-}
-
-impl NodeState {
-    async fn send(&self, command: Command) -> Result<(), ShardError> {
-        self.commands
-            .send(command)
-            .await
-            .map_err(|_| self.stopped())
-    }
-
-    async fn submit(&self, writes: Vec<WriteRequest>) -> Result<WriteResults, ShardError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.send(Command::Write { writes, reply }).await?;
-        answer.await.map_err(|_| self.stopped())
-    }
-
-    fn stopped(&self) -> ShardError {
-        ShardError::Unavailable("the node is shutting down".into())
-    }
 }

@@ -15,9 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 
 use crate::metrics::ShardMetrics;
-use crate::slot_table::SharedSlotTable;
 use crate::storage::{Storage, Worker};
-use crate::store::{Checkpoint, STORE_FILE, Store};
+use crate::store::{Checkpoint, RowSource, STORE_FILE, Store};
 use crate::wal;
 
 /// The handle the commit loop holds.
@@ -30,11 +29,11 @@ pub struct Checkpointer {
 
 impl Checkpointer {
     /// Starts the checkpointer for the store and log in `data_dir`.
-    /// Checkpoints read their rows' records from `table`.
+    /// Checkpoints read their rows' records from `table` (the slot table).
     pub fn spawn(
         storage: &Storage,
         store: Store,
-        table: SharedSlotTable,
+        table: Arc<dyn RowSource>,
         data_dir: PathBuf,
         metrics: Arc<ShardMetrics>,
     ) -> Self {
@@ -79,7 +78,7 @@ impl Checkpointer {
 async fn run(
     storage: Storage,
     store: Store,
-    table: SharedSlotTable,
+    table: Arc<dyn RowSource>,
     data_dir: PathBuf,
     metrics: Arc<ShardMetrics>,
     mut receiver: mpsc::UnboundedReceiver<Checkpoint>,
@@ -100,7 +99,7 @@ async fn run(
             None => Store::open(&*storage.disk, &data_dir.join(STORE_FILE)),
         }
         .and_then(|open| {
-            let written = open.write(&checkpoint, &table);
+            let written = open.write(&checkpoint, &*table);
             match written {
                 Ok(()) => store = Some(open),
                 // Closed here, opened again before the next checkpoint.

@@ -1,6 +1,8 @@
 //! The shard node's errors, and the one place that maps each to its HTTP status.
 
 use geocount_http::routing::RequestError;
+use std::sync::Arc;
+
 use geocount_model::{CounterType, ModelError};
 use geocount_net::{BodyError, HttpError};
 use hyper::StatusCode;
@@ -61,9 +63,10 @@ pub enum ShardError {
     /// A delta for a unique counter, or an item for a sum counter.
     #[error("{0}")]
     WrongType(String),
-    /// The disk is full: nothing was written.
+    /// The disk is full: nothing was written. One failure refuses every write of its group,
+    /// so each refusal shares it.
     #[error("storage is full: {0}")]
-    StorageFull(String),
+    StorageFull(#[source] Arc<StorageError>),
     /// The node holds `shard.max_counters` counters: a write or create that would add one more
     /// is refused; existing counters keep working.
     #[error(
@@ -108,10 +111,29 @@ pub enum ShardError {
     },
     /// The log or the store failed: nothing of this request was acknowledged.
     #[error("storage failed: {0}")]
-    Storage(String),
+    Storage(#[source] Arc<StorageError>),
+    /// The node failed at something of its own, not the client's and not its storage's: it
+    /// could not encode its own answer or a write it forwards. Nothing was sent on.
+    #[error("internal: {context}{}", .source.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    Internal {
+        /// What was being done.
+        context: &'static str,
+        /// Why it failed, if a library said.
+        #[source]
+        source: Option<postcard::Error>,
+    },
     /// The node a write must go to cannot be reached; nothing was applied.
     #[error("unreachable: {0}")]
     Unreachable(String),
+    /// The node a single write was forwarded to refused it: its status and answer, passed on
+    /// as they are.
+    #[error("{error}")]
+    PassedOn {
+        /// The status it answered.
+        status: u16,
+        /// Its answer's message.
+        error: String,
+    },
     /// The node a write must go to refused it whole (restoring, stopping, a bad request):
     /// nothing was applied; its status and answer are passed on.
     #[error("{slot} refused the write: {error}")]
@@ -174,14 +196,16 @@ impl HttpError for ShardError {
             | ShardError::CounterBytes { .. }
             | ShardError::StateBytes { .. }
             | ShardError::IdempotencyKeyLimit { .. } => StatusCode::INSUFFICIENT_STORAGE,
-            ShardError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ShardError::Storage(_) | ShardError::Internal { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             ShardError::Unavailable(_)
             | ShardError::Unreachable(_)
             | ShardError::Restoring { .. }
             | ShardError::KeysUnknown { .. }
             | ShardError::SlotServedTwice(_) => StatusCode::SERVICE_UNAVAILABLE,
             ShardError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
-            ShardError::TargetRefused { status, .. } => {
+            ShardError::TargetRefused { status, .. } | ShardError::PassedOn { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
         }
@@ -211,11 +235,27 @@ impl ShardError {
     }
 
     /// Wraps a storage failure, telling a full disk apart.
-    pub fn from_storage(error: &StorageError) -> Self {
+    pub fn from_storage(error: Arc<StorageError>) -> Self {
         if error.is_disk_full() {
-            ShardError::StorageFull(error.to_string())
+            ShardError::StorageFull(error)
         } else {
-            ShardError::Storage(error.to_string())
+            ShardError::Storage(error)
+        }
+    }
+
+    /// The node's own failure to encode something (`context`).
+    pub fn internal(context: &'static str, source: postcard::Error) -> Self {
+        ShardError::Internal {
+            context,
+            source: Some(source),
+        }
+    }
+
+    /// The node's own failure, with no library error behind it.
+    pub fn internal_message(context: &'static str) -> Self {
+        ShardError::Internal {
+            context,
+            source: None,
         }
     }
 }
@@ -267,5 +307,27 @@ impl StorageError {
     /// Whether the disk ran out of space.
     pub fn is_disk_full(&self) -> bool {
         matches!(self, StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[test]
+    fn the_nodes_own_failures_are_internal_and_storage_failures_keep_their_source() {
+        let internal = ShardError::internal_message("cannot forward deltas and items in one batch");
+        assert_eq!(internal.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            internal.to_string(),
+            "internal: cannot forward deltas and items in one batch"
+        );
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let full = ShardError::from_storage(Arc::new(StorageError::io("appending", full)));
+        assert_eq!(full.status(), StatusCode::INSUFFICIENT_STORAGE);
+        assert!(full.to_string().starts_with("storage is full: appending: "));
+        assert!(full.source().is_some_and(|s| s.is::<Arc<StorageError>>()));
     }
 }

@@ -2,24 +2,27 @@
 //!
 //! A write's path through this crate, one file per step:
 //!
-//! - [`api`]: the HTTP handler parses and validates it ([`requests`] decodes and checks the
-//!   bodies, queries and keys) and sends a [`commit::Command`].
-//! - [`commit`]: the single-writer commit loop groups waiting writes, applies each to its slot
-//!   (overflow, [`idempotency`] keys, scoped by the token that sent them in [`key_scope`],
-//!   a new version), and
+//! - [`routes`]: the request's path picks its handler and what the caller must be allowed.
+//! - [`api`]: the handler parses and validates it ([`requests`] decodes and checks the bodies,
+//!   queries and keys, scoped by the token that sent them in [`key_scope`]) into the
+//!   [`write`] vocabulary every later step names a write with.
+//! - [`forward`]: sends each write to the node of the slot [`routing`] picks for it (consistent
+//!   hashing; [`hot`] spreads hot counters over more slots), or, when that is this node, through
+//!   [`state`] (what the handlers share) to the commit loop as a [`write::Command`].
+//! - [`commit`]: the single-writer commit loop groups waiting writes and stages each against the
+//!   committed state (overflow, [`idempotency`] keys, the [`budget`] of bytes held, a new
+//!   version), then
 //! - [`wal`]: appends the group to the write-ahead log and fsyncs once (group commit); then
-//! - [`slot_table`]: installs the result in the in-memory table that reads are served from, and
-//!   answers.
+//! - [`slot_table`]: the commit loop installs the result in the in-memory table that reads are
+//!   served from, and answers.
 //! - [`checkpoint`]: a worker folds closed log segments into the [`store`] (redb) and deletes
 //!   them.
-//! - [`recovery`]: at startup, the store plus the log replayed rebuild exactly what was
-//!   acknowledged.
+//! - [`recovery`]: at startup, reads the store and the log as plain records, and [`resume`]
+//!   rebuilds from them exactly what was acknowledged.
 //!
-//! Replication and routing: [`replication`] pulls the peers' slots (replicas) and descriptions,
+//! Replication: [`replication`] pulls the peers' slots (replicas) and descriptions,
 //! [`restore`] rebuilds a lost disk's slot from the datacenter's copies and [`key_restore`] its
-//! idempotency keys from the peers' ([`copies`] serves both), [`routing`] sends each
-//! write to one of its counter's slots (consistent hashing) and [`hot`] spreads hot counters
-//! over more slots.
+//! idempotency keys from the peers' ([`copies`] serves both).
 //!
 //! [`storage`] is the seam under all of it: the disk the log and the store live on, and where
 //! the commit loop and the checkpointer run (their own threads in production, tasks of a
@@ -27,8 +30,9 @@
 //!
 //! Around them: [`server::run`] wires it all to a listener (the binary and tests call it),
 //! [`config`] resolves the node's slot from the topology, [`metrics`] exports Prometheus text,
-//! [`openapi`] documents the API (`GET /openapi.json`), and [`error`] maps every failure to its
-//! HTTP status. [`check`] reads a data directory offline (`shard-node check`) without changing it.
+//! [`openapi`] documents the API (`GET /openapi.json`), [`health`] holds what `/healthz`
+//! reports, and [`error`] maps every failure to its HTTP status. [`check`] reads a data
+//! directory offline (`shard-node check`) without changing it.
 
 pub mod api;
 pub mod budget;
@@ -38,6 +42,8 @@ pub mod commit;
 pub mod config;
 pub mod copies;
 pub mod error;
+pub mod forward;
+pub mod health;
 pub mod hot;
 pub mod idempotency;
 pub mod key_restore;
@@ -48,12 +54,16 @@ pub mod recovery;
 pub mod replication;
 pub mod requests;
 pub mod restore;
+pub mod resume;
+pub mod routes;
 pub mod routing;
 pub mod server;
 pub mod slot_table;
+pub mod state;
 pub mod storage;
 pub mod store;
 pub mod wal;
+pub mod write;
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};

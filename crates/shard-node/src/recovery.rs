@@ -5,50 +5,54 @@
 //! node records durably that its slot must be restored ([`RESTORE_MARKER`]); the marker goes
 //! only once the restored state is durable ([`finish_restore`]), so a node that crashes in the
 //! middle of its restore resumes it rather than come back empty.
+//!
+//! Recovery reads records and hands them on as they are: the tables they go into are built by
+//! [`crate::resume`].
 
-use std::path::Path;
-use std::sync::{Arc, RwLock};
-
-use geocount_model::ShardDefaults;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::config::RestoreMode;
 use crate::error::StorageError;
-use crate::idempotency::{IdempotencyCache, SharedKeys};
-use crate::slot_table::SlotTable;
 use crate::storage::Disk;
-use crate::store::{Checkpoint, Store};
-use crate::wal::{self, Wal};
-use geocount_sync::DescriptionTable;
+use crate::store::{STORE_FILE, Store, StoredState};
+use crate::wal::{self, LogRecord, Wal};
 
-/// The state a node starts serving from.
+/// What a data directory holds, read at startup: plain records, from which the node builds
+/// its tables ([`crate::resume`]).
 #[derive(Debug)]
 pub struct Recovered {
-    /// Every acknowledged slot state and description: the HTTP handlers read it.
-    pub table: SlotTable,
-    /// The known counter descriptions.
-    pub descriptions: DescriptionTable,
     /// The open checkpoint store: the checkpointer writes it.
     pub store: Store,
+    /// What the store held.
+    pub stored: StoredState,
     /// Whether the slot must be restored from the datacenter before the node takes writes.
     pub restore_pending: bool,
     /// This data directory's incarnation: drawn when it was first used, carried in every sync
     /// page, so that a restored node or a second node for the same slot tells itself apart.
     pub incarnation: u64,
-    /// The commit loop's own state.
-    pub log: LogState,
+    /// Until when (unix ms) idempotency keys recorded before may be missing: a slot still to
+    /// restore holds none of its keys yet, and one restored without a whole copy of them may
+    /// miss some.
+    pub keys_unknown_until_ms: Option<u64>,
+    /// The log written since the store's last checkpoint, still to replay.
+    pub log: LogReplay,
 }
 
-/// What the commit loop resumes from.
+/// The log segments of a data directory, replayed once the store's records are taken in.
 #[derive(Debug)]
-pub struct LogState {
-    /// A fresh log segment after the replayed ones.
-    pub wal: Wal,
-    /// Idempotency keys still within retention.
-    pub idempotency: SharedKeys,
-    /// What the log holds beyond the store: the next checkpoint must write it.
-    pub pending: Checkpoint,
-    /// The highest version of the slot so far.
-    pub last_version: u64,
+pub struct LogReplay {
+    disk: Arc<dyn Disk>,
+    data_dir: PathBuf,
+}
+
+impl LogReplay {
+    /// Hands every record of the log to `each`, oldest first (a torn tail is cut off), then
+    /// opens a fresh segment after the replayed ones for the commit loop to append to.
+    pub fn replay(self, each: impl FnMut(LogRecord)) -> Result<Wal, StorageError> {
+        let newest = wal::replay(&*self.disk, &self.data_dir, each)?;
+        Wal::create(self.disk, &self.data_dir, newest + 1)
+    }
 }
 
 /// The file whose presence says the slot's restore has not finished.
@@ -61,18 +65,18 @@ pub const KEYS_UNKNOWN_FILE: &str = "keys.unknown-until";
 /// The file holding the data directory's incarnation.
 pub const INCARNATION_FILE: &str = "incarnation";
 
-/// Opens the store in `data_dir` on `disk` (creating the directory), loads it, and replays the
-/// log. An empty directory is marked for a restore first unless `mode` says to start empty.
+/// Opens the store in `data_dir` on `disk` (creating the directory) and reads it; the log is
+/// left to replay. An empty directory is marked for a restore first unless `mode` says to
+/// start empty.
 pub fn recover(
     disk: Arc<dyn Disk>,
     data_dir: &Path,
-    settings: &ShardDefaults,
     now_ms: u64,
     mode: RestoreMode,
 ) -> Result<Recovered, StorageError> {
     create_dir_durably(&*disk, data_dir)
         .map_err(|e| StorageError::io(format!("creating {}", data_dir.display()), e))?;
-    let store_path = data_dir.join(crate::store::STORE_FILE);
+    let store_path = data_dir.join(STORE_FILE);
     let holds_slot = exists(&*disk, &store_path)? || !wal::segments(&*disk, data_dir)?.is_empty();
     let marker = data_dir.join(RESTORE_MARKER);
     let mut restore_pending = exists(&*disk, &marker)?;
@@ -96,63 +100,21 @@ pub fn recover(
     let incarnation = incarnation(&*disk, data_dir, now_ms)?;
     let store = Store::open(&*disk, &store_path)?;
     let stored = store.load()?;
-
-    let mut table = SlotTable::default();
-    let mut descriptions = DescriptionTable::default();
-    let mut idempotency = IdempotencyCache::new(settings.idempotency_retention_secs * 1000);
-    let mut pending = Checkpoint::default();
-    for (id, record) in stored.slots {
-        table.merge_owned(id, record);
-    }
-    for description in stored.descriptions {
-        descriptions.merge(description);
-    }
-    // The store lists keys oldest first, the order the cache expires them in; those already
-    // expired are left out, and deleted by the next checkpoint.
-    for (key, record) in stored.idempotency {
-        if record.created_at_ms + settings.idempotency_retention_secs * 1000 <= now_ms {
-            pending.idempotency_expired_before_ms = idempotency.expired_before(now_ms);
-        } else {
-            idempotency.insert(&key, record, now_ms);
-        }
-    }
-
     // A slot still to restore holds none of its keys yet.
-    let unknown_until = if restore_pending {
+    let keys_unknown_until_ms = if restore_pending {
         Some(u64::MAX)
     } else {
         keys_unknown_until(&*disk, data_dir)?
     };
-    idempotency.set_unknown_until(unknown_until);
-
-    let newest = wal::replay(&*disk, data_dir, |record| {
-        for (id, slot) in record.slots {
-            if let Some(row) = table.apply_logged(id, slot) {
-                pending.rows.mark(row);
-            }
-        }
-        for description in record.descriptions {
-            descriptions.merge(description.clone());
-            pending.descriptions.push(description);
-        }
-        for (key, entry) in record.idempotency {
-            idempotency.insert(&key, entry.clone(), now_ms);
-            pending.idempotency_added.push((key, entry));
-        }
-    })?;
-    let wal = Wal::create(disk, data_dir, newest + 1)?;
-    let last_version = table.max_version();
     Ok(Recovered {
-        table,
-        descriptions,
         store,
+        stored,
         restore_pending,
         incarnation,
-        log: LogState {
-            wal,
-            idempotency: Arc::new(RwLock::new(idempotency)),
-            pending,
-            last_version,
+        keys_unknown_until_ms,
+        log: LogReplay {
+            disk,
+            data_dir: data_dir.to_owned(),
         },
     })
 }

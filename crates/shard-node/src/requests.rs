@@ -11,9 +11,9 @@ use geocount_model::{CounterDescription, CounterId, CounterType, ModelError, Sha
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::commit::{Change, WriteRequest};
 use crate::error::ShardError;
 use crate::key_scope::KeyScope;
+use crate::write::{Change, WriteRequest};
 
 pub use geocount_model::MAX_SHARDS_PER_COUNTER;
 

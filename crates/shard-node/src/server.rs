@@ -7,70 +7,33 @@ use std::time::Duration;
 
 use geocount_http::Access;
 use geocount_model::wire::Puller;
-use geocount_model::{Clock, Durability, Hlc, ShardDefaults, SyncSettings};
+use geocount_model::{Clock, Durability, Hlc};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
 use geocount_sync::{DescriptionTable, PullSink, SlotCopies, spawn_puller};
 use tokio::sync::mpsc;
 
-use crate::api::{self, Route};
+use crate::api;
 use crate::checkpoint::Checkpointer;
-use crate::commit::{Command, CommitContext, CommitLoop, NodeHealth};
+use crate::commit::{CommitContext, CommitLoop};
 use crate::config::NodeConfig;
 use crate::error::StorageError;
+use crate::health::NodeHealth;
 use crate::idempotency::SharedKeys;
 use crate::key_restore::restore_keys;
 use crate::metrics::ShardMetrics;
 use crate::recovery;
 use crate::replication::PeerSink;
 use crate::restore::{CopySource, RestoreProgress, RestoreRequest, restore_slot};
+use crate::resume::{self, Resumed};
+use crate::routes;
 use crate::routing::{RouterSetup, WriteRouter};
 use crate::slot_table::SharedSlotTable;
-use crate::storage::Storage;
+use crate::state::NodeState;
+use crate::storage::{Storage, Worker};
+use crate::write::Command;
 
 /// Commands waiting for the commit loop; beyond this, handlers wait (backpressure).
 const COMMAND_QUEUE: usize = 16_384;
-
-/// What the HTTP handlers share.
-pub struct NodeState {
-    /// The owned slot's name, e.g. `DC_USA_0_VAL_1`.
-    pub slot_name: String,
-    /// Its datacenter's name, e.g. `USA_0`.
-    pub datacenter: String,
-    /// Committed state of the own slot, for reads and sync.
-    pub table: SharedSlotTable,
-    /// Known counter descriptions.
-    pub descriptions: Arc<RwLock<DescriptionTable>>,
-    /// Copies of the peers' slots.
-    pub replicas: Arc<RwLock<SlotCopies>>,
-    /// The peers and the aggregator this node pulls, for `/healthz`.
-    pub sources: Vec<Arc<PeerSink>>,
-    /// Picks slots and forwards writes.
-    pub router: WriteRouter,
-    /// The way to the commit loop.
-    pub commands: mpsc::Sender<Command>,
-    /// Shard settings from the topology.
-    pub settings: ShardDefaults,
-    /// Sync settings from the topology.
-    pub sync: SyncSettings,
-    /// The time seam.
-    pub clock: Arc<dyn Clock>,
-    /// Writes per second applied lately.
-    pub load: Arc<AtomicU64>,
-    /// The node's metrics.
-    pub metrics: Arc<ShardMetrics>,
-    /// Storage health, for `/healthz`.
-    pub health: Arc<NodeHealth>,
-    /// The endpoints.
-    pub routes: matchit::Router<Route>,
-    /// Who may call which route (`[auth]`).
-    pub access: Access,
-    /// The restore of a lost slot, while it runs: writes and reads of the slot wait for it.
-    pub restore: Arc<RestoreProgress>,
-    /// This data directory's incarnation, sent with every sync page.
-    pub incarnation: u64,
-    /// The own slot's idempotency keys, paged to the peers.
-    pub keys: SharedKeys,
-}
 
 /// Recovers the node's state from its data directory on `storage`, serves `listener` until
 /// `shutdown` completes, then drains requests, flushes the log and checkpoints. A directory
@@ -86,40 +49,110 @@ pub async fn run<L: Listener>(
     storage: Storage,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
-    let slot_name = config.slot.to_string();
-    let metrics = Arc::new(ShardMetrics::default());
-    let health = Arc::new(NodeHealth::default());
-    let settings = config.settings.clone();
-    let access = Access::new(&config.auth, &slot_name, config.certificates);
+    let resumed = recover(&config, &storage, clock.now_unix_ms()).await?;
+    let restore_pending = resumed.restore_pending;
+    let incarnation = resumed.incarnation;
+    let access = Access::new(&config.auth, &config.slot.to_string(), config.certificates);
     let client = access.cluster_client(HttpClient::with_connector(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
-    let restore_client = client.clone();
+    let engine = start_engine(&config, &storage, clock.clone(), resumed);
+    let pulls = start_pulls(&config, &engine, incarnation, &client);
+    let copy_sources = copy_sources(&config);
+    let restore = Arc::new(RestoreProgress::new(restore_pending, &copy_sources));
+    let state = Arc::new(node_state(
+        &config,
+        &engine,
+        &pulls,
+        client.clone(),
+        access,
+        restore.clone(),
+        incarnation,
+    ));
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, slot = %state.slot_name, incarnation = format!("{incarnation:016x}"), "serving");
+    }
+    let restorer = restore
+        .is_restoring()
+        .then(|| start_restore(&config, &state, copy_sources, client, &storage));
+    serve_with_limits(
+        listener,
+        geocount_http::routing::serve_limits(&config.http),
+        move |request| api::handle(state.clone(), request),
+        shutdown,
+    )
+    .await;
 
-    let now_ms = clock.now_unix_ms();
+    if let Some(restorer) = restorer {
+        restorer.abort();
+    }
+    for puller in pulls.pullers {
+        puller.abort();
+    }
+    engine.stop().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Reads the data directory and rebuilds the node's state from it, off the async threads.
+async fn recover(
+    config: &NodeConfig,
+    storage: &Storage,
+    now_ms: u64,
+) -> Result<Resumed, StorageError> {
     let data_dir = config.data_dir.clone();
-    let recover_settings = settings.clone();
+    let settings = config.settings.clone();
     let disk = storage.disk.clone();
     let mode = config.restore;
-    let recovered = storage
-        .blocking(move || recovery::recover(disk, &data_dir, &recover_settings, now_ms, mode))
+    let resumed = storage
+        .blocking(move || resume::recover(disk, &data_dir, &settings, now_ms, mode))
         .await?;
-    let copy_sources = copy_sources(&config);
-    let restore = Arc::new(RestoreProgress::new(
-        recovered.restore_pending,
-        &copy_sources,
-    ));
-    let incarnation = recovered.incarnation;
-    let table: SharedSlotTable = Arc::new(RwLock::new(recovered.table));
-    let descriptions = Arc::new(RwLock::new(recovered.descriptions));
-    let counters = table.read().expect("slot table lock").len();
-    metrics.counters_held.set(counters as i64);
-    tracing::info!(slot = %slot_name, counters, data_dir = %config.data_dir.display(), durability = %settings.durability, "recovered");
+    let counters = resumed.table.len();
+    tracing::info!(slot = %config.slot, counters, data_dir = %config.data_dir.display(), durability = %config.settings.durability, "recovered");
+    Ok(resumed)
+}
 
-    let own_slot = config.slot.index;
-    let placement = config.datacenter.placement(settings.virtual_nodes);
-    let hlc = Arc::new(Hlc::new(&slot_name, clock.clone()));
+/// The commit loop and the checkpointer, running, and what they share with the handlers.
+struct Engine {
+    commands: mpsc::Sender<Command>,
+    commit_worker: Worker,
+    ticker: tokio::task::JoinHandle<()>,
+    table: SharedSlotTable,
+    descriptions: Arc<RwLock<DescriptionTable>>,
+    keys: SharedKeys,
+    load: Arc<AtomicU64>,
+    metrics: Arc<ShardMetrics>,
+    health: Arc<NodeHealth>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Engine {
+    /// Asks the commit loop to flush and checkpoint, and waits until it has stopped.
+    async fn stop(self) {
+        self.ticker.abort();
+        let _ = self.commands.send(Command::Shutdown).await;
+        self.commit_worker.finished().await;
+    }
+}
+
+/// Starts the commit loop (with its checkpointer) on the recovered state, and the ticker that
+/// drives its flushes, key expiry and checkpoints.
+fn start_engine(
+    config: &NodeConfig,
+    storage: &Storage,
+    clock: Arc<dyn Clock>,
+    resumed: Resumed,
+) -> Engine {
+    let settings = &config.settings;
+    let metrics = Arc::new(ShardMetrics::default());
+    let health = Arc::new(NodeHealth::default());
+    let table: SharedSlotTable = Arc::new(RwLock::new(resumed.table));
+    let descriptions = Arc::new(RwLock::new(resumed.descriptions));
+    metrics
+        .counters_held
+        .set(table.read().expect("slot table lock").len() as i64);
+    let hlc = Arc::new(Hlc::new(&config.slot.to_string(), clock.clone()));
     // Past every recovered version: a change made after a restart with the clock behind must
     // still win over the ones made before it.
     descriptions
@@ -129,15 +162,15 @@ pub async fn run<L: Listener>(
     let load = Arc::new(AtomicU64::new(0));
     let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
     let checkpointer = Checkpointer::spawn(
-        &storage,
-        recovered.store,
+        storage,
+        resumed.store,
         table.clone(),
         config.data_dir.clone(),
         metrics.clone(),
     );
-    let keys = recovered.log.idempotency.clone();
+    let keys = resumed.log.idempotency.clone();
     let commit_loop = CommitLoop::new(
-        recovered.log,
+        resumed.log,
         CommitContext {
             table: table.clone(),
             descriptions: descriptions.clone(),
@@ -145,36 +178,73 @@ pub async fn run<L: Listener>(
             settings: settings.clone(),
             clock: clock.clone(),
             hlc,
-            placement: placement.clone(),
-            own_slot,
+            placement: config.datacenter.placement(settings.virtual_nodes),
+            own_slot: config.slot.index,
             load: load.clone(),
             metrics: metrics.clone(),
             health: health.clone(),
         },
     );
     let commit_worker = storage.spawn("commit", commit_loop.run(receiver));
+    let tick_every = match settings.durability {
+        Durability::Async => settings.async_flush_interval_ms.min(250),
+        Durability::Sync => 250,
+    };
+    let ticker = tokio::spawn(tick(commands.clone(), Duration::from_millis(tick_every)));
+    Engine {
+        commands,
+        commit_worker,
+        ticker,
+        table,
+        descriptions,
+        keys,
+        load,
+        metrics,
+        health,
+        clock,
+    }
+}
 
-    // Pull each peer's slot and descriptions, and descriptions from the aggregator.
+/// The pullers of the peers' slots and descriptions and of the aggregator's descriptions.
+struct Pulls {
+    replicas: Arc<RwLock<SlotCopies>>,
+    /// Every source pulled, for `/healthz` and the staleness metrics.
+    sources: Vec<Arc<PeerSink>>,
+    /// Each peer's slot index and sink, for the write router's load reports.
+    peers: Vec<(u32, Arc<PeerSink>)>,
+    pullers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Pulls each peer's slot and descriptions, and descriptions from the aggregator. The
+/// aggregator learns which incarnation pulls for this slot, and tells this node if another
+/// process serves the slot at the same time.
+fn start_pulls(
+    config: &NodeConfig,
+    engine: &Engine,
+    incarnation: u64,
+    client: &HttpClient,
+) -> Pulls {
     let slot_names = config.slot_names();
     let replicas = Arc::new(RwLock::new(SlotCopies::new(slot_names.clone())));
+    let clock = &engine.clock;
     let mut sources = Vec::new();
     let mut peers = Vec::new();
     let mut pullers = Vec::new();
     for (index, address) in config.datacenter.shards.iter().enumerate() {
-        if index as u32 == own_slot {
+        if index as u32 == config.slot.index {
             continue;
         }
         let sink = Arc::new(
             PeerSink::new(
                 &slot_names[index],
                 Some((replicas.clone(), index as u16)),
-                descriptions.clone(),
-                commands.clone(),
-                metrics.clone(),
+                engine.descriptions.clone(),
+                engine.commands.clone(),
+                engine.metrics.clone(),
                 clock.clone(),
             )
             .with_max_clock_skew_ms(config.sync.max_clock_skew_ms)
-            .holding_keys(settings.idempotency_retention_secs * 1000),
+            .holding_keys(config.settings.idempotency_retention_secs * 1000),
         );
         let every = Duration::from_millis(config.sync.peer_ms);
         pullers.push(spawn_puller(
@@ -187,23 +257,21 @@ pub async fn run<L: Listener>(
         peers.push((index as u32, sink.clone()));
         sources.push(sink);
     }
-    // The aggregator learns which incarnation pulls for this slot, and tells this node if
-    // another process serves the slot at the same time.
     let me = Puller {
-        slot: slot_name.clone(),
+        slot: config.slot.to_string(),
         incarnation,
     };
     let aggregator = Arc::new(
         PeerSink::new(
             &format!("aggregator {}", config.datacenter.name),
             None,
-            descriptions.clone(),
-            commands.clone(),
-            metrics.clone(),
+            engine.descriptions.clone(),
+            engine.commands.clone(),
+            engine.metrics.clone(),
             clock.clone(),
         )
         .with_max_clock_skew_ms(config.sync.max_clock_skew_ms)
-        .announcing(me, health.clone()),
+        .announcing(me, engine.health.clone()),
     );
     let every = Duration::from_millis(config.sync.downward_ms);
     pullers.push(spawn_puller(
@@ -214,92 +282,92 @@ pub async fn run<L: Listener>(
         aggregator.clone() as Arc<dyn PullSink>,
     ));
     sources.push(aggregator);
-
-    let tick_every = match settings.durability {
-        Durability::Async => settings.async_flush_interval_ms.min(250),
-        Durability::Sync => 250,
-    };
-    let ticker = tokio::spawn(tick(commands.clone(), Duration::from_millis(tick_every)));
-
-    let router = WriteRouter::new(RouterSetup {
-        placement,
-        own_slot,
-        addresses: config.datacenter.shards.clone(),
-        slot_names,
-        selection: settings.selection,
-        default_shards: settings.default_number_of_shards,
-        own_load: load.clone(),
-        peers,
-        client,
-    });
-    let state = Arc::new(NodeState {
-        datacenter: config.slot.datacenter.clone(),
-        slot_name,
-        table,
-        descriptions,
+    Pulls {
         replicas,
         sources,
-        router,
-        commands: commands.clone(),
-        settings,
-        sync: config.sync.clone(),
-        clock,
-        load,
-        metrics,
-        health,
-        routes: api::router(),
-        access,
-        restore: restore.clone(),
-        incarnation,
-        keys,
-    });
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, slot = %state.slot_name, incarnation = format!("{incarnation:016x}"), "serving");
+        peers,
+        pullers,
     }
-    let restorer = restore.is_restoring().then(|| {
-        let key_sources = copy_sources
-            .iter()
-            .filter(|source| state.sources.iter().any(|peer| peer.name() == source.name))
-            .cloned()
-            .collect();
-        let request = RestoreRequest {
-            slot: state.slot_name.clone(),
-            sources: copy_sources,
-            key_sources,
-            // A page of a copy is at most `sync.page_entries` counters, like a sync page.
-            client: restore_client,
-            settle: Duration::from_millis(config.settings.restore_timeout_ms),
-            max_clock_skew_ms: config.sync.max_clock_skew_ms,
-            clock: state.clock.clone(),
-        };
-        tokio::spawn(restore_then_take_writes(
-            Arc::new(request),
-            restore,
-            commands.clone(),
-            storage.clone(),
-            config.data_dir.clone(),
-            config.settings.idempotency_retention_secs * 1000,
-        ))
-    });
-    serve_with_limits(
-        listener,
-        geocount_http::routing::serve_limits(&config.http),
-        move |request| api::handle(state.clone(), request),
-        shutdown,
-    )
-    .await;
+}
 
-    if let Some(restorer) = restorer {
-        restorer.abort();
+/// What the handlers share: the engine's tables and queue, the pulled copies, the write
+/// router.
+fn node_state(
+    config: &NodeConfig,
+    engine: &Engine,
+    pulls: &Pulls,
+    client: HttpClient,
+    access: Access,
+    restore: Arc<RestoreProgress>,
+    incarnation: u64,
+) -> NodeState {
+    let settings = &config.settings;
+    let router = WriteRouter::new(RouterSetup {
+        placement: config.datacenter.placement(settings.virtual_nodes),
+        own_slot: config.slot.index,
+        addresses: config.datacenter.shards.clone(),
+        slot_names: config.slot_names(),
+        selection: settings.selection,
+        default_shards: settings.default_number_of_shards,
+        own_load: engine.load.clone(),
+        peers: pulls.peers.clone(),
+        client,
+    });
+    NodeState {
+        datacenter: config.slot.datacenter.clone(),
+        slot_name: config.slot.to_string(),
+        table: engine.table.clone(),
+        descriptions: engine.descriptions.clone(),
+        replicas: pulls.replicas.clone(),
+        sources: pulls.sources.clone(),
+        router,
+        commands: engine.commands.clone(),
+        settings: settings.clone(),
+        sync: config.sync.clone(),
+        clock: engine.clock.clone(),
+        load: engine.load.clone(),
+        metrics: engine.metrics.clone(),
+        health: engine.health.clone(),
+        routes: routes::router(),
+        access,
+        restore,
+        incarnation,
+        keys: engine.keys.clone(),
     }
-    for puller in pullers {
-        puller.abort();
-    }
-    ticker.abort();
-    let _ = commands.send(Command::Shutdown).await;
-    commit_worker.finished().await;
-    tracing::info!("stopped");
-    Ok(())
+}
+
+/// Starts restoring the slot from `copy_sources` (its keys from those of them that are peers)
+/// while the node serves.
+fn start_restore(
+    config: &NodeConfig,
+    state: &NodeState,
+    copy_sources: Vec<CopySource>,
+    client: HttpClient,
+    storage: &Storage,
+) -> tokio::task::JoinHandle<()> {
+    let key_sources = copy_sources
+        .iter()
+        .filter(|source| state.sources.iter().any(|peer| peer.name() == source.name))
+        .cloned()
+        .collect();
+    let request = RestoreRequest {
+        slot: state.slot_name.clone(),
+        sources: copy_sources,
+        key_sources,
+        // A page of a copy is at most `sync.page_entries` counters, like a sync page.
+        client,
+        settle: Duration::from_millis(config.settings.restore_timeout_ms),
+        max_clock_skew_ms: config.sync.max_clock_skew_ms,
+        clock: state.clock.clone(),
+    };
+    tokio::spawn(restore_then_take_writes(
+        Arc::new(request),
+        state.restore.clone(),
+        state.commands.clone(),
+        storage.clone(),
+        config.data_dir.clone(),
+        config.settings.idempotency_retention_secs * 1000,
+    ))
 }
 
 /// Every process that holds a copy of the node's slot: its datacenter aggregator, the global

@@ -8,6 +8,8 @@ use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{CounterId, IdTable, SlotRecord, SlotState, Window, WindowChange};
 use geocount_sync::{ChangeJournal, Journaled};
 
+use crate::store::RowSource;
+
 /// The table, shared by the HTTP handlers (readers) and the commit thread (the only writer).
 pub type SharedSlotTable = Arc<RwLock<SlotTable>>;
 
@@ -230,5 +232,15 @@ impl Journaled for SlotTable {
             id: id.to_string(),
             record: row.record.clone(),
         });
+    }
+}
+
+impl RowSource for RwLock<SlotTable> {
+    fn visit_rows(&self, rows: &[u32], each: &mut dyn FnMut(&str, &SlotRecord)) {
+        let table = self.read().expect("slot table lock");
+        for &row in rows {
+            let (id, record) = table.row(row as usize);
+            each(id, record);
+        }
     }
 }

@@ -54,8 +54,9 @@ pub trait AppendFile: Send + fmt::Debug {
     fn set_len(&mut self, len: u64) -> io::Result<()>;
     /// Grows the file to `len` bytes ahead of the writes (it reads as zeros there), leaving
     /// where the next write goes unchanged, so that an fsync after a write need not also make
-    /// a new file size durable (docs/architecture.md, "Storage and durability"). By default
-    /// nothing: a disk that gains nothing from it.
+    /// a new file size durable: a write inside the reserved space changes no metadata, so
+    /// `fdatasync` flushes the data alone. By default nothing: a disk that gains nothing from
+    /// it.
     fn reserve(&mut self, len: u64) -> io::Result<()> {
         let _ = len;
         Ok(())

@@ -4,22 +4,16 @@
 use std::mem::ManuallyDrop;
 use std::path::Path;
 
-use geocount_model::{CounterId, SlotRecord, VersionedDescription};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
+use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::StorageError;
-use crate::idempotency::IdempotencyRecord;
-use crate::slot_table::SharedSlotTable;
 use crate::storage::Disk;
 
 const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records");
 const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
 /// Idempotency records by `(created_at_ms, key)`, so that expired ones go in one range.
 const IDEMPOTENCY: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("idempotency_by_age");
-/// Where idempotency records were kept by key alone in stores of earlier builds: moved into
-/// [`IDEMPOTENCY`] when a store is opened.
-const IDEMPOTENCY_BY_KEY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
-
 /// Everything a checkpoint writes: the changes of log segments up to `through_segment`.
 #[derive(Debug, Default)]
 pub struct Checkpoint {
@@ -102,6 +96,14 @@ impl Checkpoint {
 /// commit loop's installs wait at most that long.
 const ROWS_PER_LOCK: usize = 4_096;
 
+/// Where a checkpoint reads the records of its changed rows (the slot table, shared with the
+/// commit loop): the store names rows by index and never holds the table itself.
+pub trait RowSource: Send + Sync {
+    /// Calls `each` with the id and record of every row of `rows`, in order, under one hold of
+    /// the source's lock.
+    fn visit_rows(&self, rows: &[u32], each: &mut dyn FnMut(&str, &SlotRecord));
+}
+
 /// The store's file name in a node's data directory.
 pub const STORE_FILE: &str = "store.redb";
 
@@ -130,32 +132,6 @@ fn store_error(e: impl Into<redb::Error>) -> StorageError {
     StorageError::Store(e.into())
 }
 
-/// Moves the idempotency records of a store an earlier build wrote (by key alone)
-/// into the table by age, once.
-fn move_keys_by_age(txn: &redb::WriteTransaction) -> Result<(), StorageError> {
-    let old = IDEMPOTENCY_BY_KEY.name();
-    if !txn
-        .list_tables()
-        .map_err(store_error)?
-        .any(|table| table.name() == old)
-    {
-        return Ok(());
-    }
-    {
-        let mut by_age = txn.open_table(IDEMPOTENCY).map_err(store_error)?;
-        let by_key = txn.open_table(IDEMPOTENCY_BY_KEY).map_err(store_error)?;
-        for row in by_key.iter().map_err(store_error)? {
-            let (key, bytes) = row.map_err(store_error)?;
-            let record: IdempotencyRecord = postcard::from_bytes(bytes.value())?;
-            by_age
-                .insert((record.created_at_ms, key.value()), bytes.value())
-                .map_err(store_error)?;
-        }
-    }
-    txn.delete_table(IDEMPOTENCY_BY_KEY).map_err(store_error)?;
-    Ok(())
-}
-
 impl Store {
     /// Opens (or creates) the store at `path` on `disk`. redb locks the file, so two nodes
     /// cannot share a data directory.
@@ -165,7 +141,6 @@ impl Store {
         txn.open_table(SLOTS).map_err(store_error)?;
         txn.open_table(DESCRIPTIONS).map_err(store_error)?;
         txn.open_table(IDEMPOTENCY).map_err(store_error)?;
-        move_keys_by_age(&txn)?;
         txn.commit().map_err(store_error)?;
         Ok(Self {
             db: ManuallyDrop::new(db),
@@ -219,12 +194,8 @@ impl Store {
         Ok(state)
     }
 
-    /// Writes a checkpoint in one durable transaction, reading its rows' records from `table`.
-    pub fn write(
-        &self,
-        checkpoint: &Checkpoint,
-        table: &SharedSlotTable,
-    ) -> Result<(), StorageError> {
+    /// Writes a checkpoint in one durable transaction, reading its rows' records from `rows`.
+    pub fn write(&self, checkpoint: &Checkpoint, rows: &dyn RowSource) -> Result<(), StorageError> {
         let txn = self.db.begin_write().map_err(store_error)?;
         {
             let mut slots = txn.open_table(SLOTS).map_err(store_error)?;
@@ -235,16 +206,20 @@ impl Store {
             for chunk in checkpoint.rows.rows().chunks(ROWS_PER_LOCK) {
                 buffer.clear();
                 ends.clear();
-                {
-                    let table = table.read().expect("slot table lock");
-                    for &row in chunk {
-                        let (id, record) = table.row(row as usize);
-                        buffer.extend_from_slice(id.as_bytes());
-                        let id_end = buffer.len();
-                        buffer = postcard::to_extend(record, buffer)?;
-                        ends.push((id_end, buffer.len()));
+                let mut encoded = Ok(());
+                rows.visit_rows(chunk, &mut |id, record| {
+                    if encoded.is_err() {
+                        return;
                     }
-                }
+                    buffer.extend_from_slice(id.as_bytes());
+                    let id_end = buffer.len();
+                    match postcard::to_extend(record, std::mem::take(&mut buffer)) {
+                        Ok(extended) => buffer = extended,
+                        Err(error) => encoded = Err(error),
+                    }
+                    ends.push((id_end, buffer.len()));
+                });
+                encoded?;
                 let mut start = 0;
                 for &(id_end, end) in &ends {
                     let id = std::str::from_utf8(&buffer[start..id_end])
@@ -305,55 +280,45 @@ mod tests {
     }
 
     #[test]
-    fn keys_stored_by_key_move_to_the_table_by_age_and_expire_by_time() {
+    fn keys_are_listed_oldest_first_and_expire_by_time() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(STORE_FILE);
-        {
-            // A store as an earlier build wrote it.
-            let db = OsDisk.open_database(&path).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut by_key = txn.open_table(IDEMPOTENCY_BY_KEY).unwrap();
-                for (key, created) in [("late", 200), ("early", 100)] {
-                    let bytes = postcard::to_allocvec(&record(created)).unwrap();
-                    by_key.insert(key, bytes.as_slice()).unwrap();
-                }
-            }
-            txn.commit().unwrap();
-        }
         let store = Store::open(&OsDisk, &path).unwrap();
+        let checkpoint = Checkpoint {
+            idempotency_added: vec![("late".into(), record(200)), ("early".into(), record(100))],
+            ..Checkpoint::default()
+        };
+        store.write(&checkpoint, &NoRows).unwrap();
         assert_eq!(
             keys(&store),
             vec![("early".into(), 100), ("late".into(), 200)]
         );
-        let txn = store.db.begin_read().unwrap();
-        assert!(
-            txn.list_tables()
-                .unwrap()
-                .all(|t| t.name() != IDEMPOTENCY_BY_KEY.name()),
-            "the old table is gone"
-        );
-        drop(txn);
 
         let checkpoint = Checkpoint {
             idempotency_added: vec![("new".into(), record(300))],
             idempotency_expired_before_ms: Some(101),
             ..Checkpoint::default()
         };
-        store
-            .write(&checkpoint, &SharedSlotTable::default())
-            .unwrap();
+        store.write(&checkpoint, &NoRows).unwrap();
         assert_eq!(
             keys(&store),
             vec![("late".into(), 200), ("new".into(), 300)]
         );
         store.close().unwrap();
-        // Opened again, nothing moves twice.
         let store = Store::open(&OsDisk, &path).unwrap();
         assert_eq!(
             keys(&store),
             vec![("late".into(), 200), ("new".into(), 300)]
         );
         store.close().unwrap();
+    }
+
+    /// A checkpoint of keys only reads no row.
+    struct NoRows;
+
+    impl RowSource for NoRows {
+        fn visit_rows(&self, rows: &[u32], _: &mut dyn FnMut(&str, &SlotRecord)) {
+            assert!(rows.is_empty());
+        }
     }
 }

@@ -1,0 +1,113 @@
+//! The write vocabulary: what a handler asks of the commit loop ([`Command`]) and what a write
+//! is ([`WriteRequest`], [`Change`]). Parsing, routing, forwarding, idempotency and the commit
+//! loop all name writes; none of them needs the commit loop to do so.
+
+use geocount_model::{
+    CounterDescription, CounterId, CounterType, IdempotencyRecord, SlotRecord, SlotState,
+    VersionedDescription,
+};
+use tokio::sync::oneshot;
+
+use crate::error::{ShardError, StorageError};
+
+/// What a write changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Adds a signed delta to a sum counter's total.
+    Delta(i64),
+    /// Adds an item to a unique counter's sketch.
+    Item {
+        /// The item, as written (forwarded writes carry it on).
+        item: Box<str>,
+        /// Its hash ([`geocount_model::unique::hash_item`]).
+        hash: u64,
+    },
+}
+
+impl Change {
+    /// An item change, hashed.
+    pub fn item(item: &str) -> Self {
+        Change::Item {
+            item: item.into(),
+            hash: geocount_model::unique::hash_item(item),
+        }
+    }
+
+    /// The counter type this change is for.
+    pub fn counter_type(&self) -> CounterType {
+        match self {
+            Change::Delta(_) => CounterType::Sum,
+            Change::Item { .. } => CounterType::Unique,
+        }
+    }
+}
+
+/// One write asked of the node.
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    /// The counter.
+    pub id: CounterId,
+    /// A delta or an item.
+    pub change: Change,
+    /// Deduplicates retries of this write.
+    pub idempotency_key: Option<Box<str>>,
+    /// When the hit happened, in unix seconds (kept for rolling windows).
+    pub timestamp_secs: u64,
+}
+
+/// The answer to each write of a [`Command::Write`], in order.
+pub type WriteResults = Vec<Result<SlotState, ShardError>>;
+
+/// What handlers ask of the commit loop.
+#[derive(Debug)]
+pub enum Command {
+    /// Apply writes; answered once they are durable (or refused).
+    Write {
+        /// The writes, applied in order.
+        writes: Vec<WriteRequest>,
+        /// Where the results go.
+        reply: oneshot::Sender<WriteResults>,
+    },
+    /// Create a counter with this description.
+    Create {
+        /// The new counter.
+        description: CounterDescription,
+        /// Where the result goes.
+        reply: oneshot::Sender<Result<CounterDescription, ShardError>>,
+    },
+    /// Adopt descriptions learned from other nodes (kept where newer than what is known).
+    Describe(Vec<VersionedDescription>),
+    /// Take in part of the slot restored from the datacenter's copies: logged and fsynced as
+    /// one record, merged by version, and every later change versioned above it.
+    Restore {
+        /// Counters with their restored records.
+        records: Vec<(CounterId, SlotRecord)>,
+        /// Answered once the part is durable.
+        reply: oneshot::Sender<Result<(), StorageError>>,
+    },
+    /// Take in the slot's idempotency keys restored from its peers: logged and fsynced as one
+    /// record. `unknown_until_ms`: until when keys the restore did not find may still be
+    /// retried (`None`: a peer handed over a whole copy).
+    RestoreKeys {
+        /// Each key with its record.
+        keys: Vec<(Box<str>, IdempotencyRecord)>,
+        /// Until when a key not held may be a lost one.
+        unknown_until_ms: Option<u64>,
+        /// Answered once the keys are durable.
+        reply: oneshot::Sender<Result<(), StorageError>>,
+    },
+    /// Periodic: flush in async mode, expire idempotency keys, start due checkpoints.
+    Tick,
+    /// Flush, checkpoint, and stop.
+    Shutdown,
+}
+
+impl Command {
+    /// How many writes the command counts for in a group.
+    pub(crate) fn writes(&self) -> usize {
+        match self {
+            Command::Write { writes, .. } => writes.len(),
+            _ => 1,
+        }
+    }
+}
