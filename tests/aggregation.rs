@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use geocount_model::SlotId;
 use geocount_test_support::{Api, NodeProcess, TestTopology};
 use serde_json::Value;
 
@@ -444,14 +445,14 @@ async fn a_killed_shard_counts_with_its_last_value_and_grows_stale() {
     // The slot holding the most counters' values: kill its shard.
     let slot = (0..SHARDS_PER_DATACENTER)
         .max_by_key(|n| {
-            let name = format!("DC_USA_0_VAL_{n}");
+            let name = SlotId::new("USA_0", *n as u32).to_string();
             answers
                 .values()
                 .filter(|a| a["slots"][&name]["version"].as_u64() > Some(0))
                 .count()
         })
         .unwrap();
-    let name = format!("DC_USA_0_VAL_{slot}");
+    let name = SlotId::new("USA_0", slot as u32).to_string();
     cluster.shards[usa][slot].kill9();
 
     tokio::time::sleep(Duration::from_millis(300)).await;

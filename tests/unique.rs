@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use geocount_model::SlotId;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{BatchEntry, EntryOutcome, ItemEntry};
 use geocount_test_support::{Api, Method, NodeProcess, TestTopology};
@@ -191,7 +192,7 @@ async fn a_million_distinct_items_count_once_through_every_tier() {
             .read_until(CONVERGE, "/counter/visitors", |s, b| {
                 s == 200
                     && (0..SHARDS_PER_DATACENTER).all(|n| {
-                        let slot = format!("DC_{}_VAL_{n}", DATACENTERS[dc]);
+                        let slot = SlotId::new(DATACENTERS[dc], n as u32).to_string();
                         b["slots"][&slot]["version"] == versions[n]
                     })
             })

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use datacenter_aggregator::AggregatorConfig;
-use geocount_model::tls::aggregator_process;
+use geocount_model::role::aggregator_process;
 use geocount_model::{SystemClock, Topology};
 use geocount_net::tls::secure;
 use geocount_net::{ProcessSetup, tcp_connector};

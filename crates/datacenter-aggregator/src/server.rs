@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geocount_model::Clock;
-use geocount_model::tls::aggregator_process;
+use geocount_model::role::aggregator_process;
 use geocount_net::{Connector, HttpClient, Listener};
 use geocount_sync::{Access, LiveRanking, Scans, start_pulling};
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use geocount_model::tls::GLOBAL_PROCESS;
+use geocount_model::role::GLOBAL_PROCESS;
 use geocount_model::{SystemClock, Topology};
 use geocount_net::tls::secure;
 use geocount_net::{ProcessSetup, tcp_connector};

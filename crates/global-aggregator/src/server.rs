@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geocount_model::Clock;
-use geocount_model::tls::GLOBAL_PROCESS;
+use geocount_model::role::GLOBAL_PROCESS;
 use geocount_net::{Connector, HttpClient, Listener};
 use geocount_sync::{Access, LiveRanking, Scans, start_pulling};
 

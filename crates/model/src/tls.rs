@@ -25,14 +25,6 @@ pub struct TlsSettings {
     pub cert_dir: PathBuf,
 }
 
-/// The name of the global aggregator's certificate in `cert_dir`.
-pub const GLOBAL_PROCESS: &str = "global";
-
-/// The name of datacenter `dc`'s aggregator's certificate in `cert_dir`: `aggregator_<DC>`.
-pub fn aggregator_process(dc: &str) -> String {
-    format!("aggregator_{dc}")
-}
-
 impl TlsSettings {
     /// The certificate chain of process `name`.
     pub fn cert(&self, name: &str) -> PathBuf {
@@ -78,6 +70,7 @@ impl TlsSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::role::{GLOBAL_PROCESS, aggregator_process};
 
     #[test]
     fn files_are_named_after_the_process() {
