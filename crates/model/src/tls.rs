@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::topology::TopologyError;
+use crate::error::TopologyError;
 
 /// TLS on every listener and every call between tiers (`[tls]`): each process serves HTTPS
 /// with its own certificate and verifies the processes it calls against one CA. Without the
