@@ -8,7 +8,8 @@ cargo build --workspace --bins --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 # The end-to-end suites of the tiers again, with TLS on every listener and every call between
-# tiers (a test CA per test process; README, "Tests"): about a minute more.
-E2E_TLS=1 cargo test --locked -p geocount --test shard_node --test aggregation --test replication \
+# tiers (a test CA per test process; README, "Tests"): about a minute more. They are the tests of
+# crates/e2e (crates/e2e/tests/<name>.rs).
+E2E_TLS=1 cargo test --locked -p geocount-e2e --test shard_node --test aggregation --test replication \
   --test windows --test topk --test openapi --test wan_cluster --test auth --test restore \
   --test fencing --test roles

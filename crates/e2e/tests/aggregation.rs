@@ -75,7 +75,7 @@ impl Cluster {
     }
 }
 
-/// A small deterministic generator (the root package has no `rand`).
+/// A small deterministic generator (the end-to-end tests do without `rand`).
 struct XorShift(u64);
 
 impl XorShift {
