@@ -9,6 +9,6 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 # The end-to-end suites of the tiers again, with TLS on every listener and every call between
 # tiers (a test CA per test process; docs/testing.md): about a minute more.
-E2E_TLS=1 cargo test --locked -p geocount --test shard_node --test aggregation --test replication \
+E2E_TLS=1 cargo test --locked -p geocount-e2e --test shard_node --test aggregation --test replication \
   --test windows --test topk --test openapi --test wan_cluster --test auth --test restore \
   --test fencing --test roles

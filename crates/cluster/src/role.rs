@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use geocount_model::role::{GLOBAL_PROCESS, aggregator_process};
 use geocount_model::{SlotId, Topology};
 
 use crate::error::ClusterError;
@@ -77,8 +78,8 @@ impl Role {
     pub fn name(&self) -> String {
         match self {
             Role::Shard { datacenter, slot } => SlotId::new(datacenter.as_str(), *slot).to_string(),
-            Role::DatacenterAggregator { datacenter } => format!("aggregator_{datacenter}"),
-            Role::GlobalAggregator => "global".to_owned(),
+            Role::DatacenterAggregator { datacenter } => aggregator_process(datacenter),
+            Role::GlobalAggregator => GLOBAL_PROCESS.to_owned(),
             Role::WanEmulator => "wan-emulator".to_owned(),
         }
     }
@@ -251,7 +252,7 @@ shards = ["127.0.0.1:7301"]
         let config = Path::new("config/local.toml");
         let data_dir = Path::new("data/local");
         for (role, (dc, slot, address)) in roles.iter().zip(expected) {
-            let name = format!("DC_{dc}_VAL_{slot}");
+            let name = SlotId::new(dc, slot).to_string();
             assert_eq!(
                 role,
                 &Role::Shard {

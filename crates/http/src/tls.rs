@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use geocount_model::tls::{GLOBAL_PROCESS, aggregator_process};
+use geocount_model::role::{GLOBAL_PROCESS, aggregator_process};
 use geocount_model::{SlotId, Topology, TopologyError};
 use geocount_net::tls::{Expected, TierTls};
 

@@ -1,4 +1,8 @@
-//! Errors of the model: invalid ids, invalid deltas, overflow, invalid items, sketches and windows.
+//! Errors of the model: invalid ids, invalid deltas, overflow, invalid items, sketches and
+//! windows; and a topology that cannot be used ([`TopologyError`]), which the topology and its
+//! `[tls]` section both report.
+
+use std::path::PathBuf;
 
 /// What the model refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,4 +37,17 @@ pub enum ModelError {
         /// The refused delta.
         delta: i64,
     },
+}
+
+/// A topology that could not be read or is inconsistent. Displays as one line:
+/// `<file>: <key>: <what is wrong>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {key}: {message}", file.display())]
+pub struct TopologyError {
+    /// The topology file.
+    pub file: PathBuf,
+    /// The offending key, e.g. `datacenters[1].shards[0]`.
+    pub key: String,
+    /// What is wrong with it.
+    pub message: String,
 }

@@ -24,8 +24,9 @@
 //!   ([`AuthConfig`]).
 //! - [`tls`]: its `[tls]` section: the CA and where each process's certificate and key are
 //!   ([`TlsSettings`]).
-//! - [`role`]: the processes of a cluster by name, and what each one is ([`Role`]): what the
-//!   routes between tiers check.
+//! - [`role`]: the processes of a cluster by name (`global`, `aggregator_<DC>`, a shard node's
+//!   slot), and what each one is ([`Role`]): what the routes between tiers check, and what the
+//!   launcher and the tests name processes, logs and certificates after.
 //! - [`wire`]: the postcard messages that cross process boundaries: batched writes, and the
 //!   sync pages every tier pulls from the one below (and descriptions from the one above).
 //! - [`encode`]: postcard encoding without a `memmove` call per number ([`encode::to_vec`]), for

@@ -8,6 +8,8 @@
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::SlotId;
+
 /// The fixed seed of every placement hash.
 const SEED: u64 = 0x6765_6f63_6f75_6e74; // "geocount"
 
@@ -33,8 +35,9 @@ impl Placement {
     pub fn new(datacenter: &str, slots: u32, virtual_nodes: u32) -> Self {
         let mut ring = Vec::with_capacity(slots as usize * virtual_nodes as usize);
         for slot in 0..slots {
+            let name = SlotId::new(datacenter, slot);
             for point in 0..virtual_nodes {
-                let key = format!("DC_{datacenter}_VAL_{slot}#{point}");
+                let key = format!("{name}#{point}");
                 ring.push((hash64(key.as_bytes()), slot));
             }
         }

@@ -6,10 +6,18 @@
 use std::fmt;
 
 use crate::SlotId;
-use crate::tls::GLOBAL_PROCESS;
+
+/// The global aggregator's process name (and its certificate's in `[tls] cert_dir`).
+pub const GLOBAL_PROCESS: &str = "global";
 
 /// The prefix of a datacenter aggregator's process name.
 const AGGREGATOR_PREFIX: &str = "aggregator_";
+
+/// Datacenter `dc`'s aggregator's process name: `aggregator_<DC>`. A shard node's is its slot's
+/// ([`SlotId`]'s `Display`).
+pub fn aggregator_process(dc: &str) -> String {
+    format!("{AGGREGATOR_PREFIX}{dc}")
+}
 
 /// The scheme of the URI subject alternative name that names a process in its certificate:
 /// `geocount:<name>`.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::topology::TopologyError;
+use crate::error::TopologyError;
 
 /// TLS on every listener and every call between tiers (`[tls]`): each process serves HTTPS
 /// with its own certificate and verifies the processes it calls against one CA. Without the
@@ -23,14 +23,6 @@ pub struct TlsSettings {
     /// A certificate must name the address the process is reached at (an IP address or a DNS
     /// name).
     pub cert_dir: PathBuf,
-}
-
-/// The name of the global aggregator's certificate in `cert_dir`.
-pub const GLOBAL_PROCESS: &str = "global";
-
-/// The name of datacenter `dc`'s aggregator's certificate in `cert_dir`: `aggregator_<DC>`.
-pub fn aggregator_process(dc: &str) -> String {
-    format!("aggregator_{dc}")
 }
 
 impl TlsSettings {
@@ -78,6 +70,7 @@ impl TlsSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::role::{GLOBAL_PROCESS, aggregator_process};
 
     #[test]
     fn files_are_named_after_the_process() {

@@ -263,6 +263,7 @@ impl ForwardError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use geocount_model::SlotId;
     use std::collections::HashSet;
     use std::time::Duration;
 
@@ -279,7 +280,9 @@ mod tests {
             addresses: (0..3)
                 .map(|n| SocketAddr::from(([127, 0, 0, 1], 9000 + n)))
                 .collect(),
-            slot_names: (0..3).map(|n| format!("DC_USA_0_VAL_{n}")).collect(),
+            slot_names: (0..3)
+                .map(|n| SlotId::new("USA_0", n).to_string())
+                .collect(),
             selection,
             // Every counter spread over all three slots.
             default_shards: 3,

@@ -17,7 +17,7 @@ use criterion::Criterion;
 use geocount_http::routing::WindowQuery;
 use geocount_model::Window;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
-use geocount_model::{SlotRecord, SlotState};
+use geocount_model::{SlotId, SlotRecord, SlotState};
 use geocount_sync::{LiveRanking, PageFence, RankedCounters, Scope, SlotCopies, TopIndex};
 
 const COUNTERS: usize = 1_000_000;
@@ -305,7 +305,9 @@ fn global_page(c: &mut Criterion) {
 /// A datacenter aggregator's copies of `GLOBAL_COUNTERS` counters of one slot each (of 3),
 /// ranked; then the cost of merging pages of 1,000 changed counters.
 fn datacenter_page(c: &mut Criterion) {
-    let names: Vec<String> = (0..3).map(|n| format!("DC_USA_0_VAL_{n}")).collect();
+    let names: Vec<String> = (0..3)
+        .map(|n| SlotId::new("USA_0", n).to_string())
+        .collect();
     let ids: Vec<String> = (0..GLOBAL_COUNTERS).map(id).collect();
     let slot_of = |n: usize| {
         let slot = (n % 3) as u16;

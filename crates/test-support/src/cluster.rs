@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use geocount_model::tls::{GLOBAL_PROCESS, aggregator_process};
+use geocount_model::role::{GLOBAL_PROCESS, aggregator_process};
 use geocount_model::{SlotId, Topology};
 use tempfile::TempDir;
 
@@ -112,14 +112,14 @@ impl TestTopology {
         self.dir
             .path()
             .join("data")
-            .join(format!("DC_{dc}_VAL_{slot}"))
+            .join(SlotId::new(dc, slot as u32).to_string())
     }
 
     /// Starts shard node `slot` of `dc` and waits until it is healthy. Its first start begins
     /// the slot empty (`--restore empty`, a new cluster); a restart on an empty data directory
     /// restores it.
     pub async fn start_shard(&self, dc: &str, slot: usize) -> NodeProcess {
-        let name = format!("DC_{dc}_VAL_{slot}");
+        let name = SlotId::new(dc, slot as u32).to_string();
         let args = [
             "--config".to_owned(),
             self.path.display().to_string(),
@@ -149,7 +149,7 @@ impl TestTopology {
         let args = [self.config_flag(), vec!["--dc".to_owned(), dc.to_owned()]].concat();
         NodeProcess::start(
             "datacenter-aggregator",
-            &format!("aggregator-{dc}"),
+            &aggregator_process(dc),
             &args,
             addr,
             self.dir(),
@@ -161,7 +161,7 @@ impl TestTopology {
     pub async fn start_global_aggregator(&self) -> NodeProcess {
         let addr = self.topology.global.listen;
         let args = self.config_flag();
-        NodeProcess::start("global-aggregator", "global", &args, addr, self.dir()).await
+        NodeProcess::start("global-aggregator", GLOBAL_PROCESS, &args, addr, self.dir()).await
     }
 
     /// A client of the process at `addr` that calls it as tier process `name` does: with its

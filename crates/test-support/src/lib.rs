@@ -2,6 +2,8 @@
 //!
 //! - [`ports`]: free loopback addresses, never handed out twice in one test process.
 //! - [`cluster`]: [`TestTopology`], a topology file on fresh ports in a temporary directory.
+//! - [`sandbox`]: [`TestCluster`], every process of a [`TestTopology`] started and kept running
+//!   for one test.
 //! - [`process`]: [`NodeProcess`], a running binary that is killed when dropped (so a failing
 //!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT.
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
@@ -13,6 +15,7 @@ pub mod api;
 pub mod cluster;
 pub mod ports;
 pub mod process;
+pub mod sandbox;
 pub mod tls;
 pub mod wait;
 
@@ -20,4 +23,5 @@ pub use api::Api;
 pub use cluster::TestTopology;
 pub use hyper::Method;
 pub use process::NodeProcess;
+pub use sandbox::TestCluster;
 pub use wait::eventually;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use geocount_aggregator::{DatacenterConfig, datacenter, process};
-use geocount_model::tls::aggregator_process;
+use geocount_model::role::aggregator_process;
 
 /// Runs one geocount datacenter aggregator: it pulls its datacenter's shard nodes and sums
 /// their slots of every counter.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use geocount_aggregator::{GlobalConfig, global, process};
-use geocount_model::tls::GLOBAL_PROCESS;
+use geocount_model::role::GLOBAL_PROCESS;
 
 /// Runs the geocount global aggregator: it pulls every datacenter aggregator and sums
 /// datacenters, refusing or flagging stale ones.

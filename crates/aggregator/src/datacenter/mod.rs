@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use geocount_model::tls::aggregator_process;
+use geocount_model::role::aggregator_process;
 use geocount_model::{Clock, Topology, TopologyError};
 use geocount_net::{Connector, Listener};
 use geocount_sync::PullSource;

@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use geocount_model::tls::GLOBAL_PROCESS;
+use geocount_model::role::GLOBAL_PROCESS;
 use geocount_model::{Clock, Topology};
 use geocount_net::{Connector, Listener};
 use geocount_sync::PullSource;

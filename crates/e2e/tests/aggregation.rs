@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use geocount_test_support::{Api, NodeProcess, TestTopology};
+use geocount_model::SlotId;
+use geocount_test_support::{Api, TestCluster, TestTopology};
 use serde_json::Value;
 
 const DATACENTERS: [&str; 2] = ["USA_0", "ASIA_0"];
@@ -27,54 +28,7 @@ fn topology() -> TestTopology {
 }
 
 /// A running cluster: every shard node, the aggregators asked for.
-struct Cluster {
-    topology: TestTopology,
-    /// Shard `n` of datacenter `d` at `shards[d][n]`.
-    shards: Vec<Vec<NodeProcess>>,
-    /// The aggregator of datacenter `d` at `aggregators[d]`, when started.
-    aggregators: Vec<Option<NodeProcess>>,
-    global: NodeProcess,
-}
-
-impl Cluster {
-    /// Every shard node, the aggregators of the datacenters `with_aggregator` says, and the
-    /// global aggregator.
-    async fn start(with_aggregator: [bool; 2]) -> Self {
-        let topology = topology();
-        let mut shards = Vec::new();
-        for dc in DATACENTERS {
-            let mut nodes = Vec::new();
-            for slot in 0..SHARDS_PER_DATACENTER {
-                nodes.push(topology.start_shard(dc, slot).await);
-            }
-            shards.push(nodes);
-        }
-        let mut aggregators = Vec::new();
-        for (dc, start) in DATACENTERS.iter().zip(with_aggregator) {
-            aggregators.push(if start {
-                Some(topology.start_datacenter_aggregator(dc).await)
-            } else {
-                None
-            });
-        }
-        let global = topology.start_global_aggregator().await;
-        Self {
-            topology,
-            shards,
-            aggregators,
-            global,
-        }
-    }
-
-    fn aggregator(&self, dc: usize) -> Api {
-        self.aggregators[dc]
-            .as_ref()
-            .expect("aggregator started")
-            .api()
-    }
-}
-
-/// A small deterministic generator (the root package has no `rand`).
+/// A small deterministic generator (the end-to-end tests do without `rand`).
 struct XorShift(u64);
 
 impl XorShift {
@@ -127,7 +81,7 @@ impl Sent {
 /// deltas of both signs, random shard nodes of the datacenters in `datacenters`. Returns what
 /// was acknowledged.
 async fn write_concurrently(
-    cluster: &Cluster,
+    cluster: &TestCluster,
     datacenters: &[usize],
     tasks: u64,
     per_task: usize,
@@ -205,7 +159,7 @@ fn assert_fresh(what: &str, staleness: &Value) {
 
 #[tokio::test]
 async fn concurrent_writes_sum_exactly_at_every_tier() {
-    let cluster = Cluster::start([true, true]).await;
+    let cluster = TestCluster::start(topology()).await;
     let global = cluster.global.api();
     let sent = write_concurrently(&cluster, &[0, 1], 8, 40).await;
 
@@ -223,7 +177,7 @@ async fn concurrent_writes_sum_exactly_at_every_tier() {
     }
 
     for (dc, name) in DATACENTERS.iter().enumerate() {
-        let aggregator = cluster.aggregator(dc);
+        let aggregator = cluster.aggregator(dc).api();
         for id in COUNTERS {
             let (status, answer) = aggregator.read(id).await;
             assert_eq!(status, 200, "{name} {id}: {answer}");
@@ -271,13 +225,13 @@ async fn concurrent_writes_sum_exactly_at_every_tier() {
 
 #[tokio::test]
 async fn a_stopped_datacenter_is_refused_or_flagged_and_catches_up() {
-    let cluster = Cluster::start([true, true]).await;
+    let cluster = TestCluster::start(topology()).await;
     let global = cluster.global.api();
     let mut sent = write_concurrently(&cluster, &[0, 1], 4, 20).await;
     await_global_totals(&global, &sent).await;
 
     let asia = 1;
-    cluster.aggregators[asia].as_ref().unwrap().pause();
+    cluster.aggregator(asia).pause();
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let id = COUNTERS[0];
@@ -328,13 +282,13 @@ async fn a_stopped_datacenter_is_refused_or_flagged_and_catches_up() {
     assert_eq!(status, 200);
     assert!(started.elapsed() < Duration::from_millis(500));
 
-    cluster.aggregators[asia].as_ref().unwrap().resume();
+    cluster.aggregator(asia).resume();
     await_global_totals(&global, &sent).await;
 }
 
 #[tokio::test]
 async fn a_datacenter_never_heard_is_named_and_flagged() {
-    let cluster = Cluster::start([true, false]).await;
+    let cluster = TestCluster::start_with(topology(), |dc| dc == 0).await;
     let global = cluster.global.api();
     let sent = write_concurrently(&cluster, &[0], 2, 10).await;
     let id = COUNTERS[1];
@@ -395,13 +349,13 @@ async fn a_datacenter_never_heard_is_named_and_flagged() {
 
 #[tokio::test]
 async fn a_restarted_datacenter_aggregator_rebuilds_from_its_shards() {
-    let mut cluster = Cluster::start([true, true]).await;
+    let mut cluster = TestCluster::start(topology()).await;
     let global = cluster.global.api();
     let mut sent = write_concurrently(&cluster, &[0, 1], 4, 20).await;
     await_global_totals(&global, &sent).await;
 
     let usa = 0;
-    let aggregator = cluster.aggregators[usa].as_mut().unwrap();
+    let aggregator = cluster.aggregator_mut(usa);
     aggregator.kill9();
     aggregator.restart().await;
     let api = aggregator.api();
@@ -426,10 +380,10 @@ async fn a_restarted_datacenter_aggregator_rebuilds_from_its_shards() {
 
 #[tokio::test]
 async fn a_killed_shard_counts_with_its_last_value_and_grows_stale() {
-    let mut cluster = Cluster::start([true, true]).await;
+    let mut cluster = TestCluster::start(topology()).await;
     let usa = 0;
     let sent = write_concurrently(&cluster, &[usa], 4, 20).await;
-    let aggregator = cluster.aggregator(usa);
+    let aggregator = cluster.aggregator(usa).api();
     let mut answers = HashMap::new();
     for id in COUNTERS {
         let expected = sent.in_datacenter(id, usa);
@@ -444,14 +398,14 @@ async fn a_killed_shard_counts_with_its_last_value_and_grows_stale() {
     // The slot holding the most counters' values: kill its shard.
     let slot = (0..SHARDS_PER_DATACENTER)
         .max_by_key(|n| {
-            let name = format!("DC_USA_0_VAL_{n}");
+            let name = SlotId::new("USA_0", *n as u32).to_string();
             answers
                 .values()
                 .filter(|a| a["slots"][&name]["version"].as_u64() > Some(0))
                 .count()
         })
         .unwrap();
-    let name = format!("DC_USA_0_VAL_{slot}");
+    let name = SlotId::new("USA_0", slot as u32).to_string();
     cluster.shards[usa][slot].kill9();
 
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -4,9 +4,10 @@
 
 use std::time::{Duration, Instant};
 
+use geocount_model::SlotId;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{BatchEntry, EntryOutcome, ItemEntry};
-use geocount_test_support::{Api, Method, NodeProcess, TestTopology};
+use geocount_test_support::{Method, TestCluster, TestTopology};
 use serde_json::{Value, json};
 
 const DATACENTERS: [&str; 2] = ["USA_0", "ASIA_0"];
@@ -16,45 +17,15 @@ const BATCH: usize = 10_000;
 /// How long a change may take to reach every tier.
 const CONVERGE: Duration = Duration::from_secs(8);
 
-struct Cluster {
-    /// Shard `n` of datacenter `d` at `shards[d * SHARDS_PER_DATACENTER + n]`.
-    shards: Vec<NodeProcess>,
-    aggregators: Vec<NodeProcess>,
-    global: NodeProcess,
-    _topology: TestTopology,
-}
-
-impl Cluster {
-    async fn start() -> Self {
-        let topology = TestTopology::new(
-            &[
-                (DATACENTERS[0], SHARDS_PER_DATACENTER),
-                (DATACENTERS[1], SHARDS_PER_DATACENTER),
-            ],
-            "restore_timeout_ms = 200",
-        );
-        let mut shards = Vec::new();
-        for dc in DATACENTERS {
-            for slot in 0..SHARDS_PER_DATACENTER {
-                shards.push(topology.start_shard(dc, slot).await);
-            }
-        }
-        let mut aggregators = Vec::new();
-        for dc in DATACENTERS {
-            aggregators.push(topology.start_datacenter_aggregator(dc).await);
-        }
-        let global = topology.start_global_aggregator().await;
-        Self {
-            shards,
-            aggregators,
-            global,
-            _topology: topology,
-        }
-    }
-
-    fn shard(&self, n: usize) -> Api {
-        self.shards[n].api()
-    }
+/// Both datacenters of [`SHARDS_PER_DATACENTER`] shards each.
+fn topology() -> TestTopology {
+    TestTopology::new(
+        &[
+            (DATACENTERS[0], SHARDS_PER_DATACENTER),
+            (DATACENTERS[1], SHARDS_PER_DATACENTER),
+        ],
+        "restore_timeout_ms = 200",
+    )
 }
 
 fn item(n: usize) -> String {
@@ -64,11 +35,11 @@ fn item(n: usize) -> String {
 /// Sends the distinct items in batches of [`BATCH`], batch `b` to shard node `b % 4` (so both
 /// datacenters take half), four at a time; panics unless every entry is applied. Returns the
 /// highest version an entry's answer carried.
-async fn write_items(cluster: &Cluster, id: &str) -> u64 {
+async fn write_items(cluster: &TestCluster, id: &str) -> u64 {
     let mut tasks = tokio::task::JoinSet::new();
-    let nodes = cluster.shards.len();
+    let nodes = cluster.shard_count();
     for node in 0..nodes {
-        let api = cluster.shard(node);
+        let api = cluster.nth_shard(node).api();
         let id = id.to_owned();
         tasks.spawn(async move {
             let mut highest = 0;
@@ -121,10 +92,10 @@ async fn write_items(cluster: &Cluster, id: &str) -> u64 {
 }
 
 /// Every shard node's `(value, version)` of counter `id`, and its log size.
-async fn shard_states(cluster: &Cluster, id: &str) -> Vec<(i64, u64, String)> {
+async fn shard_states(cluster: &TestCluster, id: &str) -> Vec<(i64, u64, String)> {
     let mut states = Vec::new();
-    for node in 0..cluster.shards.len() {
-        let api = cluster.shard(node);
+    for node in 0..cluster.shard_count() {
+        let api = cluster.nth_shard(node).api();
         let (status, body) = api.read(id).await;
         assert_eq!(status, 200, "{body}");
         assert!(body["standard_error"].is_f64(), "{body}");
@@ -151,20 +122,22 @@ fn within_two_percent(value: &Value, truth: usize) -> bool {
 #[tokio::test]
 async fn a_million_distinct_items_count_once_through_every_tier() {
     let started = Instant::now();
-    let cluster = Cluster::start().await;
+    let cluster = TestCluster::start(topology()).await;
     let global = cluster.global.api();
 
     let (status, created) = cluster
-        .shard(0)
+        .nth_shard(0)
+        .api()
         .create(json!({"id": "visitors", "type": "unique", "numberOfShards": 2}))
         .await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["type"], "unique");
     // Every node learns the description before it takes an item, so none creates the counter
     // with the defaults instead.
-    for node in 0..cluster.shards.len() {
+    for node in 0..cluster.shard_count() {
         cluster
-            .shard(node)
+            .nth_shard(node)
+            .api()
             .read_until(CONVERGE, "/counter/visitors/route", |s, b| {
                 s == 200 && b["numberOfShards"] == 2
             })
@@ -182,7 +155,7 @@ async fn a_million_distinct_items_count_once_through_every_tier() {
     // Each datacenter aggregator answers the union of its slots, once it holds their last
     // versions; the global aggregator the union of everything, once it holds theirs.
     let mut parts = Vec::new();
-    for (dc, aggregator) in cluster.aggregators.iter().enumerate() {
+    for (dc, aggregator) in cluster.aggregators.iter().flatten().enumerate() {
         let versions: Vec<u64> = (0..SHARDS_PER_DATACENTER)
             .map(|n| before[dc * SHARDS_PER_DATACENTER + n].1)
             .collect();
@@ -191,7 +164,7 @@ async fn a_million_distinct_items_count_once_through_every_tier() {
             .read_until(CONVERGE, "/counter/visitors", |s, b| {
                 s == 200
                     && (0..SHARDS_PER_DATACENTER).all(|n| {
-                        let slot = format!("DC_{}_VAL_{n}", DATACENTERS[dc]);
+                        let slot = SlotId::new(DATACENTERS[dc], n as u32).to_string();
                         b["slots"][&slot]["version"] == versions[n]
                     })
             })
@@ -256,8 +229,8 @@ async fn a_million_distinct_items_count_once_through_every_tier() {
     // Windows are refused at every tier.
     let windowed = "/counter/visitors?window=60";
     for api in [
-        cluster.shard(3),
-        cluster.aggregators[1].api(),
+        cluster.nth_shard(3).api(),
+        cluster.aggregator(1).api(),
         global.clone(),
     ] {
         let (status, body) = api.get_json(windowed).await;
@@ -269,9 +242,9 @@ async fn a_million_distinct_items_count_once_through_every_tier() {
 
 #[tokio::test]
 async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_counters() {
-    let cluster = Cluster::start().await;
-    let usa = cluster.shard(0);
-    let asia = cluster.shard(2);
+    let cluster = TestCluster::start(topology()).await;
+    let usa = cluster.nth_shard(0).api();
+    let asia = cluster.nth_shard(2).api();
     let (status, body) = usa
         .create(json!({"id": "visitors", "type": "unique"}))
         .await;
@@ -280,10 +253,11 @@ async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_
     assert_eq!(status, 201, "{body}");
     // Every node knows both before they are written (a node that had not heard of `likes`
     // would take an item for it as the first write of a new unique counter).
-    for node in 0..cluster.shards.len() {
+    for node in 0..cluster.shard_count() {
         for id in ["visitors", "likes"] {
             cluster
-                .shard(node)
+                .nth_shard(node)
+                .api()
                 .read_until(CONVERGE, &format!("/counter/{id}"), |s, _| s == 200)
                 .await;
         }
@@ -394,8 +368,8 @@ async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_
     let first_version = body["version"].as_u64().unwrap();
     let slot = body["slot"].as_str().unwrap();
     let owner = match slot {
-        "DC_ASIA_0_VAL_0" => cluster.shard(2),
-        "DC_ASIA_0_VAL_1" => cluster.shard(3),
+        "DC_ASIA_0_VAL_0" => cluster.nth_shard(2).api(),
+        "DC_ASIA_0_VAL_1" => cluster.nth_shard(3).api(),
         other => panic!("an ASIA_0 slot took it, not {other}"),
     };
     let (status, body) = owner.create(json!({"id": "new:visitors"})).await;
@@ -438,12 +412,18 @@ async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_
         .await;
     assert!(reading["standard_error"].is_f64(), "{reading}");
     cluster
-        .shard(1)
+        .nth_shard(1)
+        .api()
         .read_until(CONVERGE, "/counter/new:visitors", |s, b| {
             s == 200 && b["standard_error"].is_f64() && b["value"] == 0
         })
         .await;
-    let (status, body) = cluster.shard(1).add("new:visitors", 1).await.unwrap();
+    let (status, body) = cluster
+        .nth_shard(1)
+        .api()
+        .add("new:visitors", 1)
+        .await
+        .unwrap();
     assert_eq!(status, 400, "USA knows it is unique too: {body}");
     // A sum counter reads as before: no standard_error.
     let (_, likes) = usa.read("likes").await;
