@@ -7,7 +7,9 @@
 //! as JSON.
 
 mod batch;
+mod cluster;
 mod figure;
+mod memory;
 mod procs;
 mod redis;
 mod restore;
@@ -24,10 +26,12 @@ use clap::{Parser, ValueEnum};
 use geocount_model::Topology;
 use serde::Serialize;
 
+use crate::cluster::ClusterFigures;
 use crate::figure::{Figure, Goal, Row, Unit, render_table};
+use crate::memory::{MemoryFigures, MemoryRun};
 use crate::steps::{
-    BATCH_CONNECTIONS, BATCH_SIZE, COUNTERS, CeilingFigures, ClusterFigures, CurvePoint,
-    MEMORY_CURVE_FROM, MemoryFigures, MemoryRun, NodeFigures, Plan, RedisFigures, ZIPF_EXPONENT,
+    BATCH_CONNECTIONS, BATCH_SIZE, COUNTERS, CeilingFigures, CurvePoint, MEMORY_CURVE_FROM,
+    NodeFigures, Plan, RedisFigures, ZIPF_EXPONENT,
 };
 
 /// Runs the geocount benchmark against Redis and a bare hyper server on this machine.
@@ -500,7 +504,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         results.cluster = kept(
             &mut results.failures,
             "cluster",
-            steps::cluster(&plan, &dir, &bin_dir, &shape).await,
+            cluster::cluster(&plan, &dir, &bin_dir, &shape).await,
         );
     }
     if wants(Step::Memory) {
@@ -508,7 +512,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         results.memory = kept(
             &mut results.failures,
             "memory",
-            steps::memory(&plan, &dir, &bin_dir, &shape).await,
+            memory::memory(&plan, &dir, &bin_dir, &shape).await,
         );
     }
     if wants(Step::Restore) {

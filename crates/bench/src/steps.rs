@@ -1,6 +1,6 @@
 //! The benchmark's steps, each measured `repeats` times: Redis, the hyper ceiling, one shard
 //! node (single HTTP writes and batches), the per-write cost as counters grow, the whole cluster
-//! under load, and memory per counter.
+//! under load ([`crate::cluster`]), and memory per counter.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use geocount_cluster::Role;
-use geocount_model::Topology;
 use geoctl::load::workload::{CounterPicker, KeyDistribution};
 use serde::Serialize;
 
 use crate::batch::{self, Answer, BatchRun, Connection};
 use crate::figure::{Figure, Unit};
-use crate::procs::{Server, free_address, output, resident_bytes};
+use crate::procs::{Server, free_address, resident_bytes};
 use crate::redis::{Persistence, Redis};
 use crate::topo::{self, Running};
 use crate::wrk::{self, Script, WrkRun};
@@ -30,12 +29,12 @@ pub const ZIPF_EXPONENT: f64 = 1.1;
 /// get as many clients.
 pub const BATCH_CONNECTIONS: usize = 50;
 /// Counters the global aggregator's readers read.
-const READ_COUNTERS: usize = 10_000;
+pub(crate) const READ_COUNTERS: usize = 10_000;
 /// How long after the writes resident memory is read: the allocator (mimalloc) returns arena
 /// memory a growth freed (a table's old, smaller copy) about ten seconds after it is freed, so
 /// an earlier reading counts memory the node no longer holds (up to half again at 1,000,000
 /// counters).
-const MEMORY_SETTLE: Duration = Duration::from_secs(15);
+pub(crate) const MEMORY_SETTLE: Duration = Duration::from_secs(15);
 
 /// How long and how often.
 #[derive(Debug, Clone, Serialize)]
@@ -86,7 +85,7 @@ impl Plan {
         }
     }
 
-    fn secs(&self) -> Duration {
+    pub(crate) fn secs(&self) -> Duration {
         Duration::from_secs(self.secs)
     }
 }
@@ -159,7 +158,7 @@ impl WrkFigures {
     }
 }
 
-async fn wrk_repeated(
+pub(crate) async fn wrk_repeated(
     plan: &Plan,
     label: &str,
     address: SocketAddr,
@@ -325,7 +324,7 @@ pub struct NodeFigures {
     pub batches_full_answers: BatchFigures,
 }
 
-fn is_shard(role: &Role) -> bool {
+pub(crate) fn is_shard(role: &Role) -> bool {
     matches!(role, Role::Shard { .. })
 }
 
@@ -462,28 +461,8 @@ pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Ve
     Ok(points)
 }
 
-/// The whole cluster.
-#[derive(Debug, Clone, Serialize)]
-pub struct ClusterFigures {
-    /// `GET /counter/{id}` at the global aggregator, with no write load.
-    pub reads_idle: WrkFigures,
-    /// The same while `geoctl load` writes flat out.
-    pub reads_loaded: WrkFigures,
-    /// The hyper ceiling read by the same wrk script while the same load writes flat out, in
-    /// turns with `reads_loaded`: what the machine leaves any server's reads under that load.
-    pub ceiling_reads_loaded: WrkFigures,
-    /// `geoctl load --path batch` writes acknowledged per second (every shard node).
-    pub writes: Figure,
-    /// Visibility lag (acknowledged write → global value) under that load, p50.
-    pub lag_p50: Figure,
-    /// Its 99th percentile.
-    pub lag_p99: Figure,
-    /// Every `geoctl load` report.
-    pub load_reports: Vec<serde_json::Value>,
-}
-
 /// Waits until the global aggregator at `global` answers `expected` for each of `ids`.
-async fn wait_visible(
+pub(crate) async fn wait_visible(
     global: SocketAddr,
     ids: &[String],
     expected: i64,
@@ -513,290 +492,10 @@ async fn wait_visible(
 }
 
 /// The ids `<prefix>-0`, the middle and the last of `0..counters`, and every 997th.
-fn sample_ids(prefix: &str, counters: usize) -> Vec<String> {
+pub(crate) fn sample_ids(prefix: &str, counters: usize) -> Vec<String> {
     let mut picks: Vec<usize> = (0..counters).step_by(997).collect();
     picks.extend([counters / 2, counters - 1]);
     picks.into_iter().map(|n| format!("{prefix}-{n}")).collect()
-}
-
-/// Step 4: the cluster of `shape` (config/local.toml) on free ports.
-pub async fn cluster(
-    plan: &Plan,
-    dir: &Path,
-    bin_dir: &Path,
-    shape: &Topology,
-) -> anyhow::Result<ClusterFigures> {
-    let cluster_dir = dir.join("cluster");
-    let text = topo::same_shape(shape, &cluster_dir.join("data"))?;
-    let mut running = Running::start(&cluster_dir, &text, bin_dir, |_| true).await?;
-    let result = cluster_runs(plan, dir, bin_dir, &running).await;
-    running.stop().await;
-    result
-}
-
-async fn cluster_runs(
-    plan: &Plan,
-    dir: &Path,
-    bin_dir: &Path,
-    running: &Running,
-) -> anyhow::Result<ClusterFigures> {
-    let global = running.topology.global.listen;
-    let shards = running.shard_addresses();
-    batch::populate(shards[0], "r", READ_COUNTERS, 1_000).await?;
-    wait_visible(
-        global,
-        &sample_ids("r", READ_COUNTERS),
-        1,
-        Duration::from_secs(30),
-    )
-    .await?;
-    let script = wrk::write_script(dir, Script::Read, "r", READ_COUNTERS)?;
-    let reads_idle = wrk_repeated(plan, "global reads, idle", global, &script).await?;
-
-    // The bound on reads under load: the bare hyper server read by the same wrk while the
-    // same writes run, in turns with the global aggregator's samples.
-    let ceiling_address = free_address()?;
-    let ceiling = Server::start(
-        &bin_dir.join("bench-ceiling"),
-        &[ceiling_address.to_string()],
-        ceiling_address,
-        &dir.join("bench-ceiling-cluster.log"),
-    )
-    .await?;
-    let samples = async {
-        let (mut reads, mut ceiling_reads, mut reports) = (Vec::new(), Vec::new(), Vec::new());
-        for run in 0..plan.repeats {
-            let (read, report) = loaded_reads(
-                plan,
-                dir,
-                bin_dir,
-                running,
-                ("global", global),
-                &script,
-                run,
-            )
-            .await?;
-            reads.push(read);
-            reports.push(report);
-            let (read, _) = loaded_reads(
-                plan,
-                dir,
-                bin_dir,
-                running,
-                ("ceiling", ceiling_address),
-                &script,
-                run,
-            )
-            .await?;
-            ceiling_reads.push(read);
-        }
-        anyhow::Ok((reads, ceiling_reads, reports))
-    }
-    .await;
-    ceiling.stop().await;
-    let (reads, ceiling_reads, reports) = samples?;
-    let of = |pointer: &str, unit| -> anyhow::Result<Figure> {
-        let samples = reports
-            .iter()
-            .map(|r| r.pointer(pointer).and_then(serde_json::Value::as_f64))
-            .collect::<Option<Vec<f64>>>()
-            .with_context(|| format!("a geoctl load report without {pointer}"))?;
-        Ok(Figure::new(unit, samples))
-    };
-    Ok(ClusterFigures {
-        reads_idle,
-        reads_loaded: WrkFigures::new(reads),
-        ceiling_reads_loaded: WrkFigures::new(ceiling_reads),
-        writes: of("/throughput/writes_per_sec", Unit::PerSec)?,
-        lag_p50: of("/visibility_lag/p50_ms", Unit::Ms)?,
-        lag_p99: of("/visibility_lag/p99_ms", Unit::Ms)?,
-        load_reports: reports,
-    })
-}
-
-/// One sample of `geoctl load` writing flat out over every shard node while wrk reads `reader`
-/// (named `reader_name` in the log) with `script`: the wrk run and the load's report.
-async fn loaded_reads(
-    plan: &Plan,
-    dir: &Path,
-    bin_dir: &Path,
-    running: &Running,
-    (reader_name, reader): (&str, SocketAddr),
-    script: &Path,
-    run: usize,
-) -> anyhow::Result<(WrkRun, serde_json::Value)> {
-    let geoctl = bin_dir.join("geoctl").display().to_string();
-    let json = dir.join(format!("geoctl-load-{run}-{}.json", reader.port()));
-    let args: Vec<String> = [
-        "--config",
-        &running.file.display().to_string(),
-        "load",
-        "--duration-secs",
-        &plan.secs.to_string(),
-        "--path",
-        "batch",
-        "--batch-size",
-        &BATCH_SIZE.to_string(),
-        "--route",
-        "owner",
-        "--distribution",
-        "zipf",
-        "--zipf-exponent",
-        &ZIPF_EXPONENT.to_string(),
-        "--counters",
-        &COUNTERS.to_string(),
-        "--json",
-        &json.display().to_string(),
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let load = output(&geoctl, &args, Duration::from_secs(plan.secs + 120));
-    // The readers start with the writers and stop a second before them.
-    let read = wrk::run(
-        reader,
-        script,
-        plan.secs().saturating_sub(Duration::from_secs(1)),
-    );
-    let (load, read) = tokio::join!(load, read);
-    load.context("geoctl load")?;
-    let read = read?;
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&json)
-            .with_context(|| format!("cannot read {}", json.display()))?,
-    )?;
-    let number = |pointer: &str| report.pointer(pointer).and_then(serde_json::Value::as_f64);
-    println!(
-        "  cluster: {:.0} writes/s, lag p50 {:?} ms p99 {:?} ms; {reader_name} reads {:.0}/s p99 {:.2} ms, {} errors",
-        number("/throughput/writes_per_sec").unwrap_or(f64::NAN),
-        number("/visibility_lag/p50_ms"),
-        number("/visibility_lag/p99_ms"),
-        read.requests_per_sec,
-        read.p99_ms,
-        read.non_2xx + read.socket_errors
-    );
-    Ok((read, report))
-}
-
-/// Resident memory per (counter, slot) entry held, by process, on `repeats` fresh clusters.
-#[derive(Debug, Clone, Serialize)]
-pub struct MemoryFigures {
-    /// Counters written once into every datacenter.
-    pub counters: usize,
-    /// The mean length of their ids, in bytes.
-    pub mean_id_bytes: f64,
-    /// One reading of every process per fresh cluster.
-    pub runs: Vec<MemoryRun>,
-}
-
-/// One fresh cluster's memory per entry, by process.
-#[derive(Debug, Clone, Serialize)]
-pub struct MemoryRun {
-    /// Per shard node: (name, entries held: own slot and peers' replicas, bytes per entry).
-    pub shards: Vec<(String, usize, f64)>,
-    /// Per datacenter aggregator: (name, entries, bytes per entry).
-    pub datacenter_aggregators: Vec<(String, usize, f64)>,
-    /// The global aggregator: (entries = counters × datacenters, bytes per entry).
-    pub global: (usize, f64),
-}
-
-/// Step 5: resident bytes per counter on every process of a fresh cluster of `shape`, once per
-/// repeat (each on a cluster of its own, since the counters are written once).
-pub async fn memory(
-    plan: &Plan,
-    dir: &Path,
-    bin_dir: &Path,
-    shape: &Topology,
-) -> anyhow::Result<MemoryFigures> {
-    let counters = plan.memory_counters;
-    let mut figures = MemoryFigures {
-        counters,
-        mean_id_bytes: (0..counters).map(|n| format!("m-{n}").len()).sum::<usize>() as f64
-            / counters as f64,
-        runs: Vec::new(),
-    };
-    let memory_dir = dir.join("memory");
-    for _ in 0..plan.repeats {
-        let text = topo::same_shape(shape, &memory_dir.join("data"))?;
-        let mut running = Running::start(&memory_dir, &text, bin_dir, |_| true).await?;
-        let result = memory_run(counters, &running).await;
-        running.stop().await;
-        figures.runs.push(result?);
-    }
-    Ok(figures)
-}
-
-async fn memory_run(counters: usize, running: &Running) -> anyhow::Result<MemoryRun> {
-    // Let the first pulls settle before the baseline.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = running
-        .processes
-        .iter()
-        .map(|p| resident_bytes(p.pid))
-        .collect::<anyhow::Result<Vec<u64>>>()?;
-    let datacenters = &running.topology.datacenters;
-    let virtual_nodes = running.topology.shard.virtual_nodes;
-    for dc in datacenters {
-        // Each counter straight to the node owning its slot (a counter of one slot), so no
-        // write is forwarded: a forward under this load can time out and leave it unknown.
-        let placement = dc.placement(virtual_nodes);
-        let mut owned: Vec<Vec<String>> = vec![Vec::new(); dc.shards.len()];
-        for n in 0..counters {
-            let id = format!("m-{n}");
-            owned[placement.slots_for(&id, 1)[0] as usize].push(id);
-        }
-        let mut writers = tokio::task::JoinSet::new();
-        for (ids, &address) in owned.into_iter().zip(&dc.shards) {
-            writers.spawn(async move { batch::write_once(address, &ids, 5_000).await });
-        }
-        while let Some(done) = writers.join_next().await {
-            done.context("a writer panicked")??;
-        }
-    }
-    let expected = datacenters.len() as i64;
-    wait_visible(
-        running.topology.global.listen,
-        &sample_ids("m", counters),
-        expected,
-        Duration::from_secs(120),
-    )
-    .await?;
-    tokio::time::sleep(MEMORY_SETTLE).await;
-    let mut figures = MemoryRun {
-        shards: Vec::new(),
-        datacenter_aggregators: Vec::new(),
-        global: (0, 0.0),
-    };
-    for (process, before) in running.processes.iter().zip(before) {
-        let grown = resident_bytes(process.pid)?.saturating_sub(before) as f64;
-        match &process.role {
-            // A shard node holds its own slot and a replica of each peer's: every counter of
-            // its datacenter once.
-            Role::Shard { .. } => {
-                figures
-                    .shards
-                    .push((process.name.clone(), counters, grown / counters as f64))
-            }
-            Role::DatacenterAggregator { .. } => figures.datacenter_aggregators.push((
-                process.name.clone(),
-                counters,
-                grown / counters as f64,
-            )),
-            Role::GlobalAggregator => {
-                let entries = counters * datacenters.len();
-                figures.global = (entries, grown / entries as f64);
-            }
-            // The benchmark's topologies emulate no WAN.
-            Role::WanEmulator => {}
-        }
-    }
-    for (name, _, bytes) in figures.shards.iter().chain(&figures.datacenter_aggregators) {
-        println!("  {name}: {bytes:.0} resident bytes per (counter, slot)");
-    }
-    println!(
-        "  global: {:.0} resident bytes per (counter, datacenter)",
-        figures.global.1
-    );
-    Ok(figures)
 }
 
 /// Where the benchmark keeps its files: `dir`, made absolute.
