@@ -2,10 +2,14 @@
 //! clock bounds on what is taken in.
 
 use super::*;
+use std::time::Duration;
+
 use geocount_model::SlotState;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 
-use crate::Scope;
+use crate::metrics::ReplicaMetrics;
+use crate::{PullSink, Scope};
+use geocount_model::Clock;
 
 struct FixedClock(u64);
 impl Clock for FixedClock {
