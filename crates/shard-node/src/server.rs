@@ -427,10 +427,11 @@ async fn restore_then_take_writes(
         part.push((id, record));
         if weight >= RESTORE_RECORD_WEIGHT || restored.peek().is_none() {
             let written = part.len() as u64;
-            while let Err(error) = write_part(&commands, part.clone()).await {
-                tracing::error!(%slot, %error, "cannot log a restored part of the slot; trying again");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
+            until_done(&slot, "log a restored part of the slot", || {
+                let records = part.clone();
+                ask_commit_loop(&commands, |reply| Command::Restore { records, reply })
+            })
+            .await;
             progress.written(written);
             part.clear();
             weight = 0;
@@ -442,44 +443,47 @@ async fn restore_then_take_writes(
     let unknown_until_ms = (!keys.whole).then(|| request.clock.now_unix_ms() + key_retention_ms);
     if let Some(until) = unknown_until_ms {
         tracing::warn!(%slot, keys = held, "no peer holds a whole copy of the slot's idempotency keys: writes with keys it does not hold are refused for shard.idempotency_retention_secs");
-        loop {
+        until_done(&slot, "record that keys may be missing", || {
             let (disk, dir) = (storage.disk.clone(), data_dir.clone());
-            match storage
-                .blocking(move || recovery::record_unknown_keys(&*disk, &dir, until))
-                .await
-            {
-                Ok(()) => break,
-                Err(error) => {
-                    tracing::error!(%slot, %error, "cannot record that keys may be missing; trying again");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
+            storage.blocking(move || recovery::record_unknown_keys(&*disk, &dir, until))
+        })
+        .await;
     }
-    while let Err(error) = write_keys(&commands, keys.keys.clone(), unknown_until_ms).await {
-        tracing::error!(%slot, %error, "cannot log the restored idempotency keys; trying again");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    loop {
+    until_done(&slot, "log the restored idempotency keys", || {
+        let keys = keys.keys.clone();
+        ask_commit_loop(&commands, |reply| Command::RestoreKeys {
+            keys,
+            unknown_until_ms,
+            reply,
+        })
+    })
+    .await;
+    until_done(&slot, "clear the restore marker", || {
         let (disk, dir) = (storage.disk.clone(), data_dir.clone());
-        match storage
-            .blocking(move || recovery::finish_restore(&*disk, &dir))
-            .await
-        {
-            Ok(()) => break,
-            Err(error) => {
-                tracing::error!(%slot, %error, "cannot clear the restore marker; trying again");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-    }
+        storage.blocking(move || recovery::finish_restore(&*disk, &dir))
+    })
+    .await;
     progress.finish();
     tracing::info!(%slot, counters, keys = held, seconds = started.elapsed().as_secs_f64(), "restored the slot from the datacenter; taking writes");
 }
 
-async fn write_part(
+/// Runs `attempt` until it succeeds, a second apart: a restore step the disk refuses (a full
+/// disk) is tried again rather than let the node take writes on a partial slot.
+async fn until_done<F, Fut>(slot: &str, what: &str, mut attempt: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), StorageError>>,
+{
+    while let Err(error) = attempt().await {
+        tracing::error!(%slot, %error, "cannot {what}; trying again");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Sends the commit loop the command `make` builds around its reply, and waits for the reply.
+async fn ask_commit_loop(
     commands: &mpsc::Sender<Command>,
-    records: Vec<(geocount_model::CounterId, geocount_model::SlotRecord)>,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<Result<(), StorageError>>) -> Command,
 ) -> Result<(), StorageError> {
     let (reply, answer) = tokio::sync::oneshot::channel();
     let stopped = || {
@@ -488,33 +492,7 @@ async fn write_part(
             std::io::Error::other("the node is stopping"),
         )
     };
-    commands
-        .send(Command::Restore { records, reply })
-        .await
-        .map_err(|_| stopped())?;
-    answer.await.map_err(|_| stopped())?
-}
-
-async fn write_keys(
-    commands: &mpsc::Sender<Command>,
-    keys: Vec<(Box<str>, geocount_model::IdempotencyRecord)>,
-    unknown_until_ms: Option<u64>,
-) -> Result<(), StorageError> {
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    let stopped = || {
-        StorageError::io(
-            "restoring the idempotency keys",
-            std::io::Error::other("the node is stopping"),
-        )
-    };
-    commands
-        .send(Command::RestoreKeys {
-            keys,
-            unknown_until_ms,
-            reply,
-        })
-        .await
-        .map_err(|_| stopped())?;
+    commands.send(make(reply)).await.map_err(|_| stopped())?;
     answer.await.map_err(|_| stopped())?
 }
 
