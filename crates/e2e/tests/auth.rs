@@ -5,35 +5,17 @@
 use std::time::Duration;
 
 use geocount_model::wire::BatchEntry;
+use geocount_test_support::access::{
+    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, forward, topology,
+};
+use geocount_test_support::api::entry;
 use geocount_test_support::ports::free_addr;
 use geocount_test_support::process::binary;
 use geocount_test_support::{Api, Method, NodeProcess, TestTopology, eventually};
 use serde_json::{Value, json};
 
-const READER: &str = "reader-5f0c2a9e4b7d4c1f8a3e6b2d9c0f7a14";
-const WRITER: &str = "writer-7b3e9d1c5a2f4e8b9c6d0a3f1e7b2c58";
-const ADMIN: &str = "admin-2c8f6a1e9d4b7c3f0e5a8d2b6c9f1e47";
-const SECRET: &str = "cluster-9e4d2b7f1c6a8e3d5b0f9c2a7e4d1b63";
-const FORWARDED_HEADER: &str = "x-geocount-forwarded";
-/// A header a caller might send the cluster secret itself in: it opens nothing.
-const SECRET_HEADER: &str = "x-geocount-cluster-secret";
 const PROCESS_HEADER: &str = "x-geocount-process";
 const PROCESS_KEY_HEADER: &str = "x-geocount-process-key";
-
-/// The `[auth]` section: a read-only, a write-only and an admin token, and `secret`.
-fn auth_toml(secret: &str) -> String {
-    format!(
-        "[auth]\ncluster_secret = \"{secret}\"\n\n\
-         [[auth.tokens]]\nname = \"dashboard\"\ntoken = \"{READER}\"\nrights = [\"read\"]\n\n\
-         [[auth.tokens]]\nname = \"web\"\ntoken = \"{WRITER}\"\nrights = [\"write\"]\n\n\
-         [[auth.tokens]]\nname = \"ops\"\ntoken = \"{ADMIN}\"\nrights = [\"admin\"]\n"
-    )
-}
-
-/// A topology of `datacenters` with the `[auth]` section above.
-fn topology(datacenters: &[(&str, usize)]) -> TestTopology {
-    TestTopology::with_extra(datacenters, "restore_timeout_ms = 200", &auth_toml(SECRET))
-}
 
 /// Datacenter USA_0 of two shard nodes, with its aggregator and the global one.
 async fn datacenter_of_two() -> (TestTopology, [NodeProcess; 2], [NodeProcess; 2]) {
@@ -81,15 +63,7 @@ async fn client_tokens_need_their_rights_and_refusals_change_nothing() {
         body["error"].as_str().unwrap().contains("dashboard"),
         "{body}"
     );
-    let (code, _) = reader
-        .batch(&[BatchEntry {
-            id: "auth:likes",
-            delta: 100,
-            idempotency_key: None,
-            timestamp: None,
-        }])
-        .await
-        .unwrap_err();
+    let (code, _) = reader.batch(&[entry("auth:likes", 100)]).await.unwrap_err();
     assert_eq!(code, 403);
     let (code, body) = writer
         .create(json!({"id": "auth:likes", "numberOfShards": 2}))
@@ -179,40 +153,16 @@ async fn routes_between_tiers_need_a_proven_process() {
 
     // A write marked as forwarded needs a shard node of the datacenter, even with a client's
     // write token.
-    let forwarded = [(FORWARDED_HEADER, "1")];
     for fake in [&writer, &wrong] {
-        let answer = fake
-            .send(
-                Method::PATCH,
-                "/counter/fake:peer/write?op=INCREMENT",
-                &forwarded,
-                r#"{"delta": 100}"#,
-            )
-            .await
-            .unwrap();
-        assert_eq!(answer.status, 403, "{}", answer.json());
-        let body = postcard::to_allocvec(&geocount_model::wire::BatchRequest {
-            entries: vec![BatchEntry {
-                id: "fake:peer",
-                delta: 100,
-                idempotency_key: None,
-                timestamp: None,
-            }],
-        })
-        .unwrap();
-        let answer = fake
-            .send(Method::POST, "/batch", &forwarded, body)
-            .await
-            .unwrap();
-        assert_eq!(answer.status, 403, "{}", answer.json());
+        for answer in forward(fake, "fake:peer", 100).await {
+            assert_eq!(answer.status, 403, "{}", answer.json());
+        }
     }
     let (code, body) = shard.api().with_token(READER).read("fake:peer").await;
     assert_eq!((code, &body["value"]), (200, &json!(5)), "{body}");
 
     // Each refusal is logged with the peer's address.
-    let refused = "refused a call between tiers";
-    let log = shard.wait_for_log(refused, Duration::from_secs(5)).await;
-    let line = log.lines().find(|l| l.contains(refused)).unwrap();
+    let line = shard.log_line(REFUSED, Duration::from_secs(5)).await;
     assert!(
         line.contains("peer") && line.contains("127.0.0.1:"),
         "{line}"
@@ -264,11 +214,9 @@ async fn a_node_with_another_secret_never_reaches_the_aggregator() {
 
     // Both sides refuse the other and say so.
     aggregator
-        .wait_for_log("refused a call between tiers", Duration::from_secs(5))
+        .wait_for_log(REFUSED, Duration::from_secs(5))
         .await;
-    stray
-        .wait_for_log("refused a call between tiers", Duration::from_secs(5))
-        .await;
+    stray.wait_for_log(REFUSED, Duration::from_secs(5)).await;
     // The good slot is heard; the stray one never is, and its counter never arrives.
     let aggregator = aggregator.api().with_token(READER);
     let health = eventually(Duration::from_secs(5), "slot 0 heard", || async {

@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use geocount_model::wire::{BatchEntry, EntryOutcome, ItemEntry};
+use geocount_test_support::api::entry;
 use geocount_test_support::{Api, TestTopology};
 use serde_json::{Value, json};
 
@@ -23,10 +24,8 @@ fn now_secs() -> u64 {
 
 fn hit(id: &str, timestamp: u64) -> BatchEntry<'_> {
     BatchEntry {
-        id,
-        delta: 1,
-        idempotency_key: None,
         timestamp: Some(timestamp),
+        ..entry(id, 1)
     }
 }
 
@@ -48,8 +47,7 @@ fn outcomes(answer: &[EntryOutcome]) -> (usize, Vec<String>) {
 
 /// The value of metric line `name` (its whole name, labels included) in `api`'s `/metrics`.
 async fn metric(api: &Api, name: &str) -> Option<f64> {
-    let answer = api.get("/metrics").await.ok()?;
-    let text = String::from_utf8_lossy(&answer.body).into_owned();
+    let text = api.metrics().await?;
     text.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
@@ -214,30 +212,34 @@ async fn over_bound(api: &Api, key: &str, limit: u64) -> Value {
     .await
 }
 
-#[tokio::test]
-async fn a_datacenter_aggregator_past_its_byte_bound_reports_incomplete_sums() {
-    let topology = TestTopology::with_extra(
-        &[("USA_0", 1)],
-        ALONE,
-        "[aggregator]\ndatacenter_max_state_bytes = 2048",
-    );
-    let shard = topology.start_shard("USA_0", 0).await;
-    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
-    let global = topology.start_global_aggregator().await;
-    let (shard, aggregator, global) = (shard.api(), aggregator.api(), global.api());
-
-    // Under the bound, sums are complete at both tiers.
-    write_counters(&shard, &["first".to_owned()]).await;
+/// Writes counter `first` to `shard` and waits until `global` holds its sum complete (under
+/// the bound, sums are complete at both tiers), then writes 40 more: `api`'s `/healthz` once
+/// it says its bound `key` (2048) was reached.
+async fn write_past_bound(shard: &Api, global: &Api, api: &Api, key: &str) -> Value {
+    write_counters(shard, &["first".to_owned()]).await;
     global
         .read_until(CONVERGE, "/counter/first", |status, body| {
             status == 200 && body["complete"] == true
         })
         .await;
-
-    // Past it: the aggregator refuses, counts and reports, and no tier calls its sums whole.
     let ids: Vec<String> = (0..40).map(|n| format!("c{n:02}")).collect();
-    write_counters(&shard, &ids).await;
-    let health = over_bound(&aggregator, "aggregator.datacenter_max_state_bytes", 2048).await;
+    write_counters(shard, &ids).await;
+    over_bound(api, key, 2048).await
+}
+
+#[tokio::test]
+async fn a_datacenter_aggregator_past_its_byte_bound_reports_incomplete_sums() {
+    let topology =
+        TestTopology::single_with(ALONE, "[aggregator]\ndatacenter_max_state_bytes = 2048");
+    let shard = topology.start_shard("USA_0", 0).await;
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let global = topology.start_global_aggregator().await;
+    let (shard, aggregator, global) = (shard.api(), aggregator.api(), global.api());
+
+    // Past the bound the aggregator refuses, counts and reports, and no tier calls its sums
+    // whole.
+    let key = "aggregator.datacenter_max_state_bytes";
+    let health = write_past_bound(&shard, &global, &aggregator, key).await;
     assert_eq!(health["status"], "over its byte bound", "{health}");
     assert_eq!(health["slots"]["DC_USA_0_VAL_0"]["incomplete"], true);
     assert_eq!(
@@ -267,25 +269,14 @@ async fn a_datacenter_aggregator_past_its_byte_bound_reports_incomplete_sums() {
 
 #[tokio::test]
 async fn the_global_aggregator_past_its_byte_bound_reports_incomplete_sums() {
-    let topology = TestTopology::with_extra(
-        &[("USA_0", 1)],
-        ALONE,
-        "[aggregator]\nglobal_max_state_bytes = 2048",
-    );
+    let topology = TestTopology::single_with(ALONE, "[aggregator]\nglobal_max_state_bytes = 2048");
     let shard = topology.start_shard("USA_0", 0).await;
     let _aggregator = topology.start_datacenter_aggregator("USA_0").await;
     let global = topology.start_global_aggregator().await;
     let (shard, global) = (shard.api(), global.api());
 
-    write_counters(&shard, &["first".to_owned()]).await;
-    global
-        .read_until(CONVERGE, "/counter/first", |status, body| {
-            status == 200 && body["complete"] == true
-        })
-        .await;
-    let ids: Vec<String> = (0..40).map(|n| format!("c{n:02}")).collect();
-    write_counters(&shard, &ids).await;
-    let health = over_bound(&global, "aggregator.global_max_state_bytes", 2048).await;
+    let key = "aggregator.global_max_state_bytes";
+    let health = write_past_bound(&shard, &global, &global, key).await;
     assert_eq!(health["status"], "incomplete", "{health}");
     assert_eq!(health["datacenters"]["USA_0"]["incomplete"], true);
     let refused = "geocount_global_entries_refused_total{reason=\"bytes\"}";

@@ -8,13 +8,42 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use geocount_test_support::TestTopology;
 use geocount_test_support::process::binary;
+use geocount_test_support::{NodeProcess, TestTopology};
 use serde_json::json;
 
 /// A node alone (no restore source to wait for), whose log no checkpoint folds away while the
 /// test runs.
 const ALONE: &str = "restore_timeout_ms = 100\ncheckpoint_interval_ms = 600000";
+
+/// Runs `shard-node check` on data directory `dir`, which must exit with `code`: its stdout.
+fn check(dir: &Path, code: i32) -> String {
+    let dir = dir.display().to_string();
+    let output = run_to_exit(&["check", "--data-dir", &dir], Duration::from_secs(10));
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    stdout
+}
+
+/// A node alone that took `times` keyed writes of 1 to counter `x`, one after another: one log
+/// record each.
+async fn node_with_ones(times: usize) -> (TestTopology, NodeProcess) {
+    let topology = TestTopology::single(ALONE);
+    let node = topology.start_shard("USA_0", 0).await;
+    let api = node.api();
+    for n in 0..times {
+        let (status, body) = api
+            .write_keyed("x", json!({"delta": 1}), &format!("x-{n}"))
+            .await;
+        assert_eq!(status, 200, "write {n}: {body}");
+    }
+    (topology, node)
+}
 
 /// The newest log segment in `dir`.
 fn newest_segment(dir: &Path) -> PathBuf {
@@ -79,17 +108,8 @@ fn text(bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn a_corrupt_log_is_refused_and_left_as_it_is() {
-    let topology = TestTopology::single(ALONE);
-    let mut node = topology.start_shard("USA_0", 0).await;
-    let api = node.api();
-    // One request each, one after another: one log record each.
-    for n in 0..1_000 {
-        let (status, body) = api
-            .write_keyed("x", json!({"delta": 1}), &format!("x-{n}"))
-            .await;
-        assert_eq!(status, 200, "write {n}: {body}");
-    }
-    assert_eq!(api.value("x").await, 1_000);
+    let (topology, mut node) = node_with_ones(1_000).await;
+    assert_eq!(node.api().value("x").await, 1_000);
     node.kill9();
 
     // One byte flipped about 100 bytes in, with hundreds of acknowledged records after it.
@@ -128,15 +148,7 @@ async fn a_corrupt_log_is_refused_and_left_as_it_is() {
         "the segment is left byte for byte as it was"
     );
 
-    let dir = data_dir.display().to_string();
-    let output = run_to_exit(&["check", "--data-dir", &dir], Duration::from_secs(10));
-    let stdout = text(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "{stdout}{}",
-        text(&output.stderr)
-    );
+    let stdout = check(&data_dir, 1);
     let verdict = format!("verdict: corrupt: {} at byte {bad}: ", segment.display());
     assert!(stdout.contains(&verdict), "{stdout}");
     assert!(
@@ -147,26 +159,10 @@ async fn a_corrupt_log_is_refused_and_left_as_it_is() {
 
 #[tokio::test]
 async fn check_reports_a_whole_data_directory() {
-    let topology = TestTopology::single(ALONE);
-    let mut node = topology.start_shard("USA_0", 0).await;
-    let api = node.api();
-    for n in 0..10 {
-        let (status, body) = api
-            .write_keyed("x", json!({"delta": 1}), &format!("x-{n}"))
-            .await;
-        assert_eq!(status, 200, "write {n}: {body}");
-    }
+    let (topology, mut node) = node_with_ones(10).await;
     assert!(node.terminate().success(), "{}", node.log_tail());
 
-    let dir = topology.shard_data_dir("USA_0", 0).display().to_string();
-    let output = run_to_exit(&["check", "--data-dir", &dir], Duration::from_secs(10));
-    let stdout = text(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{stdout}{}",
-        text(&output.stderr)
-    );
+    let stdout = check(&topology.shard_data_dir("USA_0", 0), 0);
     assert!(stdout.contains("\n  x: value 10, version "), "{stdout}");
     assert!(stdout.ends_with("verdict: whole\n"), "{stdout}");
 }

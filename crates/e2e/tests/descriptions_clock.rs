@@ -89,11 +89,7 @@ async fn a_change_made_after_a_restart_with_the_clock_behind_wins() {
     eventually(
         Duration::from_secs(5),
         "the description at the peer",
-        || {
-            let api = peer_api.clone();
-            let id = id.clone();
-            async move { (held_shards(&api, &id).await == Some(1)).then_some(()) }
-        },
+        || async { (held_shards(&peer_api, &id).await == Some(1)).then_some(()) },
     )
     .await;
 
@@ -131,15 +127,10 @@ async fn a_change_made_after_a_restart_with_the_clock_behind_wins() {
         (peer.api(), "the peer"),
         (aggregator.api(), "the aggregator"),
     ] {
-        let id = id.clone();
         eventually(
             Duration::from_secs(5),
             &format!("the change at {at}"),
-            || {
-                let api = api.clone();
-                let id = id.clone();
-                async move { (held_shards(&api, &id).await == Some(2)).then_some(()) }
-            },
+            || async { (held_shards(&api, &id).await == Some(2)).then_some(()) },
         )
         .await;
     }

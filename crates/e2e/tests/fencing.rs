@@ -53,12 +53,33 @@ async fn start_misconfigured(
     NodeProcess::start_first("shard-node", name, &args, &first, listen, topology.dir()).await
 }
 
+/// USA_0 of two slots: its topology, and the global aggregator, USA_0's and slot 0's node
+/// running (slot 1 is each test's own).
+async fn start_slot_0() -> (TestTopology, [NodeProcess; 3]) {
+    let topology = TestTopology::new(&[("USA_0", 2)], "restore_timeout_ms = 200");
+    let processes = [
+        topology.start_global_aggregator().await,
+        topology.start_datacenter_aggregator("USA_0").await,
+        topology.start_shard("USA_0", 0).await,
+    ];
+    (topology, processes)
+}
+
+/// Waits until a metric line of `api` starting with `prefix` counts more than 0.
+async fn until_counted(api: &geocount_test_support::Api, prefix: &str, what: &str) {
+    eventually(Duration::from_secs(10), what, || async {
+        let text = api.metrics().await?;
+        text.lines()
+            .any(|l| l.starts_with(prefix) && !l.ends_with(" 0"))
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
-    let topology = TestTopology::new(&[("USA_0", 2)], "restore_timeout_ms = 200");
-    let _global = topology.start_global_aggregator().await;
-    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
-    let owner = topology.start_shard("USA_0", 0).await;
+    let (topology, processes) = start_slot_0().await;
+    let [_global, aggregator, owner] = processes;
 
     // The same topology with the two shard addresses swapped: the stale node believes it owns
     // slot 0 and listens where the datacenter pulls slot 1.
@@ -101,50 +122,16 @@ async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
     // address it listens at, and the aggregator and the owner hang up before asking.
     let tls = topology.topology.tls.is_some();
     if !tls {
-        eventually(
-            Duration::from_secs(10),
-            "the aggregator refuses the stale pages",
-            || {
-                let agg = agg.clone();
-                async move {
-                    let metrics = agg.get("/metrics").await.ok()?;
-                    let text = String::from_utf8_lossy(&metrics.body).into_owned();
-                    text.lines()
-                        .any(|l| {
-                            l.starts_with(
-                                "geocount_datacenter_entries_refused_total{reason=\"slot\"}",
-                            ) && !l.ends_with(" 0")
-                        })
-                        .then_some(())
-                }
-            },
-        )
-        .await;
+        let prefix = "geocount_datacenter_entries_refused_total{reason=\"slot\"}";
+        until_counted(&agg, prefix, "the aggregator refuses the stale pages").await;
     }
     let (_, health) = agg.get_json("/healthz").await;
     let error = health["slots"]["DC_USA_0_VAL_1"]["last_error"].to_string();
     assert!(error.contains("DC_USA_0_VAL_0"), "{health}");
     if !tls {
         // The owner refuses the stale node's pages too.
-        let owner_api = owner.api();
-        eventually(
-            Duration::from_secs(10),
-            "the owner refuses the stale pages",
-            || {
-                let owner_api = owner_api.clone();
-                async move {
-                    let metrics = owner_api.get("/metrics").await.ok()?;
-                    let text = String::from_utf8_lossy(&metrics.body).into_owned();
-                    text.lines()
-                        .any(|l| {
-                            l.starts_with("geocount_shard_entries_refused_total")
-                                && !l.ends_with(" 0")
-                        })
-                        .then_some(())
-                }
-            },
-        )
-        .await;
+        let prefix = "geocount_shard_entries_refused_total";
+        until_counted(&owner.api(), prefix, "the owner refuses the stale pages").await;
     }
     for id in &ids {
         assert_eq!(owner.api().value(id).await, 5);
@@ -156,10 +143,8 @@ async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
 /// metrics, and the newer one takes no writes until the operator stops one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_node_for_a_served_slot_is_detected_and_takes_no_writes() {
-    let topology = TestTopology::new(&[("USA_0", 2)], "restore_timeout_ms = 200");
-    let _global = topology.start_global_aggregator().await;
-    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
-    let _owner0 = topology.start_shard("USA_0", 0).await;
+    let (topology, processes) = start_slot_0().await;
+    let [_global, aggregator, _owner0] = processes;
     let owner = topology.start_shard("USA_0", 1).await;
 
     let served = topology.shard_addr("USA_0", 1);
@@ -189,8 +174,7 @@ async fn a_second_node_for_a_served_slot_is_detected_and_takes_no_writes() {
 
     let (_, agg_health) = aggregator.api().get_json("/healthz").await;
     assert_eq!(agg_health["status"], "slot served twice", "{agg_health}");
-    let metrics = aggregator.api().get("/metrics").await.unwrap();
-    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    let text = aggregator.api().metrics().await.unwrap();
     assert!(
         text.lines()
             .any(|l| l == "geocount_datacenter_slot_conflicts 1"),

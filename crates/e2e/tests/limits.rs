@@ -7,6 +7,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use geocount_model::wire::{BatchEntry, EntryOutcome};
+use geocount_test_support::api::entry;
+use geocount_test_support::flood;
 use geocount_test_support::{Api, TestTopology, eventually};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,15 +20,6 @@ const ALONE: &str = "restore_timeout_ms = 100";
 /// A topology of one shard node, alone, with these `[shard]` settings.
 fn alone(settings: &str) -> TestTopology {
     TestTopology::single(&format!("{settings}\n{ALONE}"))
-}
-
-fn entry(id: &str, delta: i64) -> BatchEntry<'_> {
-    BatchEntry {
-        id,
-        delta,
-        idempotency_key: None,
-        timestamp: None,
-    }
 }
 
 /// Reads from `stream` until the server closes it (or `within` passes): what it answered.
@@ -218,8 +211,7 @@ async fn descriptions_from_peers_are_never_refused_and_count_towards_the_limit()
 
 #[tokio::test]
 async fn slow_clients_are_cut_off_and_others_keep_being_served() {
-    let topology = TestTopology::with_extra(
-        &[("USA_0", 1)],
+    let topology = TestTopology::single_with(
         ALONE,
         "[http]\nheader_read_timeout_ms = 500\nbody_read_timeout_ms = 500",
     );
@@ -512,31 +504,17 @@ async fn every_tier_refuses_huge_pages_unless_the_topology_allows_them() {
 /// still pulls the node (its connections come from another address).
 #[tokio::test]
 async fn one_host_flooding_a_node_with_idle_sockets_leaves_room_for_the_tiers() {
-    let topology = TestTopology::with_extra(
-        &[("USA_0", 1)],
+    let topology = TestTopology::single_with(
         ALONE,
         "[http]\nmax_connections = 300\nmax_connections_per_peer = 100",
     );
     let node = topology.start_shard("USA_0", 0).await;
     assert_eq!(node.api().add("flooded", 5).await.unwrap().0, 200);
     // 400 idle sockets from 127.0.0.2: more than the whole listener takes.
-    let mut flood = Vec::new();
-    for _ in 0..400 {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-        if let Ok(stream) = socket.connect(node.addr).await {
-            flood.push(stream);
-        }
-    }
+    // Given 10 s each: none is given up early, each counts against the host's share.
+    let flood = flood::from_one_host(node.addr, 400, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
-    let body = aggregator
-        .api()
-        .read_until(Duration::from_secs(5), "/counter/flooded", |s, b| {
-            s == 200 && b["value"] == 5
-        })
-        .await;
-    assert!(body["staleness_ms"].is_u64(), "{body}");
+    let _aggregator = flood::still_pulled(&topology, "flooded", Duration::from_secs(5)).await;
     // The node still answers its clients (from 127.0.0.1).
     assert_eq!(node.api().value("flooded").await, 5);
     drop(flood);

@@ -70,8 +70,7 @@ async fn check_document(tier: &str, api: &Api, slot: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn every_documented_operation_of_every_tier_answers_as_documented() {
-    let topology = TestTopology::with_extra(
-        &[("USA_0", 1)],
+    let topology = TestTopology::single_with(
         "restore_timeout_ms = 200",
         "[trending]\nwindow_seconds = 300\nthresholds = {\"#\" = 5}\n",
     );

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use geocount_model::wire::{BatchEntry, BatchRequest, EntryOutcome};
+use geocount_test_support::api::entry;
 use geocount_test_support::{Api, NodeProcess, TestTopology, eventually};
 use serde_json::{Value, json};
 
@@ -16,6 +17,22 @@ async fn start_shards(topology: &TestTopology, dc: &str, count: usize) -> Vec<No
         nodes.push(topology.start_shard(dc, slot).await);
     }
     nodes
+}
+
+/// The global aggregator, then USA_0's and ASIA_0's, then every shard node of USA_0 and of
+/// ASIA_0: ([global, USA_0's, ASIA_0's], USA_0's shard nodes, ASIA_0's).
+async fn start_usa_and_asia(
+    topology: &TestTopology,
+) -> ([NodeProcess; 3], Vec<NodeProcess>, Vec<NodeProcess>) {
+    let aggregators = [
+        topology.start_global_aggregator().await,
+        topology.start_datacenter_aggregator("USA_0").await,
+        topology.start_datacenter_aggregator("ASIA_0").await,
+    ];
+    let count = |d: usize| topology.topology.datacenters[d].shards.len();
+    let usa = start_shards(topology, "USA_0", count(0)).await;
+    let asia = start_shards(topology, "ASIA_0", count(1)).await;
+    (aggregators, usa, asia)
 }
 
 /// The counter's route as a node sees it: (numberOfShards, slot names).
@@ -40,10 +57,7 @@ async fn until_every_node_routes(nodes: &[NodeProcess], id: &str, shards: u64) {
         eventually(
             Duration::from_secs(8),
             &format!("{id}'s description at {}", node.name),
-            || {
-                let api = api.clone();
-                async move { (route(&api, id).await.0 == shards).then_some(()) }
-            },
+            || async { (route(&api, id).await.0 == shards).then_some(()) },
         )
         .await;
     }
@@ -92,15 +106,7 @@ async fn writes_land_on_the_counters_slot_from_any_node() {
 
     // A batch through one node reaches each counter's own slot.
     let ids: Vec<String> = (0..30).map(|n| format!("batch-{n}")).collect();
-    let entries: Vec<BatchEntry> = ids
-        .iter()
-        .map(|id| BatchEntry {
-            id,
-            delta: 2,
-            idempotency_key: None,
-            timestamp: None,
-        })
-        .collect();
+    let entries: Vec<BatchEntry> = ids.iter().map(|id| entry(id, 2)).collect();
     let answer = nodes[1].api().batch(&entries).await.unwrap();
     assert!(
         answer
@@ -218,11 +224,8 @@ async fn a_keyed_retry_is_deduplicated_after_the_counters_slot_count_changes() {
 #[tokio::test]
 async fn a_description_created_anywhere_reaches_every_node_of_every_datacenter() {
     let topology = TestTopology::new(&[("USA_0", 2), ("ASIA_0", 2)], "restore_timeout_ms = 500");
-    let _global = topology.start_global_aggregator().await;
-    let _usa = topology.start_datacenter_aggregator("USA_0").await;
-    let _asia = topology.start_datacenter_aggregator("ASIA_0").await;
-    let mut nodes = start_shards(&topology, "USA_0", 2).await;
-    nodes.extend(start_shards(&topology, "ASIA_0", 2).await);
+    let (_aggregators, mut nodes, asia) = start_usa_and_asia(&topology).await;
+    nodes.extend(asia);
     let (status, created) = nodes[0]
         .api()
         .create(json!({"id": "launch", "numberOfShards": 2, "windowSeconds": 60}))
@@ -266,11 +269,7 @@ async fn write_through_all(
 #[tokio::test]
 async fn a_shard_restarted_on_an_empty_disk_restores_its_slot_from_its_peers() {
     let topology = TestTopology::new(&[("USA_0", 3), ("ASIA_0", 2)], "restore_timeout_ms = 3000");
-    let global = topology.start_global_aggregator().await;
-    let _usa = topology.start_datacenter_aggregator("USA_0").await;
-    let _asia = topology.start_datacenter_aggregator("ASIA_0").await;
-    let mut nodes = start_shards(&topology, "USA_0", 3).await;
-    let asia = start_shards(&topology, "ASIA_0", 2).await;
+    let ([global, _usa, _asia], mut nodes, asia) = start_usa_and_asia(&topology).await;
     let ids: Vec<String> = (0..40).map(|n| format!("restore-{n}")).collect();
     let mut acknowledged = write_through_all(&nodes, &ids, 3).await;
     for (n, id) in ids[..6].iter().enumerate() {
@@ -298,22 +297,16 @@ async fn a_shard_restarted_on_an_empty_disk_restores_its_slot_from_its_peers() {
     eventually(
         Duration::from_secs(5),
         "the peer's replica of the victim's slot",
-        || {
-            let peer = peer.clone();
-            let slot = victim_slot.clone();
-            let want = victim_values.clone();
-            async move {
-                let answer = peer.get(&format!("/slots/{slot}/copy")).await.ok()?;
-                let copy: geocount_model::wire::SlotCopy =
-                    postcard::from_bytes(&answer.body).ok()?;
-                // Every counter at its last value, not only every counter.
-                let held: HashMap<String, i64> = copy
-                    .entries
-                    .into_iter()
-                    .map(|(id, record)| (id, record.state.value))
-                    .collect();
-                (held == want).then_some(())
-            }
+        || async {
+            let answer = peer.get(&format!("/slots/{victim_slot}/copy")).await.ok()?;
+            let copy: geocount_model::wire::SlotCopy = postcard::from_bytes(&answer.body).ok()?;
+            // Every counter at its last value, not only every counter.
+            let held: HashMap<String, i64> = copy
+                .entries
+                .into_iter()
+                .map(|(id, record)| (id, record.state.value))
+                .collect();
+            (held == victim_values).then_some(())
         },
     )
     .await;
@@ -341,14 +334,9 @@ async fn a_shard_restarted_on_an_empty_disk_restores_its_slot_from_its_peers() {
         eventually(
             Duration::from_secs(8),
             &format!("the global total of {id}"),
-            || {
-                let global = global.clone();
-                let path = path.clone();
-                async move {
-                    let body: Value = global.get(&path).await.ok()?.json();
-                    (body["value"].as_i64() == Some(*total) && body["complete"] == true)
-                        .then_some(())
-                }
+            || async {
+                let body: Value = global.get(&path).await.ok()?.json();
+                (body["value"].as_i64() == Some(*total) && body["complete"] == true).then_some(())
             },
         )
         .await;
@@ -361,11 +349,7 @@ async fn a_hot_counter_spreads_over_more_slots_and_stays_exact() {
         &[("USA_0", 3), ("ASIA_0", 2)],
         "restore_timeout_ms = 200\nhot_writes_per_slot = 40",
     );
-    let global = topology.start_global_aggregator().await;
-    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
-    let _asia_aggregator = topology.start_datacenter_aggregator("ASIA_0").await;
-    let nodes = start_shards(&topology, "USA_0", 3).await;
-    let asia = start_shards(&topology, "ASIA_0", 2).await;
+    let ([global, aggregator, _asia_aggregator], nodes, asia) = start_usa_and_asia(&topology).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
     // Six writers hammer the counter in USA_0; one writes it gently in ASIA_0.
@@ -460,12 +444,7 @@ async fn a_write_for_an_unreachable_slot_is_taken_locally_unless_it_carries_a_ke
     assert_eq!(status, 503, "a keyed write waits for its slot: {body}");
     // Batches follow the same rule entry by entry.
     let entries = [
-        BatchEntry {
-            id: &id,
-            delta: 1,
-            idempotency_key: None,
-            timestamp: None,
-        },
+        entry(&id, 1),
         BatchEntry {
             id: &id,
             delta: 1,

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use geocount_model::wire::{BatchEntry, BatchRequest};
+use geocount_test_support::api::entry;
 use geocount_test_support::{Api, Method, NodeProcess, TestTopology, eventually};
 
 /// How many counters the victim's slot gets, each with the value 57.
@@ -39,15 +40,7 @@ impl Datacenter {
     /// Writes 57 to each of `ids` through shard 0, and returns what shard 0's own slot holds
     /// once the global aggregator holds every total.
     async fn write_57(&self, ids: &[String]) -> HashMap<String, i64> {
-        let entries: Vec<BatchEntry> = ids
-            .iter()
-            .map(|id| BatchEntry {
-                id,
-                delta: 57,
-                idempotency_key: None,
-                timestamp: None,
-            })
-            .collect();
+        let entries: Vec<BatchEntry> = ids.iter().map(|id| entry(id, 57)).collect();
         self.shards[0].api().batch(&entries).await.expect("batch");
         let global = self.global.api();
         for id in ids {
@@ -329,13 +322,7 @@ async fn a_slow_large_restore_waits_and_pages() {
         eventually(
             Duration::from_secs(60),
             "every source holds shard 0 whole",
-            || {
-                let source = source.clone();
-                async move {
-                    let held_there = copy_len(&source, "DC_USA_0_VAL_0").await?;
-                    (held_there == held).then_some(())
-                }
-            },
+            || async { (copy_len(&source, "DC_USA_0_VAL_0").await? == held).then_some(()) },
         )
         .await;
     }
@@ -393,10 +380,7 @@ async fn a_keyed_retry_after_a_lost_disk_is_applied_once() {
     eventually(
         Duration::from_secs(10),
         "the peer holds shard 0 whole",
-        || {
-            let peer = peer.clone();
-            async move { (copy_len(&peer, "DC_USA_0_VAL_0").await? == held).then_some(()) }
-        },
+        || async { (copy_len(&peer, "DC_USA_0_VAL_0").await? == held).then_some(()) },
     )
     .await;
     dc.shards[0].kill9();

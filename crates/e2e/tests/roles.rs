@@ -8,29 +8,12 @@
 
 use std::time::Duration;
 
-use geocount_model::wire::{BatchEntry, BatchRequest, Cursor, SlotCopy, SyncPage, SyncRequest};
+use geocount_model::wire::{Cursor, SlotCopy, SyncPage, SyncRequest};
+use geocount_test_support::access::{
+    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, forward, topology,
+};
 use geocount_test_support::{Api, Method, NodeProcess, TestTopology};
 use serde_json::{Value, json};
-
-const READER: &str = "reader-5f0c2a9e4b7d4c1f8a3e6b2d9c0f7a14";
-const WRITER: &str = "writer-7b3e9d1c5a2f4e8b9c6d0a3f1e7b2c58";
-const ADMIN: &str = "admin-2c8f6a1e9d4b7c3f0e5a8d2b6c9f1e47";
-const SECRET: &str = "cluster-9e4d2b7f1c6a8e3d5b0f9c2a7e4d1b63";
-const FORWARDED_HEADER: &str = "x-geocount-forwarded";
-/// A header a caller might send the cluster secret itself in.
-const SECRET_HEADER: &str = "x-geocount-cluster-secret";
-const REFUSED: &str = "refused a call between tiers";
-
-/// A topology of `datacenters` with tokens and a cluster secret.
-fn topology(datacenters: &[(&str, usize)]) -> TestTopology {
-    let auth = format!(
-        "[auth]\ncluster_secret = \"{SECRET}\"\n\n\
-         [[auth.tokens]]\nname = \"dashboard\"\ntoken = \"{READER}\"\nrights = [\"read\"]\n\n\
-         [[auth.tokens]]\nname = \"web\"\ntoken = \"{WRITER}\"\nrights = [\"write\"]\n\n\
-         [[auth.tokens]]\nname = \"ops\"\ntoken = \"{ADMIN}\"\nrights = [\"admin\"]\n"
-    );
-    TestTopology::with_extra(datacenters, "restore_timeout_ms = 200", &auth)
-}
 
 /// A client of `addr` holding everything process `name` holds.
 fn as_process(t: &TestTopology, addr: std::net::SocketAddr, name: &str) -> Api {
@@ -68,35 +51,6 @@ fn assert_refused(answer: (u16, Vec<u8>), process: &str, route: &str) {
     assert_eq!(body["route"], route, "{body}");
 }
 
-/// A write of `delta` to `id` marked as forwarded, as the JSON write and as a batch.
-async fn forward(api: &Api, id: &str, delta: i64) -> [(u16, Vec<u8>); 2] {
-    let forwarded = [(FORWARDED_HEADER, "1")];
-    let path = format!("/counter/{id}/write?op=INCREMENT");
-    let single = api
-        .send(
-            Method::PATCH,
-            &path,
-            &forwarded,
-            format!(r#"{{"delta": {delta}}}"#),
-        )
-        .await
-        .unwrap();
-    let batch = postcard::to_allocvec(&BatchRequest {
-        entries: vec![BatchEntry {
-            id,
-            delta,
-            idempotency_key: None,
-            timestamp: None,
-        }],
-    })
-    .unwrap();
-    let batch = api
-        .send(Method::POST, "/batch", &forwarded, batch)
-        .await
-        .unwrap();
-    [single, batch].map(|a| (a.status.as_u16(), a.body.to_vec()))
-}
-
 async fn value(node: &NodeProcess, id: &str) -> Value {
     node.api().with_token(READER).read(id).await.1["value"].clone()
 }
@@ -109,14 +63,15 @@ async fn a_shard_node_of_another_datacenter_cannot_forward_writes_into_this_one(
     assert_eq!(writer.add("roles:likes", 5).await.unwrap().0, 200);
 
     let foreign = as_process(&t, shard.addr, "DC_ASIA_0_VAL_0");
-    let [single, batch] = forward(&foreign, "roles:likes", 100).await;
+    let [single, batch] = forward(&foreign, "roles:likes", 100)
+        .await
+        .map(|a| (a.status.as_u16(), a.body.to_vec()));
     let route = "PATCH /counter/roles:likes/write";
     assert_refused(single, "DC_ASIA_0_VAL_0", route);
     assert_refused(batch, "DC_ASIA_0_VAL_0", "POST /batch");
     // Nothing changed, and the refusal is a warning naming the caller.
     assert_eq!(value(&shard, "roles:likes").await, json!(5));
-    let log = shard.wait_for_log(REFUSED, Duration::from_secs(5)).await;
-    let line = log.lines().find(|l| l.contains(REFUSED)).unwrap();
+    let line = shard.log_line(REFUSED, Duration::from_secs(5)).await;
     assert!(
         line.contains("WARN") && line.contains("DC_ASIA_0_VAL_0"),
         "{line}"
@@ -223,7 +178,7 @@ async fn a_process_cannot_pose_as_another() {
         let (code, body) = sync(poser).await;
         assert_eq!(code, 403, "{}", String::from_utf8_lossy(&body));
         let [single, batch] = forward(poser, "roles:pose", 100).await;
-        assert_eq!((single.0, batch.0), (403, 403));
+        assert_eq!((single.status.as_u16(), batch.status.as_u16()), (403, 403));
     }
     assert_eq!(value(&shard, "roles:pose").await, json!(3));
     // The process itself is let in.

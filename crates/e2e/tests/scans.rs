@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use geocount_model::wire::BatchEntry;
+use geocount_test_support::api::entry;
 use geocount_test_support::{Api, TestTopology};
 
 /// Counters held; enough that one scan takes many runs of the replica's lock.
@@ -64,11 +65,8 @@ async fn scan_loop(api: Api, until: Instant) -> ScanLoop {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reads_keep_answering_while_rankings_scan_every_counter() {
-    let topology = TestTopology::with_extra(
-        &[("USA_0", 1)],
-        "",
-        &format!("[http]\nmax_concurrent_scans = {MAX_SCANS}\n"),
-    );
+    let topology =
+        TestTopology::single_with("", &format!("[http]\nmax_concurrent_scans = {MAX_SCANS}\n"));
     let shard = topology.start_shard("USA_0", 0).await;
     let _datacenter = topology.start_datacenter_aggregator("USA_0").await;
     let global = topology.start_global_aggregator().await;
@@ -83,10 +81,8 @@ async fn reads_keep_answering_while_rankings_scan_every_counter() {
         let entries: Vec<BatchEntry> = chunk
             .iter()
             .map(|id| BatchEntry {
-                id,
-                delta: 1,
-                idempotency_key: None,
                 timestamp: Some(now),
+                ..entry(id, 1)
             })
             .collect();
         shard.api().batch(&entries).await.expect("batch");

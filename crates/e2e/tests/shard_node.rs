@@ -7,12 +7,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use geocount_model::wire::{BatchEntry, EntryOutcome};
+use geocount_net::Answer;
+use geocount_test_support::api::entry;
 use geocount_test_support::{Api, Method, TestTopology};
 use serde_json::json;
 
 /// These tests run a shard node without its datacenter aggregator: a fresh node need not wait
 /// long for a restore source that is not there.
 const ALONE: &str = "restore_timeout_ms = 100";
+
+/// `POST /counters/{id}/increment`, the alias taking a signed `delta`.
+async fn alias_increment(api: &Api, id: &str, delta: i64) -> Answer {
+    let path = format!("/counters/{id}/increment");
+    let body = format!(r#"{{"delta": {delta}}}"#);
+    api.send(Method::POST, &path, &[], body).await.unwrap()
+}
 
 #[tokio::test]
 async fn create_write_and_read_round_trip() {
@@ -68,15 +77,7 @@ async fn create_write_and_read_round_trip() {
     assert_eq!(body["value"], 4);
 
     // The alias takes signed deltas.
-    let answer = api
-        .send(
-            Method::POST,
-            "/counters/tweet:1:likes/increment",
-            &[],
-            r#"{"delta": -10}"#,
-        )
-        .await
-        .unwrap();
+    let answer = alias_increment(&api, "tweet:1:likes", -10).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.json()["value"], -6);
     assert_eq!(api.value("tweet:1:likes").await, -6);
@@ -280,37 +281,12 @@ async fn bad_input_is_refused_with_a_json_error_and_changes_nothing() {
     let (status, body) = api.add("big", 1).await.unwrap();
     assert_eq!(status, 422, "{body}");
     assert_eq!(api.value("big").await, i64::MAX);
-    let answer = api
-        .send(
-            Method::POST,
-            "/counters/neg/increment",
-            &[],
-            format!(r#"{{"delta": {}}}"#, i64::MIN),
-        )
-        .await
-        .unwrap();
-    assert_eq!(answer.status, 200);
-    let answer = api
-        .send(
-            Method::POST,
-            "/counters/neg/increment",
-            &[],
-            r#"{"delta": -1}"#,
-        )
-        .await
-        .unwrap();
-    assert_eq!(answer.status, 422);
+    assert_eq!(alias_increment(&api, "neg", i64::MIN).await.status, 200);
+    assert_eq!(alias_increment(&api, "neg", -1).await.status, 422);
     assert_eq!(api.value("neg").await, i64::MIN);
 
     // Too many batch entries: 413 for the whole batch.
-    let entries: Vec<BatchEntry> = (0..11)
-        .map(|_| BatchEntry {
-            id: "c",
-            delta: 1,
-            idempotency_key: None,
-            timestamp: None,
-        })
-        .collect();
+    let entries: Vec<BatchEntry> = (0..11).map(|_| entry("c", 1)).collect();
     let (status, error) = api.batch(&entries).await.unwrap_err();
     assert_eq!(status, 413, "{error}");
     // Trailing bytes after a valid batch are malformed.
@@ -346,48 +322,23 @@ async fn batches_are_answered_per_entry() {
     let long = "y".repeat(300);
     api.add("near-max", i64::MAX - 1).await.unwrap();
     let entries = [
-        BatchEntry {
-            id: "a",
-            delta: 5,
-            idempotency_key: None,
-            timestamp: None,
-        },
-        BatchEntry {
-            id: &long,
-            delta: 1,
-            idempotency_key: None,
-            timestamp: None,
-        },
+        entry("a", 5),
+        entry(&long, 1),
         BatchEntry {
             id: "a",
             delta: -2,
             idempotency_key: Some("batch-key"),
             timestamp: Some(1_700_000_000),
         },
-        BatchEntry {
-            id: "b",
-            delta: 0,
-            idempotency_key: None,
-            timestamp: None,
-        },
-        BatchEntry {
-            id: "near-max",
-            delta: 2,
-            idempotency_key: None,
-            timestamp: None,
-        },
+        entry("b", 0),
+        entry("near-max", 2),
         BatchEntry {
             id: "a",
             delta: -2,
             idempotency_key: Some("batch-key"),
             timestamp: None,
         },
-        BatchEntry {
-            id: "b",
-            delta: 4,
-            idempotency_key: None,
-            timestamp: None,
-        },
+        entry("b", 4),
     ];
     let answer = api.batch(&entries).await.unwrap();
     assert_eq!(answer.slot, "DC_USA_0_VAL_0");
@@ -602,12 +553,7 @@ async fn metrics_and_health_are_served() {
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
     api.add("m", 1).await.unwrap();
-    let entries = [BatchEntry {
-        id: "m",
-        delta: 2,
-        idempotency_key: None,
-        timestamp: None,
-    }];
+    let entries = [entry("m", 2)];
     api.batch(&entries).await.unwrap();
     let health = api.get("/healthz").await.unwrap();
     assert_eq!(health.status, 200);

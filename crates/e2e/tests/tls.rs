@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use geocount_net::tls::{TierTls, client_config, tls_connector};
 use geocount_net::{Connect, Connecting, connecting, error_response};
+use geocount_test_support::flood;
 use geocount_test_support::tls::{self, TestCa};
 use geocount_test_support::{Api, TestTopology, eventually};
 use hyper::StatusCode;
@@ -241,24 +242,9 @@ async fn silent_handshakes_from_one_host_do_not_stop_a_node_accepting() {
     assert_eq!(status, 200);
     // More silent sockets from 127.0.0.2 than a listener runs handshakes at once.
     // (A connect the listen backlog holds is given up after 100 ms: the flood need not wait.)
-    let mut flood = Vec::new();
-    for _ in 0..1_200 {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-        let connect = socket.connect(node.addr);
-        if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(100), connect).await {
-            flood.push(stream);
-        }
-    }
-    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let flood = flood::from_one_host(node.addr, 1_200, Duration::from_millis(100)).await;
     // Well inside the 10 s a silent handshake may take.
-    let body = aggregator
-        .api()
-        .read_until(Duration::from_secs(3), "/counter/tls:flooded", |s, b| {
-            s == 200 && b["value"] == 5
-        })
-        .await;
-    assert!(body["staleness_ms"].is_u64(), "{body}");
+    let _aggregator = flood::still_pulled(&topology, "tls:flooded", Duration::from_secs(3)).await;
     drop(flood);
 }
 
@@ -283,8 +269,7 @@ impl Connect for FromSecondHost {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_holding_every_connection_leave_the_tiers_theirs() {
     tls::force();
-    let topology = TestTopology::with_extra(
-        &[("USA_0", 1)],
+    let topology = TestTopology::single_with(
         FAST_START,
         "[http]\nmax_connections = 40\nmax_connections_per_peer = 40\n\
          header_read_timeout_ms = 60000",

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use geocount_model::SlotId;
 use geocount_model::unique::STANDARD_ERROR;
-use geocount_model::wire::{BatchEntry, EntryOutcome, ItemEntry};
+use geocount_model::wire::{EntryOutcome, ItemEntry};
+use geocount_test_support::api::entry;
 use geocount_test_support::{Method, TestCluster, TestTopology};
 use serde_json::{Value, json};
 
@@ -330,15 +331,7 @@ async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_
         matches!(answer.outcomes[1], EntryOutcome::Applied { value: 1, .. }),
         "{answer:?}"
     );
-    let answer = usa
-        .batch(&[BatchEntry {
-            id: "visitors",
-            delta: 1,
-            idempotency_key: None,
-            timestamp: None,
-        }])
-        .await
-        .unwrap();
+    let answer = usa.batch(&[entry("visitors", 1)]).await.unwrap();
     assert!(
         matches!(&answer.outcomes[0], EntryOutcome::Refused { status: 400, error } if error.contains("unique counter")),
         "{answer:?}"

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use geocount_model::wire::{BatchEntry, EntryOutcome};
+use geocount_test_support::api::entry;
 use geocount_test_support::{Api, TestTopology};
 use serde_json::json;
 
@@ -55,46 +56,29 @@ async fn the_design_notes_hit_counter_holds_through_the_global_aggregator() {
             s == 200 && b["value"] == 4
         })
         .await;
-    let at_300 = global
-        .get("/counter/hits?window=300&at=300")
-        .await
-        .unwrap()
-        .json();
+    let at_300 = global.get_json("/counter/hits?window=300&at=300").await.1;
     assert_eq!(at_300["value"], 4, "{at_300}");
-    let at_301 = global
-        .get("/counter/hits?window=300&at=301")
-        .await
-        .unwrap()
-        .json();
+    let at_301 = global.get_json("/counter/hits?window=300&at=301").await.1;
     assert_eq!(at_301["value"], 3, "{at_301}");
 
     // The same holds at each tier for its own part.
     let usa_dc = aggregators[0].api();
-    let part = usa_dc
-        .get("/counter/hits?window=300&at=301")
-        .await
-        .unwrap()
-        .json();
+    let part = usa_dc.get_json("/counter/hits?window=300&at=301").await.1;
     assert_eq!(
         part["value"], 1,
         "only the hit at 300 is USA's in (1, 301]: {part}"
     );
     let slot = usa
         .api()
-        .get("/counter/hits?window=300&at=300")
+        .get_json("/counter/hits?window=300&at=300")
         .await
-        .unwrap()
-        .json();
+        .1;
     assert_eq!(
         (slot["value"].as_i64(), slot["slot"].as_str()),
         (Some(2), Some("DC_USA_0_VAL_0"))
     );
     // Shorter windows count only their own seconds.
-    let short = global
-        .get("/counter/hits?window=2&at=3")
-        .await
-        .unwrap()
-        .json();
+    let short = global.get_json("/counter/hits?window=2&at=3").await.1;
     assert_eq!(short["value"], 2, "hits at 2 and 3: {short}");
 }
 
@@ -161,16 +145,12 @@ async fn timestamps_far_ahead_and_bad_window_reads_are_refused() {
     );
     let entries = [
         BatchEntry {
-            id: "clock",
-            delta: 1,
-            idempotency_key: None,
             timestamp: Some(now + 3600),
+            ..entry("clock", 1)
         },
         BatchEntry {
-            id: "clock",
-            delta: 1,
-            idempotency_key: None,
             timestamp: Some(now),
+            ..entry("clock", 1)
         },
     ];
     let outcomes = api.batch(&entries).await.unwrap().outcomes;

@@ -10,6 +10,7 @@ use geocount_model::wire::{
 };
 use geocount_net::{Answer, ClientError, Connector, HttpClient, tcp_connector};
 use hyper::Method;
+use serde::Serialize;
 use serde_json::Value;
 
 /// A client bound to one node.
@@ -30,6 +31,16 @@ pub fn encode_id(id: &str) -> String {
         }
     }
     out
+}
+
+/// A batch entry of `delta` to `id`, with no idempotency key and no timestamp.
+pub fn entry(id: &str, delta: i64) -> BatchEntry<'_> {
+    BatchEntry {
+        id,
+        delta,
+        idempotency_key: None,
+        timestamp: None,
+    }
 }
 
 impl Api {
@@ -78,6 +89,12 @@ impl Api {
     /// `GET path`.
     pub async fn get(&self, path: &str) -> Result<Answer, ClientError> {
         self.client.get(&format!("{}{path}", self.base)).await
+    }
+
+    /// The text of `GET /metrics` (`None` when no answer came).
+    pub async fn metrics(&self) -> Option<String> {
+        let answer = self.get("/metrics").await.ok()?;
+        Some(String::from_utf8_lossy(&answer.body).into_owned())
     }
 
     /// Any request, with a raw body.
@@ -206,11 +223,8 @@ impl Api {
 
     /// `POST /batch` with postcard entries; the decoded answer, or the status and JSON error.
     pub async fn batch(&self, entries: &[BatchEntry<'_>]) -> Result<BatchResponse, (u16, Value)> {
-        let body = postcard::to_allocvec(&BatchRequest {
-            entries: entries.to_vec(),
-        })
-        .expect("encode batch");
-        self.post_batch("/batch", body).await
+        let entries = entries.to_vec();
+        self.post_batch("/batch", &BatchRequest { entries }).await
     }
 
     /// `POST /batch/items` with postcard item entries; the decoded answer, or the status and
@@ -219,11 +233,9 @@ impl Api {
         &self,
         entries: &[ItemEntry<'_>],
     ) -> Result<BatchResponse, (u16, Value)> {
-        let body = postcard::to_allocvec(&ItemBatchRequest {
-            entries: entries.to_vec(),
-        })
-        .expect("encode item batch");
-        self.post_batch("/batch/items", body).await
+        let entries = entries.to_vec();
+        self.post_batch("/batch/items", &ItemBatchRequest { entries })
+            .await
     }
 
     /// `POST /batch` with `Prefer: return=minimal`: the decoded summary and the answer's
@@ -232,25 +244,17 @@ impl Api {
         &self,
         entries: &[BatchEntry<'_>],
     ) -> Result<(BatchSummary, Option<String>), (u16, Value)> {
-        let body = postcard::to_allocvec(&BatchRequest {
-            entries: entries.to_vec(),
-        })
-        .expect("encode batch");
+        let entries = entries.to_vec();
         let answer = self
-            .send(
-                Method::POST,
+            .post_postcard(
                 "/batch",
                 &[
                     ("content-type", POSTCARD_CONTENT_TYPE),
                     ("prefer", "respond-async, return=minimal"),
                 ],
-                body,
+                &BatchRequest { entries },
             )
-            .await
-            .map_err(|e| (0, Value::String(e.to_string())))?;
-        if answer.status != 200 {
-            return Err((answer.status.as_u16(), answer.json()));
-        }
+            .await?;
         let applied = answer
             .headers
             .get("preference-applied")
@@ -261,19 +265,32 @@ impl Api {
         ))
     }
 
-    async fn post_batch(&self, path: &str, body: Vec<u8>) -> Result<BatchResponse, (u16, Value)> {
+    async fn post_batch(
+        &self,
+        path: &str,
+        request: &impl Serialize,
+    ) -> Result<BatchResponse, (u16, Value)> {
+        let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
+        let answer = self.post_postcard(path, &headers, request).await?;
+        Ok(postcard::from_bytes(&answer.body).expect("decode batch answer"))
+    }
+
+    /// `POST path` with `request` in postcard: the answer if it is a 200, else the status and
+    /// JSON error (status 0 when no answer came).
+    async fn post_postcard(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        request: &impl Serialize,
+    ) -> Result<Answer, (u16, Value)> {
+        let body = postcard::to_allocvec(request).expect("encode the request");
         let answer = self
-            .send(
-                Method::POST,
-                path,
-                &[("content-type", POSTCARD_CONTENT_TYPE)],
-                body,
-            )
+            .send(Method::POST, path, headers, body)
             .await
             .map_err(|e| (0, Value::String(e.to_string())))?;
         if answer.status != 200 {
             return Err((answer.status.as_u16(), answer.json()));
         }
-        Ok(postcard::from_bytes(&answer.body).expect("decode batch answer"))
+        Ok(answer)
     }
 }

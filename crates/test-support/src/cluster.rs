@@ -94,6 +94,11 @@ impl TestTopology {
         Self::new(&[("USA_0", 1)], shard_toml)
     }
 
+    /// Like [`TestTopology::single`], with `extra_toml` as in [`TestTopology::with_extra`].
+    pub fn single_with(shard_toml: &str, extra_toml: &str) -> Self {
+        Self::with_extra(&[("USA_0", 1)], shard_toml, extra_toml)
+    }
+
     /// The temporary directory everything lives in.
     pub fn dir(&self) -> &Path {
         self.dir.path()

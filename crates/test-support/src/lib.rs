@@ -7,12 +7,16 @@
 //! - [`process`]: [`NodeProcess`], a running binary that is killed when dropped (so a failing
 //!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT.
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
+//! - [`access`]: the tokens and cluster secret of the access-control tests.
+//! - [`flood`]: one host's idle connections flooding a node, and the tiers still reaching it.
 //! - [`tls`]: a test CA issuing every test process a certificate, and TLS clients trusting it
 //!   (`E2E_TLS=1` runs the end-to-end tests over TLS).
 //! - [`wait`]: [`eventually`], polling a condition until it holds or a deadline passes.
 
+pub mod access;
 pub mod api;
 pub mod cluster;
+pub mod flood;
 pub mod ports;
 pub mod process;
 pub mod sandbox;

@@ -191,6 +191,13 @@ impl NodeProcess {
         }
     }
 
+    /// The first line of the log holding `text`, waiting for it as [`Self::wait_for_log`] does.
+    pub async fn log_line(&mut self, text: &str, within: Duration) -> String {
+        let log = self.wait_for_log(text, within).await;
+        let line = log.lines().find(|l| l.contains(text));
+        line.expect("a line holding the text").to_owned()
+    }
+
     /// The process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
