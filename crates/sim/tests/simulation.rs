@@ -58,42 +58,33 @@ fn check(scenario: Scenario) {
     );
 }
 
-#[test]
-fn partition() {
-    check(Scenario::Partition);
+/// One test per scenario (they run in parallel, and each can be run alone by its name), and
+/// [`ALL`] of them.
+macro_rules! scenarios {
+    ($($test:ident: $scenario:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                check(Scenario::$scenario);
+            }
+        )*
+        const ALL: &[Scenario] = &[$(Scenario::$scenario),*];
+    };
 }
 
-#[test]
-fn crash() {
-    check(Scenario::Crash);
-}
-
-#[test]
-fn delay() {
-    check(Scenario::Delay);
-}
-
-#[test]
-fn aggregator_crash() {
-    check(Scenario::AggregatorCrash);
-}
-
-#[test]
-fn lost_disk() {
-    check(Scenario::LostDisk);
+scenarios! {
+    partition: Partition,
+    crash: Crash,
+    delay: Delay,
+    aggregator_crash: AggregatorCrash,
+    lost_disk: LostDisk,
 }
 
 /// The same seed twice gives the same run: the same faults at the same instants, the same
 /// number of requests, the same acknowledgements and the same convergence time.
 #[test]
 fn a_seed_replays_exactly() {
-    for scenario in [
-        Scenario::Partition,
-        Scenario::Crash,
-        Scenario::Delay,
-        Scenario::AggregatorCrash,
-        Scenario::LostDisk,
-    ] {
+    for &scenario in ALL {
         let first = run(scenario, 7).expect("seed 7 passes");
         let second = run(scenario, 7).expect("seed 7 passes");
         assert_eq!(first, second, "{scenario}: two runs of seed 7 differ");

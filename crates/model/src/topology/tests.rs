@@ -35,6 +35,21 @@ fn load(text: &str) -> Result<Topology, TopologyError> {
     Topology::load_with_env(&path, Env::prefixed("GEOCOUNT_TEST_NEVER_SET_"))
 }
 
+/// [`GOOD`] with `setting` in `[section]`.
+fn load_with(section: &str, setting: &str) -> Result<Topology, TopologyError> {
+    load(&format!("{GOOD}\n[{section}]\n{setting}\n"))
+}
+
+/// Why [`GOOD`] with `setting` in `[section]` is refused.
+fn refused(section: &str, setting: &str) -> TopologyError {
+    load_with(section, setting).unwrap_err()
+}
+
+/// Asserts that [`GOOD`] with `setting` in `[section]` is refused, naming `key`.
+fn assert_refused_at(section: &str, setting: &str, key: &str) {
+    assert_eq!(refused(section, setting).key, key);
+}
+
 /// Hostile input (issue #7, seen while writing the `topology` fuzz target): the placement ring is built in memory from
 /// `shard.virtual_nodes` points per slot, so an unbounded count could exhaust memory (and
 /// overflowed `slots * virtual_nodes` in `Placement::new`).
@@ -86,10 +101,8 @@ fn duplicate_address_names_the_key() {
 fn bad_values_name_the_key() {
     let err = load(&GOOD.replace("127.0.0.1:7000", "nowhere")).unwrap_err();
     assert_eq!(err.key, "global.listen");
-    let err = load(&format!("{GOOD}\n[shard]\ndurability = \"maybe\"\n")).unwrap_err();
-    assert_eq!(err.key, "shard.durability");
-    let err = load(&format!("{GOOD}\n[shard]\nmax_batch_entries = 0\n")).unwrap_err();
-    assert_eq!(err.key, "shard.max_batch_entries");
+    assert_refused_at("shard", "durability = \"maybe\"", "shard.durability");
+    assert_refused_at("shard", "max_batch_entries = 0", "shard.max_batch_entries");
     let err = load(&GOOD.replace("ASIA_0", "ASIA-0")).unwrap_err();
     assert_eq!(err.key, "datacenters[1].name");
     let err = load(&GOOD.replace("listen", "lisen")).unwrap_err();
@@ -99,11 +112,10 @@ fn bad_values_name_the_key() {
 #[test]
 fn huge_pages_are_off_unless_memory_says_so() {
     assert!(!load(GOOD).unwrap().memory.huge_pages);
-    let on = load(&format!("{GOOD}\n[memory]\nhuge_pages = true\n")).unwrap();
+    let on = load_with("memory", "huge_pages = true").unwrap();
     assert!(on.memory.huge_pages);
-    let err = load(&format!("{GOOD}\n[memory]\nhuge_pages = \"yes\"\n")).unwrap_err();
-    assert_eq!(err.key, "memory.huge_pages");
-    let err = load(&format!("{GOOD}\n[memory]\nhuge_page = true\n")).unwrap_err();
+    assert_refused_at("memory", "huge_pages = \"yes\"", "memory.huge_pages");
+    let err = refused("memory", "huge_page = true");
     assert!(err.to_string().contains("huge_page"), "{err}");
 }
 
@@ -112,31 +124,38 @@ fn trending_thresholds_default_to_none_and_are_validated() {
     let t = load(GOOD).unwrap();
     assert_eq!(t.trending, TrendingConfig::default());
     assert_eq!(t.trending.window_seconds, 300);
-    let text = format!("{GOOD}\n[trending]\nwindow_seconds = 60\nthresholds = {{\"#\" = 10000}}\n");
-    let t = load(&text).unwrap();
+    let t = load_with(
+        "trending",
+        "window_seconds = 60\nthresholds = {\"#\" = 10000}",
+    )
+    .unwrap();
     assert_eq!(t.trending.window_seconds, 60);
     assert_eq!(t.trending.threshold("#"), Ok(10_000));
     assert_eq!(
         t.trending.threshold("@"),
         Err("no trending threshold for prefix \"@\" (configured: \"#\")".to_owned())
     );
-    let err = load(&format!("{GOOD}\n[trending]\nwindow_seconds = 0\n")).unwrap_err();
-    assert_eq!(err.key, "trending.window_seconds");
-    let err = load(&format!("{GOOD}\n[trending]\nwindow_seconds = 7200\n")).unwrap_err();
-    assert_eq!(err.key, "trending.window_seconds");
-    let err = load(&format!("{GOOD}\n[trending]\nthresholds = {{\"#\" = 0}}\n")).unwrap_err();
-    assert_eq!(err.key, "trending.thresholds.\"#\"");
-    let err = load(&format!("{GOOD}\n[trending]\nwindow = 5\n")).unwrap_err();
+    assert_refused_at("trending", "window_seconds = 0", "trending.window_seconds");
+    assert_refused_at(
+        "trending",
+        "window_seconds = 7200",
+        "trending.window_seconds",
+    );
+    assert_refused_at(
+        "trending",
+        "thresholds = {\"#\" = 0}",
+        "trending.thresholds.\"#\"",
+    );
+    let err = refused("trending", "window = 5");
     assert!(err.to_string().contains("window"), "{err}");
 }
 
 #[test]
 fn the_clock_skew_bound_defaults_to_a_minute_and_must_be_positive() {
     assert_eq!(load(GOOD).unwrap().sync.max_clock_skew_ms, 60_000);
-    let set = load(&format!("{GOOD}\n[sync]\nmax_clock_skew_ms = 5000\n")).unwrap();
+    let set = load_with("sync", "max_clock_skew_ms = 5000").unwrap();
     assert_eq!(set.sync.max_clock_skew_ms, 5_000);
-    let err = load(&format!("{GOOD}\n[sync]\nmax_clock_skew_ms = 0\n")).unwrap_err();
-    assert_eq!(err.key, "sync.max_clock_skew_ms");
+    assert_refused_at("sync", "max_clock_skew_ms = 0", "sync.max_clock_skew_ms");
 }
 
 #[test]
@@ -162,7 +181,7 @@ fn byte_limits_have_defaults_and_are_validated() {
         ),
         ("aggregator", "global_max_state_byte = 1", "aggregator"),
     ] {
-        let err = load(&format!("{GOOD}\n[{section}]\n{setting}\n")).unwrap_err();
+        let err = refused(section, setting);
         assert!(err.key.starts_with(key), "{setting}: {err}");
         assert!(err.to_string().contains("topology.toml"), "{err}");
     }

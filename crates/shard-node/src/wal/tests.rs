@@ -43,6 +43,15 @@ fn a_then_b(dir: &Path) -> Wal {
     wal
 }
 
+/// Rewrites segment 1 in `dir` as `change` leaves its bytes; those bytes.
+fn change_segment_1(dir: &Path, change: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let path = segment_path(dir, 1);
+    let mut bytes = fs::read(&path).unwrap();
+    change(&mut bytes);
+    fs::write(&path, &bytes).unwrap();
+    bytes
+}
+
 fn replay_all(dir: &Path) -> Result<Vec<LogRecord>, StorageError> {
     let mut records = Vec::new();
     replay(&OsDisk, dir, |r| records.push(r))?;
@@ -103,11 +112,7 @@ fn flipped_bit_in_the_newest_segment_is_a_torn_tail() {
     let wal = a_then_b(dir.path());
     let written = wal.len() as usize;
     drop(wal);
-    let path = segment_path(dir.path(), 1);
-    let mut bytes = fs::read(&path).unwrap();
-    let last = written - 1;
-    bytes[last] ^= 0x40;
-    fs::write(&path, &bytes).unwrap();
+    change_segment_1(dir.path(), |bytes| bytes[written - 1] ^= 0x40);
     assert_eq!(replay_all(dir.path()).unwrap(), vec![record("a", 1, 1)]);
 }
 
@@ -119,10 +124,7 @@ fn corruption_in_an_older_segment_stops_replay() {
     wal.rotate().unwrap();
     wal.append(&record("b", 2, 2)).unwrap();
     drop(wal);
-    let path = segment_path(dir.path(), 1);
-    let mut bytes = fs::read(&path).unwrap();
-    bytes[HEADER_BYTES] ^= 0xff;
-    fs::write(&path, &bytes).unwrap();
+    change_segment_1(dir.path(), |bytes| bytes[HEADER_BYTES] ^= 0xff);
     let err = replay_all(dir.path()).unwrap_err();
     assert!(
         matches!(err, StorageError::Corrupt { offset: 0, .. }),
@@ -190,11 +192,10 @@ fn a_record_torn_inside_the_reserved_space_is_cut_off() {
     wal.append(&record("b", 2, 2)).unwrap();
     wal.sync().unwrap();
     drop(wal);
-    let path = segment_path(dir.path(), 1);
-    let mut bytes = fs::read(&path).unwrap();
     // Only the second record's header reached the disk.
-    bytes[first as usize + HEADER_BYTES..].fill(0);
-    fs::write(&path, &bytes).unwrap();
+    change_segment_1(dir.path(), |bytes| {
+        bytes[first as usize + HEADER_BYTES..].fill(0)
+    });
     assert_eq!(replay_all(dir.path()).unwrap(), vec![record("a", 1, 1)]);
     assert_eq!(file_len(dir.path(), 1), first);
 }
@@ -225,17 +226,14 @@ fn five_records(dir: &Path, reserved: bool) -> Vec<usize> {
 /// Changes segment 1 with `damage`, then checks that replay refuses it as corrupt at
 /// `offset` and leaves the file as it was.
 fn assert_refused(dir: &Path, offset: usize, damage: impl FnOnce(&mut Vec<u8>)) {
-    let path = segment_path(dir, 1);
-    let mut bytes = fs::read(&path).unwrap();
-    damage(&mut bytes);
-    fs::write(&path, &bytes).unwrap();
+    let bytes = change_segment_1(dir, damage);
     let err = replay_all(dir).unwrap_err();
     assert!(
         matches!(&err, StorageError::Corrupt { offset: at, .. } if *at == offset as u64),
         "{err}"
     );
     assert!(
-        fs::read(&path).unwrap() == bytes,
+        fs::read(segment_path(dir, 1)).unwrap() == bytes,
         "the file is left as it was"
     );
 }
@@ -308,10 +306,7 @@ fn an_undecodable_last_record_is_corruption() {
 fn a_scan_reads_without_cutting() {
     let dir = tempfile::tempdir().unwrap();
     let starts = five_records(dir.path(), false);
-    let path = segment_path(dir.path(), 1);
-    let mut bytes = fs::read(&path).unwrap();
-    bytes.truncate(bytes.len() - 2);
-    fs::write(&path, &bytes).unwrap();
+    let bytes = change_segment_1(dir.path(), |bytes| bytes.truncate(bytes.len() - 2));
     let mut records = 0;
     let scan = scan_segment(&OsDisk, dir.path(), 1, true, |_| records += 1).unwrap();
     assert_eq!(
@@ -324,7 +319,7 @@ fn a_scan_reads_without_cutting() {
     );
     assert_eq!(records, 4);
     assert!(scan.corruption().is_none());
-    assert!(fs::read(&path).unwrap() == bytes);
+    assert!(fs::read(segment_path(dir.path(), 1)).unwrap() == bytes);
     // The same bytes in an older segment are corruption.
     let older = scan_segment(&OsDisk, dir.path(), 1, false, |_| {}).unwrap();
     assert!(older.corruption().is_some(), "{older:?}");
@@ -343,10 +338,7 @@ fn a_large_torn_record_is_cut_off() {
     wal.sync().unwrap();
     let torn_at = first + (wal.len() - first) / 2;
     drop(wal);
-    let path = segment_path(dir.path(), 1);
-    let mut bytes = fs::read(&path).unwrap();
-    bytes[torn_at as usize..].fill(0);
-    fs::write(&path, &bytes).unwrap();
+    change_segment_1(dir.path(), |bytes| bytes[torn_at as usize..].fill(0));
     let started = std::time::Instant::now();
     assert_eq!(replay_all(dir.path()).unwrap(), vec![record("a", 1, 1)]);
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
