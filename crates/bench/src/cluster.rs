@@ -12,10 +12,10 @@ use serde::Serialize;
 
 use crate::batch::{self};
 use crate::figure::{Figure, Unit};
-use crate::procs::{Server, free_address, output};
+use crate::procs::output;
 use crate::steps::{
-    BATCH_SIZE, COUNTERS, Plan, READ_COUNTERS, WrkFigures, ZIPF_EXPONENT, sample_ids, wait_visible,
-    wrk_repeated,
+    BATCH_SIZE, COUNTERS, Plan, READ_COUNTERS, WrkFigures, ZIPF_EXPONENT, sample_ids,
+    start_ceiling, wait_visible, wrk_repeated,
 };
 use crate::topo::{self, Running};
 use crate::wrk::{self, Script, WrkRun};
@@ -76,14 +76,8 @@ async fn cluster_runs(
 
     // The bound on reads under load: the bare hyper server read by the same wrk while the
     // same writes run, in turns with the global aggregator's samples.
-    let ceiling_address = free_address()?;
-    let ceiling = Server::start(
-        &bin_dir.join("bench-ceiling"),
-        &[ceiling_address.to_string()],
-        ceiling_address,
-        &dir.join("bench-ceiling-cluster.log"),
-    )
-    .await?;
+    let (ceiling, ceiling_address) =
+        start_ceiling(bin_dir, &[], &dir.join("bench-ceiling-cluster.log")).await?;
     let samples = async {
         let (mut reads, mut ceiling_reads, mut reports) = (Vec::new(), Vec::new(), Vec::new());
         for run in 0..plan.repeats {

@@ -18,7 +18,7 @@ mod steps;
 mod topo;
 mod wrk;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -104,17 +104,51 @@ struct Results {
     failures: Vec<String>,
 }
 
-/// A step's figures; a failed step is recorded in `failures` and the run goes on.
-fn kept<T>(failures: &mut Vec<String>, step: &str, result: anyhow::Result<T>) -> Option<T> {
-    match result {
-        Ok(figures) => Some(figures),
-        Err(error) => {
-            let failure = format!("step {step} failed: {error:#}");
-            eprintln!("{failure}");
-            failures.push(failure);
-            None
+impl Step {
+    /// Its name on the command line, which also names it in `failures`.
+    fn name(self) -> String {
+        self.to_possible_value()
+            .map(|value| value.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The line printed as it starts.
+    fn banner(self, topology: &Path) -> String {
+        match self {
+            Step::Redis => "step 1: Redis (redis-benchmark -t incr -c 50 -r 100000)".to_owned(),
+            Step::Ceiling => "step 2: the hyper ceiling (wrk)".to_owned(),
+            Step::Node => "step 3: one shard node, durable".to_owned(),
+            Step::Curve => "step 3b: per-write cost as counters grow".to_owned(),
+            Step::Cluster => format!("step 4: the cluster of {}", topology.display()),
+            Step::Memory => "step 5: memory per counter".to_owned(),
+            Step::Restore => "step 6: restoring a lost slot from its datacenter".to_owned(),
+            Step::Scan => "step 7: global reads while rankings scan every counter".to_owned(),
         }
     }
+}
+
+/// Runs `step` and keeps its figures in `results`; the caller records a failure and goes on.
+async fn run_step(
+    step: Step,
+    results: &mut Results,
+    plan: &Plan,
+    dir: &Path,
+    bin_dir: &Path,
+    shape: &Topology,
+) -> anyhow::Result<()> {
+    match step {
+        Step::Redis => results.redis = Some(steps::redis(plan, dir).await?),
+        Step::Ceiling => results.ceiling = Some(steps::ceiling(plan, dir, bin_dir).await?),
+        Step::Node => results.node = Some(steps::node(plan, dir, bin_dir).await?),
+        Step::Curve => results.curve = Some(steps::curve(plan, dir, bin_dir).await?),
+        Step::Cluster => {
+            results.cluster = Some(cluster::cluster(plan, dir, bin_dir, shape).await?);
+        }
+        Step::Memory => results.memory = Some(memory::memory(plan, dir, bin_dir, shape).await?),
+        Step::Restore => results.restore = Some(restore::restore(plan, dir, bin_dir).await?),
+        Step::Scan => results.scan = Some(scan::scan(plan, dir, bin_dir).await?),
+    }
+    Ok(())
 }
 
 fn machine() -> String {
@@ -467,69 +501,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         scan: None,
         failures: Vec::new(),
     };
-    if wants(Step::Redis) {
-        println!("step 1: Redis (redis-benchmark -t incr -c 50 -r 100000)");
-        results.redis = kept(
-            &mut results.failures,
-            "redis",
-            steps::redis(&plan, &dir).await,
-        );
-    }
-    if wants(Step::Ceiling) {
-        println!("step 2: the hyper ceiling (wrk)");
-        results.ceiling = kept(
-            &mut results.failures,
-            "ceiling",
-            steps::ceiling(&plan, &dir, &bin_dir).await,
-        );
-    }
-    if wants(Step::Node) {
-        println!("step 3: one shard node, durable");
-        results.node = kept(
-            &mut results.failures,
-            "node",
-            steps::node(&plan, &dir, &bin_dir).await,
-        );
-    }
-    if wants(Step::Curve) {
-        println!("step 3b: per-write cost as counters grow");
-        results.curve = kept(
-            &mut results.failures,
-            "curve",
-            steps::curve(&plan, &dir, &bin_dir).await,
-        );
-    }
-    if wants(Step::Cluster) {
-        println!("step 4: the cluster of {}", args.topology.display());
-        results.cluster = kept(
-            &mut results.failures,
-            "cluster",
-            cluster::cluster(&plan, &dir, &bin_dir, &shape).await,
-        );
-    }
-    if wants(Step::Memory) {
-        println!("step 5: memory per counter");
-        results.memory = kept(
-            &mut results.failures,
-            "memory",
-            memory::memory(&plan, &dir, &bin_dir, &shape).await,
-        );
-    }
-    if wants(Step::Restore) {
-        println!("step 6: restoring a lost slot from its datacenter");
-        results.restore = kept(
-            &mut results.failures,
-            "restore",
-            restore::restore(&plan, &dir, &bin_dir).await,
-        );
-    }
-    if wants(Step::Scan) {
-        println!("step 7: global reads while rankings scan every counter");
-        results.scan = kept(
-            &mut results.failures,
-            "scan",
-            scan::scan(&plan, &dir, &bin_dir).await,
-        );
+    let steps = Step::value_variants().iter().filter(|&&step| wants(step));
+    for &step in steps {
+        println!("{}", step.banner(&args.topology));
+        let ran = run_step(step, &mut results, &plan, &dir, &bin_dir, &shape).await;
+        if let Err(error) = ran {
+            let failure = format!("step {} failed: {error:#}", step.name());
+            eprintln!("{failure}");
+            results.failures.push(failure);
+        }
     }
     results.rows = rows(&results);
     results.table = render_table(&results.rows);

@@ -191,31 +191,31 @@ pub struct CeilingFigures {
     pub durable_write: WrkFigures,
 }
 
+/// Starts `bench-ceiling` on a free port, with `args` after its address, logging to `log`.
+pub(crate) async fn start_ceiling(
+    bin_dir: &Path,
+    args: &[String],
+    log: &Path,
+) -> anyhow::Result<(Server, SocketAddr)> {
+    let address = free_address()?;
+    let mut all = vec![address.to_string()];
+    all.extend_from_slice(args);
+    let server = Server::start(&bin_dir.join("bench-ceiling"), &all, address, log).await?;
+    Ok((server, address))
+}
+
 /// Step 2: the ceiling for HTTP on this machine.
 pub async fn ceiling(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<CeilingFigures> {
-    let address = free_address()?;
-    let server = Server::start(
-        &bin_dir.join("bench-ceiling"),
-        &[address.to_string()],
-        address,
-        &dir.join("bench-ceiling.log"),
-    )
-    .await?;
+    let (server, address) = start_ceiling(bin_dir, &[], &dir.join("bench-ceiling.log")).await?;
     let write_script = wrk::write_script(dir, Script::Write, "bench", COUNTERS)?;
     let read_script = wrk::write_script(dir, Script::Read, "r", READ_COUNTERS)?;
     let write = wrk_repeated(plan, "ceiling, write script", address, &write_script).await?;
     let read = wrk_repeated(plan, "ceiling, read script", address, &read_script).await?;
     server.stop().await;
-    let address = free_address()?;
     let log_dir = dir.join("ceiling-log");
-    let server = Server::start(
-        &bin_dir.join("bench-ceiling"),
-        &[
-            address.to_string(),
-            "--durable".to_owned(),
-            log_dir.display().to_string(),
-        ],
-        address,
+    let (server, address) = start_ceiling(
+        bin_dir,
+        &["--durable".to_owned(), log_dir.display().to_string()],
         &dir.join("bench-ceiling-durable.log"),
     )
     .await?;

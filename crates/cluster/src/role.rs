@@ -166,30 +166,8 @@ impl Role {
 mod tests {
     use super::*;
 
-    /// Mirrors config/local.toml.
-    const LOCAL: &str = r#"
-[global]
-listen = "127.0.0.1:7000"
-
-[shard]
-data_dir = "data/local"
-durability = "sync"
-
-[[datacenters]]
-name = "USA_0"
-aggregator = "127.0.0.1:7100"
-shards = ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]
-
-[[datacenters]]
-name = "ASIA_0"
-aggregator = "127.0.0.1:7200"
-shards = ["127.0.0.1:7201", "127.0.0.1:7202"]
-
-[[datacenters]]
-name = "EUROPE_0"
-aggregator = "127.0.0.1:7300"
-shards = ["127.0.0.1:7301"]
-"#;
+    /// The topology the launcher runs by default.
+    const LOCAL: &str = include_str!("../../../config/local.toml");
 
     #[test]
     fn local_topology_starts_the_aggregators_first() {

@@ -257,6 +257,11 @@ shards = ["127.0.0.1:7201"]
         Cluster::new(topology, HttpClient::new(Duration::from_secs(1)))
     }
 
+    /// Shard node `k` of [`cluster`] in topology order: 0 and 1 in USA_0, 2 in ASIA_0.
+    pub(crate) fn shard(k: usize) -> ShardNode {
+        cluster().shards().swap_remove(k)
+    }
+
     #[test]
     fn ids_are_encoded_like_the_nodes_clients_do() {
         assert_eq!(encode_id("page-views_1.a~b:c"), "page-views_1.a~b:c");

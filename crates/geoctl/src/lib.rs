@@ -14,6 +14,8 @@
 //! - [`error`]: this crate's error enum ([`GeoctlError`]).
 //! - [`load`]: the parts of `geoctl load` (workload, pacing, sending, tallies, probes,
 //!   exactness, report, plot, progress bar).
+//! - [`visibility`]: one write watched until the global aggregator shows it, and the lags of
+//!   many counted (`lag` and the load's probes).
 //!
 //! [`run`] loads the topology and runs one [`Command`]; the `geoctl` binary only parses flags
 //! and calls it.
@@ -22,6 +24,7 @@ pub mod cluster;
 pub mod cmd;
 pub mod error;
 pub mod load;
+pub mod visibility;
 
 use std::io::Write;
 use std::path::Path;

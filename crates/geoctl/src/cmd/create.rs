@@ -78,6 +78,7 @@ pub fn render_description(node: &ShardNode, description: &CounterDescription) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::tests::shard;
 
     #[test]
     fn body_omits_an_unset_shard_count() {
@@ -99,12 +100,7 @@ mod tests {
                 "windowSeconds":300,"createdAtMs":1700000000000}"#,
         )
         .unwrap();
-        let node = ShardNode {
-            datacenter: "USA_0".into(),
-            index: 1,
-            address: "127.0.0.1:7102".parse().unwrap(),
-            scheme: "http",
-        };
+        let node = shard(1);
         let text = render_description(&node, &description);
         assert!(
             text.starts_with("created counter a (through 127.0.0.1:7102 in USA_0, node 1)\n"),

@@ -92,6 +92,7 @@ pub fn render_write(node: &ShardNode, delta: i64, written: &WriteAnswer) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::tests::shard;
 
     #[test]
     fn signed_deltas_become_an_op_and_a_positive_delta() {
@@ -109,12 +110,7 @@ mod tests {
             r#"{"id":"a","slot":"DC_USA_0_VAL_1","value":-2,"version":1835000000000000}"#,
         )
         .unwrap();
-        let node = ShardNode {
-            datacenter: "USA_0".into(),
-            index: 0,
-            address: "127.0.0.1:7101".parse().unwrap(),
-            scheme: "http",
-        };
+        let node = shard(0);
         let text = render_write(&node, -3, &written);
         assert!(
             text.starts_with("counter a -3 (through 127.0.0.1:7101 in USA_0, node 0)\n"),

@@ -19,17 +19,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
 use geocount_model::{CounterId, SyncSettings};
-use hdrhistogram::Histogram;
-use hyper::Method;
-use serde::{Deserialize, Serialize};
-use tokio::time::MissedTickBehavior;
+use serde::Serialize;
 
-use crate::cluster::{Cluster, counter_path, status_error};
+use crate::cluster::Cluster;
 use crate::error::GeoctlError;
+use crate::visibility::{Outcome, Outcomes, Watch, micros, show_ms, write_and_watch};
 
 /// How often a sample polls the global aggregator.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(2);
@@ -39,11 +36,6 @@ pub const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_CONCURRENCY: usize = 8;
 /// How many samples are taken unless asked otherwise.
 pub const DEFAULT_SAMPLES: usize = 200;
-
-/// The largest lag the histogram holds, in microseconds (well above [`SAMPLE_TIMEOUT`]).
-const HISTOGRAM_MAX_MICROS: u64 = 60_000_000;
-/// The histogram's precision: 4 significant figures (0.01%), finer than the printed 0.1 ms.
-const HISTOGRAM_SIGNIFICANT_FIGURES: u8 = 4;
 
 /// What `geoctl lag` was asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,33 +100,6 @@ pub fn design_bound_ms(sync: &SyncSettings, poll_interval_ms: u64) -> u64 {
     sync.shard_to_datacenter_ms + sync.datacenter_to_global_ms + 2 * poll_interval_ms
 }
 
-/// Microseconds as milliseconds rounded half up to one decimal: `262149` → `262.1`.
-pub fn ms_one_decimal(micros: u64) -> f64 {
-    (micros.saturating_add(50) / 100) as f64 / 10.0
-}
-
-/// A lag for the text report: one decimal, or `n/a` when no sample became visible.
-pub fn show_ms(ms: Option<f64>) -> String {
-    ms.map_or_else(|| "n/a".to_owned(), |ms| format!("{ms:.1}"))
-}
-
-/// How one sample ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Sample {
-    /// Visible after this long.
-    Visible(Duration),
-    /// Not visible after [`SAMPLE_TIMEOUT`].
-    TimedOut,
-    /// The write failed, or the counter held something before it.
-    Failed(String),
-}
-
-/// The one field a poll needs from the global aggregator's answer.
-#[derive(Debug, Deserialize)]
-struct ValueOnly {
-    value: i128,
-}
-
 /// The random default prefix: `lag-probe-<16 hex digits>`.
 pub fn random_prefix() -> String {
     format!("lag-probe-{:016x}", rand::random::<u64>())
@@ -194,7 +159,7 @@ pub async fn run(
 }
 
 /// Runs the samples, `concurrency` at a time, on tokio tasks.
-async fn take_samples(cluster: &Cluster, prefix: &str, options: &LagOptions) -> Vec<Sample> {
+async fn take_samples(cluster: &Cluster, prefix: &str, options: &LagOptions) -> Vec<Outcome> {
     let (count, jitter_ms) = (options.samples, options.start_jitter_ms.unwrap_or(0));
     let cluster = Arc::new(cluster.clone());
     let next = Arc::new(AtomicUsize::new(0));
@@ -212,7 +177,8 @@ async fn take_samples(cluster: &Cluster, prefix: &str, options: &LagOptions) -> 
                     let delay = rand::random_range(0..jitter_ms);
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                 }
-                taken.push(sample(&cluster, &format!("{prefix}-{k}")).await);
+                let id = format!("{prefix}-{k}");
+                taken.push(write_and_watch(&cluster, &id, &WATCH).await.1);
             }
         });
     }
@@ -220,102 +186,43 @@ async fn take_samples(cluster: &Cluster, prefix: &str, options: &LagOptions) -> 
     while let Some(result) = workers.join_next().await {
         match result {
             Ok(taken) => samples.extend(taken),
-            Err(error) => samples.push(Sample::Failed(format!("a sampling task failed: {error}"))),
+            Err(error) => samples.push(Outcome::Failed(format!("a sampling task failed: {error}"))),
         }
     }
     samples
 }
 
-/// One sample: write +1 to counter `id`, then wait for the global aggregator to show it.
-async fn sample(cluster: &Cluster, id: &str) -> Sample {
-    let shard = cluster.random_shard();
-    let url = shard.url(&format!("{}/write?op=INCREMENT", counter_path(id)));
-    let written = cluster
-        .client()
-        .send(
-            Method::PATCH,
-            &url,
-            &[("content-type", "application/json")],
-            Bytes::from_static(br#"{"delta":1}"#),
-        )
-        .await;
-    let acknowledged = Instant::now();
-    match written {
-        Ok(answer) if answer.status.is_success() => {}
-        Ok(answer) => return Sample::Failed(status_error(&url, &answer).to_string()),
-        Err(error) => return Sample::Failed(error.to_string()),
-    }
-    let read_url = cluster.global_url(&format!("{}?allow_partial=true", counter_path(id)));
-    let mut ticks = tokio::time::interval(POLL_INTERVAL);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(remaining) = SAMPLE_TIMEOUT.checked_sub(acknowledged.elapsed()) else {
-            return Sample::TimedOut;
-        };
-        // Not yet seen (404), a partial 0, or no answer: poll again until the deadline.
-        let Ok(Ok(answer)) = tokio::time::timeout(remaining, cluster.client().get(&read_url)).await
-        else {
-            continue;
-        };
-        if answer.status != hyper::StatusCode::OK {
-            continue;
-        }
-        match serde_json::from_slice::<ValueOnly>(&answer.body) {
-            Ok(ValueOnly { value: 1 }) => return Sample::Visible(acknowledged.elapsed()),
-            Ok(ValueOnly { value }) if value > 1 => {
-                return Sample::Failed(format!(
-                    "counter {id:?} reads {value} after one +1: it was not fresh (use a new --counter-prefix)"
-                ));
-            }
-            _ => {}
-        }
-    }
-}
+/// How a sample writes and polls.
+const WATCH: Watch<'static> = Watch {
+    headers: &[],
+    poll: POLL_INTERVAL,
+    timeout: SAMPLE_TIMEOUT,
+    counter: "counter",
+    stale_hint: " (use a new --counter-prefix)",
+};
 
 /// The figures of a set of samples.
 fn summarize(
-    samples: &[Sample],
+    samples: &[Outcome],
     sync: &SyncSettings,
     options: &LagOptions,
     prefix: &str,
 ) -> LagReport {
     let bound_ms = design_bound_ms(sync, POLL_INTERVAL.as_millis() as u64);
-    let mut histogram =
-        Histogram::<u64>::new_with_bounds(1, HISTOGRAM_MAX_MICROS, HISTOGRAM_SIGNIFICANT_FIGURES)
-            .expect("valid histogram bounds");
-    let (mut timed_out, mut failed, mut over_bound) = (0, 0, 0);
-    let mut first_failure = None;
-    for sample in samples {
-        match sample {
-            Sample::Visible(lag) => {
-                let micros = u64::try_from(lag.as_micros()).unwrap_or(u64::MAX);
-                histogram.saturating_record(micros);
-                if micros > bound_ms * 1000 {
-                    over_bound += 1;
-                }
-            }
-            Sample::TimedOut => timed_out += 1,
-            Sample::Failed(message) => {
-                failed += 1;
-                first_failure.get_or_insert_with(|| message.clone());
-            }
-        }
-    }
-    let visible = histogram.len() as usize;
-    let at = |quantile: f64| {
-        (visible > 0).then(|| ms_one_decimal(histogram.value_at_quantile(quantile)))
-    };
+    let counted = Outcomes::count(samples);
+    let over_bound = (samples.iter())
+        .filter(|s| matches!(s, Outcome::Visible(lag) if micros(*lag) > bound_ms * 1000))
+        .count();
     LagReport {
         samples: samples.len(),
-        visible,
-        timed_out,
-        failed,
-        first_failure,
-        p50_ms: at(0.50),
-        p90_ms: at(0.90),
-        p99_ms: at(0.99),
-        max_ms: (visible > 0).then(|| ms_one_decimal(histogram.max())),
+        visible: counted.visible(),
+        timed_out: counted.timed_out,
+        failed: counted.failed,
+        first_failure: counted.first_failure.clone(),
+        p50_ms: counted.ms_at(0.50),
+        p90_ms: counted.ms_at(0.90),
+        p99_ms: counted.ms_at(0.99),
+        max_ms: counted.max_ms(),
         shard_to_datacenter_ms: sync.shard_to_datacenter_ms,
         datacenter_to_global_ms: sync.datacenter_to_global_ms,
         poll_interval_ms: POLL_INTERVAL.as_millis() as u64,
@@ -378,20 +285,6 @@ mod tests {
     }
 
     #[test]
-    fn milliseconds_have_one_decimal_rounded_half_up() {
-        let shown = |micros| show_ms(Some(ms_one_decimal(micros)));
-        assert_eq!(shown(0), "0.0");
-        assert_eq!(shown(49), "0.0");
-        assert_eq!(shown(50), "0.1");
-        assert_eq!(shown(262_149), "262.1");
-        assert_eq!(shown(262_150), "262.2");
-        assert_eq!(shown(999_950), "1000.0");
-        assert_eq!(shown(5_000_000), "5000.0");
-        assert_eq!(ms_one_decimal(262_149), 262.1);
-        assert_eq!(show_ms(None), "n/a");
-    }
-
-    #[test]
     fn the_bound_is_both_intervals_and_two_polls() {
         let sync = SyncSettings::default();
         assert_eq!(design_bound_ms(&sync, 2), 50 + 100 + 4);
@@ -413,12 +306,12 @@ mod tests {
 
     #[test]
     fn summary_counts_outcomes_and_takes_percentiles() {
-        let mut samples: Vec<Sample> = (1..=100)
-            .map(|ms| Sample::Visible(Duration::from_millis(ms * 4)))
+        let mut samples: Vec<Outcome> = (1..=100)
+            .map(|ms| Outcome::Visible(Duration::from_millis(ms * 4)))
             .collect();
-        samples.push(Sample::TimedOut);
-        samples.push(Sample::Failed("refused".into()));
-        samples.push(Sample::Failed("later".into()));
+        samples.push(Outcome::TimedOut);
+        samples.push(Outcome::Failed("refused".into()));
+        samples.push(Outcome::Failed("later".into()));
         let sync = SyncSettings {
             datacenter_to_global_ms: 250,
             ..SyncSettings::default()
@@ -456,7 +349,7 @@ mod tests {
     #[test]
     fn no_visible_sample_gives_no_percentiles() {
         let report = summarize(
-            &[Sample::TimedOut],
+            &[Outcome::TimedOut],
             &SyncSettings::default(),
             &options(),
             "p",

@@ -143,9 +143,10 @@ fn show(ms: Option<f64>) -> String {
 mod tests {
     use super::*;
     use crate::load::exactness::ExactnessReport;
-    use crate::load::probe::{Probe, ProbeOutcome};
+    use crate::load::probe::Probe;
     use crate::load::report::{LoadSettings, assemble};
     use crate::load::tally::{Tally, WriteOutcome};
+    use crate::visibility::Outcome;
     use std::time::Duration;
 
     fn report() -> LoadReport {
@@ -159,16 +160,16 @@ mod tests {
         let probes = vec![
             Probe {
                 at: Duration::from_millis(150),
-                outcome: ProbeOutcome::Visible(Duration::from_millis(190)),
+                outcome: Outcome::Visible(Duration::from_millis(190)),
             },
             Probe {
                 at: Duration::from_millis(250),
-                outcome: ProbeOutcome::TimedOut,
+                outcome: Outcome::TimedOut,
             },
             // Started later, acknowledged earlier.
             Probe {
                 at: Duration::from_millis(120),
-                outcome: ProbeOutcome::Visible(Duration::from_millis(150)),
+                outcome: Outcome::Visible(Duration::from_millis(150)),
             },
         ];
         let settings = LoadSettings {

@@ -9,10 +9,10 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::cmd::lag::{ms_one_decimal, show_ms};
 use crate::load::exactness::ExactnessReport;
-use crate::load::probe::{PROBE_POLL, Probe, ProbeOutcome};
+use crate::load::probe::{PROBE_POLL, Probe};
 use crate::load::tally::Tally;
+use crate::visibility::{Outcome, Outcomes, micros, ms_one_decimal, show_ms};
 
 /// How many mismatching counters the text lists (the JSON lists all).
 pub const MISMATCHES_SHOWN: usize = 20;
@@ -195,47 +195,25 @@ fn latency_summary(histogram: &Histogram<u64>) -> LatencySummary {
 }
 
 fn lag_summary(probes: &[Probe]) -> LagSummary {
-    let mut histogram =
-        Histogram::<u64>::new_with_bounds(1, 60_000_000, 4).expect("valid histogram bounds");
-    let (mut timed_out, mut failed, mut first_failure) = (0, 0, None);
-    for probe in probes {
-        match &probe.outcome {
-            ProbeOutcome::Visible(lag) => {
-                let micros = u64::try_from(lag.as_micros()).unwrap_or(u64::MAX);
-                histogram.saturating_record(micros.max(1));
-            }
-            ProbeOutcome::TimedOut => timed_out += 1,
-            ProbeOutcome::Failed(message) => {
-                failed += 1;
-                first_failure.get_or_insert_with(|| message.clone());
-            }
-        }
-    }
-    let some = !histogram.is_empty();
-    let at = |q: f64| some.then(|| ms_one_decimal(histogram.value_at_quantile(q)));
+    let counted = Outcomes::count(probes.iter().map(|probe| &probe.outcome));
     LagSummary {
         probes: probes.len(),
-        visible: histogram.len() as usize,
-        timed_out,
-        failed,
-        first_failure,
-        p50_ms: at(0.50),
-        p99_ms: at(0.99),
-        max_ms: some.then(|| ms_one_decimal(histogram.max())),
+        visible: counted.visible(),
+        timed_out: counted.timed_out,
+        failed: counted.failed,
+        first_failure: counted.first_failure.clone(),
+        p50_ms: counted.ms_at(0.50),
+        p99_ms: counted.ms_at(0.99),
+        max_ms: counted.max_ms(),
         poll_interval_ms: PROBE_POLL.as_millis() as u64,
     }
 }
 
 fn lag_sample(probe: &Probe) -> LagSample {
     let (lag_ms, outcome) = match &probe.outcome {
-        ProbeOutcome::Visible(lag) => (
-            Some(ms_one_decimal(
-                u64::try_from(lag.as_micros()).unwrap_or(u64::MAX),
-            )),
-            "visible",
-        ),
-        ProbeOutcome::TimedOut => (None, "timed_out"),
-        ProbeOutcome::Failed(_) => (None, "failed"),
+        Outcome::Visible(lag) => (Some(ms_one_decimal(micros(*lag))), "visible"),
+        Outcome::TimedOut => (None, "timed_out"),
+        Outcome::Failed(_) => (None, "failed"),
     };
     LagSample {
         at_secs: (probe.at.as_millis() as f64) / 1000.0,
@@ -303,6 +281,14 @@ fn show_ms2(ms: Option<f64>) -> String {
     ms.map_or_else(|| "n/a".to_owned(), |ms| format!("{ms:.2}"))
 }
 
+/// `p50 1.00 ms  p99 2.00 ms`: each labelled figure shown by `show`.
+fn percentiles(figures: &[(&str, Option<f64>)], show: fn(Option<f64>) -> String) -> String {
+    let shown: Vec<String> = (figures.iter())
+        .map(|&(label, ms)| format!("{label} {} ms", show(ms)))
+        .collect();
+    shown.join("  ")
+}
+
 /// The one-line verdict of the exactness check.
 pub fn exactness_line(exactness: &ExactnessReport) -> String {
     let waited = exactness.waited_ms as f64 / 1000.0;
@@ -358,26 +344,27 @@ pub fn render(report: &LoadReport) -> String {
         grouped(report.throughput.requests_per_sec.round() as u64)
     );
     let l = &report.latency;
+    let figures = [
+        ("p50", l.p50_ms),
+        ("p90", l.p90_ms),
+        ("p99", l.p99_ms),
+        ("max", l.max_ms),
+    ];
+    let latency = percentiles(&figures, show_ms2);
     let _ = writeln!(
         text,
-        "latency      p50 {} ms  p90 {} ms  p99 {} ms  max {} ms  ({} requests)",
-        show_ms2(l.p50_ms),
-        show_ms2(l.p90_ms),
-        show_ms2(l.p99_ms),
-        show_ms2(l.max_ms),
+        "latency      {latency}  ({} requests)",
         grouped(l.requests)
     );
     let v = &report.visibility_lag;
+    let lag = percentiles(
+        &[("p50", v.p50_ms), ("p99", v.p99_ms), ("max", v.max_ms)],
+        show_ms,
+    );
     let _ = writeln!(
         text,
-        "lag          p50 {} ms  p99 {} ms  max {} ms  ({} probes: {} visible, {} timed out, {} failed)",
-        show_ms(v.p50_ms),
-        show_ms(v.p99_ms),
-        show_ms(v.max_ms),
-        v.probes,
-        v.visible,
-        v.timed_out,
-        v.failed
+        "lag          {lag}  ({} probes: {} visible, {} timed out, {} failed)",
+        v.probes, v.visible, v.timed_out, v.failed
     );
     if let Some(failure) = &v.first_failure {
         let _ = writeln!(text, "             first probe failure: {failure}");
@@ -470,15 +457,15 @@ mod tests {
         vec![
             Probe {
                 at: Duration::from_millis(100),
-                outcome: ProbeOutcome::Visible(Duration::from_micros(180_040)),
+                outcome: Outcome::Visible(Duration::from_micros(180_040)),
             },
             Probe {
                 at: Duration::from_millis(200),
-                outcome: ProbeOutcome::Visible(Duration::from_micros(250_000)),
+                outcome: Outcome::Visible(Duration::from_micros(250_000)),
             },
             Probe {
                 at: Duration::from_millis(300),
-                outcome: ProbeOutcome::TimedOut,
+                outcome: Outcome::TimedOut,
             },
         ]
     }
