@@ -73,6 +73,15 @@ impl Role {
         }
     }
 
+    /// The file name of its binary, looked for in the bin directory.
+    pub fn binary(&self) -> &'static str {
+        match self {
+            Role::Shard { .. } => "shard-node",
+            // Every other binary is named as its kind.
+            other => other.kind(),
+        }
+    }
+
     /// Its name, unique in the cluster and used for its log file: `DC_USA_0_VAL_1`,
     /// `aggregator_USA_0`, `global`, `wan-emulator`.
     pub fn name(&self) -> String {
@@ -119,7 +128,7 @@ impl Role {
                     args.extend(["--restore".into(), "empty".into()]);
                 }
                 Ok(Launch {
-                    binary: "shard-node",
+                    binary: self.binary(),
                     args,
                     address,
                 })
@@ -132,7 +141,7 @@ impl Role {
                         message,
                     })?;
                 Ok(Launch {
-                    binary: "datacenter-aggregator",
+                    binary: self.binary(),
                     args: vec![
                         "--config".into(),
                         config.into(),
@@ -143,7 +152,7 @@ impl Role {
                 })
             }
             Role::GlobalAggregator => Ok(Launch {
-                binary: "global-aggregator",
+                binary: self.binary(),
                 args: vec!["--config".into(), config.into()],
                 address: topology.global.listen,
             }),
@@ -153,7 +162,7 @@ impl Role {
                     message: "the topology has no [wan] section".to_owned(),
                 })?;
                 Ok(Launch {
-                    binary: "wan-emulator",
+                    binary: self.binary(),
                     args: vec!["--config".into(), config.into()],
                     address: wan.control,
                 })
@@ -166,30 +175,7 @@ impl Role {
 mod tests {
     use super::*;
 
-    /// Mirrors config/local.toml.
-    const LOCAL: &str = r#"
-[global]
-listen = "127.0.0.1:7000"
-
-[shard]
-data_dir = "data/local"
-durability = "sync"
-
-[[datacenters]]
-name = "USA_0"
-aggregator = "127.0.0.1:7100"
-shards = ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]
-
-[[datacenters]]
-name = "ASIA_0"
-aggregator = "127.0.0.1:7200"
-shards = ["127.0.0.1:7201", "127.0.0.1:7202"]
-
-[[datacenters]]
-name = "EUROPE_0"
-aggregator = "127.0.0.1:7300"
-shards = ["127.0.0.1:7301"]
-"#;
+    const LOCAL: &str = include_str!("../../../config/local.toml");
 
     #[test]
     fn local_topology_starts_the_aggregators_first() {

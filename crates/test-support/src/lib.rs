@@ -5,7 +5,8 @@
 //! - [`sandbox`]: [`TestCluster`], every process of a [`TestTopology`] started and kept running
 //!   for one test.
 //! - [`process`]: [`NodeProcess`], a running binary that is killed when dropped (so a failing
-//!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT.
+//!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT; it runs on the
+//!   launcher's supervisor ([`geocount_cluster::process`]).
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
 //! - [`tls`]: a test CA issuing every test process a certificate, and TLS clients trusting it
 //!   (`E2E_TLS=1` runs the end-to-end tests over TLS).
