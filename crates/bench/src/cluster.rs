@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use geocount_cluster::Cluster;
 use geocount_model::Topology;
 use serde::Serialize;
 
@@ -17,7 +18,7 @@ use crate::steps::{
     BATCH_SIZE, COUNTERS, Plan, READ_COUNTERS, WrkFigures, ZIPF_EXPONENT, sample_ids,
     start_ceiling, wait_visible, wrk_repeated,
 };
-use crate::topo::{self, Running};
+use crate::topo;
 use crate::wrk::{self, Script, WrkRun};
 
 /// The whole cluster.
@@ -49,9 +50,9 @@ pub async fn cluster(
 ) -> anyhow::Result<ClusterFigures> {
     let cluster_dir = dir.join("cluster");
     let text = topo::same_shape(shape, &cluster_dir.join("data"))?;
-    let mut running = Running::start(&cluster_dir, &text, bin_dir, |_| true).await?;
+    let mut running = topo::start(&cluster_dir, &text, bin_dir, |_| true).await?;
     let result = cluster_runs(plan, dir, bin_dir, &running).await;
-    running.stop().await;
+    running.stop(topo::GRACE).await;
     result
 }
 
@@ -59,7 +60,7 @@ async fn cluster_runs(
     plan: &Plan,
     dir: &Path,
     bin_dir: &Path,
-    running: &Running,
+    running: &Cluster,
 ) -> anyhow::Result<ClusterFigures> {
     let global = running.topology.global.listen;
     let shards = running.shard_addresses();
@@ -135,7 +136,7 @@ async fn loaded_reads(
     plan: &Plan,
     dir: &Path,
     bin_dir: &Path,
-    running: &Running,
+    running: &Cluster,
     (reader_name, reader): (&str, SocketAddr),
     script: &Path,
     run: usize,

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use geocount_cluster::Role;
+use geocount_cluster::{Cluster, Role};
 use geocount_model::Topology;
 use serde::Serialize;
 
@@ -12,7 +12,7 @@ use crate::batch;
 use crate::procs::resident_bytes;
 use crate::steps::{MEMORY_SETTLE, Plan, sample_ids, wait_visible};
 
-use crate::topo::{self, Running};
+use crate::topo;
 
 /// Resident memory per (counter, slot) entry held, by process, on `repeats` fresh clusters.
 #[derive(Debug, Clone, Serialize)]
@@ -54,15 +54,15 @@ pub async fn memory(
     let memory_dir = dir.join("memory");
     for _ in 0..plan.repeats {
         let text = topo::same_shape(shape, &memory_dir.join("data"))?;
-        let mut running = Running::start(&memory_dir, &text, bin_dir, |_| true).await?;
+        let mut running = topo::start(&memory_dir, &text, bin_dir, |_| true).await?;
         let result = memory_run(counters, &running).await;
-        running.stop().await;
+        running.stop(topo::GRACE).await;
         figures.runs.push(result?);
     }
     Ok(figures)
 }
 
-async fn memory_run(counters: usize, running: &Running) -> anyhow::Result<MemoryRun> {
+async fn memory_run(counters: usize, running: &Cluster) -> anyhow::Result<MemoryRun> {
     // Let the first pulls settle before the baseline.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = running
@@ -105,25 +105,25 @@ async fn memory_run(counters: usize, running: &Running) -> anyhow::Result<Memory
     };
     for (process, before) in running.processes.iter().zip(before) {
         let grown = resident_bytes(process.pid)?.saturating_sub(before) as f64;
-        match &process.role {
+        match &process.spec.role {
             // A shard node holds its own slot and a replica of each peer's: every counter of
             // its datacenter once.
-            Role::Shard { .. } => {
+            Some(Role::Shard { .. }) => {
                 figures
                     .shards
-                    .push((process.name.clone(), counters, grown / counters as f64))
+                    .push((process.name().to_owned(), counters, grown / counters as f64))
             }
-            Role::DatacenterAggregator { .. } => figures.datacenter_aggregators.push((
-                process.name.clone(),
+            Some(Role::DatacenterAggregator { .. }) => figures.datacenter_aggregators.push((
+                process.name().to_owned(),
                 counters,
                 grown / counters as f64,
             )),
-            Role::GlobalAggregator => {
+            Some(Role::GlobalAggregator) => {
                 let entries = counters * datacenters.len();
                 figures.global = (entries, grown / entries as f64);
             }
             // The benchmark's topologies emulate no WAN.
-            Role::WanEmulator => {}
+            Some(Role::WanEmulator) | None => {}
         }
     }
     for (name, _, bytes) in figures.shards.iter().chain(&figures.datacenter_aggregators) {

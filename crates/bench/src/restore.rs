@@ -10,13 +10,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use geocount_cluster::{Role, process};
+use geocount_cluster::{Cluster, Role};
 use serde::Serialize;
 
 use crate::batch::{self, Connection};
 use crate::procs::free_address;
 use crate::steps::Plan;
-use crate::topo::Running;
+use crate::topo;
 
 /// How long the aggregators may take to pull every counter, and the node to restore them.
 const PATIENCE: Duration = Duration::from_secs(600);
@@ -74,18 +74,13 @@ pub async fn holds(address: std::net::SocketAddr, want: usize, what: &str) -> an
 pub async fn restore(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<RestoreFigures> {
     let dir = dir.join("restore");
     let text = topology(&dir.join("data"))?;
-    let mut running = Running::start(&dir, &text, bin_dir, |_| true).await?;
-    let result = measure(plan, &dir, bin_dir, &mut running).await;
-    running.stop().await;
+    let mut running = topo::start(&dir, &text, bin_dir, |_| true).await?;
+    let result = measure(plan, &mut running).await;
+    running.stop(topo::GRACE).await;
     result
 }
 
-async fn measure(
-    plan: &Plan,
-    dir: &Path,
-    bin_dir: &Path,
-    running: &mut Running,
-) -> anyhow::Result<RestoreFigures> {
+async fn measure(plan: &Plan, running: &mut Cluster) -> anyhow::Result<RestoreFigures> {
     let counters = plan.restore_counters;
     let shard = running.shard_addresses()[0];
     let datacenter = &running.topology.datacenters[0];
@@ -97,28 +92,19 @@ async fn measure(
     holds(global, counters, "the global aggregator").await?;
     println!("  {counters} counters written in {populate_secs:.1} s and held by both aggregators");
 
-    let index = running
-        .processes
-        .iter()
-        .position(|p| matches!(p.role, Role::Shard { .. }))
-        .context("no shard node")?;
-    process::stop_all(
-        &mut running.processes[index..=index],
-        Duration::from_secs(10),
-    )
-    .await;
-    let role = running.processes[index].role.clone();
-    let data_dir = dir.join("data");
-    let node_dir = data_dir.join(role.name());
+    let name = running
+        .find(|r| matches!(r, Role::Shard { .. }))
+        .context("no shard node")?
+        .name()
+        .to_owned();
+    running.stop_process(&name, Duration::from_secs(10)).await;
+    let node_dir = running.data_dir.join(&name);
     std::fs::remove_dir_all(&node_dir)
         .with_context(|| format!("cannot empty {}", node_dir.display()))?;
     // The directory exists, empty: a lost disk, which the node restores.
     std::fs::create_dir_all(&node_dir)?;
-    let launch = role.launch(&running.topology, &running.file, &data_dir)?;
-    let binary = process::find_binary(bin_dir, launch.binary)?;
     let restarted = Instant::now();
-    running.processes[index] = process::spawn(role, &launch, &binary, &dir.join("logs"))?;
-    process::wait_healthy(&mut running.processes[index..=index], PATIENCE).await?;
+    running.restart(&name, PATIENCE).await?;
     let restore_secs = restarted.elapsed().as_secs_f64();
     let counters_restored = health(shard)
         .await

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use geocount_cluster::Cluster;
 use serde::Serialize;
 
 use crate::batch::{self, Connection};
 use crate::procs::free_address;
 use crate::restore::holds;
 use crate::steps::{Plan, WrkFigures};
-use crate::topo::Running;
+use crate::topo;
 use crate::wrk::{self, Script};
 
 /// Counters held by every tier.
@@ -61,9 +62,9 @@ fn topology(data_dir: &Path) -> anyhow::Result<String> {
 pub async fn scan(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<ScanFigures> {
     let dir = dir.join("scan");
     let text = topology(&dir.join("data"))?;
-    let mut running = Running::start(&dir, &text, bin_dir, |_| true).await?;
+    let mut running = topo::start(&dir, &text, bin_dir, |_| true).await?;
     let result = measure(plan, &dir, &running).await;
-    running.stop().await;
+    running.stop(topo::GRACE).await;
     result
 }
 
@@ -102,7 +103,7 @@ async fn scan_loop(global: std::net::SocketAddr, stop: Arc<AtomicBool>, tally: A
     }
 }
 
-async fn measure(plan: &Plan, dir: &Path, running: &Running) -> anyhow::Result<ScanFigures> {
+async fn measure(plan: &Plan, dir: &Path, running: &Cluster) -> anyhow::Result<ScanFigures> {
     let shard = running.shard_addresses()[0];
     let global = running.topology.global.listen;
     batch::populate(shard, "s", SCAN_COUNTERS, 10_000).await?;

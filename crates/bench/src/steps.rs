@@ -16,7 +16,7 @@ use crate::batch::{self, Answer, BatchRun, Connection};
 use crate::figure::{Figure, Unit};
 use crate::procs::{Server, free_address, resident_bytes};
 use crate::redis::{Persistence, Redis};
-use crate::topo::{self, Running};
+use crate::topo;
 use crate::wrk::{self, Script, WrkRun};
 
 /// Counters the single writes, batches and reads spread over.
@@ -333,12 +333,12 @@ pub(crate) fn is_shard(role: &Role) -> bool {
 pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<NodeFigures> {
     let node_dir = dir.join("node");
     let text = topo::single_node(&node_dir.join("data"))?;
-    let mut running = Running::start(&node_dir, &text, bin_dir, is_shard).await?;
+    let mut running = topo::start(&node_dir, &text, bin_dir, is_shard).await?;
     let address = running.shard_addresses()[0];
     let redis = match Redis::start(Persistence::Off, &node_dir.join("redis")).await {
         Ok(redis) => redis,
         Err(error) => {
-            running.stop().await;
+            running.stop(topo::GRACE).await;
             return Err(error);
         }
     };
@@ -375,7 +375,7 @@ pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Nod
     }
     .await;
     redis.stop().await;
-    running.stop().await;
+    running.stop(topo::GRACE).await;
     result
 }
 
@@ -412,7 +412,7 @@ pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Ve
         for node in 1..=fresh_nodes {
             let node_dir = dir.join("curve");
             let text = topo::single_node(&node_dir.join("data"))?;
-            let mut running = Running::start(&node_dir, &text, bin_dir, is_shard).await?;
+            let mut running = topo::start(&node_dir, &text, bin_dir, is_shard).await?;
             let address = running.shard_addresses()[0];
             let pid = running.processes[0].pid;
             let result = async {
@@ -444,7 +444,7 @@ pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Ve
                 Ok(figures.pop())
             }
             .await;
-            running.stop().await;
+            running.stop(topo::GRACE).await;
             if let Some(batches) = result? {
                 points.push(CurvePoint {
                     counters,

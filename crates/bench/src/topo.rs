@@ -1,13 +1,12 @@
 //! The topologies the benchmark runs: one shard node alone, and the shape of
 //! `config/local.toml` on free loopback ports with data under the benchmark's directory.
-//! Processes are started and stopped with the local launcher's library (`geocount-cluster`).
+//! Processes are started and stopped as a [`Cluster`] of the local launcher's library.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use geocount_cluster::{Process, Role, process, roles};
+use geocount_cluster::{Cluster, Role};
 use geocount_model::Topology;
 
 use crate::procs::free_address;
@@ -15,65 +14,23 @@ use crate::procs::free_address;
 /// How long the processes get to answer `/healthz`.
 const STARTUP: Duration = Duration::from_secs(30);
 /// How long they get to stop on SIGTERM.
-const GRACE: Duration = Duration::from_secs(20);
+pub const GRACE: Duration = Duration::from_secs(20);
 
-/// A running topology.
-pub struct Running {
-    /// Its processes, in start order (global, datacenter aggregators, shard nodes).
-    pub processes: Vec<Process>,
-    /// The topology they run.
-    pub topology: Topology,
-    /// Its file.
-    pub file: PathBuf,
-}
-
-impl Running {
-    /// Writes `text` as `dir/topology.toml` (after emptying `dir`), starts `which` of its roles
-    /// from `bin_dir`, and waits until they are healthy.
-    pub async fn start(
-        dir: &Path,
-        text: &str,
-        bin_dir: &Path,
-        which: impl Fn(&Role) -> bool,
-    ) -> anyhow::Result<Self> {
-        let _ = std::fs::remove_dir_all(dir);
-        let logs = dir.join("logs");
-        std::fs::create_dir_all(&logs)
-            .with_context(|| format!("cannot create {}", logs.display()))?;
-        let file = dir.join("topology.toml");
-        std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
-        let topology = Topology::load(&file)?;
-        let mut processes = Vec::new();
-        for role in roles(&topology).into_iter().filter(|r| which(r)) {
-            let launch = role.launch(&topology, &file, &dir.join("data"))?;
-            let binary = process::find_binary(bin_dir, launch.binary)?;
-            processes.push(process::spawn(role, &launch, &binary, &logs)?);
-        }
-        let mut running = Self {
-            processes,
-            topology,
-            file,
-        };
-        if let Err(error) = process::wait_healthy(&mut running.processes, STARTUP).await {
-            running.stop().await;
-            return Err(error.into());
-        }
-        Ok(running)
-    }
-
-    /// The shard nodes' addresses, every datacenter's in turn.
-    pub fn shard_addresses(&self) -> Vec<SocketAddr> {
-        self.topology
-            .datacenters
-            .iter()
-            .flat_map(|dc| dc.shards.iter().copied())
-            .collect()
-    }
-
-    /// Stops every process.
-    pub async fn stop(&mut self) {
-        process::stop_all(&mut self.processes, GRACE).await;
-    }
+/// Writes `text` as `dir/topology.toml` (after emptying `dir`), starts `which` of its roles
+/// from `bin_dir` with data under `dir/data` and logs under `dir/logs`, and waits until they
+/// are healthy.
+pub async fn start(
+    dir: &Path,
+    text: &str,
+    bin_dir: &Path,
+    which: impl Fn(&Role) -> bool,
+) -> anyhow::Result<Cluster> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = dir.join("topology.toml");
+    std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+    let (data, logs) = (dir.join("data"), dir.join("logs"));
+    Ok(Cluster::start(&file, data, logs, bin_dir.to_owned(), which, STARTUP).await?)
 }
 
 /// One datacenter `BENCH` with one shard node; its aggregator and the global aggregator are

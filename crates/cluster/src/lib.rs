@@ -3,15 +3,18 @@
 //!
 //! - [`role`]: the processes of a topology ([`Role`], listed by [`roles`]) and how to start each
 //!   ([`Role::launch`]: binary, arguments, address).
-//! - [`process`]: finding binaries, spawning with logs, waiting until healthy, stopping
-//!   ([`Process`]).
+//! - [`process`]: the one supervisor of tier processes: finding binaries, spawning with logs,
+//!   waiting until healthy, signalling, stopping ([`Process`], started from a [`Spec`]).
+//! - [`harness`]: [`Cluster`], a topology's processes started, looked up by name and stopped
+//!   together; the benchmark runs its clusters through it too.
 //! - [`wan`]: `--wan`: the WAN emulator's links for the topology's `[wan]` section, and each
 //!   process's copy of the topology wired through them.
 //! - [`error`]: this crate's error enum ([`ClusterError`]).
 //!
-//! [`run`] ties them together; the `geocount-cluster` binary only parses flags and calls it.
+//! [`run`] ties them together on a [`Cluster`]; the `geocount-cluster` binary only parses flags and calls it.
 
 pub mod error;
+pub mod harness;
 pub mod process;
 pub mod role;
 pub mod wan;
@@ -23,13 +26,13 @@ use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::time::Duration;
 
-use geocount_model::{TlsSettings, Topology, WanSettings};
-use geocount_net::tls::{client_config, tls_connector};
-use geocount_net::{Connector, tcp_connector};
+use geocount_model::role::GLOBAL_PROCESS;
+use geocount_model::{Topology, WanSettings};
 use geocount_wan::WanConfig;
 
 pub use error::ClusterError;
-pub use process::Process;
+pub use harness::{Cluster, create_dir};
+pub use process::{Owner, Process, Spec};
 pub use role::{Launch, Role, roles};
 
 /// How long every process together has to become healthy.
@@ -39,29 +42,37 @@ pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How often running processes are checked for unexpected exits.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 
-/// What to run and where.
-#[derive(Debug, Clone)]
+// What to run and where: the launcher's flags. The doc comments below are its `--help`; one
+// paragraph each, so that `--help` shows the package's description and one line a flag.
+/// Starts every process of a geocount topology on this machine, waits until all are healthy,
+/// and stops them all on Ctrl-C (SIGINT), SIGTERM or SIGHUP.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(version, about)]
 pub struct Options {
-    /// The topology file; it is also passed to every process.
+    /// The topology file (TOML); `GEOCOUNT_*` environment variables override its keys.
+    #[arg(long)]
     pub config: PathBuf,
-    /// Where the binaries are; `None` means the directory of the running executable.
+    /// Where the binaries are [default: the directory of this executable].
+    #[arg(long)]
     pub bin_dir: Option<PathBuf>,
-    /// Where data and logs go; `None` means the topology's `shard.data_dir`.
+    /// Where data and logs go [default: the topology's `shard.data_dir`].
+    #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Delete the data directory before starting.
+    #[arg(long)]
     pub fresh: bool,
-    /// Start every shard node's slot empty (`shard-node --restore empty`), whatever its data
-    /// directory holds: the first start of a new cluster whose directories exist already.
-    /// Without it (or `fresh`), only a node whose directory does not exist yet starts empty,
-    /// and one that finds its directory empty restores its slot.
+    /// A new cluster: every shard node starts its slot empty, even where its data directory
+    /// exists already (a mounted, empty disk). Without it, a node whose directory exists but
+    /// is empty treats it as a lost disk and restores its slot from the datacenter.
+    #[arg(long)]
     pub new_cluster: bool,
-    /// Run every cross-region connection through a WAN emulator shaped by the topology's
-    /// `[wan]` section ([`wan`]).
+    /// Emulate the WAN between regions: start `wan-emulator` first, with one delayed link each
+    /// way between every datacenter aggregator outside the global aggregator's region and the
+    /// global aggregator (delays from the topology's `[wan]` section), and give every process
+    /// its own copy of the topology, under <data dir>/wan/, dialing those links' proxies.
+    #[arg(long)]
     pub wan: bool,
 }
-
-/// A process to start: its role, how, and which binary.
-type Planned = (Role, Launch, PathBuf);
 
 /// `--wan`'s set-up: the emulator's links and where each process's topology copy goes.
 struct WanMode {
@@ -97,7 +108,6 @@ impl WanMode {
 /// its own copy of the topology under `<data dir>/wan/`, wired through the emulator's proxies.
 pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result<(), ClusterError> {
     let topology = Topology::load(&options.config)?;
-    let tiers = tier_connector(&topology, &options.config)?;
     let bin_dir = match options.bin_dir {
         Some(dir) => dir,
         None => executable_dir()?,
@@ -119,15 +129,17 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
             run_dir: data_dir.join("wan"),
         }),
     };
+    let log_dir = data_dir.join("logs");
+    let mut cluster = Cluster::new(options.config.clone(), topology, data_dir, log_dir, bin_dir)?;
 
     // Everything that can be checked is checked before anything is deleted or started.
-    let mut roles = roles(&topology);
+    let mut roles = roles(&cluster.topology);
     if wan.is_some() {
         roles.insert(0, Role::WanEmulator);
     }
     if options.fresh {
         // Before the launches are planned: a slot whose directory is gone starts empty.
-        remove_data_dir(&data_dir)?;
+        remove_data_dir(&cluster.data_dir)?;
     }
     let mut plan = Vec::new();
     for role in roles {
@@ -135,19 +147,15 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
             Some(wan) => wan.config_of(&role),
             None => options.config.clone(),
         };
-        let mut launch = role.launch(&topology, &config, &data_dir)?;
-        if options.new_cluster
-            && matches!(role, Role::Shard { .. })
-            && !launch.args.iter().any(|a| a == "--restore")
-        {
-            launch.args.extend(["--restore".into(), "empty".into()]);
+        let shard = matches!(role, Role::Shard { .. });
+        let mut spec = cluster.plan(role, &config)?;
+        if options.new_cluster && shard && !spec.args.iter().any(|a| a == "--restore") {
+            spec.args.extend(["--restore".into(), "empty".into()]);
         }
-        let binary = process::find_binary(&bin_dir, launch.binary)?;
-        process::check_address(&role.name(), launch.address)?;
-        plan.push((role, launch, binary));
+        process::check_address(&spec.name, spec.address)?;
+        plan.push(spec);
     }
-    let log_dir = data_dir.join("logs");
-    create_dir(&log_dir)?;
+    create_dir(&cluster.log_dir)?;
     if let Some(wan) = &wan {
         create_dir(&wan.run_dir)?;
     }
@@ -155,35 +163,30 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
     println!(
         "starting {} processes; logs in {}",
         plan.len(),
-        log_dir.display()
+        cluster.log_dir.display()
     );
-    let mut processes = Vec::with_capacity(plan.len());
     let mut shutdown = pin!(shutdown);
     let started = tokio::select! {
-        result = start(&mut processes, plan, &log_dir, wan.as_ref(), &tiers) => Some(result),
+        result = start(&mut cluster, plan, wan.as_ref()) => Some(result),
         () = &mut shutdown => None,
     };
     match started {
-        Some(Ok(proxies)) => print_table(
-            &processes,
-            wan.as_ref().map(|wan| (wan, &proxies)),
-            topology.tls.as_ref(),
-        ),
+        Some(Ok(proxies)) => print_table(&cluster, wan.as_ref().map(|wan| (wan, &proxies))),
         Some(Err(error)) => {
-            stop_all(&mut processes).await;
+            cluster.stop(STOP_GRACE).await;
             return Err(error);
         }
-        None => return stop(&mut processes).await,
+        None => return stop(&mut cluster).await,
     }
 
     let mut ticker = tokio::time::interval(WATCH_INTERVAL);
     loop {
         tokio::select! {
             biased;
-            () = &mut shutdown => return stop(&mut processes).await,
+            () = &mut shutdown => return stop(&mut cluster).await,
             _ = ticker.tick() => {
-                if let Err(error) = report_exits(&mut processes) {
-                    stop_all(&mut processes).await;
+                if let Err(error) = report_exits(&mut cluster.processes) {
+                    cluster.stop(STOP_GRACE).await;
                     return Err(error);
                 }
             }
@@ -191,26 +194,14 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
     }
 }
 
-/// How the launcher reaches the tiers: over TLS trusting the topology's CA with `[tls]`, plain
-/// TCP without.
-fn tier_connector(topology: &Topology, config: &Path) -> Result<Connector, ClusterError> {
-    let Some(tls) = &topology.tls else {
-        return Ok(tcp_connector());
-    };
-    let trusted = client_config(&tls.ca).map_err(|e| tls.file_error(config, &e.file, e.message))?;
-    Ok(tls_connector(tcp_connector(), trusted))
-}
-
-/// Starts `plan` into `processes` and waits until every process is healthy. With `wan`, the
+/// Starts `plan` into `cluster` and waits until every process is healthy. With `wan`, the
 /// emulator (first in `plan`) starts alone; once it is healthy its proxies' addresses go into
 /// every other process's copy of the topology, and those are started. Returns the proxies (link
 /// name → listen address; none without `wan`).
 async fn start(
-    processes: &mut Vec<Process>,
-    plan: Vec<Planned>,
-    log_dir: &Path,
+    cluster: &mut Cluster,
+    plan: Vec<Spec>,
     wan: Option<&WanMode>,
-    tiers: &Connector,
 ) -> Result<HashMap<String, SocketAddr>, ClusterError> {
     let mut plan = plan.into_iter();
     let mut proxies = HashMap::new();
@@ -222,45 +213,32 @@ async fn start(
             .map(|(name, _)| name)
             .filter(|name| name.to_string_lossy().starts_with("GEOCOUNT_"))
             .collect();
-        let emulator: Vec<Planned> = plan.by_ref().take(1).collect();
         wan::write_toml(&wan.config_of(&Role::WanEmulator), &wan.emulator)?;
-        spawn_all(processes, emulator, log_dir, &env_remove)?;
-        process::wait_healthy_over(processes, STARTUP_TIMEOUT, tiers).await?;
+        spawn_all(cluster, plan.by_ref().take(1), &env_remove)?;
+        cluster.wait_healthy(STARTUP_TIMEOUT).await?;
         proxies = wan::proxy_addresses(wan.settings.control).await?;
-    }
-    let rest: Vec<Planned> = plan.collect();
-    if let Some(wan) = wan {
-        for (role, _, _) in &rest {
+        for role in plan.as_slice().iter().filter_map(|spec| spec.role.as_ref()) {
             let view = wan::view(&wan.topology, &wan.settings, role, &proxies)?;
             wan::write_toml(&wan.config_of(role), &view)?;
         }
     }
-    spawn_all(processes, rest, log_dir, &env_remove)?;
-    process::wait_healthy_over(processes, STARTUP_TIMEOUT, tiers).await?;
+    spawn_all(cluster, plan, &env_remove)?;
+    cluster.wait_healthy(STARTUP_TIMEOUT).await?;
     Ok(proxies)
 }
 
-/// Spawns every process of `plan` into `processes`, stopping at the first that fails.
+/// Spawns every process of `plan` into `cluster`, without the variables `env_remove` names,
+/// stopping at the first that fails.
 fn spawn_all(
-    processes: &mut Vec<Process>,
-    plan: Vec<Planned>,
-    log_dir: &Path,
+    cluster: &mut Cluster,
+    plan: impl Iterator<Item = Spec>,
     env_remove: &[OsString],
 ) -> Result<(), ClusterError> {
-    for (role, launch, binary) in plan {
-        let process = process::spawn_without_env(role, &launch, &binary, log_dir, env_remove)?;
-        processes.push(process);
+    for mut spec in plan {
+        spec.env_remove = env_remove.to_vec();
+        cluster.spawn(spec)?;
     }
     Ok(())
-}
-
-/// Creates `dir` and its parents.
-fn create_dir(dir: &Path) -> Result<(), ClusterError> {
-    std::fs::create_dir_all(dir).map_err(|source| ClusterError::Io {
-        action: "create",
-        path: dir.to_owned(),
-        source,
-    })
 }
 
 /// The directory of the running executable: the default bin directory.
@@ -299,7 +277,7 @@ fn report_exits(processes: &mut [Process]) -> Result<(), ClusterError> {
         if let Some(status) = process.poll_exit()? {
             eprintln!(
                 "{} exited unexpectedly ({status}); log: {}",
-                process.name,
+                process.name(),
                 process.log.display()
             );
         }
@@ -308,37 +286,20 @@ fn report_exits(processes: &mut [Process]) -> Result<(), ClusterError> {
 }
 
 /// Stops every process and says how many there were.
-async fn stop(processes: &mut [Process]) -> Result<(), ClusterError> {
-    let stopped = stop_all(processes).await;
+async fn stop(cluster: &mut Cluster) -> Result<(), ClusterError> {
+    let stopped = cluster.stop(STOP_GRACE).await;
     println!("stopped {stopped} processes");
     Ok(())
 }
 
-/// Stops every process still running, the WAN emulator last (the tiers keep their links while
-/// they shut down); returns how many were running.
-async fn stop_all(processes: &mut [Process]) -> usize {
-    // The emulator, when there is one, is the first process.
-    let emulators = usize::from(
-        processes
-            .first()
-            .is_some_and(|p| p.role == Role::WanEmulator),
-    );
-    let (emulator, tiers) = processes.split_at_mut(emulators);
-    process::stop_all(tiers, STOP_GRACE).await + process::stop_all(emulator, STOP_GRACE).await
-}
-
 /// Prints the table of processes, the emulator's links (with `--wan`: the set-up and each
 /// proxy's address), and how to use the cluster.
-fn print_table(
-    processes: &[Process],
-    wan: Option<(&WanMode, &HashMap<String, SocketAddr>)>,
-    tls: Option<&TlsSettings>,
-) {
-    let rows = processes.iter().map(|p| {
+fn print_table(cluster: &Cluster, wan: Option<(&WanMode, &HashMap<String, SocketAddr>)>) {
+    let rows = cluster.processes.iter().map(|p| {
         [
-            p.role.kind().to_owned(),
-            p.name.clone(),
-            p.address.to_string(),
+            p.spec.role.as_ref().map_or("", Role::kind).to_owned(),
+            p.name().to_owned(),
+            p.address().to_string(),
             p.pid.to_string(),
             p.log.display().to_string(),
         ]
@@ -349,33 +310,24 @@ fn print_table(
         print_links(wan, proxies);
         println!();
     }
-    let (curl, scheme) = match tls {
+    let (curl, scheme) = match &cluster.topology.tls {
         Some(tls) => (format!("curl --cacert {}", tls.ca.display()), "https"),
         None => ("curl".to_owned(), "http"),
     };
-    let shard = processes
-        .iter()
-        .find(|p| matches!(p.role, Role::Shard { .. }));
-    if let Some(shard) = shard {
-        let base = format!("{scheme}://{}/counter/tweet:1:likes", shard.address);
+    if let Some(shard) = cluster.find(|r| matches!(r, Role::Shard { .. })) {
+        let base = format!("{scheme}://{}/counter/tweet:1:likes", shard.address());
         println!("writes: {curl} -X PATCH '{base}/write?op=INCREMENT'   (any shard node)");
     }
-    let global = processes
-        .iter()
-        .find(|p| matches!(p.role, Role::GlobalAggregator));
-    if let Some(global) = global {
+    if let Some(global) = cluster.process(GLOBAL_PROCESS) {
         println!(
             "reads:  {curl} {scheme}://{}/counter/tweet:1:likes",
-            global.address
+            global.address()
         );
     }
-    let aggregator = processes
-        .iter()
-        .find(|p| matches!(p.role, Role::DatacenterAggregator { .. }));
-    if let Some(aggregator) = aggregator {
+    if let Some(aggregator) = cluster.find(|r| matches!(r, Role::DatacenterAggregator { .. })) {
         println!(
             "        {curl} {scheme}://{}/counter/tweet:1:likes   (one datacenter's part)",
-            aggregator.address
+            aggregator.address()
         );
     }
     println!("Ctrl-C stops the cluster");

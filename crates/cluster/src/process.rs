@@ -1,4 +1,6 @@
-//! Running the processes: finding binaries, spawning with logs, waiting until healthy, stopping.
+//! The one supervisor of tier processes: finding binaries, spawning with logs, waiting until
+//! healthy, signalling (SIGKILL, SIGSTOP/SIGCONT, SIGTERM with a grace period) and stopping.
+//! The launcher, the benchmark and the end-to-end tests all start their processes here.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -23,17 +25,65 @@ pub const TAIL_LINES: usize = 20;
 /// How long one `/healthz` probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The pause between two rounds of probes.
-const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+const PROBE_INTERVAL: Duration = Duration::from_millis(20);
+/// The pause between two looks at a process that is being stopped synchronously.
+const REAP_INTERVAL: Duration = Duration::from_millis(10);
 
-/// A started process.
+/// Who runs a process, which decides its process group, log and environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The launcher: a process group of its own (a terminal's Ctrl-C reaches only the launcher,
+    /// which then stops it in order), a fresh log, `NO_COLOR=1`.
+    Launcher,
+    /// A test: the test's process group (interrupting the test run reaches it too), a log
+    /// appended to across restarts, `RUST_LOG=info`.
+    Test,
+}
+
+/// How to start one process; kept by its [`Process`] so that it can be started again.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Its name, unique in the cluster; its log is `<name>.log`.
+    pub name: String,
+    /// Its role, when it is one of the topology's processes.
+    pub role: Option<Role>,
+    /// The binary run.
+    pub binary: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Where it listens; it is healthy once `GET /healthz` there answers 200.
+    pub address: SocketAddr,
+    /// Who runs it.
+    pub owner: Owner,
+    /// Variables of the caller's environment it does not inherit.
+    pub env_remove: Vec<OsString>,
+}
+
+impl Spec {
+    /// `role` started by the launcher as `launch` says, with `binary`.
+    pub fn of_role(role: Role, launch: Launch, binary: PathBuf) -> Self {
+        Self {
+            name: role.name(),
+            role: Some(role),
+            binary,
+            args: launch.args,
+            address: launch.address,
+            owner: Owner::Launcher,
+            env_remove: Vec::new(),
+        }
+    }
+
+    /// Whether its `/healthz` is plain HTTP even in a topology with `[tls]`: the WAN emulator's.
+    fn plain_health(&self) -> bool {
+        self.role == Some(Role::WanEmulator)
+    }
+}
+
+/// A started process; killed (SIGKILL) if dropped while it runs.
 #[derive(Debug)]
 pub struct Process {
-    /// What it is.
-    pub role: Role,
-    /// Its role's name.
-    pub name: String,
-    /// Where it listens.
-    pub address: SocketAddr,
+    /// How it was started.
+    pub spec: Spec,
     /// The file its stdout and stderr go to.
     pub log: PathBuf,
     /// Its process id.
@@ -64,59 +114,46 @@ pub fn check_address(name: &str, address: SocketAddr) -> Result<(), ClusterError
         })
 }
 
-/// Starts `role` by running `binary` with `launch`'s arguments, stdout and stderr to
-/// `<log_dir>/<name>.log`. The process gets its own process group, so that a terminal's Ctrl-C
-/// reaches only the launcher, which then stops it in order; it is killed if its [`Process`] is
-/// dropped without being stopped.
-pub fn spawn(
-    role: Role,
-    launch: &Launch,
-    binary: &Path,
-    log_dir: &Path,
-) -> Result<Process, ClusterError> {
-    spawn_without_env(role, launch, binary, log_dir, &[])
-}
-
-/// [`spawn`], with the launcher's environment less the variables named in `env_remove`.
-pub fn spawn_without_env(
-    role: Role,
-    launch: &Launch,
-    binary: &Path,
-    log_dir: &Path,
-    env_remove: &[OsString],
-) -> Result<Process, ClusterError> {
-    let name = role.name();
-    let log = log_dir.join(format!("{name}.log"));
+/// Starts `spec`, stdout and stderr to `<log_dir>/<name>.log`.
+pub fn spawn(spec: Spec, log_dir: &Path) -> Result<Process, ClusterError> {
+    let log = log_dir.join(format!("{}.log", spec.name));
     let io_error = |action, source| ClusterError::Io {
         action,
         path: log.clone(),
         source,
     };
-    let stdout = File::create(&log).map_err(|e| io_error("create", e))?;
+    let appends = spec.owner == Owner::Test;
+    let stdout = File::options()
+        .create(true)
+        .write(true)
+        .append(appends)
+        .truncate(!appends)
+        .open(&log)
+        .map_err(|e| io_error("create", e))?;
     let stderr = stdout.try_clone().map_err(|e| io_error("open", e))?;
-    let mut command = Command::new(binary);
-    for variable in env_remove {
+    let mut command = Command::new(&spec.binary);
+    for variable in &spec.env_remove {
         command.env_remove(variable);
     }
+    match spec.owner {
+        Owner::Launcher => command.env("NO_COLOR", "1").process_group(0),
+        Owner::Test => command.env("RUST_LOG", "info"),
+    };
     let child = command
-        .args(&launch.args)
-        .env("NO_COLOR", "1")
+        .args(&spec.args)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
-        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| ClusterError::Spawn {
-            name: name.clone(),
-            binary: binary.to_owned(),
+            name: spec.name.clone(),
+            binary: spec.binary.clone(),
             source,
         })?;
     let pid = child.id().expect("a process just started has an id");
     Ok(Process {
-        role,
-        name,
-        address: launch.address,
+        spec,
         log,
         pid,
         child,
@@ -125,6 +162,16 @@ pub fn spawn_without_env(
 }
 
 impl Process {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.spec.address
+    }
+
     /// Whether it has not been seen to exit.
     pub fn is_running(&self) -> bool {
         self.exit.is_none()
@@ -137,17 +184,66 @@ impl Process {
                 .child
                 .try_wait()
                 .map_err(|source| ClusterError::Watch {
-                    name: self.name.clone(),
+                    name: self.spec.name.clone(),
                     source,
                 })?;
         }
         Ok(self.exit)
     }
 
+    /// Sends `signal` to it (SIGKILL to its whole process group when it has one of its own, so
+    /// that nothing it started survives it); one that is gone already is not an error.
+    pub fn signal(&self, signal: Signal) {
+        let Ok(pid) = i32::try_from(self.pid) else {
+            return;
+        };
+        let pid = Pid::from_raw(pid);
+        let result = match (signal, self.spec.owner) {
+            (Signal::SIGKILL, Owner::Launcher) => killpg(pid, signal),
+            _ => kill(pid, signal),
+        };
+        match result {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(error) => eprintln!("cannot send {signal} to {}: {error}", self.spec.name),
+        }
+    }
+
+    /// Waits, blocking the thread, at most `within` for it to exit; its status if it did.
+    pub fn wait_blocking(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = std::time::Instant::now().checked_add(within);
+        loop {
+            // A status that cannot be read counts as still running: SIGKILL settles it.
+            if let Ok(Some(status)) = self.poll_exit() {
+                return Some(status);
+            }
+            if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+                return None;
+            }
+            std::thread::sleep(REAP_INTERVAL);
+        }
+    }
+
+    /// SIGTERM, then waits (blocking) at most `grace` for it to exit; its status if it did.
+    pub fn terminate_blocking(&mut self, grace: Duration) -> Option<ExitStatus> {
+        self.signal(Signal::SIGTERM);
+        self.wait_blocking(grace)
+    }
+
+    /// SIGKILL (continuing it first, should it be stopped), and reaps it.
+    pub fn kill_blocking(&mut self) -> Option<ExitStatus> {
+        if self.is_running() {
+            self.signal(Signal::SIGCONT);
+            self.signal(Signal::SIGKILL);
+            // Also SIGKILLs it, should it have left its group; this only fails if it is gone.
+            let _ = self.child.start_kill();
+        }
+        self.wait_blocking(Duration::MAX)
+    }
+
     /// The error saying it failed to start for `reason`, with the end of its log.
     fn not_healthy(&self, reason: String) -> ClusterError {
         ClusterError::NotHealthy {
-            name: self.name.clone(),
+            name: self.spec.name.clone(),
             reason,
             log: self.log.clone(),
             tail: log_tail(&self.log, TAIL_LINES),
@@ -185,11 +281,11 @@ pub async fn wait_healthy_over(
         }
         let mut probes = JoinSet::new();
         for &i in &pending {
-            let client = match processes[i].role {
-                Role::WanEmulator => plain.clone(),
-                _ => tiers.clone(),
+            let client = match processes[i].spec.plain_health() {
+                true => plain.clone(),
+                false => tiers.clone(),
             };
-            let url = client.url(processes[i].address, "/healthz");
+            let url = client.url(processes[i].address(), "/healthz");
             probes.spawn(async move {
                 let healthy =
                     matches!(client.get(&url).await, Ok(answer) if answer.status.as_u16() == 200);
@@ -207,10 +303,7 @@ pub async fn wait_healthy_over(
         if Instant::now() >= deadline {
             let mut reason = format!("was not healthy after {} s", timeout.as_secs());
             if pending.len() > 1 {
-                let others: Vec<&str> = pending[1..]
-                    .iter()
-                    .map(|&i| processes[i].name.as_str())
-                    .collect();
+                let others: Vec<&str> = pending[1..].iter().map(|&i| processes[i].name()).collect();
                 reason += &format!(" (nor were {})", others.join(", "));
             }
             return Err(processes[first].not_healthy(reason));
@@ -221,12 +314,15 @@ pub async fn wait_healthy_over(
 
 /// Stops every process still running: SIGTERM to each, then waits until `grace` has passed
 /// and SIGKILLs those still running, with their process groups. Returns how many were running.
-pub async fn stop_all(processes: &mut [Process], grace: Duration) -> usize {
+pub async fn stop_all<'a>(
+    processes: impl IntoIterator<Item = &'a mut Process>,
+    grace: Duration,
+) -> usize {
     let mut stopping = Vec::new();
-    for process in processes.iter_mut() {
+    for process in processes {
         // A process whose status cannot be read is treated as running: SIGKILL settles it.
         if !matches!(process.poll_exit(), Ok(Some(_))) {
-            terminate(process);
+            process.signal(Signal::SIGTERM);
             stopping.push(process);
         }
     }
@@ -235,13 +331,13 @@ pub async fn stop_all(processes: &mut [Process], grace: Duration) -> usize {
         let status = match tokio::time::timeout_at(deadline, process.child.wait()).await {
             Ok(Ok(status)) => Some(status),
             Ok(Err(error)) => {
-                eprintln!("cannot wait for {}: {error}; killing it", process.name);
+                eprintln!("cannot wait for {}: {error}; killing it", process.name());
                 force_kill(process).await
             }
             Err(_) => {
                 eprintln!(
                     "{} did not stop within {} s; killing it",
-                    process.name,
+                    process.name(),
                     grace.as_secs()
                 );
                 force_kill(process).await
@@ -254,41 +350,10 @@ pub async fn stop_all(processes: &mut [Process], grace: Duration) -> usize {
 
 /// SIGKILLs `process` with its process group and reaps it; its exit status if that worked.
 async fn force_kill(process: &mut Process) -> Option<ExitStatus> {
-    kill_group(process);
+    process.signal(Signal::SIGKILL);
     // Also SIGKILLs it, should it have left its group; this only fails if it is gone already.
     let _ = process.child.kill().await;
     process.child.try_wait().ok().flatten()
-}
-
-/// Sends SIGTERM to `process`; one that is already gone is not an error.
-fn terminate(process: &Process) {
-    if let Ok(pid) = i32::try_from(process.pid) {
-        report_signal_error(
-            process,
-            "SIGTERM",
-            kill(Pid::from_raw(pid), Signal::SIGTERM),
-        );
-    }
-}
-
-/// Sends SIGKILL to `process`'s whole process group (its own, see [`spawn`]), so that nothing
-/// it started survives it either.
-fn kill_group(process: &Process) {
-    if let Ok(pid) = i32::try_from(process.pid) {
-        report_signal_error(
-            process,
-            "SIGKILL",
-            killpg(Pid::from_raw(pid), Signal::SIGKILL),
-        );
-    }
-}
-
-/// Reports a failure to signal `process`; one that is already gone is not a failure.
-fn report_signal_error(process: &Process, signal: &str, result: nix::Result<()>) {
-    match result {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(error) => eprintln!("cannot send {signal} to {}: {error}", process.name),
-    }
 }
 
 /// The last `lines` lines of the file at `path`, or a note saying why there are none.

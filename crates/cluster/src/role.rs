@@ -73,6 +73,15 @@ impl Role {
         }
     }
 
+    /// The file name of its binary, looked for in the bin directory.
+    pub fn binary(&self) -> &'static str {
+        match self {
+            Role::Shard { .. } => "shard-node",
+            // Every other binary is named as its kind.
+            other => other.kind(),
+        }
+    }
+
     /// Its name, unique in the cluster and used for its log file: `DC_USA_0_VAL_1`,
     /// `aggregator_USA_0`, `global`, `wan-emulator`.
     pub fn name(&self) -> String {
@@ -119,7 +128,7 @@ impl Role {
                     args.extend(["--restore".into(), "empty".into()]);
                 }
                 Ok(Launch {
-                    binary: "shard-node",
+                    binary: self.binary(),
                     args,
                     address,
                 })
@@ -132,7 +141,7 @@ impl Role {
                         message,
                     })?;
                 Ok(Launch {
-                    binary: "datacenter-aggregator",
+                    binary: self.binary(),
                     args: vec![
                         "--config".into(),
                         config.into(),
@@ -143,7 +152,7 @@ impl Role {
                 })
             }
             Role::GlobalAggregator => Ok(Launch {
-                binary: "global-aggregator",
+                binary: self.binary(),
                 args: vec!["--config".into(), config.into()],
                 address: topology.global.listen,
             }),
@@ -153,7 +162,7 @@ impl Role {
                     message: "the topology has no [wan] section".to_owned(),
                 })?;
                 Ok(Launch {
-                    binary: "wan-emulator",
+                    binary: self.binary(),
                     args: vec!["--config".into(), config.into()],
                     address: wan.control,
                 })

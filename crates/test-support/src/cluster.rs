@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use geocount_cluster::Role;
 use geocount_model::role::{GLOBAL_PROCESS, aggregator_process};
 use geocount_model::{SlotId, Topology};
 use tempfile::TempDir;
@@ -124,24 +125,18 @@ impl TestTopology {
     /// the slot empty (`--restore empty`, a new cluster); a restart on an empty data directory
     /// restores it.
     pub async fn start_shard(&self, dc: &str, slot: usize) -> NodeProcess {
-        let name = SlotId::new(dc, slot as u32).to_string();
+        let role = Role::Shard {
+            datacenter: dc.to_owned(),
+            slot: slot as u32,
+        };
         let args = [
-            "--config".to_owned(),
-            self.path.display().to_string(),
-            "--dc".to_owned(),
-            dc.to_owned(),
-            "--slot".to_owned(),
-            slot.to_string(),
+            self.config_flag(),
+            dc_flag(dc),
+            vec!["--slot".to_owned(), slot.to_string()],
         ];
-        NodeProcess::start_first(
-            "shard-node",
-            &name,
-            &args,
-            &["--restore".to_owned(), "empty".to_owned()],
-            self.shard_addr(dc, slot),
-            self.dir(),
-        )
-        .await
+        let first = ["--restore".to_owned(), "empty".to_owned()];
+        let addr = self.shard_addr(dc, slot);
+        NodeProcess::start_role(role, &args.concat(), &first, addr, self.dir()).await
     }
 
     /// Starts the aggregator of datacenter `dc` and waits until it is healthy.
@@ -151,22 +146,18 @@ impl TestTopology {
             .datacenter(dc)
             .expect("known datacenter")
             .aggregator;
-        let args = [self.config_flag(), vec!["--dc".to_owned(), dc.to_owned()]].concat();
-        NodeProcess::start(
-            "datacenter-aggregator",
-            &aggregator_process(dc),
-            &args,
-            addr,
-            self.dir(),
-        )
-        .await
+        let role = Role::DatacenterAggregator {
+            datacenter: dc.to_owned(),
+        };
+        let args = [self.config_flag(), dc_flag(dc)].concat();
+        NodeProcess::start_role(role, &args, &[], addr, self.dir()).await
     }
 
     /// Starts the global aggregator and waits until it is healthy.
     pub async fn start_global_aggregator(&self) -> NodeProcess {
         let addr = self.topology.global.listen;
         let args = self.config_flag();
-        NodeProcess::start("global-aggregator", GLOBAL_PROCESS, &args, addr, self.dir()).await
+        NodeProcess::start_role(Role::GlobalAggregator, &args, &[], addr, self.dir()).await
     }
 
     /// A client of the process at `addr` that calls it as tier process `name` does: with its
@@ -206,4 +197,9 @@ impl TestTopology {
     fn config_flag(&self) -> Vec<String> {
         vec!["--config".to_owned(), self.path.display().to_string()]
     }
+}
+
+/// `--dc <dc>`.
+fn dc_flag(dc: &str) -> Vec<String> {
+    vec!["--dc".to_owned(), dc.to_owned()]
 }

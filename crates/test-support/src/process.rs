@@ -1,13 +1,16 @@
-//! Real node processes that never outlive their test.
+//! Real node processes that never outlive their test, run by the launcher's supervisor
+//! ([`geocount_cluster::process`]).
 
-use std::fs::File;
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use geocount_cluster::Role;
+use geocount_cluster::process::{self, Owner, Process, Spec};
+use geocount_net::{Connector, tcp_connector};
+use nix::sys::signal::Signal;
 
 use crate::api::Api;
 
@@ -36,14 +39,22 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// How long a process may take to become healthy.
+const STARTUP: Duration = Duration::from_secs(15);
+/// How long a process asked to stop (SIGTERM) may take.
+const GRACE: Duration = Duration::from_secs(15);
 /// How long a process stopped gracefully on drop may take before it is SIGKILLed.
 const DROP_GRACE: Duration = Duration::from_secs(25);
+/// How many lines of a log failure messages show.
+const TAIL_LINES: usize = 30;
 
 /// A running binary, killed (SIGKILL) when dropped, or first asked to stop (SIGTERM) if
 /// [`NodeProcess::terminate_on_drop`] says so.
 #[derive(Debug)]
 pub struct NodeProcess {
-    child: Option<Child>,
+    process: Option<Process>,
+    spec: Spec,
+    log_dir: PathBuf,
     terminate_on_drop: bool,
     /// The binary's name.
     pub binary: String,
@@ -53,10 +64,6 @@ pub struct NodeProcess {
     pub addr: SocketAddr,
     /// Its combined stdout and stderr.
     pub log: PathBuf,
-    args: Vec<String>,
-    /// Arguments of the first start only (a shard node's `--restore empty`): a restart after a
-    /// lost disk must restore.
-    first_start_args: Vec<String>,
 }
 
 impl NodeProcess {
@@ -82,81 +89,70 @@ impl NodeProcess {
         addr: SocketAddr,
         log_dir: &Path,
     ) -> Self {
-        let log = log_dir.join(format!("{name}.log"));
+        let spec = test_spec(None, binary, name, args, addr);
+        Self::start_spec(spec, first_start_args, log_dir).await
+    }
+
+    /// Like [`NodeProcess::start_first`] for one of the topology's roles: its binary and its
+    /// name ([`Role::name`]) are the role's.
+    pub async fn start_role(
+        role: Role,
+        args: &[String],
+        first_start_args: &[String],
+        addr: SocketAddr,
+        log_dir: &Path,
+    ) -> Self {
+        let (binary, name) = (role.binary(), role.name());
+        let spec = test_spec(Some(role), binary, &name, args, addr);
+        Self::start_spec(spec, first_start_args, log_dir).await
+    }
+
+    async fn start_spec(spec: Spec, first_start_args: &[String], log_dir: &Path) -> Self {
+        let mut first = spec.clone();
+        first
+            .args
+            .extend(first_start_args.iter().map(OsString::from));
+        let binary = spec.binary.file_name().unwrap_or_default();
         let mut node = Self {
-            child: None,
+            process: None,
             terminate_on_drop: false,
-            binary: binary.to_owned(),
-            name: name.to_owned(),
-            addr,
-            log,
-            args: args.to_vec(),
-            first_start_args: first_start_args.to_vec(),
+            binary: binary.to_string_lossy().into_owned(),
+            name: spec.name.clone(),
+            addr: spec.address,
+            log: log_dir.join(format!("{}.log", spec.name)),
+            log_dir: log_dir.to_owned(),
+            spec,
         };
-        node.spawn();
-        node.first_start_args.clear();
+        node.spawn(first);
         node.wait_healthy().await;
         node
     }
 
-    fn spawn(&mut self) {
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("open log file");
-        let child = Command::new(binary(&self.binary))
-            .args(&self.args)
-            .args(&self.first_start_args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone log handle"))
-            .stderr(log)
-            .spawn()
+    fn spawn(&mut self, spec: Spec) {
+        let process = process::spawn(spec, &self.log_dir)
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.binary));
-        self.child = Some(child);
+        self.process = Some(process);
     }
 
     /// Starts the same process again after it stopped, without waiting for it to be healthy
     /// (a node that restores its slot answers 503 meanwhile).
     pub fn respawn(&mut self) {
-        assert!(self.child.is_none(), "{} is still running", self.name);
-        self.spawn();
+        assert!(self.process.is_none(), "{} is still running", self.name);
+        self.spawn(self.spec.clone());
     }
 
     /// Starts the same process again (same arguments, same data) after it stopped.
     pub async fn restart(&mut self) {
-        assert!(self.child.is_none(), "{} is still running", self.name);
-        self.spawn();
+        self.respawn();
         self.wait_healthy().await;
     }
 
     /// Waits (up to 15 s) until the node answers `GET /healthz` with 200.
     pub async fn wait_healthy(&mut self) {
-        let api = Api::new(self.addr);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "{} exited with {status} before it was healthy:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
-            if api.get("/healthz").await.is_ok_and(|a| a.status == 200) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} not healthy after 15 s:\n{}",
-                self.name,
-                self.log_tail()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let process = self.process.as_mut().expect("process is running");
+        let probed = std::slice::from_mut(process);
+        if let Err(error) = process::wait_healthy_over(probed, STARTUP, &tier_connector()).await {
+            panic!("{error}:\n{}", self.log_tail());
         }
     }
 
@@ -177,9 +173,9 @@ impl NodeProcess {
                 return log;
             }
             let exited = self
-                .child
+                .process
                 .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
+                .and_then(|p| p.poll_exit().ok().flatten());
             assert!(
                 exited.is_none() && Instant::now() < deadline,
                 "{} never logged {text:?} ({}):\n{}",
@@ -200,43 +196,34 @@ impl NodeProcess {
 
     /// The process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.as_ref().map(|p| p.pid)
     }
 
     fn signal(&self, signal: Signal) {
-        if let Some(pid) = self.pid() {
-            kill(Pid::from_raw(pid as i32), signal).expect("send signal");
+        if let Some(process) = &self.process {
+            process.signal(signal);
         }
     }
 
     /// kill -9, and reaps the process.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(mut process) = self.process.take() {
+            process.kill_blocking();
         }
     }
 
     /// SIGTERM, then waits (up to 15 s) for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
-        self.signal(Signal::SIGTERM);
-        let mut child = self.child.take().expect("process is running");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for child") {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "{} ignored SIGTERM for 15 s:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let mut process = self.process.take().expect("process is running");
+        if let Some(status) = process.terminate_blocking(GRACE) {
+            return status;
         }
+        process.kill_blocking();
+        panic!(
+            "{} ignored SIGTERM for 15 s:\n{}",
+            self.name,
+            self.log_tail()
+        );
     }
 
     /// SIGSTOP: the process freezes, its sockets stay open.
@@ -251,9 +238,7 @@ impl NodeProcess {
 
     /// The last lines of the node's log, for failure messages.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        process::log_tail(&self.log, TAIL_LINES)
     }
 
     /// An API client for this node.
@@ -262,20 +247,43 @@ impl NodeProcess {
     }
 }
 
+/// How a test starts `binary` (which must have been built) as `name`.
+fn test_spec(
+    role: Option<Role>,
+    binary: &str,
+    name: &str,
+    args: &[String],
+    address: SocketAddr,
+) -> Spec {
+    Spec {
+        name: name.to_owned(),
+        role,
+        binary: self::binary(binary),
+        args: args.iter().map(OsString::from).collect(),
+        address,
+        owner: Owner::Test,
+        env_remove: Vec::new(),
+    }
+}
+
+/// How the tiers are reached: over TLS trusting the test CA when the test process runs with it.
+fn tier_connector() -> Connector {
+    if crate::tls::enabled() {
+        crate::tls::test_ca().connector()
+    } else {
+        tcp_connector()
+    }
+}
+
 impl Drop for NodeProcess {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some(mut process) = self.process.take() {
             // A stopped process must be continued to die promptly on some kernels.
-            let pid = Pid::from_raw(child.id() as i32);
-            let _ = kill(pid, Signal::SIGCONT);
-            if self.terminate_on_drop && kill(pid, Signal::SIGTERM).is_ok() {
-                let deadline = Instant::now() + DROP_GRACE;
-                while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+            process.signal(Signal::SIGCONT);
+            if self.terminate_on_drop {
+                process.terminate_blocking(DROP_GRACE);
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            process.kill_blocking();
         }
     }
 }
