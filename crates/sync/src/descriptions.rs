@@ -44,15 +44,12 @@ impl DescriptionTable {
         now_ms: u64,
         max_clock_skew_ms: u64,
     ) -> Intake {
-        let mut intake = Intake::default();
-        for description in checked(page) {
-            if self.is_news(description)
-                && intake.admit(description, now_ms, max_clock_skew_ms)
-                && self.merge(description.clone())
-            {
-                intake.taken.push(description.clone());
-            }
-        }
+        // Sifting against the table as it was refuses no more: a description a page item
+        // replaces is no further ahead than that item.
+        let mut intake = self.newer_in_page(page, now_ms, max_clock_skew_ms);
+        intake
+            .taken
+            .retain(|description| self.merge(description.clone()));
         intake
     }
 
