@@ -201,24 +201,11 @@ impl Journaled for DescriptionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use geocount_model::{CounterDescription, CounterId, CounterType, HlcTimestamp};
+    use geocount_model::CounterId;
+    use geocount_model::fixtures::FixedClock;
 
     fn described(shards: u32, physical_ms: u64, node: u32) -> VersionedDescription {
-        VersionedDescription {
-            description: CounterDescription {
-                id: CounterId::new("c").unwrap(),
-                counter_type: CounterType::Sum,
-                number_of_shards: shards,
-                base_number_of_shards: 1,
-                window_seconds: 300,
-                created_at_ms: 1,
-            },
-            version: HlcTimestamp {
-                physical_ms,
-                logical: 0,
-                node,
-            },
-        }
+        geocount_model::fixtures::described("c", shards, physical_ms, node)
     }
 
     #[test]
@@ -296,13 +283,6 @@ mod tests {
         assert_eq!((later.taken, later.refused), (vec![ahead], 0));
         // What is not news is neither taken nor counted as refused.
         assert_eq!(table.apply_page(&page, 0, SKEW), Intake::default());
-    }
-
-    struct FixedClock(u64);
-    impl geocount_model::Clock for FixedClock {
-        fn now_unix_ms(&self) -> u64 {
-            self.0
-        }
     }
 
     #[test]

@@ -244,12 +244,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn incremental_pages_send_each_changed_entry_once() {
-        let mut rows = Rows::new(100);
-        for n in 0..10 {
+    /// Rows `r0` to `r{count - 1}` set once each (changes 1 to `count`), in a journal
+    /// remembering `capacity` changes.
+    fn rows_set_once(count: u64, capacity: usize) -> Rows {
+        let mut rows = Rows::new(capacity);
+        for n in 0..count {
             rows.set(&format!("r{n}"), n);
         }
+        rows
+    }
+
+    #[test]
+    fn incremental_pages_send_each_changed_entry_once() {
+        let mut rows = rows_set_once(10, 100);
         let mut copy = std::collections::HashMap::new();
         let (cursor, _) = pull_all(&rows, Cursor::Start, 3, &mut copy);
         assert_eq!(copy.len(), 10);
@@ -263,15 +270,6 @@ mod tests {
         assert!(items.is_empty() && caught_up, "nothing changed since");
     }
 
-    /// Rows `r0` to `r9` set once each (changes 1 to 10) in a journal remembering four.
-    fn ten_rows_remembering_four() -> Rows {
-        let mut rows = Rows::new(4);
-        for n in 0..10 {
-            rows.set(&format!("r{n}"), n);
-        }
-        rows
-    }
-
     /// A cursor of this incarnation at change `seq`.
     fn at(rows: &Rows, seq: u64) -> Cursor {
         Cursor::Seq {
@@ -282,7 +280,7 @@ mod tests {
 
     #[test]
     fn an_old_or_foreign_cursor_gets_a_full_copy() {
-        let rows = ten_rows_remembering_four();
+        let rows = rows_set_once(10, 4);
         let stale = at(&rows, 1);
         let mut copy = std::collections::HashMap::new();
         pull_all(&rows, stale, 4, &mut copy);
@@ -297,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_cursor_at_the_oldest_remembered_change_pages_on() {
-        let rows = ten_rows_remembering_four();
+        let rows = rows_set_once(10, 4);
         // Changes 7 to 10 are remembered: a cursor at 6 misses none of them.
         let at_floor = at(&rows, 6);
         let (items, next, caught_up) = page(&rows, at_floor, 100);
@@ -326,10 +324,7 @@ mod tests {
 
     #[test]
     fn changes_during_a_full_copy_are_not_missed() {
-        let mut rows = Rows::new(100);
-        for n in 0..6 {
-            rows.set(&format!("r{n}"), n);
-        }
+        let mut rows = rows_set_once(6, 100);
         let mut copy = std::collections::HashMap::new();
         let (items, cursor, caught_up) = page(&rows, Cursor::Start, 2);
         assert!(!caught_up);
