@@ -113,7 +113,7 @@ impl DescriptionTable {
 
     /// A page of the descriptions changed since `cursor`.
     pub fn page(&self, cursor: Cursor, limit: usize) -> DescriptionPage {
-        let (items, next, caught_up) = crate::journal::page(self, cursor, limit);
+        let (items, next, caught_up) = crate::journal::page(self, &self.journal, cursor, limit);
         DescriptionPage {
             items,
             next,
@@ -181,16 +181,8 @@ fn checked(page: &DescriptionPage) -> impl Iterator<Item = &VersionedDescription
 impl Journaled for DescriptionTable {
     type Item = VersionedDescription;
 
-    fn journal(&self) -> &ChangeJournal {
-        &self.journal
-    }
-
-    fn entry_count(&self) -> usize {
-        self.entries.len()
-    }
-
-    fn latest_seq(&self, index: usize) -> u64 {
-        self.entries[index].1
+    fn latest_seq(&self, index: usize) -> Option<u64> {
+        self.entries.get_index(index).map(|(_, (_, seq))| *seq)
     }
 
     fn items(&self, index: usize, out: &mut Vec<VersionedDescription>) {
