@@ -41,6 +41,8 @@ pub mod counter;
 pub mod counter_id;
 pub mod encode;
 pub mod error;
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
 pub mod held_bytes;
 pub mod hlc;
 pub mod id_table;

@@ -22,7 +22,8 @@ use std::time::Duration;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{NoClientAuth, WebPkiClientVerifier};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::task::JoinSet;
 use tokio_rustls::{TlsAcceptor, TlsConnector, server};
@@ -120,13 +121,7 @@ fn roots(ca: &Path) -> Result<RootCertStore, TlsError> {
 /// A server configuration presenting the certificate chain of the PEM file `cert` with the
 /// private key of the PEM file `key`; clients need no certificate.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
-    let config = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::new(cert, e))?
-        .with_no_client_auth()
-        .with_single_cert(certificates(cert)?, private_key(key)?)
-        .map_err(|e| TlsError::new(key, format!("does not go with {}: {e}", cert.display())))?;
-    Ok(Arc::new(config))
+    serving(cert, key, Arc::new(NoClientAuth))
 }
 
 /// [`server_config`], also asking each client for a certificate and verifying the one it
@@ -141,10 +136,19 @@ pub fn tier_server_config(
         .allow_unauthenticated()
         .build()
         .map_err(|e| TlsError::new(ca, format!("cannot verify clients with it: {e}")))?;
+    serving(cert, key, verifier)
+}
+
+/// A server configuration presenting `cert` with `key`, checking clients with `clients`.
+fn serving(
+    cert: &Path,
+    key: &Path,
+    clients: Arc<dyn ClientCertVerifier>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::new(cert, e))?
-        .with_client_cert_verifier(verifier)
+        .with_client_cert_verifier(clients)
         .with_single_cert(certificates(cert)?, private_key(key)?)
         .map_err(|e| TlsError::new(key, format!("does not go with {}: {e}", cert.display())))?;
     Ok(Arc::new(config))

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE};
-use geocount_model::{CounterId, CounterType, SlotRecord, SlotState};
+use geocount_model::{CounterId, CounterType, ShardDefaults, SlotRecord, SlotState};
 use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
 use geocount_net::{Response, bytes_response, json_response, prefers_minimal_return, read_body};
 use hyper::body::Incoming;
@@ -86,15 +86,13 @@ async fn dispatch(
         (Route::Counter, Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
         (Route::Write, Method::PATCH, Some(id), _) => write(state, id, request).await,
         (Route::Increment, Method::POST, Some(id), _) => increment(state, id, request).await,
-        (Route::Batch, Method::POST, _, _) => batch(state, request).await,
-        (Route::BatchItems, Method::POST, _, _) => batch_items(state, request).await,
+        (Route::Batch, Method::POST, _, _) => batch(state, request, parse_batch).await,
+        (Route::BatchItems, Method::POST, _, _) => batch(state, request, parse_item_batch).await,
         (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
         (Route::Sync, Method::POST, _, _) => copies::sync(state, request).await,
-        (Route::SlotCopy, Method::GET, _, Some(slot)) => {
-            copies::slot_copy(state, &slot, request.uri().query())
-        }
-        (Route::KeyCopy, Method::GET, _, Some(slot)) => {
-            copies::key_copy(state, &slot, request.uri().query())
+        (Route::SlotCopy | Route::KeyCopy, Method::GET, _, Some(slot)) => {
+            let keys = matches!(route, Route::KeyCopy);
+            copies::copy_page(state, &slot, request.uri().query(), keys)
         }
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
@@ -145,7 +143,7 @@ fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, Shar
     };
     let key = value
         .to_str()
-        .map_err(|_| ShardError::BadRequest("Idempotency-Key must be visible ASCII".into()))?;
+        .map_err(|_| ShardError::bad_request("Idempotency-Key must be visible ASCII".into()))?;
     key_scope(request).key(key).map(Some)
 }
 
@@ -246,18 +244,7 @@ async fn write(
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
     let sign = parse_write_op(request.uri().query())?;
-    let key = idempotency_key(&request)?;
-    let forwarded = is_forwarded(&request);
-    let body = read_body(request, state.settings.max_body_bytes).await?;
-    let now_secs = state.clock.now_unix_secs();
-    let (change, timestamp_secs) = parse_write(&body, sign, false, &state.settings, now_secs)?;
-    let write = WriteRequest {
-        id,
-        change,
-        idempotency_key: key,
-        timestamp_secs,
-    };
-    write_one(state, write, forwarded).await
+    write_body(state, id, request, sign, false).await
 }
 
 async fn increment(
@@ -265,11 +252,22 @@ async fn increment(
     id: CounterId,
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
+    write_body(state, id, request, 1, true).await
+}
+
+/// Applies the write of a JSON body to counter `id` (`sign` and `signed` as for [`parse_write`]).
+async fn write_body(
+    state: &NodeState,
+    id: CounterId,
+    request: Request<Incoming>,
+    sign: i64,
+    signed: bool,
+) -> Result<Response, ShardError> {
     let key = idempotency_key(&request)?;
     let forwarded = is_forwarded(&request);
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let now_secs = state.clock.now_unix_secs();
-    let (change, timestamp_secs) = parse_write(&body, 1, true, &state.settings, now_secs)?;
+    let (change, timestamp_secs) = parse_write(&body, sign, signed, &state.settings, now_secs)?;
     let write = WriteRequest {
         id,
         change,
@@ -292,26 +290,25 @@ async fn write_one(
     Ok(slot_answer(applied.slot, &id, applied.state, unique))
 }
 
-async fn batch(state: &Arc<NodeState>, request: Request<Incoming>) -> Result<Response, ShardError> {
-    let forwarded = is_forwarded(&request);
-    let scope = key_scope(&request);
-    let minimal = prefers_minimal_return(request.headers());
-    let body = read_body(request, state.settings.max_body_bytes).await?;
-    let writes = parse_batch(&body, &state.settings, state.clock.now_unix_secs(), &scope)?;
-    state.metrics.batch_entries.observe(writes.len() as f64);
-    let outcomes = forward::apply_batch(state, writes, forwarded).await?;
-    batch_answer(state, outcomes, minimal)
-}
+/// How a batch body of one kind becomes its checked writes.
+type ParseBatch = fn(
+    &[u8],
+    &ShardDefaults,
+    u64,
+    &KeyScope,
+) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError>;
 
-async fn batch_items(
+/// Applies the writes of a postcard batch body of the kind `parse` reads.
+async fn batch(
     state: &Arc<NodeState>,
     request: Request<Incoming>,
+    parse: ParseBatch,
 ) -> Result<Response, ShardError> {
     let forwarded = is_forwarded(&request);
     let scope = key_scope(&request);
     let minimal = prefers_minimal_return(request.headers());
     let body = read_body(request, state.settings.max_body_bytes).await?;
-    let writes = parse_item_batch(&body, &state.settings, state.clock.now_unix_secs(), &scope)?;
+    let writes = parse(&body, &state.settings, state.clock.now_unix_secs(), &scope)?;
     state.metrics.batch_entries.observe(writes.len() as f64);
     let outcomes = forward::apply_batch(state, writes, forwarded).await?;
     batch_answer(state, outcomes, minimal)

@@ -46,14 +46,29 @@ pub async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Respo
     }))
 }
 
-/// `GET /slots/{slot}/copy?from=N&limit=M`: a page of the own slot, or of this node's copy of a
-/// peer's, for a node restoring it.
-pub fn slot_copy(
+/// `GET /slots/{slot}/keys?from=N&limit=M` when `keys`, else `GET /slots/{slot}/copy?...`: a
+/// page of what this node holds of `slot`, for a node restoring it.
+pub fn copy_page(
     state: &NodeState,
     slot: &str,
     query: Option<&str>,
+    keys: bool,
 ) -> Result<Response, ShardError> {
     let (from, limit) = parse_copy_query(query, state.sync.page_entries)?;
+    if keys {
+        key_copy(state, slot, from, limit)
+    } else {
+        slot_copy(state, slot, from, limit)
+    }
+}
+
+/// A page of the own slot, or of this node's copy of a peer's.
+fn slot_copy(
+    state: &NodeState,
+    slot: &str,
+    from: u64,
+    limit: usize,
+) -> Result<Response, ShardError> {
     let copy = if slot == state.slot_name {
         // The owner holds its slot whole by definition.
         let (entries, next) = state
@@ -91,14 +106,13 @@ pub fn slot_copy(
     Ok(answer_slot_copy(&copy))
 }
 
-/// `GET /slots/{slot}/keys?from=N&limit=M`: this node's copy of a peer slot's idempotency
-/// keys, for that peer restoring its lost slot.
-pub fn key_copy(
+/// A page of this node's copy of a peer slot's idempotency keys.
+fn key_copy(
     state: &NodeState,
     slot: &str,
-    query: Option<&str>,
+    from: u64,
+    limit: usize,
 ) -> Result<Response, ShardError> {
-    let (from, limit) = parse_copy_query(query, state.sync.page_entries)?;
     let source_epoch = state.replicas.read().expect("replicas lock").epoch();
     let copy = state
         .sources

@@ -13,12 +13,6 @@ pub enum ShardError {
     /// The model refused the input (bad id, bad delta, overflow).
     #[error(transparent)]
     Model(#[from] ModelError),
-    /// A request that cannot be understood: malformed JSON or postcard, bad query, bad header.
-    #[error("{0}")]
-    BadRequest(String),
-    /// The body could not be read or is too large.
-    #[error(transparent)]
-    Body(#[from] BodyError),
     /// A batch with more entries than the configured maximum.
     #[error("batch has {entries} entries; the limit is {limit}")]
     TooManyEntries {
@@ -27,7 +21,8 @@ pub enum ShardError {
         /// The configured limit.
         limit: usize,
     },
-    /// Refused before the node's own logic ran: unknown path or method, bad counter id.
+    /// Refused as any tier refuses a request: unknown path or method, bad counter id, a body
+    /// too large or unreadable, malformed JSON or postcard, a bad query or header.
     #[error(transparent)]
     Request(#[from] RequestError),
     /// A counter this node has never seen.
@@ -176,15 +171,25 @@ pub enum ShardError {
     },
 }
 
+impl ShardError {
+    /// A request that cannot be understood (400).
+    pub fn bad_request(message: String) -> Self {
+        ShardError::Request(RequestError::BadRequest(message))
+    }
+}
+
+impl From<BodyError> for ShardError {
+    fn from(refusal: BodyError) -> Self {
+        ShardError::Request(refusal.into())
+    }
+}
+
 impl HttpError for ShardError {
     fn status(&self) -> StatusCode {
         match self {
             ShardError::Model(ModelError::Overflow { .. }) => StatusCode::UNPROCESSABLE_ENTITY,
-            ShardError::Model(_) | ShardError::BadRequest(_) | ShardError::WrongType(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            ShardError::Model(_) | ShardError::WrongType(_) => StatusCode::BAD_REQUEST,
             ShardError::TooManyEntries { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ShardError::Body(refusal) => refusal.status(),
             ShardError::Request(refusal) => refusal.status(),
             ShardError::NotFound(_) => StatusCode::NOT_FOUND,
             ShardError::AlreadyExists(_) => StatusCode::CONFLICT,

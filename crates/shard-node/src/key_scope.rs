@@ -32,7 +32,7 @@ impl KeyScope {
             }
             KeyScope::Forwarded => {
                 if !key.contains(KEY_SCOPE_SEPARATOR) {
-                    return Err(ShardError::BadRequest(
+                    return Err(ShardError::bad_request(
                         "a forwarded write's Idempotency-Key must carry its scope".into(),
                     ));
                 }
@@ -47,12 +47,12 @@ impl KeyScope {
 /// [`MAX_IDEMPOTENCY_KEY_BYTES`], or holds the scope separator.
 pub fn check_client_key(key: &str) -> Result<(), ShardError> {
     if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
-        return Err(ShardError::BadRequest(format!(
+        return Err(ShardError::bad_request(format!(
             "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
         )));
     }
     if key.contains(KEY_SCOPE_SEPARATOR) {
-        return Err(ShardError::BadRequest(
+        return Err(ShardError::bad_request(
             "Idempotency-Key must not hold the unit separator (0x1f)".into(),
         ));
     }

@@ -54,13 +54,28 @@ fn answers_a_write(operation: Operation) -> Operation {
         .errors(WRITE_ERRORS)
 }
 
+/// A postcard batch of `body` entries, answered per entry or, with `Prefer: return=minimal`,
+/// summed up.
+fn a_batch(summary: &str, body: &str) -> Operation {
+    Operation::new(summary)
+        .param(header_param(
+            "Prefer",
+            "return=minimal: answer a BatchSummary (the count applied, the refused entries) \
+             instead of every outcome",
+        ))
+        .postcard_body(body)
+        .postcard_answer(
+            200,
+            "BatchResponse (every outcome), or BatchSummary with Prefer: return=minimal",
+        )
+        .errors(&[
+            (400, "a malformed body"),
+            (413, "a body or batch too large"),
+        ])
+}
+
 /// The document of this tier's HTTP API.
 pub fn document() -> ApiDoc {
-    let prefer = header_param(
-        "Prefer",
-        "return=minimal: answer a BatchSummary (the count applied, the refused entries) \
-         instead of every outcome",
-    );
     let key = header_param(
         "Idempotency-Key",
         "1-256 bytes: a retry with the same key is applied once and answered as the first was",
@@ -141,32 +156,18 @@ pub fn document() -> ApiDoc {
     .operation(
         "/batch",
         "post",
-        Operation::new("many deltas in one request, answered per entry")
-            .param(prefer.clone())
-            .postcard_body("BatchRequest")
-            .postcard_answer(
-                200,
-                "BatchResponse (every outcome), or BatchSummary with Prefer: return=minimal",
-            )
-            .errors(&[
-                (400, "a malformed body"),
-                (413, "a body or batch too large"),
-            ]),
+        a_batch(
+            "many deltas in one request, answered per entry",
+            "BatchRequest",
+        ),
     )
     .operation(
         "/batch/items",
         "post",
-        Operation::new("many items of unique counters in one request, answered per entry")
-            .param(prefer)
-            .postcard_body("ItemBatchRequest")
-            .postcard_answer(
-                200,
-                "BatchResponse (every outcome), or BatchSummary with Prefer: return=minimal",
-            )
-            .errors(&[
-                (400, "a malformed body"),
-                (413, "a body or batch too large"),
-            ]),
+        a_batch(
+            "many items of unique counters in one request, answered per entry",
+            "ItemBatchRequest",
+        ),
     )
     .operation(
         "/counter/{id}/route",

@@ -245,34 +245,12 @@ impl PullSink for PeerSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use geocount_model::VersionedDescription;
+    use geocount_model::fixtures::FixedClock;
     use geocount_model::wire::{Cursor, DescriptionPage};
-    use geocount_model::{
-        CounterDescription, CounterId, CounterType, HlcTimestamp, VersionedDescription,
-    };
-
-    struct FixedClock(u64);
-    impl Clock for FixedClock {
-        fn now_unix_ms(&self) -> u64 {
-            self.0
-        }
-    }
 
     fn described(id: &str, physical_ms: u64) -> VersionedDescription {
-        VersionedDescription {
-            description: CounterDescription {
-                id: CounterId::new(id).unwrap(),
-                counter_type: CounterType::Sum,
-                number_of_shards: 2,
-                base_number_of_shards: 1,
-                window_seconds: 300,
-                created_at_ms: 1,
-            },
-            version: HlcTimestamp {
-                physical_ms,
-                logical: 0,
-                node: 1,
-            },
-        }
+        geocount_model::fixtures::described(id, 2, physical_ms, 1)
     }
 
     /// Only descriptions within the bound reach the commit loop, whose clock observes them.

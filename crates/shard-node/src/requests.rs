@@ -23,7 +23,7 @@ fn json_body<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ShardErro
         return Ok(T::default());
     }
     serde_json::from_slice(bytes)
-        .map_err(|e| ShardError::BadRequest(format!("malformed JSON body: {e}")))
+        .map_err(|e| ShardError::bad_request(format!("malformed JSON body: {e}")))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -58,7 +58,7 @@ pub fn parse_create(
         .number_of_shards
         .unwrap_or(settings.default_number_of_shards);
     if !(1..=MAX_SHARDS_PER_COUNTER).contains(&number_of_shards) {
-        return Err(ShardError::BadRequest(format!(
+        return Err(ShardError::bad_request(format!(
             "numberOfShards must be 1 to {MAX_SHARDS_PER_COUNTER}, got {number_of_shards}"
         )));
     }
@@ -67,7 +67,7 @@ pub fn parse_create(
         .unwrap_or(settings.default_window_seconds);
     let max_window = settings.max_window_seconds;
     if !(1..=max_window).contains(&window_seconds) {
-        return Err(ShardError::BadRequest(format!(
+        return Err(ShardError::bad_request(format!(
             "windowSeconds must be 1 to {max_window}, got {window_seconds}"
         )));
     }
@@ -89,12 +89,12 @@ pub fn parse_write_op(query: Option<&str>) -> Result<i64, ShardError> {
         .find(|(name, _)| name == "op")
         .map(|(_, value)| value.into_owned())
         .ok_or_else(|| {
-            ShardError::BadRequest("missing query parameter op=INCREMENT|DECREMENT".into())
+            ShardError::bad_request("missing query parameter op=INCREMENT|DECREMENT".into())
         })?;
     match op.as_str() {
         "INCREMENT" => Ok(1),
         "DECREMENT" => Ok(-1),
-        other => Err(ShardError::BadRequest(format!(
+        other => Err(ShardError::bad_request(format!(
             "op must be INCREMENT or DECREMENT, got {other:?}"
         ))),
     }
@@ -113,11 +113,11 @@ impl WriteBody {
     /// `signed` says whether the delta may be negative (else it must be above 0).
     fn change(&self, sign: i64, signed: bool) -> Result<Change, ShardError> {
         match (self.delta, &self.item) {
-            (Some(_), Some(_)) => Err(ShardError::BadRequest(
+            (Some(_), Some(_)) => Err(ShardError::bad_request(
                 "a write carries a \"delta\" (sum counters) or an \"item\" (unique counters), not both"
                     .into(),
             )),
-            (None, Some(_)) if sign < 0 => Err(ShardError::BadRequest(
+            (None, Some(_)) if sign < 0 => Err(ShardError::bad_request(
                 "items are only ever added: write them with op=INCREMENT".into(),
             )),
             (None, Some(item)) => {
@@ -127,7 +127,7 @@ impl WriteBody {
             (delta, None) => {
                 let delta = delta.unwrap_or(1);
                 if signed && delta == 0 {
-                    return Err(ShardError::BadRequest("delta must not be 0".into()));
+                    return Err(ShardError::bad_request("delta must not be 0".into()));
                 }
                 if !signed && delta <= 0 {
                     return Err(ModelError::NonPositiveDelta(delta).into());
@@ -180,9 +180,9 @@ pub fn write_timestamp(
 /// Decodes a postcard batch body of type `T`, refusing trailing bytes.
 pub fn decode_batch<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ShardError> {
     let (batch, rest): (T, _) = postcard::take_from_bytes(body)
-        .map_err(|e| ShardError::BadRequest(format!("malformed postcard batch: {e}")))?;
+        .map_err(|e| ShardError::bad_request(format!("malformed postcard batch: {e}")))?;
     if !rest.is_empty() {
-        return Err(ShardError::BadRequest(format!(
+        return Err(ShardError::bad_request(format!(
             "malformed postcard batch: {} trailing bytes",
             rest.len()
         )));
@@ -208,7 +208,7 @@ impl Entry for BatchEntry<'_> {
     }
     fn change(&self) -> Result<Change, ShardError> {
         if self.delta == 0 {
-            return Err(ShardError::BadRequest("delta must not be 0".into()));
+            return Err(ShardError::bad_request("delta must not be 0".into()));
         }
         Ok(Change::Delta(self.delta))
     }

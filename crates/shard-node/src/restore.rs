@@ -377,13 +377,7 @@ fn merge_page(
 mod tests {
     use super::*;
     use geocount_model::SlotState;
-
-    struct FixedClock(u64);
-    impl Clock for FixedClock {
-        fn now_unix_ms(&self) -> u64 {
-            self.0
-        }
-    }
+    use geocount_model::fixtures::FixedClock;
 
     fn record(value: i64, version: u64) -> SlotRecord {
         SlotState { value, version }.into()

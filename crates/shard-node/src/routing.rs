@@ -292,12 +292,30 @@ mod tests {
         })
     }
 
+    /// The slots `times` unkeyed deltas to counter `id` go to.
+    fn unkeyed_targets<C: FromIterator<u32>>(
+        router: &WriteRouter,
+        heard: &DescriptionTable,
+        id: &str,
+        times: usize,
+    ) -> C {
+        (0..times)
+            .map(|_| router.target(heard, id, &DELTA, None))
+            .collect()
+    }
+
+    /// The slot each of `items` of counter `u` goes to, with idempotency key `key`.
+    fn item_targets(router: &WriteRouter, items: &[Change], key: Option<&str>) -> Vec<u32> {
+        items
+            .iter()
+            .map(|i| router.target(&NONE, "u", i, key))
+            .collect()
+    }
+
     #[test]
     fn round_robin_takes_each_slot_in_turn() {
         let router = router(Selection::RoundRobin, 0);
-        let picks: Vec<u32> = (0..6)
-            .map(|_| router.target(&NONE, "c", &DELTA, None))
-            .collect();
+        let picks: Vec<u32> = unkeyed_targets(&router, &NONE, "c", 6);
         assert_eq!(
             picks[..3].iter().collect::<HashSet<_>>().len(),
             3,
@@ -309,9 +327,7 @@ mod tests {
     #[test]
     fn random_reaches_every_slot() {
         let router = router(Selection::Random, 0);
-        let picks: HashSet<u32> = (0..200)
-            .map(|_| router.target(&NONE, "c", &DELTA, None))
-            .collect();
+        let picks: HashSet<u32> = unkeyed_targets(&router, &NONE, "c", 200);
         assert_eq!(picks.len(), 3);
     }
 
@@ -360,9 +376,7 @@ mod tests {
             assert_eq!(targets(&heard), unheard, "base {base}, {shards} slots");
         }
         // Unkeyed writes do use the description's slots.
-        let unkeyed: HashSet<u32> = (0..6)
-            .map(|_| router.target(&heard, "hot", &DELTA, None))
-            .collect();
+        let unkeyed: HashSet<u32> = unkeyed_targets(&router, &heard, "hot", 6);
         assert_eq!(unkeyed.len(), 3);
     }
 
@@ -372,22 +386,13 @@ mod tests {
         let items: Vec<Change> = (0..60)
             .map(|n| Change::item(&format!("user-{n}")))
             .collect();
-        let first: Vec<u32> = items
-            .iter()
-            .map(|i| router.target(&NONE, "u", i, None))
-            .collect();
+        let first = item_targets(&router, &items, None);
         for _ in 0..3 {
-            let again: Vec<u32> = items
-                .iter()
-                .map(|i| router.target(&NONE, "u", i, None))
-                .collect();
+            let again = item_targets(&router, &items, None);
             assert_eq!(again, first, "round robin does not move items");
         }
         assert_eq!(first.iter().collect::<HashSet<_>>().len(), 3, "{first:?}");
-        let keyed: Vec<u32> = items
-            .iter()
-            .map(|i| router.target(&NONE, "u", i, Some("k")))
-            .collect();
+        let keyed = item_targets(&router, &items, Some("k"));
         assert_eq!(keyed, first, "a key does not move an item");
     }
 

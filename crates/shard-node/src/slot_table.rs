@@ -181,22 +181,19 @@ impl SlotTable {
     /// One page of a copy of the slot: the rows from `from`, at most `limit` of them, and where
     /// the next page starts (rows are never removed, so pages miss none held at the first).
     pub fn copy_page(&self, from: u64, limit: usize) -> (Vec<(String, SlotRecord)>, Option<u64>) {
-        let start = usize::try_from(from)
-            .unwrap_or(usize::MAX)
-            .min(self.rows.len());
-        let end = start.saturating_add(limit.max(1)).min(self.rows.len());
-        let entries = (start..end)
+        let (range, next) = geocount_sync::copy_range(from, limit, self.rows.len());
+        let entries = range
             .map(|index| {
                 let (id, record) = self.row(index);
                 (id.to_owned(), record.clone())
             })
             .collect();
-        (entries, (end < self.rows.len()).then_some(end as u64))
+        (entries, next)
     }
 
     /// The states changed since `cursor`, as a page named after `slot_name`.
     pub fn page(&self, slot_name: &str, cursor: Cursor, limit: usize) -> SlotPage {
-        let (entries, next, caught_up) = geocount_sync::page(self, cursor, limit);
+        let (entries, next, caught_up) = geocount_sync::page(self, &self.journal, cursor, limit);
         SlotPage {
             slot_names: vec![slot_name.to_owned()],
             entries,
@@ -209,16 +206,8 @@ impl SlotTable {
 impl Journaled for SlotTable {
     type Item = SlotEntry;
 
-    fn journal(&self) -> &ChangeJournal {
-        &self.journal
-    }
-
-    fn entry_count(&self) -> usize {
-        self.rows.len()
-    }
-
-    fn latest_seq(&self, index: usize) -> u64 {
-        self.rows[index].latest_seq
+    fn latest_seq(&self, index: usize) -> Option<u64> {
+        self.rows.get_index(index).map(|(_, row)| row.latest_seq)
     }
 
     fn weight(&self, index: usize) -> usize {

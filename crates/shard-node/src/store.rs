@@ -5,7 +5,7 @@ use std::mem::ManuallyDrop;
 use std::path::Path;
 
 use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Key, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::StorageError;
 use crate::storage::Disk;
@@ -14,6 +14,20 @@ const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records")
 const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
 /// Idempotency records by `(created_at_ms, key)`, so that expired ones go in one range.
 const IDEMPOTENCY: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("idempotency_by_age");
+/// Calls `each` with the key and the bytes of every row of `table`, in key order.
+fn each_row<K: Key + 'static>(
+    txn: &ReadTransaction,
+    table: TableDefinition<K, &'static [u8]>,
+    mut each: impl FnMut(K::SelfType<'_>, &[u8]) -> Result<(), StorageError>,
+) -> Result<(), StorageError> {
+    let rows = txn.open_table(table).map_err(store_error)?;
+    for row in rows.iter().map_err(store_error)? {
+        let (key, bytes) = row.map_err(store_error)?;
+        each(key.value(), bytes.value())?;
+    }
+    Ok(())
+}
+
 /// Everything a checkpoint writes: the changes of log segments up to `through_segment`.
 #[derive(Debug, Default)]
 pub struct Checkpoint {
@@ -158,39 +172,20 @@ impl Store {
     pub fn load(&self) -> Result<StoredState, StorageError> {
         let txn = self.db.begin_read().map_err(store_error)?;
         let mut state = StoredState::default();
-        for row in txn
-            .open_table(SLOTS)
-            .map_err(store_error)?
-            .iter()
-            .map_err(store_error)?
-        {
-            let (id, bytes) = row.map_err(store_error)?;
-            let record: SlotRecord = postcard::from_bytes(bytes.value())?;
-            state.slots.push((CounterId::new(id.value())?, record));
-        }
-        for row in txn
-            .open_table(DESCRIPTIONS)
-            .map_err(store_error)?
-            .iter()
-            .map_err(store_error)?
-        {
-            let (_, bytes) = row.map_err(store_error)?;
-            state
-                .descriptions
-                .push(postcard::from_bytes(bytes.value())?);
-        }
-        for row in txn
-            .open_table(IDEMPOTENCY)
-            .map_err(store_error)?
-            .iter()
-            .map_err(store_error)?
-        {
-            let (created_and_key, bytes) = row.map_err(store_error)?;
-            let (_, key) = created_and_key.value();
-            state
-                .idempotency
-                .push((key.into(), postcard::from_bytes(bytes.value())?));
-        }
+        each_row(&txn, SLOTS, |id, bytes| {
+            let record: SlotRecord = postcard::from_bytes(bytes)?;
+            state.slots.push((CounterId::new(id)?, record));
+            Ok(())
+        })?;
+        each_row(&txn, DESCRIPTIONS, |_, bytes| {
+            state.descriptions.push(postcard::from_bytes(bytes)?);
+            Ok(())
+        })?;
+        each_row(&txn, IDEMPOTENCY, |(_, key), bytes| {
+            let record = postcard::from_bytes(bytes)?;
+            state.idempotency.push((key.into(), record));
+            Ok(())
+        })?;
         Ok(state)
     }
 

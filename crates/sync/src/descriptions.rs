@@ -44,15 +44,12 @@ impl DescriptionTable {
         now_ms: u64,
         max_clock_skew_ms: u64,
     ) -> Intake {
-        let mut intake = Intake::default();
-        for description in checked(page) {
-            if self.is_news(description)
-                && intake.admit(description, now_ms, max_clock_skew_ms)
-                && self.merge(description.clone())
-            {
-                intake.taken.push(description.clone());
-            }
-        }
+        // Sifting against the table as it was refuses no more: a description a page item
+        // replaces is no further ahead than that item.
+        let mut intake = self.newer_in_page(page, now_ms, max_clock_skew_ms);
+        intake
+            .taken
+            .retain(|description| self.merge(description.clone()));
         intake
     }
 
@@ -116,7 +113,7 @@ impl DescriptionTable {
 
     /// A page of the descriptions changed since `cursor`.
     pub fn page(&self, cursor: Cursor, limit: usize) -> DescriptionPage {
-        let (items, next, caught_up) = crate::journal::page(self, cursor, limit);
+        let (items, next, caught_up) = crate::journal::page(self, &self.journal, cursor, limit);
         DescriptionPage {
             items,
             next,
@@ -184,16 +181,8 @@ fn checked(page: &DescriptionPage) -> impl Iterator<Item = &VersionedDescription
 impl Journaled for DescriptionTable {
     type Item = VersionedDescription;
 
-    fn journal(&self) -> &ChangeJournal {
-        &self.journal
-    }
-
-    fn entry_count(&self) -> usize {
-        self.entries.len()
-    }
-
-    fn latest_seq(&self, index: usize) -> u64 {
-        self.entries[index].1
+    fn latest_seq(&self, index: usize) -> Option<u64> {
+        self.entries.get_index(index).map(|(_, (_, seq))| *seq)
     }
 
     fn items(&self, index: usize, out: &mut Vec<VersionedDescription>) {
@@ -204,24 +193,11 @@ impl Journaled for DescriptionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use geocount_model::{CounterDescription, CounterId, CounterType, HlcTimestamp};
+    use geocount_model::CounterId;
+    use geocount_model::fixtures::FixedClock;
 
     fn described(shards: u32, physical_ms: u64, node: u32) -> VersionedDescription {
-        VersionedDescription {
-            description: CounterDescription {
-                id: CounterId::new("c").unwrap(),
-                counter_type: CounterType::Sum,
-                number_of_shards: shards,
-                base_number_of_shards: 1,
-                window_seconds: 300,
-                created_at_ms: 1,
-            },
-            version: HlcTimestamp {
-                physical_ms,
-                logical: 0,
-                node,
-            },
-        }
+        geocount_model::fixtures::described("c", shards, physical_ms, node)
     }
 
     #[test]
@@ -299,13 +275,6 @@ mod tests {
         assert_eq!((later.taken, later.refused), (vec![ahead], 0));
         // What is not news is neither taken nor counted as refused.
         assert_eq!(table.apply_page(&page, 0, SKEW), Intake::default());
-    }
-
-    struct FixedClock(u64);
-    impl geocount_model::Clock for FixedClock {
-        fn now_unix_ms(&self) -> u64 {
-            self.0
-        }
     }
 
     #[test]

@@ -168,10 +168,16 @@ mod tests {
         assert_eq!(slot.conflict(201 + CONFLICT_WINDOW_MS + 1), None);
     }
 
+    /// A node that lost its disk, the one replacing it at the same address, and their slot,
+    /// which has heard of neither yet.
+    fn lost_and_replacement() -> (u64, u64, SlotIncarnations) {
+        let (lost, replacement) = (new_incarnation(1, 1), new_incarnation(5, 1));
+        (lost, replacement, SlotIncarnations::default())
+    }
+
     #[test]
     fn a_node_replacing_a_lost_disk_is_no_conflict() {
-        let (lost, replacement) = (new_incarnation(1, 1), new_incarnation(5, 1));
-        let mut slot = SlotIncarnations::default();
+        let (lost, replacement, mut slot) = lost_and_replacement();
         slot.heard(lost, 100);
         // The replacement starts at the same address: it announces itself, and the address
         // answers only it from then on.
@@ -184,8 +190,7 @@ mod tests {
 
     #[test]
     fn a_node_that_died_before_its_replacement_answered_is_no_conflict() {
-        let (lost, replacement) = (new_incarnation(1, 1), new_incarnation(5, 1));
-        let mut slot = SlotIncarnations::default();
+        let (lost, replacement, mut slot) = lost_and_replacement();
         // The lost node served and announced itself until it died at 1,000.
         slot.heard(lost, 900);
         slot.announced(lost, 1_000);

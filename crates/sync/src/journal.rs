@@ -78,14 +78,9 @@ pub trait Journaled {
     /// What a page carries per entry.
     type Item;
 
-    /// The table's journal.
-    fn journal(&self) -> &ChangeJournal;
-
-    /// How many entries the table has (indices are `0..len`, never reused).
-    fn entry_count(&self) -> usize;
-
-    /// The sequence number of entry `index`'s latest change.
-    fn latest_seq(&self, index: usize) -> u64;
+    /// The sequence number of entry `index`'s latest change; `None` past the last entry
+    /// (indices are `0..len`, never reused).
+    fn latest_seq(&self, index: usize) -> Option<u64>;
 
     /// Appends what a page carries for entry `index`.
     fn items(&self, index: usize, out: &mut Vec<Self::Item>);
@@ -97,10 +92,15 @@ pub trait Journaled {
     }
 }
 
-/// The items changed since `cursor`, at most `limit` entries' worth (a page holds at least one
-/// entry); the cursor to ask from next; and whether that reaches the newest change.
-pub fn page<T: Journaled>(table: &T, cursor: Cursor, limit: usize) -> (Vec<T::Item>, Cursor, bool) {
-    let journal = table.journal();
+/// The items of `table` changed since `cursor` by its `journal`, at most `limit` entries'
+/// worth (a page holds at least one entry); the cursor to ask from next; and whether that
+/// reaches the newest change.
+pub fn page<T: Journaled>(
+    table: &T,
+    journal: &ChangeJournal,
+    cursor: Cursor,
+    limit: usize,
+) -> (Vec<T::Item>, Cursor, bool) {
     let epoch = journal.epoch;
     let limit = limit.max(1);
     let full_copy = Cursor::Scan {
@@ -126,12 +126,12 @@ pub fn page<T: Journaled>(table: &T, cursor: Cursor, limit: usize) -> (Vec<T::It
         } => {
             let start = next_index as usize;
             let (mut end, mut weight) = (start, 0);
-            while end < table.entry_count() && weight < limit {
+            while table.latest_seq(end).is_some() && weight < limit {
                 table.items(end, &mut items);
                 weight += table.weight(end);
                 end += 1;
             }
-            let next = if end >= table.entry_count() {
+            let next = if table.latest_seq(end).is_none() {
                 Cursor::Seq {
                     epoch,
                     seq: resume_seq,
@@ -159,7 +159,7 @@ pub fn page<T: Journaled>(table: &T, cursor: Cursor, limit: usize) -> (Vec<T::It
                 }
                 last = change;
                 // Only at the entry's latest change, so each entry goes once.
-                if table.latest_seq(index as usize) == change {
+                if table.latest_seq(index as usize) == Some(change) {
                     table.items(index as usize, &mut items);
                     sent += table.weight(index as usize);
                 }
@@ -210,14 +210,8 @@ mod tests {
 
     impl Journaled for Rows {
         type Item = (String, u64);
-        fn journal(&self) -> &ChangeJournal {
-            &self.journal
-        }
-        fn entry_count(&self) -> usize {
-            self.rows.len()
-        }
-        fn latest_seq(&self, index: usize) -> u64 {
-            self.rows[index].2
+        fn latest_seq(&self, index: usize) -> Option<u64> {
+            self.rows.get(index).map(|row| row.2)
         }
         fn items(&self, index: usize, out: &mut Vec<(String, u64)>) {
             out.push((self.rows[index].0.clone(), self.rows[index].1));
@@ -233,7 +227,7 @@ mod tests {
     ) -> (Cursor, usize) {
         let mut pages = 0;
         loop {
-            let (items, next, caught_up) = page(rows, cursor, limit);
+            let (items, next, caught_up) = page(rows, &rows.journal, cursor, limit);
             pages += 1;
             copy.extend(items);
             cursor = next;
@@ -244,32 +238,30 @@ mod tests {
         }
     }
 
-    #[test]
-    fn incremental_pages_send_each_changed_entry_once() {
-        let mut rows = Rows::new(100);
-        for n in 0..10 {
+    /// Rows `r0` to `r{count - 1}` set once each (changes 1 to `count`), in a journal
+    /// remembering `capacity` changes.
+    fn rows_set_once(count: u64, capacity: usize) -> Rows {
+        let mut rows = Rows::new(capacity);
+        for n in 0..count {
             rows.set(&format!("r{n}"), n);
         }
+        rows
+    }
+
+    #[test]
+    fn incremental_pages_send_each_changed_entry_once() {
+        let mut rows = rows_set_once(10, 100);
         let mut copy = std::collections::HashMap::new();
         let (cursor, _) = pull_all(&rows, Cursor::Start, 3, &mut copy);
         assert_eq!(copy.len(), 10);
         rows.set("r1", 100);
         rows.set("r1", 101);
         rows.set("r2", 200);
-        let (items, next, caught_up) = page(&rows, cursor, 10);
+        let (items, next, caught_up) = page(&rows, &rows.journal, cursor, 10);
         assert!(caught_up);
         assert_eq!(items, vec![("r1".into(), 101), ("r2".into(), 200)]);
-        let (items, _, caught_up) = page(&rows, next, 10);
+        let (items, _, caught_up) = page(&rows, &rows.journal, next, 10);
         assert!(items.is_empty() && caught_up, "nothing changed since");
-    }
-
-    /// Rows `r0` to `r9` set once each (changes 1 to 10) in a journal remembering four.
-    fn ten_rows_remembering_four() -> Rows {
-        let mut rows = Rows::new(4);
-        for n in 0..10 {
-            rows.set(&format!("r{n}"), n);
-        }
-        rows
     }
 
     /// A cursor of this incarnation at change `seq`.
@@ -282,7 +274,7 @@ mod tests {
 
     #[test]
     fn an_old_or_foreign_cursor_gets_a_full_copy() {
-        let rows = ten_rows_remembering_four();
+        let rows = rows_set_once(10, 4);
         let stale = at(&rows, 1);
         let mut copy = std::collections::HashMap::new();
         pull_all(&rows, stale, 4, &mut copy);
@@ -291,16 +283,16 @@ mod tests {
             epoch: rows.journal.epoch() ^ 1,
             seq: rows.journal.seq(),
         };
-        let (_, next, _) = page(&rows, foreign, 100);
+        let (_, next, _) = page(&rows, &rows.journal, foreign, 100);
         assert!(matches!(next, Cursor::Seq { epoch, .. } if epoch == rows.journal.epoch()));
     }
 
     #[test]
     fn a_cursor_at_the_oldest_remembered_change_pages_on() {
-        let rows = ten_rows_remembering_four();
+        let rows = rows_set_once(10, 4);
         // Changes 7 to 10 are remembered: a cursor at 6 misses none of them.
         let at_floor = at(&rows, 6);
-        let (items, next, caught_up) = page(&rows, at_floor, 100);
+        let (items, next, caught_up) = page(&rows, &rows.journal, at_floor, 100);
         assert!(caught_up);
         assert_eq!(
             items,
@@ -313,25 +305,22 @@ mod tests {
         );
         assert!(matches!(next, Cursor::Seq { seq: 10, .. }));
         // A page limit stops inside the log and resumes from the last change sent.
-        let (items, next, _) = page(&rows, at_floor, 2);
+        let (items, next, _) = page(&rows, &rows.journal, at_floor, 2);
         assert_eq!(items, vec![("r6".into(), 6), ("r7".into(), 7)]);
-        let (items, _, caught_up) = page(&rows, next, 100);
+        let (items, _, caught_up) = page(&rows, &rows.journal, next, 100);
         assert!(caught_up);
         assert_eq!(items, vec![("r8".into(), 8), ("r9".into(), 9)]);
         // One change older, and the journal cannot say what changed: a full copy.
-        let (items, _, caught_up) = page(&rows, at(&rows, 5), 100);
+        let (items, _, caught_up) = page(&rows, &rows.journal, at(&rows, 5), 100);
         assert!(caught_up);
         assert_eq!(items.len(), 10, "every row, not just the changes after 5");
     }
 
     #[test]
     fn changes_during_a_full_copy_are_not_missed() {
-        let mut rows = Rows::new(100);
-        for n in 0..6 {
-            rows.set(&format!("r{n}"), n);
-        }
+        let mut rows = rows_set_once(6, 100);
         let mut copy = std::collections::HashMap::new();
-        let (items, cursor, caught_up) = page(&rows, Cursor::Start, 2);
+        let (items, cursor, caught_up) = page(&rows, &rows.journal, Cursor::Start, 2);
         assert!(!caught_up);
         copy.extend(items);
         rows.set("r0", 50); // already copied: must come again

@@ -48,8 +48,8 @@ pub use replica::{
     SourceHealth, spawn_pullers, start_pulling, with_ranked, worst_staleness,
 };
 pub use serve::{
-    MAX_SYNC_REQUEST_BYTES, answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query,
-    serve_sync,
+    MAX_SYNC_REQUEST_BYTES, answer_key_copy, answer_slot_copy, answer_sync, copy_range,
+    parse_copy_query, serve_sync,
 };
 pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight};
 pub use topk::{

@@ -173,23 +173,21 @@ impl ReplicaMetrics {
         r.register("pull_seconds", "Pull sent to page merged", pull_seconds);
         let merge_seconds = pulls.merge_seconds.clone();
         r.register("merge_seconds", "Merging one page", merge_seconds);
-        r.register(
-            "states_merged",
-            "States changed",
-            pulls.states_merged.clone(),
-        );
-        let descriptions_merged = pulls.descriptions_merged.clone();
-        r.register(
-            "descriptions_merged",
-            "Descriptions changed",
-            descriptions_merged,
-        );
-        let descriptions_refused = pulls.descriptions_refused.clone();
-        r.register(
-            "descriptions_refused",
-            "Pulled descriptions refused: versioned too far ahead of this clock",
-            descriptions_refused,
-        );
+        for (name, help, counter) in [
+            ("states_merged", "States changed", &pulls.states_merged),
+            (
+                "descriptions_merged",
+                "Descriptions changed",
+                &pulls.descriptions_merged,
+            ),
+            (
+                "descriptions_refused",
+                "Pulled descriptions refused: versioned too far ahead of this clock",
+                &pulls.descriptions_refused,
+            ),
+        ] {
+            r.register(name, help, counter.clone());
+        }
         let refused = pulls.entries_refused.clone();
         r.register(
             "entries_refused",

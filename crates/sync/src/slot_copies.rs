@@ -377,11 +377,8 @@ impl SlotCopies {
         from: u64,
         limit: usize,
     ) -> (Vec<(String, SlotRecord)>, Option<u64>) {
-        let start = usize::try_from(from)
-            .unwrap_or(usize::MAX)
-            .min(self.counters.len());
-        let end = start.saturating_add(limit.max(1)).min(self.counters.len());
-        let entries = (start..end)
+        let (range, next) = crate::serve::copy_range(from, limit, self.counters.len());
+        let entries = range
             .filter_map(|index| {
                 let (id, c) = self.counters.get_index(index)?;
                 c.slots
@@ -390,7 +387,6 @@ impl SlotCopies {
                     .map(|(_, record)| (id.to_string(), record.clone()))
             })
             .collect();
-        let next = (end < self.counters.len()).then_some(end as u64);
         (entries, next)
     }
 
@@ -416,7 +412,7 @@ impl SlotCopies {
 
     /// A page of the states changed since `cursor`, at most `limit` counters.
     pub fn page(&self, cursor: geocount_model::wire::Cursor, limit: usize) -> SlotPage {
-        let (entries, next, caught_up) = crate::journal::page(self, cursor, limit);
+        let (entries, next, caught_up) = crate::journal::page(self, &self.journal, cursor, limit);
         SlotPage {
             slot_names: self.slot_names.clone(),
             entries,
@@ -447,16 +443,10 @@ impl RankedCounters for SlotCopies {
 impl Journaled for SlotCopies {
     type Item = SlotEntry;
 
-    fn journal(&self) -> &ChangeJournal {
-        &self.journal
-    }
-
-    fn entry_count(&self) -> usize {
-        self.counters.len()
-    }
-
-    fn latest_seq(&self, index: usize) -> u64 {
-        self.counters[index].latest_seq
+    fn latest_seq(&self, index: usize) -> Option<u64> {
+        self.counters
+            .get_index(index)
+            .map(|(_, copies)| copies.latest_seq)
     }
 
     fn weight(&self, index: usize) -> usize {

@@ -197,32 +197,38 @@ impl Topology {
                 ),
             ));
         }
-        if shard.max_counter_bytes > shard.max_state_bytes {
-            return Err((
-                "shard.max_counter_bytes".into(),
-                format!(
-                    "{} is above shard.max_state_bytes ({})",
-                    shard.max_counter_bytes, shard.max_state_bytes
+        let max_window = (
+            "shard.max_window_seconds",
+            u64::from(shard.max_window_seconds),
+        );
+        let max_state = ("shard.max_state_bytes", shard.max_state_bytes);
+        let bounded = [
+            (
+                ("shard.max_counter_bytes", shard.max_counter_bytes),
+                max_state,
+            ),
+            (
+                (
+                    "shard.default_window_seconds",
+                    shard.default_window_seconds.into(),
                 ),
-            ));
-        }
-        if shard.default_window_seconds > shard.max_window_seconds {
-            return Err((
-                "shard.default_window_seconds".into(),
-                format!(
-                    "{} is above shard.max_window_seconds ({})",
-                    shard.default_window_seconds, shard.max_window_seconds
+                max_window,
+            ),
+            (
+                (
+                    "trending.window_seconds",
+                    self.trending.window_seconds.into(),
                 ),
-            ));
-        }
-        if self.trending.window_seconds > shard.max_window_seconds {
-            return Err((
-                "trending.window_seconds".into(),
-                format!(
-                    "{} is above shard.max_window_seconds ({})",
-                    self.trending.window_seconds, shard.max_window_seconds
-                ),
-            ));
+                max_window,
+            ),
+        ];
+        for ((key, value), (bound_key, bound)) in bounded {
+            if value > bound {
+                return Err((
+                    key.into(),
+                    format!("{value} is above {bound_key} ({bound})"),
+                ));
+            }
         }
         for (prefix, threshold) in &self.trending.thresholds {
             if *threshold < 1 {

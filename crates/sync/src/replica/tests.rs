@@ -2,6 +2,7 @@
 //! clock bounds on what is taken in.
 
 use super::*;
+use geocount_model::fixtures::FixedClock;
 use std::time::Duration;
 
 use geocount_model::SlotState;
@@ -9,14 +10,6 @@ use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 
 use crate::metrics::ReplicaMetrics;
 use crate::{PullSink, Scope};
-use geocount_model::Clock;
-
-struct FixedClock(u64);
-impl Clock for FixedClock {
-    fn now_unix_ms(&self) -> u64 {
-        self.0
-    }
-}
 
 fn page(value: i64, version: u64) -> SyncPage {
     SyncPage {

@@ -1,0 +1,38 @@
+//! Values tests of several crates build alike (feature `fixtures`).
+
+use crate::{
+    Clock, CounterDescription, CounterId, CounterType, HlcTimestamp, VersionedDescription,
+};
+
+/// A clock standing still at its unix milliseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct FixedClock(pub u64);
+
+impl Clock for FixedClock {
+    fn now_unix_ms(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Sum counter `id` over `shards` slots (base 1, a 300 s window), versioned at `physical_ms`
+/// by `node`.
+///
+/// # Panics
+/// If `id` is not a valid counter id.
+pub fn described(id: &str, shards: u32, physical_ms: u64, node: u32) -> VersionedDescription {
+    VersionedDescription {
+        description: CounterDescription {
+            id: CounterId::new(id).expect("a valid fixture id"),
+            counter_type: CounterType::Sum,
+            number_of_shards: shards,
+            base_number_of_shards: 1,
+            window_seconds: 300,
+            created_at_ms: 1,
+        },
+        version: HlcTimestamp {
+            physical_ms,
+            logical: 0,
+            node,
+        },
+    }
+}
