@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark of issue #6: geocount against Redis and a bare hyper server, on this machine, in
+# The benchmark: geocount against Redis and a bare hyper server, on this machine, in
 # one go. Prints one Markdown table (each geocount figure beside its peer, as a ratio from the
 # same run) and saves it with every sample as bench/results/<unix time>.json.
 #
@@ -29,4 +29,4 @@ if ((${#missing[@]})); then
 fi
 
 cargo build --release -p geocount-bench -p shard-node -p geocount-aggregator -p geoctl
-exec target/release/geocount-bench "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/geocount-bench" "$@"

@@ -1,29 +1,39 @@
 #!/usr/bin/env bash
 # The fault campaign: the local cluster of config/local.toml (on ports 17000-17900, data under
-# /tmp) behind the emulated WAN, under steady keyed load (`geoctl load`), while in turn:
+# /tmp) with a second replica of the global aggregator and of each datacenter aggregator
+# (`global@1`, `aggregator_<DC>@1`), behind the emulated WAN, under steady keyed load
+# (`geoctl load`), while in turn:
 #   1. a shard node is killed -9 and restarted;
-#   2. a datacenter aggregator is restarted;
+#   2. a datacenter aggregator (replica 0) is restarted;
 #   3. a shard node is SIGSTOPped, then SIGCONTed;
-#   4. ASIA_0 is cut off, then healed;
+#   4. ASIA_0 is cut off (every WAN link of every replica), then healed;
 #   5. a shard's disk (a tmpfs; needs root) is filled, then freed;
-#   6. a shard's disk is lost right after its datacenter aggregator restarted, and the node
-#      restores its slot (from the global aggregator and its peers: the aggregator forgot it);
-#   7. a shard whose disk was lost is killed -9 in the middle of its restore (its sources
-#      stopped meanwhile), then restarted: it resumes the restore;
+#   6. a shard's disk is lost right after both replicas of its datacenter aggregator
+#      restarted, and the node restores its slot (from the global aggregator and its peers:
+#      the aggregator forgot it);
+#   7. a shard whose disk was lost is killed -9 in the middle of its restore (its sources,
+#      every replica of both aggregators and its peer, stopped meanwhile), then restarted: it
+#      resumes the restore;
 #   8. a byte of a shard's newest log segment is flipped: the node refuses to start, naming
 #      the file and the byte, `shard-node check` says so, and the documented recovery (move
 #      the data directory aside, start the node) restores it whole;
 #   9. a second node is started for a slot already served (a topology copy giving it another
-#      address): it and the datacenter aggregator report the conflict and it takes no writes;
-#  10. the global aggregator is restarted;
+#      address): it and every replica of the datacenter aggregator report the conflict and it
+#      takes no writes;
+#  10. the global aggregator (replica 0) is restarted;
 #  11. a shard node is flooded with idle connections from one other address (127.0.0.2):
 #      its pulls and its writes go on, and global reads stay fresh;
 #  12. the global aggregator is stormed with 4 loops of the worst-case top-K scan: its reads
-#      keep answering, never 503 (stale).
+#      keep answering, never 503 (stale);
+#  13. global replica 0 (`global`) is killed -9: meanwhile every read at `global@1` answers 200,
+#      complete, fresh and from replica 1; then it is restarted;
+#  14. replica 0 of USA_0's aggregator (`aggregator_USA_0`) is killed -9: meanwhile every read
+#      at `aggregator_USA_0@1` answers 200 and complete, and every global replica answers
+#      complete and fresh reads with USA_0 fresh; then it is restarted.
 # During each fault, marker writes (+1, each with its own Idempotency-Key) go through every
 # datacenter; after each heal the unacknowledged ones are retried with the same keys and every
-# datacenter aggregator and the global aggregator are polled until they show exactly the
-# acknowledged markers.
+# replica of every datacenter aggregator and of the global aggregator is polled until it shows
+# exactly the acknowledged markers.
 #
 # A lost disk loses what no other process had pulled yet (a pull interval's writes): faults 6
 # to 8 pause the load for a moment before the loss so that everything acknowledged had been
@@ -34,6 +44,9 @@
 # Exits 1 if anything was lost or doubled, a tier never converged, or a process stopped serving.
 #
 #   scripts/fault-campaign.sh [--duration S] [--rate N] [--no-build]
+#
+# The binaries are built into and run from $CARGO_TARGET_DIR/release (target/release when
+# CARGO_TARGET_DIR is unset).
 #
 # Bounded: the load runs S seconds (default 240, at least 150); the whole run takes about
 # S + 60 s plus the build. Traffic stays on 127.0.0.1.
@@ -53,7 +66,7 @@ while [[ $# -gt 0 ]]; do
 done
 ((duration >= 150)) || { echo "--duration must be at least 150" >&2; exit 2; }
 
-bins=target/release
+bins="${CARGO_TARGET_DIR:-target}/release"
 if ((build)); then
     cargo build --release -p shard-node -p geocount-aggregator -p geocount-cluster \
         -p geoctl -p geocount-wan
@@ -86,8 +99,15 @@ trap cleanup EXIT
 mountpoint -q "$tmpfs" && umount -l "$tmpfs"
 rm -rf "$run"
 mkdir -p "$tmpfs"
+# config/local.toml on ports 17xxx, with one more replica of the global aggregator (17010) and
+# of each datacenter aggregator (its aggregator's port + 10: 17110, 17210, 17310).
 sed -e 's/127\.0\.0\.1:7\([0-9][0-9][0-9]\)/127.0.0.1:17\1/g' \
-    -e "s|^data_dir = .*|data_dir = \"$data\"|" config/local.toml > "$topology"
+    -e "s|^data_dir = .*|data_dir = \"$data\"|" \
+    -e 's/^listen = "127\.0\.0\.1:17000"$/&\nreplicas = ["127.0.0.1:17010"]/' \
+    -e 's/^aggregator = "127\.0\.0\.1:17\([0-9]\)00"$/&\naggregator_replicas = ["127.0.0.1:17\110"]/' \
+    config/local.toml > "$topology"
+grep -q '^replicas = ' "$topology" && (($(grep -c '^aggregator_replicas = ' "$topology") == 3)) ||
+    { echo "cannot add the replicas to $topology" >&2; exit 1; }
 disk_fault=1
 if ! mount -t tmpfs -o size=64m tmpfs "$tmpfs" 2>"$run/mount.err"; then
     disk_fault=0
@@ -118,6 +138,21 @@ declare -A shards_of=(
     [EUROPE_0]="${addr_of[DC_EUROPE_0_VAL_0]}"
 )
 datacenters=(USA_0 ASIA_0 EUROPE_0)
+
+# replicas_of NAME: NAME and its other replicas (NAME@1, ...) as the launcher's table names them.
+replicas_of() {
+    local name
+    for name in "${!addr_of[@]}"; do
+        if [[ $name == "$1" || $name =~ ^$1@[0-9]+$ ]]; then echo "$name"; fi
+    done | sort
+}
+mapfile -t globals < <(replicas_of global)
+((${#globals[@]} == 2)) || { echo "the launcher started ${globals[*]}, not 2 global replicas" >&2; exit 1; }
+declare -A aggregators_of
+for dc in "${datacenters[@]}"; do
+    aggregators_of[$dc]="$(replicas_of "aggregator_$dc" | tr '\n' ' ')"
+    [[ -n "${addr_of[aggregator_$dc@1]:-}" ]] || { echo "the launcher started no aggregator_$dc@1" >&2; exit 1; }
+done
 
 now_ms() { date +%s%3N; }
 
@@ -213,10 +248,11 @@ write_markers() {
 value_of() { curl -s -m 1 "$1" | jq -r '.value // "none"' 2>/dev/null || echo none; }
 
 # After a heal at $1 (ms): retries the unacknowledged markers (same keys, same node) until all
-# are acknowledged, then polls every datacenter aggregator and the global aggregator until
-# they show exactly the markers. Prints the milliseconds from the heal until then, or "never".
+# are acknowledged, then polls every replica of every datacenter aggregator and of the global
+# aggregator until each shows exactly the markers. Prints the milliseconds from the heal until
+# then, or "never".
 converge() {
-    local healed=$1 deadline=$(($(now_ms) + 30000)) key dc ok
+    local healed=$1 deadline=$(($(now_ms) + 30000)) key dc name ok
     while :; do
         ok=1
         for key in "${!marker_node[@]}"; do
@@ -229,9 +265,13 @@ converge() {
     while :; do
         ok=1
         for dc in "${datacenters[@]}"; do
-            [[ "$(value_of "http://${addr_of[aggregator_$dc]}/counter/$marker_counter")" == "$markers_per_dc" ]] || ok=0
+            for name in ${aggregators_of[$dc]}; do
+                [[ "$(value_of "http://${addr_of[$name]}/counter/$marker_counter")" == "$markers_per_dc" ]] || ok=0
+            done
         done
-        [[ "$(value_of "http://$global/counter/$marker_counter?allow_partial=true")" == "$((markers_per_dc * ${#datacenters[@]}))" ]] || ok=0
+        for name in "${globals[@]}"; do
+            [[ "$(value_of "http://${addr_of[$name]}/counter/$marker_counter?allow_partial=true")" == "$((markers_per_dc * ${#datacenters[@]}))" ]] || ok=0
+        done
         ((ok)) && { echo $(($(now_ms) - healed)); return; }
         (($(now_ms) < deadline)) || { echo never; return; }
         sleep 0.02
@@ -252,7 +292,7 @@ while [[ ! -s "$run/load.pid" ]]; do sleep 0.01; done
 load_pid=$(cat "$run/load.pid")
 started=$(now_ms)
 faults=()      # "name|converged ms"
-gap=$(((duration - 30) / 12))
+gap=$(((duration - 30) / 14))
 
 at() { # waits until $1 seconds after the load started
     local wait_ms=$((started + $1 * 1000 - $(now_ms)))
@@ -294,13 +334,21 @@ kill -CONT "${pid_of[DC_ASIA_0_VAL_1]}"
 record "SIGSTOP shard DC_ASIA_0_VAL_1, SIGCONT" "$(now_ms)"
 
 at $((8 + 3 * gap))
-echo "fault 4: cut ASIA_0 off (both WAN links) for ${fault_window} s"
-curl -sf -X POST "http://$control/links/global-to-ASIA_0/cut" > /dev/null
-curl -sf -X POST "http://$control/links/ASIA_0-to-global/cut" > /dev/null
+# Every link of ASIA_0, each way, one per replica: global-to-ASIA_0[@N], ASIA_0-to-global[@N].
+mapfile -t asia_links < <(curl -sf "http://$control/links" | jq -r '.links[].name' |
+    grep -E '^(global-to-ASIA_0|ASIA_0-to-global)(@[0-9]+)?$')
+echo "fault 4: cut ASIA_0 off (${#asia_links[@]} WAN links) for ${fault_window} s"
+check "ASIA_0 has a link each way per replica" test "${#asia_links[@]}" == 4
+links_to() { # links_to cut|heal: every link of ASIA_0
+    local link
+    for link in "${asia_links[@]}"; do
+        curl -sf -X POST "http://$control/links/$link/$1" > /dev/null || return 1
+    done
+}
+check "the emulator cuts every link of ASIA_0" links_to cut
 write_markers cut
 sleep "$fault_window"
-curl -sf -X POST "http://$control/links/global-to-ASIA_0/heal" > /dev/null
-curl -sf -X POST "http://$control/links/ASIA_0-to-global/heal" > /dev/null
+check "the emulator heals every link of ASIA_0" links_to heal
 record "cut ASIA_0 off, heal" "$(now_ms)"
 
 at $((8 + 4 * gap))
@@ -322,10 +370,12 @@ if ((disk_fault)); then
 fi
 
 at $((8 + 5 * gap))
-echo "fault 6: lose DC_USA_0_VAL_0's disk right after aggregator_USA_0 restarted"
+echo "fault 6: lose DC_USA_0_VAL_0's disk right after every aggregator_USA_0 replica restarted"
 quiesce
-stop aggregator_USA_0 TERM
-start aggregator_USA_0
+for name in ${aggregators_of[USA_0]}; do
+    stop "$name" TERM
+    start "$name"
+done
 stop DC_USA_0_VAL_0 KILL
 rm -rf "${data:?}/DC_USA_0_VAL_0"
 launch DC_USA_0_VAL_0
@@ -339,7 +389,7 @@ echo "fault 7: kill -9 DC_ASIA_0_VAL_1 in the middle of the restore of its lost 
 quiesce
 stop DC_ASIA_0_VAL_1 KILL
 rm -rf "${data:?}/DC_ASIA_0_VAL_1"
-sources=(aggregator_ASIA_0 global DC_ASIA_0_VAL_0)
+sources=(${aggregators_of[ASIA_0]} "${globals[@]}" DC_ASIA_0_VAL_0)
 for name in "${sources[@]}"; do kill -STOP "${pid_of[$name]}"; done
 launch DC_ASIA_0_VAL_1
 restoring() {
@@ -407,7 +457,9 @@ served_twice() {
     return 1
 }
 check "the second node reports the conflict and takes no writes" served_twice second
-check "aggregator_ASIA_0 reports the conflict" served_twice aggregator_ASIA_0
+for name in ${aggregators_of[ASIA_0]}; do
+    check "$name reports the conflict" served_twice "$name"
+done
 write_markers second-node
 sleep "$fault_window"
 kill -KILL "$second_pid"
@@ -450,6 +502,71 @@ check "the global aggregator answers every read during the scans" \
     --duration-secs "$fault_window"
 record "scan storm at the global aggregator" "$(now_ms)"
 
+# Faults 13 and 14 read fault 1's markers (every tier held them whole since fault 1) at the
+# replicas that stay up. served_by NAME REPLICA QUERY JQ: reads them at NAME every 150 ms until
+# $run/outage.over exists; every answer must be 200 from replica REPLICA (body and
+# `geocount-replica` header) and satisfy JQ. Prints how many reads it made.
+probe_counter=campaign-kill9
+served_by() {
+    local name=$1 replica=$2 query=$3 test=$4 reads=0 code body header
+    while [[ ! -e "$run/outage.over" ]]; do
+        rm -f "$run/$name.headers"
+        body=$(curl -s -m 1 -D "$run/$name.headers" -w '\n%{http_code}' \
+            "http://${addr_of[$name]}/counter/$probe_counter$query" || true)
+        code=${body##*$'\n'}
+        body=${body%$'\n'*}
+        header=$(tr -d '\r' < "$run/$name.headers" 2> /dev/null |
+            awk -F': ' 'tolower($1) == "geocount-replica" {print $2}' || true)
+        reads=$((reads + 1))
+        if [[ $code != 200 || $header != "$replica" ]] ||
+            ! jq -e --argjson r "$replica" "(.replica == \$r) and ($test)" <<< "$body" > /dev/null 2>&1; then
+            echo "  read $reads at $name answered $code (geocount-replica: $header): $body"
+            return 1
+        fi
+        sleep 0.15
+    done
+    echo "  $reads reads at $name, every one 200 from replica $replica"
+}
+
+# outage NAME FAULT CHECK...: kills NAME -9, runs each CHECK ("description|replica-name|
+# replica|query|jq test") as served_by in the background while the markers of FAULT go
+# through, restarts NAME after the fault window and records whether every read held.
+outage() {
+    local name=$1 fault=$2 spec what at replica query test i
+    local -a pids=() whats=()
+    shift 2
+    rm -f "$run/outage.over"
+    stop "$name" KILL
+    for spec in "$@"; do
+        IFS='|' read -r what at replica query test <<< "$spec"
+        served_by "$at" "$replica" "$query" "$test" &
+        pids+=("$!")
+        whats+=("$what")
+    done
+    write_markers "$fault"
+    sleep "$fault_window"
+    touch "$run/outage.over"
+    for i in "${!pids[@]}"; do check "${whats[i]}" wait "${pids[i]}"; done
+    start "$name"
+}
+
+total=$((markers_per_dc * ${#datacenters[@]}))
+usa_fresh='.complete == true and .datacenters.USA_0.staleness_ms != null'
+
+at $((8 + 12 * gap))
+echo "fault 13: kill -9 global replica 0 (global), restart after ${fault_window} s"
+outage global global-kill9 \
+    "global@1 answers complete and fresh throughout|global@1|1||.complete == true and .value == $total"
+record "kill -9 global replica 0, restart" "$(now_ms)"
+
+at $((8 + 13 * gap))
+echo "fault 14: kill -9 aggregator_USA_0 (replica 0), restart after ${fault_window} s"
+outage aggregator_USA_0 aggregator-kill9 \
+    "aggregator_USA_0@1 answers complete throughout|aggregator_USA_0@1|1||.complete == true and .value == $markers_per_dc" \
+    "global keeps USA_0 fresh throughout|global|0||$usa_fresh and .value == $total" \
+    "global@1 keeps USA_0 fresh throughout|global@1|1||$usa_fresh and .value == $total"
+record "kill -9 aggregator_USA_0 (replica 0), restart" "$(now_ms)"
+
 wait "$load_waiter"
 load_status=$(cat "$run/load.status" 2>/dev/null || echo "unknown")
 load_pid=""
@@ -471,7 +588,7 @@ marker_lost=0
 marker_doubled=0
 marker_acked_total=0
 for fault in kill9 agg-restart sigstop cut disk-full lost-disk restore-crash corrupt-log \
-    second-node global-restart flood scan-storm; do
+    second-node global-restart flood scan-storm global-kill9 aggregator-kill9; do
     [[ $fault == disk-full ]] && ((!disk_fault)) && continue
     expected=$((markers_per_dc * ${#datacenters[@]}))
     marker_acked_total=$((marker_acked_total + expected))

@@ -11,4 +11,4 @@ cargo test --workspace --locked
 # tiers (a test CA per test process; docs/testing.md): about a minute more.
 E2E_TLS=1 cargo test --locked -p geocount-e2e --test shard_node --test aggregation --test replication \
   --test windows --test topk --test openapi --test wan_cluster --test auth --test restore \
-  --test fencing --test roles
+  --test fencing --test roles --test replicas --test partitions

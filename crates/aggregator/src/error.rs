@@ -1,11 +1,11 @@
 //! Every refusal of either tier, and the one place that maps each to its HTTP status.
 
 use geocount_http::routing::RequestError;
-use geocount_net::{HttpError, Response, json_response};
+use geocount_net::{HttpError, Response, bytes_response, json_response};
 use geocount_sync::{SCAN_RETRY_AFTER_SECS, ScansBusy};
 use hyper::StatusCode;
 
-use crate::global::parts::{DatacenterTop, DatacenterTrending, StaleRead};
+use crate::parts::{DatacenterRanking, StaleRead};
 
 /// Everything an aggregator refuses.
 #[derive(Debug, thiserror::Error)]
@@ -39,13 +39,39 @@ pub enum AggregatorError {
     /// A global read with datacenters staler than it allows, and no partial answer allowed.
     #[error("{}", .0.error)]
     Stale(Box<StaleRead>),
-    /// A global `/topk` with datacenters staler than it allows, and no partial answer allowed.
+    /// A global `/topk` or `/trending` with datacenters staler than it allows, and no partial
+    /// answer allowed.
     #[error("{}", .0.error)]
-    StaleTop(Box<StaleRead<DatacenterTop>>),
-    /// A global `/trending` with datacenters staler than it allows, and no partial answer
-    /// allowed.
-    #[error("{}", .0.error)]
-    StaleTrending(Box<StaleRead<DatacenterTrending>>),
+    StaleRanking(Box<StaleRead<DatacenterRanking>>),
+    /// A read of a counter in partitions this replica does not hold: 307 to one that does.
+    #[error("counter {id:?} is in a partition this replica does not hold: read it at {location}")]
+    Elsewhere {
+        /// The counter asked for.
+        id: String,
+        /// The same read at a replica that holds it.
+        location: String,
+    },
+    /// Another replica refused its part of a ranking (a stale read's 503, a busy 429): its
+    /// answer, passed on.
+    #[error("a replica holding other partitions refused its part of the ranking ({status})")]
+    PartRefused {
+        /// Its status.
+        status: StatusCode,
+        /// Its JSON body.
+        body: bytes::Bytes,
+    },
+    /// This replica's own ranking could not be encoded to merge the others' parts into (a
+    /// total beyond what JSON numbers carry).
+    #[error("cannot encode this replica's part of the ranking: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// No replica holding a group of partitions answered its part of a ranking.
+    #[error("no replica holding partitions {partitions} answered its part of the ranking: {last}")]
+    PartitionsUnreachable {
+        /// The partitions.
+        partitions: String,
+        /// The last replica's failure.
+        last: String,
+    },
 }
 
 impl HttpError for AggregatorError {
@@ -56,9 +82,12 @@ impl HttpError for AggregatorError {
             | AggregatorError::UnknownSlot { .. }
             | AggregatorError::NoTrendingPrefix(_) => StatusCode::NOT_FOUND,
             AggregatorError::Stale(_)
-            | AggregatorError::StaleTop(_)
-            | AggregatorError::StaleTrending(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | AggregatorError::StaleRanking(_)
+            | AggregatorError::PartitionsUnreachable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            AggregatorError::Elsewhere { .. } => StatusCode::TEMPORARY_REDIRECT,
+            AggregatorError::PartRefused { status, .. } => *status,
             AggregatorError::ScansBusy(_) => StatusCode::TOO_MANY_REQUESTS,
+            AggregatorError::Encode(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -71,8 +100,19 @@ impl HttpError for AggregatorError {
     fn to_response(&self) -> Response {
         match self {
             AggregatorError::Stale(refusal) => json_response(self.status(), refusal),
-            AggregatorError::StaleTop(refusal) => json_response(self.status(), refusal),
-            AggregatorError::StaleTrending(refusal) => json_response(self.status(), refusal),
+            AggregatorError::StaleRanking(refusal) => json_response(self.status(), refusal),
+            AggregatorError::Elsewhere { location, .. } => {
+                let mut response = geocount_net::error_answer(self);
+                if let Ok(value) = hyper::header::HeaderValue::from_str(location) {
+                    response
+                        .headers_mut()
+                        .insert(hyper::header::LOCATION, value);
+                }
+                response
+            }
+            AggregatorError::PartRefused { status, body } => {
+                bytes_response(*status, "application/json", body.clone())
+            }
             other => geocount_net::error_answer(other),
         }
     }

@@ -16,11 +16,15 @@
 //! Modules, leaves first:
 //! - [`settings`]: what both tiers read from the topology ([`Settings`]) and [`SlotGroups`].
 //! - [`routes`]: the endpoints both tiers route ([`routes::Route`]).
-//! - [`global::parts`]: each datacenter's part of a global answer and a stale read's 503 body.
+//! - [`answers`]: the parts of an answer both tiers give alike: a counter's total, a ranking.
+//! - [`parts`]: each datacenter's part of a global answer and a stale read's 503 body.
 //! - [`error`]: every refusal and its HTTP status ([`AggregatorError`]).
 //! - [`openapi`]: the OpenAPI document each tier serves at `GET /openapi.json`.
 //! - [`tier`]: what both tiers run alike: the pullers, the top-K index, and the answers that
 //!   do not depend on the tier (metrics, slot copies, `POST /sync`, ranking scans).
+//! - [`ranking`]: what a ranking asks of a replica, and how replicas ask each other for parts.
+//! - [`spread`]: partitions held by the tier's other replicas: reads redirected there, and
+//!   rankings merged from every group's part.
 //! - [`datacenter`]: the datacenter tier ([`DatacenterConfig`], [`datacenter::run`]).
 //! - [`global`]: the global tier, with its staleness rules, `allow_partial` and
 //!   `GET /datacenters` ([`GlobalConfig`], [`global::run`]).
@@ -28,13 +32,17 @@
 //!
 //! The pull loop and the sink that merges pages live in [`geocount_sync::replica`].
 
+pub mod answers;
 pub mod datacenter;
 pub mod error;
 pub mod global;
 pub mod openapi;
+pub mod parts;
 pub mod process;
+pub mod ranking;
 pub mod routes;
 pub mod settings;
+pub mod spread;
 pub mod tier;
 
 pub use datacenter::DatacenterConfig;

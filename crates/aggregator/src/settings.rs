@@ -1,8 +1,12 @@
 //! What both tiers read from the topology alike, and how a tier's slots group into parts.
 
 use std::net::SocketAddr;
+use std::path::Path;
 
-use geocount_model::{AuthConfig, HttpSettings, SlotId, SyncSettings, Topology, TrendingConfig};
+use geocount_model::{
+    AuthConfig, HttpSettings, Partitions, SlotId, SyncSettings, Topology, TopologyError,
+    TrendingConfig,
+};
 
 /// The settings every aggregator runs with, whichever tier.
 #[derive(Debug, Clone)]
@@ -27,13 +31,43 @@ pub struct Settings {
     /// Whether the topology has `[tls]`: the other tiers then prove their process by client
     /// certificate when they call this one.
     pub certificates: bool,
+    /// Which replica of its tier it is (0: the first address); its answers say so.
+    pub replica: usize,
+    /// The partitions of the counter space it holds.
+    pub partitions: Partitions,
+    /// Every replica of its tier, itself included: where it listens and what it holds. Reads
+    /// of counters held elsewhere are redirected there, and rankings ask them for the rest.
+    pub tier: Vec<(SocketAddr, Partitions)>,
 }
 
 impl Settings {
-    /// The settings of an aggregator of `topology` listening on `listen`, holding at most
-    /// `max_state_bytes`.
+    /// The settings of replica `replica` of a tier of `topology` whose replicas are `tier`,
+    /// holding at most `max_state_bytes`; a replica the tier does not have is an error naming
+    /// `file` and `key`, the key that lists the replicas past 0.
+    pub fn of_replica(
+        topology: &Topology,
+        (file, key): (&Path, &str),
+        tier: Vec<(SocketAddr, Partitions)>,
+        replica: usize,
+        max_state_bytes: u64,
+    ) -> Result<Self, TopologyError> {
+        let addresses: Vec<SocketAddr> = tier.iter().map(|(address, _)| *address).collect();
+        let listen = replica_address(&addresses, replica, file, key)?;
+        Ok(Self {
+            replica,
+            partitions: tier[replica].1.clone(),
+            tier,
+            ..Self::from_topology(topology, listen, max_state_bytes)
+        })
+    }
+
+    /// The settings of an aggregator of `topology` listening on `listen`, holding every
+    /// partition and at most `max_state_bytes`, the only replica of its tier.
     pub fn from_topology(topology: &Topology, listen: SocketAddr, max_state_bytes: u64) -> Self {
+        let partitions = Partitions::all(topology.partitions);
         Self {
+            tier: vec![(listen, partitions.clone())],
+            partitions,
             listen,
             sync: topology.sync.clone(),
             default_window_seconds: topology.shard.default_window_seconds,
@@ -43,6 +77,7 @@ impl Settings {
             max_state_bytes,
             auth: topology.auth.clone(),
             certificates: topology.tls.is_some(),
+            replica: 0,
         }
     }
 }
@@ -78,6 +113,27 @@ pub fn slot_names(datacenter: &str, slots: usize) -> Vec<String> {
     (0..slots)
         .map(|n| SlotId::new(datacenter, n as u32).to_string())
         .collect()
+}
+
+/// Where replica `replica` of `addresses` (replica 0 first) listens; a replica not listed is
+/// an error naming `file` and `key`, the key that lists the replicas past 0.
+pub fn replica_address(
+    addresses: &[SocketAddr],
+    replica: usize,
+    file: &Path,
+    key: &str,
+) -> Result<SocketAddr, TopologyError> {
+    addresses
+        .get(replica)
+        .copied()
+        .ok_or_else(|| TopologyError {
+            file: file.to_owned(),
+            key: key.to_owned(),
+            message: format!(
+                "no replica {replica}: the topology lists replicas 0 to {}",
+                addresses.len() - 1
+            ),
+        })
 }
 
 #[cfg(test)]

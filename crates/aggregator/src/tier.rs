@@ -5,20 +5,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use geocount_http::Access;
 use geocount_http::routing::{self, RequestError, WindowQuery};
+use geocount_http::{Access, parse_top_query, parse_trending_query};
 use geocount_model::Clock;
 use geocount_model::wire::SlotFreshness;
 use geocount_net::{Connector, HttpClient, Listener, Response, json_response};
-use geocount_sync::replica::Pullers;
+use geocount_sync::Pullers;
 use geocount_sync::{
     Answer, HeldCounter, LiveRanking, PullSource, Ranked, Replica, ReplicaMetrics, Scans,
-    ScansBusy, SharedReplica, answer_slot_copy, parse_copy_query, serve_sync, start_pulling,
+    ScansBusy, Scope, SharedReplica, answer_slot_copy, parse_copy_query, serve_sync, start_pulling,
 };
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
 use crate::error::AggregatorError;
+use crate::ranking::Asked;
+use crate::ranking::RankingRequest;
 use crate::routes::Route;
 use crate::settings::{Settings, SlotGroups};
 
@@ -54,6 +56,10 @@ pub struct Core {
     pub access: Access,
     /// The rankings that scan every counter, at most `http.max_concurrent_scans` at once.
     pub scans: Scans,
+    /// Each source's name, by source index.
+    pub source_names: Vec<String>,
+    /// The client of the tier's other replicas, for their parts of a ranking.
+    pub peers: HttpClient,
 }
 
 /// Starts pulling `tier`'s sources (connecting through `connector`) into a replica indexed
@@ -65,10 +71,9 @@ pub fn start(
     connector: Connector,
 ) -> (Core, Pullers) {
     let access = Access::new(&settings.auth, tier.process, settings.certificates);
-    let client = access.cluster_client(HttpClient::with_connector(
-        Duration::from_millis(settings.sync.timeout_ms),
-        connector,
-    ));
+    let timeout = Duration::from_millis(settings.sync.timeout_ms);
+    let peers = HttpClient::with_connector(timeout, connector.clone());
+    let client = access.cluster_client(HttpClient::with_connector(timeout, connector));
     let (replica, metrics, mut pullers) = start_pulling(
         tier.groups.names.clone(),
         tier.sources,
@@ -81,6 +86,7 @@ pub fn start(
         let mut held = replica.write().expect("replica lock");
         held.max_clock_skew_ms = settings.sync.max_clock_skew_ms;
         held.set_byte_bound(tier.byte_bound_key, settings.max_state_bytes);
+        held.partitions = settings.partitions.filter();
         // What the pullers merged already is indexed too.
         held.copies.index_top(
             tier.groups.part_of.clone(),
@@ -93,6 +99,8 @@ pub fn start(
     }
     pullers.keep_ranked(&replica, clock.clone());
     let core = Core {
+        peers,
+        source_names: tier.sources.iter().map(|s| s.name.clone()).collect(),
         scans: Scans::new(settings.http.max_concurrent_scans),
         router: routing::router(tier.routes.iter().copied()),
         settings,
@@ -102,6 +110,14 @@ pub fn start(
         access,
     };
     (core, pullers)
+}
+
+/// The rankings of what `asked` asks, one per scope of `scopes`, from `replica`'s index; or
+/// the scan that finds them.
+pub fn rank(replica: &Replica, scopes: &[Scope], asked: &Asked) -> Answer {
+    let mut index = replica.copies.top_index().expect("indexed at start");
+    let (prefix, k, min_value, window) = asked.ranking();
+    index.rank(scopes, prefix, k, min_value, window, &replica.copies)
 }
 
 /// Serves `listener` with `handler` until `shutdown` completes; then stops the pullers and
@@ -118,7 +134,60 @@ pub async fn serve<L: Listener>(
     tracing::info!("stopped");
 }
 
+/// What an aggregator holds, as its `/healthz` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Held {
+    /// Counters with any copy.
+    pub counters: usize,
+    /// The bytes of its copies, as its byte bound counts them.
+    pub state_bytes: u64,
+    /// Its byte bound.
+    pub max_state_bytes: u64,
+    /// Once entries were refused past the bound: what to report, naming the setting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_bound: Option<String>,
+}
+
+impl Held {
+    /// What `replica` holds.
+    pub fn of(replica: &Replica) -> Self {
+        Self {
+            counters: replica.copies.len(),
+            state_bytes: replica.copies.bytes().held(),
+            max_state_bytes: replica.copies.bytes().max(),
+            over_bound: replica.over_bound(),
+        }
+    }
+}
+
+/// The header every aggregator answer carries: which replica of its tier answered.
+pub const REPLICA_HEADER: &str = "geocount-replica";
+
+/// A 200 answer's body with the replica that answered it.
+#[derive(serde::Serialize)]
+struct Answered<'a, T> {
+    replica: usize,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
 impl Core {
+    /// `body` as a 200 JSON answer, saying which replica answered (`"replica": N`): each
+    /// replica has its own staleness.
+    pub fn answer<T: serde::Serialize>(&self, body: &T) -> Response {
+        let replica = self.settings.replica;
+        json_response(StatusCode::OK, &Answered { replica, body })
+    }
+
+    /// `response` with the [`REPLICA_HEADER`] of this replica.
+    pub fn mark(&self, mut response: Response) -> Response {
+        response.headers_mut().insert(
+            REPLICA_HEADER,
+            hyper::header::HeaderValue::from(self.settings.replica),
+        );
+        response
+    }
+
     /// Prometheus text of its metrics at `now_ms`.
     pub fn scrape(&self, now_ms: u64) -> Response {
         let replica = self.replica.read().expect("replica lock");
@@ -183,20 +252,31 @@ impl Core {
         self.scans.rank(&self.replica, now_ms / 1000, ask).await
     }
 
-    /// The threshold of trending prefix `prefix` and the window it counts at `now_ms`.
-    pub fn trending_window(
+    /// What the ranking `ranking` asks at route `route` (`/topk` or `/trending`); query keys
+    /// of its own go to `other`, which returns whether it took them.
+    pub fn asked(
         &self,
-        prefix: &str,
-        now_ms: u64,
-    ) -> Result<(i64, WindowQuery), AggregatorError> {
+        route: Route,
+        ranking: &RankingRequest,
+        other: impl FnMut(&str, &str) -> Result<bool, RequestError>,
+    ) -> Result<Asked, AggregatorError> {
+        let at_secs = ranking.at_ms / 1000;
+        if route == Route::TopK {
+            return Ok(Asked::Top(parse_top_query(
+                ranking.query(),
+                at_secs,
+                other,
+            )?));
+        }
+        let prefix = parse_trending_query(ranking.query(), other)?;
         let trending = &self.settings.trending;
         let threshold = trending
-            .threshold(prefix)
+            .threshold(&prefix)
             .map_err(AggregatorError::NoTrendingPrefix)?;
         let window = WindowQuery {
             seconds: trending.window_seconds,
-            at: now_ms / 1000,
+            at: at_secs,
         };
-        Ok((threshold, window))
+        Ok(Asked::Trending(prefix, threshold, window))
     }
 }

@@ -1,6 +1,7 @@
 //! The whole cluster under load: global reads idle and while `geoctl load` writes flat out
 //! over every shard node, beside the bare hyper server's reads under the same writes, and the
-//! visibility lag meanwhile.
+//! visibility lag meanwhile, all with one aggregator process per tier; then what a second
+//! replica per tier costs the shard nodes ([`crate::replicas`]).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,9 +15,10 @@ use serde::Serialize;
 use crate::batch::{self};
 use crate::figure::{Figure, Unit};
 use crate::procs::output;
+use crate::replicas::{self, ReplicaFigures};
 use crate::steps::{
-    BATCH_SIZE, COUNTERS, Plan, READ_COUNTERS, WrkFigures, ZIPF_EXPONENT, sample_ids,
-    start_ceiling, wait_visible, wrk_repeated,
+    Plan, READ_COUNTERS, WrkFigures, load_command, sample_ids, start_ceiling, wait_visible,
+    wrk_repeated,
 };
 use crate::topo;
 use crate::wrk::{self, Script, WrkRun};
@@ -39,9 +41,13 @@ pub struct ClusterFigures {
     pub lag_p99: Figure,
     /// Every `geoctl load` report.
     pub load_reports: Vec<serde_json::Value>,
+    /// The shard nodes under the same loads with one and two replicas per tier.
+    /// (`None` only until measured, after the figures above.)
+    pub replicas: Option<ReplicaFigures>,
 }
 
-/// Step 4: the cluster of `shape` (config/local.toml) on free ports.
+/// Step 4: the cluster of `shape` (config/local.toml: one aggregator process per tier) on free
+/// ports; then the shard nodes' cost of a second replica per tier ([`replicas`]).
 pub async fn cluster(
     plan: &Plan,
     dir: &Path,
@@ -53,7 +59,9 @@ pub async fn cluster(
     let mut running = topo::start(&cluster_dir, &text, bin_dir, |_| true).await?;
     let result = cluster_runs(plan, dir, bin_dir, &running).await;
     running.stop(topo::GRACE).await;
-    result
+    let mut figures = result?;
+    figures.replicas = Some(replicas::compare(plan, dir, bin_dir, shape).await?);
+    Ok(figures)
 }
 
 async fn cluster_runs(
@@ -127,6 +135,7 @@ async fn cluster_runs(
         lag_p50: of("/visibility_lag/p50_ms", Unit::Ms)?,
         lag_p99: of("/visibility_lag/p99_ms", Unit::Ms)?,
         load_reports: reports,
+        replicas: None,
     })
 }
 
@@ -141,31 +150,8 @@ async fn loaded_reads(
     script: &Path,
     run: usize,
 ) -> anyhow::Result<(WrkRun, serde_json::Value)> {
-    let geoctl = bin_dir.join("geoctl").display().to_string();
     let json = dir.join(format!("geoctl-load-{run}-{}.json", reader.port()));
-    let args: Vec<String> = [
-        "--config",
-        &running.file.display().to_string(),
-        "load",
-        "--duration-secs",
-        &plan.secs.to_string(),
-        "--path",
-        "batch",
-        "--batch-size",
-        &BATCH_SIZE.to_string(),
-        "--route",
-        "owner",
-        "--distribution",
-        "zipf",
-        "--zipf-exponent",
-        &ZIPF_EXPONENT.to_string(),
-        "--counters",
-        &COUNTERS.to_string(),
-        "--json",
-        &json.display().to_string(),
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let (geoctl, args) = load_command(plan, bin_dir, running, 0, &json);
     let load = output(&geoctl, &args, Duration::from_secs(plan.secs + 120));
     // The readers start with the writers and stop a second before them.
     let read = wrk::run(

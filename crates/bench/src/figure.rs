@@ -14,6 +14,10 @@ pub enum Unit {
     Bytes,
     /// A count of events.
     Count,
+    /// CPU time per unit of wall time: cores kept busy.
+    Cores,
+    /// Microseconds (of CPU time, per write).
+    Micros,
 }
 
 /// The repeats of one measurement.
@@ -73,6 +77,8 @@ pub fn show_value(unit: Unit, value: f64) -> String {
         Unit::Ms => format!("{value:.2} ms"),
         Unit::Bytes => format!("{value:.0} B"),
         Unit::Count => format!("{value:.0}"),
+        Unit::Cores => format!("{value:.2} cores"),
+        Unit::Micros => format!("{value:.1} µs"),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `geocount-bench [--quick] [--steps ...] [--out FILE]`: the benchmark of issue #6, run by
+//! `geocount-bench [--quick] [--steps ...] [--out FILE]`: the benchmark, run by
 //! `scripts/bench.sh`. It measures Redis (the peer), a bare hyper server (the ceiling for HTTP
 //! on this machine), one geocount shard node, the growth curve, the whole cluster of
 //! `config/local.toml`, memory per counter, a lost slot's restore and global reads while
@@ -12,6 +12,7 @@ mod figure;
 mod memory;
 mod procs;
 mod redis;
+mod replicas;
 mod restore;
 mod scan;
 mod steps;
@@ -318,7 +319,8 @@ fn rows(results: &Results) -> Vec<Row> {
         }
     }
     if let Some(cluster) = &results.cluster {
-        let reads = "global aggregator: GET /counter/{id}, wrk -t2 -c64, no writes";
+        let reads =
+            "global aggregator (1 replica per tier): GET /counter/{id}, wrk -t2 -c64, no writes";
         match ceiling {
             Some(ceiling) => {
                 rows.push(Row::against(
@@ -338,7 +340,7 @@ fn rows(results: &Results) -> Vec<Row> {
             }
             None => rows.push(Row::alone(reads, cluster.reads_idle.rate.clone(), None)),
         }
-        let loaded = "cluster: geoctl load --path batch --route owner flat out over every shard node (writes/s)";
+        let loaded = "cluster (1 replica per tier): geoctl load --path batch --route owner flat out over every shard node while wrk reads the global aggregator (writes/s)";
         match &redis_best {
             Some(best) => rows.push(Row::against(
                 loaded,
@@ -387,6 +389,9 @@ fn rows(results: &Results) -> Vec<Row> {
             cluster.lag_p99.clone(),
             Some(Goal::Below(400.0)),
         ));
+        if let Some(replicas) = &cluster.replicas {
+            replicas::rows(&mut rows, replicas);
+        }
     }
     if let Some(scan) = &results.scan {
         rows.push(Row::against(
@@ -450,14 +455,20 @@ fn rows(results: &Results) -> Vec<Row> {
             of(|run| &run.datacenter_aggregators),
             Some(Goal::Below(limit)),
         ));
+        let single = Figure::new(
+            Unit::Bytes,
+            (memory.runs.iter().flat_map(|run| &run.global))
+                .map(|g| g.bytes_per_entry)
+                .collect(),
+        );
         rows.push(Row::alone(
-            "memory: global aggregator, bytes per (counter, datacenter), over the runs",
-            Figure::new(
-                Unit::Bytes,
-                memory.runs.iter().map(|run| run.global.1).collect(),
-            ),
+            "memory: global aggregator per (counter, datacenter) held, P=1 (one process, holds 100%), over the runs",
+            single.clone(),
             Some(Goal::Below(limit)),
         ));
+        for split in &memory.partitioned {
+            rows.push(memory::partitioned_row(split, &single, limit));
+        }
     }
     rows
 }

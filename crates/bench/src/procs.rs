@@ -1,5 +1,5 @@
 //! Processes the benchmark starts and talks to: free ports, servers that must be up before the
-//! load, tools whose output is parsed, and resident memory.
+//! load, tools whose output is parsed, resident memory and CPU time.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -112,6 +112,26 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The CPU time process `pid` has used so far (user and system), in seconds.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("cannot read the stat of process {pid}"))?;
+    parse_cpu_ticks(&stat)
+        // Linux reports these in USER_HZ, 100 on the architectures it runs here.
+        .map(|ticks| ticks as f64 / 100.0)
+        .with_context(|| format!("no utime and stime for process {pid}"))
+}
+
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    // The name (field 2) may hold spaces: count from its closing parenthesis. utime and stime
+    // are fields 14 and 15, so the 12th and 13th after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +141,12 @@ mod tests {
         let status = "Name:\tx\nVmPeak:\t 10 kB\nVmRSS:\t    2048 kB\nThreads: 3\n";
         assert_eq!(parse_vm_rss(status), Some(2048 * 1024));
         assert_eq!(parse_vm_rss("Name: x\n"), None);
+    }
+
+    #[test]
+    fn cpu_ticks_are_utime_and_stime() {
+        let stat = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 8 0 1 2 3";
+        assert_eq!(parse_cpu_ticks(stat), Some(281));
+        assert_eq!(parse_cpu_ticks("42 (x) S 1"), None);
     }
 }

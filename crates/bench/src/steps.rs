@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use geocount_cluster::Role;
+use geocount_cluster::{Cluster, Role};
 use geoctl::load::workload::{CounterPicker, KeyDistribution};
 use serde::Serialize;
 
@@ -502,4 +502,43 @@ pub(crate) fn sample_ids(prefix: &str, counters: usize) -> Vec<String> {
 pub fn work_dir(dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     Ok(std::path::absolute(dir)?)
+}
+
+/// `geoctl load` over every shard node of `running` for the plan's seconds, batched, each write
+/// to its owner, Zipf over [`COUNTERS`] fresh counters, at `rate` writes per second (0: flat
+/// out), its report as JSON to `json`: the program and its arguments.
+pub(crate) fn load_command(
+    plan: &Plan,
+    bin_dir: &Path,
+    running: &Cluster,
+    rate: u64,
+    json: &Path,
+) -> (String, Vec<String>) {
+    let geoctl = bin_dir.join("geoctl").display().to_string();
+    let args = [
+        "--config",
+        &running.file.display().to_string(),
+        "load",
+        "--duration-secs",
+        &plan.secs.to_string(),
+        "--rate",
+        &rate.to_string(),
+        "--path",
+        "batch",
+        "--batch-size",
+        &BATCH_SIZE.to_string(),
+        "--route",
+        "owner",
+        "--distribution",
+        "zipf",
+        "--zipf-exponent",
+        &ZIPF_EXPONENT.to_string(),
+        "--counters",
+        &COUNTERS.to_string(),
+        "--json",
+        &json.display().to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    (geoctl, args)
 }

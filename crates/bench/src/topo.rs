@@ -46,23 +46,62 @@ pub fn single_node(data_dir: &Path) -> anyhow::Result<String> {
     ))
 }
 
+/// How many aggregator processes each tier runs and how the counter space is split.
+#[derive(Debug, Clone, Copy)]
+pub struct Tiers {
+    /// `partitions`; global replica `r` holds partition `r` when it is above 1.
+    pub partitions: u32,
+    /// Global aggregator replicas (at least `partitions`).
+    pub global_replicas: usize,
+    /// Aggregator replicas per datacenter, each holding every partition.
+    pub aggregator_replicas: usize,
+}
+
+impl Tiers {
+    /// One process per tier holding every counter: `config/local.toml`'s tiers.
+    pub const ONE: Tiers = Tiers {
+        partitions: 1,
+        global_replicas: 1,
+        aggregator_replicas: 1,
+    };
+}
+
 /// `shape`'s datacenters (names and shard counts) on free loopback ports, durable (`sync`),
 /// with the default sync intervals.
 pub fn same_shape(shape: &Topology, data_dir: &Path) -> anyhow::Result<String> {
+    same_shape_with(shape, data_dir, Tiers::ONE)
+}
+
+/// [`same_shape`] with the aggregator processes and partitions of `tiers`.
+pub fn same_shape_with(shape: &Topology, data_dir: &Path, tiers: Tiers) -> anyhow::Result<String> {
+    let addresses = |n: usize| {
+        (0..n)
+            .map(|_| free_address().map(|a| format!("\"{a}\"")))
+            .collect::<anyhow::Result<Vec<_>>>()
+    };
     let mut text = format!(
-        "[global]\nlisten = \"{}\"\n\n[shard]\ndata_dir = \"{}\"\ndurability = \"sync\"\n",
+        "partitions = {}\n\n[global]\nlisten = \"{}\"\nreplicas = [{}]\n",
+        tiers.partitions,
         free_address()?,
+        addresses(tiers.global_replicas.saturating_sub(1))?.join(", "),
+    );
+    if tiers.partitions > 1 {
+        let held = (0..tiers.global_replicas)
+            .map(|r| format!("[{}]", r % tiers.partitions as usize))
+            .collect::<Vec<_>>();
+        text += &format!("partitions = [{}]\n", held.join(", "));
+    }
+    text += &format!(
+        "\n[shard]\ndata_dir = \"{}\"\ndurability = \"sync\"\n",
         data_dir.display()
     );
     for dc in &shape.datacenters {
-        let shards = (0..dc.shards.len())
-            .map(|_| free_address().map(|a| format!("\"{a}\"")))
-            .collect::<anyhow::Result<Vec<_>>>()?;
         text += &format!(
-            "\n[[datacenters]]\nname = \"{}\"\naggregator = \"{}\"\nshards = [{}]\n",
+            "\n[[datacenters]]\nname = \"{}\"\naggregator = \"{}\"\naggregator_replicas = [{}]\nshards = [{}]\n",
             dc.name,
             free_address()?,
-            shards.join(", ")
+            addresses(tiers.aggregator_replicas.saturating_sub(1))?.join(", "),
+            addresses(dc.shards.len())?.join(", ")
         );
     }
     Ok(text)
@@ -94,5 +133,17 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(counts(&copy), counts(&local));
+        let tiers = Tiers {
+            partitions: 4,
+            global_replicas: 4,
+            aggregator_replicas: 2,
+        };
+        let split = Topology::from_toml(
+            "split",
+            &same_shape_with(&local, Path::new("/tmp/z"), tiers).expect("ports"),
+        )
+        .expect("valid");
+        assert_eq!(split.global.replicas_of(4)[3].1.held, vec![3]);
+        assert_eq!(split.datacenters[0].aggregators().len(), 2);
     }
 }

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::time::Duration;
 
-use geocount_model::role::GLOBAL_PROCESS;
+use geocount_model::role::{GLOBAL_PROCESS, replica_name};
 use geocount_model::{Topology, WanSettings};
 use geocount_wan::WanConfig;
 
@@ -294,6 +294,9 @@ async fn stop(cluster: &mut Cluster) -> Result<(), ClusterError> {
 
 /// Prints the table of processes, the emulator's links (with `--wan`: the set-up and each
 /// proxy's address), and how to use the cluster.
+/// The counter the printed example commands write and read.
+const EXAMPLE: &str = "tweet:1:likes";
+
 fn print_table(cluster: &Cluster, wan: Option<(&WanMode, &HashMap<String, SocketAddr>)>) {
     let rows = cluster.processes.iter().map(|p| {
         [
@@ -315,18 +318,33 @@ fn print_table(cluster: &Cluster, wan: Option<(&WanMode, &HashMap<String, Socket
         None => ("curl".to_owned(), "http"),
     };
     if let Some(shard) = cluster.find(|r| matches!(r, Role::Shard { .. })) {
-        let base = format!("{scheme}://{}/counter/tweet:1:likes", shard.address());
+        let base = format!("{scheme}://{}/counter/{EXAMPLE}", shard.address());
         println!("writes: {curl} -X PATCH '{base}/write?op=INCREMENT'   (any shard node)");
     }
-    if let Some(global) = cluster.process(GLOBAL_PROCESS) {
+    // A global aggregator holding the example counter's partition (the others redirect).
+    let topology = &cluster.topology;
+    let replicas = topology.global.replicas_of(topology.partitions);
+    let holder = replicas.iter().position(|(_, held)| held.holds(EXAMPLE));
+    if let Some(global) = holder.and_then(|r| cluster.process(&replica_name(GLOBAL_PROCESS, r))) {
         println!(
-            "reads:  {curl} {scheme}://{}/counter/tweet:1:likes",
+            "reads:  {curl} {scheme}://{}/counter/{EXAMPLE}",
             global.address()
         );
     }
-    if let Some(aggregator) = cluster.find(|r| matches!(r, Role::DatacenterAggregator { .. })) {
+    let holds = |r: &Role| match r {
+        Role::DatacenterAggregator {
+            datacenter,
+            replica,
+        } => topology.datacenter(datacenter).is_ok_and(|dc| {
+            dc.aggregator_replicas_of(topology.partitions)[*replica]
+                .1
+                .holds(EXAMPLE)
+        }),
+        _ => false,
+    };
+    if let Some(aggregator) = cluster.find(holds) {
         println!(
-            "        {curl} {scheme}://{}/counter/tweet:1:likes   (one datacenter's part)",
+            "        {curl} {scheme}://{}/counter/{EXAMPLE}   (one datacenter's part)",
             aggregator.address()
         );
     }

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use geocount_model::role::{GLOBAL_PROCESS, aggregator_process};
+use geocount_model::role::{GLOBAL_PROCESS, aggregator_process, replica_name};
 use geocount_model::{SlotId, Topology};
 
 use crate::error::ClusterError;
@@ -19,13 +19,19 @@ pub enum Role {
         /// The slot: the node's index in the datacenter's `shards`.
         slot: u32,
     },
-    /// The aggregator of one datacenter.
+    /// A replica of the aggregator of one datacenter.
     DatacenterAggregator {
         /// The datacenter's name.
         datacenter: String,
+        /// Which replica: 0 listens on `aggregator`, n on `aggregator_replicas[n - 1]`.
+        replica: usize,
     },
-    /// The global aggregator.
-    GlobalAggregator,
+    /// A replica of the global aggregator: 0 listens on `global.listen`, n on
+    /// `global.replicas[n - 1]`.
+    GlobalAggregator {
+        /// Which replica.
+        replica: usize,
+    },
     /// The WAN emulator of `--wan`, carrying every cross-region connection.
     WanEmulator,
 }
@@ -44,15 +50,18 @@ pub struct Launch {
 /// Every process `topology` needs, in start order: the aggregators first, so that a shard node
 /// starting on an empty data directory finds its datacenter's copies at once.
 pub fn roles(topology: &Topology) -> Vec<Role> {
-    let mut roles = vec![Role::GlobalAggregator];
-    roles.extend(
-        topology
-            .datacenters
-            .iter()
-            .map(|dc| Role::DatacenterAggregator {
+    let globals = topology.global.addresses().len();
+    let mut roles: Vec<Role> = (0..globals)
+        .map(|replica| Role::GlobalAggregator { replica })
+        .collect();
+    for dc in &topology.datacenters {
+        roles.extend(
+            (0..dc.aggregators().len()).map(|replica| Role::DatacenterAggregator {
                 datacenter: dc.name.clone(),
+                replica,
             }),
-    );
+        );
+    }
     for dc in &topology.datacenters {
         roles.extend((0..dc.shards.len()).map(|slot| Role::Shard {
             datacenter: dc.name.clone(),
@@ -68,7 +77,7 @@ impl Role {
         match self {
             Role::Shard { .. } => "shard",
             Role::DatacenterAggregator { .. } => "datacenter-aggregator",
-            Role::GlobalAggregator => "global-aggregator",
+            Role::GlobalAggregator { .. } => "global-aggregator",
             Role::WanEmulator => "wan-emulator",
         }
     }
@@ -83,14 +92,42 @@ impl Role {
     }
 
     /// Its name, unique in the cluster and used for its log file: `DC_USA_0_VAL_1`,
-    /// `aggregator_USA_0`, `global`, `wan-emulator`.
+    /// `aggregator_USA_0`, `global`, `global@1` (replica 1), `wan-emulator`.
     pub fn name(&self) -> String {
         match self {
             Role::Shard { datacenter, slot } => SlotId::new(datacenter.as_str(), *slot).to_string(),
-            Role::DatacenterAggregator { datacenter } => aggregator_process(datacenter),
-            Role::GlobalAggregator => GLOBAL_PROCESS.to_owned(),
+            Role::DatacenterAggregator {
+                datacenter,
+                replica,
+            } => replica_name(&aggregator_process(datacenter), *replica),
+            Role::GlobalAggregator { replica } => replica_name(GLOBAL_PROCESS, *replica),
             Role::WanEmulator => "wan-emulator".to_owned(),
         }
+    }
+
+    /// How to start replica `replica` of an aggregator tier listening at `addresses` (replica 0
+    /// first, started without `--replica`), with `flags` after `--config`.
+    fn replica_launch<const N: usize>(
+        &self,
+        addresses: &[SocketAddr],
+        replica: usize,
+        config: &Path,
+        flags: [OsString; N],
+    ) -> Result<Launch, ClusterError> {
+        let address = *addresses.get(replica).ok_or_else(|| ClusterError::Role {
+            name: self.name(),
+            message: format!("the topology lists no replica {replica} of it"),
+        })?;
+        let mut args: Vec<OsString> = vec!["--config".into(), config.into()];
+        args.extend(flags);
+        if replica > 0 {
+            args.extend(["--replica".into(), replica.to_string().into()]);
+        }
+        Ok(Launch {
+            binary: self.binary(),
+            args,
+            address,
+        })
     }
 
     /// Its binary, arguments and address, for the topology read from `config` with data kept
@@ -133,29 +170,21 @@ impl Role {
                     address,
                 })
             }
-            Role::DatacenterAggregator { datacenter } => {
-                let dc = topology
-                    .datacenter(datacenter)
-                    .map_err(|message| ClusterError::Role {
-                        name: self.name(),
-                        message,
-                    })?;
-                Ok(Launch {
-                    binary: self.binary(),
-                    args: vec![
-                        "--config".into(),
-                        config.into(),
-                        "--dc".into(),
-                        datacenter.into(),
-                    ],
-                    address: dc.aggregator,
-                })
+            Role::DatacenterAggregator {
+                datacenter,
+                replica,
+            } => {
+                let unknown = |message| ClusterError::Role {
+                    name: self.name(),
+                    message,
+                };
+                let dc = topology.datacenter(datacenter).map_err(unknown)?;
+                let dc_flag = ["--dc".into(), datacenter.into()];
+                self.replica_launch(&dc.aggregators(), *replica, config, dc_flag)
             }
-            Role::GlobalAggregator => Ok(Launch {
-                binary: self.binary(),
-                args: vec!["--config".into(), config.into()],
-                address: topology.global.listen,
-            }),
+            Role::GlobalAggregator { replica } => {
+                self.replica_launch(&topology.global.addresses(), *replica, config, [])
+            }
             Role::WanEmulator => {
                 let wan = topology.wan.as_ref().ok_or_else(|| ClusterError::Role {
                     name: self.name(),
@@ -205,7 +234,8 @@ mod tests {
             assert_eq!(
                 role,
                 &Role::DatacenterAggregator {
-                    datacenter: dc.to_owned()
+                    datacenter: dc.to_owned(),
+                    replica: 0,
                 }
             );
             let launch = role.launch(&topology, config, data_dir).unwrap();

@@ -2,9 +2,10 @@
 //! each process's own copy of the topology ([`view`]), in which every address it dials in
 //! another region is the proxy of that link.
 //!
-//! The links are the tiers' only cross-region connections: the global aggregator pulls every
-//! datacenter aggregator (`datacenters[i].aggregator`), and every datacenter aggregator pulls
-//! descriptions from the global one (`global.listen`). Shard nodes only dial their own
+//! The links are the tiers' only cross-region connections: every global aggregator replica
+//! pulls every replica of every datacenter aggregator (`datacenters[i].aggregator`,
+//! `aggregator_replicas`), and every datacenter aggregator replica pulls descriptions from
+//! every global one (`global.listen`, `global.replicas`). Shard nodes dial their own
 //! datacenter, so their copy is the topology as it is.
 
 use std::collections::HashMap;
@@ -17,20 +18,23 @@ use geocount_net::HttpClient;
 use geocount_wan::{LinkConfig, WanConfig};
 use serde::Deserialize;
 
+use geocount_model::role::replica_name;
+
 use crate::error::ClusterError;
 use crate::role::Role;
 
 /// How long the launcher waits for the emulator's `GET /links`.
 const LINKS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The name of the link the global aggregator reaches datacenter `dc`'s aggregator through.
-pub fn global_to(dc: &str) -> String {
-    format!("global-to-{dc}")
+/// The name of the link the global aggregators reach replica `replica` of datacenter `dc`'s
+/// aggregator through.
+pub fn global_to(dc: &str, replica: usize) -> String {
+    replica_name(&format!("global-to-{dc}"), replica)
 }
 
-/// The name of the link datacenter `dc`'s aggregator reaches the global aggregator through.
-pub fn to_global(dc: &str) -> String {
-    format!("{dc}-to-global")
+/// The name of the link datacenter `dc`'s aggregators reach global replica `replica` through.
+pub fn to_global(dc: &str, replica: usize) -> String {
+    replica_name(&format!("{dc}-to-global"), replica)
 }
 
 /// Whether `region` is not the global aggregator's.
@@ -60,8 +64,12 @@ pub fn emulator_config(topology: &Topology, wan: &WanSettings) -> WanConfig {
             jitter_ms: shaping.jitter_ms,
             bandwidth_bytes_per_sec: shaping.bandwidth_bytes_per_sec,
         };
-        links.push(link(global_to(&dc.name), dc.aggregator));
-        links.push(link(to_global(&dc.name), topology.global.listen));
+        for (replica, aggregator) in dc.aggregators().into_iter().enumerate() {
+            links.push(link(global_to(&dc.name, replica), aggregator));
+        }
+        for (replica, global) in topology.global.addresses().into_iter().enumerate() {
+            links.push(link(to_global(&dc.name, replica), global));
+        }
     }
     WanConfig {
         control: wan.control,
@@ -89,21 +97,27 @@ pub fn view(
     let mut view = topology.clone();
     view.wan = None;
     match role {
-        Role::GlobalAggregator => {
+        Role::GlobalAggregator { .. } => {
             for dc in &mut view.datacenters {
                 if is_remote(wan, dc.region()) {
-                    dc.aggregator = proxy(global_to(&dc.name))?;
+                    dc.aggregator = proxy(global_to(&dc.name, 0))?;
+                    for (n, replica) in dc.aggregator_replicas.iter_mut().enumerate() {
+                        *replica = proxy(global_to(&dc.name, n + 1))?;
+                    }
                 }
             }
         }
-        Role::DatacenterAggregator { datacenter } => {
+        Role::DatacenterAggregator { datacenter, .. } => {
             // An unknown datacenter was refused when the launch was planned.
             let remote = topology
                 .datacenters
                 .iter()
                 .any(|dc| dc.name == *datacenter && is_remote(wan, dc.region()));
             if remote {
-                view.global.listen = proxy(to_global(datacenter))?;
+                view.global.listen = proxy(to_global(datacenter, 0))?;
+                for (n, replica) in view.global.replicas.iter_mut().enumerate() {
+                    *replica = proxy(to_global(datacenter, n + 1))?;
+                }
             }
         }
         Role::Shard { .. } | Role::WanEmulator => {}
@@ -160,6 +174,9 @@ pub async fn proxy_addresses(
 mod tests {
     use super::*;
 
+    /// The first global aggregator.
+    const GLOBAL: Role = Role::GlobalAggregator { replica: 0 };
+
     /// Three datacenters in two regions, the global aggregator with USA_0 and USA_1.
     const TOPOLOGY: &str = r#"
 datacenters = [
@@ -183,8 +200,8 @@ links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
 
     fn proxies() -> HashMap<String, SocketAddr> {
         HashMap::from([
-            (global_to("tokyo"), "127.0.0.1:41000".parse().unwrap()),
-            (to_global("tokyo"), "127.0.0.1:41001".parse().unwrap()),
+            (global_to("tokyo", 0), "127.0.0.1:41000".parse().unwrap()),
+            (to_global("tokyo", 0), "127.0.0.1:41001".parse().unwrap()),
         ])
     }
 
@@ -221,9 +238,36 @@ links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
     }
 
     #[test]
+    fn the_emulator_accepts_the_links_of_replicas() {
+        let replicated = TOPOLOGY
+            .replace(
+                r#"shards = ["127.0.0.1:7301"] }"#,
+                r#"shards = ["127.0.0.1:7301"], aggregator_replicas = ["127.0.0.1:7310"] }"#,
+            )
+            .replace(
+                r#"global = { listen = "127.0.0.1:7000" }"#,
+                r#"global = { listen = "127.0.0.1:7000", replicas = ["127.0.0.1:7010"] }"#,
+            );
+        let topology = Topology::from_toml("wan.toml", &replicated).unwrap();
+        let config = emulator_config(&topology, topology.wan.as_ref().unwrap());
+        let names: Vec<&str> = config.links.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "global-to-tokyo",
+                "global-to-tokyo@1",
+                "tokyo-to-global",
+                "tokyo-to-global@1"
+            ]
+        );
+        let text = toml::to_string(&config).unwrap();
+        assert_eq!(WanConfig::from_toml("wan.toml", &text).unwrap(), config);
+    }
+
+    #[test]
     fn each_process_dials_the_other_region_through_its_proxy() {
         let (topology, wan) = topology();
-        let global = view(&topology, &wan, &Role::GlobalAggregator, &proxies()).unwrap();
+        let global = view(&topology, &wan, &GLOBAL, &proxies()).unwrap();
         let aggregators: Vec<String> = global
             .datacenters
             .iter()
@@ -238,6 +282,7 @@ links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
 
         let remote = Role::DatacenterAggregator {
             datacenter: "tokyo".into(),
+            replica: 0,
         };
         let remote = view(&topology, &wan, &remote, &proxies()).unwrap();
         assert_eq!(remote.global.listen.to_string(), "127.0.0.1:41001");
@@ -245,6 +290,7 @@ links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
 
         let local = Role::DatacenterAggregator {
             datacenter: "USA_1".into(),
+            replica: 0,
         };
         let local = view(&topology, &wan, &local, &proxies()).unwrap();
         let shard = Role::Shard {
@@ -262,7 +308,7 @@ links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
     #[test]
     fn views_survive_the_round_trip_through_toml() {
         let (topology, wan) = topology();
-        let view = view(&topology, &wan, &Role::GlobalAggregator, &proxies()).unwrap();
+        let view = view(&topology, &wan, &GLOBAL, &proxies()).unwrap();
         let text = toml::to_string(&view).unwrap();
         assert_eq!(Topology::from_toml("global.toml", &text).unwrap(), view);
     }
@@ -270,7 +316,7 @@ links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
     #[test]
     fn a_missing_proxy_names_the_link() {
         let (topology, wan) = topology();
-        let error = view(&topology, &wan, &Role::GlobalAggregator, &HashMap::new()).unwrap_err();
+        let error = view(&topology, &wan, &GLOBAL, &HashMap::new()).unwrap_err();
         assert_eq!(
             error.to_string(),
             "WAN mode: the emulator has no link named global-to-tokyo"

@@ -27,7 +27,6 @@ fn topology() -> TestTopology {
     )
 }
 
-/// A running cluster: every shard node, the aggregators asked for.
 /// A small deterministic generator (the end-to-end tests do without `rand`).
 struct XorShift(u64);
 

@@ -1,4 +1,4 @@
-//! TLS end to end (issue #7): a cluster whose every listener and every call between tiers is
+//! TLS end to end: a cluster whose every listener and every call between tiers is
 //! TLS carries a write to the global aggregator; a plain-HTTP client and a client trusting
 //! another CA get nothing; unusable certificate files are one-line configuration errors; the
 //! certificates `scripts/make-certs.sh` makes are accepted; clients holding every connection

@@ -265,46 +265,75 @@ async fn writes_that_do_not_fit_the_counter_are_refused_and_items_create_unique_
     }
 
     // A delta on a unique counter, or an item on a sum counter: 400, nothing applied.
-    let (status, body) = usa
-        .write("visitors", "INCREMENT", Some(json!({"delta": 3})), None)
-        .await
-        .unwrap();
-    assert_eq!(status, 400, "{body}");
-    assert_eq!(
-        body["error"],
-        r#"counter "visitors" is a unique counter: its writes carry an "item", not a "delta""#
-    );
-    let (status, body) = usa
-        .write("visitors", "INCREMENT", None, None)
-        .await
-        .unwrap();
-    assert_eq!(status, 400, "a write without item is a delta of 1: {body}");
-    let (status, body) = usa
-        .write("likes", "INCREMENT", Some(json!({"item": "user-1"})), None)
-        .await
-        .unwrap();
-    assert_eq!(status, 400, "{body}");
-    assert_eq!(
-        body["error"],
-        r#"counter "likes" is a sum counter: its writes carry a "delta", not an "item""#
-    );
-    for (body, why) in [
-        (json!({"item": "a", "delta": 1}), "both"),
-        (json!({"item": ""}), "empty"),
-        (json!({"item": "x".repeat(1025)}), "too long"),
-        (json!({"item": 5}), "not a string"),
-    ] {
-        let (status, answer) = usa
-            .write("visitors", "INCREMENT", Some(body), None)
-            .await
-            .unwrap();
+    let unique_error =
+        r#"counter "visitors" is a unique counter: its writes carry an "item", not a "delta""#;
+    let sum_error =
+        r#"counter "likes" is a sum counter: its writes carry a "delta", not an "item""#;
+    let refused = [
+        (
+            "visitors",
+            "INCREMENT",
+            Some(json!({"delta": 3})),
+            "a delta",
+            Some(unique_error),
+        ),
+        (
+            "visitors",
+            "INCREMENT",
+            None,
+            "a write without item is a delta of 1",
+            None,
+        ),
+        (
+            "likes",
+            "INCREMENT",
+            Some(json!({"item": "user-1"})),
+            "an item",
+            Some(sum_error),
+        ),
+        (
+            "visitors",
+            "INCREMENT",
+            Some(json!({"item": "a", "delta": 1})),
+            "both",
+            None,
+        ),
+        (
+            "visitors",
+            "INCREMENT",
+            Some(json!({"item": ""})),
+            "empty",
+            None,
+        ),
+        (
+            "visitors",
+            "INCREMENT",
+            Some(json!({"item": "x".repeat(1025)})),
+            "too long",
+            None,
+        ),
+        (
+            "visitors",
+            "INCREMENT",
+            Some(json!({"item": 5})),
+            "not a string",
+            None,
+        ),
+        (
+            "visitors",
+            "DECREMENT",
+            Some(json!({"item": "a"})),
+            "a decrement",
+            None,
+        ),
+    ];
+    for (id, op, body, why, error) in refused {
+        let (status, answer) = usa.write(id, op, body, None).await.unwrap();
         assert_eq!(status, 400, "{why}: {answer}");
+        if let Some(error) = error {
+            assert_eq!(answer["error"], error, "{why}");
+        }
     }
-    let (status, body) = usa
-        .write("visitors", "DECREMENT", Some(json!({"item": "a"})), None)
-        .await
-        .unwrap();
-    assert_eq!(status, 400, "{body}");
     // The same refusals inside batches, entry by entry.
     let answer = usa
         .batch_items(&[

@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use geocount_model::Topology;
 use geocount_net::tls::{client_config, tls_connector};
-use geocount_net::{Answer, HttpClient, tcp_connector};
-use hyper::Method;
+use geocount_net::{Answer, ClientError, HttpClient, tcp_connector};
+use hyper::{Method, StatusCode};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rand::seq::{IndexedRandom, SliceRandom};
 use serde::de::DeserializeOwned;
@@ -105,9 +105,59 @@ impl Cluster {
         &self.client
     }
 
-    /// `<scheme>://<global aggregator><path>`.
+    /// `<scheme>://<global aggregator replica 0><path>`.
     pub fn global_url(&self, path: &str) -> String {
         self.client.url(self.topology.global.listen, path)
+    }
+
+    /// `GET <path>`, a read of counter `id`, at a global aggregator that holds the counter's
+    /// partition: the first such replica, then the next one whenever a replica does not answer
+    /// (a read is safe to repeat) or answers 503 (a replica that restarted is stale until it
+    /// has heard every datacenter). The URL that answered and its answer; when none answers
+    /// better, the last 503, else the last failure.
+    pub async fn get_global(&self, id: &str, path: &str) -> Result<(String, Answer), ClientError> {
+        let mut unavailable = None;
+        let mut failure = None;
+        let replicas = self.topology.global.replicas_of(self.topology.partitions);
+        let holders = replicas.into_iter().filter(|(_, held)| held.holds(id));
+        for (address, _) in holders {
+            let url = self.client.url(address, path);
+            match self.client.get(&url).await {
+                Ok(answer) if answer.status == StatusCode::SERVICE_UNAVAILABLE => {
+                    unavailable = Some((url, answer));
+                }
+                Ok(answer) => return Ok((url, answer)),
+                Err(error) => failure = Some(error),
+            }
+        }
+        match (unavailable, failure) {
+            (Some(answered), _) => Ok(answered),
+            (None, Some(error)) => Err(error),
+            (None, None) => unreachable!("a topology has a global aggregator"),
+        }
+    }
+
+    /// Counter `id`'s global total, partial if a datacenter is stale (0 when no datacenter
+    /// reported it yet), or why it could not be read.
+    pub async fn read_total(&self, id: &str) -> Result<i128, String> {
+        /// The one field a total needs from a global reading.
+        #[derive(serde::Deserialize)]
+        struct ValueOnly {
+            value: i128,
+        }
+        let path = format!("{}?allow_partial=true", counter_path(id));
+        let (url, answer) = self
+            .get_global(id, &path)
+            .await
+            .map_err(|e| e.to_string())?;
+        match answer.status.as_u16() {
+            200 => serde_json::from_slice::<ValueOnly>(&answer.body)
+                .map(|v| v.value)
+                .map_err(|e| format!("{url}: unexpected answer: {e}")),
+            // Never reported by any datacenter (yet): nothing of it counted.
+            404 => Ok(0),
+            status => Err(format!("{url}: {status}: {}", error_message(&answer))),
+        }
     }
 
     /// What the cluster's processes speak: `http`, or `https` with `[tls]`.
@@ -198,6 +248,22 @@ impl Cluster {
     }
 }
 
+/// The `op` and the positive `delta` a signed change is sent as.
+pub fn write_op(delta: i64) -> Result<(&'static str, i64), GeoctlError> {
+    match delta {
+        0 => Err(GeoctlError::InvalidArgument(
+            "--delta must not be 0".to_owned(),
+        )),
+        d if d > 0 => Ok(("INCREMENT", d)),
+        d => d.checked_neg().map(|m| ("DECREMENT", m)).ok_or_else(|| {
+            GeoctlError::InvalidArgument(format!(
+                "--delta {d} is out of range: a decrement is at most {}",
+                i64::MAX
+            ))
+        }),
+    }
+}
+
 /// The message of an error answer: its JSON `error`, else its body as text.
 pub fn error_message(answer: &Answer) -> String {
     match answer.json().get("error").and_then(|e| e.as_str()) {
@@ -236,20 +302,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// Two datacenters: USA_0 of two shard nodes, ASIA_0 of one.
-    const TOPOLOGY: &str = r#"
-[global]
-listen = "127.0.0.1:7000"
-
-[[datacenters]]
-name = "USA_0"
-aggregator = "127.0.0.1:7100"
-shards = ["127.0.0.1:7101", "127.0.0.1:7102"]
-
-[[datacenters]]
-name = "ASIA_0"
-aggregator = "127.0.0.1:7200"
-shards = ["127.0.0.1:7201"]
-"#;
+    const TOPOLOGY: &str = geocount_model::fixtures::TWO_DATACENTERS;
 
     /// A cluster of [`TOPOLOGY`].
     pub(crate) fn cluster() -> Cluster {

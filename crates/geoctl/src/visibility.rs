@@ -11,7 +11,6 @@ use hyper::Method;
 use tokio::time::MissedTickBehavior;
 
 use crate::cluster::{Cluster, counter_path, status_error};
-use crate::load::exactness::read_total;
 
 /// The largest lag the histogram holds, in microseconds (well above any watch's timeout).
 const HISTOGRAM_MAX_MICROS: u64 = 60_000_000;
@@ -77,7 +76,7 @@ pub async fn write_and_watch(cluster: &Cluster, id: &str, watch: &Watch<'_>) -> 
             return (acknowledged, Outcome::TimedOut);
         };
         // Not yet seen (404), a partial 0, or no answer: poll again until the deadline.
-        match tokio::time::timeout(remaining, read_total(cluster, id)).await {
+        match tokio::time::timeout(remaining, cluster.read_total(id)).await {
             Ok(Ok(1)) => return (acknowledged, Outcome::Visible(acknowledged.elapsed())),
             Ok(Ok(value)) if value > 1 => {
                 let (counter, hint) = (watch.counter, watch.stale_hint);

@@ -39,9 +39,14 @@ pub fn tier_tls(
 /// The process at each address of `topology`.
 fn processes(topology: &Topology) -> Expected {
     let mut expected = Expected::new();
-    expected.insert(topology.global.listen, Arc::from(GLOBAL_PROCESS));
+    // Replicas of a tier are one process to the others: same name, same routes.
+    for global in topology.global.addresses() {
+        expected.insert(global, Arc::from(GLOBAL_PROCESS));
+    }
     for dc in &topology.datacenters {
-        expected.insert(dc.aggregator, Arc::from(aggregator_process(&dc.name)));
+        for aggregator in dc.aggregators() {
+            expected.insert(aggregator, Arc::from(aggregator_process(&dc.name)));
+        }
         for (n, shard) in dc.shards.iter().enumerate() {
             let slot = SlotId::new(dc.name.as_str(), n as u32);
             expected.insert(*shard, Arc::from(slot.to_string()));

@@ -17,8 +17,13 @@ pub enum ModelError {
     #[error("delta must be greater than 0, got {0}")]
     NonPositiveDelta(i64),
     /// An item of a unique counter that is empty or too long.
-    #[error("an item must be 1 to {max} bytes, got {0}", max = crate::unique::MAX_ITEM_BYTES)]
-    InvalidItem(usize),
+    #[error("an item must be 1 to {max} bytes, got {len}")]
+    InvalidItem {
+        /// Its length.
+        len: usize,
+        /// The longest an item may be.
+        max: usize,
+    },
     /// An encoded unique-count sketch that is malformed.
     #[error("invalid unique-count sketch: {0}")]
     InvalidSketch(String),
@@ -50,4 +55,11 @@ pub struct TopologyError {
     pub key: String,
     /// What is wrong with it.
     pub message: String,
+}
+
+/// `value + delta`, or [`ModelError::Overflow`].
+pub fn checked_add(value: i64, delta: i64) -> Result<i64, ModelError> {
+    value
+        .checked_add(delta)
+        .ok_or(ModelError::Overflow { value, delta })
 }

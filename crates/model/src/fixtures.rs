@@ -4,6 +4,23 @@ use crate::{
     Clock, CounterDescription, CounterId, CounterType, HlcTimestamp, VersionedDescription,
 };
 
+/// A topology of two datacenters on the default local ports: USA_0 of two shard nodes
+/// (7101, 7102), ASIA_0 of one (7201); the global aggregator on 7000.
+pub const TWO_DATACENTERS: &str = r#"
+[global]
+listen = "127.0.0.1:7000"
+
+[[datacenters]]
+name = "USA_0"
+aggregator = "127.0.0.1:7100"
+shards = ["127.0.0.1:7101", "127.0.0.1:7102"]
+
+[[datacenters]]
+name = "ASIA_0"
+aggregator = "127.0.0.1:7200"
+shards = ["127.0.0.1:7201"]
+"#;
+
 /// A clock standing still at its unix milliseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct FixedClock(pub u64);

@@ -42,7 +42,7 @@ impl Hlc {
     /// A clock for the node named `node_name` (its id is a hash of the name).
     pub fn new(node_name: &str, clock: Arc<dyn Clock>) -> Self {
         Self {
-            node: crate::placement::hash32(node_name),
+            node: crate::hash::hash32(node_name),
             clock,
             last: Mutex::new(HlcTimestamp::default()),
         }
@@ -128,7 +128,7 @@ mod tests {
         assert_ne!(other.now().node, t1.node, "nodes break ties");
     }
 
-    /// Hostile input (issue #7, seen while writing the `wire_sync_page` fuzz target): a
+    /// Hostile input (the `wire_sync_page` fuzz target): a
     /// description version from a peer with a spent logical counter overflowed `logical + 1`
     /// (a panic with overflow checks, a wrap to an older timestamp without).
     #[test]

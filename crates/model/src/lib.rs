@@ -16,7 +16,10 @@
 //! - [`hlc`]: hybrid logical clock timestamps, the versions of descriptions.
 //! - [`idempotency`]: what a keyed write did ([`IdempotencyRecord`]), logged by its owner and
 //!   copied to its peers.
+//! - [`hash`]: the fixed-seed hash placement, partitions and unique items are taken from.
 //! - [`placement`]: consistent hashing of counters onto a datacenter's slots.
+//! - [`partition`]: partitions of the counter space, which aggregators may hold a share of
+//!   ([`Partitions`]).
 //! - [`window`]: per-second hit buckets of a rolling window ([`Window`]).
 //! - [`unique`]: the HyperLogLog sketch of a unique counter's slot ([`UniqueSketch`]).
 //! - [`topology`]: the TOML topology file every binary and script reads ([`Topology`]).
@@ -41,12 +44,14 @@ pub mod counter;
 pub mod counter_id;
 pub mod encode;
 pub mod error;
-#[cfg(feature = "fixtures")]
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod hash;
 pub mod held_bytes;
 pub mod hlc;
 pub mod id_table;
 pub mod idempotency;
+pub mod partition;
 pub mod placement;
 pub mod role;
 pub mod slot;
@@ -64,6 +69,7 @@ pub use error::ModelError;
 pub use hlc::{Hlc, HlcTimestamp};
 pub use id_table::IdTable;
 pub use idempotency::IdempotencyRecord;
+pub use partition::{Partitions, partition_of};
 pub use placement::Placement;
 pub use role::Role;
 pub use slot::{SlotId, SlotRecord, SlotState, max_slot_version, next_slot_version};

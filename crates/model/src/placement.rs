@@ -6,22 +6,8 @@
 //! moves only a small share of counters. The hash is xxh3 with a fixed seed, so every binary and
 //! every version agrees on placement.
 
-use xxhash_rust::xxh3::xxh3_64_with_seed;
-
 use crate::SlotId;
-
-/// The fixed seed of every placement hash.
-const SEED: u64 = 0x6765_6f63_6f75_6e74; // "geocount"
-
-/// A 64-bit placement hash of `bytes`.
-pub fn hash64(bytes: &[u8]) -> u64 {
-    xxh3_64_with_seed(bytes, SEED)
-}
-
-/// A 32-bit hash of a name (node ids in timestamps).
-pub fn hash32(name: &str) -> u32 {
-    (hash64(name.as_bytes()) >> 32) as u32
-}
+use crate::hash::hash64;
 
 /// The ring of one datacenter.
 #[derive(Debug, Clone)]

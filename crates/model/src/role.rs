@@ -19,6 +19,16 @@ pub fn aggregator_process(dc: &str) -> String {
     format!("{AGGREGATOR_PREFIX}{dc}")
 }
 
+/// How replica `replica` of process or source `name` is named in logs, metrics, health and the
+/// launcher: `name` itself for replica 0, `name@<replica>` for the others. Replicas of a tier
+/// prove the same process name to the others: they do the same work.
+pub fn replica_name(name: &str, replica: usize) -> String {
+    match replica {
+        0 => name.to_owned(),
+        n => format!("{name}@{n}"),
+    }
+}
+
 /// The scheme of the URI subject alternative name that names a process in its certificate:
 /// `geocount:<name>`.
 pub const PROCESS_URI_SCHEME: &str = "geocount:";

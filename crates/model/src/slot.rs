@@ -11,6 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::ModelError;
+use crate::error::checked_add;
 
 /// The name of one slot: datacenter `datacenter`, shard `index`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -306,13 +307,6 @@ impl SlotRecord {
     }
 }
 
-/// `value + delta`, or [`ModelError::Overflow`].
-pub fn checked_add(value: i64, delta: i64) -> Result<i64, ModelError> {
-    value
-        .checked_add(delta)
-        .ok_or(ModelError::Overflow { value, delta })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,9 +382,9 @@ mod tests {
     fn the_version_after_the_last_one_never_overflows() {
         // A `SlotCopy` of slot "" holding counter "" at value 0, version u64::MAX.
         // Then complete: false, complete_as_of_ms: None, source_epoch: 0, next: None,
-        // owner_incarnation: 0.
-        const COPY: [u8; 21] = [
-            0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0, 0, 0, 0, 0, 0,
+        // owner_incarnation: 0, partitions: None.
+        const COPY: [u8; 22] = [
+            0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
         let copy: crate::wire::SlotCopy = postcard::from_bytes(&COPY).unwrap();
         let record = &copy.entries[0].1;

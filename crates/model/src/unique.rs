@@ -46,13 +46,16 @@ const ALPHA: f64 = 0.7213 / (1.0 + 1.079 / REGISTERS as f64);
 
 /// The hash of an item: the placement hash of its bytes.
 pub fn hash_item(item: &str) -> u64 {
-    crate::placement::hash64(item.as_bytes())
+    crate::hash::hash64(item.as_bytes())
 }
 
 /// Refuses an empty item or one over [`MAX_ITEM_BYTES`].
 pub fn validate_item(item: &str) -> Result<(), ModelError> {
     if item.is_empty() || item.len() > MAX_ITEM_BYTES {
-        return Err(ModelError::InvalidItem(item.len()));
+        return Err(ModelError::InvalidItem {
+            len: item.len(),
+            max: MAX_ITEM_BYTES,
+        });
     }
     Ok(())
 }

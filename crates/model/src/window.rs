@@ -233,7 +233,7 @@ impl Window {
             _ => None,
         };
         if let Some(hits) = newest {
-            *hits = crate::slot::checked_add(*hits, delta)?;
+            *hits = crate::error::checked_add(*hits, delta)?;
             return Ok(Recorded::Counted);
         }
         let mut change = WindowChange::new(self);
@@ -380,12 +380,12 @@ impl WindowChange {
             return Ok(Recorded::TooOld);
         }
         match self.buckets.iter_mut().find(|(s, _)| *s == second) {
-            Some((_, hits)) => *hits = crate::slot::checked_add(*hits, delta)?,
+            Some((_, hits)) => *hits = crate::error::checked_add(*hits, delta)?,
             None => {
                 let held = base.buckets();
                 let at = bucket_of(&held, second);
                 let before = at.map_or(0, |at| held[at].1);
-                let hits = crate::slot::checked_add(before, delta)?;
+                let hits = crate::error::checked_add(before, delta)?;
                 self.buckets.push((second, hits));
                 self.added += usize::from(at.is_err());
             }
@@ -473,7 +473,7 @@ mod tests {
         assert_eq!(w.sum(10, 40), 0, "nothing in (30, 40]");
     }
 
-    /// Hostile input (issue #7, seen while writing the `wire_sync_page` and `wire_slot_copy`
+    /// Hostile input (the `wire_sync_page` and `wire_slot_copy`
     /// fuzz targets): a window decoded from a peer must keep its buckets in rising order, one
     /// per second, or every search by second ([`Window::sum`], [`Window::record`]) answers
     /// wrongly.

@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{IdempotencyRecord, SlotRecord, VersionedDescription};
+use crate::{IdempotencyRecord, Partitions, SlotRecord, VersionedDescription};
 
 /// The content type of postcard bodies.
 pub const POSTCARD_CONTENT_TYPE: &str = "application/x-postcard";
@@ -198,6 +198,20 @@ pub struct SyncRequest {
     /// A shard node's idempotency keys recorded since this cursor (peers ask for them, to hand
     /// them back to the owner should it lose its disk); `None` to skip them.
     pub keys: Option<Cursor>,
+    /// Only the counters of these partitions (slot states and descriptions); `None`: every
+    /// counter. The cursors move on over the others.
+    pub partitions: Option<Partitions>,
+}
+
+impl SyncRequest {
+    /// A first pull: slot states and/or descriptions from the start.
+    pub fn from_start(slots: bool, descriptions: bool) -> Self {
+        Self {
+            slots: slots.then_some(Cursor::Start),
+            descriptions: descriptions.then_some(Cursor::Start),
+            ..Self::default()
+        }
+    }
 }
 
 /// A shard node announcing itself in its pulls.
@@ -341,6 +355,9 @@ pub struct SlotCopy {
     pub next: Option<u64>,
     /// The owner's incarnation the source last heard the slot from (0: none heard).
     pub owner_incarnation: u64,
+    /// The partitions the source holds, when not all: its copy, complete or not, has only
+    /// their counters.
+    pub partitions: Option<Partitions>,
 }
 
 #[cfg(test)]

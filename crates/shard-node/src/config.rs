@@ -21,8 +21,8 @@ pub struct NodeConfig {
     pub settings: ShardDefaults,
     /// This node's datacenter: its aggregator and its peers.
     pub datacenter: DatacenterConfig,
-    /// The global aggregator, one of the sources of a restore.
-    pub global: SocketAddr,
+    /// Every global aggregator replica: sources of a restore.
+    pub global: Vec<SocketAddr>,
     /// How often to pull peers and descriptions.
     pub sync: SyncSettings,
     /// Limits of its HTTP listener (`[http]`).
@@ -85,7 +85,7 @@ impl NodeConfig {
             data_dir,
             settings: topology.shard.clone(),
             datacenter,
-            global: topology.global.listen,
+            global: topology.global.addresses(),
             sync: topology.sync.clone(),
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,

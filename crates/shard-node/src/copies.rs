@@ -19,18 +19,12 @@ pub async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Respo
     Ok(answer_sync(&body, |asked| SyncPage {
         source: state.slot_name.clone(),
         slots: asked.slots.map(|cursor| {
-            state
-                .table
-                .read()
-                .expect("slot table lock")
-                .page(&state.slot_name, cursor, limit)
+            let table = state.table.read().expect("slot table lock");
+            table.page(&state.slot_name, cursor, limit, asked.partitions.as_ref())
         }),
         descriptions: asked.descriptions.map(|cursor| {
-            state
-                .descriptions
-                .read()
-                .expect("descriptions lock")
-                .page(cursor, limit)
+            let descriptions = state.descriptions.read().expect("descriptions lock");
+            descriptions.page_of(cursor, limit, asked.partitions.as_ref())
         }),
         freshness: Vec::new(),
         load: state.load.load(std::sync::atomic::Ordering::Relaxed),
@@ -84,6 +78,7 @@ fn slot_copy(
             source_epoch: state.incarnation,
             next,
             owner_incarnation: state.incarnation,
+            partitions: None,
         }
     } else {
         let replicas = state.replicas.read().expect("replicas lock");
@@ -101,6 +96,7 @@ fn slot_copy(
             source_epoch: replicas.epoch(),
             next,
             owner_incarnation: peer.map_or(0, |p| p.incarnation()),
+            partitions: None,
         }
     };
     Ok(answer_slot_copy(&copy))

@@ -79,7 +79,7 @@ impl PeerSink {
     /// Pulls and holds the peer's idempotency keys, each for `retention_ms`.
     pub fn holding_keys(mut self, retention_ms: u64) -> Self {
         self.keys = Some(Mutex::new(IdempotencyCache::new(retention_ms)));
-        self.status.get_mut().expect("status lock").keys = Some(Cursor::Start);
+        self.status.get_mut().expect("status lock").next.keys = Some(Cursor::Start);
         self
     }
 
@@ -225,11 +225,11 @@ impl PullSink for PeerSink {
             }
         }
         let mut status = self.status.lock().expect("status lock");
-        let description_cursor = status.descriptions;
+        let description_cursor = status.next.descriptions;
         status.advance(&page, sent_at_ms, self.clock.now_unix_ms());
         if !delivered {
             // The commit loop was full: ask for these descriptions again next time.
-            status.descriptions = description_cursor;
+            status.next.descriptions = description_cursor;
         }
         self.load.store(page.load, Ordering::Relaxed);
         self.metrics.pulls_ok.get_or_create(&self.label).inc();

@@ -6,7 +6,8 @@
 //! the client's timeout. Only a source that held the slot whole since it started counts: an
 //! aggregator that restarted and has not heard the slot since holds only part of it. The
 //! restore waits, retrying, until at least one source has handed over a complete copy from a
-//! single process, then keeps waiting for the others as long as they hand over a page at least
+//! single process (or, from aggregators holding only some partitions, complete copies that
+//! together cover every partition), then keeps waiting for the others as long as they hand over a page at least
 //! every `restore_timeout_ms`, and keeps the highest version of every counter over everything
 //! it received.
 
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use geocount_model::wire::SlotCopy;
-use geocount_model::{Clock, CounterId, SlotRecord, max_slot_version};
+use geocount_model::{Clock, CounterId, Partitions, SlotRecord, max_slot_version};
 use geocount_net::HttpClient;
 use serde::Serialize;
 use tokio::task::JoinSet;
@@ -203,10 +204,20 @@ pub async fn restore_slot(
     // However long it takes: a node never starts its slot empty on its own.
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.tick().await;
+    // The partitions of which complete copies arrived from sources holding only some.
+    let mut covered: Vec<u32> = Vec::new();
     loop {
         tokio::select! {
             done = asks.join_next() => match done {
-                Some(Ok(())) => break,
+                Some(Ok(None)) => break,
+                Some(Ok(Some(partitions))) => {
+                    covered.extend(&partitions.held);
+                    covered.sort_unstable();
+                    covered.dedup();
+                    if covered.len() as u64 >= u64::from(partitions.count) {
+                        break;
+                    }
+                }
                 Some(Err(error)) => tracing::error!(%error, "a restore source's task failed"),
                 None => {
                     tracing::error!(slot = %request.slot, "no source left to restore from");
@@ -248,20 +259,22 @@ enum Attempt {
     Failed(String),
 }
 
-/// Asks source `index` for a whole, complete copy until it hands one over.
+/// Asks source `index` for a whole, complete copy until it hands one over; the partitions it
+/// covers when the source holds only some.
 async fn copy_from(
     request: Arc<RestoreRequest>,
     index: usize,
     progress: Arc<RestoreProgress>,
     merged: Merged,
-) {
+) -> Option<Partitions> {
     let source = &request.sources[index];
     loop {
         match whole_copy(&request, index, &progress, &merged).await {
-            Ok(counters) => {
-                tracing::info!(slot = %request.slot, source = %source.name, counters, "received a complete copy of the slot");
+            Ok((counters, partitions)) => {
+                let of = partitions.as_ref().map(ToString::to_string);
+                tracing::info!(slot = %request.slot, source = %source.name, counters, partitions = ?of, "received a complete copy of the slot");
                 progress.source_state(index, "complete".to_owned());
-                return;
+                return partitions;
             }
             Err(Attempt::Incomplete) => {
                 progress.source_state(
@@ -279,13 +292,14 @@ async fn copy_from(
 }
 
 /// One attempt at source `index`'s whole copy, page by page; every page is merged as it comes
-/// (a copy's records are real versions of the slot, whatever the attempt's outcome).
+/// (a copy's records are real versions of the slot, whatever the attempt's outcome). The
+/// counters received, and the partitions the copy holds when not all.
 async fn whole_copy(
     request: &RestoreRequest,
     index: usize,
     progress: &RestoreProgress,
     merged: &Merged,
-) -> Result<u64, Attempt> {
+) -> Result<(u64, Option<Partitions>), Attempt> {
     let source = &request.sources[index];
     let mut from = 0u64;
     let mut epoch = None;
@@ -302,6 +316,7 @@ async fn whole_copy(
             return Err(Attempt::Failed("restarted while its copy was paged".into()));
         }
         let received = page.entries.len() as u64;
+        let partitions = page.partitions;
         let refused = merge_page(request, page.entries, merged);
         if refused > 0 {
             tracing::warn!(source = %source.name, refused, "refused restored records: invalid ids or versions beyond the clock");
@@ -311,7 +326,7 @@ async fn whole_copy(
         match page.next {
             Some(next) if next > from => from = next,
             Some(_) => return Err(Attempt::Failed("its copy's pages do not advance".into())),
-            None => return Ok(counters),
+            None => return Ok((counters, partitions)),
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_http::Access;
+use geocount_model::role::{GLOBAL_PROCESS, replica_name};
 use geocount_model::wire::Puller;
 use geocount_model::{Clock, Durability, Hlc};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
@@ -257,37 +258,45 @@ fn start_pulls(
         peers.push((index as u32, sink.clone()));
         sources.push(sink);
     }
+    // Every aggregator replica of the datacenter learns which incarnation pulls for this slot.
     let me = Puller {
         slot: config.slot.to_string(),
         incarnation,
     };
-    let aggregator = Arc::new(
-        PeerSink::new(
-            &format!("aggregator {}", config.datacenter.name),
-            None,
-            engine.descriptions.clone(),
-            engine.commands.clone(),
-            engine.metrics.clone(),
+    for (n, address) in config.datacenter.aggregators().iter().enumerate() {
+        let aggregator = Arc::new(
+            PeerSink::new(
+                &aggregator_source(&config.datacenter.name, n),
+                None,
+                engine.descriptions.clone(),
+                engine.commands.clone(),
+                engine.metrics.clone(),
+                clock.clone(),
+            )
+            .with_max_clock_skew_ms(config.sync.max_clock_skew_ms)
+            .announcing(me.clone(), engine.health.clone()),
+        );
+        let every = Duration::from_millis(config.sync.downward_ms);
+        pullers.push(spawn_puller(
+            address.to_string(),
+            every,
+            client.clone(),
             clock.clone(),
-        )
-        .with_max_clock_skew_ms(config.sync.max_clock_skew_ms)
-        .announcing(me, engine.health.clone()),
-    );
-    let every = Duration::from_millis(config.sync.downward_ms);
-    pullers.push(spawn_puller(
-        config.datacenter.aggregator.to_string(),
-        every,
-        client.clone(),
-        clock.clone(),
-        aggregator.clone() as Arc<dyn PullSink>,
-    ));
-    sources.push(aggregator);
+            aggregator.clone() as Arc<dyn PullSink>,
+        ));
+        sources.push(aggregator);
+    }
     Pulls {
         replicas,
         sources,
         peers,
         pullers,
     }
+}
+
+/// The name of replica `replica` of datacenter `datacenter`'s aggregator, as a source.
+fn aggregator_source(datacenter: &str, replica: usize) -> String {
+    replica_name(&format!("aggregator {datacenter}"), replica)
 }
 
 /// What the handlers share: the engine's tables and queue, the pulled copies, the write
@@ -370,19 +379,26 @@ fn start_restore(
     ))
 }
 
-/// Every process that holds a copy of the node's slot: its datacenter aggregator, the global
-/// aggregator, and its peers.
+/// Every process that holds a copy of the node's slot: each replica of its datacenter
+/// aggregator and of the global aggregator, and its peers.
 fn copy_sources(config: &NodeConfig) -> Vec<CopySource> {
-    let mut sources = vec![
-        CopySource {
-            name: format!("aggregator {}", config.datacenter.name),
-            address: config.datacenter.aggregator,
-        },
-        CopySource {
-            name: "global".to_owned(),
-            address: config.global,
-        },
-    ];
+    let aggregators = config.datacenter.aggregators().into_iter().enumerate();
+    let mut sources: Vec<CopySource> = aggregators
+        .map(|(n, address)| CopySource {
+            name: aggregator_source(&config.datacenter.name, n),
+            address,
+        })
+        .collect();
+    sources.extend(
+        config
+            .global
+            .iter()
+            .enumerate()
+            .map(|(n, address)| CopySource {
+                name: replica_name(GLOBAL_PROCESS, n),
+                address: *address,
+            }),
+    );
     let names = config.slot_names();
     sources.extend(
         config

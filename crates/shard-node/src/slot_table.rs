@@ -5,7 +5,7 @@
 use std::sync::{Arc, RwLock};
 
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
-use geocount_model::{CounterId, IdTable, SlotRecord, SlotState, Window, WindowChange};
+use geocount_model::{CounterId, IdTable, Partitions, SlotRecord, SlotState, Window, WindowChange};
 use geocount_sync::{ChangeJournal, Journaled};
 
 use crate::store::RowSource;
@@ -191,9 +191,18 @@ impl SlotTable {
         (entries, next)
     }
 
-    /// The states changed since `cursor`, as a page named after `slot_name`.
-    pub fn page(&self, slot_name: &str, cursor: Cursor, limit: usize) -> SlotPage {
-        let (entries, next, caught_up) = geocount_sync::page(self, &self.journal, cursor, limit);
+    /// The states changed since `cursor` of the counters of `partitions` (`None`: all), as a
+    /// page named after `slot_name`.
+    pub fn page(
+        &self,
+        slot_name: &str,
+        cursor: Cursor,
+        limit: usize,
+        partitions: Option<&Partitions>,
+    ) -> SlotPage {
+        let keep = |entry: &SlotEntry| partitions.is_none_or(|p| p.holds(&entry.id));
+        let (entries, next, caught_up) =
+            geocount_sync::page_where(self, &self.journal, cursor, limit, keep);
         SlotPage {
             slot_names: vec![slot_name.to_owned()],
             entries,

@@ -114,13 +114,16 @@ pub fn register_hosts(
     let never = std::future::pending::<()>;
     let mut disks = BTreeMap::new();
 
-    let (config, clock_of) = (GlobalConfig::from_topology(topology), clock());
+    let (config, clock_of) = (
+        GlobalConfig::from_topology(topology, file, 0).expect("a global aggregator"),
+        clock(),
+    );
     tier(sim, GLOBAL.to_owned(), move |listener| {
         let clock = clock_of.clone();
         geocount_aggregator::global::run(config.clone(), listener, clock, sim_connector(), never())
     });
     for dc in DATACENTERS {
-        let config = DatacenterConfig::from_topology(topology, file, dc).expect("a datacenter");
+        let config = DatacenterConfig::from_topology(topology, file, dc, 0).expect("a datacenter");
         let clock_of = clock();
         tier(sim, aggregator_host(dc), move |listener| {
             let clock = clock_of.clone();

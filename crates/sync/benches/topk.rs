@@ -19,20 +19,10 @@ use geocount_model::Window;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{SlotId, SlotRecord, SlotState};
 use geocount_sync::{LiveRanking, PageFence, RankedCounters, Scope, SlotCopies, TopIndex};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 const COUNTERS: usize = 1_000_000;
-
-/// A small deterministic generator.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// Counter `n`'s id: one in a hundred (`n` ending in 07) is a hashtag.
 fn id(n: usize) -> String {
@@ -80,12 +70,12 @@ fn resident_bytes() -> u64 {
 
 fn bench(c: &mut Criterion) {
     let ids: Vec<String> = (0..COUNTERS).map(id).collect();
-    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let mut rng = StdRng::seed_from_u64(0x9E37_79B9_7F4A_7C15);
     let mut index = TopIndex::new(vec![0], LiveRanking::new(300, 1_000));
     let mut counters = Counters {
         ids: &ids,
         records: (0..COUNTERS)
-            .map(|_| record((rng.next() % 1_000_000) as i64))
+            .map(|_| record(rng.random_range(0..1_000_000)))
             .collect(),
     };
     let before = resident_bytes();
@@ -112,8 +102,8 @@ fn bench(c: &mut Criterion) {
     );
     c.bench_function("one update", |b| {
         b.iter(|| {
-            let n = (rng.next() % COUNTERS as u64) as usize;
-            counters.records[n] = record((rng.next() % 1_000_000) as i64);
+            let n = rng.random_range(0..COUNTERS);
+            counters.records[n] = record(rng.random_range(0..1_000_000));
             index.update(n, &counters.records[n]);
         })
     });
@@ -132,11 +122,11 @@ fn windowed_record(hits: i64) -> [(u16, SlotRecord); 1] {
 
 /// Every counter with hits in the last second of the live window, 300 s ending at 1,000.
 fn windowed(c: &mut Criterion, ids: &[String]) {
-    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    let mut rng = StdRng::seed_from_u64(0x2545_F491_4F6C_DD1D);
     let mut counters = Counters {
         ids,
         records: (0..ids.len())
-            .map(|_| windowed_record((rng.next() % 1_000) as i64 + 1))
+            .map(|_| windowed_record(rng.random_range(1..=1_000)))
             .collect(),
     };
     let mut index = TopIndex::new(vec![0], LiveRanking::new(300, 1_000));
@@ -185,8 +175,8 @@ fn windowed(c: &mut Criterion, ids: &[String]) {
     drop(held);
     c.bench_function("one update of a counter's hits in the live window", |b| {
         b.iter(|| {
-            let n = (rng.next() % COUNTERS as u64) as usize;
-            counters.records[n] = windowed_record((rng.next() % 1_000) as i64 + 1);
+            let n = rng.random_range(0..COUNTERS);
+            counters.records[n] = windowed_record(rng.random_range(1..=1_000));
             index.update(n, &counters.records[n]);
         })
     });
@@ -247,14 +237,13 @@ fn merge_pages(
 ) {
     let names = copies.slot_names().to_vec();
     let fence = PageFence::open(names.len());
-    let mut rng = XorShift(0x1234_5678_9ABC_DEF1);
+    let mut rng = StdRng::seed_from_u64(0x1234_5678_9ABC_DEF1);
     let mut version = 1;
     c.bench_function(name, |b| {
         b.iter_batched(
             || {
                 version += 1;
-                let mut counters =
-                    (0..1_000).map(|_| (rng.next() % GLOBAL_COUNTERS as u64) as usize);
+                let mut counters = (0..1_000).map(|_| rng.random_range(0..GLOBAL_COUNTERS));
                 page_of(&names, ids, &mut counters, slots_of, version)
             },
             |page| {

@@ -1,7 +1,7 @@
 //! Versioned counter descriptions, merged by version on every node.
 
 use geocount_model::wire::{Cursor, DescriptionPage};
-use geocount_model::{CounterId, Hlc, HlcTimestamp, VersionedDescription};
+use geocount_model::{CounterId, Hlc, HlcTimestamp, Partitions, VersionedDescription};
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
@@ -113,7 +113,21 @@ impl DescriptionTable {
 
     /// A page of the descriptions changed since `cursor`.
     pub fn page(&self, cursor: Cursor, limit: usize) -> DescriptionPage {
-        let (items, next, caught_up) = crate::journal::page(self, &self.journal, cursor, limit);
+        self.page_of(cursor, limit, None)
+    }
+
+    /// Like [`DescriptionTable::page`], with only the counters of `partitions` (`None`: all).
+    pub fn page_of(
+        &self,
+        cursor: Cursor,
+        limit: usize,
+        partitions: Option<&Partitions>,
+    ) -> DescriptionPage {
+        let keep = |item: &VersionedDescription| {
+            partitions.is_none_or(|p| p.holds(item.description.id.as_str()))
+        };
+        let (items, next, caught_up) =
+            crate::journal::page_where(self, &self.journal, cursor, limit, keep);
         DescriptionPage {
             items,
             next,

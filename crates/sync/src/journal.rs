@@ -8,6 +8,7 @@
 //! full copy in pages, followed by the changes made meanwhile.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use geocount_model::wire::Cursor;
 
@@ -101,6 +102,30 @@ pub fn page<T: Journaled>(
     cursor: Cursor,
     limit: usize,
 ) -> (Vec<T::Item>, Cursor, bool) {
+    page_where(table, journal, cursor, limit, |_| true)
+}
+
+/// Like [`page`], with only the entries whose items `keep` accepts (an entry's items are one
+/// counter's). An entry left out counts as one against the limit, so a page stays bounded
+/// however few entries are kept.
+pub fn page_where<T: Journaled>(
+    table: &T,
+    journal: &ChangeJournal,
+    cursor: Cursor,
+    limit: usize,
+    keep: impl Fn(&T::Item) -> bool,
+) -> (Vec<T::Item>, Cursor, bool) {
+    // Appends entry `index`'s items if kept; what it counts against the limit.
+    let take = |index: usize, items: &mut Vec<T::Item>| {
+        let before = items.len();
+        table.items(index, items);
+        if items[before..].iter().all(&keep) {
+            table.weight(index)
+        } else {
+            items.truncate(before);
+            1
+        }
+    };
     let epoch = journal.epoch;
     let limit = limit.max(1);
     let full_copy = Cursor::Scan {
@@ -127,8 +152,7 @@ pub fn page<T: Journaled>(
             let start = next_index as usize;
             let (mut end, mut weight) = (start, 0);
             while table.latest_seq(end).is_some() && weight < limit {
-                table.items(end, &mut items);
-                weight += table.weight(end);
+                weight += take(end, &mut items);
                 end += 1;
             }
             let next = if table.latest_seq(end).is_none() {
@@ -160,8 +184,7 @@ pub fn page<T: Journaled>(
                 last = change;
                 // Only at the entry's latest change, so each entry goes once.
                 if table.latest_seq(index as usize) == Some(change) {
-                    table.items(index as usize, &mut items);
-                    sent += table.weight(index as usize);
+                    sent += take(index as usize, &mut items);
                 }
             }
             (
@@ -175,6 +198,14 @@ pub fn page<T: Journaled>(
         }
         Cursor::Start => unreachable!("a start cursor became a full copy"),
     }
+}
+
+/// The entry indices a copy page of a table of `len` entries covers: from `from`, at most
+/// `limit` of them (at least one); and where the next page starts, if any is left.
+pub fn copy_range(from: u64, limit: usize, len: usize) -> (Range<usize>, Option<u64>) {
+    let start = usize::try_from(from).unwrap_or(usize::MAX).min(len);
+    let end = start.saturating_add(limit.max(1)).min(len);
+    (start..end, (end < len).then_some(end as u64))
 }
 
 #[cfg(test)]

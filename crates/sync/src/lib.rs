@@ -6,7 +6,7 @@
 //! twice, late or out of order changes nothing.
 //!
 //! - [`journal`]: the change journal behind cursors ([`ChangeJournal`]) and the paging of a
-//!   journaled table ([`page`]).
+//!   journaled table ([`page`]) or of a copy ([`copy_range`]).
 //! - [`slot_copies`]: copies of many slots of many counters ([`SlotCopies`]), as aggregators and
 //!   peers hold them.
 //! - [`descriptions`]: versioned counter descriptions ([`DescriptionTable`]).
@@ -14,13 +14,14 @@
 //! - [`incarnations`]: telling when two processes serve one slot at once ([`SlotIncarnations`]).
 //! - [`puller`]: the pull loop ([`spawn_puller`]) and the freshness of a source
 //!   ([`SourceStatus`]).
-//! - [`replica`]: what an aggregator holds of the tier below ([`Replica`]) and the pullers that
-//!   feed it ([`start_pulling`]).
+//! - [`replica`]: what an aggregator holds of the tier below ([`Replica`]).
+//! - [`pulling`]: the pullers that feed a replica, one per source ([`start_pulling`]).
 //! - [`topk`]: the top-K index aggregators rank from ([`TopIndex`]), a module tree of its
 //!   own: [`topk::leaders`] (one ranking's leaders and the walk of them), [`topk::live`] (the
 //!   live window), [`topk::ranked`] (what every ranking shares: [`Ranked`], [`Scope`]),
-//!   [`topk::scan`] (a ranking by a scan of every counter, a run at a time) and
-//!   [`topk::ranking`] (answering a ranking without holding up merges and reads: [`Scans`]).
+//!   and [`topk::scan`] (a ranking by a scan of every counter, a run at a time).
+//! - [`scans`]: answering a ranking over a replica without holding up merges and reads
+//!   ([`Scans`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //!
 //! The HTTP layer every tier shares (routing, access and roles, TLS, OpenAPI parts, the
@@ -32,7 +33,9 @@ pub mod incarnations;
 pub mod journal;
 pub mod metrics;
 pub mod puller;
+pub mod pulling;
 pub mod replica;
+pub mod scans;
 pub mod serve;
 pub mod slot_copies;
 pub mod topk;
@@ -40,19 +43,18 @@ pub mod topk;
 pub use byte_bound::ByteBound;
 pub use descriptions::DescriptionTable;
 pub use incarnations::{Conflict, SlotIncarnations, incarnation_made_at_ms, new_incarnation};
-pub use journal::{ChangeJournal, Journaled, page};
+pub use journal::{ChangeJournal, Journaled, copy_range, page, page_where};
 pub use metrics::ReplicaMetrics;
 pub use puller::{PullSink, SourceStatus, spawn_puller};
+pub use pulling::{Pullers, ReplicaSink, spawn_pullers, start_pulling};
 pub use replica::{
-    DEFAULT_MAX_CLOCK_SKEW_MS, HeldCounter, PullSource, Pullers, Replica, SharedReplica, SlotHeard,
-    SourceHealth, spawn_pullers, start_pulling, with_ranked, worst_staleness,
+    DEFAULT_MAX_CLOCK_SKEW_MS, HeldCounter, PullSource, Replica, SharedReplica, SlotHeard,
+    SourceHealth, with_ranked, worst_staleness,
 };
+pub use scans::{SCAN_RETRY_AFTER_SECS, Scans, ScansBusy};
 pub use serve::{
-    MAX_SYNC_REQUEST_BYTES, answer_key_copy, answer_slot_copy, answer_sync, copy_range,
-    parse_copy_query, serve_sync,
+    MAX_SYNC_REQUEST_BYTES, answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query,
+    serve_sync,
 };
 pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight};
-pub use topk::{
-    Answer, LiveRanking, Ranked, RankedCounters, SCAN_RETRY_AFTER_SECS, Scan, Scans, ScansBusy,
-    Scope, TopIndex,
-};
+pub use topk::{Answer, LiveRanking, Ranked, RankedCounters, Scan, Scope, TopIndex};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use geocount_model::Clock;
-use geocount_model::wire::{Cursor, POSTCARD_CONTENT_TYPE, SyncPage, SyncRequest};
+use geocount_model::wire::{POSTCARD_CONTENT_TYPE, SyncPage, SyncRequest};
 use geocount_net::HttpClient;
 use hyper::Method;
 use tokio::task::JoinHandle;
@@ -82,12 +82,9 @@ pub fn spawn_puller(
 /// A puller's view of one source: its cursors and how fresh the copy of it is.
 #[derive(Debug, Clone, Default)]
 pub struct SourceStatus {
-    /// The slot-state cursor, if slot states are pulled.
-    pub slots: Option<Cursor>,
-    /// The description cursor, if descriptions are pulled.
-    pub descriptions: Option<Cursor>,
-    /// The idempotency-key cursor, if keys are pulled (a shard node's peers pull them).
-    pub keys: Option<Cursor>,
+    /// The next pull: a cursor per stream pulled (slot states, descriptions, and the
+    /// idempotency keys a shard node's peers pull), and the partitions asked for.
+    pub next: SyncRequest,
     /// When (this node's clock, unix ms) the copy was last complete: every stream caught up,
     /// and for an aggregator source every one of its slots heard.
     pub complete_as_of_ms: Option<u64>,
@@ -108,36 +105,35 @@ pub struct SourceStatus {
 impl SourceStatus {
     /// A status pulling slot states and/or descriptions from the start.
     pub fn new(slots: bool, descriptions: bool) -> Self {
+        Self::asking(SyncRequest::from_start(slots, descriptions))
+    }
+
+    /// A status whose first pull is `first`.
+    pub fn asking(first: SyncRequest) -> Self {
         Self {
-            slots: slots.then_some(Cursor::Start),
-            descriptions: descriptions.then_some(Cursor::Start),
+            next: first,
             ..Self::default()
         }
     }
 
     /// The next request.
     pub fn request(&self) -> SyncRequest {
-        SyncRequest {
-            slots: self.slots,
-            descriptions: self.descriptions,
-            puller: None,
-            keys: self.keys,
-        }
+        self.next.clone()
     }
 
     /// Moves the cursors past `page` (already merged) and updates freshness. The copy is as
     /// fresh as the moment the request was sent, less the source's own staleness.
     pub fn advance(&mut self, page: &SyncPage, sent_at_ms: u64, now_ms: u64) {
         let mut caught_up = true;
-        if let (Some(cursor), Some(p)) = (&mut self.slots, &page.slots) {
+        if let (Some(cursor), Some(p)) = (&mut self.next.slots, &page.slots) {
             *cursor = p.next;
             caught_up &= p.caught_up;
         }
-        if let (Some(cursor), Some(p)) = (&mut self.descriptions, &page.descriptions) {
+        if let (Some(cursor), Some(p)) = (&mut self.next.descriptions, &page.descriptions) {
             *cursor = p.next;
             caught_up &= p.caught_up;
         }
-        match (&mut self.keys, &page.keys) {
+        match (&mut self.next.keys, &page.keys) {
             (Some(cursor), Some(p)) => {
                 *cursor = p.next;
                 caught_up &= p.caught_up;
@@ -175,6 +171,7 @@ impl SourceStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use geocount_model::wire::Cursor;
     use geocount_model::wire::{SlotFreshness, SlotPage};
 
     #[test]
@@ -203,7 +200,7 @@ mod tests {
             None,
             "not complete until caught up"
         );
-        assert_eq!(status.slots, Some(Cursor::Seq { epoch: 1, seq: 5 }));
+        assert_eq!(status.next.slots, Some(Cursor::Seq { epoch: 1, seq: 5 }));
         status.advance(&page(true, vec![Some(30), Some(70)]), 1000, 1001);
         assert_eq!(status.staleness_ms(2000), Some(1070));
         status.advance(&page(true, vec![Some(10), None]), 1500, 1501);

@@ -2,15 +2,16 @@
 //!
 //! Both aggregators keep the same three things in memory: copies of slots ([`SlotCopies`]),
 //! counter descriptions ([`DescriptionTable`]) and one [`SourceStatus`] per source they pull.
-//! [`spawn_pullers`] starts one puller per source, each feeding a [`ReplicaSink`] that merges
+//! [`spawn_pullers`](crate::spawn_pullers) starts one puller per source, each feeding a [`ReplicaSink`](crate::ReplicaSink) that merges
 //! the pulled page into the tables and moves that source's cursors and freshness on. Reads,
 //! `POST /sync` answers ([`Replica::sync_page`]) and slot copies ([`Replica::slot_copy`]) are
 //! served from the same tables, so nothing a reader does waits on a source.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
-use geocount_model::{CounterType, SlotRecord, VersionedDescription, max_slot_version};
+use geocount_model::{CounterType, Partitions, SlotRecord, VersionedDescription, max_slot_version};
 
 use serde::Serialize;
 
@@ -26,7 +27,7 @@ pub struct Replica {
     pub copies: SlotCopies,
     /// The counter descriptions, merged by version.
     pub descriptions: DescriptionTable,
-    /// One status per source, in the order the sources were given to [`spawn_pullers`].
+    /// One status per source, in the order the sources were given to [`spawn_pullers`](crate::spawn_pullers).
     pub sources: Vec<SourceStatus>,
     /// What this replica has heard of each slot, by slot index.
     pub slots: Vec<SlotHeard>,
@@ -41,6 +42,29 @@ pub struct Replica {
     pub max_clock_skew_ms: u64,
     /// Pulled entries refused past the copies' byte bound, and the setting that bounds them.
     refusals: Refusals,
+    /// The partitions this replica holds, when not all (its sources send only theirs).
+    pub partitions: Option<Partitions>,
+}
+
+/// One source to pull: its name, where it listens, how often and what to pull.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullSource {
+    /// Its name (a slot, a datacenter, `global`; `@<n>` after it for replica n > 0), for logs
+    /// and metrics.
+    pub name: String,
+    /// The name its pages carry (a slot's, a datacenter's, `global`): a page under another name
+    /// comes from a process configured for something else, and is refused.
+    pub answers_as: String,
+    /// Its `host:port`.
+    pub address: String,
+    /// How often a pull starts once caught up.
+    pub interval: Duration,
+    /// The first pull: the streams asked for from the start (slot states, descriptions), and
+    /// the partitions (`None`: every counter).
+    pub first: SyncRequest,
+    /// The slots whose states this source may deliver (a shard node its own, a datacenter
+    /// aggregator its datacenter's): entries of any other slot are refused.
+    pub delivers: Vec<String>,
 }
 
 /// What a replica has heard of one slot since its process started.
@@ -152,12 +176,13 @@ impl Replica {
             descriptions: DescriptionTable::default(),
             sources: sources
                 .iter()
-                .map(|s| SourceStatus::new(s.slots, s.descriptions))
+                .map(|s| SourceStatus::asking(s.first.clone()))
                 .collect(),
             fences,
-            source_names: sources.iter().map(|s| s.name.clone()).collect(),
+            source_names: sources.iter().map(|s| s.answers_as.clone()).collect(),
             max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
             refusals: Refusals::default(),
+            partitions: None,
         }
     }
 
@@ -200,7 +225,7 @@ impl Replica {
 
     /// The first step of [`Replica::apply_page`]: checks the page's name, notes its source's
     /// incarnation, and gives the fence its entries merge under.
-    fn open_page(
+    pub(crate) fn open_page(
         &mut self,
         source: usize,
         page: &SyncPage,
@@ -227,7 +252,7 @@ impl Replica {
 
     /// The last step of [`Replica::apply_page`], once every entry merged (`merge`): notes each
     /// slot the page shows complete.
-    fn close_page(
+    pub(crate) fn close_page(
         &mut self,
         source: usize,
         page: &SyncPage,
@@ -306,12 +331,12 @@ impl Replica {
         limit: usize,
         freshness: Vec<SlotFreshness>,
     ) -> SyncPage {
+        let partitions = request.partitions.as_ref();
         SyncPage {
             source: source.to_owned(),
-            slots: request.slots.map(|cursor| self.copies.page(cursor, limit)),
-            descriptions: request
-                .descriptions
-                .map(|cursor| self.descriptions.page(cursor, limit)),
+            slots: (request.slots).map(|cursor| self.copies.page_of(cursor, limit, partitions)),
+            descriptions: (request.descriptions)
+                .map(|cursor| self.descriptions.page_of(cursor, limit, partitions)),
             freshness,
             load: 0,
             incarnation: 0,
@@ -359,6 +384,7 @@ impl Replica {
             source_epoch: self.copies.epoch(),
             next,
             owner_incarnation: heard.owner_incarnation,
+            partitions: self.partitions.clone(),
         })
     }
 
@@ -400,7 +426,7 @@ pub fn with_ranked<T>(replica: &SharedReplica, now: u64, answer: impl FnOnce(&Re
 /// How many marked counters the background ranker, and a ranking catching up, rank per hold
 /// of the read lock. A merge waits for the hold to end, and reads that come after the merge
 /// wait for both, so holds are kept short (docs/architecture.md, "Top-K and trending").
-const RANK_CHUNK: usize = 32;
+pub(crate) const RANK_CHUNK: usize = 32;
 
 /// The worst of several stalenesses: `None` (never complete) if any is `None`, else the largest
 /// (0 for none at all).
@@ -409,10 +435,6 @@ pub fn worst_staleness(staleness: impl IntoIterator<Item = Option<u64>>) -> Opti
         .into_iter()
         .try_fold(0u64, |worst, s| s.map(|s| worst.max(s)))
 }
-
-mod pulling;
-
-pub use pulling::{PullSource, Pullers, ReplicaSink, spawn_pullers, start_pulling};
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,5 @@
 //! The server side of replication, shared by every tier's HTTP API.
 
-use std::ops::Range;
-
 use geocount_http::routing::RequestError;
 use geocount_model::wire::{
     KeyCopy, POSTCARD_CONTENT_TYPE, SlotCopy, SlotFreshness, SyncPage, SyncRequest,
@@ -38,14 +36,6 @@ pub fn answer_slot_copy(copy: &SlotCopy) -> Response {
 /// Answers `GET /slots/{slot}/keys` with a [`KeyCopy`].
 pub fn answer_key_copy(copy: &KeyCopy) -> Response {
     postcard_response(copy)
-}
-
-/// The entry indices a copy page of a table of `len` entries covers: from `from`, at most
-/// `limit` of them (at least one); and where the next page starts, if any is left.
-pub fn copy_range(from: u64, limit: usize, len: usize) -> (Range<usize>, Option<u64>) {
-    let start = usize::try_from(from).unwrap_or(usize::MAX).min(len);
-    let end = start.saturating_add(limit.max(1)).min(len);
-    (start..end, (end < len).then_some(end as u64))
 }
 
 /// The page a `GET /slots/{slot}/copy?from=N&limit=M` asks for: where it starts (0 by

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use geocount_model::held_bytes::{id_bytes, record_bytes};
 use geocount_model::wire::{SlotEntry, SlotPage};
-use geocount_model::{CounterId, IdTable, SlotRecord, counter_id};
+use geocount_model::{CounterId, IdTable, Partitions, SlotRecord, counter_id};
 
 use crate::byte_bound::ByteBound;
 use crate::journal::{ChangeJournal, Journaled};
@@ -377,7 +377,7 @@ impl SlotCopies {
         from: u64,
         limit: usize,
     ) -> (Vec<(String, SlotRecord)>, Option<u64>) {
-        let (range, next) = crate::serve::copy_range(from, limit, self.counters.len());
+        let (range, next) = crate::journal::copy_range(from, limit, self.counters.len());
         let entries = range
             .filter_map(|index| {
                 let (id, c) = self.counters.get_index(index)?;
@@ -412,7 +412,19 @@ impl SlotCopies {
 
     /// A page of the states changed since `cursor`, at most `limit` counters.
     pub fn page(&self, cursor: geocount_model::wire::Cursor, limit: usize) -> SlotPage {
-        let (entries, next, caught_up) = crate::journal::page(self, &self.journal, cursor, limit);
+        self.page_of(cursor, limit, None)
+    }
+
+    /// Like [`SlotCopies::page`], with only the counters of `partitions` (`None`: all).
+    pub fn page_of(
+        &self,
+        cursor: geocount_model::wire::Cursor,
+        limit: usize,
+        partitions: Option<&Partitions>,
+    ) -> SlotPage {
+        let keep = |entry: &SlotEntry| partitions.is_none_or(|p| p.holds(&entry.id));
+        let (entries, next, caught_up) =
+            crate::journal::page_where(self, &self.journal, cursor, limit, keep);
         SlotPage {
             slot_names: self.slot_names.clone(),
             entries,

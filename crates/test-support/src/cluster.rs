@@ -39,6 +39,29 @@ fn process_names(datacenters: &[(&str, usize)]) -> Vec<String> {
     names
 }
 
+/// How a test topology's aggregators are replicated and partitioned.
+#[derive(Debug, Clone, Default)]
+pub struct Aggregation {
+    /// `partitions` (written when above 1).
+    pub partitions: u32,
+    /// The partitions each global replica holds, one list per replica (empty lists: every
+    /// partition); no lists: one global aggregator.
+    pub global: Vec<Vec<u32>>,
+    /// Likewise for each datacenter's aggregator replicas.
+    pub aggregators: Vec<Vec<u32>>,
+    /// Lines added to the `[shard]` table.
+    pub shard_toml: String,
+}
+
+/// `lists` as a TOML array of arrays, when any holds partitions.
+fn partition_lists(lists: &[Vec<u32>]) -> Option<String> {
+    if lists.iter().all(Vec::is_empty) {
+        return None;
+    }
+    let lists: Vec<String> = lists.iter().map(|list| format!("{list:?}")).collect();
+    Some(format!("[{}]", lists.join(", ")))
+}
+
 impl TestTopology {
     /// Datacenters named and sized as given (`[("USA_0", 3), ("ASIA_0", 2)]`), with `shard_toml`
     /// (lines of `key = value`) added to the `[shard]` table.
@@ -49,12 +72,55 @@ impl TestTopology {
     /// Like [`TestTopology::new`], with `extra_toml` (whole tables, e.g. `[trending]` and its
     /// keys) appended after the datacenters.
     pub fn with_extra(datacenters: &[(&str, usize)], shard_toml: &str, extra_toml: &str) -> Self {
+        Self::write(datacenters, shard_toml, extra_toml, &Aggregation::default())
+    }
+
+    /// Like [`TestTopology::new`], with `global` more global aggregator replicas
+    /// (`global.replicas`) and `aggregators` more aggregator replicas in each datacenter
+    /// (`aggregator_replicas`).
+    pub fn replicated(datacenters: &[(&str, usize)], global: usize, aggregators: usize) -> Self {
+        let shape = Aggregation {
+            global: vec![Vec::new(); global + 1],
+            aggregators: vec![Vec::new(); aggregators + 1],
+            ..Aggregation::default()
+        };
+        Self::shaped(datacenters, &shape, "")
+    }
+
+    /// Datacenters named and sized as given, aggregated as `shape` says, with `extra_toml`
+    /// (whole tables) appended.
+    pub fn shaped(datacenters: &[(&str, usize)], shape: &Aggregation, extra_toml: &str) -> Self {
+        Self::write(datacenters, &shape.shard_toml, extra_toml, shape)
+    }
+
+    fn write(
+        datacenters: &[(&str, usize)],
+        shard_toml: &str,
+        extra_toml: &str,
+        shape: &Aggregation,
+    ) -> Self {
+        let global_replicas = shape.global.len().saturating_sub(1);
+        let aggregator_replicas = shape.aggregators.len().saturating_sub(1);
+        let addresses = |n: usize| -> String {
+            let quoted: Vec<String> = (0..n).map(|_| format!("\"{}\"", free_addr())).collect();
+            quoted.join(", ")
+        };
         let dir = tempfile::Builder::new()
             .prefix("geocount-test-")
             .tempdir()
             .expect("temporary directory");
         let mut text = String::new();
-        writeln!(text, "[global]\nlisten = \"{}\"\n", free_addr()).unwrap();
+        if shape.partitions > 1 {
+            writeln!(text, "partitions = {}", shape.partitions).unwrap();
+        }
+        writeln!(text, "[global]\nlisten = \"{}\"", free_addr()).unwrap();
+        if global_replicas > 0 {
+            writeln!(text, "replicas = [{}]", addresses(global_replicas)).unwrap();
+        }
+        if let Some(lists) = partition_lists(&shape.global) {
+            writeln!(text, "partitions = {lists}").unwrap();
+        }
+        writeln!(text).unwrap();
         writeln!(
             text,
             "[shard]\ndata_dir = \"{}\"\n{shard_toml}\n",
@@ -62,16 +128,21 @@ impl TestTopology {
         )
         .unwrap();
         for (name, shards) in datacenters {
-            let shards: Vec<String> = (0..*shards)
-                .map(|_| format!("\"{}\"", free_addr()))
-                .collect();
             writeln!(
                 text,
-                "[[datacenters]]\nname = \"{name}\"\naggregator = \"{}\"\nshards = [{}]\n",
+                "[[datacenters]]\nname = \"{name}\"\naggregator = \"{}\"\nshards = [{}]",
                 free_addr(),
-                shards.join(", ")
+                addresses(*shards)
             )
             .unwrap();
+            if aggregator_replicas > 0 {
+                let replicas = addresses(aggregator_replicas);
+                writeln!(text, "aggregator_replicas = [{replicas}]").unwrap();
+            }
+            if let Some(lists) = partition_lists(&shape.aggregators) {
+                writeln!(text, "aggregator_partitions = {lists}").unwrap();
+            }
+            writeln!(text).unwrap();
         }
         if crate::tls::enabled() {
             text.push_str(&crate::tls::write_certificates(
@@ -141,23 +212,44 @@ impl TestTopology {
 
     /// Starts the aggregator of datacenter `dc` and waits until it is healthy.
     pub async fn start_datacenter_aggregator(&self, dc: &str) -> NodeProcess {
+        self.start_aggregator_replica(dc, 0).await
+    }
+
+    /// Starts replica `replica` of the aggregator of datacenter `dc` and waits until it is
+    /// healthy.
+    pub async fn start_aggregator_replica(&self, dc: &str, replica: usize) -> NodeProcess {
         let addr = self
             .topology
             .datacenter(dc)
             .expect("known datacenter")
-            .aggregator;
+            .aggregators()[replica];
         let role = Role::DatacenterAggregator {
             datacenter: dc.to_owned(),
+            replica,
         };
-        let args = [self.config_flag(), dc_flag(dc)].concat();
+        let args = [self.config_flag(), dc_flag(dc), Self::replica_flag(replica)].concat();
         NodeProcess::start_role(role, &args, &[], addr, self.dir()).await
     }
 
     /// Starts the global aggregator and waits until it is healthy.
     pub async fn start_global_aggregator(&self) -> NodeProcess {
-        let addr = self.topology.global.listen;
-        let args = self.config_flag();
-        NodeProcess::start_role(Role::GlobalAggregator, &args, &[], addr, self.dir()).await
+        self.start_global_replica(0).await
+    }
+
+    /// Starts global aggregator replica `replica` and waits until it is healthy.
+    pub async fn start_global_replica(&self, replica: usize) -> NodeProcess {
+        let addr = self.topology.global.addresses()[replica];
+        let args = [self.config_flag(), Self::replica_flag(replica)].concat();
+        let role = Role::GlobalAggregator { replica };
+        NodeProcess::start_role(role, &args, &[], addr, self.dir()).await
+    }
+
+    /// `--replica <n>`, or nothing for replica 0 (the flag's default).
+    fn replica_flag(replica: usize) -> Vec<String> {
+        match replica {
+            0 => Vec::new(),
+            n => vec!["--replica".to_owned(), n.to_string()],
+        }
     }
 
     /// A client of the process at `addr` that calls it as tier process `name` does: with its

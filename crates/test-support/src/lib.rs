@@ -25,7 +25,7 @@ pub mod tls;
 pub mod wait;
 
 pub use api::Api;
-pub use cluster::TestTopology;
+pub use cluster::{Aggregation, TestTopology};
 pub use hyper::Method;
 pub use process::NodeProcess;
 pub use sandbox::TestCluster;

@@ -147,12 +147,13 @@ impl WanConfig {
     }
 }
 
-/// Checks a link name: 1 to 64 letters, digits, `_`, `-` and `.`, so it is one path segment.
+/// Checks a link name: 1 to 64 letters, digits, `_`, `-`, `.` and `@` (the launcher names the
+/// link of a replica `<link>@<replica>`), so it is one path segment.
 pub fn check_name(name: &str) -> Result<(), String> {
-    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"_-.".contains(&b);
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"_-.@".contains(&b);
     if name.is_empty() || name.len() > 64 || !name.bytes().all(allowed) {
         return Err(format!(
-            "{name:?} must be 1 to 64 letters, digits, _, - and ."
+            "{name:?} must be 1 to 64 letters, digits, _, -, . and @"
         ));
     }
     Ok(())
@@ -259,6 +260,8 @@ target = "127.0.0.1:7000"
 
         let err = load(&GOOD.replace("global-to-asia", "to asia/1")).unwrap_err();
         assert_eq!(err.key, "links[0].name");
+        // A replica's link, as the launcher names it.
+        assert!(load(&GOOD.replace("global-to-asia", "global-to-asia@1")).is_ok());
 
         let err = load(&GOOD.replace("127.0.0.1:9201", "127.0.0.1:9200")).unwrap_err();
         assert_eq!(err.key, "links[1].listen");

@@ -1,10 +1,10 @@
-//! `datacenter-aggregator --config FILE --dc NAME`: aggregates datacenter NAME.
+//! `datacenter-aggregator --config FILE --dc NAME [--replica N]`: aggregates datacenter NAME.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use geocount_aggregator::{DatacenterConfig, datacenter, process};
+use geocount_aggregator::process::{self, TierFlags};
+use geocount_aggregator::{DatacenterConfig, datacenter};
 use geocount_model::role::aggregator_process;
 
 /// Runs one geocount datacenter aggregator: it pulls its datacenter's shard nodes and sums
@@ -20,9 +20,8 @@ struct Args {
     /// The datacenter to aggregate, as named in the topology.
     #[arg(long)]
     dc: String,
-    /// The topology file (TOML); `GEOCOUNT_*` environment variables override its keys.
-    #[arg(long)]
-    config: PathBuf,
+    #[command(flatten)]
+    tier: TierFlags,
 }
 
 /// mimalloc rather than glibc's malloc, which is slower when memory is freed on another thread
@@ -31,15 +30,15 @@ struct Args {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let Args { dc, tier } = Args::parse();
     process::serve(
         "datacenter-aggregator",
-        &args.config,
-        |topology| {
-            let config = DatacenterConfig::from_topology(topology, &args.config, &args.dc)?;
-            Ok((config, aggregator_process(&args.dc)))
-        },
-        |config| &config.settings,
+        &tier,
         datacenter::run,
+        |topology| {
+            let config =
+                DatacenterConfig::from_topology(topology, &tier.config, &dc, tier.replica)?;
+            Ok((config, aggregator_process(&dc)))
+        },
     )
 }

@@ -1,13 +1,13 @@
-//! `global-aggregator --config FILE`: the global aggregator of a topology.
+//! `global-aggregator --config FILE [--replica N]`: a global aggregator of a topology.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use geocount_aggregator::{GlobalConfig, global, process};
+use geocount_aggregator::process::{self, TierFlags};
+use geocount_aggregator::{GlobalConfig, global};
 use geocount_model::role::GLOBAL_PROCESS;
 
-/// Runs the geocount global aggregator: it pulls every datacenter aggregator and sums
+/// Runs a geocount global aggregator: it pulls every datacenter aggregator and sums
 /// datacenters, refusing or flagging stale ones.
 #[derive(Debug, Parser)]
 #[command(
@@ -17,9 +17,8 @@ use geocount_model::role::GLOBAL_PROCESS;
              datacenters, refusing or flagging stale ones."
 )]
 struct Args {
-    /// The topology file (TOML); `GEOCOUNT_*` environment variables override its keys.
-    #[arg(long)]
-    config: PathBuf,
+    #[command(flatten)]
+    tier: TierFlags,
 }
 
 /// mimalloc rather than glibc's malloc, which is slower when memory is freed on another thread
@@ -28,17 +27,9 @@ struct Args {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    process::serve(
-        "global-aggregator",
-        &args.config,
-        |topology| {
-            Ok((
-                GlobalConfig::from_topology(topology),
-                GLOBAL_PROCESS.to_owned(),
-            ))
-        },
-        |config| &config.settings,
-        global::run,
-    )
+    let Args { tier } = Args::parse();
+    process::serve("global-aggregator", &tier, global::run, |topology| {
+        let config = GlobalConfig::from_topology(topology, &tier.config, tier.replica)?;
+        Ok((config, GLOBAL_PROCESS.to_owned()))
+    })
 }

@@ -19,19 +19,20 @@
 use std::sync::Arc;
 
 use geocount_http::routing::{self, Named, RequestError, Routed};
-use geocount_http::{Allow, Need, parse_top_query, parse_trending_query};
+use geocount_http::{Allow, Need};
 use geocount_model::{CounterId, Right};
-use geocount_net::{Response, json_response};
+use geocount_net::Response;
 use geocount_sync::SourceHealth;
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{Method, Request};
 use serde::Serialize;
 
 use super::state::{DatacenterState, freshness, read_counter};
 use super::trends;
 use crate::error::AggregatorError;
+use crate::ranking::RankingRequest;
 use crate::routes::{ROUTES, Route};
-use crate::tier::Core;
+use crate::tier::{Core, Held};
 
 /// What each route needs of a request (README, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `datacenter` is this aggregator's,
@@ -59,14 +60,14 @@ pub async fn handle(state: Arc<DatacenterState>, request: Request<Incoming>) -> 
     let need = |routed: &Routed<Route>, _: &Request<Incoming>| {
         need(routed.route, routed.slot.as_deref(), &state.datacenter)
     };
-    routing::answer(
+    let answer = routing::answer(
         &state.core.router,
         &state.core.access,
         need,
         request,
         |routed, request| dispatch(&state, routed, request),
-    )
-    .await
+    );
+    state.core.mark(answer.await)
 }
 
 async fn dispatch(
@@ -78,9 +79,14 @@ async fn dispatch(
     let now_ms = core.clock.now_unix_ms();
     let query = request.uri().query();
     match (route, request.method(), id, slot) {
-        (Route::Counter, &Method::GET, Some(id), _) => read(state, &id, query, now_ms),
-        (Route::TopK, &Method::GET, _, _) => top_k(state, query, now_ms).await,
-        (Route::Trending, &Method::GET, _, _) => trending(state, query, now_ms).await,
+        (Route::Counter, &Method::GET, Some(id), _) => {
+            core.held_here(id.as_str(), &request)?;
+            read(state, &id, query, now_ms)
+        }
+        (Route::TopK | Route::Trending, &Method::GET, _, _) => {
+            let ranking = RankingRequest::new(request.uri().path(), &request, now_ms)?;
+            rank(state, route, ranking, now_ms).await
+        }
         (Route::Sync, &Method::POST, _, _) => {
             let freshness = |replica: &_| freshness(replica, &state.slot_names, now_ms);
             Ok(core
@@ -126,38 +132,25 @@ fn read(
         id: id.to_string(),
         held_by: "this datacenter",
     })?;
-    Ok(json_response(StatusCode::OK, &reading))
+    Ok(state.core.answer(&reading))
 }
 
-async fn top_k(
+async fn rank(
     state: &DatacenterState,
-    query: Option<&str>,
+    route: Route,
+    ranking: RankingRequest,
     now_ms: u64,
 ) -> Result<Response, AggregatorError> {
-    let query = parse_top_query(query, now_ms / 1000, |_, _| Ok(false))?;
-    let (prefix, k, window) = (&query.prefix, query.k, query.window);
-    let ask = |replica: &_| trends::ranking(replica, prefix, k, None, window);
-    let lists = state.core.rank(now_ms, ask).await?;
-    let slots = state.slot_names.len();
-    let replica = state.core.replica.read().expect("replica lock");
-    let answer = trends::top_k(&replica, slots, query, lists, now_ms);
-    Ok(json_response(StatusCode::OK, &answer))
-}
-
-async fn trending(
-    state: &DatacenterState,
-    query: Option<&str>,
-    now_ms: u64,
-) -> Result<Response, AggregatorError> {
-    let prefix = parse_trending_query(query, |_, _| Ok(false))?;
-    let (threshold, window) = state.core.trending_window(&prefix, now_ms)?;
-    let min = Some(i128::from(threshold));
-    let ask = |replica: &_| trends::ranking(replica, &prefix, usize::MAX, min, Some(window));
-    let lists = state.core.rank(now_ms, ask).await?;
-    let slots = state.slot_names.len();
-    let replica = state.core.replica.read().expect("replica lock");
-    let answer = trends::trending(&replica, slots, (prefix, threshold), window, lists, now_ms);
-    Ok(json_response(StatusCode::OK, &answer))
+    let asked = state.core.asked(route, &ranking, |_, _| Ok(false))?;
+    let lists = (state.core)
+        .rank(ranking.at_ms, |replica| trends::ranking(replica, &asked))
+        .await?;
+    let list = asked.list();
+    let answer = {
+        let replica = state.core.replica.read().expect("replica lock");
+        trends::answer(&replica, state.slot_names.len(), (asked, lists), now_ms)
+    };
+    state.core.reply_ranking(&answer, list, &ranking).await
 }
 
 fn health(state: &DatacenterState, now_ms: u64) -> Response {
@@ -165,11 +158,8 @@ fn health(state: &DatacenterState, now_ms: u64) -> Response {
     struct Health<'a> {
         status: &'a str,
         datacenter: &'a str,
-        counters: usize,
-        state_bytes: u64,
-        max_state_bytes: u64,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        over_bound: Option<String>,
+        #[serde(flatten)]
+        held: Held,
         slots: Named<SourceHealth>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         conflicts: Vec<String>,
@@ -186,24 +176,18 @@ fn health(state: &DatacenterState, now_ms: u64) -> Response {
         .enumerate()
         .map(|(slot, name)| (name.clone(), replica.source_health(slot, now_ms)))
         .collect();
-    let over_bound = replica.over_bound();
-    json_response(
-        StatusCode::OK,
-        &Health {
-            // The aggregator serves either way; a conflict is the shard nodes' to resolve, and
-            // sums past the byte bound are marked incomplete in every answer.
-            status: match (conflicts.is_empty(), over_bound.is_none()) {
-                (false, _) => "slot served twice",
-                (true, false) => "over its byte bound",
-                (true, true) => "ok",
-            },
-            datacenter: &state.datacenter,
-            counters: replica.copies.len(),
-            state_bytes: replica.copies.bytes().held(),
-            max_state_bytes: replica.copies.bytes().max(),
-            over_bound,
-            slots,
-            conflicts,
+    let held = Held::of(&replica);
+    state.core.answer(&Health {
+        // The aggregator serves either way; a conflict is the shard nodes' to resolve, and
+        // sums past the byte bound are marked incomplete in every answer.
+        status: match (conflicts.is_empty(), held.over_bound.is_none()) {
+            (false, _) => "slot served twice",
+            (true, false) => "over its byte bound",
+            (true, true) => "ok",
         },
-    )
+        datacenter: &state.datacenter,
+        held,
+        slots,
+        conflicts,
+    })
 }

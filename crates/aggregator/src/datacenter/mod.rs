@@ -21,8 +21,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use geocount_model::role::aggregator_process;
-use geocount_model::{Clock, Topology, TopologyError};
+use geocount_model::role::{aggregator_process, replica_name};
+use geocount_model::wire::SyncRequest;
+use geocount_model::{Clock, Partitions, Topology, TopologyError};
 use geocount_net::{Connector, Listener};
 use geocount_sync::PullSource;
 
@@ -41,19 +42,22 @@ pub struct DatacenterConfig {
     pub datacenter: String,
     /// Its shard nodes; the one at index `n` owns slot `DC_<datacenter>_VAL_<n>`.
     pub shards: Vec<SocketAddr>,
-    /// The global aggregator, which it pulls descriptions from.
-    pub global: SocketAddr,
-    /// What every aggregator runs with; it listens on the datacenter's `aggregator` address.
+    /// Every global aggregator replica, which it pulls descriptions from, with the partitions
+    /// each holds.
+    pub global: Vec<(SocketAddr, Partitions)>,
+    /// What every aggregator runs with; replica `n` listens on the datacenter's `aggregator`
+    /// (0) or `aggregator_replicas[n - 1]`.
     pub settings: Settings,
 }
 
 impl DatacenterConfig {
-    /// Resolves datacenter `datacenter` in a topology read from `file`; an unknown datacenter
-    /// is an error naming the file and the `datacenters` key.
+    /// Resolves replica `replica` of datacenter `datacenter`'s aggregator in a topology read
+    /// from `file`; an unknown datacenter or replica is an error naming the file and the key.
     pub fn from_topology(
         topology: &Topology,
         file: &Path,
         datacenter: &str,
+        replica: usize,
     ) -> Result<Self, TopologyError> {
         let dc = topology
             .datacenter(datacenter)
@@ -62,12 +66,17 @@ impl DatacenterConfig {
                 key: "datacenters".to_owned(),
                 message,
             })?;
+        let index = topology.datacenter_index(&dc.name).expect("found by name");
+        let key = format!("datacenters[{index}].aggregator_replicas");
+        let tier = dc.aggregator_replicas_of(topology.partitions);
         let max_state_bytes = topology.aggregator.datacenter_max_state_bytes;
+        let at = (file, key.as_str());
+        let settings = Settings::of_replica(topology, at, tier, replica, max_state_bytes)?;
         Ok(Self {
             datacenter: dc.name.clone(),
             shards: dc.shards.clone(),
-            global: topology.global.listen,
-            settings: Settings::from_topology(topology, dc.aggregator, max_state_bytes),
+            global: topology.global.replicas_of(topology.partitions),
+            settings,
         })
     }
 
@@ -76,33 +85,58 @@ impl DatacenterConfig {
         slot_names(&self.datacenter, self.shards.len())
     }
 
-    /// What it pulls: each shard node (slot states and descriptions; source `n` is slot `n`),
-    /// then the global aggregator (descriptions only, flowing down).
+    /// What it pulls, of the partitions it holds: each shard node (slot states and
+    /// descriptions; source `n` is slot `n`), then every global aggregator replica holding
+    /// some of them (descriptions only, flowing down).
     pub fn sources(&self) -> Vec<PullSource> {
         let every = Duration::from_millis;
         let sync = &self.settings.sync;
+        let held = &self.settings.partitions;
         let mut sources: Vec<PullSource> = self
             .slot_names()
             .into_iter()
             .zip(&self.shards)
             .map(|(name, addr)| PullSource {
                 delivers: vec![name.clone()],
+                answers_as: name.clone(),
                 name,
                 address: addr.to_string(),
                 interval: every(sync.shard_to_datacenter_ms),
-                slots: true,
-                descriptions: true,
+                first: SyncRequest {
+                    partitions: held.filter(),
+                    ..SyncRequest::from_start(true, true)
+                },
             })
             .collect();
-        sources.push(PullSource {
-            name: "global".to_owned(),
-            address: self.global.to_string(),
-            interval: every(sync.downward_ms),
-            slots: false,
-            descriptions: true,
-            delivers: Vec::new(),
-        });
+        for (n, (global, theirs)) in self.global.iter().enumerate() {
+            let both = Partitions {
+                count: held.count,
+                held: (held.held.iter().copied())
+                    .filter(|p| theirs.held.contains(p))
+                    .collect(),
+            };
+            if both.held.is_empty() {
+                continue;
+            }
+            sources.push(PullSource {
+                name: replica_name("global", n),
+                answers_as: "global".to_owned(),
+                address: global.to_string(),
+                interval: every(sync.downward_ms),
+                first: SyncRequest {
+                    partitions: both.filter(),
+                    ..SyncRequest::from_start(false, true)
+                },
+                delivers: Vec::new(),
+            });
+        }
         sources
+    }
+}
+
+impl AsRef<Settings> for DatacenterConfig {
+    fn as_ref(&self) -> &Settings {
+        &self.settings
     }
 }
 
@@ -127,7 +161,8 @@ pub async fn run<L: Listener>(
         routes: ROUTES,
     };
     let (core, pullers) = tier::start(tier, config.settings.clone(), clock, connector);
-    tracing::info!(addr = %config.settings.listen, datacenter = %config.datacenter, "serving");
+    let replica = config.settings.replica;
+    tracing::info!(addr = %config.settings.listen, datacenter = %config.datacenter, replica, "serving");
     let settings = config.settings.clone();
     let state = Arc::new(DatacenterState {
         core,
@@ -146,21 +181,25 @@ mod tests {
     #[test]
     fn resolves_its_datacenter_and_sources() {
         let t = TestTopology::new(&[("ASIA_0", 1), ("USA_0", 2)], "");
-        let config = DatacenterConfig::from_topology(&t.topology, &t.path, "USA_0").unwrap();
+        let config = DatacenterConfig::from_topology(&t.topology, &t.path, "USA_0", 0).unwrap();
         assert_eq!(config.settings.listen, t.topology.datacenters[1].aggregator);
         assert_eq!(config.slot_names(), ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1"]);
         let sources = config.sources();
         assert_eq!(sources.len(), 3, "two shards, then the global aggregator");
         assert_eq!(sources[1].address, t.shard_addr("USA_0", 1).to_string());
-        assert!(sources[1].slots && sources[1].descriptions);
+        assert_eq!(sources[1].first, SyncRequest::from_start(true, true));
         assert_eq!(sources[2].address, t.topology.global.listen.to_string());
-        assert!(!sources[2].slots && sources[2].descriptions);
+        assert_eq!(
+            sources[2].first,
+            SyncRequest::from_start(false, true),
+            "descriptions only, of every counter"
+        );
     }
 
     #[test]
     fn an_unknown_datacenter_names_file_and_key() {
         let t = TestTopology::new(&[("USA_0", 1)], "");
-        let error = DatacenterConfig::from_topology(&t.topology, &t.path, "MARS")
+        let error = DatacenterConfig::from_topology(&t.topology, &t.path, "MARS", 0)
             .unwrap_err()
             .to_string();
         let file_and_key = format!("{}: datacenters: ", t.path.display());

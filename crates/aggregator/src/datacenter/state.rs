@@ -15,6 +15,7 @@ use geocount_model::wire::SlotFreshness;
 use geocount_sync::{Replica, worst_staleness};
 use serde::Serialize;
 
+use crate::answers::Total;
 use crate::tier::Core;
 
 /// What the datacenter tier's HTTP handlers share.
@@ -64,14 +65,9 @@ pub struct SlotReading {
 /// The answer to `GET /counter/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CounterReading {
-    /// The counter's id.
-    pub id: String,
-    /// The sum of its slots (wide enough that no sum of 64-bit slots overflows); for a unique
-    /// counter, the estimated number of distinct items in the union of its slots.
-    pub value: i128,
-    /// For a unique counter: the relative standard error of `value`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub standard_error: Option<f64>,
+    /// The sum of its slots.
+    #[serde(flatten)]
+    pub total: Total,
     /// This datacenter.
     pub datacenter: String,
     /// The datacenter's staleness (`None` if any slot was never heard).
@@ -132,9 +128,11 @@ pub fn read_counter(
         .collect();
     let datacenter_staleness = worst_staleness(staleness.iter().copied());
     Some(CounterReading {
-        id: id.to_owned(),
-        value,
-        standard_error,
+        total: Total {
+            id: id.to_owned(),
+            value,
+            standard_error,
+        },
         datacenter: datacenter.to_owned(),
         staleness_ms: datacenter_staleness,
         complete: datacenter_staleness.is_some(),
@@ -159,11 +157,11 @@ mod tests {
             .into_iter()
             .chain(["global".to_owned()])
             .map(|name| PullSource {
+                answers_as: name.clone(),
                 name,
                 address: "127.0.0.1:1".into(),
                 interval: Duration::from_millis(50),
-                slots: true,
-                descriptions: true,
+                first: geocount_model::wire::SyncRequest::from_start(true, true),
                 delivers: names(),
             })
             .collect();
@@ -201,7 +199,7 @@ mod tests {
         let mut replica = replica();
         heard(&mut replica, 0, i64::MAX, 1_000);
         let reading = read_counter(&replica, "A", &names(), "c", None, 1_500).unwrap();
-        assert_eq!(reading.value, i128::from(i64::MAX));
+        assert_eq!(reading.total.value, i128::from(i64::MAX));
         assert_eq!(reading.slots.0.len(), 2, "every slot, held or not");
         assert_eq!(
             reading.slots.0[1].1,
@@ -217,7 +215,7 @@ mod tests {
 
         heard(&mut replica, 1, i64::MAX, 1_200);
         let reading = read_counter(&replica, "A", &names(), "c", None, 1_500).unwrap();
-        assert_eq!(reading.value, 2 * i128::from(i64::MAX), "no overflow");
+        assert_eq!(reading.total.value, 2 * i128::from(i64::MAX), "no overflow");
         assert!(reading.complete);
         assert_eq!(reading.staleness_ms, Some(500), "the worst slot");
         assert!(read_counter(&replica, "A", &names(), "unknown", None, 1_500).is_none());
@@ -254,7 +252,7 @@ mod tests {
         assert!(!replica.counter("c").is_unique());
         let reading = read_counter(&replica, "A", &names(), "u", None, 1_500).unwrap();
         let off = |value: i128, truth: f64| (value as f64 - truth).abs() / truth;
-        assert!(off(reading.value, 5_000.0) < 0.03, "{reading:?}");
+        assert!(off(reading.total.value, 5_000.0) < 0.03, "{reading:?}");
         assert!(
             off(reading.slots.0[0].1.value, 3_000.0) < 0.03,
             "{reading:?}"
@@ -263,9 +261,9 @@ mod tests {
             off(reading.slots.0[1].1.value, 3_000.0) < 0.03,
             "{reading:?}"
         );
-        assert_eq!(reading.standard_error, Some(STANDARD_ERROR));
+        assert_eq!(reading.total.standard_error, Some(STANDARD_ERROR));
         let sum = read_counter(&replica, "A", &names(), "c", None, 1_500).unwrap();
-        assert_eq!(sum.standard_error, None);
+        assert_eq!(sum.total.standard_error, None);
     }
 
     #[test]

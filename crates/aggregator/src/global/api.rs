@@ -19,23 +19,24 @@
 use std::sync::Arc;
 
 use geocount_http::routing::{self, Named, RequestError, Routed};
-use geocount_http::{Allow, Need, parse_top_query, parse_trending_query};
+use geocount_http::{Allow, Need};
 use geocount_model::{CounterId, Right};
-use geocount_net::{Response, json_response};
+use geocount_net::Response;
 use geocount_sync::SourceHealth;
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{Method, Request};
 use serde::Serialize;
 
 use super::query::{ReadQuery, StalenessKeys};
 use super::state::{
-    DatacenterStatus, GlobalRead, GlobalState, answer_read, datacenter_statuses, read_datacenters,
-    read_unique_datacenters,
+    DatacenterStatus, GlobalRead, GlobalState, answer_read, datacenter_statuses, empty_readings,
+    read_datacenters, read_unique_datacenters,
 };
 use super::trends;
 use crate::error::AggregatorError;
+use crate::ranking::RankingRequest;
 use crate::routes::{GLOBAL_ONLY, ROUTES, Route};
-use crate::tier::Core;
+use crate::tier::{Core, Held};
 
 /// What each route needs of a request (README, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `/sync` is pulled by the datacenter
@@ -73,11 +74,14 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 })
             }
             (Route::Counter, &Method::GET, Some(id)) => {
+                core.held_here(id.as_str(), &request)?;
                 let query = ReadQuery::parse(query, state.config.max_staleness_ms, now_ms / 1000)?;
                 read(state, &id, query, now_ms)
             }
-            (Route::TopK, &Method::GET, _) => top_k(state, query, now_ms).await,
-            (Route::Trending, &Method::GET, _) => trending(state, query, now_ms).await,
+            (route @ (Route::TopK | Route::Trending), &Method::GET, _) => {
+                let ranking = RankingRequest::new(request.uri().path(), &request, now_ms)?;
+                rank(state, route, ranking, now_ms).await
+            }
             (Route::Datacenters, &Method::GET, _) => Ok(datacenters(state, now_ms)),
             (Route::Sync, &Method::POST, _) => {
                 let answer = core.sync(request, "global", now_ms, |_| Vec::new());
@@ -93,55 +97,29 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
     };
     let need =
         |routed: &Routed<Route>, _: &Request<Incoming>| need(routed.route, routed.slot.as_deref());
-    routing::answer(&core.router, &core.access, need, request, dispatch).await
+    core.mark(routing::answer(&core.router, &core.access, need, request, dispatch).await)
 }
 
-async fn top_k(
+async fn rank(
     state: &GlobalState,
-    query: Option<&str>,
+    route: Route,
+    ranking: RankingRequest,
     now_ms: u64,
 ) -> Result<Response, AggregatorError> {
     let mut staleness = StalenessKeys::default();
-    let query = parse_top_query(query, now_ms / 1000, |key, value| {
-        staleness.take(key, value)
-    })?;
+    let asked = (state.core).asked(route, &ranking, |key, value| staleness.take(key, value))?;
     let freshness = staleness.freshness(state.config.max_staleness_ms);
-    let (datacenters, prefix, k, window) =
-        (state.names.len(), &query.prefix, query.k, query.window);
-    let ask = |replica: &_| trends::rankings(replica, datacenters, prefix, k, None, window);
-    let lists = state.core.rank(now_ms, ask).await?;
+    let datacenters = state.layout.names.len();
+    let ask = |replica: &_| trends::rankings(replica, datacenters, &asked);
+    let lists = state.core.rank(ranking.at_ms, ask).await?;
+    let list = asked.list();
     let answer = {
         let replica = state.core.replica.read().expect("replica lock");
-        trends::top_k(&replica, &state.names, (query, lists), freshness, now_ms)
+        trends::answer(&replica, &state.layout, (asked, lists), freshness, now_ms)
     };
     match answer {
-        Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
-        Err(refusal) => Err(AggregatorError::StaleTop(Box::new(refusal))),
-    }
-}
-
-async fn trending(
-    state: &GlobalState,
-    query: Option<&str>,
-    now_ms: u64,
-) -> Result<Response, AggregatorError> {
-    let mut staleness = StalenessKeys::default();
-    let prefix = parse_trending_query(query, |key, value| staleness.take(key, value))?;
-    let freshness = staleness.freshness(state.config.max_staleness_ms);
-    let (threshold, window) = state.core.trending_window(&prefix, now_ms)?;
-    let (datacenters, min) = (state.names.len(), Some(i128::from(threshold)));
-    let ask = |replica: &_| {
-        trends::rankings(replica, datacenters, &prefix, usize::MAX, min, Some(window))
-    };
-    let lists = state.core.rank(now_ms, ask).await?;
-    let answer = {
-        let replica = state.core.replica.read().expect("replica lock");
-        let asked = (prefix, threshold, lists);
-        trends::trending(&replica, &state.names, asked, window, freshness, now_ms)
-    };
-    match answer {
-        Ok(answer) => Ok(json_response(StatusCode::OK, &answer)),
-        Err(refusal) => Err(AggregatorError::StaleTrending(Box::new(refusal))),
+        Ok(answer) => state.core.reply_ranking(&answer, list, &ranking).await,
+        Err(refusal) => Err(AggregatorError::StaleRanking(Box::new(refusal))),
     }
 }
 
@@ -156,21 +134,21 @@ fn read(
         let counter = replica.counter(id.as_str());
         state.core.check_window(&counter, query.window.as_ref())?;
         let unique = counter.is_unique();
-        let slot_datacenters = &state.slot_datacenters;
+        let layout = &state.layout;
         if unique {
             let (held, readings, union) =
-                read_unique_datacenters(&replica, slot_datacenters, counter.copies, now_ms);
+                read_unique_datacenters(&replica, layout, counter.copies, now_ms);
             (held, readings, Some(union))
         } else {
             let window = query.window.as_ref();
             let (held, readings) =
-                read_datacenters(&replica, slot_datacenters, counter.copies, window, now_ms);
+                read_datacenters(&replica, layout, counter.copies, window, now_ms);
             (held, readings, None)
         }
     };
     let answer = answer_read(
         id.as_str(),
-        &state.names,
+        &state.layout.names,
         held,
         readings,
         unique.as_ref(),
@@ -180,7 +158,7 @@ fn read(
     match answer {
         GlobalRead::Counter(mut reading) => {
             reading.window = query.window;
-            Ok(json_response(StatusCode::OK, &reading))
+            Ok(state.core.answer(&reading))
         }
         GlobalRead::Stale(refusal) => Err(AggregatorError::Stale(Box::new(refusal))),
         GlobalRead::NotFound => Err(AggregatorError::CounterNotFound {
@@ -196,37 +174,43 @@ fn datacenters(state: &GlobalState, now_ms: u64) -> Response {
         datacenters: Named<DatacenterStatus>,
     }
     let replica = state.core.replica.read().expect("replica lock");
-    let datacenters = datacenter_statuses(&replica, &state.config, &state.slot_datacenters, now_ms);
-    json_response(StatusCode::OK, &Datacenters { datacenters })
+    let datacenters = datacenter_statuses(&replica, &state.config, &state.layout, now_ms);
+    state.core.answer(&Datacenters { datacenters })
 }
 
 fn health(state: &GlobalState, now_ms: u64) -> Response {
     #[derive(Serialize)]
     struct Health {
         status: &'static str,
-        counters: usize,
-        state_bytes: u64,
-        max_state_bytes: u64,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        over_bound: Option<String>,
+        #[serde(flatten)]
+        held: Held,
         datacenters: Named<SourceHealth>,
+        replicas: Named<SourceHealth>,
     }
     let replica = state.core.replica.read().expect("replica lock");
-    let datacenters = (state.names.iter().enumerate())
-        .map(|(dc, name)| (name.clone(), replica.source_health(dc, now_ms)))
+    let layout = &state.layout;
+    let readings = empty_readings(&replica, layout, now_ms);
+    // A datacenter is as healthy as the freshest replica of its aggregator.
+    let datacenters = (layout.names.iter().enumerate())
+        .map(|(dc, name)| {
+            let freshest = layout.freshest_source(&replica, dc, now_ms);
+            let health = SourceHealth {
+                staleness_ms: readings[dc].staleness_ms,
+                ..replica.source_health(freshest, now_ms)
+            };
+            (name.clone(), health)
+        })
         .collect();
-    let over_bound = replica.over_bound();
+    let replicas = (state.core.source_names.iter().enumerate())
+        .map(|(source, name)| (name.clone(), replica.source_health(source, now_ms)))
+        .collect();
+    let held = Held::of(&replica);
     // The aggregator serves either way: reads over incomplete copies are stale, not whole.
-    let incomplete = over_bound.is_some() || replica.sources.iter().any(|s| s.is_incomplete());
-    json_response(
-        StatusCode::OK,
-        &Health {
-            status: if incomplete { "incomplete" } else { "ok" },
-            counters: replica.copies.len(),
-            state_bytes: replica.copies.bytes().held(),
-            max_state_bytes: replica.copies.bytes().max(),
-            over_bound,
-            datacenters,
-        },
-    )
+    let incomplete = held.over_bound.is_some() || replica.sources.iter().any(|s| s.is_incomplete());
+    state.core.answer(&Health {
+        status: if incomplete { "incomplete" } else { "ok" },
+        held,
+        datacenters,
+        replicas,
+    })
 }

@@ -7,7 +7,6 @@
 //!
 //! - [`state`]: the read rules: per-datacenter sums, stale datacenters, complete or partial
 //!   answers, and `GET /datacenters`.
-//! - [`parts`]: each datacenter's part of an answer, and the body of a stale read's 503.
 //! - [`trends`]: the world's and each datacenter's top-K and trending counters under the same
 //!   staleness rules.
 //! - [`query`]: the staleness keys (`max_staleness_ms`, `allow_partial`) its reads take.
@@ -17,24 +16,25 @@
 //! as in the topology.
 
 pub mod api;
-pub mod parts;
 pub mod query;
 pub mod state;
 pub mod trends;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use geocount_model::role::GLOBAL_PROCESS;
-use geocount_model::{Clock, Topology};
+use geocount_model::role::{GLOBAL_PROCESS, replica_name};
+use geocount_model::wire::SyncRequest;
+use geocount_model::{Clock, Partitions, Topology, TopologyError};
 use geocount_net::{Connector, Listener};
 use geocount_sync::PullSource;
 
 use crate::routes::{GLOBAL_ONLY, ROUTES};
 use crate::settings::{Settings, SlotGroups, slot_names};
 use crate::tier::{self, Tier};
-use state::GlobalState;
+use state::{GlobalState, Layout};
 
 /// The prefix of the global tier's metric names.
 pub const METRICS_PREFIX: &str = "geocount_global";
@@ -44,8 +44,9 @@ pub const METRICS_PREFIX: &str = "geocount_global";
 pub struct Datacenter {
     /// Its name, e.g. `USA_0`.
     pub name: String,
-    /// Where its aggregator listens.
-    pub aggregator: SocketAddr,
+    /// Each replica of its aggregator, replica 0 first: where it listens and the partitions it
+    /// holds.
+    pub aggregators: Vec<(SocketAddr, Partitions)>,
     /// How many slots (shard nodes) it has.
     pub slots: usize,
 }
@@ -58,27 +59,36 @@ pub struct GlobalConfig {
     pub max_staleness_ms: u64,
     /// The datacenters, in topology order.
     pub datacenters: Vec<Datacenter>,
-    /// What every aggregator runs with; it listens on `global.listen`.
+    /// What every aggregator runs with; replica `n` listens on `global.listen` (0) or
+    /// `global.replicas[n - 1]`.
     pub settings: Settings,
 }
 
 impl GlobalConfig {
-    /// The global aggregator of `topology`.
-    pub fn from_topology(topology: &Topology) -> Self {
+    /// Global replica `replica` of `topology` (read from `file`); a replica the topology does
+    /// not list is an error naming the file and `global.replicas`.
+    pub fn from_topology(
+        topology: &Topology,
+        file: &Path,
+        replica: usize,
+    ) -> Result<Self, TopologyError> {
+        let tier = topology.global.replicas_of(topology.partitions);
         let max_state_bytes = topology.aggregator.global_max_state_bytes;
-        Self {
+        let at = (file, "global.replicas");
+        let settings = Settings::of_replica(topology, at, tier, replica, max_state_bytes)?;
+        Ok(Self {
             max_staleness_ms: topology.global.max_staleness_ms,
             datacenters: topology
                 .datacenters
                 .iter()
                 .map(|dc| Datacenter {
                     name: dc.name.clone(),
-                    aggregator: dc.aggregator,
+                    aggregators: dc.aggregator_replicas_of(topology.partitions),
                     slots: dc.shards.len(),
                 })
                 .collect(),
-            settings: Settings::from_topology(topology, topology.global.listen, max_state_bytes),
-        }
+            settings,
+        })
     }
 
     /// Every slot of the topology, each datacenter a part: datacenters in order, each one's
@@ -101,20 +111,46 @@ impl GlobalConfig {
         self.slot_groups().part_of
     }
 
-    /// What it pulls: each datacenter aggregator (slot states and descriptions; source `n` is
-    /// datacenter `n`) every `sync.datacenter_to_global_ms`.
+    /// The index of the datacenter of each source and the source, by source index: every
+    /// replica of each datacenter aggregator that holds every partition this replica holds
+    /// (slot states and descriptions of those partitions), each pulled on its own every
+    /// `sync.datacenter_to_global_ms`; datacenters in order, each one's replicas in order.
+    pub fn datacenter_sources(&self) -> Vec<(usize, PullSource)> {
+        let every = Duration::from_millis(self.settings.sync.datacenter_to_global_ms);
+        let held = &self.settings.partitions;
+        let mut sources = Vec::new();
+        for (index, dc) in self.datacenters.iter().enumerate() {
+            for (n, (address, theirs)) in dc.aggregators.iter().enumerate() {
+                if !theirs.covers(held) {
+                    continue;
+                }
+                let source = PullSource {
+                    name: replica_name(&dc.name, n),
+                    answers_as: dc.name.clone(),
+                    address: address.to_string(),
+                    interval: every,
+                    first: SyncRequest {
+                        partitions: held.filter(),
+                        ..SyncRequest::from_start(true, true)
+                    },
+                    delivers: slot_names(&dc.name, dc.slots),
+                };
+                sources.push((index, source));
+            }
+        }
+        sources
+    }
+
+    /// What it pulls ([`GlobalConfig::datacenter_sources`]).
     pub fn sources(&self) -> Vec<PullSource> {
-        self.datacenters
-            .iter()
-            .map(|dc| PullSource {
-                name: dc.name.clone(),
-                address: dc.aggregator.to_string(),
-                interval: Duration::from_millis(self.settings.sync.datacenter_to_global_ms),
-                slots: true,
-                descriptions: true,
-                delivers: slot_names(&dc.name, dc.slots),
-            })
-            .collect()
+        let sources = self.datacenter_sources().into_iter();
+        sources.map(|(_, source)| source).collect()
+    }
+}
+
+impl AsRef<Settings> for GlobalConfig {
+    fn as_ref(&self) -> &Settings {
+        &self.settings
     }
 }
 
@@ -140,12 +176,23 @@ pub async fn run<L: Listener>(
         routes: &routes,
     };
     let (core, pullers) = tier::start(tier, config.settings.clone(), clock, connector);
-    tracing::info!(addr = %config.settings.listen, datacenters = sources.len(), "serving");
+    let replica = config.settings.replica;
+    tracing::info!(addr = %config.settings.listen, replica, sources = sources.len(), "serving");
     let settings = config.settings.clone();
     let state = Arc::new(GlobalState {
         core,
-        names: sources.into_iter().map(|source| source.name).collect(),
-        slot_datacenters: groups.part_of,
+        layout: Layout {
+            names: config
+                .datacenters
+                .iter()
+                .map(|dc| dc.name.clone())
+                .collect(),
+            slot_datacenters: groups.part_of,
+            source_datacenters: (config.datacenter_sources().iter())
+                .map(|(dc, _)| *dc)
+                .collect(),
+            source_addresses: sources.iter().map(|s| s.address.clone()).collect(),
+        },
         config,
     });
     let handler = move |request| api::handle(state.clone(), request);
@@ -160,7 +207,7 @@ mod tests {
     #[test]
     fn slots_are_numbered_across_datacenters_in_order() {
         let t = TestTopology::new(&[("USA_0", 2), ("ASIA_0", 1)], "");
-        let config = GlobalConfig::from_topology(&t.topology);
+        let config = GlobalConfig::from_topology(&t.topology, &t.path, 0).unwrap();
         assert_eq!(config.max_staleness_ms, t.topology.global.max_staleness_ms);
         assert_eq!(
             config.slot_names(),

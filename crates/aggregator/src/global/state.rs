@@ -13,11 +13,12 @@
 use geocount_http::routing::{Named, WindowQuery};
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::{SlotRecord, UniqueSketch};
-use geocount_sync::{Replica, worst_staleness};
+use geocount_sync::{Replica, SourceHealth, worst_staleness};
 use serde::Serialize;
 
 use super::GlobalConfig;
-use super::parts::{DatacenterReading, StaleRead};
+use crate::answers::Total;
+use crate::parts::{DatacenterReading, StaleRead};
 use crate::tier::Core;
 
 /// What the global tier's HTTP handlers share.
@@ -26,37 +27,91 @@ pub struct GlobalState {
     pub core: Core,
     /// The configuration it runs with.
     pub config: GlobalConfig,
-    /// The datacenters' names, by index (source `n` is datacenter `n`).
+    /// Which datacenter each slot and each source belongs to.
+    pub layout: Layout,
+}
+
+/// Which datacenter each slot and each source (a replica of a datacenter's aggregator) of the
+/// global tier belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The datacenters' names, by index.
     pub names: Vec<String>,
     /// The index of the datacenter of each slot, by slot index.
     pub slot_datacenters: Vec<usize>,
+    /// The index of the datacenter of each source, by source index.
+    pub source_datacenters: Vec<usize>,
+    /// Where each source listens, by source index.
+    pub source_addresses: Vec<String>,
 }
 
-/// Every datacenter's staleness at `now_ms`, with no value yet.
-pub fn empty_readings(replica: &Replica, now_ms: u64) -> Vec<DatacenterReading> {
-    replica
-        .sources
-        .iter()
-        .map(|source| DatacenterReading {
+impl Layout {
+    /// The sources of datacenter `datacenter`, by source index.
+    pub fn sources_of(&self, datacenter: usize) -> impl Iterator<Item = usize> + '_ {
+        (self.source_datacenters.iter().enumerate())
+            .filter(move |(_, dc)| **dc == datacenter)
+            .map(|(source, _)| source)
+    }
+
+    /// The source a datacenter's part comes from at `now_ms`: the freshest replica of its
+    /// aggregator, else its first.
+    pub fn freshest_source(&self, replica: &Replica, datacenter: usize, now_ms: u64) -> usize {
+        let staleness = |source: usize| replica.sources[source].staleness_ms(now_ms);
+        (self.sources_of(datacenter))
+            .filter(|&s| staleness(s).is_some())
+            .min_by_key(|&s| staleness(s))
+            .or_else(|| self.sources_of(datacenter).next())
+            .expect("every datacenter has an aggregator")
+    }
+}
+
+/// Every datacenter's staleness at `now_ms`, with no value yet. Copies merge by version, so
+/// a datacenter is as fresh as the freshest replica of its aggregator; but entries refused
+/// past this aggregator's byte bound are lacking whichever replica sent them.
+pub fn empty_readings(replica: &Replica, layout: &Layout, now_ms: u64) -> Vec<DatacenterReading> {
+    let mut readings = vec![
+        DatacenterReading {
             value: 0,
-            staleness_ms: source.staleness_ms(now_ms),
-            heard: source.last_heard_ms.is_some(),
-        })
-        .collect()
+            staleness_ms: None,
+            heard: false,
+        };
+        layout.names.len()
+    ];
+    let mut refused = vec![false; layout.names.len()];
+    for (source, &dc) in replica.sources.iter().zip(&layout.source_datacenters) {
+        let reading = &mut readings[dc];
+        reading.heard |= source.last_heard_ms.is_some();
+        reading.staleness_ms = freshest(reading.staleness_ms, source.staleness_ms(now_ms));
+        refused[dc] |= source.refused_past_bound;
+    }
+    for (reading, refused) in readings.iter_mut().zip(refused) {
+        if refused {
+            reading.staleness_ms = None;
+        }
+    }
+    readings
+}
+
+/// The fresher of two stalenesses (`None`: never complete).
+fn freshest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// A counter whose slots' `copies` the replica holds, per datacenter at `now_ms` (datacenters
 /// in order): running totals, or hits in `window`; and whether any slot holds it.
 pub fn read_datacenters(
     replica: &Replica,
-    slot_datacenters: &[usize],
+    layout: &Layout,
     copies: Option<&[(u16, SlotRecord)]>,
     window: Option<&WindowQuery>,
     now_ms: u64,
 ) -> (bool, Vec<DatacenterReading>) {
-    let mut readings = empty_readings(replica, now_ms);
+    let mut readings = empty_readings(replica, layout, now_ms);
     for (slot, record) in copies.unwrap_or_default() {
-        let dc = slot_datacenters[usize::from(*slot)];
+        let dc = layout.slot_datacenters[usize::from(*slot)];
         readings[dc].value += WindowQuery::value_of(window, record);
     }
     (copies.is_some(), readings)
@@ -68,15 +123,15 @@ pub fn read_datacenters(
 /// distinct items.
 pub fn read_unique_datacenters(
     replica: &Replica,
-    slot_datacenters: &[usize],
+    layout: &Layout,
     copies: Option<&[(u16, SlotRecord)]>,
     now_ms: u64,
 ) -> (bool, Vec<DatacenterReading>, UniqueSketch) {
-    let mut readings = empty_readings(replica, now_ms);
+    let mut readings = empty_readings(replica, layout, now_ms);
     let mut unions = vec![UniqueSketch::new(); readings.len()];
     for (slot, record) in copies.unwrap_or_default() {
         if let Some(sketch) = record.uniques() {
-            unions[slot_datacenters[usize::from(*slot)]].union_with(sketch);
+            unions[layout.slot_datacenters[usize::from(*slot)]].union_with(sketch);
         }
     }
     for (reading, union) in readings.iter_mut().zip(&unions) {
@@ -98,14 +153,10 @@ pub fn stale_datacenters(readings: &[DatacenterReading], max_staleness_ms: u64) 
 /// The answer to a global read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CounterReading {
-    /// The counter's id.
-    pub id: String,
     /// The sum over every datacenter (stale ones with their last known values); for a unique
-    /// counter, the estimated number of distinct items in the union of every slot.
-    pub value: i128,
-    /// For a unique counter: the relative standard error of `value`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub standard_error: Option<f64>,
+    /// counter, the estimate of the union of every slot.
+    #[serde(flatten)]
+    pub total: Total,
     /// Whether no datacenter is stale.
     pub complete: bool,
     /// The largest datacenter staleness (`None` if any was never complete).
@@ -179,9 +230,11 @@ pub fn answer_read(
         None => (readings.iter().map(|r| r.value).sum(), None),
     };
     GlobalRead::Counter(CounterReading {
-        id: id.to_owned(),
-        value,
-        standard_error,
+        total: Total {
+            id: id.to_owned(),
+            value,
+            standard_error,
+        },
         complete: stale.is_empty(),
         staleness_ms: worst_staleness(readings.iter().map(|r| r.staleness_ms)),
         datacenters: named(names, readings),
@@ -197,18 +250,20 @@ pub fn named<T>(names: &[String], values: Vec<T>) -> Named<T> {
 /// One datacenter as `GET /datacenters` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DatacenterStatus {
-    /// Where its aggregator listens.
+    /// Where the freshest replica of its aggregator listens: the one its part comes from.
     pub aggregator: String,
-    /// Whether its aggregator ever answered.
+    /// Whether any replica of its aggregator ever answered.
     pub heard: bool,
-    /// How long ago it last answered.
+    /// How long ago a replica last answered.
     pub last_heard_ms_ago: Option<u64>,
     /// How long ago this aggregator last had its complete state (`None`: never).
     pub staleness_ms: Option<u64>,
     /// Counters with any copy from it.
     pub counters: usize,
-    /// The last pull failure, cleared by the next success.
+    /// The freshest replica's last pull failure, cleared by its next success.
     pub last_error: Option<String>,
+    /// Each replica of its aggregator, by address: its own staleness and last failure.
+    pub replicas: Named<SourceHealth>,
 }
 
 /// Every datacenter's status at `now_ms`. Counts counters by walking every copy: meant for an
@@ -216,7 +271,7 @@ pub struct DatacenterStatus {
 pub fn datacenter_statuses(
     replica: &Replica,
     config: &GlobalConfig,
-    slot_datacenters: &[usize],
+    layout: &Layout,
     now_ms: u64,
 ) -> Named<DatacenterStatus> {
     let mut counters = vec![0usize; config.datacenters.len()];
@@ -224,26 +279,35 @@ pub fn datacenter_statuses(
     let mut counted = vec![usize::MAX; config.datacenters.len()];
     for (n, (_, copies)) in replica.copies.iter().enumerate() {
         for (slot, _) in copies {
-            let dc = slot_datacenters[usize::from(*slot)];
+            let dc = layout.slot_datacenters[usize::from(*slot)];
             if counted[dc] != n {
                 counted[dc] = n;
                 counters[dc] += 1;
             }
         }
     }
-    config
-        .datacenters
-        .iter()
-        .zip(&replica.sources)
+    let readings = empty_readings(replica, layout, now_ms);
+    (config.datacenters.iter().enumerate())
         .zip(counters)
-        .map(|((dc, source), counters)| {
+        .map(|((index, dc), counters)| {
+            let sources: Vec<usize> = layout.sources_of(index).collect();
+            let freshest = layout.freshest_source(replica, index, now_ms);
             let status = DatacenterStatus {
-                aggregator: dc.aggregator.to_string(),
-                heard: source.last_heard_ms.is_some(),
-                last_heard_ms_ago: source.last_heard_ms.map(|t| now_ms.saturating_sub(t)),
-                staleness_ms: source.staleness_ms(now_ms),
+                aggregator: layout.source_addresses[freshest].clone(),
+                heard: readings[index].heard,
+                last_heard_ms_ago: (sources.iter())
+                    .filter_map(|&s| replica.sources[s].last_heard_ms)
+                    .max()
+                    .map(|t| now_ms.saturating_sub(t)),
+                staleness_ms: readings[index].staleness_ms,
                 counters,
-                last_error: source.last_error.clone(),
+                last_error: replica.sources[freshest].last_error.clone(),
+                replicas: (sources.iter())
+                    .map(|&s| {
+                        let address = layout.source_addresses[s].clone();
+                        (address, replica.source_health(s, now_ms))
+                    })
+                    .collect(),
             };
             (dc.name.clone(), status)
         })
@@ -270,15 +334,25 @@ mod tests {
             .into_iter()
             .map(|name| geocount_sync::PullSource {
                 name: name.into(),
+                answers_as: name.into(),
                 address: "127.0.0.1:1".into(),
                 interval: std::time::Duration::from_millis(250),
-                slots: true,
-                descriptions: true,
+                first: geocount_model::wire::SyncRequest::from_start(true, true),
                 delivers: Vec::new(),
             })
             .collect();
         let slots = ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"].map(String::from);
         Replica::new(slots.to_vec(), &sources)
+    }
+
+    /// USA_0 (slots 0 and 1) and ASIA_0 (slot 2), one aggregator each.
+    fn layout() -> Layout {
+        Layout {
+            names: names()[..2].to_vec(),
+            slot_datacenters: vec![0, 0, 1],
+            source_datacenters: vec![0, 1],
+            source_addresses: vec!["127.0.0.1:2".into(), "127.0.0.1:3".into()],
+        }
     }
 
     fn names() -> Vec<String> {
@@ -315,11 +389,11 @@ mod tests {
         };
         replica.sources[0].advance(&caught_up, 1_000, 1_000);
         let (held, readings) =
-            read_datacenters(&replica, &[0, 0, 1], replica.copies.get("c"), None, 1_400);
+            read_datacenters(&replica, &layout(), replica.copies.get("c"), None, 1_400);
         assert!(held);
         assert_eq!(readings[0], reading(5, Some(400), true));
         assert_eq!(readings[1], reading(100, None, false));
-        assert!(!read_datacenters(&replica, &[0, 0, 1], replica.copies.get("e"), None, 1_400).0);
+        assert!(!read_datacenters(&replica, &layout(), replica.copies.get("e"), None, 1_400).0);
 
         let t = geocount_test_support::TestTopology::new(&[("USA_0", 1), ("ASIA_0", 1)], "");
         let config = GlobalConfig {
@@ -327,7 +401,10 @@ mod tests {
             datacenters: ["USA_0", "ASIA_0"]
                 .map(|name| Datacenter {
                     name: name.into(),
-                    aggregator: "127.0.0.1:2".parse().unwrap(),
+                    aggregators: vec![(
+                        "127.0.0.1:2".parse().unwrap(),
+                        geocount_model::Partitions::all(1),
+                    )],
                     slots: 1,
                 })
                 .to_vec(),
@@ -337,7 +414,7 @@ mod tests {
                 u64::MAX,
             ),
         };
-        let statuses = datacenter_statuses(&replica, &config, &[0, 0, 1], 1_400);
+        let statuses = datacenter_statuses(&replica, &config, &layout(), 1_400);
         let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);
         assert_eq!(
             (usa.counters, usa.heard, usa.last_heard_ms_ago),
@@ -367,7 +444,7 @@ mod tests {
                 .merge(slot, &CounterId::new("u").unwrap(), &record);
         }
         let (held, readings, union) =
-            read_unique_datacenters(&replica, &[0, 0, 1], replica.copies.get("u"), 1_400);
+            read_unique_datacenters(&replica, &layout(), replica.copies.get("u"), 1_400);
         assert!(held);
         let off = |value: i128, truth: f64| (value as f64 - truth).abs() / truth;
         assert!(off(readings[0].value, 30_000.0) < 0.03, "{readings:?}");
@@ -379,14 +456,14 @@ mod tests {
             panic!("partial answers allowed");
         };
         assert_eq!(
-            answer.value,
+            answer.total.value,
             i128::from(union.count()),
             "not the sum of the parts"
         );
-        assert_eq!(answer.standard_error, Some(STANDARD_ERROR));
+        assert_eq!(answer.total.standard_error, Some(STANDARD_ERROR));
         assert!(!answer.complete, "neither datacenter was ever complete");
         let (_, readings, _) =
-            read_unique_datacenters(&replica, &[0, 0, 1], replica.copies.get("u"), 1_400);
+            read_unique_datacenters(&replica, &layout(), replica.copies.get("u"), 1_400);
         let refused = answer_read(
             "u",
             &names()[..2],
@@ -422,7 +499,7 @@ mod tests {
         else {
             panic!("complete");
         };
-        assert_eq!(answer.value, 7 + i128::from(i64::MAX));
+        assert_eq!(answer.total.value, 7 + i128::from(i64::MAX));
         assert!(answer.complete);
         assert_eq!(answer.staleness_ms, Some(300));
         assert_eq!(answer.datacenters.0[1].0, "ASIA_0");
@@ -450,7 +527,10 @@ mod tests {
         else {
             panic!("partial");
         };
-        assert_eq!(partial.value, 15, "stale ones count with their last values");
+        assert_eq!(
+            partial.total.value, 15,
+            "stale ones count with their last values"
+        );
         assert!(!partial.complete);
         assert_eq!(partial.staleness_ms, None, "one never heard");
         assert!(!partial.datacenters.0[2].1.heard);
@@ -483,6 +563,6 @@ mod tests {
         else {
             panic!("partial");
         };
-        assert_eq!((partial.value, partial.complete), (0, false));
+        assert_eq!((partial.total.value, partial.complete), (0, false));
     }
 }

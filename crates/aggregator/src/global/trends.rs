@@ -10,51 +10,25 @@
 //!   runtime a run of counters per hold of the replica's lock ([`geocount_sync::Scans`]).
 //! - Unique counters are left out (their values are estimates of distinct items).
 
-use geocount_http::TopQuery;
-use geocount_http::routing::{Named, WindowQuery};
+use geocount_http::routing::Named;
 use geocount_sync::{Answer, Ranked, Replica, Scope, worst_staleness};
 use serde::Serialize;
 
-use super::parts::{DatacenterReading, DatacenterTop, DatacenterTrending, StaleRead};
-use super::state::{empty_readings, named, stale_datacenters, stale_reasons};
+use super::state::{Layout, empty_readings, named, stale_datacenters, stale_reasons};
+use crate::answers::Ranking;
+use crate::parts::{DatacenterRanking, StaleRead};
+use crate::ranking::Asked;
 
-/// The answer to the global `GET /topk`.
+/// The answer to the global `GET /topk` or `GET /trending`: the world's ranking, then each
+/// datacenter's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GlobalTop {
-    /// The world's counters, highest first (ties by id ascending).
-    pub top: Vec<Ranked>,
-    /// The most asked for.
-    pub k: usize,
-    /// The id prefix asked for.
-    pub prefix: String,
-    /// The window ranked by, when one was asked for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub window: Option<WindowQuery>,
-    /// The largest datacenter staleness (`None` if any was never complete).
-    pub staleness_ms: Option<u64>,
-    /// Whether no datacenter is stale.
-    pub complete: bool,
-    /// Each datacenter's own top counters, in topology order.
-    pub datacenters: Named<DatacenterTop>,
-}
-
-/// The answer to the global `GET /trending`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GlobalTrending {
-    /// The configured prefix asked for.
-    pub prefix: String,
-    /// Its threshold: the least count in the window that trends.
-    pub threshold: i64,
-    /// The window counted: `[trending] window_seconds` ending now.
-    pub window: WindowQuery,
-    /// Every counter with the prefix at or over the threshold worldwide, highest first.
-    pub trending: Vec<Ranked>,
-    /// The largest datacenter staleness (`None` if any was never complete).
-    pub staleness_ms: Option<u64>,
-    /// Whether no datacenter is stale.
-    pub complete: bool,
-    /// Each datacenter's own trending counters, in topology order.
-    pub datacenters: Named<DatacenterTrending>,
+pub struct GlobalRanking {
+    /// The world's counters; its staleness is the largest datacenter staleness, and it is
+    /// complete when no datacenter is stale.
+    #[serde(flatten)]
+    pub world: Ranking,
+    /// Each datacenter's own ranking, in topology order.
+    pub datacenters: Named<DatacenterRanking>,
 }
 
 /// How fresh a ranking must be: a datacenter staler than `max_staleness_ms` is stale, and
@@ -67,134 +41,47 @@ pub struct Freshness {
     pub allow_partial: bool,
 }
 
-/// The world's ranking, then each datacenter's: `k` counters with `prefix` counting at least
-/// `min_value`, all-time or in `window`; or the scan that finds them.
-pub fn rankings(
-    replica: &Replica,
-    datacenters: usize,
-    prefix: &str,
-    k: usize,
-    min_value: Option<i128>,
-    window: Option<WindowQuery>,
-) -> Answer {
-    let mut index = replica.copies.top_index().expect("indexed at start");
+/// The world's ranking, then each of `datacenters`' of what `asked` asks; or the scan that
+/// finds them.
+pub fn rankings(replica: &Replica, datacenters: usize, asked: &Asked) -> Answer {
     let scopes: Vec<Scope> = std::iter::once(Scope::All)
         .chain((0..datacenters).map(Scope::Group))
         .collect();
-    index.rank(&scopes, prefix, k, min_value, window, &replica.copies)
+    crate::tier::rank(replica, &scopes, asked)
 }
 
-/// A ranking split into the world's and each datacenter's parts, with the staleness rules
-/// applied.
-struct Split<T> {
-    world: Vec<Ranked>,
-    parts: Named<T>,
-    staleness_ms: Option<u64>,
-    /// The stale datacenters' names.
-    stale: Vec<String>,
-    /// Why the answer is refused, when stale datacenters refuse it.
-    refusal: Option<String>,
-}
-
-/// Splits `lists` (the world's, then each datacenter's, as [`rankings`] gives them) and
-/// applies the staleness rules at `now_ms`.
-fn split<T>(
-    replica: &Replica,
-    names: &[String],
-    mut lists: Vec<Vec<Ranked>>,
-    freshness: Freshness,
-    now_ms: u64,
-    part: impl Fn(Vec<Ranked>, &DatacenterReading) -> T,
-) -> Split<T> {
-    let readings = empty_readings(replica, now_ms);
-    let world = lists.remove(0);
-    let parts: Vec<T> = lists
-        .into_iter()
-        .zip(&readings)
-        .map(|(list, reading)| part(list, reading))
-        .collect();
-    let stale = stale_datacenters(&readings, freshness.max_staleness_ms);
-    let refusal = (!stale.is_empty() && !freshness.allow_partial)
-        .then(|| stale_reasons(names, &readings, &stale, freshness.max_staleness_ms));
-    Split {
-        world,
-        parts: named(names, parts),
-        staleness_ms: worst_staleness(readings.iter().map(|r| r.staleness_ms)),
-        stale: stale.into_iter().map(|dc| names[dc].clone()).collect(),
-        refusal,
-    }
-}
-
-impl<T> Split<T> {
-    /// The refusal of a read with stale datacenters, if it is refused.
-    fn refused(&mut self) -> Option<StaleRead<T>> {
-        let error = self.refusal.take()?;
-        Some(StaleRead {
-            error,
-            stale_datacenters: std::mem::take(&mut self.stale),
-            datacenters: Named(std::mem::take(&mut self.parts.0)),
-        })
-    }
-}
-
-/// The world's and each datacenter's top counters for `query` at `now_ms`, ranked as `lists`
-/// ([`rankings`]), or the refusal naming the stale datacenters.
-pub fn top_k(
-    replica: &Replica,
-    names: &[String],
-    (query, lists): (TopQuery, Vec<Vec<Ranked>>),
-    freshness: Freshness,
-    now_ms: u64,
-) -> Result<GlobalTop, StaleRead<DatacenterTop>> {
-    let mut split = split(replica, names, lists, freshness, now_ms, |top, r| {
-        DatacenterTop {
-            top,
-            staleness_ms: r.staleness_ms,
-            heard: r.heard,
-        }
-    });
-    if let Some(refusal) = split.refused() {
-        return Err(refusal);
-    }
-    Ok(GlobalTop {
-        top: split.world,
-        k: query.k,
-        prefix: query.prefix,
-        window: query.window,
-        staleness_ms: split.staleness_ms,
-        complete: split.stale.is_empty(),
-        datacenters: split.parts,
-    })
-}
-
-/// The world's and each datacenter's counters starting with `prefix` whose hits in `window`
-/// reach `threshold`, ranked as `lists` ([`rankings`]), or the refusal naming the stale
+/// The answer to `asked` from `lists` (the world's, then each datacenter's, as [`rankings`]
+/// gives them) with the staleness rules applied at `now_ms`, or the refusal naming the stale
 /// datacenters.
-pub fn trending(
+pub fn answer(
     replica: &Replica,
-    names: &[String],
-    (prefix, threshold, lists): (String, i64, Vec<Vec<Ranked>>),
-    window: WindowQuery,
+    layout: &Layout,
+    (asked, mut lists): (Asked, Vec<Vec<Ranked>>),
     freshness: Freshness,
     now_ms: u64,
-) -> Result<GlobalTrending, StaleRead<DatacenterTrending>> {
-    let mut split = split(replica, names, lists, freshness, now_ms, |trending, r| {
-        DatacenterTrending {
-            trending,
-            staleness_ms: r.staleness_ms,
-            heard: r.heard,
-        }
-    });
-    if let Some(refusal) = split.refused() {
-        return Err(refusal);
+) -> Result<GlobalRanking, StaleRead<DatacenterRanking>> {
+    let names = &layout.names;
+    let readings = empty_readings(replica, layout, now_ms);
+    let world = lists.remove(0);
+    let parts: Vec<DatacenterRanking> = (lists.into_iter().zip(&readings))
+        .map(|(list, reading)| DatacenterRanking {
+            list: asked.listed(list),
+            staleness_ms: reading.staleness_ms,
+            heard: reading.heard,
+        })
+        .collect();
+    let datacenters = named(names, parts);
+    let stale = stale_datacenters(&readings, freshness.max_staleness_ms);
+    if !stale.is_empty() && !freshness.allow_partial {
+        return Err(StaleRead {
+            error: stale_reasons(names, &readings, &stale, freshness.max_staleness_ms),
+            stale_datacenters: stale.into_iter().map(|dc| names[dc].clone()).collect(),
+            datacenters,
+        });
     }
-    Ok(GlobalTrending {
-        prefix,
-        threshold,
-        window,
-        trending: split.world,
-        staleness_ms: split.staleness_ms,
-        complete: split.stale.is_empty(),
-        datacenters: split.parts,
+    let staleness_ms = worst_staleness(readings.iter().map(|r| r.staleness_ms));
+    Ok(GlobalRanking {
+        world: asked.answer(world, staleness_ms, stale.is_empty()),
+        datacenters,
     })
 }

@@ -112,12 +112,12 @@ pub async fn run(
     options: &GetOptions,
     out: &mut dyn Write,
 ) -> Result<(), GeoctlError> {
-    let url = cluster.global_url(&format!(
+    let path = format!(
         "{}{}",
         counter_path(&options.id),
         read_query(options.max_staleness_ms, options.allow_partial)
-    ));
-    let answer = cluster.client().get(&url).await?;
+    );
+    let (url, answer) = cluster.get_global(&options.id, &path).await?;
     let raw = |out: &mut dyn Write| -> Result<(), GeoctlError> {
         out.write_all(&answer.body)?;
         if !answer.body.ends_with(b"\n") {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hyper::Method;
 use serde::Deserialize;
 
-use crate::cluster::{Cluster, ShardNode, counter_path, parse_body, status_error};
+use crate::cluster::{Cluster, ShardNode, counter_path, parse_body, status_error, write_op};
 use crate::error::GeoctlError;
 
 /// What `geoctl incr` was asked.
@@ -33,22 +33,6 @@ pub struct WriteAnswer {
     pub value: i64,
     /// That slot's version for the counter.
     pub version: u64,
-}
-
-/// The `op` and the positive `delta` a signed change is sent as.
-pub fn write_op(delta: i64) -> Result<(&'static str, i64), GeoctlError> {
-    match delta {
-        0 => Err(GeoctlError::InvalidArgument(
-            "--delta must not be 0".to_owned(),
-        )),
-        d if d > 0 => Ok(("INCREMENT", d)),
-        d => d.checked_neg().map(|m| ("DECREMENT", m)).ok_or_else(|| {
-            GeoctlError::InvalidArgument(format!(
-                "--delta {d} is out of range: a decrement is at most {}",
-                i64::MAX
-            ))
-        }),
-    }
 }
 
 /// Sends the write and prints the answer to `out`.

@@ -212,8 +212,8 @@ async fn check_fresh(cluster: &Cluster, prefix: &str) -> Result<(), GeoctlError>
         value: i128,
     }
     for id in [counter_id(prefix, 0), probe_id(prefix, 0)] {
-        let url = cluster.global_url(&format!("{}?allow_partial=true", counter_path(&id)));
-        let answer = cluster.client().get(&url).await?;
+        let path = format!("{}?allow_partial=true", counter_path(&id));
+        let (url, answer) = cluster.get_global(&id, &path).await?;
         match answer.status.as_u16() {
             404 => {}
             200 => {

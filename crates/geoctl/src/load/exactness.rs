@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::cluster::{Cluster, counter_path, error_message};
+use crate::cluster::Cluster;
 
 /// What the load knows of one counter's total.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -206,30 +206,6 @@ pub async fn settle(
     }
 }
 
-/// The one field the check needs from a global reading.
-#[derive(Debug, Deserialize)]
-struct ValueOnly {
-    value: i128,
-}
-
-/// Reads one counter's global total.
-pub async fn read_total(cluster: &Cluster, id: &str) -> Reading {
-    let url = cluster.global_url(&format!("{}?allow_partial=true", counter_path(id)));
-    let answer = cluster
-        .client()
-        .get(&url)
-        .await
-        .map_err(|e| e.to_string())?;
-    match answer.status.as_u16() {
-        200 => serde_json::from_slice::<ValueOnly>(&answer.body)
-            .map(|v| v.value)
-            .map_err(|e| format!("{url}: unexpected answer: {e}")),
-        // Never reported by any datacenter (yet): nothing of it counted.
-        404 => Ok(0),
-        status => Err(format!("{url}: {status}: {}", error_message(&answer))),
-    }
-}
-
 /// Reads every counter once, `concurrency` at a time, keeping their order.
 async fn read_all(
     cluster: &Cluster,
@@ -248,7 +224,7 @@ async fn read_all(
                 let Some((id, _)) = counters.get(index) else {
                     return read;
                 };
-                read.push((index, read_total(&cluster, id).await));
+                read.push((index, cluster.read_total(id).await));
             }
         });
     }

@@ -17,8 +17,8 @@ use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
 use geocount_net::{ClientError, HttpClient};
 use hyper::Method;
 
+use crate::cluster::write_op;
 use crate::cluster::{ShardNode, status_error};
-use crate::cmd::incr::write_op;
 use crate::load::tally::{Tally, WriteOutcome};
 
 /// How many times a request is sent at most (the first time and one retry).

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::TopologyError;
 use crate::access::AuthConfig;
 use crate::tls::TlsSettings;
-use crate::{Placement, SlotId};
+use crate::{Partitions, Placement, SlotId};
 
 /// The whole topology.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +48,16 @@ pub struct Topology {
     /// How much state each aggregator holds (`[aggregator]`).
     #[serde(default)]
     pub aggregator: AggregatorSettings,
+    /// How many partitions the counter space is split into (by placement hash); each
+    /// aggregator replica may hold only some (`global.partitions`,
+    /// `datacenters[i].aggregator_partitions`). Default 1: every aggregator holds every
+    /// counter. At most 1024.
+    #[serde(default = "one_partition")]
+    pub partitions: u32,
+}
+
+fn one_partition() -> u32 {
+    1
 }
 
 /// How much state each aggregator holds (`[aggregator]`), in bytes as
@@ -236,12 +246,58 @@ impl Default for TrendingConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GlobalConfig {
-    /// Where the global aggregator listens.
+    /// Where the global aggregator listens: replica 0.
     pub listen: SocketAddr,
+    /// Where more global aggregators listen, replicas 1, 2, ... in order: each pulls every
+    /// datacenter on its own and answers complete without the others. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<SocketAddr>,
+    /// The partitions each replica holds, by replica (`[[0], [0], [1], [1]]`: two partitions,
+    /// two replicas each). Default: every replica holds every partition. Replicas hold the
+    /// same partitions or none in common, and every partition is held.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<Vec<u32>>,
     /// A read whose datacenters are staler than this (milliseconds) is refused with 503 unless
     /// it allows a partial answer; `max_staleness_ms` in the query overrides it.
     #[serde(default = "default_max_staleness_ms")]
     pub max_staleness_ms: u64,
+}
+
+/// `addresses` (replica 0 first) with the partitions each holds: `held[r]`, or all of `count`
+/// when `held` is empty.
+fn replicas_with(
+    addresses: Vec<SocketAddr>,
+    held: &[Vec<u32>],
+    count: u32,
+) -> Vec<(SocketAddr, Partitions)> {
+    (addresses.into_iter().enumerate())
+        .map(|(r, address)| {
+            let partitions = match held.get(r) {
+                Some(held) => {
+                    let mut held = held.clone();
+                    held.sort_unstable();
+                    Partitions { count, held }
+                }
+                None => Partitions::all(count),
+            };
+            (address, partitions)
+        })
+        .collect()
+}
+
+impl GlobalConfig {
+    /// Each global aggregator replica: where it listens and the partitions it holds, replica 0
+    /// first, in a counter space of `partitions`.
+    pub fn replicas_of(&self, partitions: u32) -> Vec<(SocketAddr, Partitions)> {
+        replicas_with(self.addresses(), &self.partitions, partitions)
+    }
+
+    /// Where each global aggregator replica listens, replica 0 first.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        std::iter::once(self.listen)
+            .chain(self.replicas.iter().copied())
+            .collect()
+    }
 }
 
 fn default_max_staleness_ms() -> u64 {
@@ -303,8 +359,16 @@ pub enum Selection {
 pub struct DatacenterConfig {
     /// Its name, used in slot names `DC_<name>_VAL_<n>`: letters, digits and `_`.
     pub name: String,
-    /// Where its datacenter aggregator listens.
+    /// Where its datacenter aggregator listens: replica 0.
     pub aggregator: SocketAddr,
+    /// Where more aggregators of this datacenter listen, replicas 1, 2, ... in order: each
+    /// pulls every shard node of the datacenter on its own. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aggregator_replicas: Vec<SocketAddr>,
+    /// The partitions each of its aggregator replicas holds, by replica, under the same rules
+    /// as `global.partitions`. Default: every replica holds every partition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aggregator_partitions: Vec<Vec<u32>>,
     /// Where its shard nodes listen; the node at index `n` owns slot `DC_<name>_VAL_<n>`.
     pub shards: Vec<SocketAddr>,
     /// Its region, for the emulated WAN (`[wan]`): letters, digits and `_`. Default: its name
@@ -321,6 +385,19 @@ impl DatacenterConfig {
             (None, Some((prefix, _))) if !prefix.is_empty() => prefix,
             (None, _) => &self.name,
         }
+    }
+
+    /// Each of its aggregator replicas: where it listens and the partitions it holds, replica 0
+    /// first, in a counter space of `partitions`.
+    pub fn aggregator_replicas_of(&self, partitions: u32) -> Vec<(SocketAddr, Partitions)> {
+        replicas_with(self.aggregators(), &self.aggregator_partitions, partitions)
+    }
+
+    /// Where each of its aggregator replicas listens, replica 0 first.
+    pub fn aggregators(&self) -> Vec<SocketAddr> {
+        std::iter::once(self.aggregator)
+            .chain(self.aggregator_replicas.iter().copied())
+            .collect()
     }
 
     /// Its placement ring: which of its slots each counter's writes go to.
@@ -458,12 +535,19 @@ impl Topology {
             })
     }
 
-    /// The key `addr` is configured at: `global.listen`, `datacenters[i].aggregator` or
+    /// The key `addr` is configured at: `global.listen`, `global.replicas[r]`,
+    /// `datacenters[i].aggregator`, `datacenters[i].aggregator_replicas[r]` or
     /// `datacenters[i].shards[n]` (`global.listen` if none: addresses are unique).
     fn key_of_address(&self, addr: SocketAddr) -> String {
+        if let Some(r) = self.global.replicas.iter().position(|a| *a == addr) {
+            return format!("global.replicas[{r}]");
+        }
         for (i, dc) in self.datacenters.iter().enumerate() {
             if dc.aggregator == addr {
                 return format!("datacenters[{i}].aggregator");
+            }
+            if let Some(r) = dc.aggregator_replicas.iter().position(|a| *a == addr) {
+                return format!("datacenters[{i}].aggregator_replicas[{r}]");
             }
             if let Some(n) = dc.shards.iter().position(|shard| *shard == addr) {
                 return format!("datacenters[{i}].shards[{n}]");

@@ -8,20 +8,8 @@ use figment::providers::Env;
 use super::*;
 use crate::SlotId;
 
-const GOOD: &str = r#"
-[global]
-listen = "127.0.0.1:7000"
-
-[[datacenters]]
-name = "USA_0"
-aggregator = "127.0.0.1:7100"
-shards = ["127.0.0.1:7101", "127.0.0.1:7102"]
-
-[[datacenters]]
-name = "ASIA_0"
-aggregator = "127.0.0.1:7200"
-shards = ["127.0.0.1:7201"]
-"#;
+/// Two datacenters, every key else at its default.
+const GOOD: &str = crate::fixtures::TWO_DATACENTERS;
 
 fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -50,7 +38,7 @@ fn assert_refused_at(section: &str, setting: &str, key: &str) {
     assert_eq!(refused(section, setting).key, key);
 }
 
-/// Hostile input (issue #7, seen while writing the `topology` fuzz target): the placement ring is built in memory from
+/// Hostile input (the `topology` fuzz target): the placement ring is built in memory from
 /// `shard.virtual_nodes` points per slot, so an unbounded count could exhaust memory (and
 /// overflowed `slots * virtual_nodes` in `Placement::new`).
 #[test]

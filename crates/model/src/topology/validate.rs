@@ -15,6 +15,7 @@ impl Topology {
         self.validate_datacenters()?;
         self.validate_positive()?;
         self.validate_bounds()?;
+        self.validate_partitions()?;
         self.auth.validate()?;
         if let Some(tls) = &self.tls {
             tls.validate()?;
@@ -40,6 +41,9 @@ impl Topology {
             }
         };
         claim(self.global.listen, "global.listen".into())?;
+        for (r, replica) in self.global.replicas.iter().enumerate() {
+            claim(*replica, format!("global.replicas[{r}]"))?;
+        }
         if let Some(wan) = &self.wan {
             claim(wan.control, "wan.control".into())?;
         }
@@ -76,6 +80,12 @@ impl Topology {
                 ));
             }
             claim(dc.aggregator, format!("datacenters[{i}].aggregator"))?;
+            for (r, replica) in dc.aggregator_replicas.iter().enumerate() {
+                claim(
+                    *replica,
+                    format!("datacenters[{i}].aggregator_replicas[{r}]"),
+                )?;
+            }
             if dc.shards.is_empty() {
                 return Err((
                     format!("datacenters[{i}].shards"),

@@ -9,6 +9,7 @@ use geocount_model::SlotState;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 
 use crate::metrics::ReplicaMetrics;
+use crate::pulling::{Pullers, ReplicaSink};
 use crate::{PullSink, Scope};
 
 fn page(value: i64, version: u64) -> SyncPage {
@@ -35,15 +36,15 @@ fn a_sink_merges_pages_and_tracks_its_source() {
         .iter()
         .map(|name| PullSource {
             name: name.clone(),
+            answers_as: name.clone(),
             address: "127.0.0.1:1".into(),
             interval: Duration::from_millis(50),
-            slots: true,
-            descriptions: false,
+            first: SyncRequest::from_start(true, false),
             delivers: vec![name.clone()],
         })
         .collect();
     let replica = Replica::new(names, &sources).shared();
-    let metrics = ReplicaMetrics::new("test", &sources);
+    let metrics = ReplicaMetrics::new("test", &names_of(&sources));
     let sink = ReplicaSink {
         replica: replica.clone(),
         source: 0,
@@ -72,7 +73,10 @@ fn a_sink_merges_pages_and_tracks_its_source() {
         Some("refused")
     );
     assert_eq!(r.source_health(1, 1_100).staleness_ms, None, "never heard");
-    assert_eq!(r.sources[0].slots, Some(Cursor::Seq { epoch: 1, seq: 1 }));
+    assert_eq!(
+        r.sources[0].next.slots,
+        Some(Cursor::Seq { epoch: 1, seq: 1 })
+    );
     let copy = r.slot_copy("DC_A_VAL_0", 0, 100).unwrap();
     assert!(copy.complete, "heard whole from its owner");
     assert!(!r.slot_copy("DC_A_VAL_1", 0, 100).unwrap().complete);
@@ -175,14 +179,14 @@ fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
 
     let sources = [PullSource {
         name: "DC_A_VAL_0".into(),
+        answers_as: "DC_A_VAL_0".into(),
         address: "127.0.0.1:1".into(),
         interval: Duration::from_millis(50),
-        slots: false,
-        descriptions: true,
+        first: SyncRequest::from_start(false, true),
         delivers: Vec::new(),
     }];
     let replica = Replica::new(vec!["DC_A_VAL_0".to_owned()], &sources).shared();
-    let metrics = ReplicaMetrics::new("test", &sources);
+    let metrics = ReplicaMetrics::new("test", &names_of(&sources));
     let now = 1_800_000_000_000;
     let sink = ReplicaSink {
         replica: replica.clone(),
@@ -224,4 +228,9 @@ fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
     assert!(r.descriptions.get("near").is_some(), "within the bound");
     assert_eq!(metrics.pulls.descriptions_refused.get(), 1);
     assert_eq!(metrics.pulls.descriptions_merged.get(), 1);
+}
+
+/// The names of `sources`, as the metrics label them.
+fn names_of(sources: &[PullSource]) -> Vec<String> {
+    sources.iter().map(|source| source.name.clone()).collect()
 }

@@ -59,7 +59,6 @@ use geocount_model::SlotRecord;
 pub mod leaders;
 pub mod live;
 pub mod ranked;
-pub mod ranking;
 pub mod scan;
 
 use geocount_http::routing::WindowQuery;
@@ -69,7 +68,6 @@ pub use live::LiveRanking;
 use live::LiveWindow;
 use ranked::is_unique;
 pub use ranked::{Ranked, RankedCounters, Scope};
-pub use ranking::{SCAN_RETRY_AFTER_SECS, Scans, ScansBusy};
 use scan::Measure;
 pub use scan::Scan;
 

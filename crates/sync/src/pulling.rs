@@ -3,15 +3,14 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use geocount_model::Clock;
 use geocount_model::wire::{SyncPage, SyncRequest};
 use geocount_net::{Handler, HttpClient, Listener};
 use tokio::task::JoinHandle;
 
-use super::{RANK_CHUNK, Replica, SharedReplica};
 use crate::metrics::{PullCounters, ReplicaMetrics};
+use crate::replica::{PullSource, RANK_CHUNK, Replica, SharedReplica};
 use crate::slot_copies::PageMerge;
 use crate::{PullSink, spawn_puller};
 
@@ -99,24 +98,6 @@ impl PullSink for ReplicaSink {
     }
 }
 
-/// One source to pull: its name, where it listens, how often and what to pull.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PullSource {
-    /// Its name (a slot, a datacenter, `global`), for logs and metrics.
-    pub name: String,
-    /// Its `host:port`.
-    pub address: String,
-    /// How often a pull starts once caught up.
-    pub interval: Duration,
-    /// Whether slot states are pulled.
-    pub slots: bool,
-    /// Whether descriptions are pulled.
-    pub descriptions: bool,
-    /// The slots whose states this source may deliver (a shard node its own, a datacenter
-    /// aggregator its datacenter's): entries of any other slot are refused.
-    pub delivers: Vec<String>,
-}
-
 /// The running pullers of a replica; dropping this aborts them.
 #[derive(Debug)]
 pub struct Pullers(pub(crate) Vec<JoinHandle<()>>);
@@ -191,7 +172,8 @@ pub fn start_pulling(
     metrics_prefix: &str,
 ) -> (SharedReplica, ReplicaMetrics, Pullers) {
     let replica = Replica::new(slot_names, sources).shared();
-    let metrics = ReplicaMetrics::new(metrics_prefix, sources);
+    let names: Vec<String> = sources.iter().map(|source| source.name.clone()).collect();
+    let metrics = ReplicaMetrics::new(metrics_prefix, &names);
     let pullers = spawn_pullers(&replica, sources, client, clock, &metrics);
     for source in sources {
         tracing::info!(source = %source.name, address = %source.address, "pulling");

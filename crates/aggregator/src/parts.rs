@@ -1,9 +1,10 @@
 //! Each datacenter's part of a global answer, and the body of the 503 that refuses an answer
-//! with stale datacenters. A leaf module: the crate's errors carry these bodies.
+//! with stale datacenters: the crate's errors carry these bodies, so this module names no tier.
 
 use geocount_http::routing::Named;
-use geocount_sync::Ranked;
 use serde::Serialize;
+
+use crate::answers::Listed;
 
 /// One datacenter's part of a counter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -29,22 +30,12 @@ pub struct StaleRead<T = DatacenterReading> {
     pub datacenters: Named<T>,
 }
 
-/// One datacenter's own top counters.
+/// One datacenter's own ranking: its counters ranked by its slots alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DatacenterTop {
-    /// Its counters ranked by its slots alone.
-    pub top: Vec<Ranked>,
-    /// Its staleness (`None`: never complete).
-    pub staleness_ms: Option<u64>,
-    /// Whether its aggregator ever answered.
-    pub heard: bool,
-}
-
-/// One datacenter's own trending counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DatacenterTrending {
-    /// Its counters at or over the threshold by its slots alone.
-    pub trending: Vec<Ranked>,
+pub struct DatacenterRanking {
+    /// Its list, under the route's name (`top` or `trending`).
+    #[serde(flatten)]
+    pub list: Listed,
     /// Its staleness (`None`: never complete).
     pub staleness_ms: Option<u64>,
     /// Whether its aggregator ever answered.
