@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use geocount_model::role::{aggregator_process, replica_name};
+use geocount_model::role::{GLOBAL_PROCESS, aggregator_process, replica_name};
 use geocount_model::wire::SyncRequest;
 use geocount_model::{Clock, Partitions, Topology, TopologyError};
 use geocount_net::{Connector, Listener};
@@ -119,8 +119,8 @@ impl DatacenterConfig {
                 continue;
             }
             sources.push(PullSource {
-                name: replica_name("global", n),
-                answers_as: "global".to_owned(),
+                name: replica_name(GLOBAL_PROCESS, n),
+                answers_as: GLOBAL_PROCESS.to_owned(),
                 address: global.to_string(),
                 interval: every(sync.downward_ms),
                 first: SyncRequest {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use geocount_http::routing::{self, Named, RequestError, Routed};
 use geocount_http::{Allow, Need};
+use geocount_model::role::GLOBAL_PROCESS;
 use geocount_model::{CounterId, Right};
 use geocount_net::Response;
 use geocount_sync::SourceHealth;
@@ -84,7 +85,7 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
             }
             (Route::Datacenters, &Method::GET, _) => Ok(datacenters(state, now_ms)),
             (Route::Sync, &Method::POST, _) => {
-                let answer = core.sync(request, "global", now_ms, |_| Vec::new());
+                let answer = core.sync(request, GLOBAL_PROCESS, now_ms, |_| Vec::new());
                 Ok(answer.await?)
             }
             (Route::Health, &Method::GET, _) => Ok(health(state, now_ms)),
