@@ -1,8 +1,9 @@
-//! A partitioned cluster (two partitions; two global replicas and one replica of each
-//! datacenter's aggregator per partition) answers what an unpartitioned cluster answers for
-//! the same writes: totals, windowed reads, `/topk` and `/trending`, at both tiers. Each
-//! aggregator holds only its partition's counters; a read at one that does not hold the
-//! counter is redirected to one that does.
+//! Partitioned clusters answer what an unpartitioned cluster answers for the same writes:
+//! totals, windowed reads, `/topk` and `/trending`, at both tiers. One has the shape of
+//! `config/partitioned.toml` (two partitions, two global replicas each, whole datacenter
+//! aggregators); the other also splits each datacenter's aggregators by partition. Each
+//! aggregator holds only its partition's counters; a read at one that does not hold the counter
+//! is redirected to one that does.
 
 use std::time::Duration;
 
@@ -28,7 +29,11 @@ impl Running {
     async fn start(topology: TestTopology) -> Self {
         let mut shards = Vec::new();
         let mut aggregators = Vec::new();
-        for (dc, slots) in DATACENTERS {
+        let datacenters: Vec<(String, usize)> = (topology.topology.datacenters.iter())
+            .map(|dc| (dc.name.clone(), dc.shards.len()))
+            .collect();
+        for (dc, slots) in datacenters {
+            let dc = dc.as_str();
             for slot in 0..slots {
                 shards.push(topology.start_shard(dc, slot).await);
             }
@@ -122,16 +127,49 @@ fn ranking(body: &Value, list: &str) -> Value {
     serde_json::json!({ "list": body[list], "datacenters": datacenters })
 }
 
+/// The aggregation of `config/partitioned.toml`: its partitions, its global replicas' lists,
+/// and as many aggregator replicas per datacenter as it has (holding every partition).
+fn shipped() -> (Vec<(String, usize)>, Aggregation) {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/partitioned.toml");
+    let topology = geocount_model::Topology::load(std::path::Path::new(file)).unwrap();
+    let datacenters = (topology.datacenters.iter())
+        .map(|dc| (dc.name.clone(), dc.shards.len()))
+        .collect();
+    let aggregators = topology.datacenters[0].aggregators().len();
+    let shape = Aggregation {
+        partitions: topology.partitions,
+        global: topology.global.partitions.clone(),
+        aggregators: vec![Vec::new(); aggregators],
+        shard_toml: String::new(),
+    };
+    (datacenters, shape)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partitioned_cluster_answers_what_an_unpartitioned_one_does() {
-    let whole = Running::start(TestTopology::with_extra(&DATACENTERS, "", TRENDING)).await;
+async fn the_shipped_partitioned_topology_answers_what_an_unpartitioned_one_does() {
+    let (datacenters, shape) = shipped();
+    assert!(shape.partitions > 1 && shape.global.len() > 2, "{shape:?}");
+    let datacenters: Vec<(&str, usize)> =
+        datacenters.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+    answers_like_a_whole_cluster(&datacenters, &shape).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_datacenter_aggregators_answer_what_whole_ones_do() {
     let shape = Aggregation {
         partitions: 2,
         global: vec![vec![0], vec![0], vec![1], vec![1]],
         aggregators: vec![vec![0], vec![1]],
         shard_toml: String::new(),
     };
-    let split = Running::start(TestTopology::shaped(&DATACENTERS, &shape, TRENDING)).await;
+    answers_like_a_whole_cluster(&DATACENTERS, &shape).await;
+}
+
+/// A cluster of `datacenters` aggregated as `shape` answers, after the same writes, what one
+/// unpartitioned aggregator per tier answers.
+async fn answers_like_a_whole_cluster(datacenters: &[(&str, usize)], shape: &Aggregation) {
+    let whole = Running::start(TestTopology::with_extra(datacenters, "", TRENDING)).await;
+    let split = Running::start(TestTopology::shaped(datacenters, shape, TRENDING)).await;
     write_all(&whole).await;
     write_all(&split).await;
     converge(&whole).await;
