@@ -164,7 +164,8 @@ pub async fn run<L: Listener>(
     connector: Connector,
     shutdown: impl Future<Output = ()>,
 ) {
-    let sources = config.sources();
+    let (source_datacenters, sources): (Vec<usize>, Vec<PullSource>) =
+        config.datacenter_sources().into_iter().unzip();
     let groups = config.slot_groups();
     let routes: Vec<_> = ROUTES.iter().chain(GLOBAL_ONLY).copied().collect();
     let tier = Tier {
@@ -188,9 +189,7 @@ pub async fn run<L: Listener>(
                 .map(|dc| dc.name.clone())
                 .collect(),
             slot_datacenters: groups.part_of,
-            source_datacenters: (config.datacenter_sources().iter())
-                .map(|(dc, _)| *dc)
-                .collect(),
+            source_datacenters,
             source_addresses: sources.iter().map(|s| s.address.clone()).collect(),
         },
         config,
