@@ -14,10 +14,14 @@ use nix::sys::signal::Signal;
 
 use crate::api::Api;
 
-/// The directory holding the workspace's built binaries: `GEOCOUNT_BIN_DIR`, or the profile
+/// The environment variable naming the directory of the binaries the tests run. Outside the
+/// `GEOCOUNT_` prefix: the nodes inherit it, and there it would be read as a topology key.
+pub const BIN_DIR_ENV: &str = "E2E_BIN_DIR";
+
+/// The directory holding the workspace's built binaries: [`BIN_DIR_ENV`], or the profile
 /// directory of the running test (`target/<profile>`).
 pub fn bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("GEOCOUNT_BIN_DIR") {
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV) {
         return dir.into();
     }
     let exe = std::env::current_exe().expect("test executable path");
