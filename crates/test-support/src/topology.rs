@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use geocount_cluster::Role;
+use geocount_cluster::Member;
 use geocount_model::role::{GLOBAL_PROCESS, aggregator_process};
 use geocount_model::{SlotId, Topology};
 use tempfile::TempDir;
@@ -196,7 +196,7 @@ impl TestTopology {
     /// the slot empty (`--restore empty`, a new cluster); a restart on an empty data directory
     /// restores it.
     pub async fn start_shard(&self, dc: &str, slot: usize) -> NodeProcess {
-        let role = Role::Shard {
+        let member = Member::Shard {
             datacenter: dc.to_owned(),
             slot: slot as u32,
         };
@@ -207,7 +207,7 @@ impl TestTopology {
         ];
         let first = ["--restore".to_owned(), "empty".to_owned()];
         let addr = self.shard_addr(dc, slot);
-        NodeProcess::start_role(role, &args.concat(), &first, addr, self.dir()).await
+        NodeProcess::start_member(member, &args.concat(), &first, addr, self.dir()).await
     }
 
     /// Starts the aggregator of datacenter `dc` and waits until it is healthy.
@@ -223,12 +223,12 @@ impl TestTopology {
             .datacenter(dc)
             .expect("known datacenter")
             .aggregators()[replica];
-        let role = Role::DatacenterAggregator {
+        let member = Member::DatacenterAggregator {
             datacenter: dc.to_owned(),
             replica,
         };
         let args = [self.config_flag(), dc_flag(dc), Self::replica_flag(replica)].concat();
-        NodeProcess::start_role(role, &args, &[], addr, self.dir()).await
+        NodeProcess::start_member(member, &args, &[], addr, self.dir()).await
     }
 
     /// Starts the global aggregator and waits until it is healthy.
@@ -240,8 +240,8 @@ impl TestTopology {
     pub async fn start_global_replica(&self, replica: usize) -> NodeProcess {
         let addr = self.topology.global.addresses()[replica];
         let args = [self.config_flag(), Self::replica_flag(replica)].concat();
-        let role = Role::GlobalAggregator { replica };
-        NodeProcess::start_role(role, &args, &[], addr, self.dir()).await
+        let member = Member::GlobalAggregator { replica };
+        NodeProcess::start_member(member, &args, &[], addr, self.dir()).await
     }
 
     /// `--replica <n>`, or nothing for replica 0 (the flag's default).
