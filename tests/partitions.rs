@@ -130,7 +130,7 @@ fn ranking(body: &Value, list: &str) -> Value {
 /// The aggregation of `config/partitioned.toml`: its partitions, its global replicas' lists,
 /// and as many aggregator replicas per datacenter as it has (holding every partition).
 fn shipped() -> (Vec<(String, usize)>, Aggregation) {
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/partitioned.toml");
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/partitioned.toml");
     let topology = geocount_model::Topology::load(std::path::Path::new(file)).unwrap();
     let datacenters = (topology.datacenters.iter())
         .map(|dc| (dc.name.clone(), dc.shards.len()))

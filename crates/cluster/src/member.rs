@@ -1,4 +1,4 @@
-//! The processes a topology needs ([`roles`]) and how to start each one ([`Role::launch`]).
+//! The processes a topology needs ([`members`]) and how to start each one ([`Member::launch`]).
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -9,9 +9,9 @@ use geocount_model::{SlotId, Topology};
 
 use crate::error::ClusterError;
 
-/// One process of the cluster.
+/// A member of the cluster: one process the launcher starts for its topology.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Role {
+pub enum Member {
     /// The shard node owning slot `DC_<datacenter>_VAL_<slot>`.
     Shard {
         /// The datacenter's name.
@@ -36,7 +36,7 @@ pub enum Role {
     WanEmulator,
 }
 
-/// How to start a role.
+/// How to start a member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
     /// The binary's file name, looked for in the bin directory.
@@ -49,43 +49,43 @@ pub struct Launch {
 
 /// Every process `topology` needs, in start order: the aggregators first, so that a shard node
 /// starting on an empty data directory finds its datacenter's copies at once.
-pub fn roles(topology: &Topology) -> Vec<Role> {
+pub fn members(topology: &Topology) -> Vec<Member> {
     let globals = topology.global.addresses().len();
-    let mut roles: Vec<Role> = (0..globals)
-        .map(|replica| Role::GlobalAggregator { replica })
+    let mut members: Vec<Member> = (0..globals)
+        .map(|replica| Member::GlobalAggregator { replica })
         .collect();
     for dc in &topology.datacenters {
-        roles.extend(
-            (0..dc.aggregators().len()).map(|replica| Role::DatacenterAggregator {
+        members.extend(
+            (0..dc.aggregators().len()).map(|replica| Member::DatacenterAggregator {
                 datacenter: dc.name.clone(),
                 replica,
             }),
         );
     }
     for dc in &topology.datacenters {
-        roles.extend((0..dc.shards.len()).map(|slot| Role::Shard {
+        members.extend((0..dc.shards.len()).map(|slot| Member::Shard {
             datacenter: dc.name.clone(),
             slot: u32::try_from(slot).expect("a datacenter has fewer than 2^32 shards"),
         }));
     }
-    roles
+    members
 }
 
-impl Role {
+impl Member {
     /// What kind of process this is, for the ROLE column.
     pub fn kind(&self) -> &'static str {
         match self {
-            Role::Shard { .. } => "shard",
-            Role::DatacenterAggregator { .. } => "datacenter-aggregator",
-            Role::GlobalAggregator { .. } => "global-aggregator",
-            Role::WanEmulator => "wan-emulator",
+            Member::Shard { .. } => "shard",
+            Member::DatacenterAggregator { .. } => "datacenter-aggregator",
+            Member::GlobalAggregator { .. } => "global-aggregator",
+            Member::WanEmulator => "wan-emulator",
         }
     }
 
     /// The file name of its binary, looked for in the bin directory.
     pub fn binary(&self) -> &'static str {
         match self {
-            Role::Shard { .. } => "shard-node",
+            Member::Shard { .. } => "shard-node",
             // Every other binary is named as its kind.
             other => other.kind(),
         }
@@ -95,13 +95,15 @@ impl Role {
     /// `aggregator_USA_0`, `global`, `global@1` (replica 1), `wan-emulator`.
     pub fn name(&self) -> String {
         match self {
-            Role::Shard { datacenter, slot } => SlotId::new(datacenter.as_str(), *slot).to_string(),
-            Role::DatacenterAggregator {
+            Member::Shard { datacenter, slot } => {
+                SlotId::new(datacenter.as_str(), *slot).to_string()
+            }
+            Member::DatacenterAggregator {
                 datacenter,
                 replica,
             } => replica_name(&aggregator_process(datacenter), *replica),
-            Role::GlobalAggregator { replica } => replica_name(GLOBAL_PROCESS, *replica),
-            Role::WanEmulator => "wan-emulator".to_owned(),
+            Member::GlobalAggregator { replica } => replica_name(GLOBAL_PROCESS, *replica),
+            Member::WanEmulator => "wan-emulator".to_owned(),
         }
     }
 
@@ -114,7 +116,7 @@ impl Role {
         config: &Path,
         flags: [OsString; N],
     ) -> Result<Launch, ClusterError> {
-        let address = *addresses.get(replica).ok_or_else(|| ClusterError::Role {
+        let address = *addresses.get(replica).ok_or_else(|| ClusterError::Member {
             name: self.name(),
             message: format!("the topology lists no replica {replica} of it"),
         })?;
@@ -140,11 +142,11 @@ impl Role {
         data_dir: &Path,
     ) -> Result<Launch, ClusterError> {
         match self {
-            Role::Shard { datacenter, slot } => {
+            Member::Shard { datacenter, slot } => {
                 let name = self.name();
                 let address = topology
                     .shard_address(&SlotId::new(datacenter.as_str(), *slot))
-                    .map_err(|(key, message)| ClusterError::Role {
+                    .map_err(|(key, message)| ClusterError::Member {
                         name: name.clone(),
                         message: format!("{key}: {message}"),
                     })?;
@@ -170,11 +172,11 @@ impl Role {
                     address,
                 })
             }
-            Role::DatacenterAggregator {
+            Member::DatacenterAggregator {
                 datacenter,
                 replica,
             } => {
-                let unknown = |message| ClusterError::Role {
+                let unknown = |message| ClusterError::Member {
                     name: self.name(),
                     message,
                 };
@@ -182,11 +184,11 @@ impl Role {
                 let dc_flag = ["--dc".into(), datacenter.into()];
                 self.replica_launch(&dc.aggregators(), *replica, config, dc_flag)
             }
-            Role::GlobalAggregator { replica } => {
+            Member::GlobalAggregator { replica } => {
                 self.replica_launch(&topology.global.addresses(), *replica, config, [])
             }
-            Role::WanEmulator => {
-                let wan = topology.wan.as_ref().ok_or_else(|| ClusterError::Role {
+            Member::WanEmulator => {
+                let wan = topology.wan.as_ref().ok_or_else(|| ClusterError::Member {
                     name: self.name(),
                     message: "the topology has no [wan] section".to_owned(),
                 })?;
@@ -210,12 +212,12 @@ mod tests {
     #[test]
     fn local_topology_starts_the_aggregators_first() {
         let topology = Topology::from_toml("local.toml", LOCAL).unwrap();
-        let roles = roles(&topology);
+        let members = members(&topology);
         let config = Path::new("config/local.toml");
         let data_dir = Path::new("data/local");
-        let global = roles[0].launch(&topology, config, data_dir).unwrap();
+        let global = members[0].launch(&topology, config, data_dir).unwrap();
         assert_eq!(
-            (roles[0].kind(), roles[0].name()),
+            (members[0].kind(), members[0].name()),
             ("global-aggregator", "global".to_owned())
         );
         assert_eq!(global.address.to_string(), "127.0.0.1:7000");
@@ -226,19 +228,19 @@ mod tests {
                 OsString::from("config/local.toml")
             ]
         );
-        for (role, (dc, address)) in roles[1..4].iter().zip([
+        for (member, (dc, address)) in members[1..4].iter().zip([
             ("USA_0", "127.0.0.1:7100"),
             ("ASIA_0", "127.0.0.1:7200"),
             ("EUROPE_0", "127.0.0.1:7300"),
         ]) {
             assert_eq!(
-                role,
-                &Role::DatacenterAggregator {
+                member,
+                &Member::DatacenterAggregator {
                     datacenter: dc.to_owned(),
                     replica: 0,
                 }
             );
-            let launch = role.launch(&topology, config, data_dir).unwrap();
+            let launch = member.launch(&topology, config, data_dir).unwrap();
             assert_eq!(
                 (launch.binary, launch.address.to_string()),
                 ("datacenter-aggregator", address.to_owned())
@@ -253,9 +255,9 @@ mod tests {
     #[test]
     fn local_topology_has_six_shards() {
         let topology = Topology::from_toml("local.toml", LOCAL).unwrap();
-        let roles: Vec<Role> = roles(&topology)
+        let members: Vec<Member> = members(&topology)
             .into_iter()
-            .filter(|r| matches!(r, Role::Shard { .. }))
+            .filter(|r| matches!(r, Member::Shard { .. }))
             .collect();
         let expected = [
             ("USA_0", 0, "127.0.0.1:7101"),
@@ -265,21 +267,21 @@ mod tests {
             ("ASIA_0", 1, "127.0.0.1:7202"),
             ("EUROPE_0", 0, "127.0.0.1:7301"),
         ];
-        assert_eq!(roles.len(), expected.len());
+        assert_eq!(members.len(), expected.len());
         let config = Path::new("config/local.toml");
         let data_dir = Path::new("data/local");
-        for (role, (dc, slot, address)) in roles.iter().zip(expected) {
+        for (member, (dc, slot, address)) in members.iter().zip(expected) {
             let name = SlotId::new(dc, slot).to_string();
             assert_eq!(
-                role,
-                &Role::Shard {
+                member,
+                &Member::Shard {
                     datacenter: dc.to_owned(),
                     slot,
                 }
             );
-            assert_eq!(role.kind(), "shard");
-            assert_eq!(role.name(), name);
-            let launch = role.launch(&topology, config, data_dir).unwrap();
+            assert_eq!(member.kind(), "shard");
+            assert_eq!(member.name(), name);
+            let launch = member.launch(&topology, config, data_dir).unwrap();
             let args: Vec<OsString> = [
                 "--config",
                 "config/local.toml",
@@ -310,11 +312,11 @@ mod tests {
     #[test]
     fn unknown_slot_is_an_error_naming_the_role() {
         let topology = Topology::from_toml("local.toml", LOCAL).unwrap();
-        let role = Role::Shard {
+        let member = Member::Shard {
             datacenter: "EUROPE_0".into(),
             slot: 1,
         };
-        let error = role
+        let error = member
             .launch(&topology, Path::new("c.toml"), Path::new("d"))
             .unwrap_err();
         assert!(

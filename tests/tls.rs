@@ -147,7 +147,7 @@ async fn certificates_from_the_script_are_accepted() {
     let topology = TestTopology::new(&[("USA_0", 1)], FAST_START);
     // Replace the test CA's certificates with the script's, for every process of the topology.
     let certs = topology.dir().join("script-certs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/make-certs.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/make-certs.sh");
     let output = Command::new(&script)
         .arg(&certs)
         .arg(&topology.path)
