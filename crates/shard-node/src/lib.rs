@@ -34,36 +34,26 @@
 //! reports, and [`error`] maps every failure to its HTTP status. [`check`] reads a data
 //! directory offline (`shard-node check`) without changing it.
 
-pub mod api;
-pub mod budget;
 pub mod check;
-pub mod checkpoint;
-pub mod commit;
 pub mod config;
-pub mod copies;
+pub mod engine;
 pub mod error;
-pub mod forward;
 pub mod health;
-pub mod hot;
-pub mod idempotency;
-pub mod key_restore;
-pub mod key_scope;
+pub mod http;
 pub mod metrics;
-pub mod openapi;
-pub mod recovery;
-pub mod replication;
-pub mod requests;
-pub mod restore;
-pub mod resume;
-pub mod routes;
-pub mod routing;
+pub mod peer;
+pub mod route;
 pub mod server;
-pub mod slot_table;
-pub mod state;
+pub mod startup;
 pub mod storage;
-pub mod store;
-pub mod wal;
-pub mod write;
+
+pub use engine::{
+    budget, checkpoint, commit, hot, idempotency, key_scope, slot_table, store, wal, write,
+};
+pub use http::{api, copies, openapi, requests, routes, state};
+pub use peer::replication;
+pub use route::{forward, slots as routing};
+pub use startup::{key_restore, recovery, restore, resume};
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};

@@ -1,0 +1,3 @@
+//! The peers: replication of their slots.
+
+pub mod replication;

@@ -1,0 +1,4 @@
+//! Where a write goes.
+
+pub mod forward;
+pub mod slots;
