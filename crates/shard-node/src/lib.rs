@@ -35,25 +35,17 @@
 //! directory offline (`shard-node check`) without changing it.
 
 pub mod check;
-pub mod config;
+pub(crate) mod config;
 pub mod engine;
 pub mod error;
 pub mod health;
 pub mod http;
 pub mod metrics;
-pub mod peer;
-pub mod route;
-pub mod server;
+pub(crate) mod peer;
+pub(crate) mod route;
+pub(crate) mod server;
 pub mod startup;
 pub mod storage;
-
-pub use engine::{
-    budget, checkpoint, commit, hot, idempotency, key_scope, slot_table, store, wal, write,
-};
-pub use http::{api, copies, openapi, requests, routes, state};
-pub use peer::replication;
-pub use route::{forward, slots as routing};
-pub use startup::{key_restore, recovery, restore, resume};
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};

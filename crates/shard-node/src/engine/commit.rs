@@ -3,7 +3,7 @@
 //! HTTP handlers send [`Command`]s. The loop takes every command that is waiting (a group), works
 //! out each write against the committed state (overflow checks, idempotency keys, new versions),
 //! appends one [`LogRecord`] for the whole group, fsyncs it once, and only then installs the
-//! result in the shared [`SlotTable`](crate::slot_table::SlotTable) and answers. While it
+//! result in the shared [`SlotTable`](crate::engine::slot_table::SlotTable) and answers. While it
 //! fsyncs, the next group gathers in the queue, so one fsync serves many writers.
 //!
 //! One file per concept: [`stage`] works a group's writes out without changing anything,
@@ -20,22 +20,20 @@ use geocount_model::{
 use geocount_sync::DescriptionTable;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::budget::ByteBudget;
-use crate::checkpoint::Checkpointer;
+use crate::engine::budget::ByteBudget;
+use crate::engine::checkpoint::Checkpointer;
+use crate::engine::hot::HotCounters;
+use crate::engine::idempotency::SharedKeys;
+use crate::engine::slot_table::SharedSlotTable;
+use crate::engine::store::Checkpoint;
+use crate::engine::wal::{LogRecord, Wal};
+use crate::engine::write::{Command, WriteResults};
 use crate::error::{ShardError, StorageError};
 use crate::health::NodeHealth;
-use crate::hot::HotCounters;
-use crate::idempotency::SharedKeys;
 use crate::metrics::ShardMetrics;
-use crate::resume::LogState;
-use crate::slot_table::SharedSlotTable;
-use crate::store::Checkpoint;
-use crate::wal::{LogRecord, Wal};
-use crate::write::{Command, WriteResults};
+use crate::startup::resume::LogState;
 
 /// The write vocabulary, named here too for callers outside the crate (the fuzz targets).
-pub use crate::write::{Change, WriteRequest};
-
 mod install;
 mod restore;
 mod stage;

@@ -1,12 +1,12 @@
 //! The commit loop and what it writes.
 
-pub mod budget;
+pub(crate) mod budget;
 pub mod checkpoint;
 pub mod commit;
-pub mod hot;
-pub mod idempotency;
+pub(crate) mod hot;
+pub(crate) mod idempotency;
 pub mod key_scope;
 pub mod slot_table;
-pub mod store;
-pub mod wal;
+pub(crate) mod store;
+pub(crate) mod wal;
 pub mod write;

@@ -1,8 +1,8 @@
 //! The HTTP side of a write.
 
-pub mod api;
-pub mod copies;
-pub mod openapi;
+pub(crate) mod api;
+pub(crate) mod copies;
+pub(crate) mod openapi;
 pub mod requests;
 pub mod routes;
-pub mod state;
+pub(crate) mod state;

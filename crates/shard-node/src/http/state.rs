@@ -8,16 +8,16 @@ use geocount_model::{Clock, ShardDefaults, SyncSettings};
 use geocount_sync::{DescriptionTable, SlotCopies};
 use tokio::sync::mpsc;
 
+use crate::engine::idempotency::SharedKeys;
+use crate::engine::slot_table::SharedSlotTable;
+use crate::engine::write::{Command, WriteRequest, WriteResults};
 use crate::error::ShardError;
 use crate::health::NodeHealth;
-use crate::idempotency::SharedKeys;
+use crate::http::routes::Route;
 use crate::metrics::ShardMetrics;
-use crate::replication::PeerSink;
-use crate::restore::RestoreProgress;
-use crate::routes::Route;
-use crate::routing::WriteRouter;
-use crate::slot_table::SharedSlotTable;
-use crate::write::{Command, WriteRequest, WriteResults};
+use crate::peer::replication::PeerSink;
+use crate::route::slots::WriteRouter;
+use crate::startup::restore::RestoreProgress;
 
 /// What the HTTP handlers share.
 pub struct NodeState {

@@ -1,3 +1,3 @@
 //! The peers: replication of their slots.
 
-pub mod replication;
+pub(crate) mod replication;

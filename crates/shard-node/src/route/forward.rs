@@ -1,5 +1,5 @@
 //! Forwarding: each checked write goes to the node of the slot it is routed to
-//! ([`crate::routing`] picks the slot) or to this node's commit loop, and its outcome comes
+//! ([`crate::route::slots`] picks the slot) or to this node's commit loop, and its outcome comes
 //! back. A batch's entries for other slots go out concurrently with the local ones; a write
 //! whose node cannot be reached before anything was sent is taken here if it carries no
 //! idempotency key (a keyed one must wait for its slot, so that retries stay deduplicated).
@@ -15,10 +15,10 @@ use geocount_model::wire::{
 use geocount_net::HttpError;
 use geocount_sync::DescriptionTable;
 
+use crate::engine::write::{Change, WriteRequest};
 use crate::error::ShardError;
-use crate::routing::ForwardError;
-use crate::state::NodeState;
-use crate::write::{Change, WriteRequest};
+use crate::http::state::NodeState;
+use crate::route::slots::ForwardError;
 
 /// A write applied, by this node or the one it was forwarded to.
 #[derive(Debug)]

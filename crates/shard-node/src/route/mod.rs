@@ -1,4 +1,4 @@
 //! Where a write goes.
 
-pub mod forward;
-pub mod slots;
+pub(crate) mod forward;
+pub(crate) mod slots;

@@ -25,9 +25,9 @@ use geocount_net::{ClientError, HttpClient};
 use geocount_sync::DescriptionTable;
 use hyper::Method;
 
-use crate::key_scope::unscoped;
-use crate::replication::PeerSink;
-use crate::write::{Change, WriteRequest};
+use crate::engine::key_scope::unscoped;
+use crate::engine::write::{Change, WriteRequest};
+use crate::peer::replication::PeerSink;
 
 /// Marks a write forwarded by another node: apply it here.
 pub const FORWARDED_HEADER: &str = "x-geocount-forwarded";

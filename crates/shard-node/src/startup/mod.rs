@@ -1,6 +1,6 @@
 //! Startup: what a node serves from.
 
-pub mod key_restore;
-pub mod recovery;
-pub mod restore;
+pub(crate) mod key_restore;
+pub(crate) mod recovery;
+pub(crate) mod restore;
 pub mod resume;

@@ -8,13 +8,13 @@ use geocount_model::ShardDefaults;
 use geocount_sync::DescriptionTable;
 
 use crate::config::RestoreMode;
+use crate::engine::idempotency::{IdempotencyCache, SharedKeys};
+use crate::engine::slot_table::SlotTable;
+use crate::engine::store::{Checkpoint, Store};
+use crate::engine::wal::Wal;
 use crate::error::StorageError;
-use crate::idempotency::{IdempotencyCache, SharedKeys};
-use crate::recovery::{self, Recovered};
-use crate::slot_table::SlotTable;
+use crate::startup::recovery::{self, Recovered};
 use crate::storage::Disk;
-use crate::store::{Checkpoint, Store};
-use crate::wal::Wal;
 
 /// The state a node starts serving from.
 #[derive(Debug)]

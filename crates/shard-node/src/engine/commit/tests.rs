@@ -1,6 +1,7 @@
 use geocount_model::{CounterId, SystemClock};
 
 use super::*;
+use crate::engine::write::{Change, WriteRequest};
 use crate::storage::{OsDisk, Storage, Workers};
 
 /// A commit loop on a fresh data directory `dir` (its files on the OS disk, its checkpointer
@@ -12,7 +13,7 @@ fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
     };
     let settings = ShardDefaults::default();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let recovered = crate::resume::recover(
+    let recovered = crate::startup::resume::recover(
         storage.disk.clone(),
         dir,
         &settings,
