@@ -31,9 +31,7 @@ use crate::engine::write::{Command, WriteResults};
 use crate::error::{ShardError, StorageError};
 use crate::health::NodeHealth;
 use crate::metrics::ShardMetrics;
-use crate::startup::resume::LogState;
 
-/// The write vocabulary, named here too for callers outside the crate (the fuzz targets).
 mod install;
 mod restore;
 mod stage;
@@ -76,6 +74,19 @@ pub struct CommitContext {
     pub metrics: Arc<ShardMetrics>,
     /// Health, for `/healthz`.
     pub health: Arc<NodeHealth>,
+}
+
+/// What the commit loop resumes from: what startup read of the log and the store.
+#[derive(Debug)]
+pub struct LogState {
+    /// A fresh log segment after the replayed ones.
+    pub wal: Wal,
+    /// Idempotency keys still within retention.
+    pub idempotency: SharedKeys,
+    /// What the log holds beyond the store: the next checkpoint must write it.
+    pub pending: Checkpoint,
+    /// The highest version of the slot so far.
+    pub last_version: u64,
 }
 
 /// The state only the commit loop touches.

@@ -42,7 +42,7 @@ use crate::http::requests::{
 use crate::http::routes::{Route, need};
 use crate::http::state::NodeState;
 use crate::route::forward;
-use crate::route::slots::FORWARDED_HEADER;
+use crate::route::forward::FORWARDED_HEADER;
 use crate::startup::restore::RestoreReport;
 use geocount_http::routing::{self, RequestError, Routed, TokenName, WindowQuery};
 
