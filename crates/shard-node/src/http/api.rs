@@ -1,5 +1,5 @@
 //! The shard node's HTTP API: routes and their handlers, which parse a request, hand it on
-//! ([`crate::route::forward`], [`crate::http::copies`]) and answer.
+//! ([`crate::route::forward`], [`super::copies`]) and answer.
 //!
 //! | route | does |
 //! |---|---|
@@ -16,8 +16,8 @@
 //! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
 //!
 //! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
-//! this node's is forwarded to one that does ([`crate::route::forward`]). A unique counter's reads and
-//! writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
+//! this node's is forwarded to one that does ([`crate::route::forward`]). A unique counter's
+//! reads and writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
 //! `{"error": ...}` with a 4xx.
 
 use std::sync::Arc;
