@@ -9,8 +9,8 @@ use geocount_model::{CounterDescription, ShardDefaults, SlotRecord, next_slot_ve
 use geocount_wan::Shaping;
 use geocount_wan::control::ShapingChange;
 use libfuzzer_sys::fuzz_target;
-use shard_node::commit::Change;
-use shard_node::requests::{parse_create, parse_write};
+use shard_node::engine::write::Change;
+use shard_node::http::requests::{parse_create, parse_write};
 
 fuzz_target!(|data: &[u8]| {
     let settings = ShardDefaults::default();

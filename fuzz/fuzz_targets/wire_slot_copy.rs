@@ -10,7 +10,7 @@ use geocount_fuzz::{drive_record, round_trip};
 use geocount_model::wire::{Cursor, SlotCopy};
 use geocount_model::{CounterId, SlotRecord};
 use libfuzzer_sys::fuzz_target;
-use shard_node::slot_table::SlotTable;
+use shard_node::engine::slot_table::SlotTable;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(copy) = postcard::from_bytes::<SlotCopy>(data) else {

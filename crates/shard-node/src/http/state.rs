@@ -1,4 +1,5 @@
-//! What every handler shares ([`NodeState`]), and the way to the commit loop from it.
+//! What every handler shares ([`NodeState`]), and the way to the commit loop from it; it is
+//! the node forwarding applies writes on ([`LocalNode`]).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
@@ -8,16 +9,17 @@ use geocount_model::{Clock, ShardDefaults, SyncSettings};
 use geocount_sync::{DescriptionTable, SlotCopies};
 use tokio::sync::mpsc;
 
+use crate::engine::idempotency::SharedKeys;
+use crate::engine::slot_table::SharedSlotTable;
+use crate::engine::write::{Command, WriteRequest, WriteResults};
 use crate::error::ShardError;
 use crate::health::NodeHealth;
-use crate::idempotency::SharedKeys;
+use crate::http::routes::Route;
 use crate::metrics::ShardMetrics;
-use crate::replication::PeerSink;
-use crate::restore::RestoreProgress;
-use crate::routes::Route;
-use crate::routing::WriteRouter;
-use crate::slot_table::SharedSlotTable;
-use crate::write::{Command, WriteRequest, WriteResults};
+use crate::peer::replication::PeerSink;
+use crate::route::forward::LocalNode;
+use crate::route::slots::WriteRouter;
+use crate::startup::restore::RestoreProgress;
 
 /// What the HTTP handlers share.
 pub struct NodeState {
@@ -80,5 +82,34 @@ impl NodeState {
     /// The refusal of a request the stopping node can no longer take.
     pub fn stopped(&self) -> ShardError {
         ShardError::Unavailable("the node is shutting down".into())
+    }
+}
+
+impl LocalNode for NodeState {
+    fn router(&self) -> &WriteRouter {
+        &self.router
+    }
+
+    fn descriptions(&self) -> &RwLock<DescriptionTable> {
+        &self.descriptions
+    }
+
+    fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
+    }
+
+    fn slot_name(&self) -> &str {
+        &self.slot_name
+    }
+
+    fn submit(
+        &self,
+        writes: Vec<WriteRequest>,
+    ) -> impl Future<Output = Result<WriteResults, ShardError>> + Send {
+        NodeState::submit(self, writes)
+    }
+
+    fn stopped(&self) -> ShardError {
+        NodeState::stopped(self)
     }
 }

@@ -1,5 +1,4 @@
-//! Write routing inside a datacenter: which of a counter's slots takes a write, and forwarding
-//! to the node that owns it.
+//! Slot choice inside a datacenter: which of a counter's slots takes a write ([`WriteRouter`]).
 //!
 //! A counter uses `numberOfShards` of the datacenter's slots, chosen by consistent hashing
 //! ([`Placement`]). An item for a unique counter always goes to the slot its hash picks among
@@ -10,29 +9,22 @@
 //! on every node of the datacenter however much of the description each has heard, so a retry
 //! meets its first attempt wherever it arrives, even if the counter was created elsewhere with
 //! another slot count, or grew or shrank, in between. Other writes to a counter with one slot go
-//! to it, and writes to a counter spread over several pick one by the configured [`Selection`]. Forwarded writes carry [`FORWARDED_HEADER`] and are
-//! applied where they land, so a write never takes two hops even while nodes disagree about a
-//! counter's slot count.
+//! to it, and writes to a counter spread over several pick one by the configured [`Selection`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use bytes::Bytes;
-use geocount_model::wire::{BatchResponse, POSTCARD_CONTENT_TYPE};
 use geocount_model::{Placement, Selection};
-use geocount_net::{ClientError, HttpClient};
+use geocount_net::HttpClient;
 use geocount_sync::DescriptionTable;
-use hyper::Method;
 
-use crate::key_scope::unscoped;
-use crate::replication::PeerSink;
-use crate::write::{Change, WriteRequest};
+use crate::engine::key_scope::unscoped;
+use crate::engine::write::{Change, WriteRequest};
+use crate::peer::replication::PeerSink;
 
-/// Marks a write forwarded by another node: apply it here.
-pub const FORWARDED_HEADER: &str = "x-geocount-forwarded";
-
-/// Picks the slot for each write and forwards writes to other nodes.
+/// Picks the slot for each write, and knows every slot's node (forwarding sends through its
+/// client).
 pub struct WriteRouter {
     placement: Placement,
     own_slot: u32,
@@ -43,7 +35,8 @@ pub struct WriteRouter {
     default_shards: u32,
     own_load: Arc<AtomicU64>,
     peers: Vec<(u32, Arc<PeerSink>)>,
-    client: HttpClient,
+    /// The client forwarding sends with.
+    pub(super) client: HttpClient,
 }
 
 /// What a router needs to know about the datacenter.
@@ -184,79 +177,6 @@ impl WriteRouter {
     /// The address of slot `slot`'s node.
     pub fn address(&self, slot: u32) -> SocketAddr {
         self.addresses[slot as usize]
-    }
-
-    /// Sends an encoded batch to `path` (`/batch` or `/batch/items`) of slot `slot`'s node,
-    /// marked as forwarded.
-    pub async fn forward(
-        &self,
-        slot: u32,
-        path: &str,
-        batch: Bytes,
-    ) -> Result<BatchResponse, ForwardError> {
-        let url = self.client.url(self.address(slot), path);
-        let headers = [
-            ("content-type", POSTCARD_CONTENT_TYPE),
-            (FORWARDED_HEADER, "1"),
-        ];
-        let answer = self
-            .client
-            .send(Method::POST, &url, &headers, batch)
-            .await?;
-        if refused_whole(answer.status) {
-            return Err(ForwardError::Refused {
-                status: answer.status.as_u16(),
-                error: String::from_utf8_lossy(&answer.body).into_owned(),
-            });
-        }
-        if !answer.status.is_success() {
-            return Err(ClientError::Transport {
-                url,
-                message: format!(
-                    "answered {}: {}",
-                    answer.status,
-                    String::from_utf8_lossy(&answer.body)
-                ),
-            }
-            .into());
-        }
-        postcard::from_bytes(&answer.body).map_err(|e| {
-            ClientError::Transport {
-                url,
-                message: format!("undecodable batch answer: {e}"),
-            }
-            .into()
-        })
-    }
-}
-
-/// Whether a shard node's answer of `status` to a forwarded batch refused it whole, applying
-/// nothing: every 4xx, and 503 (restoring, stopping, or fenced after a storage failure), are
-/// answered before any write is staged. Other failures may come after a write was applied.
-fn refused_whole(status: hyper::StatusCode) -> bool {
-    status.is_client_error() || status == hyper::StatusCode::SERVICE_UNAVAILABLE
-}
-
-/// Why a forwarded batch has no outcomes.
-#[derive(Debug, thiserror::Error)]
-pub enum ForwardError {
-    /// The target refused the whole batch and applied none of it.
-    #[error("refused with {status}: {error}")]
-    Refused {
-        /// The target's HTTP status.
-        status: u16,
-        /// Its answer's body.
-        error: String,
-    },
-    /// The request failed: not sent at all ([`ClientError::is_connect`]), or of unknown outcome.
-    #[error(transparent)]
-    Client(#[from] ClientError),
-}
-
-impl ForwardError {
-    /// Whether the batch certainly never reached the target.
-    pub fn is_connect(&self) -> bool {
-        matches!(self, ForwardError::Client(error) if error.is_connect())
     }
 }
 

@@ -14,13 +14,13 @@ use geocount_sync::DescriptionTable;
 use indexmap::IndexMap;
 
 use super::CommitLoop;
-use crate::budget::{self, row_bytes};
+use crate::engine::budget::{self, row_bytes};
+use crate::engine::hot::changed_description;
+use crate::engine::idempotency::{asks_for, record_of};
+use crate::engine::key_scope::unscoped;
+use crate::engine::slot_table::SlotTable;
+use crate::engine::write::{Change, WriteRequest};
 use crate::error::ShardError;
-use crate::hot::changed_description;
-use crate::idempotency::{asks_for, record_of};
-use crate::key_scope::unscoped;
-use crate::slot_table::SlotTable;
-use crate::write::{Change, WriteRequest};
 
 /// One counter's changes in a group, staged beside its committed record (which is neither
 /// copied nor changed until the group is durable), and what is known of the counter, looked up

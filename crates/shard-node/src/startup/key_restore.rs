@@ -1,12 +1,12 @@
 //! Restoring the own slot's idempotency keys after its disk was lost, from the peers that hold
-//! copies of them ([`crate::replication::PeerSink::holding_keys`]), page by page
+//! copies of them ([`crate::peer::replication::PeerSink::holding_keys`]), page by page
 //! (`GET /slots/{slot}/keys?from=N`).
 //!
 //! A retry of a write acknowledged before the loss must find its key, or be refused: so the
 //! restore waits for one peer that has held every key of the slot since it started. With none
 //! (no peer, or every peer restarted since), the keys that could be missing are those recorded
 //! within the retention before the restore, and the slot refuses keys it does not hold until
-//! they would have expired ([`crate::idempotency::IdempotencyCache::unknown_until`]).
+//! they would have expired ([`crate::engine::idempotency::IdempotencyCache::unknown_until`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use geocount_model::IdempotencyRecord;
 use geocount_model::wire::KeyCopy;
 use tokio::task::JoinSet;
 
-use crate::restore::{CopySource, RestoreRequest};
+use crate::startup::restore::{CopySource, RestoreRequest};
 
 /// The keys a restore found.
 #[derive(Debug, Default)]

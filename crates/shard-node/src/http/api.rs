@@ -1,5 +1,5 @@
 //! The shard node's HTTP API: routes and their handlers, which parse a request, hand it on
-//! ([`crate::forward`], [`crate::copies`]) and answer.
+//! ([`crate::route::forward`], [`super::copies`]) and answer.
 //!
 //! | route | does |
 //! |---|---|
@@ -16,8 +16,8 @@
 //! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
 //!
 //! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
-//! this node's is forwarded to one that does ([`crate::forward`]). A unique counter's reads and
-//! writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
+//! this node's is forwarded to one that does ([`crate::route::forward`]). A unique counter's
+//! reads and writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
 //! `{"error": ...}` with a 4xx.
 
 use std::sync::Arc;
@@ -32,20 +32,19 @@ use hyper::header::HeaderValue;
 use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
-use crate::copies;
+use crate::engine::key_scope::KeyScope;
+use crate::engine::write::{Command, WriteRequest};
 use crate::error::ShardError;
-use crate::forward;
-use crate::key_scope::KeyScope;
-use crate::requests::{parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op};
-use crate::restore::RestoreReport;
-use crate::routing::FORWARDED_HEADER;
-use crate::state::NodeState;
-use crate::write::{Command, WriteRequest};
+use crate::http::copies;
+use crate::http::requests::{
+    parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
+};
+use crate::http::routes::{Route, need};
+use crate::http::state::NodeState;
+use crate::route::forward;
+use crate::route::forward::FORWARDED_HEADER;
+use crate::startup::restore::RestoreReport;
 use geocount_http::routing::{self, RequestError, Routed, TokenName, WindowQuery};
-
-pub use crate::requests::MAX_SHARDS_PER_COUNTER;
-/// The routes, named here too for callers outside the crate (the fuzz targets).
-pub use crate::routes::{ROUTES, Route, need, router};
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
@@ -97,7 +96,7 @@ async fn dispatch(
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
             StatusCode::OK,
-            &crate::openapi::document().to_json(),
+            &crate::http::openapi::document().to_json(),
         )),
         (Route::Metrics, Method::GET, _, _) => {
             let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));

@@ -4,9 +4,9 @@
 use geocount_model::{CounterId, IdempotencyRecord, SlotRecord};
 
 use super::CommitLoop;
-use crate::budget::row_bytes;
+use crate::engine::budget::row_bytes;
+use crate::engine::wal::LogRecord;
 use crate::error::StorageError;
-use crate::wal::LogRecord;
 
 impl CommitLoop {
     /// Logs and fsyncs a restored part of the slot, then merges it into the table; later

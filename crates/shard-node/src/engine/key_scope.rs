@@ -7,11 +7,11 @@
 //! already scoped. Routing a keyed write to its slot hashes the key alone ([`unscoped`]), so
 //! clients that route themselves from the topology keep finding the same slot.
 
+use crate::engine::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
 use crate::error::ShardError;
-use crate::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
 
 /// Separates an idempotency key's scope from the key.
-pub const KEY_SCOPE_SEPARATOR: char = '\u{1f}';
+pub(crate) const KEY_SCOPE_SEPARATOR: char = '\u{1f}';
 
 /// Whose keys a request's idempotency keys are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub fn check_client_key(key: &str) -> Result<(), ShardError> {
 
 /// The client's key of a scoped key (a key no client sent whole: the part after the last
 /// separator, since a client's key holds none).
-pub fn unscoped(key: &str) -> &str {
+pub(crate) fn unscoped(key: &str) -> &str {
     key.rsplit_once(KEY_SCOPE_SEPARATOR)
         .map_or(key, |(_, key)| key)
 }

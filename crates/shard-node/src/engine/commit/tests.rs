@@ -1,10 +1,14 @@
 use geocount_model::{CounterId, SystemClock};
 
 use super::*;
+use crate::engine::idempotency::IdempotencyCache;
+use crate::engine::slot_table::SlotTable;
+use crate::engine::store::{STORE_FILE, Store};
+use crate::engine::write::{Change, WriteRequest};
 use crate::storage::{OsDisk, Storage, Workers};
 
-/// A commit loop on a fresh data directory `dir` (its files on the OS disk, its checkpointer
-/// a task), and the table it installs into.
+/// A commit loop on a fresh data directory `dir` (an empty store and log on the OS disk, its
+/// checkpointer a task), and the table it installs into.
 fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
     let storage = Storage {
         disk: Arc::new(OsDisk),
@@ -12,26 +16,27 @@ fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
     };
     let settings = ShardDefaults::default();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let recovered = crate::resume::recover(
-        storage.disk.clone(),
-        dir,
-        &settings,
-        clock.now_unix_ms(),
-        crate::RestoreMode::Empty,
-    )
-    .expect("a fresh data directory");
-    let table: SharedSlotTable = Arc::new(RwLock::new(recovered.table));
+    let store = Store::open(&*storage.disk, &dir.join(STORE_FILE)).expect("a fresh store");
+    let log = LogState {
+        wal: Wal::create(storage.disk.clone(), dir, 1).expect("a fresh log"),
+        idempotency: Arc::new(RwLock::new(IdempotencyCache::new(
+            settings.idempotency_retention_secs * 1000,
+        ))),
+        pending: Checkpoint::default(),
+        last_version: 0,
+    };
+    let table: SharedSlotTable = Arc::new(RwLock::new(SlotTable::default()));
     let metrics = Arc::new(ShardMetrics::default());
     let checkpointer = Checkpointer::spawn(
         &storage,
-        recovered.store,
+        store,
         table.clone(),
         dir.to_owned(),
         metrics.clone(),
     );
     let context = CommitContext {
         table: table.clone(),
-        descriptions: Arc::new(RwLock::new(recovered.descriptions)),
+        descriptions: Arc::new(RwLock::new(DescriptionTable::default())),
         checkpointer,
         settings,
         clock: clock.clone(),
@@ -42,7 +47,7 @@ fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
         metrics,
         health: Arc::new(NodeHealth::default()),
     };
-    (CommitLoop::new(recovered.log, context), table)
+    (CommitLoop::new(log, context), table)
 }
 
 /// One group: a delta to a counter no one described, then an item for it. The item is

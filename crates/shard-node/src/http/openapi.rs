@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn the_document_lists_exactly_the_routed_paths() {
-        let routed = crate::routes::ROUTES.iter().map(|(path, _)| *path);
+        let routed = crate::http::routes::ROUTES.iter().map(|(path, _)| *path);
         assert_eq!(document().unmatched_paths(routed), (vec![], vec![]));
     }
 }

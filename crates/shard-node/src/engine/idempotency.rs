@@ -12,7 +12,7 @@ use hashbrown::HashTable;
 
 pub use geocount_model::IdempotencyRecord;
 
-use crate::write::Change;
+use crate::engine::write::Change;
 
 /// The keys, shared by the commit loop (their only writer) and the sync handler.
 pub type SharedKeys = std::sync::Arc<std::sync::RwLock<IdempotencyCache>>;

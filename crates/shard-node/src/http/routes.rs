@@ -36,7 +36,7 @@ pub enum Route {
 }
 
 /// Every path this tier answers, with its route (its OpenAPI document lists the same).
-pub const ROUTES: &[(&str, Route)] = &[
+pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("/counter", Route::Create),
     ("/counter/{id}", Route::Counter),
     ("/counter/{id}/write", Route::Write),
@@ -54,12 +54,12 @@ pub const ROUTES: &[(&str, Route)] = &[
 
 /// What each route needs of a request (README, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `datacenter` is this node's, `slot` the
-/// route's `{slot}`. A write another node forwarded (marked with [`FORWARDED_HEADER`](crate::routing::FORWARDED_HEADER)) needs a
+/// route's `{slot}`. A write another node forwarded (marked with [`FORWARDED_HEADER`](crate::route::forward::FORWARDED_HEADER)) needs a
 /// shard node of this datacenter instead of a token: the first node checked the client's, and
 /// the mark alone must not let a client skip it. `/sync` is pulled by this datacenter's
 /// aggregator and its shard nodes (peers), a slot's copy only by the node of that slot, which
 /// restores it.
-pub fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter: &str) -> Need {
+pub(crate) fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter: &str) -> Need {
     let shards = || Allow::ShardsOf(datacenter.to_owned());
     match route {
         Route::Write | Route::Increment | Route::Batch | Route::BatchItems if forwarded => {

@@ -2,7 +2,7 @@
 //! and of single writes, the `op` of `PATCH /counter/{id}/write`, `Idempotency-Key`s, and the
 //! postcard bodies of `POST /batch` and `POST /batch/items`.
 //!
-//! The handlers of [`crate::api`] call these, and so do the fuzz targets of `fuzz/`: every byte
+//! The handlers of [`super::api`] call these, and so do the fuzz targets of `fuzz/`: every byte
 //! a client sends is refused here with an error (400, 413 or 422), never a panic.
 
 use geocount_model::unique::validate_item;
@@ -11,9 +11,9 @@ use geocount_model::{CounterDescription, CounterId, CounterType, ModelError, Sha
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use crate::engine::key_scope::KeyScope;
+use crate::engine::write::{Change, WriteRequest};
 use crate::error::ShardError;
-use crate::key_scope::KeyScope;
-use crate::write::{Change, WriteRequest};
 
 pub use geocount_model::MAX_SHARDS_PER_COUNTER;
 

@@ -1,6 +1,6 @@
 //! Restoring this node's own slot after its disk was lost.
 //!
-//! A node whose data directory is marked for a restore ([`crate::recovery`]) asks every process
+//! A node whose data directory is marked for a restore ([`super::recovery`]) asks every process
 //! that holds a copy of its slot (its datacenter aggregator, the global aggregator and its
 //! peers) for that copy, page by page (`GET /slots/{slot}/copy?from=N`), each page bounded by
 //! the client's timeout. Only a source that held the slot whole since it started counts: an

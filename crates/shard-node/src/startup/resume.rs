@@ -8,13 +8,13 @@ use geocount_model::ShardDefaults;
 use geocount_sync::DescriptionTable;
 
 use crate::config::RestoreMode;
+use crate::engine::commit::LogState;
+use crate::engine::idempotency::IdempotencyCache;
+use crate::engine::slot_table::SlotTable;
+use crate::engine::store::{Checkpoint, Store};
 use crate::error::StorageError;
-use crate::idempotency::{IdempotencyCache, SharedKeys};
-use crate::recovery::{self, Recovered};
-use crate::slot_table::SlotTable;
+use crate::startup::recovery::{self, Recovered};
 use crate::storage::Disk;
-use crate::store::{Checkpoint, Store};
-use crate::wal::Wal;
 
 /// The state a node starts serving from.
 #[derive(Debug)]
@@ -31,19 +31,6 @@ pub struct Resumed {
     pub incarnation: u64,
     /// The commit loop's own state.
     pub log: LogState,
-}
-
-/// What the commit loop resumes from.
-#[derive(Debug)]
-pub struct LogState {
-    /// A fresh log segment after the replayed ones.
-    pub wal: Wal,
-    /// Idempotency keys still within retention.
-    pub idempotency: SharedKeys,
-    /// What the log holds beyond the store: the next checkpoint must write it.
-    pub pending: Checkpoint,
-    /// The highest version of the slot so far.
-    pub last_version: u64,
 }
 
 /// Recovers the data directory (see [`recovery::recover`]) and builds the node's state from it.

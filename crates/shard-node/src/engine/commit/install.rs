@@ -8,9 +8,9 @@ use geocount_model::held_bytes::description_bytes;
 use geocount_model::{Durability, WindowChange};
 
 use super::CommitLoop;
-use crate::budget::row_bytes;
+use crate::engine::budget::row_bytes;
+use crate::engine::wal::LogRecord;
 use crate::error::StorageError;
-use crate::wal::LogRecord;
 
 /// What installing a durable group does to one counter's row.
 pub(super) struct SlotChange {

@@ -7,19 +7,19 @@
 //! middle of its restore resumes it rather than come back empty.
 //!
 //! Recovery reads records and hands them on as they are: the tables they go into are built by
-//! [`crate::resume`].
+//! [`crate::startup::resume`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::RestoreMode;
+use crate::engine::store::{STORE_FILE, Store, StoredState};
+use crate::engine::wal::{self, LogRecord, Wal};
 use crate::error::StorageError;
 use crate::storage::Disk;
-use crate::store::{STORE_FILE, Store, StoredState};
-use crate::wal::{self, LogRecord, Wal};
 
 /// What a data directory holds, read at startup: plain records, from which the node builds
-/// its tables ([`crate::resume`]).
+/// its tables ([`crate::startup::resume`]).
 #[derive(Debug)]
 pub struct Recovered {
     /// The open checkpoint store: the checkpointer writes it.

@@ -12,8 +12,8 @@ use geocount_model::held_bytes::{
 use geocount_model::{ShardDefaults, SlotRecord, UniqueSketch, Window, WindowChange};
 use geocount_sync::DescriptionTable;
 
+use crate::engine::slot_table::SlotTable;
 use crate::error::ShardError;
-use crate::slot_table::SlotTable;
 
 /// What the node holds against its byte bounds.
 #[derive(Debug, Clone)]

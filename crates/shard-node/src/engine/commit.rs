@@ -3,7 +3,7 @@
 //! HTTP handlers send [`Command`]s. The loop takes every command that is waiting (a group), works
 //! out each write against the committed state (overflow checks, idempotency keys, new versions),
 //! appends one [`LogRecord`] for the whole group, fsyncs it once, and only then installs the
-//! result in the shared [`SlotTable`](crate::slot_table::SlotTable) and answers. While it
+//! result in the shared [`SlotTable`](crate::engine::slot_table::SlotTable) and answers. While it
 //! fsyncs, the next group gathers in the queue, so one fsync serves many writers.
 //!
 //! One file per concept: [`stage`] works a group's writes out without changing anything,
@@ -20,21 +20,17 @@ use geocount_model::{
 use geocount_sync::DescriptionTable;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::budget::ByteBudget;
-use crate::checkpoint::Checkpointer;
+use crate::engine::budget::ByteBudget;
+use crate::engine::checkpoint::Checkpointer;
+use crate::engine::hot::HotCounters;
+use crate::engine::idempotency::SharedKeys;
+use crate::engine::slot_table::SharedSlotTable;
+use crate::engine::store::Checkpoint;
+use crate::engine::wal::{LogRecord, Wal};
+use crate::engine::write::{Command, WriteResults};
 use crate::error::{ShardError, StorageError};
 use crate::health::NodeHealth;
-use crate::hot::HotCounters;
-use crate::idempotency::SharedKeys;
 use crate::metrics::ShardMetrics;
-use crate::resume::LogState;
-use crate::slot_table::SharedSlotTable;
-use crate::store::Checkpoint;
-use crate::wal::{LogRecord, Wal};
-use crate::write::{Command, WriteResults};
-
-/// The write vocabulary, named here too for callers outside the crate (the fuzz targets).
-pub use crate::write::{Change, WriteRequest};
 
 mod install;
 mod restore;
@@ -78,6 +74,19 @@ pub struct CommitContext {
     pub metrics: Arc<ShardMetrics>,
     /// Health, for `/healthz`.
     pub health: Arc<NodeHealth>,
+}
+
+/// What the commit loop resumes from: what startup read of the log and the store.
+#[derive(Debug)]
+pub struct LogState {
+    /// A fresh log segment after the replayed ones.
+    pub wal: Wal,
+    /// Idempotency keys still within retention.
+    pub idempotency: SharedKeys,
+    /// What the log holds beyond the store: the next checkpoint must write it.
+    pub pending: Checkpoint,
+    /// The highest version of the slot so far.
+    pub last_version: u64,
 }
 
 /// The state only the commit loop touches.

@@ -8,7 +8,7 @@ use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{CounterId, IdTable, Partitions, SlotRecord, SlotState, Window, WindowChange};
 use geocount_sync::{ChangeJournal, Journaled};
 
-use crate::store::RowSource;
+use crate::engine::store::RowSource;
 
 /// The table, shared by the HTTP handlers (readers) and the commit thread (the only writer).
 pub type SharedSlotTable = Arc<RwLock<SlotTable>>;

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::mpsc;
 
+use crate::engine::store::{Checkpoint, RowSource, STORE_FILE, Store};
+use crate::engine::wal;
 use crate::metrics::ShardMetrics;
 use crate::storage::{Storage, Worker};
-use crate::store::{Checkpoint, RowSource, STORE_FILE, Store};
-use crate::wal;
 
 /// The handle the commit loop holds.
 #[derive(Debug)]

@@ -10,10 +10,10 @@ use geocount_model::{Clock, SyncSettings, max_slot_version};
 use geocount_sync::{DescriptionTable, PageFence, PullSink, SlotCopies, SourceStatus};
 use tokio::sync::mpsc;
 
+use crate::engine::idempotency::IdempotencyCache;
+use crate::engine::write::Command;
 use crate::health::NodeHealth;
-use crate::idempotency::IdempotencyCache;
 use crate::metrics::{ShardMetrics, SourceLabel};
-use crate::write::Command;
 
 /// Pulls one source (a peer shard node, or the datacenter aggregator for descriptions only).
 pub struct PeerSink {
