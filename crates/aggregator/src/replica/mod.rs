@@ -1,30 +1,53 @@
-//! What an aggregator holds of the tier below it, and how its pullers feed it.
+//! What an aggregator holds of the tier below it, how its pullers feed it, and the top-K index
+//! it keeps beside its copies.
 //!
-//! Both aggregators keep the same three things in memory: copies of slots ([`SlotCopies`]),
-//! counter descriptions ([`DescriptionTable`]) and one [`SourceStatus`] per source they pull.
-//! [`spawn_pullers`](crate::spawn_pullers) starts one puller per source, each feeding a [`ReplicaSink`](crate::ReplicaSink) that merges
-//! the pulled page into the tables and moves that source's cursors and freshness on. Reads,
-//! `POST /sync` answers ([`Replica::sync_page`]) and slot copies ([`Replica::slot_copy`]) are
-//! served from the same tables, so nothing a reader does waits on a source.
+//! Both aggregators keep the same things in memory: copies of slots ([`SlotCopies`]), counter
+//! descriptions ([`DescriptionTable`]), one [`SourceStatus`] per source they pull, and a
+//! [`TopIndex`] over the copies. Reads, `POST /sync` answers ([`Replica::sync_page`]) and slot
+//! copies ([`Replica::slot_copy`]) are served from the same tables, so nothing a reader does
+//! waits on a source.
+//!
+//! - [`source`]: the sources pulled ([`PullSource`]) and what kind each is ([`SourceKind`]).
+//! - [`merge`]: the one path a pulled page takes into the replica ([`merge_pulled`]).
+//! - [`top`]: the top-K index beside the copies, fed by what each merge changed, and answering
+//!   a ranking over it ([`with_ranked`]).
+//! - [`scans`]: rankings that scan every counter, without holding up merges and reads
+//!   ([`Scans`]).
+//! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
+//! - [`pulling`]: the pullers that feed a replica, one per source ([`start_pulling`]).
+//! - [`serve`]: answering `POST /sync` from the replica ([`serve_sync`]).
 
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+pub mod merge;
+pub mod metrics;
+pub mod pulling;
+pub mod scans;
+pub mod serve;
+pub mod source;
+pub mod top;
+
+use std::sync::{Arc, Mutex, RwLock};
 
 use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
-use geocount_model::{CounterType, Partitions, SlotRecord, VersionedDescription, max_slot_version};
-
+use geocount_model::{CounterType, Partitions, SlotRecord, VersionedDescription};
+use geocount_ranking::TopIndex;
+use geocount_sync::byte_bound::Refusals;
+use geocount_sync::{Conflict, DescriptionTable, SlotCopies, SlotIncarnations, SourceStatus};
 use serde::Serialize;
 
-use crate::byte_bound::Refusals;
-use crate::incarnations::{Conflict, SlotIncarnations};
-use crate::slot_copies::{PageFence, PageMerge};
-use crate::{DescriptionTable, SlotCopies, SourceStatus};
+pub use merge::{PageIntake, merge_pulled};
+pub use metrics::ReplicaMetrics;
+pub use pulling::{Pullers, ReplicaSink, spawn_pullers, start_pulling};
+pub use scans::{SCAN_RETRY_AFTER_SECS, Scans, ScansBusy};
+pub use serve::serve_sync;
+pub use source::{PullSource, SourceFence, SourceKind};
+pub use top::{RANK_CHUNK, with_ranked};
 
 /// An aggregator's copy of the tier below it.
 #[derive(Debug)]
 pub struct Replica {
-    /// The slot copies, merged by version.
-    pub copies: SlotCopies,
+    /// The slot copies, merged by version; every merge goes through the replica, so `top`
+    /// hears of it.
+    copies: SlotCopies,
     /// The counter descriptions, merged by version.
     pub descriptions: DescriptionTable,
     /// One status per source, in the order the sources were given to [`spawn_pullers`](crate::spawn_pullers).
@@ -34,37 +57,18 @@ pub struct Replica {
     /// Each slot's incarnations lately heard at its address and announced in pulls, by slot
     /// index.
     pub incarnations: Vec<SlotIncarnations>,
-    /// Per source, the indices of the slots it may deliver.
-    fences: Vec<Vec<u16>>,
-    /// Per source, the name its pages must carry (its slot's, or its datacenter's).
-    source_names: Vec<String>,
+    /// Per source, what its pages may carry.
+    fences: Vec<SourceFence>,
     /// How far ahead of this process's clock a copy's version may be (`sync.max_clock_skew_ms`).
     pub max_clock_skew_ms: u64,
     /// Pulled entries refused past the copies' byte bound, and the setting that bounds them.
     refusals: Refusals,
     /// The partitions this replica holds, when not all (its sources send only theirs).
     pub partitions: Option<Partitions>,
-}
-
-/// One source to pull: its name, where it listens, how often and what to pull.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PullSource {
-    /// Its name (a slot, a datacenter, `global`; `@<n>` after it for replica n > 0), for logs
-    /// and metrics.
-    pub name: String,
-    /// The name its pages carry (a slot's, a datacenter's, `global`): a page under another name
-    /// comes from a process configured for something else, and is refused.
-    pub answers_as: String,
-    /// Its `host:port`.
-    pub address: String,
-    /// How often a pull starts once caught up.
-    pub interval: Duration,
-    /// The first pull: the streams asked for from the start (slot states, descriptions), and
-    /// the partitions (`None`: every counter).
-    pub first: SyncRequest,
-    /// The slots whose states this source may deliver (a shard node its own, a datacenter
-    /// aggregator its datacenter's): entries of any other slot are refused.
-    pub delivers: Vec<String>,
+    /// Counters ranked by total ([`top`]); every merge that changes one marks it. Behind a
+    /// lock of its own, so ranking needs only shared access to the replica: reads and sync
+    /// pages are served meanwhile, and only merges wait.
+    top: Option<Mutex<TopIndex>>,
 }
 
 /// What a replica has heard of one slot since its process started.
@@ -155,19 +159,16 @@ impl Replica {
         }
     }
 
+    /// The slot copies.
+    pub fn copies(&self) -> &SlotCopies {
+        &self.copies
+    }
+
     /// Empty copies of the slots named `slot_names`, to be pulled from `sources` (none heard
     /// yet).
     pub fn new(slot_names: Vec<String>, sources: &[PullSource]) -> Self {
-        let fences = sources
-            .iter()
-            .map(|source| {
-                source
-                    .delivers
-                    .iter()
-                    .filter_map(|name| slot_names.iter().position(|n| n == name))
-                    .map(|index| index as u16)
-                    .collect()
-            })
+        let fences = (sources.iter())
+            .map(|source| SourceFence::of(source, &slot_names))
             .collect();
         Self {
             slots: vec![SlotHeard::default(); slot_names.len()],
@@ -179,10 +180,10 @@ impl Replica {
                 .map(|s| SourceStatus::asking(s.first.clone()))
                 .collect(),
             fences,
-            source_names: sources.iter().map(|s| s.answers_as.clone()).collect(),
             max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
             refusals: Refusals::default(),
             partitions: None,
+            top: None,
         }
     }
 
@@ -196,125 +197,6 @@ impl Replica {
     /// Once entries were refused past the byte bound: what to report, naming the setting.
     pub fn over_bound(&self) -> Option<String> {
         self.refusals.report(self.copies.bytes())
-    }
-
-    /// Merges a page pulled from source `source` at `sent_at_ms`, fenced to the slots that
-    /// source may deliver and to versions the clock allows at `now_ms`, and notes each slot
-    /// the page shows complete.
-    ///
-    /// A page answered under another name than the source's (a node configured for another
-    /// slot listens at the address pulled for this one) is refused whole: the error says so.
-    pub fn apply_page(
-        &mut self,
-        source: usize,
-        page: &SyncPage,
-        sent_at_ms: u64,
-        now_ms: u64,
-    ) -> Result<PageMerge, String> {
-        let fence = self.open_page(source, page, now_ms)?;
-        let merge = page
-            .slots
-            .as_ref()
-            .map_or_else(PageMerge::default, |slots| {
-                self.copies
-                    .apply_entries(&slots.slot_names, &slots.entries, &fence)
-            });
-        self.close_page(source, page, &fence, merge, sent_at_ms);
-        Ok(merge)
-    }
-
-    /// The first step of [`Replica::apply_page`]: checks the page's name, notes its source's
-    /// incarnation, and gives the fence its entries merge under.
-    pub(crate) fn open_page(
-        &mut self,
-        source: usize,
-        page: &SyncPage,
-        now_ms: u64,
-    ) -> Result<PageFence, String> {
-        let expected = &self.source_names[source];
-        if page.source != *expected {
-            return Err(format!(
-                "answered as {:?}, not {expected:?}: a process configured for another slot or datacenter listens there; its pages are refused",
-                page.source
-            ));
-        }
-        let fence = PageFence {
-            slots: self.fences[source].clone(),
-            max_version: max_slot_version(now_ms, self.max_clock_skew_ms),
-        };
-        if page.freshness.is_empty()
-            && let Some(index) = self.copies.slot_index(&page.source)
-        {
-            self.incarnations[index as usize].heard(page.incarnation, now_ms);
-        }
-        Ok(fence)
-    }
-
-    /// The last step of [`Replica::apply_page`], once every entry merged (`merge`): notes each
-    /// slot the page shows complete.
-    pub(crate) fn close_page(
-        &mut self,
-        source: usize,
-        page: &SyncPage,
-        fence: &PageFence,
-        merge: PageMerge,
-        sent_at_ms: u64,
-    ) {
-        let Some(slots) = &page.slots else {
-            return;
-        };
-        if merge.refused_bytes > 0 {
-            // The source's cursor moves past them: the copy lacks them for good.
-            self.refusals.entries += merge.refused_bytes as u64;
-            self.sources[source].refused_past_bound = true;
-            for &index in &fence.slots {
-                self.slots[usize::from(index)].refused_past_bound = true;
-            }
-            tracing::warn!(
-                source = %page.source,
-                refused = merge.refused_bytes,
-                bound = self.refusals.key,
-                "refused pulled entries past this aggregator's byte bound; its sums are incomplete"
-            );
-        }
-        if merge.refused_slot + merge.refused_version > 0 {
-            tracing::warn!(
-                source = %page.source,
-                refused_slot = merge.refused_slot,
-                refused_version = merge.refused_version,
-                "refused pulled entries: of a slot this source does not serve, or versioned beyond the clock"
-            );
-        }
-        if !slots.caught_up {
-            return;
-        }
-        if page.freshness.is_empty() {
-            // A shard node's page: its own slot, complete as of when the pull was sent.
-            if let Some(index) = self.copies.slot_index(&page.source)
-                && fence.slots.contains(&index)
-            {
-                self.slots[index as usize].heard(sent_at_ms, page.incarnation);
-            }
-        } else {
-            // An aggregator's page: each slot as complete as the aggregator's copy of it.
-            for freshness in &page.freshness {
-                if let Some(index) = self.copies.slot_index(&freshness.slot)
-                    && fence.slots.contains(&index)
-                {
-                    self.slots[index as usize].source_incomplete = freshness.incomplete;
-                }
-                if let (Some(index), Some(staleness)) = (
-                    self.copies.slot_index(&freshness.slot),
-                    freshness.staleness_ms,
-                ) && fence.slots.contains(&index)
-                {
-                    self.slots[index as usize].heard(
-                        sent_at_ms.saturating_sub(staleness),
-                        freshness.owner_incarnation,
-                    );
-                }
-            }
-        }
     }
 
     /// The replica behind a lock, for the pullers and the handlers to share.
@@ -397,43 +279,6 @@ impl Replica {
             incomplete: status.is_incomplete(),
         }
     }
-}
-
-/// Answers a ranking at `now` (unix seconds) with `answer`, given `replica` with its top-K
-/// index current: every merge ranked, and the live window moved on to end at `now` (so a
-/// ranking of the trending window ending now is a walk of the kept order rather than a scan).
-/// A backlog of marked counters is ranked [`RANK_CHUNK`] per hold of the read lock first, so
-/// merges wait for no long hold; the last few are ranked and `answer` runs under one read
-/// lock, so no merge slips in between.
-pub fn with_ranked<T>(replica: &SharedReplica, now: u64, answer: impl FnOnce(&Replica) -> T) -> T {
-    let backlog = {
-        let replica = replica.read().expect("replica lock");
-        replica.copies.advance_live(now);
-        replica.copies.top_index().map_or(0, |top| top.pending())
-    };
-    // Bounded by the backlog seen, so merges marking more meanwhile cannot keep it going.
-    for _ in 0..backlog.div_ceil(RANK_CHUNK) {
-        let replica = replica.read().expect("replica lock");
-        if replica.copies.rank_pending(RANK_CHUNK) {
-            break;
-        }
-    }
-    let replica = replica.read().expect("replica lock");
-    replica.copies.rank_all(now);
-    answer(&replica)
-}
-
-/// How many marked counters the background ranker, and a ranking catching up, rank per hold
-/// of the read lock. A merge waits for the hold to end, and reads that come after the merge
-/// wait for both, so holds are kept short (docs/architecture.md, "Top-K and trending").
-pub(crate) const RANK_CHUNK: usize = 32;
-
-/// The worst of several stalenesses: `None` (never complete) if any is `None`, else the largest
-/// (0 for none at all).
-pub fn worst_staleness(staleness: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
-    staleness
-        .into_iter()
-        .try_fold(0u64, |worst, s| s.map(|s| worst.max(s)))
 }
 
 #[cfg(test)]
