@@ -93,7 +93,7 @@ fn datacenter_reads(replica: &Replica) {
 fn global_reads(replica: &Replica) {
     for (id, _) in replica.copies().iter() {
         for window in windows().iter().map(Some).chain([None]) {
-            let _ = geocount_aggregator::global::state::read_datacenters(
+            let _ = geocount_aggregator::global::read::read_datacenters(
                 replica,
                 &SLOT_DATACENTERS,
                 replica.copies().get(id),
@@ -101,7 +101,7 @@ fn global_reads(replica: &Replica) {
                 NOW_MS,
             );
         }
-        let _ = geocount_aggregator::global::state::read_unique_datacenters(
+        let _ = geocount_aggregator::global::read::read_unique_datacenters(
             replica,
             &SLOT_DATACENTERS,
             replica.copies().get(id),

@@ -43,3 +43,30 @@ pub enum SyncError {
         expected: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source's `last_error` says what the operator must fix: which name answered.
+    #[test]
+    fn a_page_under_another_name_says_which() {
+        let error = SyncError::WrongSource {
+            answered: "DC_A_VAL_1".to_owned(),
+            expected: "DC_A_VAL_0".to_owned(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "answered as \"DC_A_VAL_1\", not \"DC_A_VAL_0\": a process configured for another slot or datacenter listens there; its pages are refused"
+        );
+        let refused = SyncError::Refused {
+            url: "http://127.0.0.1:1/sync".to_owned(),
+            status: StatusCode::FORBIDDEN,
+            body: "no".to_owned(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "http://127.0.0.1:1/sync: answered 403 Forbidden: no"
+        );
+    }
+}

@@ -17,8 +17,8 @@
 //! - [`puller`]: the pull loop ([`spawn_puller`]) and the freshness of a source
 //!   ([`SourceStatus`]).
 //!
-//! What an aggregator holds of the tier below, and how it ranks it, are the aggregator's own
-//! (`geocount_aggregator::replica`, `geocount_ranking`). The HTTP layer every tier shares
+//! What an aggregator holds of the tier below is the aggregator's own
+//! (`geocount_aggregator::replica`). The HTTP layer every tier shares
 //! (routing, access and roles, TLS, OpenAPI parts) is `geocount-http`; this crate builds on it.
 
 pub mod byte_bound;

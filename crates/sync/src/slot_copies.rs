@@ -210,7 +210,7 @@ impl SlotCopies {
     }
 
     /// [`merge`](Self::merge), returning the table index of the counter if it changed: what
-    /// an index kept beside the copies (an aggregator's top-K) updates.
+    /// an index kept beside the copies updates.
     pub fn merge_at(&mut self, slot: u16, id: &CounterId, record: &SlotRecord) -> Option<usize> {
         match self.merge_keyed(slot, id.as_str(), || id.clone(), record) {
             Merged::Changed(index) => Some(index),

@@ -50,7 +50,7 @@ pub struct Replica {
     copies: SlotCopies,
     /// The counter descriptions, merged by version.
     pub descriptions: DescriptionTable,
-    /// One status per source, in the order the sources were given to [`spawn_pullers`](crate::spawn_pullers).
+    /// One status per source, in the order the sources were given to [`spawn_pullers`].
     pub sources: Vec<SourceStatus>,
     /// What this replica has heard of each slot, by slot index.
     pub slots: Vec<SlotHeard>,

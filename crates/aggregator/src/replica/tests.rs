@@ -284,3 +284,52 @@ fn a_bucket_at_the_end_of_time_does_not_hang_the_live_window() {
     let live = replica.top_index().unwrap().live_window();
     assert_eq!(live.at, u64::MAX);
 }
+
+/// An aggregator's page says how complete each slot is; a shard node's page is its own slot,
+/// complete as of the pull. Which one a page is comes from the configured source's kind.
+#[test]
+fn an_aggregator_source_reports_each_slot_as_it_holds_it() {
+    use geocount_model::wire::SlotFreshness;
+    let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
+    let sources = [PullSource {
+        name: "A".into(),
+        answers_as: "A".into(),
+        kind: SourceKind::Aggregator,
+        address: "127.0.0.1:1".into(),
+        interval: Duration::from_millis(50),
+        first: SyncRequest::from_start(true, true),
+        delivers: names.clone(),
+    }];
+    let replica = Replica::new(names, &sources).shared();
+    let heard = |slot: &str, staleness_ms| SlotFreshness {
+        slot: slot.into(),
+        staleness_ms,
+        owner_incarnation: 7,
+        incomplete: false,
+    };
+    let from_a = SyncPage {
+        source: "A".into(),
+        freshness: vec![heard("DC_A_VAL_0", Some(100)), heard("DC_A_VAL_1", None)],
+        incarnation: 9,
+        ..page(5, 2)
+    };
+    merge_pulled(&replica, 0, &from_a, 1_000, 1_010).unwrap();
+    let r = replica.read().unwrap();
+    assert_eq!(r.slots[0].complete_as_of_ms, Some(900));
+    assert_eq!(
+        r.slots[0].owner_incarnation, 7,
+        "the owner's, not the aggregator's"
+    );
+    assert_eq!(r.slots[1].complete_as_of_ms, None, "never heard below");
+    assert_eq!(r.copies().get("c").unwrap().len(), 1);
+    // Under another name, the page is refused whole.
+    drop(r);
+    let other = SyncPage {
+        source: "B".into(),
+        ..from_a
+    };
+    assert!(matches!(
+        merge_pulled(&replica, 0, &other, 2_000, 2_010),
+        Err(geocount_sync::SyncError::WrongSource { .. })
+    ));
+}
