@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use geocount_aggregator::{DatacenterConfig, GlobalConfig};
+use geocount_aggregator::{DatacenterSettings, GlobalSettings};
 use geocount_model::{Placement, SlotId, Topology};
 use libfuzzer_sys::fuzz_target;
 use shard_node::NodeConfig;
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let file = Path::new("fuzz.toml");
-    let global = GlobalConfig::from_topology(&topology);
+    let global = GlobalSettings::from_topology(&topology);
     let _ = (
         global.slot_names(),
         global.slot_datacenters(),
@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = wan.link(&wan.global_region, region);
         }
         let aggregator =
-            DatacenterConfig::from_topology(&topology, file, &dc.name).expect("a known datacenter");
+            DatacenterSettings::from_topology(&topology, file, &dc.name).expect("a known datacenter");
         let _ = (aggregator.slot_names(), aggregator.sources());
         let slots = u32::try_from(dc.shards.len()).expect("at most 65535 slots");
         for slot in 0..=slots {

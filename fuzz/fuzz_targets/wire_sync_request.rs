@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 
 use geocount_fuzz::populated_replica;
 use geocount_model::wire::{Cursor, SyncPage, SyncRequest};
-use geocount_sync::{Journaled, Replica, answer_sync};
+use geocount_aggregator::replica::Replica;
+use geocount_sync::{Journaled, answer_sync};
 use libfuzzer_sys::fuzz_target;
 
 fn replica() -> &'static Replica {
@@ -54,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
     });
     if let Ok(request) = postcard::from_bytes::<SyncRequest>(data) {
         pull(replica, request.clone());
-        let slots_epoch = replica.copies.journal().epoch();
+        let slots_epoch = replica.copies().journal().epoch();
         let descriptions_epoch = replica.descriptions.journal().epoch();
         pull(
             replica,

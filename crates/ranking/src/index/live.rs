@@ -9,8 +9,8 @@ use geocount_http::routing::WindowQuery;
 use geocount_model::SlotRecord;
 
 use super::leaders::{ABSENT, Leaders, SHRINK_PAST, key_of};
-use super::ranked::{RankedCounters, in_window, is_unique, sum_hits};
 use super::{TopIndex, add};
+use crate::ranked::{RankedCounters, in_window, is_unique, sum_hits};
 
 /// The live window: hits in `(now - seconds, now]`, its leaders ranked like the all-time ones.
 #[derive(Debug)]

@@ -5,12 +5,13 @@ use super::*;
 use geocount_model::fixtures::FixedClock;
 use std::time::Duration;
 
-use geocount_model::SlotState;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
+use geocount_model::{CounterId, SlotState};
+use geocount_ranking::{LiveRanking, RankedCounters, Scope};
+use geocount_sync::{PageFence, PullSink};
 
-use crate::metrics::ReplicaMetrics;
-use crate::pulling::{Pullers, ReplicaSink};
-use crate::{PullSink, Scope};
+use super::metrics::ReplicaMetrics;
+use super::pulling::{Pullers, ReplicaSink};
 
 fn page(value: i64, version: u64) -> SyncPage {
     SyncPage {
@@ -37,6 +38,7 @@ fn a_sink_merges_pages_and_tracks_its_source() {
         .map(|name| PullSource {
             name: name.clone(),
             answers_as: name.clone(),
+            kind: SourceKind::Shard,
             address: "127.0.0.1:1".into(),
             interval: Duration::from_millis(50),
             first: SyncRequest::from_start(true, false),
@@ -57,7 +59,7 @@ fn a_sink_merges_pages_and_tracks_its_source() {
     sink.failed("refused".into());
     let r = replica.read().unwrap();
     assert_eq!(
-        r.copies.get("c").unwrap(),
+        r.copies().get("c").unwrap(),
         &[(
             0,
             SlotState {
@@ -115,13 +117,11 @@ async fn rankings_count_every_merge_with_or_without_the_ranker() {
     replica
         .write()
         .unwrap()
-        .copies
-        .index_top(vec![0], crate::LiveRanking::new(300, 1_000));
+        .index_top(vec![0], LiveRanking::new(300, 1_000));
     let top = |replica: &SharedReplica| {
         with_ranked(replica, 1_000, |r| {
-            let copies = &r.copies;
-            let mut index = copies.top_index().unwrap();
-            let ranked = index.all_time(Scope::All, "", 10, copies);
+            let mut index = r.top_index().unwrap();
+            let ranked = index.all_time(Scope::All, "", 10, r);
             ranked
                 .into_iter()
                 .map(|r| (r.id, r.value))
@@ -130,11 +130,10 @@ async fn rankings_count_every_merge_with_or_without_the_ranker() {
     };
     let merge = |id: &str, value, version| {
         let record = SlotState { value, version }.into();
-        replica.write().unwrap().copies.merge(
-            0,
-            &geocount_model::CounterId::new(id).unwrap(),
-            &record,
-        );
+        replica
+            .write()
+            .unwrap()
+            .merge(0, &geocount_model::CounterId::new(id).unwrap(), &record);
     };
     merge("a", 5, 1);
     merge("b", 7, 1);
@@ -144,7 +143,7 @@ async fn rankings_count_every_merge_with_or_without_the_ranker() {
     pullers.keep_ranked(&replica, Arc::new(FixedClock(2_000_000)));
     // The ranker's first round runs at once; wait for it, not for the next interval.
     let ranked = async {
-        while !replica.read().unwrap().copies.ranking_is_current(2_000) {
+        while !replica.read().unwrap().ranking_is_current(2_000) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };
@@ -153,21 +152,8 @@ async fn rankings_count_every_merge_with_or_without_the_ranker() {
         .expect("the ranker ranks the merge");
     assert_eq!(top(&replica), [("a".into(), 9), ("b".into(), 7)]);
     // ... and moved the live window on to the clock's second.
-    let live = replica
-        .read()
-        .unwrap()
-        .copies
-        .top_index()
-        .unwrap()
-        .live_window();
+    let live = replica.read().unwrap().top_index().unwrap().live_window();
     assert_eq!(live.at, 2_000);
-}
-
-#[test]
-fn the_worst_staleness_is_never_when_any_is_never() {
-    assert_eq!(worst_staleness([Some(5), Some(80), Some(3)]), Some(80));
-    assert_eq!(worst_staleness([Some(5), None]), None);
-    assert_eq!(worst_staleness([]), Some(0));
 }
 
 /// A description versioned far ahead of the aggregator's clock would pin its counter's
@@ -180,6 +166,7 @@ fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
     let sources = [PullSource {
         name: "DC_A_VAL_0".into(),
         answers_as: "DC_A_VAL_0".into(),
+        kind: SourceKind::Shard,
         address: "127.0.0.1:1".into(),
         interval: Duration::from_millis(50),
         first: SyncRequest::from_start(false, true),
@@ -233,4 +220,116 @@ fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
 /// The names of `sources`, as the metrics label them.
 fn names_of(sources: &[PullSource]) -> Vec<String> {
     sources.iter().map(|source| source.name.clone()).collect()
+}
+
+fn state(value: i64, version: u64) -> SlotRecord {
+    SlotState { value, version }.into()
+}
+
+#[test]
+fn merges_keep_the_top_index_up_to_date() {
+    let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
+    let mut table = Replica::new(names, &[]);
+    table.merge(0, &CounterId::new("a").unwrap(), &state(5, 1));
+    table.index_top(vec![0, 0], LiveRanking::new(300, 1_000));
+    table.merge(1, &CounterId::new("a").unwrap(), &state(2, 1));
+    table.merge(0, &CounterId::new("b").unwrap(), &state(6, 1));
+    table.merge(0, &CounterId::new("b").unwrap(), &state(1, 0));
+    assert!(!table.ranking_is_current(1_000), "merges wait to be ranked");
+    assert!(!table.rank_pending(1), "one of two ranked");
+    assert!(table.rank_pending(usize::MAX));
+    assert!(table.ranking_is_current(1_000));
+    let mut top = table.top_index().unwrap();
+    let ranked: Vec<_> = top
+        .all_time(Scope::All, "", 10, &table)
+        .into_iter()
+        .map(|r| (r.id, r.value))
+        .collect();
+    assert_eq!(ranked, [("a".to_owned(), 7), ("b".to_owned(), 6)]);
+    assert_eq!(table.records(1).len(), 1);
+    assert!(table.records(9).is_empty());
+}
+
+/// Found by fuzzing (`fuzz/`, target `wire_sync_page`, a hang): a pulled record with a
+/// bucket at second `u64::MAX` was filed to change at a saturated second no later than the
+/// live window's end, so moving the window to the end of time recomputed it forever. The same
+/// on the index alone is tested with it (`geocount_ranking::index`).
+#[test]
+fn a_bucket_at_the_end_of_time_does_not_hang_the_live_window() {
+    // A `SyncPage` from slot DC_A_VAL_0: counter `#a` with buckets up to second u64::MAX.
+    const PAGE: [u8; 113] = [
+        1, 65, 1, 3, 10, 68, 67, 95, 65, 95, 86, 65, 76, 95, 48, 10, 68, 67, 95, 65, 65, 86, 95,
+        95, 76, 49, 10, 68, 67, 95, 66, 95, 86, 65, 76, 95, 48, 3, 0, 2, 35, 97, 20, 5, 3, 184,
+        162, 167, 218, 6, 4, 246, 163, 167, 218, 6, 236, 255, 163, 167, 218, 6, 255, 255, 255, 255,
+        255, 255, 255, 255, 255, 1, 247, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 94, 0, 0, 0, 45, 1, 40, 0, 35,
+        // The page's source incarnation.
+        0,
+    ];
+    let page: SyncPage = postcard::from_bytes(&PAGE).unwrap();
+    let names = ["DC_A_VAL_0", "DC_A_VAL_1", "DC_B_VAL_0"].map(str::to_owned);
+    let mut replica = Replica::new(names.to_vec(), &[]);
+    replica.index_top(vec![0, 0, 1], LiveRanking::new(300, 1_800_000_000));
+    let slots = page.slots.as_ref().unwrap();
+    let all = PageFence::open(3);
+    assert!(
+        replica
+            .merge_entries(&slots.slot_names, &slots.entries, &all)
+            .changed
+            > 0
+    );
+    for now in [1_800_000_001, 1_800_010_000, u64::MAX - 1, u64::MAX] {
+        replica.rank_all(now);
+    }
+    let live = replica.top_index().unwrap().live_window();
+    assert_eq!(live.at, u64::MAX);
+}
+
+/// An aggregator's page says how complete each slot is; a shard node's page is its own slot,
+/// complete as of the pull. Which one a page is comes from the configured source's kind.
+#[test]
+fn an_aggregator_source_reports_each_slot_as_it_holds_it() {
+    use geocount_model::wire::SlotFreshness;
+    let names = vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()];
+    let sources = [PullSource {
+        name: "A".into(),
+        answers_as: "A".into(),
+        kind: SourceKind::Aggregator,
+        address: "127.0.0.1:1".into(),
+        interval: Duration::from_millis(50),
+        first: SyncRequest::from_start(true, true),
+        delivers: names.clone(),
+    }];
+    let replica = Replica::new(names, &sources).shared();
+    let heard = |slot: &str, staleness_ms| SlotFreshness {
+        slot: slot.into(),
+        staleness_ms,
+        owner_incarnation: 7,
+        incomplete: false,
+    };
+    let from_a = SyncPage {
+        source: "A".into(),
+        freshness: vec![heard("DC_A_VAL_0", Some(100)), heard("DC_A_VAL_1", None)],
+        incarnation: 9,
+        ..page(5, 2)
+    };
+    merge_pulled(&replica, 0, &from_a, 1_000, 1_010).unwrap();
+    let r = replica.read().unwrap();
+    assert_eq!(r.slots[0].complete_as_of_ms, Some(900));
+    assert_eq!(
+        r.slots[0].owner_incarnation, 7,
+        "the owner's, not the aggregator's"
+    );
+    assert_eq!(r.slots[1].complete_as_of_ms, None, "never heard below");
+    assert_eq!(r.copies().get("c").unwrap().len(), 1);
+    // Under another name, the page is refused whole.
+    drop(r);
+    let other = SyncPage {
+        source: "B".into(),
+        ..from_a
+    };
+    assert!(matches!(
+        merge_pulled(&replica, 0, &other, 2_000, 2_010),
+        Err(geocount_sync::SyncError::WrongSource { .. })
+    ));
 }

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use crate::replica::{Replica, SharedReplica, with_ranked};
-use crate::{Answer, Ranked, Scan};
+use geocount_ranking::{Answer, Ranked, Scan};
+
+use super::top::with_ranked;
+use super::{Replica, SharedReplica};
 
 /// How many counters a scan visits per hold of the replica's read lock: a fraction of a
 /// millisecond of work, the longest a merge waits for a scan.
@@ -77,7 +79,7 @@ impl Scans {
 /// Runs `scan` over `replica`'s copies, holding the read lock for [`SCAN_RUN`] counters at a
 /// time. Each counter is ranked as it stood when its run was visited.
 pub fn scan_in_runs(replica: &SharedReplica, mut scan: Scan) -> Vec<Vec<Ranked>> {
-    while !scan.visit(&replica.read().expect("replica lock").copies, SCAN_RUN) {}
+    while !scan.visit(&*replica.read().expect("replica lock"), SCAN_RUN) {}
     scan.finish()
 }
 
@@ -86,14 +88,14 @@ mod tests {
     use geocount_model::{CounterId, SlotState};
 
     use super::*;
-    use crate::{LiveRanking, Scope};
     use geocount_http::routing::WindowQuery;
+    use geocount_ranking::{LiveRanking, Scope};
 
     /// A replica of one slot holding `counters` counters, ranked by total.
     fn replica(counters: usize) -> SharedReplica {
         let replica = Replica::new(vec!["DC_A_VAL_0".to_owned()], &[]).shared();
         let mut held = replica.write().unwrap();
-        held.copies.index_top(vec![0], LiveRanking::new(300, 1_000));
+        held.index_top(vec![0], LiveRanking::new(300, 1_000));
         for n in 0..counters {
             let record = SlotState {
                 value: n as i64,
@@ -101,7 +103,7 @@ mod tests {
             }
             .into();
             let id = CounterId::new(format!("c{n:05}")).unwrap();
-            held.copies.merge(0, &id, &record);
+            held.merge(0, &id, &record);
         }
         drop(held);
         replica
@@ -110,8 +112,8 @@ mod tests {
     /// The top 3 in a window no counter has hits in (a scan), or all-time (a walk).
     fn ask(window: Option<WindowQuery>) -> impl FnOnce(&Replica) -> Answer {
         move |replica: &Replica| {
-            let mut index = replica.copies.top_index().unwrap();
-            index.rank(&[Scope::All], "", 3, None, window, &replica.copies)
+            let mut index = replica.top_index().unwrap();
+            index.rank(&[Scope::All], "", 3, None, window, replica)
         }
     }
 

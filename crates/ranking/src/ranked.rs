@@ -1,5 +1,5 @@
 //! What every ranking shares: its scopes, its answers, the counters it ranks, and the hits of a
-//! window. Both the kept index ([`crate::topk`]) and full scans ([`crate::topk::scan`]) build on it.
+//! window. Both the kept index ([`crate::index`]) and full scans ([`crate::scan`]) build on it.
 
 use geocount_model::{SlotRecord, Window};
 use serde::Serialize;

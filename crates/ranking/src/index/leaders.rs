@@ -1,12 +1,12 @@
 //! The leaders of one ranking: every counter ranked at or above a floor, in order, keyed by a
 //! packed total and counter index ([`RankKey`]), and the walk that answers a top K from them.
-//! [`crate::topk::TopIndex`] keeps one per scope, all-time and in the live window.
+//! [`crate::TopIndex`] keeps one per scope, all-time and in the live window.
 
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use foldhash::fast::RandomState;
 
-use crate::topk::ranked::{Ranked, RankedCounters};
+use crate::ranked::{Ranked, RankedCounters};
 
 /// A total's place in a ranking: highest total first, then lowest counter index, packed in
 /// one `u128` (16 bytes, against 24 for the total's two words and the index) so a ranking's

@@ -34,7 +34,7 @@
 //!   for other buckets leaving: that only lowers it.
 //! - **Any other window** (another length, or one ending in the past) is answered by a scan of
 //!   every counter, keeping the best K in a bounded min-heap: O(n · slots + visited · log K).
-//!   [`TopIndex::rank`] hands every scan back as a [`Scan`] (`crate::topk::scan`) for its caller to
+//!   [`TopIndex::rank`] hands every scan back as a [`Scan`] (`crate::scan`) for its caller to
 //!   run a run of counters at a time, without holding the index or the copies meanwhile.
 //!
 //! Unique counters (whose copies carry a sketch) are left out: their values are estimates of
@@ -58,18 +58,15 @@ use geocount_model::SlotRecord;
 
 pub mod leaders;
 pub mod live;
-pub mod ranked;
-pub mod scan;
 
 use geocount_http::routing::WindowQuery;
 pub use leaders::LEADERS;
 use leaders::{ABSENT, Leaders, RankKey, SHRINK_PAST, key_of, offer, walk};
 pub use live::LiveRanking;
 use live::LiveWindow;
-use ranked::is_unique;
-pub use ranked::{Ranked, RankedCounters, Scope};
-use scan::Measure;
-pub use scan::Scan;
+
+use crate::ranked::{Ranked, RankedCounters, Scope, is_unique};
+use crate::scan::{Measure, Scan};
 
 /// What [`TopIndex::rank`] answers: the lists, or a scan that finishes them.
 #[derive(Debug)]

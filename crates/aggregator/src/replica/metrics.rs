@@ -9,9 +9,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::PageMerge;
-use crate::Replica;
 use geocount_http::routing::metrics_response;
+use geocount_sync::PageMerge;
+
+use super::Replica;
 
 /// The `source` label: a shard's slot name, a datacenter's name, or `global`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -115,7 +116,8 @@ fn duration_histogram() -> Histogram {
 /// - `staleness_ms{source}`: how long ago the copy of each source was complete, -1 for one
 ///   never complete since this process started;
 /// - `counters`, `descriptions`: how many are held;
-/// - `slot_conflicts`: slots served by two processes at once (see [`crate::incarnations`]).
+/// - `slot_conflicts`: slots served by two processes at once (see
+///   [`geocount_sync::incarnations`]).
 ///
 /// The gauges are set when scraped ([`ReplicaMetrics::scrape`]).
 #[derive(Debug)]
@@ -224,9 +226,9 @@ impl ReplicaMetrics {
                 .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
             self.staleness_ms.get_or_create(label).set(value);
         }
-        self.counters_held.set(replica.copies.len() as i64);
+        self.counters_held.set(replica.copies().len() as i64);
         let gauge = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
-        let bytes = replica.copies.bytes();
+        let bytes = replica.copies().bytes();
         self.state_bytes.set(gauge(bytes.held()));
         self.max_state_bytes.set(gauge(bytes.max()));
         self.descriptions_held

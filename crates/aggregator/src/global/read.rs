@@ -1,102 +1,81 @@
-//! What the global tier holds, and the rules it answers reads by.
+//! The global tier's read of a counter (`GET /counter/{id}`): the sum over datacenters, under
+//! the staleness rules ([`super::staleness`]).
 //!
-//! - A datacenter's staleness is how long ago this aggregator last had that datacenter's
-//!   complete state ([`geocount_sync::SourceStatus::staleness_ms`]): a datacenter whose own
-//!   aggregator has a slot never heard stays incomplete. `None`: never.
-//! - A datacenter is stale for a read when its staleness is `None` or above the read's
-//!   `max_staleness_ms`.
 //! - A counter's value is the sum over every datacenter of the sum of its slots' copies; a
 //!   stale datacenter counts with its last known values.
 //! - A unique counter's value is the estimate of the union of every slot's sketch (a
 //!   datacenter's part: of its slots' union), under the same staleness rules.
+//! - A counter no slot holds is not found only when no datacenter is stale: a stale one may
+//!   hold it.
+//!
+//! What is held is gathered under the replica's read lock ([`gather`]); the rules are applied
+//! once it is released ([`Gathered::answer`]).
 
 use geocount_http::routing::{Named, WindowQuery};
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::{SlotRecord, UniqueSketch};
-use geocount_sync::{Replica, SourceHealth, worst_staleness};
+use geocount_sync::worst_staleness;
 use serde::Serialize;
 
-use super::GlobalConfig;
+use super::layout::Layout;
+use super::query::ReadQuery;
+use super::staleness::{empty_readings, named, stale_datacenters, stale_reasons};
 use crate::answers::Total;
 use crate::parts::{DatacenterReading, StaleRead};
-use crate::tier::Core;
+use crate::replica::{HeldCounter, Replica};
 
-/// What the global tier's HTTP handlers share.
-pub struct GlobalState {
-    /// What either tier's handlers share.
-    pub core: Core,
-    /// The configuration it runs with.
-    pub config: GlobalConfig,
-    /// Which datacenter each slot and each source belongs to.
-    pub layout: Layout,
+/// A counter's parts, gathered from the replica for a read: whether any slot holds it, each
+/// datacenter's reading, and for a unique counter the union of every slot's sketch.
+#[derive(Debug, Clone)]
+pub struct Gathered {
+    held: bool,
+    readings: Vec<DatacenterReading>,
+    union: Option<UniqueSketch>,
 }
 
-/// Which datacenter each slot and each source (a replica of a datacenter's aggregator) of the
-/// global tier belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
-    /// The datacenters' names, by index.
-    pub names: Vec<String>,
-    /// The index of the datacenter of each slot, by slot index.
-    pub slot_datacenters: Vec<usize>,
-    /// The index of the datacenter of each source, by source index.
-    pub source_datacenters: Vec<usize>,
-    /// Where each source listens, by source index.
-    pub source_addresses: Vec<String>,
-}
-
-impl Layout {
-    /// The sources of datacenter `datacenter`, by source index.
-    pub fn sources_of(&self, datacenter: usize) -> impl Iterator<Item = usize> + '_ {
-        (self.source_datacenters.iter().enumerate())
-            .filter(move |(_, dc)| **dc == datacenter)
-            .map(|(source, _)| source)
-    }
-
-    /// The source a datacenter's part comes from at `now_ms`: the freshest replica of its
-    /// aggregator, else its first.
-    pub fn freshest_source(&self, replica: &Replica, datacenter: usize, now_ms: u64) -> usize {
-        let staleness = |source: usize| replica.sources[source].staleness_ms(now_ms);
-        (self.sources_of(datacenter))
-            .filter(|&s| staleness(s).is_some())
-            .min_by_key(|&s| staleness(s))
-            .or_else(|| self.sources_of(datacenter).next())
-            .expect("every datacenter has an aggregator")
-    }
-}
-
-/// Every datacenter's staleness at `now_ms`, with no value yet. Copies merge by version, so
-/// a datacenter is as fresh as the freshest replica of its aggregator; but entries refused
-/// past this aggregator's byte bound are lacking whichever replica sent them.
-pub fn empty_readings(replica: &Replica, layout: &Layout, now_ms: u64) -> Vec<DatacenterReading> {
-    let mut readings = vec![
-        DatacenterReading {
-            value: 0,
-            staleness_ms: None,
-            heard: false,
-        };
-        layout.names.len()
-    ];
-    let mut refused = vec![false; layout.names.len()];
-    for (source, &dc) in replica.sources.iter().zip(&layout.source_datacenters) {
-        let reading = &mut readings[dc];
-        reading.heard |= source.last_heard_ms.is_some();
-        reading.staleness_ms = freshest(reading.staleness_ms, source.staleness_ms(now_ms));
-        refused[dc] |= source.refused_past_bound;
-    }
-    for (reading, refused) in readings.iter_mut().zip(refused) {
-        if refused {
-            reading.staleness_ms = None;
+/// `counter`'s parts as `replica` holds them at `now_ms`: running totals or hits in `window`
+/// per datacenter; for a unique counter, the estimates of its sketches' unions.
+pub fn gather(
+    replica: &Replica,
+    layout: &Layout,
+    counter: &HeldCounter<'_>,
+    window: Option<&WindowQuery>,
+    now_ms: u64,
+) -> Gathered {
+    if counter.is_unique() {
+        let (held, readings, union) =
+            read_unique_datacenters(replica, layout, counter.copies, now_ms);
+        Gathered {
+            held,
+            readings,
+            union: Some(union),
+        }
+    } else {
+        let (held, readings) = read_datacenters(replica, layout, counter.copies, window, now_ms);
+        Gathered {
+            held,
+            readings,
+            union: None,
         }
     }
-    readings
 }
 
-/// The fresher of two stalenesses (`None`: never complete).
-fn freshest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+impl Gathered {
+    /// The answer to a read of counter `id` asking `query`, datacenters named `names`.
+    pub fn answer(self, id: &str, names: &[String], query: &ReadQuery) -> GlobalRead {
+        let mut answer = answer_read(
+            id,
+            names,
+            self.held,
+            self.readings,
+            self.union.as_ref(),
+            query.max_staleness_ms,
+            query.allow_partial,
+        );
+        if let GlobalRead::Counter(reading) = &mut answer {
+            reading.window = query.window;
+        }
+        answer
     }
 }
 
@@ -140,16 +119,6 @@ pub fn read_unique_datacenters(
     (copies.is_some(), readings, UniqueSketch::union_of(&unions))
 }
 
-/// The datacenters stale for a read allowing `max_staleness_ms`: never complete, or staler.
-pub fn stale_datacenters(readings: &[DatacenterReading], max_staleness_ms: u64) -> Vec<usize> {
-    readings
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.staleness_ms.is_none_or(|ms| ms > max_staleness_ms))
-        .map(|(index, _)| index)
-        .collect()
-}
-
 /// The answer to a global read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CounterReading {
@@ -166,29 +135,6 @@ pub struct CounterReading {
     /// The rolling window the values count, when one was asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowQuery>,
-}
-
-/// Why the datacenters `stale` (indices into `readings`, named by `names`) are stale for a read
-/// allowing `max_staleness_ms`: `stale datacenters: ASIA_0 (staleness 5123 ms > 1000 ms), ...`.
-pub fn stale_reasons(
-    names: &[String],
-    readings: &[DatacenterReading],
-    stale: &[usize],
-    max_staleness_ms: u64,
-) -> String {
-    let reasons: Vec<String> = stale
-        .iter()
-        .map(|&dc| {
-            let reading = &readings[dc];
-            let why = match (reading.staleness_ms, reading.heard) {
-                (Some(ms), _) => format!("staleness {ms} ms > {max_staleness_ms} ms"),
-                (None, false) => "never heard".to_owned(),
-                (None, true) => "never complete: some of its slots never heard, or held incompletely past a byte bound (see /healthz)".to_owned(),
-            };
-            format!("{} ({why})", names[dc])
-        })
-        .collect();
-    format!("stale datacenters: {}", reasons.join(", "))
 }
 
 /// What a global read answers.
@@ -242,83 +188,14 @@ pub fn answer_read(
     })
 }
 
-/// `values` under the datacenters' `names`, in order.
-pub fn named<T>(names: &[String], values: Vec<T>) -> Named<T> {
-    names.iter().cloned().zip(values).collect()
-}
-
-/// One datacenter as `GET /datacenters` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DatacenterStatus {
-    /// Where the freshest replica of its aggregator listens: the one its part comes from.
-    pub aggregator: String,
-    /// Whether any replica of its aggregator ever answered.
-    pub heard: bool,
-    /// How long ago a replica last answered.
-    pub last_heard_ms_ago: Option<u64>,
-    /// How long ago this aggregator last had its complete state (`None`: never).
-    pub staleness_ms: Option<u64>,
-    /// Counters with any copy from it.
-    pub counters: usize,
-    /// The freshest replica's last pull failure, cleared by its next success.
-    pub last_error: Option<String>,
-    /// Each replica of its aggregator, by address: its own staleness and last failure.
-    pub replicas: Named<SourceHealth>,
-}
-
-/// Every datacenter's status at `now_ms`. Counts counters by walking every copy: meant for an
-/// operator's occasional look, not for a hot path.
-pub fn datacenter_statuses(
-    replica: &Replica,
-    config: &GlobalConfig,
-    layout: &Layout,
-    now_ms: u64,
-) -> Named<DatacenterStatus> {
-    let mut counters = vec![0usize; config.datacenters.len()];
-    // The last counter counted for each datacenter, so a counter counts once per datacenter.
-    let mut counted = vec![usize::MAX; config.datacenters.len()];
-    for (n, (_, copies)) in replica.copies.iter().enumerate() {
-        for (slot, _) in copies {
-            let dc = layout.slot_datacenters[usize::from(*slot)];
-            if counted[dc] != n {
-                counted[dc] = n;
-                counters[dc] += 1;
-            }
-        }
-    }
-    let readings = empty_readings(replica, layout, now_ms);
-    (config.datacenters.iter().enumerate())
-        .zip(counters)
-        .map(|((index, dc), counters)| {
-            let sources: Vec<usize> = layout.sources_of(index).collect();
-            let freshest = layout.freshest_source(replica, index, now_ms);
-            let status = DatacenterStatus {
-                aggregator: layout.source_addresses[freshest].clone(),
-                heard: readings[index].heard,
-                last_heard_ms_ago: (sources.iter())
-                    .filter_map(|&s| replica.sources[s].last_heard_ms)
-                    .max()
-                    .map(|t| now_ms.saturating_sub(t)),
-                staleness_ms: readings[index].staleness_ms,
-                counters,
-                last_error: replica.sources[freshest].last_error.clone(),
-                replicas: (sources.iter())
-                    .map(|&s| {
-                        let address = layout.source_addresses[s].clone();
-                        (address, replica.source_health(s, now_ms))
-                    })
-                    .collect(),
-            };
-            (dc.name.clone(), status)
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::global::Datacenter;
+    use crate::global::datacenters::datacenter_statuses;
+    use crate::global::{Datacenter, GlobalSettings};
+    use crate::replica::{PullSource, SourceKind};
     use geocount_model::CounterId;
+    use geocount_model::wire::{SlotPage, SyncPage};
 
     fn reading(value: i128, staleness_ms: Option<u64>, heard: bool) -> DatacenterReading {
         DatacenterReading {
@@ -330,11 +207,12 @@ mod tests {
 
     /// A replica of USA_0 (slots 0 and 1) and ASIA_0 (slot 2), neither heard yet.
     fn two_datacenter_replica() -> Replica {
-        let sources: Vec<geocount_sync::PullSource> = ["USA_0", "ASIA_0"]
+        let sources: Vec<PullSource> = ["USA_0", "ASIA_0"]
             .into_iter()
-            .map(|name| geocount_sync::PullSource {
+            .map(|name| PullSource {
                 name: name.into(),
                 answers_as: name.into(),
+                kind: SourceKind::Aggregator,
                 address: "127.0.0.1:1".into(),
                 interval: std::time::Duration::from_millis(250),
                 first: geocount_model::wire::SyncRequest::from_start(true, true),
@@ -362,15 +240,13 @@ mod tests {
     #[test]
     fn datacenters_sum_their_own_slots() {
         use geocount_model::SlotState;
-        use geocount_model::wire::{Cursor, SyncPage};
+        use geocount_model::wire::Cursor;
         let mut replica = two_datacenter_replica();
         for (slot, value) in [(0, 7), (1, -2), (2, 100)] {
             let state = SlotState { value, version: 1 };
-            replica
-                .copies
-                .merge(slot, &CounterId::new("c").unwrap(), &state.into());
+            replica.merge(slot, &CounterId::new("c").unwrap(), &state.into());
         }
-        replica.copies.merge(
+        replica.merge(
             0,
             &CounterId::new("d").unwrap(),
             &SlotState {
@@ -380,7 +256,7 @@ mod tests {
             .into(),
         );
         let caught_up = SyncPage {
-            slots: Some(geocount_model::wire::SlotPage {
+            slots: Some(SlotPage {
                 next: Cursor::Seq { epoch: 1, seq: 1 },
                 caught_up: true,
                 ..Default::default()
@@ -389,14 +265,14 @@ mod tests {
         };
         replica.sources[0].advance(&caught_up, 1_000, 1_000);
         let (held, readings) =
-            read_datacenters(&replica, &layout(), replica.copies.get("c"), None, 1_400);
+            read_datacenters(&replica, &layout(), replica.copies().get("c"), None, 1_400);
         assert!(held);
         assert_eq!(readings[0], reading(5, Some(400), true));
         assert_eq!(readings[1], reading(100, None, false));
-        assert!(!read_datacenters(&replica, &layout(), replica.copies.get("e"), None, 1_400).0);
+        assert!(!read_datacenters(&replica, &layout(), replica.copies().get("e"), None, 1_400).0);
 
         let t = geocount_test_support::TestTopology::new(&[("USA_0", 1), ("ASIA_0", 1)], "");
-        let config = GlobalConfig {
+        let settings = GlobalSettings {
             max_staleness_ms: 1_000,
             datacenters: ["USA_0", "ASIA_0"]
                 .map(|name| Datacenter {
@@ -414,7 +290,7 @@ mod tests {
                 u64::MAX,
             ),
         };
-        let statuses = datacenter_statuses(&replica, &config, &layout(), 1_400);
+        let statuses = datacenter_statuses(&replica, &settings, &layout(), 1_400);
         let (usa, asia) = (&statuses.0[0].1, &statuses.0[1].1);
         assert_eq!(
             (usa.counters, usa.heard, usa.last_heard_ms_ago),
@@ -439,12 +315,10 @@ mod tests {
             for n in from..to {
                 record.add_item(geocount_model::unique::hash_item(&format!("user-{n}")), 2);
             }
-            replica
-                .copies
-                .merge(slot, &CounterId::new("u").unwrap(), &record);
+            replica.merge(slot, &CounterId::new("u").unwrap(), &record);
         }
         let (held, readings, union) =
-            read_unique_datacenters(&replica, &layout(), replica.copies.get("u"), 1_400);
+            read_unique_datacenters(&replica, &layout(), replica.copies().get("u"), 1_400);
         assert!(held);
         let off = |value: i128, truth: f64| (value as f64 - truth).abs() / truth;
         assert!(off(readings[0].value, 30_000.0) < 0.03, "{readings:?}");
@@ -463,7 +337,7 @@ mod tests {
         assert_eq!(answer.total.standard_error, Some(STANDARD_ERROR));
         assert!(!answer.complete, "neither datacenter was ever complete");
         let (_, readings, _) =
-            read_unique_datacenters(&replica, &layout(), replica.copies.get("u"), 1_400);
+            read_unique_datacenters(&replica, &layout(), replica.copies().get("u"), 1_400);
         let refused = answer_read(
             "u",
             &names()[..2],
@@ -474,17 +348,6 @@ mod tests {
             false,
         );
         assert!(matches!(refused, GlobalRead::Stale(_)));
-    }
-
-    #[test]
-    fn stale_means_never_complete_or_staler_than_allowed() {
-        let readings = [
-            reading(1, Some(1000), true),
-            reading(2, Some(1001), true),
-            reading(3, None, false),
-        ];
-        assert_eq!(stale_datacenters(&readings, 1000), [1, 2]);
-        assert_eq!(stale_datacenters(&readings, 5000), [2]);
     }
 
     #[test]

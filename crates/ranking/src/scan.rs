@@ -1,12 +1,12 @@
 //! A ranking by a scan of every counter, O(n · slots + visited · log K): what the kept leaders
-//! of [`crate::topk::TopIndex`] cannot answer (another window than the live one, a rare
+//! of [`crate::TopIndex`] cannot answer (another window than the live one, a rare
 //! prefix). A [`Scan`] owns its state and visits counters a run at a time, so its caller can
 //! take the table's lock for each run alone and let merges and reads in between.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::topk::ranked::{Ranked, RankedCounters, hits_in, is_unique};
+use crate::ranked::{Ranked, RankedCounters, hits_in, is_unique};
 use geocount_http::routing::WindowQuery;
 
 /// What a scan ranks counters by.

@@ -1,5 +1,5 @@
 //! How an aggregator's pullers feed its [`Replica`]: one puller per source, each merging what
-//! it pulls through a [`ReplicaSink`] a run of entries per hold of the write lock.
+//! it pulls through a [`ReplicaSink`] ([`merge_pulled`]) and counting it.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,14 +9,13 @@ use geocount_model::wire::{SyncPage, SyncRequest};
 use geocount_net::{Handler, HttpClient, Listener};
 use tokio::task::JoinHandle;
 
-use crate::metrics::{PullCounters, ReplicaMetrics};
-use crate::replica::{PullSource, RANK_CHUNK, Replica, SharedReplica};
-use crate::slot_copies::PageMerge;
-use crate::{PullSink, spawn_puller};
+use geocount_sync::{PageMerge, PullSink, spawn_puller};
 
-/// How many pulled entries a merge takes per hold of the replica's write lock: reads wait
-/// for one run at most (a few hundred microseconds), not for a whole page.
-const MERGE_RUN: usize = 256;
+use super::merge::merge_pulled;
+use super::metrics::{PullCounters, ReplicaMetrics};
+use super::source::PullSource;
+use super::top::RANK_CHUNK;
+use super::{Replica, SharedReplica};
 
 /// Merges the pages pulled from one source into a [`Replica`].
 pub struct ReplicaSink {
@@ -33,13 +32,8 @@ impl PullSink for ReplicaSink {
 
     fn apply(&self, page: SyncPage, sent_at_ms: u64) {
         let now_ms = self.clock.now_unix_ms();
-        let opened =
-            self.replica
-                .write()
-                .expect("replica lock")
-                .open_page(self.source, &page, now_ms);
-        let fence = match opened {
-            Ok(fence) => fence,
+        let intake = match merge_pulled(&self.replica, self.source, &page, sent_at_ms, now_ms) {
+            Ok(intake) => intake,
             Err(error) => {
                 let entries = page.slots.as_ref().map_or(0, |p| p.entries.len());
                 self.metrics.refused(PageMerge {
@@ -47,45 +41,19 @@ impl PullSink for ReplicaSink {
                     ..PageMerge::default()
                 });
                 tracing::warn!(source = self.source, %error, "refused a pulled page");
-                self.failed(error);
+                self.failed(error.to_string());
                 return;
             }
         };
-        // A run of entries per hold of the write lock, so reads wait for one run at most.
-        let mut merge = PageMerge::default();
-        if let Some(slots) = &page.slots {
-            for run in slots.entries.chunks(MERGE_RUN) {
-                let mut replica = self.replica.write().expect("replica lock");
-                merge += replica.copies.apply_entries(&slots.slot_names, run, &fence);
-            }
-        }
-        let (states, descriptions) = {
-            let mut replica = self.replica.write().expect("replica lock");
-            replica.close_page(self.source, &page, &fence, merge, sent_at_ms);
-            self.metrics.refused(merge);
-            let states = merge.changed;
-            // Descriptions are bounded by the same clock skew as the copies' versions.
-            let skew_ms = replica.max_clock_skew_ms;
-            let intake = page
-                .descriptions
-                .as_ref()
-                .map(|p| replica.descriptions.apply_page(p, now_ms, skew_ms))
-                .unwrap_or_default();
-            intake.warn_refused(&page.source);
-            self.metrics
-                .descriptions_refused
-                .inc_by(intake.refused as u64);
-            let descriptions = intake.taken.len();
-            replica.sources[self.source].advance(&page, sent_at_ms, now_ms);
-            (states, descriptions)
-        };
+        self.metrics.refused(intake.merge);
+        (self.metrics.descriptions_refused).inc_by(intake.descriptions_refused as u64);
         let merged_ms = self.clock.now_unix_ms();
         let seconds_since = |ms: u64| merged_ms.saturating_sub(ms) as f64 / 1000.0;
         let (pull_seconds, merge_seconds) = (seconds_since(sent_at_ms), seconds_since(now_ms));
         self.metrics.succeeded(
             self.source,
-            states,
-            descriptions,
+            intake.merge.changed,
+            intake.descriptions,
             pull_seconds,
             merge_seconds,
         );
@@ -108,27 +76,22 @@ impl Pullers {
         drop(self);
     }
 
-    /// Also, every [`crate::topk::RANK_INTERVAL`] until the pullers stop, moves the live window
+    /// Also, every [`geocount_ranking::RANK_INTERVAL`] until the pullers stop, moves the live window
     /// of `replica`'s top-K index on to `clock`'s second and ranks the counters merges marked,
     /// a chunk at a time: rankings then never wait for more than an interval's changes, and
     /// only hits timestamped ahead of the clock wait to enter the live window.
     pub fn keep_ranked(&mut self, replica: &SharedReplica, clock: Arc<dyn Clock>) {
         let replica = replica.clone();
         self.0.push(tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(crate::topk::RANK_INTERVAL);
+            let mut ticks = tokio::time::interval(geocount_ranking::RANK_INTERVAL);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
                 let now = clock.now_unix_secs();
-                replica
-                    .read()
-                    .expect("replica lock")
-                    .copies
-                    .advance_live(now);
+                replica.read().expect("replica lock").advance_live(now);
                 while !replica
                     .read()
                     .expect("replica lock")
-                    .copies
                     .rank_pending(RANK_CHUNK)
                 {
                     tokio::task::yield_now().await;
