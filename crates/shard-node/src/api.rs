@@ -41,7 +41,7 @@ use crate::restore::RestoreReport;
 use crate::routing::FORWARDED_HEADER;
 use crate::state::NodeState;
 use crate::write::{Command, WriteRequest};
-use geocount_http::routing::{self, RequestError, Routed, TokenName, WindowQuery};
+use geocount_http::routing::{self, Endpoint, RequestError, Routed, TokenName, WindowQuery};
 
 pub use crate::requests::MAX_SHARDS_PER_COUNTER;
 /// The routes, named here too for callers outside the crate (the fuzz targets).
@@ -97,13 +97,13 @@ async fn dispatch(
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
             StatusCode::OK,
-            &crate::openapi::document().to_json(),
+            &crate::openapi::document(&state.settings, &state.access),
         )),
         (Route::Metrics, Method::GET, _, _) => {
             let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));
             Ok(routing::metrics_response(state.metrics.scrape(staleness)))
         }
-        _ => Err(RequestError::method_not_allowed(&request).into()),
+        _ => Err(RequestError::method_not_allowed(&request, route.methods()).into()),
     }
 }
 
