@@ -108,7 +108,8 @@ check() {
   echo "== schemathesis: $tier"
   # schemathesis keeps its example database under the working directory: the temporary one.
   if ! (cd "$work" && PYTHONPATH="$root/scripts" SCHEMATHESIS_HOOKS=openapi_check_hooks \
-    "$st" --no-color run "$url/openapi.json" --max-time "$seconds" "$@"); then
+    "$st" --no-color --config-file "$root/scripts/schemathesis.toml" \
+    run "$url/openapi.json" --max-time "$seconds" "$@"); then
     failed+=("$tier")
   fi
 }

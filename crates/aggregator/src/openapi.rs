@@ -13,7 +13,7 @@ pub fn datacenter(max_window_seconds: u32) -> ApiDoc {
          datacenter's counters.",
     )
     .aggregator_read(false, max_window_seconds)
-    .rankings(false, max_window_seconds)
+    .rankings(false)
     .replication(true)
     .health_and_metrics("health, with each shard's staleness and whether it is over its byte bound")
 }
@@ -26,7 +26,7 @@ pub fn global(max_window_seconds: u32) -> ApiDoc {
          stale datacenter unless allow_partial=true; ranks the world's counters.",
     )
     .aggregator_read(true, max_window_seconds)
-    .rankings(true, max_window_seconds)
+    .rankings(true)
     .operation(
         "/datacenters",
         "get",

@@ -472,8 +472,8 @@ impl ApiDoc {
     }
 
     /// Adds an aggregator's `/topk` and `/trending`; `global` adds the global aggregator's
-    /// staleness parameters and refusals; windows are at most `max_window_seconds`.
-    pub fn rankings(self, global: bool, max_window_seconds: u32) -> Self {
+    /// staleness parameters and refusals.
+    pub fn rankings(self, global: bool) -> Self {
         let mut top = Operation::new(
             "the K highest counters by all-time total, or by hits in a window (sum counters \
              only; highest first, ties by id ascending)",
@@ -488,7 +488,8 @@ impl ApiDoc {
             json!({"type": "string"}),
             "only ids starting with this (default: any)",
         ))
-        .window_params(max_window_seconds);
+        // A ranking's window is no counter's: any length is taken.
+        .window_params(u32::MAX);
         let mut trending = Operation::new(
             "every counter with a configured prefix whose hits in the [trending] window ending \
              now reach the prefix's threshold",
@@ -690,7 +691,7 @@ mod tests {
         let without = ApiDoc::new("t", "d").replication(false);
         assert_eq!(without.paths().collect::<Vec<_>>(), ["/sync"]);
         let global = ApiDoc::new("t", "d")
-            .rankings(true, 300)
+            .rankings(true)
             .to_json(&Access::default());
         assert!(global["paths"]["/trending"]["get"]["responses"]["503"].is_object());
         assert!(global["paths"]["/trending"]["get"]["responses"]["404"].is_object());

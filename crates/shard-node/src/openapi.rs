@@ -79,17 +79,25 @@ fn a_batch(summary: &str, body: &str) -> Operation {
         ])
 }
 
+/// `schema`, or null.
+fn nullable(mut schema: Value) -> Value {
+    schema["nullable"] = true.into();
+    schema
+}
+
 /// The body of a single write: a delta following `delta` or an item, and a timestamp.
 fn write_body(delta: Value) -> Value {
+    // A null field is an absent one; only a delta and an item both given conflict.
     json!({"type": "object", "additionalProperties": false,
-           "not": {"required": ["delta", "item"]},
+           "not": {"required": ["delta", "item"],
+                   "properties": {"delta": {"type": "integer"}, "item": {"type": "string"}}},
            "description": "a delta (sum counters) or an item (unique counters), not both",
            "properties": {
         "delta": delta,
-        "item": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_BYTES,
+        "item": {"type": "string", "nullable": true, "minLength": 1, "maxLength": MAX_ITEM_BYTES,
                  "description": format!("unique counters: the item counted, 1-{MAX_ITEM_BYTES} \
                                          bytes of UTF-8")},
-        "timestamp": {"type": "integer", "minimum": 0, "maximum": u64::MAX,
+        "timestamp": {"type": "integer", "nullable": true, "minimum": 0, "maximum": u64::MAX,
                       "description": "unix seconds (default: now; at most shard.max_future_skew_secs \
                                       ahead of the node's clock, else 422)"},
     }})
@@ -120,11 +128,12 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
         "post",
         Operation::new("create a counter")
             .json_body(
-                json!({"type": "object", "additionalProperties": false, "properties": {
-                    "id": id_schema(),
-                    "numberOfShards": integer(1, MAX_SHARDS_PER_COUNTER.into()),
-                    "windowSeconds": integer(1, max_window.into()),
-                    "type": {"type": "string", "enum": ["sum", "unique"]},
+                json!({"type": "object", "additionalProperties": false,
+                       "description": "a null field takes its default", "properties": {
+                    "id": nullable(id_schema()),
+                    "numberOfShards": nullable(integer(1, MAX_SHARDS_PER_COUNTER.into())),
+                    "windowSeconds": nullable(integer(1, max_window.into())),
+                    "type": {"type": "string", "nullable": true, "enum": ["sum", "unique", null]},
                 }}),
                 json!({"id": "openapi-example", "numberOfShards": 2, "windowSeconds": 300}),
             )
@@ -167,7 +176,8 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
                 ))
                 .param(key.clone())
                 .json_body(
-                    write_body(json!({"type": "integer", "minimum": 1, "maximum": i64::MAX,
+                    write_body(json!({"type": "integer", "nullable": true,
+                                      "minimum": 1, "maximum": i64::MAX,
                                       "description": "default 1 (sum counters)"})),
                     json!({"delta": 1}),
                 ),
@@ -181,9 +191,11 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
                 .param(id_param())
                 .param(key)
                 .json_body(
-                    write_body(json!({"type": "integer", "minimum": i64::MIN,
+                    write_body(
+                        json!({"type": "integer", "nullable": true, "minimum": i64::MIN,
                                       "maximum": i64::MAX, "not": {"enum": [0]},
-                                      "description": "default 1; not 0 (sum counters)"})),
+                                      "description": "default 1; not 0 (sum counters)"}),
+                    ),
                     json!({"delta": -2}),
                 ),
         ),
