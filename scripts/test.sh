@@ -15,3 +15,6 @@ cargo test --workspace --locked
 E2E_TLS=1 cargo test --locked -p geocount-e2e --test shard_node --test aggregation --test replication \
   --test windows --test topk --test openapi --test wan_cluster --test auth --test restore \
   --test fencing --test roles --test replicas --test partitions
+# Every tier's /openapi.json against the running tier, with and without [auth]: schemathesis
+# with its default checks, installed when missing (about three minutes; scripts/openapi-check.sh).
+scripts/openapi-check.sh

@@ -1,29 +1,31 @@
-//! The OpenAPI document each tier serves at `GET /openapi.json`.
+//! The OpenAPI document each tier serves at `GET /openapi.json`, rendered for the process
+//! serving it (its `[auth]` decides the credentials it lists).
 
 use geocount_http::{ApiDoc, Operation};
 use serde_json::json;
 
-/// The document of the datacenter tier's HTTP API.
-pub fn datacenter() -> ApiDoc {
+/// The document of the datacenter tier's HTTP API; no window is longer than
+/// `max_window_seconds`.
+pub fn datacenter(max_window_seconds: u32) -> ApiDoc {
     ApiDoc::new(
         "geocount datacenter aggregator",
         "Sums the slots of one datacenter's shard nodes, with each slot's staleness; ranks the \
          datacenter's counters.",
     )
-    .aggregator_read(false)
+    .aggregator_read(false, max_window_seconds)
     .rankings(false)
     .replication(true)
     .health_and_metrics("health, with each shard's staleness and whether it is over its byte bound")
 }
 
-/// The document of the global tier's HTTP API.
-pub fn global() -> ApiDoc {
+/// The document of the global tier's HTTP API; no window is longer than `max_window_seconds`.
+pub fn global(max_window_seconds: u32) -> ApiDoc {
     ApiDoc::new(
         "geocount global aggregator",
         "Sums the datacenters, with each datacenter's staleness; refuses (503) an answer with a \
          stale datacenter unless allow_partial=true; ranks the world's counters.",
     )
-    .aggregator_read(true)
+    .aggregator_read(true, max_window_seconds)
     .rankings(true)
     .operation(
         "/datacenters",
@@ -44,13 +46,36 @@ pub fn global() -> ApiDoc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routes::{GLOBAL_ONLY, ROUTES};
+    use crate::routes::{GLOBAL_ONLY, ROUTES, Route};
+    use geocount_http::Need;
+    use geocount_http::openapi::Callers;
+    use geocount_http::routing::Endpoint;
+
+    /// Checks that `doc` lists exactly `routes`, each with its methods and the callers
+    /// `need` says it takes.
+    fn check(doc: &ApiDoc, routes: &[(&str, Route)], need: impl Fn(Route) -> Need) {
+        let routed = routes.iter().map(|(path, _)| *path);
+        assert_eq!(doc.unmatched_paths(routed), (vec![], vec![]));
+        for (path, route) in routes {
+            let operations = doc.operations(path);
+            let methods: Vec<&str> = operations.iter().map(|(m, _)| m.as_str()).collect();
+            let routed: Vec<&str> = route.methods().iter().map(|m| m.as_str()).collect();
+            assert_eq!(methods, routed, "{path}");
+            for (_, operation) in operations {
+                assert_eq!(operation.callers(), Callers::of(&need(*route)), "{path}");
+            }
+        }
+    }
 
     #[test]
-    fn each_document_lists_exactly_its_tiers_routed_paths() {
-        let routed = ROUTES.iter().map(|(path, _)| *path);
-        assert_eq!(datacenter().unmatched_paths(routed), (vec![], vec![]));
-        let routed = ROUTES.iter().chain(GLOBAL_ONLY).map(|(path, _)| *path);
-        assert_eq!(global().unmatched_paths(routed), (vec![], vec![]));
+    fn each_document_lists_exactly_its_tiers_routed_operations() {
+        let slot = Some("DC_A_VAL_0");
+        check(&datacenter(300), ROUTES, |route| {
+            crate::datacenter::api::need(route, slot, "A")
+        });
+        let routes: Vec<(&str, Route)> = ROUTES.iter().chain(GLOBAL_ONLY).copied().collect();
+        check(&global(300), &routes, |route| {
+            crate::global::api::need(route, slot)
+        });
     }
 }

@@ -1,6 +1,9 @@
 //! The endpoints of both tiers, as the router matches them. The global tier answers one path
 //! more ([`GLOBAL_ONLY`]).
 
+use geocount_http::routing::{Endpoint, GET, POST};
+use hyper::Method;
+
 /// The endpoints, as matched by the router.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -38,3 +41,19 @@ pub const ROUTES: &[(&str, Route)] = &[
 
 /// The paths only the global tier answers.
 pub const GLOBAL_ONLY: &[(&str, Route)] = &[("/datacenters", Route::Datacenters)];
+
+impl Endpoint for Route {
+    fn methods(self) -> &'static [Method] {
+        match self {
+            Route::Sync => POST,
+            Route::Counter
+            | Route::TopK
+            | Route::Trending
+            | Route::Datacenters
+            | Route::SlotCopy
+            | Route::Health
+            | Route::Metrics
+            | Route::OpenApi => GET,
+        }
+    }
+}

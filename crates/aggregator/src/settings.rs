@@ -17,6 +17,8 @@ pub struct Settings {
     pub sync: SyncSettings,
     /// The window of counters without a description (`shard.default_window_seconds`).
     pub default_window_seconds: u32,
+    /// The longest window a counter may have (`shard.max_window_seconds`): no read's is longer.
+    pub max_window_seconds: u32,
     /// What `GET /trending` lists (`[trending]`).
     pub trending: TrendingConfig,
     /// Limits of its HTTP listener (`[http]`).
@@ -71,6 +73,7 @@ impl Settings {
             listen,
             sync: topology.sync.clone(),
             default_window_seconds: topology.shard.default_window_seconds,
+            max_window_seconds: topology.shard.max_window_seconds,
             trending: topology.trending.clone(),
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,

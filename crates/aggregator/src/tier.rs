@@ -195,9 +195,9 @@ impl Core {
         self.metrics.scrape(&replica, now_ms)
     }
 
-    /// The OpenAPI document `document` as its answer.
-    pub fn openapi(document: geocount_http::ApiDoc) -> Response {
-        json_response(StatusCode::OK, &document.to_json())
+    /// The OpenAPI document `document` as its answer, rendered for this process's `[auth]`.
+    pub fn openapi(&self, document: geocount_http::ApiDoc) -> Response {
+        json_response(StatusCode::OK, &document.to_json(&self.access))
     }
 
     /// A page of the copy of `slot` (`query`: where from, how many), or `unknown` when it

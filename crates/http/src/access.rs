@@ -208,6 +208,16 @@ impl Access {
         }
     }
 
+    /// Whether the client API needs a bearer token: `[[auth.tokens]]` are configured.
+    pub fn needs_tokens(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// Whether the routes between tiers need a proven process: a cluster secret is configured.
+    pub fn checks_processes(&self) -> bool {
+        self.tiers.is_some()
+    }
+
     /// Lets `caller` through for a route that needs `need`, or says why not; the name of the
     /// token it was let through with, if one.
     pub fn check(&self, need: &Need, caller: Caller<'_>) -> Result<Option<&str>, AccessError> {

@@ -5,14 +5,15 @@
 //!   accepts ([`Allow`]).
 //! - [`access`]: the checks of client tokens and of the processes calling between tiers
 //!   ([`Access`]).
-//! - [`routing`]: matching a path to a route with its decoded parameters, checking its access
-//!   and answering the result ([`routing::answer`]), the refusals any route can give
+//! - [`routing`]: matching a path and method to a route ([`routing::Endpoint`]: the methods it
+//!   takes; any other is refused 405 with `Allow`) with its decoded parameters, checking its
+//!   access and answering the result ([`routing::answer`]), the refusals any route can give
 //!   ([`RequestError`]), `GET /metrics`, rolling-window queries ([`WindowQuery`]) and JSON
 //!   objects whose keys keep their order ([`Named`]).
 //! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
 //! - [`tls`]: a tier's TLS as its topology's `[tls]` says ([`tls::tier_tls`]).
 //! - [`openapi`]: the OpenAPI documents every tier serves at `GET /openapi.json`, built from
-//!   shared parts ([`ApiDoc`]).
+//!   shared parts ([`ApiDoc`]) and rendered for the serving process's `[auth]`.
 
 pub mod access;
 pub mod openapi;

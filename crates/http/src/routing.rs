@@ -6,8 +6,11 @@
 use std::future::Future;
 
 use geocount_model::{CounterId, ModelError, SlotRecord};
-use geocount_net::{BodyError, HttpError, Peer, PeerProcess, Response, bytes_response};
+use geocount_net::{
+    BodyError, HttpError, Peer, PeerProcess, Response, bytes_response, error_answer,
+};
 use hyper::body::Incoming;
+use hyper::header::{ALLOW, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use percent_encoding::percent_decode_str;
 use prometheus_client::registry::Registry;
@@ -29,6 +32,8 @@ pub enum RequestError {
         method: Method,
         /// The path.
         path: String,
+        /// The methods the path takes, sent as `Allow`.
+        allowed: &'static [Method],
     },
     /// An invalid counter id in the path.
     #[error(transparent)]
@@ -50,17 +55,43 @@ impl HttpError for RequestError {
             RequestError::Body(refusal) => refusal.status(),
         }
     }
+
+    /// `{"error": ...}`; a 405 also lists the methods its path takes in `Allow` (RFC 9110).
+    fn to_response(&self) -> Response {
+        let mut response = error_answer(self);
+        if let RequestError::MethodNotAllowed { allowed, .. } = self {
+            let allow: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+            let allow = HeaderValue::from_str(&allow.join(", "))
+                .expect("method names are valid header values");
+            response.headers_mut().insert(ALLOW, allow);
+        }
+        response
+    }
 }
 
 impl RequestError {
-    /// The refusal of `request`'s method on its path.
-    pub fn method_not_allowed(request: &Request<Incoming>) -> Self {
+    /// The refusal of `request`'s method on its path, which takes only `allowed`.
+    pub fn method_not_allowed(request: &Request<Incoming>, allowed: &'static [Method]) -> Self {
         RequestError::MethodNotAllowed {
             method: request.method().clone(),
             path: request.uri().path().to_owned(),
+            allowed,
         }
     }
 }
+
+/// A route of a tier's router: it says which methods its path takes.
+pub trait Endpoint: Copy {
+    /// The methods the route takes; any other is answered 405 with `Allow` listing these.
+    fn methods(self) -> &'static [Method];
+}
+
+/// `GET` only.
+pub const GET: &[Method] = &[Method::GET];
+/// `POST` only.
+pub const POST: &[Method] = &[Method::POST];
+/// `PATCH` only.
+pub const PATCH: &[Method] = &[Method::PATCH];
 
 /// A path matched to a route, with its parameters decoded: `{id}` as a validated counter id,
 /// `{slot}` as it stands.
@@ -86,9 +117,33 @@ pub fn router<R>(routes: impl IntoIterator<Item = (&'static str, R)>) -> matchit
 /// Matches `path` in `router`: 404 when no route matches, 400 when `{id}` is not a valid
 /// counter id.
 pub fn route<R: Copy>(router: &matchit::Router<R>, path: &str) -> Result<Routed<R>, RequestError> {
-    let matched = router
+    decode(find(router, path)?)
+}
+
+/// Matches `request`'s path in `router` as [`route`] does, refusing a method its route does
+/// not take (405) before its parameters are decoded: the method is wrong whatever they are.
+pub fn route_request<R: Endpoint>(
+    router: &matchit::Router<R>,
+    request: &Request<Incoming>,
+) -> Result<Routed<R>, RequestError> {
+    let matched = find(router, request.uri().path())?;
+    let allowed = matched.value.methods();
+    if !allowed.contains(request.method()) {
+        return Err(RequestError::method_not_allowed(request, allowed));
+    }
+    decode(matched)
+}
+
+fn find<'r, 'p, R>(
+    router: &'r matchit::Router<R>,
+    path: &'p str,
+) -> Result<matchit::Match<'r, 'p, &'r R>, RequestError> {
+    router
         .at(path)
-        .map_err(|_| RequestError::NoRoute(path.to_owned()))?;
+        .map_err(|_| RequestError::NoRoute(path.to_owned()))
+}
+
+fn decode<R: Copy>(matched: matchit::Match<'_, '_, &R>) -> Result<Routed<R>, RequestError> {
     Ok(Routed {
         route: *matched.value,
         id: matched
@@ -100,10 +155,10 @@ pub fn route<R: Copy>(router: &matchit::Router<R>, path: &str) -> Result<Routed<
     })
 }
 
-/// Answers `request`: matches its path in `router`, lets `access` check it against what
-/// `need` says its route needs (before anything else runs: a refusal is answered at once and
-/// changes nothing), hands the match to `dispatch`, and turns the result, or the refusal to
-/// route it, into the answer (server failures are logged).
+/// Answers `request`: matches its path and method in `router` ([`route_request`]; a refusal
+/// is answered at once), lets `access` check it against what `need` says its route needs
+/// (before anything else runs: a refusal is answered at once and changes nothing), hands the
+/// match to `dispatch`, and turns the result into the answer (server failures are logged).
 pub async fn answer<R, E, F, Fut>(
     router: &matchit::Router<R>,
     access: &Access,
@@ -112,13 +167,13 @@ pub async fn answer<R, E, F, Fut>(
     dispatch: F,
 ) -> Response
 where
-    R: Copy,
+    R: Endpoint,
     E: HttpError + From<RequestError>,
     F: FnOnce(Routed<R>, Request<Incoming>) -> Fut,
     Fut: Future<Output = Result<Response, E>>,
 {
     let mut request = request;
-    let result = match route(router, request.uri().path()) {
+    let result = match route_request(router, &request) {
         Ok(routed) => {
             let need = need(&routed, &request);
             let caller = Caller {
@@ -143,7 +198,7 @@ where
             }
             dispatch(routed, request).await
         }
-        Err(refusal) => Err(refusal.into()),
+        Err(refusal) => return refusal.to_response(),
     };
     result.unwrap_or_else(|error| {
         // 503 is an expected answer (a stale read), not a failure of this process.
@@ -185,16 +240,15 @@ pub fn decode_counter_id(raw: &str) -> Result<CounterId, RequestError> {
     Ok(CounterId::new(decoded)?)
 }
 
+/// The media type of `GET /metrics`: the OpenMetrics text format.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// `GET /metrics`: `registry` in the OpenMetrics text format.
 pub fn metrics_response(registry: &Registry) -> Response {
     let mut text = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut text, registry);
-    bytes_response(
-        StatusCode::OK,
-        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        text.into(),
-    )
+    bytes_response(StatusCode::OK, METRICS_CONTENT_TYPE, text.into())
 }
 
 /// Named values that serialize as one JSON object, keys in list order.

@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use geocount_http::routing::{self, Named, RequestError, Routed};
+use geocount_http::routing::{self, Endpoint, Named, RequestError, Routed};
 use geocount_http::{Allow, Need};
 use geocount_model::{CounterId, Right};
 use geocount_net::Response;
@@ -32,7 +32,7 @@ use crate::error::AggregatorError;
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{ROUTES, Route};
-use crate::tier::{Core, Held};
+use crate::tier::Held;
 
 /// What each route needs of a request (README, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `datacenter` is this aggregator's,
@@ -100,9 +100,11 @@ async fn dispatch(
             })
         }
         (Route::Health, &Method::GET, _, _) => Ok(health(state, now_ms)),
-        (Route::OpenApi, &Method::GET, _, _) => Ok(Core::openapi(crate::openapi::datacenter())),
+        (Route::OpenApi, &Method::GET, _, _) => {
+            Ok(core.openapi(crate::openapi::datacenter(core.settings.max_window_seconds)))
+        }
         (Route::Metrics, &Method::GET, _, _) => Ok(core.scrape(now_ms)),
-        _ => Err(RequestError::method_not_allowed(&request).into()),
+        _ => Err(RequestError::method_not_allowed(&request, route.methods()).into()),
     }
 }
 

@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use geocount_http::routing::{self, Named, RequestError, Routed};
+use geocount_http::routing::{self, Endpoint, Named, RequestError, Routed};
 use geocount_http::{Allow, Need};
 use geocount_model::role::GLOBAL_PROCESS;
 use geocount_model::{CounterId, Right};
@@ -37,7 +37,7 @@ use crate::error::AggregatorError;
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{GLOBAL_ONLY, ROUTES, Route};
-use crate::tier::{Core, Held};
+use crate::tier::Held;
 
 /// What each route needs of a request (README, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `/sync` is pulled by the datacenter
@@ -90,10 +90,13 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 Ok(answer.await?)
             }
             (Route::Health, &Method::GET, _) => Ok(health(state, now_ms)),
-            (Route::OpenApi, &Method::GET, _) => Ok(Core::openapi(crate::openapi::global())),
+            (Route::OpenApi, &Method::GET, _) => {
+                Ok(core.openapi(crate::openapi::global(core.settings.max_window_seconds)))
+            }
             (Route::Metrics, &Method::GET, _) => Ok(core.scrape(now_ms)),
-            _ => Err(AggregatorError::from(RequestError::method_not_allowed(
+            (route, ..) => Err(AggregatorError::from(RequestError::method_not_allowed(
                 &request,
+                route.methods(),
             ))),
         }
     };

@@ -44,7 +44,7 @@ use crate::http::state::NodeState;
 use crate::route::forward;
 use crate::route::forward::FORWARDED_HEADER;
 use crate::startup::restore::RestoreReport;
-use geocount_http::routing::{self, RequestError, Routed, TokenName, WindowQuery};
+use geocount_http::routing::{self, Endpoint, RequestError, Routed, TokenName, WindowQuery};
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
@@ -96,13 +96,13 @@ async fn dispatch(
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
             StatusCode::OK,
-            &crate::http::openapi::document().to_json(),
+            &crate::http::openapi::document(&state.settings, &state.access),
         )),
         (Route::Metrics, Method::GET, _, _) => {
             let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));
             Ok(routing::metrics_response(state.metrics.scrape(staleness)))
         }
-        _ => Err(RequestError::method_not_allowed(&request).into()),
+        _ => Err(RequestError::method_not_allowed(&request, route.methods()).into()),
     }
 }
 

@@ -1,10 +1,14 @@
 //! The shard node's OpenAPI document, served at `GET /openapi.json`.
 
 use geocount_http::openapi::{
-    header_param, id_param, path_param, query_param, required_query_param,
+    header_param, id_param, id_schema, integer, path_param, required_query_param,
 };
-use geocount_http::{ApiDoc, Operation};
+use geocount_http::{Access, ApiDoc, Operation};
+use geocount_model::unique::MAX_ITEM_BYTES;
+use geocount_model::{MAX_SHARDS_PER_COUNTER, ShardDefaults};
 use serde_json::{Value, json};
+
+use crate::engine::idempotency::MAX_IDEMPOTENCY_KEY_BYTES;
 
 /// The answer to a write or a read of this node's slot.
 fn slot_answer() -> Value {
@@ -60,6 +64,7 @@ fn a_batch(summary: &str, body: &str) -> Operation {
     Operation::new(summary)
         .param(header_param(
             "Prefer",
+            json!({"type": "string"}),
             "return=minimal: answer a BatchSummary (the count applied, the refused entries) \
              instead of every outcome",
         ))
@@ -74,17 +79,46 @@ fn a_batch(summary: &str, body: &str) -> Operation {
         ])
 }
 
-/// The document of this tier's HTTP API.
-pub fn document() -> ApiDoc {
+/// `schema`, or null.
+fn nullable(mut schema: Value) -> Value {
+    schema["nullable"] = true.into();
+    schema
+}
+
+/// The body of a single write: a delta following `delta` or an item, and a timestamp.
+fn write_body(delta: Value) -> Value {
+    // A null field is an absent one; only a delta and an item both given conflict.
+    json!({"type": "object", "additionalProperties": false,
+           "not": {"required": ["delta", "item"],
+                   "properties": {"delta": {"type": "integer"}, "item": {"type": "string"}}},
+           "description": "a delta (sum counters) or an item (unique counters), not both",
+           "properties": {
+        "delta": delta,
+        "item": {"type": "string", "nullable": true, "minLength": 1, "maxLength": MAX_ITEM_BYTES,
+                 "description": format!("unique counters: the item counted, 1-{MAX_ITEM_BYTES} \
+                                         bytes of UTF-8")},
+        "timestamp": {"type": "integer", "nullable": true, "minimum": 0, "maximum": u64::MAX,
+                      "description": "unix seconds (default: now; at most shard.max_future_skew_secs \
+                                      ahead of the node's clock, else 422)"},
+    }})
+}
+
+/// The document of this tier's HTTP API, as a node with `settings` serves it; `access` says
+/// which credentials its routes ask for.
+pub fn document(settings: &ShardDefaults, access: &Access) -> Value {
+    api(settings).to_json(access)
+}
+
+/// The operations of this tier's HTTP API, for a node with `settings`.
+fn api(settings: &ShardDefaults) -> ApiDoc {
     let key = header_param(
         "Idempotency-Key",
-        "1-256 bytes: a retry with the same key is applied once and answered as the first was",
+        json!({"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY_BYTES,
+               "pattern": "^[^\\u001f]*$"}),
+        "1-256 bytes without the unit separator (0x1f): a retry with the same key is applied \
+         once and answered as the first was",
     );
-    let write_body = json!({"type": "object", "properties": {
-        "delta": {"type": "integer", "minimum": 1, "description": "default 1 (sum counters)"},
-        "item": {"type": "string", "description": "unique counters: the item counted"},
-        "timestamp": {"type": "integer", "description": "unix seconds (default: now)"},
-    }});
+    let max_window = settings.max_window_seconds;
     ApiDoc::new(
         "geocount shard node",
         "Owns one slot (DC_<DATACENTER>_VAL_<n>) per counter; acknowledges writes once durable.",
@@ -94,11 +128,12 @@ pub fn document() -> ApiDoc {
         "post",
         Operation::new("create a counter")
             .json_body(
-                json!({"type": "object", "properties": {
-                    "id": {"type": "string", "description": "generated when absent"},
-                    "numberOfShards": {"type": "integer", "minimum": 1},
-                    "windowSeconds": {"type": "integer", "minimum": 1},
-                    "type": {"type": "string", "enum": ["sum", "unique"]},
+                json!({"type": "object", "additionalProperties": false,
+                       "description": "a null field takes its default", "properties": {
+                    "id": nullable(id_schema()),
+                    "numberOfShards": nullable(integer(1, MAX_SHARDS_PER_COUNTER.into())),
+                    "windowSeconds": nullable(integer(1, max_window.into())),
+                    "type": {"type": "string", "nullable": true, "enum": ["sum", "unique", null]},
                 }}),
                 json!({"id": "openapi-example", "numberOfShards": 2, "windowSeconds": 300}),
             )
@@ -120,7 +155,7 @@ pub fn document() -> ApiDoc {
         "get",
         Operation::new("this node's slot of the counter")
             .param(id_param())
-            .window_params()
+            .window_params(max_window)
             .json_answer(200, "the slot's value and version", slot_answer())
             .errors(&[
                 (400, "a bad id or query (window on a unique counter too)"),
@@ -135,12 +170,17 @@ pub fn document() -> ApiDoc {
                 .param(id_param())
                 .param(required_query_param(
                     "op",
-                    "string",
-                    "INCREMENT or DECREMENT",
+                    json!({"type": "string", "enum": ["INCREMENT", "DECREMENT"]}),
+                    "INCREMENT or DECREMENT (items only with INCREMENT)",
                     "INCREMENT",
                 ))
                 .param(key.clone())
-                .json_body(write_body.clone(), json!({"delta": 1})),
+                .json_body(
+                    write_body(json!({"type": "integer", "nullable": true,
+                                      "minimum": 1, "maximum": i64::MAX,
+                                      "description": "default 1 (sum counters)"})),
+                    json!({"delta": 1}),
+                ),
         ),
     )
     .operation(
@@ -150,7 +190,14 @@ pub fn document() -> ApiDoc {
             Operation::new("add a signed delta, or count an item")
                 .param(id_param())
                 .param(key)
-                .json_body(write_body, json!({"delta": -2})),
+                .json_body(
+                    write_body(
+                        json!({"type": "integer", "nullable": true, "minimum": i64::MIN,
+                                      "maximum": i64::MAX, "not": {"enum": [0]},
+                                      "description": "default 1; not 0 (sum counters)"}),
+                    ),
+                    json!({"delta": -2}),
+                ),
         ),
     )
     .operation(
@@ -186,18 +233,17 @@ pub fn document() -> ApiDoc {
              the keys from record number `from` (0), at most `limit` (sync.page_entries); says \
              whether the copy holds every key the peer retains, and where the next page starts",
         )
+        .between_tiers()
         .param(path_param(
             "slot",
             "a peer's slot name, DC_<DATACENTER>_VAL_<n>",
         ))
-        .param(query_param("from", "integer", "where the page starts (0)"))
-        .param(query_param(
-            "limit",
-            "integer",
-            "how many keys the page holds",
-        ))
+        .page_params("keys")
         .postcard_answer(200, "KeyCopy")
-        .errors(&[(404, "a slot that is no peer of this node")]),
+        .errors(&[
+            (400, "a bad or unknown query key"),
+            (404, "a slot that is no peer of this node"),
+        ]),
     )
     .health_and_metrics("health: 503 while storage fails, with each pulled source's staleness")
 }
@@ -205,10 +251,24 @@ pub fn document() -> ApiDoc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::routes::{ROUTES, need};
+    use geocount_http::openapi::Callers;
+    use geocount_http::routing::Endpoint;
 
     #[test]
-    fn the_document_lists_exactly_the_routed_paths() {
-        let routed = crate::http::routes::ROUTES.iter().map(|(path, _)| *path);
-        assert_eq!(document().unmatched_paths(routed), (vec![], vec![]));
+    fn the_document_lists_exactly_the_routed_operations_and_their_callers() {
+        let doc = api(&ShardDefaults::default());
+        let routed = ROUTES.iter().map(|(path, _)| *path);
+        assert_eq!(doc.unmatched_paths(routed), (vec![], vec![]));
+        for (path, route) in ROUTES {
+            let operations = doc.operations(path);
+            let methods: Vec<&str> = operations.iter().map(|(m, _)| m.as_str()).collect();
+            let routed: Vec<&str> = route.methods().iter().map(|m| m.as_str()).collect();
+            assert_eq!(methods, routed, "{path}");
+            let callers = Callers::of(&need(*route, Some("DC_A_VAL_1"), false, "A"));
+            for (_, operation) in operations {
+                assert_eq!(operation.callers(), callers, "{path}");
+            }
+        }
     }
 }

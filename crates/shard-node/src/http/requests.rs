@@ -17,9 +17,10 @@ use crate::error::ShardError;
 
 pub use geocount_model::MAX_SHARDS_PER_COUNTER;
 
-/// Parses an optional JSON body: empty means every field takes its default.
+/// Parses an optional JSON body: empty means every field takes its default (whitespace alone
+/// is no JSON, and refused as any malformed body is).
 fn json_body<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ShardError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    if bytes.is_empty() {
         return Ok(T::default());
     }
     serde_json::from_slice(bytes)
@@ -337,8 +338,10 @@ mod tests {
 
     #[test]
     fn write_bodies_are_checked_like_the_handlers_did() {
-        let (change, at) = parse_write(b" ", -1, false, &settings(), NOW).unwrap();
+        let (change, at) = parse_write(b"", -1, false, &settings(), NOW).unwrap();
         assert_eq!((change, at), (Change::Delta(-1), NOW));
+        // Whitespace alone is no JSON body.
+        assert!(parse_write(b" \n", -1, false, &settings(), NOW).is_err());
         let body = br#"{"delta": 5, "timestamp": 1800000060}"#;
         let (change, at) = parse_write(body, 1, false, &settings(), NOW).unwrap();
         assert_eq!((change, at), (Change::Delta(5), NOW + 60));

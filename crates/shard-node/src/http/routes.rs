@@ -1,8 +1,9 @@
 //! The shard node's endpoints: every path it answers, and what each needs of a caller.
 
-use geocount_http::routing as http;
+use geocount_http::routing::{self as http, Endpoint, GET, PATCH, POST};
 use geocount_http::{Allow, Need};
 use geocount_model::Right;
+use hyper::Method;
 
 /// The endpoints, as matched by the router.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +52,24 @@ pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("/metrics", Route::Metrics),
     ("/openapi.json", Route::OpenApi),
 ];
+
+impl Endpoint for Route {
+    fn methods(self) -> &'static [Method] {
+        match self {
+            Route::Write => PATCH,
+            Route::Create | Route::Increment | Route::Batch | Route::BatchItems | Route::Sync => {
+                POST
+            }
+            Route::Counter
+            | Route::Route
+            | Route::SlotCopy
+            | Route::KeyCopy
+            | Route::Health
+            | Route::Metrics
+            | Route::OpenApi => GET,
+        }
+    }
+}
 
 /// What each route needs of a request (README, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `datacenter` is this node's, `slot` the

@@ -1,0 +1,185 @@
+//! The operations several tiers share: replication, probes, and the aggregators' reads and
+//! rankings.
+
+use serde_json::json;
+
+use super::{ApiDoc, Operation, id_param, integer, path_param, query_param, required_query_param};
+use crate::routing::METRICS_CONTENT_TYPE;
+use crate::top_query::MAX_K;
+
+impl ApiDoc {
+    /// Adds `/sync` and, with `slot_copies`, `/slots/{slot}/copy`: the replication routes a tier
+    /// serves to the tiers that pull it and to shard nodes restoring a lost slot.
+    pub fn replication(self, slot_copies: bool) -> Self {
+        let doc = self.operation(
+            "/sync",
+            "post",
+            Operation::new("a page of changes from a cursor (replication between tiers)")
+                .between_tiers()
+                .postcard_body("SyncRequest")
+                .postcard_answer(200, "SyncPage")
+                .errors(&[(400, "a malformed request"), (413, "a request too large")]),
+        );
+        if !slot_copies {
+            return doc;
+        }
+        doc.operation(
+            "/slots/{slot}/copy",
+            "get",
+            Operation::new(
+                "a page of the records this tier holds of one slot (restoring a shard node): the \
+                 counters from table index `from` (0), at most `limit` (sync.page_entries) looked \
+                 at; says whether this tier has held the slot whole since it started, and where \
+                 the next page starts",
+            )
+            .between_tiers()
+            .param(path_param("slot", "a slot name, DC_<DATACENTER>_VAL_<n>"))
+            .page_params("counters")
+            .postcard_answer(200, "SlotCopy")
+            .errors(&[
+                (400, "a bad or unknown query key"),
+                (404, "a slot this tier does not hold"),
+            ]),
+        )
+    }
+
+    /// Adds `/healthz` and `/metrics`.
+    pub fn health_and_metrics(self, health: &str) -> Self {
+        self.operation(
+            "/healthz",
+            "get",
+            Operation::new(health)
+                .open()
+                .json_answer(200, "serving", json!({"type": "object"}))
+                .json_answer(503, "not able to serve", json!({"type": "object"})),
+        )
+        .operation(
+            "/metrics",
+            "get",
+            Operation::new("Prometheus metrics").open().text_answer(
+                200,
+                "the OpenMetrics text format",
+                METRICS_CONTENT_TYPE,
+            ),
+        )
+        .operation(
+            "/openapi.json",
+            "get",
+            Operation::new("this document").open().json_answer(
+                200,
+                "the OpenAPI document",
+                json!({"type": "object"}),
+            ),
+        )
+    }
+
+    /// Adds an aggregator's `GET /counter/{id}` (the datacenter's or, when `global`, the
+    /// world's value, with each part's staleness); windows are at most `max_window_seconds`.
+    pub fn aggregator_read(self, global: bool, max_window_seconds: u32) -> Self {
+        let (scope, parts) = if global {
+            ("the world's value: the sum over datacenters", "datacenters")
+        } else {
+            ("the datacenter's value: the sum over its slots", "slots")
+        };
+        let mut read = Operation::new(scope)
+            .param(id_param())
+            .window_params(max_window_seconds);
+        let mut errors = vec![
+            (400, "a bad id or query (window on a unique counter too)"),
+            (404, "a counter no part has reported"),
+        ];
+        if global {
+            read = read.staleness_params();
+            errors.push((503, "stale datacenters, named (unless allow_partial=true)"));
+        }
+        let answer = json!({"type": "object", "properties": {
+            "id": {"type": "string"},
+            "value": {"type": "integer", "description": "the sum, or a unique counter's estimate"},
+            "standard_error": {"type": "number", "description": "unique counters only"},
+            "window": {"$ref": "#/components/schemas/Window"},
+            "staleness_ms": {"type": "integer", "nullable": true,
+                             "description": "the stalest part's; null if one was never complete"},
+            "complete": {"type": "boolean"},
+            parts: {"type": "object", "description": "each part's value and staleness"},
+        }});
+        self.operation(
+            "/counter/{id}",
+            "get",
+            read.json_answer(200, "the value and how fresh it is", answer)
+                .errors(&errors),
+        )
+    }
+
+    /// Adds an aggregator's `/topk` and `/trending`; `global` adds the global aggregator's
+    /// staleness parameters and refusals.
+    pub fn rankings(self, global: bool) -> Self {
+        let mut top = Operation::new(
+            "the K highest counters by all-time total, or by hits in a window (sum counters \
+             only; highest first, ties by id ascending)",
+        )
+        .param(query_param(
+            "k",
+            integer(1, MAX_K as u64),
+            "how many (default 10)",
+        ))
+        .param(query_param(
+            "prefix",
+            json!({"type": "string"}),
+            "only ids starting with this (default: any)",
+        ))
+        // A ranking's window is no counter's: any length is taken.
+        .window_params(u32::MAX);
+        let mut trending = Operation::new(
+            "every counter with a configured prefix whose hits in the [trending] window ending \
+             now reach the prefix's threshold",
+        )
+        .param(required_query_param(
+            "prefix",
+            json!({"type": "string"}),
+            "one of the configured prefixes",
+            "#",
+        ));
+        let mut errors = vec![
+            (400, "a bad or unknown query key"),
+            (
+                429,
+                "a ranking that scans every counter while http.max_concurrent_scans are under way (Retry-After)",
+            ),
+        ];
+        if global {
+            top = top.staleness_params();
+            trending = trending.staleness_params();
+            errors.push((503, "stale datacenters, named (unless allow_partial=true)"));
+        }
+        let ranked = json!({"type": "array", "items": {"$ref": "#/components/schemas/Ranked"}});
+        let top_answer = json!({"type": "object", "properties": {
+            "top": ranked, "k": {"type": "integer"}, "prefix": {"type": "string"},
+            "window": {"$ref": "#/components/schemas/Window"},
+            "staleness_ms": {"type": "integer", "nullable": true},
+            "complete": {"type": "boolean"},
+            "datacenters": {"type": "object", "description": "global: each datacenter's own"},
+        }});
+        let trending_answer = json!({"type": "object", "properties": {
+            "prefix": {"type": "string"}, "threshold": {"type": "integer"},
+            "window": {"$ref": "#/components/schemas/Window"}, "trending": ranked,
+            "staleness_ms": {"type": "integer", "nullable": true},
+            "complete": {"type": "boolean"},
+            "datacenters": {"type": "object", "description": "global: each datacenter's own"},
+        }});
+        let mut trending_errors = errors.clone();
+        trending_errors.push((404, "a prefix with no configured threshold"));
+        self.operation(
+            "/topk",
+            "get",
+            top.json_answer(200, "the ranking", top_answer)
+                .errors(&errors),
+        )
+        .operation(
+            "/trending",
+            "get",
+            trending
+                .json_answer(200, "the trending counters", trending_answer)
+                .errors(&trending_errors),
+        )
+    }
+}
