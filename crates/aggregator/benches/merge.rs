@@ -10,6 +10,7 @@ use std::hint::black_box;
 
 use criterion::Criterion;
 use geocount_aggregator::replica::Replica;
+use geocount_model::fixtures::resident_bytes;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{SlotId, SlotRecord, SlotState, Window};
 use geocount_ranking::LiveRanking;
@@ -24,17 +25,6 @@ fn id(n: usize) -> String {
     } else {
         format!("counter-{n}")
     }
-}
-
-/// Resident memory, in bytes (Linux).
-fn resident_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
 }
 
 /// Merges `page` into `replica` whole and ranks every counter it changed.

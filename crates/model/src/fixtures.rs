@@ -53,3 +53,15 @@ pub fn described(id: &str, shards: u32, physical_ms: u64, node: u32) -> Versione
         },
     }
 }
+
+/// This process's resident memory in bytes (Linux `/proc/self/statm`; 0 elsewhere), for the
+/// benchmarks' bytes-per-entry figures.
+pub fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}

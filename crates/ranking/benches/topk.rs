@@ -15,6 +15,7 @@ use std::hint::black_box;
 use criterion::Criterion;
 use geocount_http::routing::WindowQuery;
 use geocount_model::Window;
+use geocount_model::fixtures::resident_bytes;
 use geocount_model::{SlotRecord, SlotState};
 use geocount_ranking::{LiveRanking, RankedCounters, Scope, TopIndex};
 use rand::rngs::StdRng;
@@ -53,17 +54,6 @@ impl RankedCounters for Counters<'_> {
     fn records(&self, index: usize) -> &[(u16, SlotRecord)] {
         &self.records[index]
     }
-}
-
-/// Resident memory, in bytes (Linux).
-fn resident_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
 }
 
 fn bench(c: &mut Criterion) {

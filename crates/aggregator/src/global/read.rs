@@ -192,18 +192,11 @@ pub fn answer_read(
 mod tests {
     use super::*;
     use crate::global::datacenters::datacenter_statuses;
+    use crate::global::staleness::tests::reading;
     use crate::global::{Datacenter, GlobalSettings};
     use crate::replica::{PullSource, SourceKind};
     use geocount_model::CounterId;
     use geocount_model::wire::{SlotPage, SyncPage};
-
-    fn reading(value: i128, staleness_ms: Option<u64>, heard: bool) -> DatacenterReading {
-        DatacenterReading {
-            value,
-            staleness_ms,
-            heard,
-        }
-    }
 
     /// A replica of USA_0 (slots 0 and 1) and ASIA_0 (slot 2), neither heard yet.
     fn two_datacenter_replica() -> Replica {

@@ -98,10 +98,11 @@ pub fn named<T>(names: &[String], values: Vec<T>) -> Named<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn reading(value: i128, staleness_ms: Option<u64>, heard: bool) -> DatacenterReading {
+    /// A datacenter's reading, for the tests of the global read too.
+    pub(crate) fn reading(value: i128, staleness_ms: Option<u64>, heard: bool) -> DatacenterReading {
         DatacenterReading {
             value,
             staleness_ms,
