@@ -217,6 +217,8 @@ where
 }
 
 /// Valid inputs of each target, made from the real types, for `examples/write_seeds.rs`.
+pub mod targets;
+
 pub mod seeds {
     use super::*;
     use geocount_model::wire::{
