@@ -7,6 +7,8 @@
 //! structurally valid but hostile message is where panics hide. Seeds made from the real types
 //! are written by `examples/write_seeds.rs` ([`seeds`]).
 
+pub mod targets;
+
 use geocount_model::unique::hash_item;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage, SyncPage};
 use geocount_model::{
@@ -14,7 +16,8 @@ use geocount_model::{
     VersionedDescription, next_slot_version,
 };
 use geocount_http::routing::WindowQuery;
-use geocount_sync::{LiveRanking, PullSource, Replica};
+use geocount_aggregator::replica::{PullSource, Replica};
+use geocount_ranking::LiveRanking;
 
 /// The node's clock in every target, in unix seconds (deterministic, so crashes reproduce).
 pub const NOW_SECS: u64 = 1_800_000_000;
@@ -58,7 +61,7 @@ fn pull_sources(names: Vec<String>) -> Vec<PullSource> {
 /// datacenter, counters ranked per datacenter too.
 pub fn empty_replica() -> Replica {
     let mut replica = Replica::new(slot_names(), &pull_sources(datacenter_names()));
-    replica.copies.index_top(
+    replica.index_top(
         SLOT_DATACENTERS.to_vec(),
         LiveRanking::new(WINDOW_SECONDS, NOW_SECS),
     );
@@ -69,7 +72,7 @@ pub fn empty_replica() -> Replica {
 /// per slot, counters ranked over all of them.
 pub fn empty_datacenter_replica() -> Replica {
     let mut replica = Replica::new(slot_names(), &pull_sources(slot_names()));
-    replica.copies.index_top(
+    replica.index_top(
         vec![0; SLOT_DATACENTERS.len()],
         LiveRanking::new(WINDOW_SECONDS, NOW_SECS),
     );
@@ -126,14 +129,13 @@ fn id(text: &str) -> CounterId {
 /// in several slots, with descriptions of two of them.
 pub fn populated_replica() -> Replica {
     let mut replica = empty_replica();
-    let copies = &mut replica.copies;
-    copies.merge(0, &id("#a"), &sum_record(10, 5));
-    copies.merge(1, &id("#a"), &sum_record(-4, 2));
-    copies.merge(2, &id("#b"), &sum_record(7, 9));
-    copies.merge(0, &id("tweet:1:likes"), &sum_record(i64::MAX, 1));
-    copies.merge(2, &id("tweet:1:likes"), &sum_record(i64::MAX, 1));
-    copies.merge(1, &id("visitors"), &unique_record(40, 3));
-    copies.merge(2, &id("visitors"), &unique_record(3_000, 4));
+    replica.merge(0, &id("#a"), &sum_record(10, 5));
+    replica.merge(1, &id("#a"), &sum_record(-4, 2));
+    replica.merge(2, &id("#b"), &sum_record(7, 9));
+    replica.merge(0, &id("tweet:1:likes"), &sum_record(i64::MAX, 1));
+    replica.merge(2, &id("tweet:1:likes"), &sum_record(i64::MAX, 1));
+    replica.merge(1, &id("visitors"), &unique_record(40, 3));
+    replica.merge(2, &id("visitors"), &unique_record(3_000, 4));
     replica
         .descriptions
         .merge(description("#a", CounterType::Sum, 2));
@@ -217,8 +219,6 @@ where
 }
 
 /// Valid inputs of each target, made from the real types, for `examples/write_seeds.rs`.
-pub mod targets;
-
 pub mod seeds {
     use super::*;
     use geocount_model::wire::{

@@ -3,7 +3,7 @@
 
 use geocount_http::TopQuery;
 use geocount_http::routing::WindowQuery;
-use geocount_sync::Ranked;
+use geocount_ranking::Ranked;
 use serde::Serialize;
 
 /// A counter's total, as every read reports it first.

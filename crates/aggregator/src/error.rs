@@ -1,8 +1,8 @@
 //! Every refusal of either tier, and the one place that maps each to its HTTP status.
 
+use crate::replica::{SCAN_RETRY_AFTER_SECS, ScansBusy};
 use geocount_http::routing::RequestError;
 use geocount_net::{HttpError, Response, bytes_response, json_response};
-use geocount_sync::{SCAN_RETRY_AFTER_SECS, ScansBusy};
 use hyper::StatusCode;
 
 use crate::parts::{DatacenterRanking, StaleRead};

@@ -18,6 +18,9 @@
 //! - [`routes`]: the endpoints both tiers route ([`routes::Route`]).
 //! - [`answers`]: the parts of an answer both tiers give alike: a counter's total, a ranking.
 //! - [`parts`]: each datacenter's part of a global answer and a stale read's 503 body.
+//! - [`replica`]: what an aggregator holds of the tier below ([`replica::Replica`]): its copies,
+//!   the one path a pulled page takes into them, the pullers that feed it, the top-K index
+//!   beside the copies, ranking scans and metrics.
 //! - [`error`]: every refusal and its HTTP status ([`AggregatorError`]).
 //! - [`openapi`]: the OpenAPI document each tier serves at `GET /openapi.json`.
 //! - [`tier`]: what both tiers run alike: the pullers, the top-K index, and the answers that
@@ -25,12 +28,13 @@
 //! - [`ranking`]: what a ranking asks of a replica, and how replicas ask each other for parts.
 //! - [`spread`]: partitions held by the tier's other replicas: reads redirected there, and
 //!   rankings merged from every group's part.
-//! - [`datacenter`]: the datacenter tier ([`DatacenterConfig`], [`datacenter::run`]).
+//! - [`datacenter`]: the datacenter tier ([`DatacenterSettings`], [`datacenter::run`]).
 //! - [`global`]: the global tier, with its staleness rules, `allow_partial` and
-//!   `GET /datacenters` ([`GlobalConfig`], [`global::run`]).
+//!   `GET /datacenters` ([`GlobalSettings`], [`global::run`]).
 //! - [`process`]: what the two binaries (`datacenter-aggregator`, `global-aggregator`) share.
 //!
-//! The pull loop and the sink that merges pages live in [`geocount_sync::replica`].
+//! The pull loop and the tables it fills are `geocount_sync`'s; rankings are
+//! `geocount_ranking`'s.
 
 pub mod answers;
 pub mod datacenter;
@@ -40,12 +44,13 @@ pub mod openapi;
 pub mod parts;
 pub mod process;
 pub mod ranking;
+pub mod replica;
 pub mod routes;
 pub mod settings;
 pub mod spread;
 pub mod tier;
 
-pub use datacenter::DatacenterConfig;
+pub use datacenter::DatacenterSettings;
 pub use error::AggregatorError;
-pub use global::GlobalConfig;
+pub use global::GlobalSettings;
 pub use settings::{Settings, SlotGroups};

@@ -3,7 +3,7 @@
 
 use geocount_http::TopQuery;
 use geocount_http::routing::{RequestError, WindowQuery};
-use geocount_sync::Ranked;
+use geocount_ranking::Ranked;
 
 use crate::answers::{Listed, Ranking, TopAnswer, TrendingAnswer};
 

@@ -10,17 +10,18 @@ use geocount_http::{Access, parse_top_query, parse_trending_query};
 use geocount_model::Clock;
 use geocount_model::wire::SlotFreshness;
 use geocount_net::{Connector, HttpClient, Listener, Response, json_response};
-use geocount_sync::Pullers;
-use geocount_sync::{
-    Answer, HeldCounter, LiveRanking, PullSource, Ranked, Replica, ReplicaMetrics, Scans,
-    ScansBusy, Scope, SharedReplica, answer_slot_copy, parse_copy_query, serve_sync, start_pulling,
-};
+use geocount_ranking::{Answer, LiveRanking, Ranked, Scope};
+use geocount_sync::{answer_slot_copy, parse_copy_query};
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
 use crate::error::AggregatorError;
 use crate::ranking::Asked;
 use crate::ranking::RankingRequest;
+use crate::replica::{
+    HeldCounter, PullSource, Pullers, Replica, ReplicaMetrics, Scans, ScansBusy, SharedReplica,
+    serve_sync, start_pulling,
+};
 use crate::routes::Route;
 use crate::settings::{Settings, SlotGroups};
 
@@ -88,7 +89,7 @@ pub fn start(
         held.set_byte_bound(tier.byte_bound_key, settings.max_state_bytes);
         held.partitions = settings.partitions.filter();
         // What the pullers merged already is indexed too.
-        held.copies.index_top(
+        held.index_top(
             tier.groups.part_of.clone(),
             LiveRanking {
                 seconds: settings.trending.window_seconds,
@@ -115,9 +116,9 @@ pub fn start(
 /// The rankings of what `asked` asks, one per scope of `scopes`, from `replica`'s index; or
 /// the scan that finds them.
 pub fn rank(replica: &Replica, scopes: &[Scope], asked: &Asked) -> Answer {
-    let mut index = replica.copies.top_index().expect("indexed at start");
+    let mut index = replica.top_index().expect("indexed at start");
     let (prefix, k, min_value, window) = asked.ranking();
-    index.rank(scopes, prefix, k, min_value, window, &replica.copies)
+    index.rank(scopes, prefix, k, min_value, window, replica)
 }
 
 /// Serves `listener` with `handler` until `shutdown` completes; then stops the pullers and
@@ -152,9 +153,9 @@ impl Held {
     /// What `replica` holds.
     pub fn of(replica: &Replica) -> Self {
         Self {
-            counters: replica.copies.len(),
-            state_bytes: replica.copies.bytes().held(),
-            max_state_bytes: replica.copies.bytes().max(),
+            counters: replica.copies().len(),
+            state_bytes: replica.copies().bytes().held(),
+            max_state_bytes: replica.copies().bytes().max(),
             over_bound: replica.over_bound(),
         }
     }

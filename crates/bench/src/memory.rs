@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use geocount_cluster::{Cluster, Role};
+use geocount_cluster::{Cluster, Member};
 use geocount_model::Topology;
 use serde::Serialize;
 
@@ -176,18 +176,18 @@ async fn memory_run(counters: usize, running: &Cluster) -> anyhow::Result<Memory
     for (process, before) in running.processes.iter().zip(before) {
         let grown = resident_bytes(process.pid)?.saturating_sub(before) as f64;
         let name = process.name().to_owned();
-        match &process.spec.role {
+        match &process.spec.member {
             // A shard node holds its own slot and a replica of each peer's: every counter of
             // its datacenter once.
-            Some(Role::Shard { .. }) => {
+            Some(Member::Shard { .. }) => {
                 figures
                     .shards
                     .push((name, counters, grown / counters as f64))
             }
-            Some(Role::DatacenterAggregator { .. }) => {
+            Some(Member::DatacenterAggregator { .. }) => {
                 (figures.datacenter_aggregators).push((name, counters, grown / counters as f64))
             }
-            Some(Role::GlobalAggregator { replica }) => {
+            Some(Member::GlobalAggregator { replica }) => {
                 let held = held_counters(globals[*replica].0).await?;
                 let entries = held * datacenters.len();
                 figures.global.push(GlobalHeld {
@@ -199,7 +199,7 @@ async fn memory_run(counters: usize, running: &Cluster) -> anyhow::Result<Memory
                 });
             }
             // The benchmark's topologies emulate no WAN.
-            Some(Role::WanEmulator) | None => {}
+            Some(Member::WanEmulator) | None => {}
         }
     }
     for (name, _, bytes) in figures.shards.iter().chain(&figures.datacenter_aggregators) {

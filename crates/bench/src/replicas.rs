@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use geocount_cluster::{Cluster, Role};
+use geocount_cluster::{Cluster, Member};
 use geocount_model::Topology;
 use serde::Serialize;
 
@@ -152,7 +152,7 @@ async fn shard_load(
     label: &str,
 ) -> anyhow::Result<Sample> {
     let pids: Vec<u32> = (running.processes.iter())
-        .filter(|p| matches!(p.spec.role, Some(Role::Shard { .. })))
+        .filter(|p| matches!(p.spec.member, Some(Member::Shard { .. })))
         .map(|p| p.pid)
         .collect();
     let cpu = || -> anyhow::Result<f64> { pids.iter().map(|&pid| cpu_seconds(pid)).sum() };

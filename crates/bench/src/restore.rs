@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use geocount_cluster::{Cluster, Role};
+use geocount_cluster::{Cluster, Member};
 use serde::Serialize;
 
 use crate::batch::{self, Connection};
@@ -93,7 +93,7 @@ async fn measure(plan: &Plan, running: &mut Cluster) -> anyhow::Result<RestoreFi
     println!("  {counters} counters written in {populate_secs:.1} s and held by both aggregators");
 
     let name = running
-        .find(|r| matches!(r, Role::Shard { .. }))
+        .find(|r| matches!(r, Member::Shard { .. }))
         .context("no shard node")?
         .name()
         .to_owned();

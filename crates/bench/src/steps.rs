@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use geocount_cluster::{Cluster, Role};
+use geocount_cluster::{Cluster, Member};
 use geoctl::load::workload::{CounterPicker, KeyDistribution};
 use serde::Serialize;
 
@@ -324,8 +324,8 @@ pub struct NodeFigures {
     pub batches_full_answers: BatchFigures,
 }
 
-pub(crate) fn is_shard(role: &Role) -> bool {
-    matches!(role, Role::Shard { .. })
+pub(crate) fn is_shard(member: &Member) -> bool {
+    matches!(member, Member::Shard { .. })
 }
 
 /// Step 3: one shard node, durable mode, with Redis (persistence off) beside it for samples

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use geocount_cluster::{Cluster, Role};
+use geocount_cluster::{Cluster, Member};
 use geocount_model::Topology;
 
 use crate::procs::free_address;
@@ -16,14 +16,14 @@ const STARTUP: Duration = Duration::from_secs(30);
 /// How long they get to stop on SIGTERM.
 pub const GRACE: Duration = Duration::from_secs(20);
 
-/// Writes `text` as `dir/topology.toml` (after emptying `dir`), starts `which` of its roles
+/// Writes `text` as `dir/topology.toml` (after emptying `dir`), starts `which` of its members
 /// from `bin_dir` with data under `dir/data` and logs under `dir/logs`, and waits until they
 /// are healthy.
 pub async fn start(
     dir: &Path,
     text: &str,
     bin_dir: &Path,
-    which: impl Fn(&Role) -> bool,
+    which: impl Fn(&Member) -> bool,
 ) -> anyhow::Result<Cluster> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -16,24 +16,24 @@ pub enum ClusterError {
     /// `--bin-dir` was not given and the running executable's directory is unknown.
     #[error("cannot find the directory of this executable ({0}); pass --bin-dir")]
     BinDir(io::Error),
-    /// A binary a role needs is not there.
+    /// A binary a member needs is not there.
     #[error("missing binary {}: run `cargo build --release` first (or pass --bin-dir)", path.display())]
     MissingBinary {
         /// Where the binary was looked for.
         path: PathBuf,
     },
-    /// A role names something the topology does not have.
+    /// A member names something the topology does not have.
     #[error("{name}: {message}")]
-    Role {
-        /// The role's name.
+    Member {
+        /// The member's name.
         name: String,
         /// What is missing.
         message: String,
     },
-    /// A role's address cannot be listened on, most often because another cluster holds it.
+    /// A member's address cannot be listened on, most often because another cluster holds it.
     #[error("{name}: cannot listen on {address} ({source}); is another cluster running?")]
     Address {
-        /// The role's name.
+        /// The member's name.
         name: String,
         /// Its address.
         address: SocketAddr,
@@ -59,7 +59,7 @@ pub enum ClusterError {
     /// A process could not be started.
     #[error("cannot start {name} ({}): {source}", binary.display())]
     Spawn {
-        /// The role's name.
+        /// The member's name.
         name: String,
         /// The binary run.
         binary: PathBuf,
@@ -69,7 +69,7 @@ pub enum ClusterError {
     /// A process could not be watched (its exit status could not be read).
     #[error("cannot watch {name}: {source}")]
     Watch {
-        /// The role's name.
+        /// The member's name.
         name: String,
         /// The failure.
         source: io::Error,
@@ -89,7 +89,7 @@ pub enum ClusterError {
     /// A process exited, or did not answer `/healthz`, before the cluster was up.
     #[error("{name} {reason}; log: {}", log.display())]
     NotHealthy {
-        /// The role's name.
+        /// The member's name.
         name: String,
         /// What happened, e.g. `exited before it was healthy (exit status: 2)`.
         reason: String,

@@ -11,8 +11,8 @@ use geocount_net::tls::{client_config, tls_connector};
 use geocount_net::{Connector, tcp_connector};
 
 use crate::error::ClusterError;
+use crate::member::{Member, members};
 use crate::process::{self, Process, Spec};
-use crate::role::{Role, roles};
 
 /// A topology's running processes.
 pub struct Cluster {
@@ -53,7 +53,7 @@ impl Cluster {
         })
     }
 
-    /// Starts the roles of the topology at `file` that `which` accepts, in start order, with
+    /// Starts the members of the topology at `file` that `which` accepts, in start order, with
     /// data under `data_dir` and logs under `log_dir`, and waits (at most `timeout`) until all
     /// are healthy. On failure, those started are stopped again.
     pub async fn start(
@@ -61,19 +61,19 @@ impl Cluster {
         data_dir: PathBuf,
         log_dir: PathBuf,
         bin_dir: PathBuf,
-        which: impl Fn(&Role) -> bool,
+        which: impl Fn(&Member) -> bool,
         timeout: Duration,
     ) -> Result<Self, ClusterError> {
         let topology = Topology::load(file)?;
         let mut cluster = Self::new(file.to_owned(), topology, data_dir, log_dir, bin_dir)?;
         create_dir(&cluster.log_dir)?;
-        let wanted: Vec<Role> = roles(&cluster.topology)
+        let wanted: Vec<Member> = members(&cluster.topology)
             .into_iter()
-            .filter(|role| which(role))
+            .filter(|member| which(member))
             .collect();
         let started = async {
-            for role in wanted {
-                let spec = cluster.plan(role, &cluster.file)?;
+            for member in wanted {
+                let spec = cluster.plan(member, &cluster.file)?;
                 cluster.spawn(spec)?;
             }
             cluster.wait_healthy(timeout).await
@@ -88,11 +88,11 @@ impl Cluster {
         }
     }
 
-    /// How to start `role` with the topology file `config` (the cluster's own, or a copy).
-    pub fn plan(&self, role: Role, config: &Path) -> Result<Spec, ClusterError> {
-        let launch = role.launch(&self.topology, config, &self.data_dir)?;
+    /// How to start `member` with the topology file `config` (the cluster's own, or a copy).
+    pub fn plan(&self, member: Member, config: &Path) -> Result<Spec, ClusterError> {
+        let launch = member.launch(&self.topology, config, &self.data_dir)?;
         let binary = process::find_binary(&self.bin_dir, launch.binary)?;
-        Ok(Spec::of_role(role, launch, binary))
+        Ok(Spec::of_member(member, launch, binary))
     }
 
     /// Starts `spec` without waiting for it.
@@ -107,16 +107,16 @@ impl Cluster {
         process::wait_healthy_over(&mut self.processes, timeout, &self.tiers).await
     }
 
-    /// The process named `name` (a [`Role::name`]).
+    /// The process named `name` (a [`Member::name`]).
     pub fn process(&self, name: &str) -> Option<&Process> {
         self.processes.iter().find(|p| p.name() == name)
     }
 
-    /// The first process whose role `is` accepts.
-    pub fn find(&self, is: impl Fn(&Role) -> bool) -> Option<&Process> {
+    /// The first process that is a member `is` accepts.
+    pub fn find(&self, is: impl Fn(&Member) -> bool) -> Option<&Process> {
         self.processes
             .iter()
-            .find(|p| p.spec.role.as_ref().is_some_and(&is))
+            .find(|p| p.spec.member.as_ref().is_some_and(&is))
     }
 
     /// The shard nodes' addresses, every datacenter's in turn.
@@ -141,13 +141,13 @@ impl Cluster {
             .processes
             .iter()
             .position(|p| p.name() == name)
-            .ok_or_else(|| ClusterError::Role {
+            .ok_or_else(|| ClusterError::Member {
                 name: name.to_owned(),
                 message: "no such process in the cluster".to_owned(),
             })?;
         let old = &self.processes[index].spec;
-        let spec = match old.role.clone() {
-            Some(role) => self.plan(role, &self.file)?,
+        let spec = match old.member.clone() {
+            Some(member) => self.plan(member, &self.file)?,
             None => old.clone(),
         };
         self.processes[index] = process::spawn(spec, &self.log_dir)?;
@@ -161,7 +161,7 @@ impl Cluster {
         let (emulator, tiers): (Vec<&mut Process>, Vec<&mut Process>) = self
             .processes
             .iter_mut()
-            .partition(|p| p.spec.role == Some(Role::WanEmulator));
+            .partition(|p| p.spec.member == Some(Member::WanEmulator));
         process::stop_all(tiers, grace).await + process::stop_all(emulator, grace).await
     }
 }

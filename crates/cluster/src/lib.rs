@@ -1,8 +1,8 @@
 //! The local cluster launcher: starts every process a topology needs on this machine, waits
 //! until all answer `/healthz`, prints where they are, and stops them all on a signal.
 //!
-//! - [`role`]: the processes of a topology ([`Role`], listed by [`roles`]) and how to start each
-//!   ([`Role::launch`]: binary, arguments, address).
+//! - [`member`]: the processes of a topology ([`Member`], listed by [`members`]) and how to
+//!   start each ([`Member::launch`]: binary, arguments, address).
 //! - [`process`]: the one supervisor of tier processes: finding binaries, spawning with logs,
 //!   waiting until healthy, signalling, stopping ([`Process`], started from a [`Spec`]).
 //! - [`harness`]: [`Cluster`], a topology's processes started, looked up by name and stopped
@@ -15,8 +15,8 @@
 
 pub mod error;
 pub mod harness;
+pub mod member;
 pub mod process;
-pub mod role;
 pub mod wan;
 
 use std::collections::HashMap;
@@ -32,8 +32,8 @@ use geocount_wan::WanConfig;
 
 pub use error::ClusterError;
 pub use harness::{Cluster, create_dir};
+pub use member::{Launch, Member, members};
 pub use process::{Owner, Process, Spec};
-pub use role::{Launch, Role, roles};
 
 /// How long every process together has to become healthy.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -87,12 +87,12 @@ struct WanMode {
 }
 
 impl WanMode {
-    /// The file `role` is started with: `wan.toml` for the emulator, `<name>.toml` (its copy of
+    /// The file `member` is started with: `wan.toml` for the emulator, `<name>.toml` (its copy of
     /// the topology) for every other process.
-    fn config_of(&self, role: &Role) -> PathBuf {
-        match role {
-            Role::WanEmulator => self.run_dir.join("wan.toml"),
-            _ => self.run_dir.join(format!("{}.toml", role.name())),
+    fn config_of(&self, member: &Member) -> PathBuf {
+        match member {
+            Member::WanEmulator => self.run_dir.join("wan.toml"),
+            _ => self.run_dir.join(format!("{}.toml", member.name())),
         }
     }
 }
@@ -133,22 +133,22 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
     let mut cluster = Cluster::new(options.config.clone(), topology, data_dir, log_dir, bin_dir)?;
 
     // Everything that can be checked is checked before anything is deleted or started.
-    let mut roles = roles(&cluster.topology);
+    let mut members = members(&cluster.topology);
     if wan.is_some() {
-        roles.insert(0, Role::WanEmulator);
+        members.insert(0, Member::WanEmulator);
     }
     if options.fresh {
         // Before the launches are planned: a slot whose directory is gone starts empty.
         remove_data_dir(&cluster.data_dir)?;
     }
     let mut plan = Vec::new();
-    for role in roles {
+    for member in members {
         let config = match &wan {
-            Some(wan) => wan.config_of(&role),
+            Some(wan) => wan.config_of(&member),
             None => options.config.clone(),
         };
-        let shard = matches!(role, Role::Shard { .. });
-        let mut spec = cluster.plan(role, &config)?;
+        let shard = matches!(member, Member::Shard { .. });
+        let mut spec = cluster.plan(member, &config)?;
         if options.new_cluster && shard && !spec.args.iter().any(|a| a == "--restore") {
             spec.args.extend(["--restore".into(), "empty".into()]);
         }
@@ -213,13 +213,17 @@ async fn start(
             .map(|(name, _)| name)
             .filter(|name| name.to_string_lossy().starts_with("GEOCOUNT_"))
             .collect();
-        wan::write_toml(&wan.config_of(&Role::WanEmulator), &wan.emulator)?;
+        wan::write_toml(&wan.config_of(&Member::WanEmulator), &wan.emulator)?;
         spawn_all(cluster, plan.by_ref().take(1), &env_remove)?;
         cluster.wait_healthy(STARTUP_TIMEOUT).await?;
         proxies = wan::proxy_addresses(wan.settings.control).await?;
-        for role in plan.as_slice().iter().filter_map(|spec| spec.role.as_ref()) {
-            let view = wan::view(&wan.topology, &wan.settings, role, &proxies)?;
-            wan::write_toml(&wan.config_of(role), &view)?;
+        for member in plan
+            .as_slice()
+            .iter()
+            .filter_map(|spec| spec.member.as_ref())
+        {
+            let view = wan::view(&wan.topology, &wan.settings, member, &proxies)?;
+            wan::write_toml(&wan.config_of(member), &view)?;
         }
     }
     spawn_all(cluster, plan, &env_remove)?;
@@ -300,7 +304,7 @@ const EXAMPLE: &str = "tweet:1:likes";
 fn print_table(cluster: &Cluster, wan: Option<(&WanMode, &HashMap<String, SocketAddr>)>) {
     let rows = cluster.processes.iter().map(|p| {
         [
-            p.spec.role.as_ref().map_or("", Role::kind).to_owned(),
+            p.spec.member.as_ref().map_or("", Member::kind).to_owned(),
             p.name().to_owned(),
             p.address().to_string(),
             p.pid.to_string(),
@@ -317,7 +321,7 @@ fn print_table(cluster: &Cluster, wan: Option<(&WanMode, &HashMap<String, Socket
         Some(tls) => (format!("curl --cacert {}", tls.ca.display()), "https"),
         None => ("curl".to_owned(), "http"),
     };
-    if let Some(shard) = cluster.find(|r| matches!(r, Role::Shard { .. })) {
+    if let Some(shard) = cluster.find(|r| matches!(r, Member::Shard { .. })) {
         let base = format!("{scheme}://{}/counter/{EXAMPLE}", shard.address());
         println!("writes: {curl} -X PATCH '{base}/write?op=INCREMENT'   (any shard node)");
     }
@@ -331,8 +335,8 @@ fn print_table(cluster: &Cluster, wan: Option<(&WanMode, &HashMap<String, Socket
             global.address()
         );
     }
-    let holds = |r: &Role| match r {
-        Role::DatacenterAggregator {
+    let holds = |r: &Member| match r {
+        Member::DatacenterAggregator {
             datacenter,
             replica,
         } => topology.datacenter(datacenter).is_ok_and(|dc| {

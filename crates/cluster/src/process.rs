@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::error::ClusterError;
-use crate::role::{Launch, Role};
+use crate::member::{Launch, Member};
 
 /// How many lines of a failed process's log are shown.
 pub const TAIL_LINES: usize = 20;
@@ -45,8 +45,8 @@ pub enum Owner {
 pub struct Spec {
     /// Its name, unique in the cluster; its log is `<name>.log`.
     pub name: String,
-    /// Its role, when it is one of the topology's processes.
-    pub role: Option<Role>,
+    /// Which member of the cluster it is, when it is one of the topology's processes.
+    pub member: Option<Member>,
     /// The binary run.
     pub binary: PathBuf,
     /// Its arguments.
@@ -60,11 +60,11 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// `role` started by the launcher as `launch` says, with `binary`.
-    pub fn of_role(role: Role, launch: Launch, binary: PathBuf) -> Self {
+    /// `member` started by the launcher as `launch` says, with `binary`.
+    pub fn of_member(member: Member, launch: Launch, binary: PathBuf) -> Self {
         Self {
-            name: role.name(),
-            role: Some(role),
+            name: member.name(),
+            member: Some(member),
             binary,
             args: launch.args,
             address: launch.address,
@@ -75,7 +75,7 @@ impl Spec {
 
     /// Whether its `/healthz` is plain HTTP even in a topology with `[tls]`: the WAN emulator's.
     fn plain_health(&self) -> bool {
-        self.role == Some(Role::WanEmulator)
+        self.member == Some(Member::WanEmulator)
     }
 }
 

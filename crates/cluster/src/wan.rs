@@ -21,7 +21,7 @@ use serde::Deserialize;
 use geocount_model::role::replica_name;
 
 use crate::error::ClusterError;
-use crate::role::Role;
+use crate::member::Member;
 
 /// How long the launcher waits for the emulator's `GET /links`.
 const LINKS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -77,13 +77,13 @@ pub fn emulator_config(topology: &Topology, wan: &WanSettings) -> WanConfig {
     }
 }
 
-/// `topology` as `role` must see it: every address it dials across regions replaced by the
+/// `topology` as `member` must see it: every address it dials across regions replaced by the
 /// proxy of its link (`proxies`: link name → listen address), and no `[wan]` section (the copy
 /// is already wired). A missing proxy is an error naming the link.
 pub fn view(
     topology: &Topology,
     wan: &WanSettings,
-    role: &Role,
+    member: &Member,
     proxies: &HashMap<String, SocketAddr>,
 ) -> Result<Topology, ClusterError> {
     let proxy = |link: String| {
@@ -96,8 +96,8 @@ pub fn view(
     };
     let mut view = topology.clone();
     view.wan = None;
-    match role {
-        Role::GlobalAggregator { .. } => {
+    match member {
+        Member::GlobalAggregator { .. } => {
             for dc in &mut view.datacenters {
                 if is_remote(wan, dc.region()) {
                     dc.aggregator = proxy(global_to(&dc.name, 0))?;
@@ -107,7 +107,7 @@ pub fn view(
                 }
             }
         }
-        Role::DatacenterAggregator { datacenter, .. } => {
+        Member::DatacenterAggregator { datacenter, .. } => {
             // An unknown datacenter was refused when the launch was planned.
             let remote = topology
                 .datacenters
@@ -120,7 +120,7 @@ pub fn view(
                 }
             }
         }
-        Role::Shard { .. } | Role::WanEmulator => {}
+        Member::Shard { .. } | Member::WanEmulator => {}
     }
     Ok(view)
 }
@@ -175,7 +175,7 @@ mod tests {
     use super::*;
 
     /// The first global aggregator.
-    const GLOBAL: Role = Role::GlobalAggregator { replica: 0 };
+    const GLOBAL: Member = Member::GlobalAggregator { replica: 0 };
 
     /// Three datacenters in two regions, the global aggregator with USA_0 and USA_1.
     const TOPOLOGY: &str = r#"
@@ -280,7 +280,7 @@ links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
         assert_eq!(global.global, topology.global);
         assert_eq!(global.wan, None);
 
-        let remote = Role::DatacenterAggregator {
+        let remote = Member::DatacenterAggregator {
             datacenter: "tokyo".into(),
             replica: 0,
         };
@@ -288,12 +288,12 @@ links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
         assert_eq!(remote.global.listen.to_string(), "127.0.0.1:41001");
         assert_eq!(remote.datacenters, topology.datacenters);
 
-        let local = Role::DatacenterAggregator {
+        let local = Member::DatacenterAggregator {
             datacenter: "USA_1".into(),
             replica: 0,
         };
         let local = view(&topology, &wan, &local, &proxies()).unwrap();
-        let shard = Role::Shard {
+        let shard = Member::Shard {
             datacenter: "tokyo".into(),
             slot: 1,
         };

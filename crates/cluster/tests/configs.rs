@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use geocount_cluster::roles;
+use geocount_cluster::members;
 use geocount_model::Topology;
 
 #[test]
@@ -17,11 +17,15 @@ fn every_shipped_topology_plans_every_replica() {
     ] {
         let path = config.join(file);
         let topology = Topology::load(&path).unwrap_or_else(|e| panic!("{e}"));
-        let planned = roles(&topology);
+        let planned = members(&topology);
         let mut addresses = HashSet::new();
-        for role in &planned {
-            let launch = role.launch(&topology, &path, Path::new("data")).unwrap();
-            assert!(addresses.insert(launch.address), "{file}: {}", role.name());
+        for member in &planned {
+            let launch = member.launch(&topology, &path, Path::new("data")).unwrap();
+            assert!(
+                addresses.insert(launch.address),
+                "{file}: {}",
+                member.name()
+            );
         }
         assert_eq!(planned.len(), processes, "{file}");
     }

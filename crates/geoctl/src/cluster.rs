@@ -57,12 +57,12 @@ impl ShardNode {
 
 /// A loaded topology and an HTTP client to talk to it.
 #[derive(Debug, Clone)]
-pub struct Cluster {
+pub struct ClusterClient {
     topology: Topology,
     client: HttpClient,
 }
 
-impl Cluster {
+impl ClusterClient {
     /// Reads the topology file `config`; requests give up after `timeout`. With a `[tls]`
     /// section every request goes over TLS and trusts the topology's CA only.
     pub fn load(config: &Path, timeout: Duration) -> Result<Self, GeoctlError> {
@@ -207,7 +207,7 @@ impl Cluster {
         }
     }
 
-    /// [`Cluster::random_shard`] first, then every other shard node in random order.
+    /// [`ClusterClient::random_shard`] first, then every other shard node in random order.
     pub fn shards_to_try(&self) -> Vec<ShardNode> {
         let first = self.random_shard();
         let mut rest: Vec<ShardNode> = self.shards().into_iter().filter(|s| *s != first).collect();
@@ -305,9 +305,9 @@ pub(crate) mod tests {
     const TOPOLOGY: &str = geocount_model::fixtures::TWO_DATACENTERS;
 
     /// A cluster of [`TOPOLOGY`].
-    pub(crate) fn cluster() -> Cluster {
+    pub(crate) fn cluster() -> ClusterClient {
         let topology = Topology::from_toml("test.toml", TOPOLOGY).unwrap();
-        Cluster::new(topology, HttpClient::new(Duration::from_secs(1)))
+        ClusterClient::new(topology, HttpClient::new(Duration::from_secs(1)))
     }
 
     /// Shard node `k` of [`cluster`] in topology order: 0 and 1 in USA_0, 2 in ASIA_0.
@@ -352,7 +352,7 @@ pub(crate) mod tests {
                 .replace("127.0.0.1:7201", "127.0.0.3:1"),
         )
         .unwrap();
-        let cluster = Cluster::new(topology, HttpClient::new(Duration::from_secs(2)));
+        let cluster = ClusterClient::new(topology, HttpClient::new(Duration::from_secs(2)));
         let error = cluster
             .send_to_any_shard(Method::GET, "/healthz", &[], Bytes::new())
             .await

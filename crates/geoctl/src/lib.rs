@@ -1,7 +1,7 @@
 //! geoctl: a command line for a geocount cluster, for people and for measurements.
 //!
 //! - [`cluster`]: where the cluster is: the topology file, the global aggregator's address,
-//!   picking shard nodes at random ([`Cluster`]), encoding ids in paths, reading answers.
+//!   picking shard nodes at random ([`ClusterClient`]), encoding ids in paths, reading answers.
 //! - [`cmd`]: one module per subcommand:
 //!   - [`cmd::get`]: read a counter from the global aggregator and summarize it per datacenter;
 //!   - [`cmd::create`]: `POST /counter` through a random shard node;
@@ -30,7 +30,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-pub use cluster::Cluster;
+pub use cluster::ClusterClient;
 pub use error::GeoctlError;
 
 /// How long `get`, `create` and `incr` wait for an answer.
@@ -61,7 +61,7 @@ pub async fn run(
     command: &Command,
     out: &mut dyn Write,
 ) -> Result<(), GeoctlError> {
-    let cluster = Cluster::load(config, REQUEST_TIMEOUT)?.with_token(token)?;
+    let cluster = ClusterClient::load(config, REQUEST_TIMEOUT)?.with_token(token)?;
     match command {
         Command::Get(options) => cmd::get::run(&cluster, options, out).await,
         Command::Create(options) => cmd::create::run(&cluster, options, out).await,

@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 use hyper::Method;
 use tokio::time::MissedTickBehavior;
 
-use crate::cluster::{Cluster, counter_path, status_error};
+use crate::cluster::{ClusterClient, counter_path, status_error};
 
 /// The largest lag the histogram holds, in microseconds (well above any watch's timeout).
 const HISTOGRAM_MAX_MICROS: u64 = 60_000_000;
@@ -45,7 +45,11 @@ pub struct Watch<'a> {
 
 /// Writes +1 to counter `id` through a random shard node, then polls the global aggregator
 /// until it reads 1. Returns when the write was acknowledged (or failed) and how it ended.
-pub async fn write_and_watch(cluster: &Cluster, id: &str, watch: &Watch<'_>) -> (Instant, Outcome) {
+pub async fn write_and_watch(
+    cluster: &ClusterClient,
+    id: &str,
+    watch: &Watch<'_>,
+) -> (Instant, Outcome) {
     let shard = cluster.random_shard();
     let url = shard.url(&format!("{}/write?op=INCREMENT", counter_path(id)));
     let mut headers = vec![("content-type", "application/json")];

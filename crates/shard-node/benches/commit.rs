@@ -16,12 +16,13 @@ use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use geocount_model::{Clock, CounterId, Hlc, Placement, ShardDefaults, SystemClock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shard_node::checkpoint::Checkpointer;
-use shard_node::commit::{CommitContext, CommitLoop};
+use shard_node::Storage;
+use shard_node::engine::checkpoint::Checkpointer;
+use shard_node::engine::commit::{CommitContext, CommitLoop};
+use shard_node::engine::write::{Change, Command, WriteRequest};
 use shard_node::health::NodeHealth;
 use shard_node::metrics::ShardMetrics;
-use shard_node::write::{Change, Command, WriteRequest};
-use shard_node::{Storage, resume};
+use shard_node::startup::resume;
 use tokio::sync::{mpsc, oneshot};
 
 /// Writes per batch.

@@ -18,12 +18,12 @@ use std::sync::{Mutex, MutexGuard};
 use geocount_model::SlotState;
 use geocount_sync::DescriptionTable;
 
+use crate::engine::slot_table::SlotTable;
+use crate::engine::store::{STORE_FILE, Store};
+use crate::engine::wal::{self, SegmentEnd, SegmentScan};
 use crate::error::StorageError;
-use crate::recovery::RESTORE_MARKER;
-use crate::slot_table::SlotTable;
+use crate::startup::recovery::RESTORE_MARKER;
 use crate::storage::{AppendFile, Disk, OsDisk, STORE_CACHE_BYTES};
-use crate::store::{STORE_FILE, Store};
-use crate::wal::{self, SegmentEnd, SegmentScan};
 
 /// How many counters the report lists by name; the rest are counted.
 const LISTED_COUNTERS: usize = 100;

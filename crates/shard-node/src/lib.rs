@@ -1,69 +1,43 @@
 //! The geocount shard node: it owns slot `DC_<dc>_VAL_<n>` of every counter.
 //!
-//! A write's path through this crate, one file per step:
+//! A write's path through this crate, one folder per stage:
 //!
-//! - [`routes`]: the request's path picks its handler and what the caller must be allowed.
-//! - [`api`]: the handler parses and validates it ([`requests`] decodes and checks the bodies,
-//!   queries and keys, scoped by the token that sent them in [`key_scope`]) into the
-//!   [`write`] vocabulary every later step names a write with.
-//! - [`forward`]: sends each write to the node of the slot [`routing`] picks for it (consistent
-//!   hashing; [`hot`] spreads hot counters over more slots), or, when that is this node, through
-//!   [`state`] (what the handlers share) to the commit loop as a [`write::Command`].
-//! - [`commit`]: the single-writer commit loop groups waiting writes and stages each against the
-//!   committed state (overflow, [`idempotency`] keys, the [`budget`] of bytes held, a new
-//!   version), then
-//! - [`wal`]: appends the group to the write-ahead log and fsyncs once (group commit); then
-//! - [`slot_table`]: the commit loop installs the result in the in-memory table that reads are
-//!   served from, and answers.
-//! - [`checkpoint`]: a worker folds closed log segments into the [`store`] (redb) and deletes
-//!   them.
-//! - [`recovery`]: at startup, reads the store and the log as plain records, and [`resume`]
-//!   rebuilds from them exactly what was acknowledged.
+//! - [`http`]: the request's path picks its route and what the caller must be allowed; the
+//!   handler decodes and checks the body, query and keys into the [`engine::write`] vocabulary
+//!   every later stage names a write with.
+//! - [`route`]: the slot the write goes to (consistent hashing over the datacenter's slots); a
+//!   write for another node's slot is forwarded there, one for this node's goes to the commit
+//!   loop.
+//! - [`engine`]: the single-writer commit loop groups waiting writes, stages each against the
+//!   committed state, appends the group to the write-ahead log and fsyncs once, then installs
+//!   it in the slot table reads are served from and answers; a checkpointer folds closed log
+//!   segments into the store.
+//! - [`peer`]: the committed write reaches the datacenter's other nodes as they pull this
+//!   node's slot (served by [`http`]); this node pulls theirs in turn (its replicas, so that a
+//!   peer that loses its disk can restore from them) and the counters' descriptions.
+//! - [`startup`]: before the first write, the node rebuilds from its store and log exactly what
+//!   was acknowledged, or restores a lost disk's slot from its datacenter's copies.
 //!
-//! Replication: [`replication`] pulls the peers' slots (replicas) and descriptions,
-//! [`restore`] rebuilds a lost disk's slot from the datacenter's copies and [`key_restore`] its
-//! idempotency keys from the peers' ([`copies`] serves both).
-//!
-//! [`storage`] is the seam under all of it: the disk the log and the store live on, and where
-//! the commit loop and the checkpointer run (their own threads in production, tasks of a
-//! simulated host under simulation).
-//!
-//! Around them: [`server::run`] wires it all to a listener (the binary and tests call it),
-//! [`config`] resolves the node's slot from the topology, [`metrics`] exports Prometheus text,
-//! [`openapi`] documents the API (`GET /openapi.json`), [`health`] holds what `/healthz`
-//! reports, and [`error`] maps every failure to its HTTP status. [`check`] reads a data
-//! directory offline (`shard-node check`) without changing it.
+//! Around them: [`server::run`] wires the stages to a listener (the binary and tests call it),
+//! [`config`] resolves the node's slot from the topology, [`storage`] is the seam the log, the
+//! store and the engine's workers run on (the OS's disk and threads in production, a simulated
+//! host's under simulation), [`health`] holds what `/healthz` reports (set by the engine and the
+//! peer pulls), [`metrics`] exports Prometheus text, and [`error`] maps every failure to its
+//! HTTP status. [`check`] reads a data directory offline (`shard-node check`) without changing
+//! it.
 
-pub mod api;
-pub mod budget;
 pub mod check;
-pub mod checkpoint;
-pub mod commit;
-pub mod config;
-pub mod copies;
+pub(crate) mod config;
+pub mod engine;
 pub mod error;
-pub mod forward;
 pub mod health;
-pub mod hot;
-pub mod idempotency;
-pub mod key_restore;
-pub mod key_scope;
+pub mod http;
 pub mod metrics;
-pub mod openapi;
-pub mod recovery;
-pub mod replication;
-pub mod requests;
-pub mod restore;
-pub mod resume;
-pub mod routes;
-pub mod routing;
-pub mod server;
-pub mod slot_table;
-pub mod state;
+pub(crate) mod peer;
+pub(crate) mod route;
+pub(crate) mod server;
+pub mod startup;
 pub mod storage;
-pub mod store;
-pub mod wal;
-pub mod write;
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};

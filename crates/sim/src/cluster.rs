@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use geocount_aggregator::{DatacenterConfig, GlobalConfig};
+use geocount_aggregator::{DatacenterSettings, GlobalSettings};
 use geocount_model::{Clock, SyncSettings, Topology};
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -115,7 +115,7 @@ pub fn register_hosts(
     let mut disks = BTreeMap::new();
 
     let (config, clock_of) = (
-        GlobalConfig::from_topology(topology, file, 0).expect("a global aggregator"),
+        GlobalSettings::from_topology(topology, file, 0).expect("a global aggregator"),
         clock(),
     );
     tier(sim, GLOBAL.to_owned(), move |listener| {
@@ -123,7 +123,8 @@ pub fn register_hosts(
         geocount_aggregator::global::run(config.clone(), listener, clock, sim_connector(), never())
     });
     for dc in DATACENTERS {
-        let config = DatacenterConfig::from_topology(topology, file, dc, 0).expect("a datacenter");
+        let config =
+            DatacenterSettings::from_topology(topology, file, dc, 0).expect("a datacenter");
         let clock_of = clock();
         tier(sim, aggregator_host(dc), move |listener| {
             let clock = clock_of.clone();

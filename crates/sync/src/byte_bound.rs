@@ -1,5 +1,5 @@
 //! The bound on the bytes of copies an aggregator holds (`[aggregator]` in the topology):
-//! what [`crate::SlotCopies`] counts as it merges, and what a [`crate::Replica`] reports once
+//! what [`crate::SlotCopies`] counts as it merges, and what an aggregator's replica reports once
 //! it refused entries past it. Sizes are the estimates of [`geocount_model::held_bytes`].
 
 /// Bytes held against a bound, kept as merges change them (never by a scan).

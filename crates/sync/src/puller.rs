@@ -12,6 +12,8 @@ use hyper::Method;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
+use crate::error::SyncError;
+
 /// What a puller feeds.
 pub trait PullSink: Send + Sync + 'static {
     /// The request to send next (the sink's cursors).
@@ -48,35 +50,46 @@ pub fn spawn_puller(
             }
             more = false;
             let sent_at_ms = clock.now_unix_ms();
-            let request = sink.request();
-            let body = match postcard::to_allocvec(&request) {
-                Ok(body) => Bytes::from(body),
-                Err(e) => {
-                    sink.failed(format!("cannot encode a sync request: {e}"));
-                    continue;
+            match pull(&client, &url, &sink.request()).await {
+                Ok(page) => {
+                    more = page.slots.as_ref().is_some_and(|p| !p.caught_up)
+                        || page.descriptions.as_ref().is_some_and(|p| !p.caught_up);
+                    sink.apply(page, sent_at_ms);
                 }
-            };
-            let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
-            match client.send(Method::POST, &url, &headers, body).await {
-                Ok(answer) if answer.status.is_success() => {
-                    match postcard::from_bytes::<SyncPage>(&answer.body) {
-                        Ok(page) => {
-                            more = page.slots.as_ref().is_some_and(|p| !p.caught_up)
-                                || page.descriptions.as_ref().is_some_and(|p| !p.caught_up);
-                            sink.apply(page, sent_at_ms);
-                        }
-                        Err(e) => sink.failed(format!("{url}: undecodable sync page: {e}")),
-                    }
-                }
-                Ok(answer) => sink.failed(format!(
-                    "{url}: answered {}: {}",
-                    answer.status,
-                    String::from_utf8_lossy(&answer.body)
-                )),
-                Err(e) => sink.failed(e.to_string()),
+                Err(error) => sink.failed(error.to_string()),
             }
         }
     })
+}
+
+/// Sends `request` to `url` and decodes the page it answers.
+async fn pull(
+    client: &HttpClient,
+    url: &str,
+    request: &SyncRequest,
+) -> Result<SyncPage, SyncError> {
+    let body = Bytes::from(postcard::to_allocvec(request).map_err(SyncError::Encode)?);
+    let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
+    let answer = client.send(Method::POST, url, &headers, body).await?;
+    if !answer.status.is_success() {
+        return Err(SyncError::Refused {
+            url: url.to_owned(),
+            status: answer.status,
+            body: String::from_utf8_lossy(&answer.body).into_owned(),
+        });
+    }
+    postcard::from_bytes::<SyncPage>(&answer.body).map_err(|error| SyncError::Undecodable {
+        url: url.to_owned(),
+        error,
+    })
+}
+
+/// The worst of several stalenesses: `None` (never complete) if any is `None`, else the largest
+/// (0 for none at all).
+pub fn worst_staleness(staleness: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
+    staleness
+        .into_iter()
+        .try_fold(0u64, |worst, s| s.map(|s| worst.max(s)))
 }
 
 /// A puller's view of one source: its cursors and how fresh the copy of it is.
@@ -146,8 +159,7 @@ impl SourceStatus {
         self.last_error = None;
         self.load = page.load;
         self.source_incomplete = page.freshness.iter().any(|f| f.incomplete);
-        let source_staleness =
-            crate::worst_staleness(page.freshness.iter().map(|f| f.staleness_ms));
+        let source_staleness = worst_staleness(page.freshness.iter().map(|f| f.staleness_ms));
         if let (true, Some(behind)) = (caught_up, source_staleness) {
             let as_of = sent_at_ms.saturating_sub(behind);
             self.complete_as_of_ms = Some(self.complete_as_of_ms.map_or(as_of, |t| t.max(as_of)));
@@ -173,6 +185,13 @@ mod tests {
     use super::*;
     use geocount_model::wire::Cursor;
     use geocount_model::wire::{SlotFreshness, SlotPage};
+
+    #[test]
+    fn the_worst_staleness_is_never_when_any_is_never() {
+        assert_eq!(worst_staleness([Some(5), Some(80), Some(3)]), Some(80));
+        assert_eq!(worst_staleness([Some(5), None]), None);
+        assert_eq!(worst_staleness([]), Some(0));
+    }
 
     #[test]
     fn freshness_counts_the_source_staleness_and_never_goes_back() {

@@ -1,14 +1,10 @@
-//! The server side of replication, shared by every tier's HTTP API.
+//! The server side of replication, shared by every tier's HTTP API: decoding a `POST /sync`
+//! and encoding its page, and the paging of a slot's copy.
 
 use geocount_http::routing::RequestError;
-use geocount_model::wire::{
-    KeyCopy, POSTCARD_CONTENT_TYPE, SlotCopy, SlotFreshness, SyncPage, SyncRequest,
-};
-use geocount_net::{Response, bytes_response, error_response, read_body};
-use hyper::body::Incoming;
-use hyper::{Request, StatusCode};
-
-use crate::{Replica, SharedReplica};
+use geocount_model::wire::{KeyCopy, POSTCARD_CONTENT_TYPE, SlotCopy, SyncPage, SyncRequest};
+use geocount_net::{Response, bytes_response, error_response};
+use hyper::StatusCode;
 
 /// The largest `POST /sync` body read (a request is a few bytes).
 pub const MAX_SYNC_REQUEST_BYTES: usize = 64 * 1024;
@@ -77,37 +73,6 @@ fn postcard_response(value: &impl serde::Serialize) -> Response {
             &format!("cannot encode the answer: {e}"),
         ),
     }
-}
-
-/// Answers `POST /sync` from `replica`: the streams the request asks for, at most `limit`
-/// entries each, under the name `source` and with the freshness `freshness` reports. A shard
-/// node that announces itself is noted at `now_ms` ([`Replica::announced`]).
-pub async fn serve_sync(
-    request: Request<Incoming>,
-    replica: &SharedReplica,
-    source: &str,
-    limit: usize,
-    now_ms: u64,
-    freshness: impl FnOnce(&Replica) -> Vec<SlotFreshness>,
-) -> Result<Response, RequestError> {
-    let body = read_body(request, MAX_SYNC_REQUEST_BYTES).await?;
-    Ok(answer_sync(&body, |asked| {
-        // A shard node announcing itself is noted (briefly under the write lock), and told if
-        // it is the newer of two processes serving its slot.
-        let conflict = asked.puller.as_ref().and_then(|_| {
-            replica
-                .write()
-                .expect("replica lock")
-                .announced(asked, now_ms)
-        });
-        let replica = replica.read().expect("replica lock");
-        let mut page = replica.sync_page(asked, source, limit, freshness(&replica));
-        if let Some(conflict) = &conflict {
-            tracing::warn!(%conflict, "told a shard node it serves its slot beside another process");
-        }
-        page.conflict = conflict;
-        page
-    }))
 }
 
 #[cfg(test)]

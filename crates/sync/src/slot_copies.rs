@@ -2,7 +2,6 @@
 //! of its shards, the global aggregator of every datacenter, and a shard node of its peers.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 
 use geocount_model::held_bytes::{id_bytes, record_bytes};
 use geocount_model::wire::{SlotEntry, SlotPage};
@@ -10,7 +9,6 @@ use geocount_model::{CounterId, IdTable, Partitions, SlotRecord, counter_id};
 
 use crate::byte_bound::ByteBound;
 use crate::journal::{ChangeJournal, Journaled};
-use crate::topk::{LiveRanking, RankedCounters, TopIndex};
 
 /// How many bytes of a record's sketch or rolling window count as one more entry against a sync
 /// page's limit: a dense sketch (16 KiB) weighs 257 entries, so a page of `page_entries` 50,000
@@ -140,7 +138,8 @@ pub struct PageMerge {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Merged {
     Unchanged,
-    Changed,
+    /// Changed the counter at this table index.
+    Changed(usize),
     /// Newer, but refused: taking it in would pass the byte bound.
     OverBound,
 }
@@ -161,11 +160,6 @@ pub struct SlotCopies {
     slot_index: HashMap<String, u16>,
     counters: IdTable<CounterCopies>,
     journal: ChangeJournal,
-    /// Counters ranked by total; every merge that changes one marks it, and
-    /// [`SlotCopies::rank_pending`] moves it (aggregators only: see [`SlotCopies::index_top`]).
-    /// Behind a lock of its own, so ranking needs only shared access to the copies: reads and
-    /// sync pages are served meanwhile, and only merges wait.
-    top: Option<Mutex<TopIndex>>,
     /// Bytes held ([`geocount_model::held_bytes`]): each counter's id and each copy's record;
     /// a merge that would pass the bound is refused.
     bytes: ByteBound,
@@ -184,7 +178,6 @@ impl SlotCopies {
             slot_index,
             counters: IdTable::default(),
             journal: ChangeJournal::default(),
-            top: None,
             bytes: ByteBound::default(),
         }
     }
@@ -200,41 +193,6 @@ impl SlotCopies {
         self.bytes
     }
 
-    /// Starts ranking counters by total ([`TopIndex`]), the slots grouped by `slot_groups` (by
-    /// slot index; all 0 for one datacenter), and by hits in the `live` window: indexes what is
-    /// held now, and from then on every merge that changes a counter marks it for
-    /// [`SlotCopies::rank_pending`].
-    pub fn index_top(&mut self, slot_groups: Vec<usize>, live: LiveRanking) {
-        let mut top = TopIndex::new(slot_groups, live);
-        for (index, copies) in self.counters.values().enumerate() {
-            top.update(index, &copies.slots);
-        }
-        self.top = Some(Mutex::new(top));
-    }
-
-    /// The top-K index, locked, once [`SlotCopies::index_top`] started it.
-    pub fn top_index(&self) -> Option<MutexGuard<'_, TopIndex>> {
-        self.top.as_ref().map(|top| top.lock().expect("top-K lock"))
-    }
-
-    /// Brings the top-K index up to date for a ranking at `now` (unix seconds): moves the live
-    /// window on to end at `now` ([`TopIndex::advance`]) and ranks every marked counter.
-    pub fn rank_all(&self, now: u64) {
-        if let Some(mut top) = self.top_index() {
-            top.advance(now, self);
-            top.rank_pending(self, usize::MAX);
-        }
-    }
-
-    /// Moves the top-K index's live window on to end at `now` (unix seconds), before the
-    /// counters marked since are ranked: their buckets of the seconds up to `now` then rank
-    /// as hits in the window, not as hits waiting to enter it.
-    pub fn advance_live(&self, now: u64) {
-        if let Some(mut top) = self.top_index() {
-            top.advance(now, self);
-        }
-    }
-
     /// The slots held, by index.
     pub fn slot_names(&self) -> &[String] {
         &self.slot_names
@@ -245,24 +203,19 @@ impl SlotCopies {
         self.slot_index.get(name).copied()
     }
 
-    /// Ranks up to `max` of the counters merges changed since they were last ranked
-    /// ([`TopIndex::rank_pending`]); returns whether none is left waiting.
-    pub fn rank_pending(&self, max: usize) -> bool {
-        self.top_index()
-            .is_none_or(|mut top| top.rank_pending(self, max))
-    }
-
-    /// Whether the top-K index ranks every merge and its live window ends at `now` or later,
-    /// so a ranking can be answered from it as it is.
-    pub fn ranking_is_current(&self, now: u64) -> bool {
-        self.top_index()
-            .is_none_or(|top| top.pending() == 0 && top.live_window().at >= now)
-    }
-
     /// Merges one slot record of counter `id`; returns whether anything changed. A change is
-    /// journaled and marked for the top-K index ([`SlotCopies::rank_pending`]).
+    /// journaled.
     pub fn merge(&mut self, slot: u16, id: &CounterId, record: &SlotRecord) -> bool {
-        self.merge_keyed(slot, id.as_str(), || id.clone(), record) == Merged::Changed
+        self.merge_at(slot, id, record).is_some()
+    }
+
+    /// [`merge`](Self::merge), returning the table index of the counter if it changed: what
+    /// an index kept beside the copies updates.
+    pub fn merge_at(&mut self, slot: u16, id: &CounterId, record: &SlotRecord) -> Option<usize> {
+        match self.merge_keyed(slot, id.as_str(), || id.clone(), record) {
+            Merged::Changed(index) => Some(index),
+            Merged::Unchanged | Merged::OverBound => None,
+        }
     }
 
     /// [`merge`](Self::merge) of counter `id`, whose key `key` makes only if the table does not
@@ -307,10 +260,7 @@ impl SlotCopies {
         if changed {
             self.bytes.changed(before, after);
             copies.latest_seq = self.journal.record(index);
-            if let Some(top) = &mut self.top {
-                top.get_mut().expect("top-K lock").mark(index);
-            }
-            return Merged::Changed;
+            return Merged::Changed(index);
         }
         Merged::Unchanged
     }
@@ -320,16 +270,18 @@ impl SlotCopies {
     /// of a slot the source may not deliver (`fence`), or versioned beyond what any clock
     /// allows, are refused and counted.
     pub fn apply_page(&mut self, page: &SlotPage, fence: &PageFence) -> PageMerge {
-        self.apply_entries(&page.slot_names, &page.entries, fence)
+        self.apply_entries(&page.slot_names, &page.entries, fence, |_| {})
     }
 
     /// [`apply_page`](Self::apply_page) of some of a page's entries, `entries`, whose slots
-    /// the page names `slot_names`: a page merged a run of entries at a time.
+    /// the page names `slot_names`: a page merged a run of entries at a time. Each counter an
+    /// entry changed is told to `changed` by its table index.
     pub fn apply_entries(
         &mut self,
         slot_names: &[String],
         entries: &[SlotEntry],
         fence: &PageFence,
+        mut changed: impl FnMut(usize),
     ) -> PageMerge {
         let mapping: Vec<Option<u16>> = slot_names
             .iter()
@@ -352,7 +304,10 @@ impl SlotCopies {
             }
             let key = || CounterId::new(entry.id.as_str()).expect("validated above");
             match self.merge_keyed(*slot, &entry.id, key, &entry.record) {
-                Merged::Changed => merge.changed += 1,
+                Merged::Changed(index) => {
+                    merge.changed += 1;
+                    changed(index);
+                }
                 Merged::OverBound => merge.refused_bytes += 1,
                 Merged::Unchanged => {}
             }
@@ -395,6 +350,12 @@ impl SlotCopies {
         self.counters.get(id).map(|c| &*c.slots)
     }
 
+    /// The counter at table index `index`, with its copies. Counters are only ever added, so
+    /// an index keeps naming the same counter.
+    pub fn get_index(&self, index: usize) -> Option<(&str, &[(u16, SlotRecord)])> {
+        (self.counters.get_index(index)).map(|(id, copies)| (id.as_str(), &*copies.slots))
+    }
+
     /// Every counter with its copies.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[(u16, SlotRecord)])> {
         self.counters.iter().map(|(id, c)| (id.as_str(), &*c.slots))
@@ -431,24 +392,6 @@ impl SlotCopies {
             next,
             caught_up,
         }
-    }
-}
-
-impl RankedCounters for SlotCopies {
-    fn len(&self) -> usize {
-        self.counters.len()
-    }
-
-    fn id(&self, index: usize) -> &str {
-        self.counters
-            .get_index(index)
-            .map_or("", |(id, _)| id.as_str())
-    }
-
-    fn records(&self, index: usize) -> &[(u16, SlotRecord)] {
-        self.counters
-            .get_index(index)
-            .map_or(&[], |(_, copies)| &*copies.slots)
     }
 }
 
@@ -601,29 +544,6 @@ mod tests {
         // A page of 1,000 fills after two long windows (not 1,000 counters); the quiet counters
         // share the last.
         assert_eq!(pages, vec![2, 3]);
-    }
-
-    #[test]
-    fn merges_keep_the_top_index_up_to_date() {
-        let mut table = SlotCopies::new(vec!["DC_A_VAL_0".to_owned(), "DC_A_VAL_1".to_owned()]);
-        table.merge(0, &CounterId::new("a").unwrap(), &state(5, 1));
-        table.index_top(vec![0, 0], crate::LiveRanking::new(300, 1_000));
-        table.merge(1, &CounterId::new("a").unwrap(), &state(2, 1));
-        table.merge(0, &CounterId::new("b").unwrap(), &state(6, 1));
-        table.merge(0, &CounterId::new("b").unwrap(), &state(1, 0));
-        assert!(!table.ranking_is_current(1_000), "merges wait to be ranked");
-        assert!(!table.rank_pending(1), "one of two ranked");
-        assert!(table.rank_pending(usize::MAX));
-        assert!(table.ranking_is_current(1_000));
-        let mut top = table.top_index().unwrap();
-        let ranked: Vec<_> = top
-            .all_time(crate::topk::Scope::All, "", 10, &table)
-            .into_iter()
-            .map(|r| (r.id, r.value))
-            .collect();
-        assert_eq!(ranked, [("a".to_owned(), 7), ("b".to_owned(), 6)]);
-        assert_eq!(table.records(1).len(), 1);
-        assert!(table.records(9).is_empty());
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Helpers shared by geocount's tests. Every end-to-end test starts the real binaries:
 //!
 //! - [`ports`]: free loopback addresses, never handed out twice in one test process.
-//! - [`cluster`]: [`TestTopology`], a topology file on fresh ports in a temporary directory.
-//! - [`sandbox`]: [`TestCluster`], every process of a [`TestTopology`] started and kept running
+//! - [`topology`]: [`TestTopology`], a topology file on fresh ports in a temporary directory.
+//! - [`cluster`]: [`TestCluster`], every process of a [`TestTopology`] started and kept running
 //!   for one test.
 //! - [`process`]: [`NodeProcess`], a running binary that is killed when dropped (so a failing
 //!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT; it runs on the
@@ -20,13 +20,13 @@ pub mod cluster;
 pub mod flood;
 pub mod ports;
 pub mod process;
-pub mod sandbox;
 pub mod tls;
+pub mod topology;
 pub mod wait;
 
 pub use api::Api;
-pub use cluster::{Aggregation, TestTopology};
+pub use cluster::TestCluster;
 pub use hyper::Method;
 pub use process::NodeProcess;
-pub use sandbox::TestCluster;
+pub use topology::{Aggregation, TestTopology};
 pub use wait::eventually;

@@ -7,17 +7,21 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use geocount_cluster::Role;
+use geocount_cluster::Member;
 use geocount_cluster::process::{self, Owner, Process, Spec};
 use geocount_net::{Connector, tcp_connector};
 use nix::sys::signal::Signal;
 
 use crate::api::Api;
 
-/// The directory holding the workspace's built binaries: `GEOCOUNT_BIN_DIR`, or the profile
+/// The environment variable naming the directory of the binaries the tests run. Outside the
+/// `GEOCOUNT_` prefix: the nodes inherit it, and there it would be read as a topology key.
+pub const BIN_DIR_ENV: &str = "E2E_BIN_DIR";
+
+/// The directory holding the workspace's built binaries: [`BIN_DIR_ENV`], or the profile
 /// directory of the running test (`target/<profile>`).
 pub fn bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("GEOCOUNT_BIN_DIR") {
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV) {
         return dir.into();
     }
     let exe = std::env::current_exe().expect("test executable path");
@@ -93,17 +97,17 @@ impl NodeProcess {
         Self::start_spec(spec, first_start_args, log_dir).await
     }
 
-    /// Like [`NodeProcess::start_first`] for one of the topology's roles: its binary and its
-    /// name ([`Role::name`]) are the role's.
-    pub async fn start_role(
-        role: Role,
+    /// Like [`NodeProcess::start_first`] for one of the topology's members: its binary and its
+    /// name ([`Member::name`]) are the member's.
+    pub async fn start_member(
+        member: Member,
         args: &[String],
         first_start_args: &[String],
         addr: SocketAddr,
         log_dir: &Path,
     ) -> Self {
-        let (binary, name) = (role.binary(), role.name());
-        let spec = test_spec(Some(role), binary, &name, args, addr);
+        let (binary, name) = (member.binary(), member.name());
+        let spec = test_spec(Some(member), binary, &name, args, addr);
         Self::start_spec(spec, first_start_args, log_dir).await
     }
 
@@ -249,7 +253,7 @@ impl NodeProcess {
 
 /// How a test starts `binary` (which must have been built) as `name`.
 fn test_spec(
-    role: Option<Role>,
+    member: Option<Member>,
     binary: &str,
     name: &str,
     args: &[String],
@@ -257,7 +261,7 @@ fn test_spec(
 ) -> Spec {
     Spec {
         name: name.to_owned(),
-        role,
+        member,
         binary: self::binary(binary),
         args: args.iter().map(OsString::from).collect(),
         address,

@@ -6,8 +6,8 @@ use crate::{NOW_MS, NOW_SECS, WINDOW_SECONDS, drive_record, sum_record};
 use geocount_model::{CounterDescription, ShardDefaults, SlotRecord, next_slot_version};
 use geocount_wan::Shaping;
 use geocount_wan::control::ShapingChange;
-use shard_node::commit::Change;
-use shard_node::requests::{parse_create, parse_write};
+use shard_node::engine::write::Change;
+use shard_node::http::requests::{parse_create, parse_write};
 
 /// Runs one input through the target; whether it decoded.
 pub fn run(data: &[u8]) -> bool {

@@ -9,12 +9,12 @@ use crate::{WINDOW_SECONDS, sum_record};
 use geocount_model::SlotId;
 use geocount_http::routing::{self, WindowQuery};
 use geocount_http::{parse_top_query, parse_trending_query};
-use shard_node::key_scope::{KeyScope, check_client_key};
-use shard_node::requests::parse_write_op;
+use shard_node::engine::key_scope::{KeyScope, check_client_key};
+use shard_node::http::requests::parse_write_op;
 
 /// Every tier's router, built once (as each process does).
 struct Routers {
-    shard: matchit::Router<shard_node::api::Route>,
+    shard: matchit::Router<shard_node::http::routes::Route>,
     datacenter: matchit::Router<geocount_aggregator::routes::Route>,
     global: matchit::Router<geocount_aggregator::routes::Route>,
 }
@@ -22,7 +22,7 @@ struct Routers {
 fn routers() -> &'static Routers {
     static ROUTERS: OnceLock<Routers> = OnceLock::new();
     ROUTERS.get_or_init(|| Routers {
-        shard: shard_node::api::router(),
+        shard: shard_node::http::routes::router(),
         datacenter: geocount_aggregator::datacenter::api::router(),
         global: geocount_aggregator::global::api::router(),
     })

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use geocount_aggregator::{DatacenterConfig, GlobalConfig};
+use geocount_aggregator::{DatacenterSettings, GlobalSettings};
 use geocount_model::{Placement, SlotId, Topology};
 use shard_node::NodeConfig;
 
@@ -21,7 +21,7 @@ pub fn run(data: &[u8]) -> bool {
         return false;
     };
     let file = Path::new("fuzz.toml");
-    let global = GlobalConfig::from_topology(&topology);
+    let global = GlobalSettings::from_topology(&topology);
     let _ = (
         global.slot_names(),
         global.slot_datacenters(),
@@ -37,7 +37,7 @@ pub fn run(data: &[u8]) -> bool {
             let _ = wan.link(&wan.global_region, region);
         }
         let aggregator =
-            DatacenterConfig::from_topology(&topology, file, &dc.name).expect("a known datacenter");
+            DatacenterSettings::from_topology(&topology, file, &dc.name).expect("a known datacenter");
         let _ = (aggregator.slot_names(), aggregator.sources());
         let slots = u32::try_from(dc.shards.len()).expect("at most 65535 slots");
         for slot in 0..=slots {

@@ -8,10 +8,10 @@ use crate::{NOW_MS, NOW_SECS, WINDOW_SECONDS, drive_record};
 use geocount_model::wire::{BatchResponse, EntryOutcome};
 use geocount_model::{Placement, ShardDefaults, SlotRecord, next_slot_version};
 use hyper::StatusCode;
-use shard_node::commit::{Change, WriteRequest};
+use shard_node::engine::write::{Change, WriteRequest};
 use shard_node::error::ShardError;
-use shard_node::key_scope::KeyScope;
-use shard_node::requests::{parse_batch, parse_item_batch};
+use shard_node::engine::key_scope::KeyScope;
+use shard_node::http::requests::{parse_batch, parse_item_batch};
 
 /// Routes and applies checked writes to one slot's records, as the commit loop would.
 fn apply(writes: Vec<Result<WriteRequest, ShardError>>) {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use crate::{drive_record, round_trip};
 use geocount_model::wire::{Cursor, SlotCopy};
 use geocount_model::{CounterId, SlotRecord};
-use shard_node::slot_table::SlotTable;
+use shard_node::engine::slot_table::SlotTable;
 
 /// Runs one input through the target; whether it decoded.
 pub fn run(data: &[u8]) -> bool {

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use geocount_aggregator::global::trends::Freshness;
+use geocount_aggregator::global::staleness::Freshness;
 use crate::{
     NOW_MS, NOW_SECS, SLOT_DATACENTERS, WINDOW_SECONDS, datacenter_names, drive_record,
     empty_datacenter_replica, empty_replica, round_trip, slot_names, windows,
@@ -13,7 +13,7 @@ use crate::{
 use geocount_model::wire::{Cursor, SyncPage, SyncRequest};
 use geocount_model::{Clock, Hlc};
 use geocount_http::TopQuery;
-use geocount_sync::Replica;
+use geocount_aggregator::replica::{Replica, merge_pulled};
 
 struct FixedClock;
 
@@ -23,16 +23,14 @@ impl Clock for FixedClock {
     }
 }
 
-/// `ReplicaSink::apply` of `page` from source 0, twice (a repeated page changes nothing).
+/// `merge_pulled` of `page` from source 0 (what `ReplicaSink::apply` runs), twice (a repeated
+/// page changes nothing).
 fn merge(replica: &mut Replica, page: &SyncPage) {
+    let shared = std::sync::RwLock::new(std::mem::replace(replica, Replica::new(Vec::new(), &[])));
     for _ in 0..2 {
-        let _ = replica.apply_page(0, page, NOW_MS - 20, NOW_MS);
-        if let Some(descriptions) = &page.descriptions {
-            let skew = replica.max_clock_skew_ms;
-            replica.descriptions.apply_page(descriptions, NOW_MS, skew);
-        }
-        replica.sources[0].advance(page, NOW_MS - 20, NOW_MS);
+        let _ = merge_pulled(&shared, 0, page, NOW_MS - 20, NOW_MS);
     }
+    *replica = shared.into_inner().expect("replica lock");
     let _ = replica.source_health(0, NOW_MS);
 }
 
@@ -50,14 +48,14 @@ fn serve_and_advance(replica: &mut Replica) {
         }
     }
     for later in [NOW_SECS + 1, NOW_SECS + 299, NOW_SECS + 10_000, u64::MAX] {
-        replica.copies.rank_all(later);
+        replica.rank_all(later);
     }
 }
 
 /// Every read of a datacenter aggregator.
 fn datacenter_reads(replica: &Replica) {
     let names = slot_names();
-    for (id, records) in replica.copies.iter() {
+    for (id, records) in replica.copies().iter() {
         for (_, record) in records {
             drive_record(record);
         }
@@ -90,20 +88,20 @@ fn datacenter_reads(replica: &Replica) {
 
 /// Every read of the global aggregator.
 fn global_reads(replica: &Replica) {
-    for (id, _) in replica.copies.iter() {
+    for (id, _) in replica.copies().iter() {
         for window in windows().iter().map(Some).chain([None]) {
-            let _ = geocount_aggregator::global::state::read_datacenters(
+            let _ = geocount_aggregator::global::read::read_datacenters(
                 replica,
                 &SLOT_DATACENTERS,
-                replica.copies.get(id),
+                replica.copies().get(id),
                 window,
                 NOW_MS,
             );
         }
-        let _ = geocount_aggregator::global::state::read_unique_datacenters(
+        let _ = geocount_aggregator::global::read::read_unique_datacenters(
             replica,
             &SLOT_DATACENTERS,
-            replica.copies.get(id),
+            replica.copies().get(id),
             NOW_MS,
         );
     }

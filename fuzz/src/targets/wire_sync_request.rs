@@ -6,7 +6,8 @@ use std::sync::OnceLock;
 
 use crate::populated_replica;
 use geocount_model::wire::{Cursor, SyncPage, SyncRequest};
-use geocount_sync::{Journaled, Replica, answer_sync};
+use geocount_aggregator::replica::Replica;
+use geocount_sync::{Journaled, answer_sync};
 
 fn replica() -> &'static Replica {
     static REPLICA: OnceLock<Replica> = OnceLock::new();
@@ -54,7 +55,7 @@ pub fn run(data: &[u8]) -> bool {
         return false;
     };
     pull(replica, request.clone());
-    let slots_epoch = replica.copies.journal().epoch();
+    let slots_epoch = replica.copies().journal().epoch();
     let descriptions_epoch = replica.descriptions.journal().epoch();
     pull(
         replica,

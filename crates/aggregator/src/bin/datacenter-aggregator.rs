@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use geocount_aggregator::process::{self, TierFlags};
-use geocount_aggregator::{DatacenterConfig, datacenter};
+use geocount_aggregator::{DatacenterSettings, datacenter};
 use geocount_model::role::aggregator_process;
 
 /// Runs one geocount datacenter aggregator: it pulls its datacenter's shard nodes and sums
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         datacenter::run,
         |topology| {
             let config =
-                DatacenterConfig::from_topology(topology, &tier.config, &dc, tier.replica)?;
+                DatacenterSettings::from_topology(topology, &tier.config, &dc, tier.replica)?;
             Ok((config, aggregator_process(&dc)))
         },
     )

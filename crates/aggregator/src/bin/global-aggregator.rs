@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use geocount_aggregator::process::{self, TierFlags};
-use geocount_aggregator::{GlobalConfig, global};
+use geocount_aggregator::{GlobalSettings, global};
 use geocount_model::role::GLOBAL_PROCESS;
 
 /// Runs a geocount global aggregator: it pulls every datacenter aggregator and sums
@@ -29,7 +29,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let Args { tier } = Args::parse();
     process::serve("global-aggregator", &tier, global::run, |topology| {
-        let config = GlobalConfig::from_topology(topology, &tier.config, tier.replica)?;
+        let config = GlobalSettings::from_topology(topology, &tier.config, tier.replica)?;
         Ok((config, GLOBAL_PROCESS.to_owned()))
     })
 }

@@ -22,7 +22,6 @@ use geocount_http::routing::{self, Named, RequestError, Routed};
 use geocount_http::{Allow, Need};
 use geocount_model::{CounterId, Right};
 use geocount_net::Response;
-use geocount_sync::SourceHealth;
 use hyper::body::Incoming;
 use hyper::{Method, Request};
 use serde::Serialize;
@@ -31,6 +30,7 @@ use super::state::{DatacenterState, freshness, read_counter};
 use super::trends;
 use crate::error::AggregatorError;
 use crate::ranking::RankingRequest;
+use crate::replica::SourceHealth;
 use crate::routes::{ROUTES, Route};
 use crate::tier::{Core, Held};
 

@@ -25,7 +25,8 @@ use geocount_model::role::{GLOBAL_PROCESS, aggregator_process, replica_name};
 use geocount_model::wire::SyncRequest;
 use geocount_model::{Clock, Partitions, Topology, TopologyError};
 use geocount_net::{Connector, Listener};
-use geocount_sync::PullSource;
+
+use crate::replica::{PullSource, SourceKind};
 
 use crate::routes::ROUTES;
 use crate::settings::{Settings, SlotGroups, slot_names};
@@ -35,9 +36,10 @@ use state::DatacenterState;
 /// The prefix of the datacenter tier's metric names.
 pub const METRICS_PREFIX: &str = "geocount_datacenter";
 
-/// Everything a datacenter aggregator needs to run.
+/// Everything a datacenter aggregator needs to run, resolved from its datacenter's entry in
+/// the topology (`geocount_model::DatacenterConfig`) and the rest of it.
 #[derive(Debug, Clone)]
-pub struct DatacenterConfig {
+pub struct DatacenterSettings {
     /// The datacenter's name, e.g. `USA_0`.
     pub datacenter: String,
     /// Its shard nodes; the one at index `n` owns slot `DC_<datacenter>_VAL_<n>`.
@@ -50,7 +52,7 @@ pub struct DatacenterConfig {
     pub settings: Settings,
 }
 
-impl DatacenterConfig {
+impl DatacenterSettings {
     /// Resolves replica `replica` of datacenter `datacenter`'s aggregator in a topology read
     /// from `file`; an unknown datacenter or replica is an error naming the file and the key.
     pub fn from_topology(
@@ -99,6 +101,7 @@ impl DatacenterConfig {
             .map(|(name, addr)| PullSource {
                 delivers: vec![name.clone()],
                 answers_as: name.clone(),
+                kind: SourceKind::Shard,
                 name,
                 address: addr.to_string(),
                 interval: every(sync.shard_to_datacenter_ms),
@@ -121,6 +124,7 @@ impl DatacenterConfig {
             sources.push(PullSource {
                 name: replica_name(GLOBAL_PROCESS, n),
                 answers_as: GLOBAL_PROCESS.to_owned(),
+                kind: SourceKind::Aggregator,
                 address: global.to_string(),
                 interval: every(sync.downward_ms),
                 first: SyncRequest {
@@ -134,7 +138,7 @@ impl DatacenterConfig {
     }
 }
 
-impl AsRef<Settings> for DatacenterConfig {
+impl AsRef<Settings> for DatacenterSettings {
     fn as_ref(&self) -> &Settings {
         &self.settings
     }
@@ -144,30 +148,30 @@ impl AsRef<Settings> for DatacenterConfig {
 /// `connector`), and serves `listener` until `shutdown` completes; then stops the pullers and
 /// drains requests. Time comes from `clock`.
 pub async fn run<L: Listener>(
-    config: DatacenterConfig,
+    dc: DatacenterSettings,
     listener: L,
     clock: Arc<dyn Clock>,
     connector: Connector,
     shutdown: impl Future<Output = ()>,
 ) {
-    let groups = SlotGroups::of_datacenters([(config.datacenter.as_str(), config.shards.len())]);
-    let process = aggregator_process(&config.datacenter);
+    let groups = SlotGroups::of_datacenters([(dc.datacenter.as_str(), dc.shards.len())]);
+    let process = aggregator_process(&dc.datacenter);
     let tier = Tier {
         process: &process,
-        sources: &config.sources(),
+        sources: &dc.sources(),
         groups: &groups,
         byte_bound_key: "aggregator.datacenter_max_state_bytes",
         metrics_prefix: METRICS_PREFIX,
         routes: ROUTES,
     };
-    let (core, pullers) = tier::start(tier, config.settings.clone(), clock, connector);
-    let replica = config.settings.replica;
-    tracing::info!(addr = %config.settings.listen, datacenter = %config.datacenter, replica, "serving");
-    let settings = config.settings.clone();
+    let (core, pullers) = tier::start(tier, dc.settings.clone(), clock, connector);
+    let replica = dc.settings.replica;
+    tracing::info!(addr = %dc.settings.listen, datacenter = %dc.datacenter, replica, "serving");
+    let settings = dc.settings.clone();
     let state = Arc::new(DatacenterState {
         core,
         slot_names: groups.names,
-        datacenter: config.datacenter,
+        datacenter: dc.datacenter,
     });
     let handler = move |request| api::handle(state.clone(), request);
     tier::serve(pullers, &settings, listener, handler, shutdown).await;
@@ -181,10 +185,10 @@ mod tests {
     #[test]
     fn resolves_its_datacenter_and_sources() {
         let t = TestTopology::new(&[("ASIA_0", 1), ("USA_0", 2)], "");
-        let config = DatacenterConfig::from_topology(&t.topology, &t.path, "USA_0", 0).unwrap();
-        assert_eq!(config.settings.listen, t.topology.datacenters[1].aggregator);
-        assert_eq!(config.slot_names(), ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1"]);
-        let sources = config.sources();
+        let dc = DatacenterSettings::from_topology(&t.topology, &t.path, "USA_0", 0).unwrap();
+        assert_eq!(dc.settings.listen, t.topology.datacenters[1].aggregator);
+        assert_eq!(dc.slot_names(), ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1"]);
+        let sources = dc.sources();
         assert_eq!(sources.len(), 3, "two shards, then the global aggregator");
         assert_eq!(sources[1].address, t.shard_addr("USA_0", 1).to_string());
         assert_eq!(sources[1].first, SyncRequest::from_start(true, true));
@@ -199,7 +203,7 @@ mod tests {
     #[test]
     fn an_unknown_datacenter_names_file_and_key() {
         let t = TestTopology::new(&[("USA_0", 1)], "");
-        let error = DatacenterConfig::from_topology(&t.topology, &t.path, "MARS", 0)
+        let error = DatacenterSettings::from_topology(&t.topology, &t.path, "MARS", 0)
             .unwrap_err()
             .to_string();
         let file_and_key = format!("{}: datacenters: ", t.path.display());

@@ -12,10 +12,11 @@ use geocount_http::routing::{Named, WindowQuery};
 use geocount_model::UniqueSketch;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::SlotFreshness;
-use geocount_sync::{Replica, worst_staleness};
+use geocount_sync::worst_staleness;
 use serde::Serialize;
 
 use crate::answers::Total;
+use crate::replica::Replica;
 use crate::tier::Core;
 
 /// What the datacenter tier's HTTP handlers share.
@@ -144,8 +145,8 @@ pub fn read_counter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replica::{PullSource, SourceKind};
     use geocount_model::wire::{Cursor, SlotEntry, SlotPage, SyncPage};
-    use geocount_sync::PullSource;
     use std::time::Duration;
 
     fn names() -> Vec<String> {
@@ -158,6 +159,10 @@ mod tests {
             .chain(["global".to_owned()])
             .map(|name| PullSource {
                 answers_as: name.clone(),
+                kind: match name.as_str() {
+                    "global" => SourceKind::Aggregator,
+                    _ => SourceKind::Shard,
+                },
                 name,
                 address: "127.0.0.1:1".into(),
                 interval: Duration::from_millis(50),
@@ -187,10 +192,9 @@ mod tests {
             }),
             ..SyncPage::default()
         };
-        replica.copies.apply_page(
-            page.slots.as_ref().unwrap(),
-            &geocount_sync::PageFence::open(2),
-        );
+        let slots = page.slots.as_ref().unwrap();
+        let all = geocount_sync::PageFence::open(2);
+        replica.merge_entries(&slots.slot_names, &slots.entries, &all);
         replica.sources[usize::from(slot)].advance(&page, sent_at_ms, sent_at_ms + 1);
     }
 
@@ -241,9 +245,7 @@ mod tests {
             }
             .into();
             record.set_uniques(Box::new(sketch));
-            replica
-                .copies
-                .merge(slot, &geocount_model::CounterId::new("u").unwrap(), &record);
+            replica.merge(slot, &geocount_model::CounterId::new("u").unwrap(), &record);
         }
         assert!(
             replica.counter("u").is_unique(),

@@ -1,18 +1,20 @@
 //! Top-K trends and trending counters of this datacenter: `GET /topk` and `GET /trending`,
-//! answered from the [`geocount_sync::TopIndex`] its slot copies keep up to date.
+//! answered from the [`geocount_ranking::TopIndex`] its replica keeps up to date.
 //!
 //! - All-time rankings and the live window walk the index's leaders from the top; other
 //!   windows (and answers the leaders do not hold) scan every counter's copies, exactly, at
 //!   request time, off the runtime and a run of counters per hold of the replica's lock
-//!   ([`geocount_sync::Scans`]).
+//!   ([`crate::replica::Scans`]).
 //! - Unique counters are left out (their values are estimates of distinct items).
 //! - The answer carries the datacenter's staleness (the worst of its slots') like a read.
 
-use geocount_sync::{Answer, Ranked, Replica, Scope, worst_staleness};
+use geocount_ranking::{Answer, Ranked, Scope};
+use geocount_sync::worst_staleness;
 
 use super::state::slot_staleness;
 use crate::answers::Ranking;
 use crate::ranking::Asked;
+use crate::replica::Replica;
 
 /// The datacenter's ranking of what `asked` asks, or the scan that finds it.
 pub fn ranking(replica: &Replica, asked: &Asked) -> Answer {

@@ -23,19 +23,19 @@ use geocount_http::{Allow, Need};
 use geocount_model::role::GLOBAL_PROCESS;
 use geocount_model::{CounterId, Right};
 use geocount_net::Response;
-use geocount_sync::SourceHealth;
 use hyper::body::Incoming;
 use hyper::{Method, Request};
 use serde::Serialize;
 
+use super::GlobalState;
+use super::datacenters::{DatacenterStatus, datacenter_statuses};
 use super::query::{ReadQuery, StalenessKeys};
-use super::state::{
-    DatacenterStatus, GlobalRead, GlobalState, answer_read, datacenter_statuses, empty_readings,
-    read_datacenters, read_unique_datacenters,
-};
+use super::read::{self, GlobalRead};
+use super::staleness::empty_readings;
 use super::trends;
 use crate::error::AggregatorError;
 use crate::ranking::RankingRequest;
+use crate::replica::SourceHealth;
 use crate::routes::{GLOBAL_ONLY, ROUTES, Route};
 use crate::tier::{Core, Held};
 
@@ -76,7 +76,8 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
             }
             (Route::Counter, &Method::GET, Some(id)) => {
                 core.held_here(id.as_str(), &request)?;
-                let query = ReadQuery::parse(query, state.config.max_staleness_ms, now_ms / 1000)?;
+                let query =
+                    ReadQuery::parse(query, state.settings.max_staleness_ms, now_ms / 1000)?;
                 read(state, &id, query, now_ms)
             }
             (route @ (Route::TopK | Route::Trending), &Method::GET, _) => {
@@ -109,7 +110,7 @@ async fn rank(
 ) -> Result<Response, AggregatorError> {
     let mut staleness = StalenessKeys::default();
     let asked = (state.core).asked(route, &ranking, |key, value| staleness.take(key, value))?;
-    let freshness = staleness.freshness(state.config.max_staleness_ms);
+    let freshness = staleness.freshness(state.settings.max_staleness_ms);
     let datacenters = state.layout.names.len();
     let ask = |replica: &_| trends::rankings(replica, datacenters, &asked);
     let lists = state.core.rank(ranking.at_ms, ask).await?;
@@ -130,37 +131,20 @@ fn read(
     query: ReadQuery,
     now_ms: u64,
 ) -> Result<Response, AggregatorError> {
-    let (held, readings, unique) = {
+    let gathered = {
         let replica = state.core.replica.read().expect("replica lock");
         let counter = replica.counter(id.as_str());
         state.core.check_window(&counter, query.window.as_ref())?;
-        let unique = counter.is_unique();
-        let layout = &state.layout;
-        if unique {
-            let (held, readings, union) =
-                read_unique_datacenters(&replica, layout, counter.copies, now_ms);
-            (held, readings, Some(union))
-        } else {
-            let window = query.window.as_ref();
-            let (held, readings) =
-                read_datacenters(&replica, layout, counter.copies, window, now_ms);
-            (held, readings, None)
-        }
+        read::gather(
+            &replica,
+            &state.layout,
+            &counter,
+            query.window.as_ref(),
+            now_ms,
+        )
     };
-    let answer = answer_read(
-        id.as_str(),
-        &state.layout.names,
-        held,
-        readings,
-        unique.as_ref(),
-        query.max_staleness_ms,
-        query.allow_partial,
-    );
-    match answer {
-        GlobalRead::Counter(mut reading) => {
-            reading.window = query.window;
-            Ok(state.core.answer(&reading))
-        }
+    match gathered.answer(id.as_str(), &state.layout.names, &query) {
+        GlobalRead::Counter(reading) => Ok(state.core.answer(&reading)),
         GlobalRead::Stale(refusal) => Err(AggregatorError::Stale(Box::new(refusal))),
         GlobalRead::NotFound => Err(AggregatorError::CounterNotFound {
             id: id.to_string(),
@@ -175,7 +159,7 @@ fn datacenters(state: &GlobalState, now_ms: u64) -> Response {
         datacenters: Named<DatacenterStatus>,
     }
     let replica = state.core.replica.read().expect("replica lock");
-    let datacenters = datacenter_statuses(&replica, &state.config, &state.layout, now_ms);
+    let datacenters = datacenter_statuses(&replica, &state.settings, &state.layout, now_ms);
     state.core.answer(&Datacenters { datacenters })
 }
 

@@ -5,19 +5,26 @@
 //! the stale datacenters with their last known values and says it is not complete.
 //! Datacenter aggregators pull counter descriptions down from it.
 //!
-//! - [`state`]: the read rules: per-datacenter sums, stale datacenters, complete or partial
-//!   answers, and `GET /datacenters`.
+//! Modules, leaves first:
+//! - [`layout`]: which datacenter each slot and each source belongs to ([`Layout`]).
+//! - [`staleness`]: the staleness rules its reads and rankings share: each datacenter's
+//!   staleness, stale datacenters, and why ([`staleness::Freshness`]).
+//! - [`query`]: the staleness keys (`max_staleness_ms`, `allow_partial`) its reads take.
+//! - [`read`]: a counter's read: the sum over datacenters, complete or partial.
 //! - [`trends`]: the world's and each datacenter's top-K and trending counters under the same
 //!   staleness rules.
-//! - [`query`]: the staleness keys (`max_staleness_ms`, `allow_partial`) its reads take.
+//! - [`datacenters`]: `GET /datacenters`.
 //! - [`api`]: its routes and who may call them.
 //!
 //! Its metrics are named `geocount_global_<name>`; its sources are the datacenters, each named
 //! as in the topology.
 
 pub mod api;
+pub mod datacenters;
+pub mod layout;
 pub mod query;
-pub mod state;
+pub mod read;
+pub mod staleness;
 pub mod trends;
 
 use std::net::SocketAddr;
@@ -29,12 +36,12 @@ use geocount_model::role::{GLOBAL_PROCESS, replica_name};
 use geocount_model::wire::SyncRequest;
 use geocount_model::{Clock, Partitions, Topology, TopologyError};
 use geocount_net::{Connector, Listener};
-use geocount_sync::PullSource;
 
+use crate::replica::{PullSource, SourceKind};
 use crate::routes::{GLOBAL_ONLY, ROUTES};
 use crate::settings::{Settings, SlotGroups, slot_names};
-use crate::tier::{self, Tier};
-use state::{GlobalState, Layout};
+use crate::tier::{self, Core, Tier};
+pub use layout::Layout;
 
 /// The prefix of the global tier's metric names.
 pub const METRICS_PREFIX: &str = "geocount_global";
@@ -51,9 +58,10 @@ pub struct Datacenter {
     pub slots: usize,
 }
 
-/// Everything the global aggregator needs to run.
+/// Everything the global aggregator needs to run, resolved from the topology's `[global]`
+/// (`geocount_model::GlobalConfig`) and the rest of it.
 #[derive(Debug, Clone)]
-pub struct GlobalConfig {
+pub struct GlobalSettings {
     /// A read whose datacenters are staler than this is refused unless partial answers are
     /// allowed (`global.max_staleness_ms`; the query's `max_staleness_ms` overrides it).
     pub max_staleness_ms: u64,
@@ -64,7 +72,7 @@ pub struct GlobalConfig {
     pub settings: Settings,
 }
 
-impl GlobalConfig {
+impl GlobalSettings {
     /// Global replica `replica` of `topology` (read from `file`); a replica the topology does
     /// not list is an error naming the file and `global.replicas`.
     pub fn from_topology(
@@ -127,6 +135,7 @@ impl GlobalConfig {
                 let source = PullSource {
                     name: replica_name(&dc.name, n),
                     answers_as: dc.name.clone(),
+                    kind: SourceKind::Aggregator,
                     address: address.to_string(),
                     interval: every,
                     first: SyncRequest {
@@ -141,32 +150,42 @@ impl GlobalConfig {
         sources
     }
 
-    /// What it pulls ([`GlobalConfig::datacenter_sources`]).
+    /// What it pulls ([`GlobalSettings::datacenter_sources`]).
     pub fn sources(&self) -> Vec<PullSource> {
         let sources = self.datacenter_sources().into_iter();
         sources.map(|(_, source)| source).collect()
     }
 }
 
-impl AsRef<Settings> for GlobalConfig {
+impl AsRef<Settings> for GlobalSettings {
     fn as_ref(&self) -> &Settings {
         &self.settings
     }
+}
+
+/// What the global tier's HTTP handlers share.
+pub struct GlobalState {
+    /// What either tier's handlers share.
+    pub core: Core,
+    /// The settings it runs with.
+    pub settings: GlobalSettings,
+    /// Which datacenter each slot and each source belongs to.
+    pub layout: Layout,
 }
 
 /// Starts pulling every datacenter aggregator (connecting through `connector`), and serves
 /// `listener` until `shutdown` completes; then stops the pullers and drains requests. Time
 /// comes from `clock`.
 pub async fn run<L: Listener>(
-    config: GlobalConfig,
+    global: GlobalSettings,
     listener: L,
     clock: Arc<dyn Clock>,
     connector: Connector,
     shutdown: impl Future<Output = ()>,
 ) {
     let (source_datacenters, sources): (Vec<usize>, Vec<PullSource>) =
-        config.datacenter_sources().into_iter().unzip();
-    let groups = config.slot_groups();
+        global.datacenter_sources().into_iter().unzip();
+    let groups = global.slot_groups();
     let routes: Vec<_> = ROUTES.iter().chain(GLOBAL_ONLY).copied().collect();
     let tier = Tier {
         process: GLOBAL_PROCESS,
@@ -176,14 +195,14 @@ pub async fn run<L: Listener>(
         metrics_prefix: METRICS_PREFIX,
         routes: &routes,
     };
-    let (core, pullers) = tier::start(tier, config.settings.clone(), clock, connector);
-    let replica = config.settings.replica;
-    tracing::info!(addr = %config.settings.listen, replica, sources = sources.len(), "serving");
-    let settings = config.settings.clone();
+    let (core, pullers) = tier::start(tier, global.settings.clone(), clock, connector);
+    let replica = global.settings.replica;
+    tracing::info!(addr = %global.settings.listen, replica, sources = sources.len(), "serving");
+    let settings = global.settings.clone();
     let state = Arc::new(GlobalState {
         core,
         layout: Layout {
-            names: config
+            names: global
                 .datacenters
                 .iter()
                 .map(|dc| dc.name.clone())
@@ -192,7 +211,7 @@ pub async fn run<L: Listener>(
             source_datacenters,
             source_addresses: sources.iter().map(|s| s.address.clone()).collect(),
         },
-        config,
+        settings: global,
     });
     let handler = move |request| api::handle(state.clone(), request);
     tier::serve(pullers, &settings, listener, handler, shutdown).await;
@@ -206,14 +225,14 @@ mod tests {
     #[test]
     fn slots_are_numbered_across_datacenters_in_order() {
         let t = TestTopology::new(&[("USA_0", 2), ("ASIA_0", 1)], "");
-        let config = GlobalConfig::from_topology(&t.topology, &t.path, 0).unwrap();
-        assert_eq!(config.max_staleness_ms, t.topology.global.max_staleness_ms);
+        let global = GlobalSettings::from_topology(&t.topology, &t.path, 0).unwrap();
+        assert_eq!(global.max_staleness_ms, t.topology.global.max_staleness_ms);
         assert_eq!(
-            config.slot_names(),
+            global.slot_names(),
             ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"]
         );
-        assert_eq!(config.slot_datacenters(), [0, 0, 1]);
-        let sources = config.sources();
+        assert_eq!(global.slot_datacenters(), [0, 0, 1]);
+        let sources = global.sources();
         assert_eq!(sources[1].name, "ASIA_0");
         assert_eq!(
             sources[1].address,

@@ -3,7 +3,7 @@
 
 use geocount_http::routing::{self, RequestError, WindowQuery};
 
-use super::trends::Freshness;
+use super::staleness::Freshness;
 
 /// The query of a global read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Top-K trends and trending counters of the world and of each datacenter: `GET /topk` and
-//! `GET /trending`, answered from the [`geocount_sync::TopIndex`] over every slot this
+//! `GET /trending`, answered from the [`geocount_ranking::TopIndex`] over every slot this
 //! aggregator holds (so the worldwide ranking is exact at this tier, not a merge of the
 //! datacenters' own top lists), under the same staleness rules as a read.
 //!
@@ -7,17 +7,20 @@
 //!   datacenters refuse the answer (503 naming them) unless `allow_partial=true`, which answers
 //!   with `complete: false` and ranks their last known values.
 //! - A ranking the index's leaders cannot answer is a scan of every counter, run off the
-//!   runtime a run of counters per hold of the replica's lock ([`geocount_sync::Scans`]).
+//!   runtime a run of counters per hold of the replica's lock ([`crate::replica::Scans`]).
 //! - Unique counters are left out (their values are estimates of distinct items).
 
 use geocount_http::routing::Named;
-use geocount_sync::{Answer, Ranked, Replica, Scope, worst_staleness};
+use geocount_ranking::{Answer, Ranked, Scope};
+use geocount_sync::worst_staleness;
 use serde::Serialize;
 
-use super::state::{Layout, empty_readings, named, stale_datacenters, stale_reasons};
+use super::layout::Layout;
+use super::staleness::{Freshness, empty_readings, named, stale_datacenters, stale_reasons};
 use crate::answers::Ranking;
 use crate::parts::{DatacenterRanking, StaleRead};
 use crate::ranking::Asked;
+use crate::replica::Replica;
 
 /// The answer to the global `GET /topk` or `GET /trending`: the world's ranking, then each
 /// datacenter's.
@@ -29,16 +32,6 @@ pub struct GlobalRanking {
     pub world: Ranking,
     /// Each datacenter's own ranking, in topology order.
     pub datacenters: Named<DatacenterRanking>,
-}
-
-/// How fresh a ranking must be: a datacenter staler than `max_staleness_ms` is stale, and
-/// stale datacenters refuse the answer unless `allow_partial`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Freshness {
-    /// The staleness bound, in milliseconds.
-    pub max_staleness_ms: u64,
-    /// Whether stale datacenters give a partial answer rather than a refusal.
-    pub allow_partial: bool,
 }
 
 /// The world's ranking, then each of `datacenters`' of what `asked` asks; or the scan that

@@ -8,7 +8,7 @@ use geocount_model::CounterDescription;
 use hyper::Method;
 use serde::Serialize;
 
-use crate::cluster::{Cluster, ShardNode, parse_body, status_error};
+use crate::cluster::{ClusterClient, ShardNode, parse_body, status_error};
 use crate::error::GeoctlError;
 
 /// What `geoctl create` was asked.
@@ -31,7 +31,7 @@ struct CreateBody<'a> {
 
 /// Creates the counter and prints its description to `out`.
 pub async fn run(
-    cluster: &Cluster,
+    cluster: &ClusterClient,
     options: &CreateOptions,
     out: &mut dyn Write,
 ) -> Result<(), GeoctlError> {

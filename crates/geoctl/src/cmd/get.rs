@@ -12,7 +12,7 @@ use std::io::Write;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use crate::cluster::{Cluster, counter_path, parse_body, status_error};
+use crate::cluster::{ClusterClient, counter_path, parse_body, status_error};
 use crate::error::GeoctlError;
 
 /// What `geoctl get` was asked.
@@ -108,7 +108,7 @@ pub fn read_query(max_staleness_ms: Option<u64>, allow_partial: bool) -> String 
 
 /// Reads the counter and prints it to `out`.
 pub async fn run(
-    cluster: &Cluster,
+    cluster: &ClusterClient,
     options: &GetOptions,
     out: &mut dyn Write,
 ) -> Result<(), GeoctlError> {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hyper::Method;
 use serde::Deserialize;
 
-use crate::cluster::{Cluster, ShardNode, counter_path, parse_body, status_error, write_op};
+use crate::cluster::{ClusterClient, ShardNode, counter_path, parse_body, status_error, write_op};
 use crate::error::GeoctlError;
 
 /// What `geoctl incr` was asked.
@@ -37,7 +37,7 @@ pub struct WriteAnswer {
 
 /// Sends the write and prints the answer to `out`.
 pub async fn run(
-    cluster: &Cluster,
+    cluster: &ClusterClient,
     options: &IncrOptions,
     out: &mut dyn Write,
 ) -> Result<(), GeoctlError> {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use geocount_model::{CounterId, SyncSettings};
 use serde::Serialize;
 
-use crate::cluster::Cluster;
+use crate::cluster::ClusterClient;
 use crate::error::GeoctlError;
 use crate::visibility::{Outcome, Outcomes, Watch, micros, show_ms, write_and_watch};
 
@@ -107,7 +107,7 @@ pub fn random_prefix() -> String {
 
 /// Takes the samples, prints the figures to `out` (and writes `--json`), and returns them.
 pub async fn run(
-    cluster: &Cluster,
+    cluster: &ClusterClient,
     options: &LagOptions,
     out: &mut dyn Write,
 ) -> Result<LagReport, GeoctlError> {
@@ -159,7 +159,7 @@ pub async fn run(
 }
 
 /// Runs the samples, `concurrency` at a time, on tokio tasks.
-async fn take_samples(cluster: &Cluster, prefix: &str, options: &LagOptions) -> Vec<Outcome> {
+async fn take_samples(cluster: &ClusterClient, prefix: &str, options: &LagOptions) -> Vec<Outcome> {
     let (count, jitter_ms) = (options.samples, options.start_jitter_ms.unwrap_or(0));
     let cluster = Arc::new(cluster.clone());
     let next = Arc::new(AtomicUsize::new(0));

@@ -24,7 +24,7 @@ use geocount_model::CounterId;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::cluster::{Cluster, counter_path, parse_body, status_error};
+use crate::cluster::{ClusterClient, counter_path, parse_body, status_error};
 use crate::error::GeoctlError;
 use crate::load::exactness::{Expected, settle};
 use crate::load::pacing::Pacer;
@@ -122,7 +122,7 @@ struct Live {
 /// What every worker shares.
 #[derive(Debug)]
 struct Shared {
-    cluster: Arc<Cluster>,
+    cluster: Arc<ClusterClient>,
     router: LoadRouter,
     ids: Vec<String>,
     paths: Vec<String>,
@@ -206,7 +206,7 @@ async fn worker(shared: Arc<Shared>) -> Tally {
 
 /// Checks that `<prefix>-0` and the first probe counter are fresh (the global aggregator has
 /// no value for them); this also checks that the global aggregator answers.
-async fn check_fresh(cluster: &Cluster, prefix: &str) -> Result<(), GeoctlError> {
+async fn check_fresh(cluster: &ClusterClient, prefix: &str) -> Result<(), GeoctlError> {
     #[derive(serde::Deserialize)]
     struct ValueOnly {
         value: i128,
@@ -265,7 +265,7 @@ fn describe(options: &LoadOptions, prefix: &str, shards: usize) -> String {
 /// Fails with [`GeoctlError::NotExact`] when a global total does not equal the acknowledged
 /// deltas, and with [`GeoctlError::NothingAcknowledged`] when no write was acknowledged.
 pub async fn run(
-    cluster: &Cluster,
+    cluster: &ClusterClient,
     options: &LoadOptions,
     out: &mut dyn Write,
 ) -> Result<LoadReport, GeoctlError> {

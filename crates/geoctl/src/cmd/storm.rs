@@ -19,7 +19,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpSocket;
 use tokio::task::JoinSet;
 
-use crate::cluster::{Cluster, counter_path};
+use crate::cluster::{ClusterClient, counter_path};
 use crate::error::GeoctlError;
 
 /// The top-K a scan storm asks for by default: a window other than the live one, so every
@@ -60,7 +60,7 @@ pub enum StormKind {
 
 /// Runs the storm and prints its summary to `out`.
 pub async fn run(
-    cluster: &Cluster,
+    cluster: &ClusterClient,
     options: &StormOptions,
     out: &mut dyn Write,
 ) -> Result<(), GeoctlError> {

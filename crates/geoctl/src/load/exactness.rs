@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::cluster::Cluster;
+use crate::cluster::ClusterClient;
 
 /// What the load knows of one counter's total.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -173,7 +173,7 @@ pub const SETTLE_POLL: Duration = Duration::from_millis(100);
 /// Reads every counter from the global aggregator, `concurrency` reads at a time, again every
 /// [`SETTLE_POLL`] for those that do not agree yet, until all agree or `timeout` has passed.
 pub async fn settle(
-    cluster: &Cluster,
+    cluster: &ClusterClient,
     counters: Vec<(String, Expected)>,
     timeout: Duration,
     concurrency: usize,
@@ -208,7 +208,7 @@ pub async fn settle(
 
 /// Reads every counter once, `concurrency` at a time, keeping their order.
 async fn read_all(
-    cluster: &Cluster,
+    cluster: &ClusterClient,
     counters: Vec<(String, Expected)>,
     concurrency: usize,
 ) -> Vec<Checked> {

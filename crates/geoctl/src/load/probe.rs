@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 
-use crate::cluster::Cluster;
+use crate::cluster::ClusterClient;
 use crate::load::workload::probe_id;
 use crate::visibility::{Outcome, Watch, write_and_watch};
 
@@ -32,7 +32,7 @@ pub struct Probe {
 /// to end (each within [`PROBE_TIMEOUT`] of its write). Probes are returned in start order.
 /// Probe `k` writes with idempotency key `<key_prefix>-probe-<k>`.
 pub async fn run_probes(
-    cluster: Arc<Cluster>,
+    cluster: Arc<ClusterClient>,
     prefix: String,
     key_prefix: String,
     start: Instant,
@@ -66,7 +66,7 @@ pub async fn run_probes(
 }
 
 /// One probe of counter `id`, written with idempotency key `key`.
-async fn probe(cluster: &Cluster, id: &str, key: &str, start: Instant) -> Probe {
+async fn probe(cluster: &ClusterClient, id: &str, key: &str, start: Instant) -> Probe {
     let watch = Watch {
         headers: &[("idempotency-key", key)],
         poll: PROBE_POLL,

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use geocount_model::Placement;
 
-use crate::cluster::{Cluster, ShardNode};
+use crate::cluster::{ClusterClient, ShardNode};
 use crate::load::send::PlannedWrite;
 
 /// How the load picks the node for a write.
@@ -63,7 +63,7 @@ pub struct LoadRouter {
 
 impl LoadRouter {
     /// A router over every shard node of `cluster` for the counters `ids`.
-    pub fn new(cluster: &Cluster, ids: &[String], route: WriteRoute) -> Self {
+    pub fn new(cluster: &ClusterClient, ids: &[String], route: WriteRoute) -> Self {
         let topology = cluster.topology();
         // In topology order, as `datacenter_of` counts them.
         let shards = cluster.shards();

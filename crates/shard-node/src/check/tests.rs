@@ -4,9 +4,9 @@ use std::sync::Arc;
 use geocount_model::CounterId;
 
 use super::*;
-use crate::slot_table::SharedSlotTable;
-use crate::store::Checkpoint;
-use crate::wal::{LogRecord, Wal};
+use crate::engine::slot_table::SharedSlotTable;
+use crate::engine::store::Checkpoint;
+use crate::engine::wal::{LogRecord, Wal};
 
 fn record(id: &str, value: i64, version: u64) -> LogRecord {
     LogRecord {

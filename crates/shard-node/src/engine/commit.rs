@@ -1,0 +1,406 @@
+//! The commit loop: the one worker that changes the node's state, with group commit.
+//!
+//! HTTP handlers send [`Command`]s. The loop takes every command that is waiting (a group), works
+//! out each write against the committed state (overflow checks, idempotency keys, new versions),
+//! appends one [`LogRecord`] for the whole group, fsyncs it once, and only then installs the
+//! result in the shared [`SlotTable`](crate::engine::slot_table::SlotTable) and answers. While it
+//! fsyncs, the next group gathers in the queue, so one fsync serves many writers.
+//!
+//! One file per concept: [`stage`] works a group's writes out without changing anything,
+//! [`install`] makes the group durable and puts its changes in place, and [`restore`] takes in
+//! a lost slot's restored parts and keys.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+
+use geocount_model::{
+    Clock, CounterDescription, Hlc, Placement, ShardDefaults, SlotRecord, VersionedDescription,
+    next_slot_version,
+};
+use geocount_sync::DescriptionTable;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::engine::budget::ByteBudget;
+use crate::engine::checkpoint::Checkpointer;
+use crate::engine::hot::HotCounters;
+use crate::engine::idempotency::SharedKeys;
+use crate::engine::slot_table::SharedSlotTable;
+use crate::engine::store::Checkpoint;
+use crate::engine::wal::{LogRecord, Wal};
+use crate::engine::write::{Command, WriteResults};
+use crate::error::{ShardError, StorageError};
+use crate::health::NodeHealth;
+use crate::metrics::ShardMetrics;
+
+mod install;
+mod restore;
+mod stage;
+
+use install::SlotChange;
+use stage::{Staged, stage_description};
+
+/// A group stops gathering at this many writes, bounding one log record's size.
+const MAX_GROUP_WRITES: usize = 200_000;
+
+enum Reply {
+    Write(oneshot::Sender<WriteResults>, WriteResults),
+    Create(
+        oneshot::Sender<Result<CounterDescription, ShardError>>,
+        Result<CounterDescription, ShardError>,
+    ),
+}
+
+/// What the commit loop shares with the rest of the node.
+pub struct CommitContext {
+    /// The committed slot states (the loop is their only writer).
+    pub table: SharedSlotTable,
+    /// The known descriptions (the loop is their only writer).
+    pub descriptions: Arc<RwLock<DescriptionTable>>,
+    /// Writes the closed log segments into the store.
+    pub checkpointer: Checkpointer,
+    /// Shard settings.
+    pub settings: ShardDefaults,
+    /// The time seam.
+    pub clock: Arc<dyn Clock>,
+    /// Versions of descriptions.
+    pub hlc: Arc<Hlc>,
+    /// Where counters go in this datacenter.
+    pub placement: Placement,
+    /// This node's slot index.
+    pub own_slot: u32,
+    /// Writes per second applied lately, reported to peers.
+    pub load: Arc<AtomicU64>,
+    /// Metrics.
+    pub metrics: Arc<ShardMetrics>,
+    /// Health, for `/healthz`.
+    pub health: Arc<NodeHealth>,
+}
+
+/// What the commit loop resumes from: what startup read of the log and the store.
+#[derive(Debug)]
+pub struct LogState {
+    /// A fresh log segment after the replayed ones.
+    pub wal: Wal,
+    /// Idempotency keys still within retention.
+    pub idempotency: SharedKeys,
+    /// What the log holds beyond the store: the next checkpoint must write it.
+    pub pending: Checkpoint,
+    /// The highest version of the slot so far.
+    pub last_version: u64,
+}
+
+/// The state only the commit loop touches.
+pub struct CommitLoop {
+    shared: CommitContext,
+    wal: Wal,
+    /// Shared with the sync handler, which pages the keys to the slot's peers.
+    idempotency: SharedKeys,
+    last_version: u64,
+    /// The version of the group being staged.
+    group_version: u64,
+    pending: Checkpoint,
+    hot: HotCounters,
+    last_sync_ms: u64,
+    last_checkpoint_ms: u64,
+    /// Bytes of state held, against `shard.max_counter_bytes` and `shard.max_state_bytes`.
+    budget: ByteBudget,
+    /// Set once an fsync failed: the node takes no more writes until it restarts.
+    fenced: Option<String>,
+    /// Descriptions learned from other nodes whose group could not be logged (a full disk):
+    /// staged again with the next group, since the puller that delivered them has moved on.
+    learned_unlogged: Vec<VersionedDescription>,
+}
+
+impl CommitLoop {
+    /// The loop resuming from `log`; `shared.table` holds the state recovered with it.
+    pub fn new(log: LogState, shared: CommitContext) -> Self {
+        let now = shared.clock.now_unix_ms();
+        let hot = HotCounters::new(
+            shared.settings.hot_writes_per_slot,
+            shared.settings.default_number_of_shards,
+            now,
+        );
+        let budget = {
+            let table = shared.table.read().expect("slot table lock");
+            let descriptions = shared.descriptions.read().expect("descriptions lock");
+            ByteBudget::recovered(&table, &descriptions, &shared.settings)
+        };
+        shared.metrics.state_bytes.set(budget.held() as i64);
+        Self {
+            budget,
+            wal: log.wal,
+            idempotency: log.idempotency,
+            last_version: log.last_version,
+            group_version: log.last_version,
+            pending: log.pending,
+            hot,
+            last_sync_ms: now,
+            last_checkpoint_ms: now,
+            fenced: None,
+            learned_unlogged: Vec::new(),
+            shared,
+        }
+    }
+
+    /// Runs until a [`Command::Shutdown`] arrives or every sender is gone, then flushes.
+    ///
+    /// It waits only for commands: the file calls of a group block, so in production it runs
+    /// on a thread of its own ([`Storage::spawn`](crate::storage::Storage::spawn)).
+    pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let mut stopping = false;
+        while !stopping {
+            let Some(first) = commands.recv().await else {
+                break;
+            };
+            let mut gathered = first.writes();
+            let mut group = vec![first];
+            while gathered < MAX_GROUP_WRITES {
+                match commands.try_recv() {
+                    Ok(command) => {
+                        gathered += command.writes();
+                        group.push(command);
+                    }
+                    Err(_) => break,
+                }
+            }
+            stopping = group.iter().any(|c| matches!(c, Command::Shutdown));
+            self.commit_group(group);
+        }
+        self.stop().await;
+    }
+
+    fn commit_group(&mut self, mut group: Vec<Command>) {
+        if let Some(reason) = &self.fenced {
+            refuse_fenced(group, reason, &self.shared.metrics);
+            return;
+        }
+        // A restored part is its own record: no write is taken while the slot is restored.
+        group.retain_mut(|command| match command {
+            Command::Restore { records, reply } => {
+                let records = std::mem::take(records);
+                let (done, _) = oneshot::channel();
+                let reply = std::mem::replace(reply, done);
+                let _ = reply.send(self.restore(records));
+                false
+            }
+            Command::RestoreKeys {
+                keys,
+                unknown_until_ms,
+                reply,
+            } => {
+                let keys = std::mem::take(keys);
+                let (done, _) = oneshot::channel();
+                let reply = std::mem::replace(reply, done);
+                let _ = reply.send(self.restore_keys(keys, *unknown_until_ms));
+                false
+            }
+            _ => true,
+        });
+        let now_ms = self.shared.clock.now_unix_ms();
+        // Every change of the group shares one version: versions then follow the clock however
+        // many writes a millisecond brings, and a copy's version can be bounded by the clock.
+        self.group_version = next_slot_version(self.last_version, now_ms);
+        {
+            let mut keys = self.idempotency.write().expect("idempotency lock");
+            if keys.expire(now_ms) > 0 {
+                self.pending.idempotency_expired_before_ms = keys.expired_before(now_ms);
+            }
+        }
+
+        let mut staged = Staged::default();
+        let mut replies = Vec::with_capacity(group.len());
+        let mut writes = 0u64;
+        // Kept until the group is durable, to be staged again if it is refused.
+        let mut learned = std::mem::take(&mut self.learned_unlogged);
+        {
+            let table = Arc::clone(&self.shared.table);
+            let table = table.read().expect("slot table lock");
+            let descriptions = Arc::clone(&self.shared.descriptions);
+            let descriptions = descriptions.read().expect("descriptions lock");
+            for description in &learned {
+                stage_description(&descriptions, &mut staged, description.clone());
+            }
+            for command in group {
+                match command {
+                    Command::Write {
+                        writes: requests,
+                        reply,
+                    } => {
+                        writes += requests.len() as u64;
+                        let results = requests
+                            .into_iter()
+                            .map(|w| {
+                                self.stage_write(&table, &descriptions, &mut staged, w, now_ms)
+                            })
+                            .collect();
+                        replies.push(Reply::Write(reply, results));
+                    }
+                    Command::Create { description, reply } => {
+                        let result =
+                            self.stage_create(&table, &descriptions, &mut staged, description);
+                        replies.push(Reply::Create(reply, result));
+                    }
+                    Command::Describe(newly_learned) => {
+                        for description in newly_learned {
+                            self.shared.hlc.observe(description.version);
+                            learned.push(description.clone());
+                            stage_description(&descriptions, &mut staged, description);
+                        }
+                    }
+                    Command::Tick
+                    | Command::Shutdown
+                    | Command::Restore { .. }
+                    | Command::RestoreKeys { .. } => {}
+                }
+            }
+            for (id, slot) in &staged.slots {
+                if slot.writes > 0 {
+                    self.hot.count(id, slot.writes);
+                }
+            }
+            self.propose_shard_changes(now_ms, &table, &descriptions, &mut staged);
+        }
+        if writes > 0 {
+            self.shared
+                .metrics
+                .group_commit_writes
+                .observe(writes as f64);
+        }
+
+        // The log gets each changed counter's state, sketch and changed window buckets; the
+        // table's rows are changed in place once the record is durable.
+        let mut changes = Vec::with_capacity(staged.slots.len());
+        let mut logged = Vec::with_capacity(staged.slots.len());
+        for (id, slot) in staged.slots {
+            if !slot.changed {
+                continue;
+            }
+            let change = match slot.sketch {
+                Some(sketch) => SlotRecord::unique(slot.state, sketch),
+                None => SlotRecord::sum(slot.state, slot.window.changed()),
+            };
+            logged.push((id, change));
+            changes.push(SlotChange {
+                row: slot.row,
+                committed_bytes: slot.committed_bytes,
+                window: slot.window,
+                window_seconds: slot.window_seconds,
+            });
+        }
+        let record = LogRecord {
+            slots: logged,
+            descriptions: staged.descriptions,
+            idempotency: staged.idempotency.into_iter().collect(),
+        };
+        match self.make_durable(&record) {
+            Ok(()) => {
+                self.install(changes, record, now_ms);
+                answer(replies, &self.shared.metrics);
+            }
+            Err(error) => {
+                tracing::error!(%error, "group commit failed; its writes are refused");
+                self.shared.health.set(Some(error.to_string()));
+                let error = Arc::new(error);
+                refuse_all(replies, &error, &self.shared.metrics);
+                self.learned_unlogged = learned;
+                self.fence_if_fsync_failed(&error);
+            }
+        }
+        self.flush_if_due(now_ms);
+        self.checkpoint_if_due(now_ms);
+    }
+
+    /// After a failed fsync the log's state on disk is unknown (the kernel may have dropped
+    /// the pages it could not write and will not report it again), so the node stops taking
+    /// writes: every later write is 503 and `/healthz` says why, until a restart replays the
+    /// log from what the disk really holds. A full disk on append is not this: the record is
+    /// cut off and the next group may succeed.
+    fn fence_if_fsync_failed(&mut self, error: &StorageError) {
+        if self.fenced.is_some() || !self.wal.fsync_failed() {
+            return;
+        }
+        let reason = format!(
+            "the log could not be fsynced ({error}); this node takes no more writes until it is restarted"
+        );
+        tracing::error!("{reason}");
+        self.shared.health.set(Some(reason.clone()));
+        self.fenced = Some(reason);
+    }
+
+    async fn stop(mut self) {
+        if let Err(error) = self.wal.sync() {
+            tracing::error!(%error, "final flush failed");
+        }
+        if !self.pending.is_empty() {
+            let now_ms = self.shared.clock.now_unix_ms();
+            self.start_checkpoint(now_ms);
+        }
+        self.shared.checkpointer.finish().await;
+    }
+}
+
+fn answer(replies: Vec<Reply>, metrics: &ShardMetrics) {
+    for reply in replies {
+        match reply {
+            Reply::Write(sender, results) => {
+                let applied = results.iter().filter(|r| r.is_ok()).count() as u64;
+                metrics.writes_applied.inc_by(applied);
+                metrics
+                    .writes_refused
+                    .inc_by(results.len() as u64 - applied);
+                // A handler that gave up waiting is not an error here.
+                let _ = sender.send(results);
+            }
+            Reply::Create(sender, result) => {
+                let _ = sender.send(result);
+            }
+        }
+    }
+}
+
+/// Refuses every command of a group that arrives after the node was fenced (503); learned
+/// descriptions are dropped (peers hand them again after the restart).
+fn refuse_fenced(group: Vec<Command>, reason: &str, metrics: &ShardMetrics) {
+    let refusal = || ShardError::Unavailable(reason.to_owned());
+    for command in group {
+        match command {
+            Command::Write { writes, reply } => {
+                metrics.writes_refused.inc_by(writes.len() as u64);
+                let _ = reply.send(writes.iter().map(|_| Err(refusal())).collect());
+            }
+            Command::Create { reply, .. } => {
+                let _ = reply.send(Err(refusal()));
+            }
+            Command::Restore { reply, .. } | Command::RestoreKeys { reply, .. } => {
+                let _ = reply.send(Err(StorageError::io(
+                    "restoring the slot",
+                    std::io::Error::other(reason.to_owned()),
+                )));
+            }
+            Command::Describe(_) | Command::Tick | Command::Shutdown => {}
+        }
+    }
+}
+
+/// Refuses every write of a group whose record could not be made durable: each refusal
+/// carries the storage failure as its source.
+fn refuse_all(replies: Vec<Reply>, error: &Arc<StorageError>, metrics: &ShardMetrics) {
+    for reply in replies {
+        match reply {
+            Reply::Write(sender, results) => {
+                metrics.writes_refused.inc_by(results.len() as u64);
+                let refused = results
+                    .iter()
+                    .map(|_| Err(ShardError::from_storage(error.clone())))
+                    .collect();
+                let _ = sender.send(refused);
+            }
+            Reply::Create(sender, _) => {
+                let _ = sender.send(Err(ShardError::from_storage(error.clone())));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,132 @@
+//! Installing a durable group: its log record appended (and fsynced, in sync durability), then
+//! its changes put in the slot table, the descriptions and the idempotency keys that reads are
+//! served from; and the log's flushes and checkpoints that follow.
+
+use std::time::Instant;
+
+use geocount_model::held_bytes::description_bytes;
+use geocount_model::{Durability, WindowChange};
+
+use super::CommitLoop;
+use crate::engine::budget::row_bytes;
+use crate::engine::wal::LogRecord;
+use crate::error::StorageError;
+
+/// What installing a durable group does to one counter's row.
+pub(super) struct SlotChange {
+    pub(super) row: Option<usize>,
+    pub(super) committed_bytes: u64,
+    pub(super) window: WindowChange,
+    pub(super) window_seconds: u32,
+}
+
+impl CommitLoop {
+    /// Appends the group's record and, in sync durability, fsyncs it.
+    pub(super) fn make_durable(&mut self, record: &LogRecord) -> Result<(), StorageError> {
+        if record.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.wal.append(record)?;
+        if self.shared.settings.durability == Durability::Sync {
+            self.wal.sync()?;
+            self.last_sync_ms = self.shared.clock.now_unix_ms();
+        }
+        let metrics = &self.shared.metrics;
+        metrics
+            .commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+        metrics.log_bytes.set(self.wal.len() as i64);
+        self.shared.health.set(None);
+        Ok(())
+    }
+
+    /// Installs a durable group: `changes` says how to change the row of each of
+    /// `record.slots`, in the same order.
+    pub(super) fn install(&mut self, changes: Vec<SlotChange>, record: LogRecord, now_ms: u64) {
+        {
+            let mut table = self.shared.table.write().expect("slot table lock");
+            for (change, (id, logged)) in changes.into_iter().zip(record.slots) {
+                let row = table.apply_change(
+                    change.row,
+                    id,
+                    logged,
+                    &change.window,
+                    change.window_seconds,
+                );
+                let (id, installed) = table.row(row);
+                self.budget
+                    .changed(change.committed_bytes, row_bytes(id, installed));
+                self.pending.rows.mark(row);
+            }
+            self.shared.metrics.counters_held.set(table.len() as i64);
+        }
+        if !record.descriptions.is_empty() {
+            let mut descriptions = self.shared.descriptions.write().expect("descriptions lock");
+            for description in &record.descriptions {
+                let known = descriptions.len();
+                descriptions.merge(description.clone());
+                if descriptions.len() > known {
+                    self.budget
+                        .add(description_bytes(description.description.id.as_str()) as u64);
+                }
+            }
+        }
+        self.shared
+            .metrics
+            .state_bytes
+            .set(self.budget.held() as i64);
+        self.pending.descriptions.extend(record.descriptions);
+        let mut keys = self.idempotency.write().expect("idempotency lock");
+        for (key, entry) in record.idempotency {
+            keys.insert(&key, entry.clone(), now_ms);
+            self.pending.idempotency_added.push((key, entry));
+        }
+    }
+
+    /// In async durability, fsyncs once the flush interval has passed since the last fsync.
+    pub(super) fn flush_if_due(&mut self, now_ms: u64) {
+        if !self.wal.has_unsynced()
+            || now_ms.saturating_sub(self.last_sync_ms)
+                < self.shared.settings.async_flush_interval_ms
+        {
+            return;
+        }
+        match self.wal.flush() {
+            Ok(()) => self.last_sync_ms = now_ms,
+            Err(error) => {
+                tracing::error!(%error, "background flush failed");
+                self.shared.health.set(Some(error.to_string()));
+                self.fence_if_fsync_failed(&error);
+            }
+        }
+    }
+
+    pub(super) fn checkpoint_if_due(&mut self, now_ms: u64) {
+        if self.shared.checkpointer.is_busy() || self.pending.is_empty() {
+            return;
+        }
+        let settings = &self.shared.settings;
+        let big = self.wal.len() >= settings.checkpoint_log_bytes;
+        let old = now_ms.saturating_sub(self.last_checkpoint_ms) >= settings.checkpoint_interval_ms;
+        if big || old {
+            self.start_checkpoint(now_ms);
+        }
+    }
+
+    pub(super) fn start_checkpoint(&mut self, now_ms: u64) {
+        match self.wal.rotate() {
+            Ok(closed) => {
+                let mut checkpoint = std::mem::take(&mut self.pending);
+                checkpoint.through_segment = closed;
+                self.shared.checkpointer.submit(checkpoint);
+                self.last_checkpoint_ms = now_ms;
+                self.last_sync_ms = now_ms;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot rotate the log for a checkpoint");
+                self.fence_if_fsync_failed(&error);
+            }
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! `Idempotency-Key` records: a retried write is applied once and answered as the first was.
+//!
+//! Records are logged with the write they belong to, so they are exactly as durable as it is,
+//! and kept for the configured retention.
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+
+use geocount_model::wire::{Cursor, KeyPage};
+use geocount_model::{CounterId, SlotState};
+use hashbrown::HashTable;
+
+pub use geocount_model::IdempotencyRecord;
+
+use crate::engine::write::Change;
+
+/// The keys, shared by the commit loop (their only writer) and the sync handler.
+pub type SharedKeys = std::sync::Arc<std::sync::RwLock<IdempotencyCache>>;
+
+/// The longest idempotency key accepted, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
+
+/// The record of a write to `counter` that made `change` and left the slot at `outcome`.
+pub fn record_of(
+    counter: &CounterId,
+    change: &Change,
+    outcome: SlotState,
+    created_at_ms: u64,
+) -> IdempotencyRecord {
+    let (delta, item) = key_parts(change);
+    IdempotencyRecord {
+        counter: counter.clone(),
+        delta,
+        item,
+        outcome,
+        created_at_ms,
+    }
+}
+
+/// Whether a retry of `change` to `counter` asks for the write `first` records.
+pub fn asks_for(first: &IdempotencyRecord, counter: &str, change: &Change) -> bool {
+    let (delta, item) = key_parts(change);
+    first.matches(counter, delta, item)
+}
+
+/// What a record keeps of a change: its delta (0 for an item), and its item's hash.
+fn key_parts(change: &Change) -> (i64, Option<u64>) {
+    match change {
+        Change::Delta(delta) => (*delta, None),
+        Change::Item { hash, .. } => (0, Some(*hash)),
+    }
+}
+
+/// The remembered keys, expiring in the order they were recorded.
+///
+/// A key is found by a 128-bit keyed hash: two SipHash-1-3 digests under random keys chosen at
+/// startup, so no client can make two keys collide on purpose, and by chance two of even
+/// billions of keys collide with odds under 10^-20. Records are kept in one queue in the order
+/// recorded, which is their store, the age order they expire in, and the change stream the
+/// slot's peers pull ([`IdempotencyCache::page`]); a hash table maps each key's hash to its
+/// record's number in the queue.
+#[derive(Debug)]
+pub struct IdempotencyCache {
+    /// Records in the order recorded, oldest first. A record whose key was recorded again
+    /// later is no longer indexed and waits here until it expires.
+    held: VecDeque<Held>,
+    /// How many records were ever taken off the front: `held[i]` is record number
+    /// `popped + i`.
+    popped: u64,
+    /// Each key's latest record number, found by the key's hash.
+    index: HashTable<u64>,
+    hashers: [std::hash::RandomState; 2],
+    retention_ms: u64,
+    /// Drawn at startup: record numbers start again at 0 in every process, so a peer's cursor
+    /// from another process starts over.
+    epoch: u64,
+    /// Until when (unix ms) keys recorded before may be missing: the slot was restored
+    /// without a whole copy of its keys, or its restore has not brought them yet.
+    unknown_until_ms: Option<u64>,
+}
+
+/// One record, its key and the key's hash.
+#[derive(Debug)]
+struct Held {
+    hash: KeyHash,
+    key: Box<str>,
+    record: IdempotencyRecord,
+}
+
+/// A key's 128-bit hash, as two halves (a `u128` would align every record to 16 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KeyHash([u64; 2]);
+
+impl KeyHash {
+    /// The hash the index finds a key by.
+    fn slot(self) -> u64 {
+        self.0[0]
+    }
+}
+
+impl IdempotencyCache {
+    /// An empty cache keeping keys for `retention_ms`.
+    pub fn new(retention_ms: u64) -> Self {
+        Self {
+            held: VecDeque::new(),
+            popped: 0,
+            index: HashTable::new(),
+            hashers: [std::hash::RandomState::new(), std::hash::RandomState::new()],
+            retention_ms,
+            epoch: rand::random(),
+            unknown_until_ms: None,
+        }
+    }
+
+    fn hash(&self, key: &str) -> KeyHash {
+        KeyHash(self.hashers.each_ref().map(|hasher| hasher.hash_one(key)))
+    }
+
+    /// The record for `key`, if it is still retained.
+    pub fn get(&self, key: &str) -> Option<&IdempotencyRecord> {
+        let key = self.hash(key);
+        let (held, popped) = (&self.held, self.popped);
+        self.index
+            .find(key.slot(), |&number| {
+                held[(number - popped) as usize].hash == key
+            })
+            .map(|&number| &held[(number - popped) as usize].record)
+    }
+
+    /// Remembers `key`, unless it is already past retention at `now_ms`.
+    pub fn insert(&mut self, key: &str, record: IdempotencyRecord, now_ms: u64) {
+        if record.created_at_ms + self.retention_ms <= now_ms {
+            return;
+        }
+        let hash = self.hash(key);
+        let number = self.popped + self.held.len() as u64;
+        self.held.push_back(Held {
+            hash,
+            key: key.into(),
+            record,
+        });
+        let (held, popped) = (&self.held, self.popped);
+        let record_of = |number: u64| &held[(number - popped) as usize];
+        match self.index.entry(
+            hash.slot(),
+            |&earlier| record_of(earlier).hash == hash,
+            |&other| record_of(other).hash.slot(),
+        ) {
+            // The earlier record stays queued, unindexed, until it expires.
+            hashbrown::hash_table::Entry::Occupied(mut earlier) => *earlier.get_mut() = number,
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(number);
+            }
+        }
+    }
+
+    /// Forgets the records older than the retention at `now_ms`; returns how many it dropped
+    /// (records of keys recorded again later included). Records are queued in the order
+    /// recorded, which is their age order (at startup: the store's, oldest first, then the
+    /// log's), so it stops at the first record still retained.
+    pub fn expire(&mut self, now_ms: u64) -> usize {
+        let mut dropped = 0;
+        while let Some(oldest) = self.held.front() {
+            if oldest.record.created_at_ms + self.retention_ms > now_ms {
+                break;
+            }
+            let number = self.popped;
+            if let Ok(indexed) = self.index.find_entry(oldest.hash.slot(), |&n| n == number) {
+                indexed.remove();
+            }
+            self.held.pop_front();
+            self.popped += 1;
+            dropped += 1;
+        }
+        if self.held.capacity() > 2 * self.held.len() + 1024 {
+            // After a burst of keys has expired, hand the room back.
+            self.held.shrink_to(self.held.len() * 3 / 2);
+            let (held, popped) = (&self.held, self.popped);
+            self.index
+                .shrink_to(0, |&n| held[(n - popped) as usize].hash.slot());
+        }
+        dropped
+    }
+
+    /// The time before which every record has expired at `now_ms` (`None`: none has).
+    pub fn expired_before(&self, now_ms: u64) -> Option<u64> {
+        now_ms.checked_sub(self.retention_ms).map(|t| t + 1)
+    }
+
+    /// How many keys are remembered.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether no key is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Keys recorded before may be missing until `until_ms` (`None`: every retained key is
+    /// here).
+    pub fn set_unknown_until(&mut self, until_ms: Option<u64>) {
+        self.unknown_until_ms = until_ms;
+    }
+
+    /// Until when a key that is not here may still have been recorded, at `now_ms` (`None`:
+    /// a key not here never was, within the retention).
+    pub fn unknown_until(&self, now_ms: u64) -> Option<u64> {
+        self.unknown_until_ms.filter(|&until| now_ms < until)
+    }
+
+    /// Up to `limit` records from record number `from` on (older ones have expired), oldest
+    /// first, and the number of the next one (`None` past the newest).
+    pub fn copy_page(
+        &self,
+        from: u64,
+        limit: usize,
+    ) -> (Vec<(String, IdempotencyRecord)>, Option<u64>) {
+        let start = from.max(self.popped);
+        let skip = (start - self.popped) as usize;
+        let keys: Vec<_> = self
+            .held
+            .iter()
+            .skip(skip)
+            .take(limit.max(1))
+            .map(|held| (held.key.to_string(), held.record.clone()))
+            .collect();
+        let next = start + keys.len() as u64;
+        let more = next < self.popped + self.held.len() as u64;
+        (keys, more.then_some(next))
+    }
+
+    /// The records recorded since `cursor`, for a peer's pull at `now_ms`: a cursor of another
+    /// process gets every record still retained.
+    pub fn page(&self, cursor: Cursor, limit: usize, now_ms: u64) -> KeyPage {
+        let from = match cursor {
+            Cursor::Seq { epoch, seq } if epoch == self.epoch => seq,
+            _ => 0,
+        };
+        let (keys, next) = self.copy_page(from, limit);
+        let end = self.popped + self.held.len() as u64;
+        KeyPage {
+            keys,
+            next: Cursor::Seq {
+                epoch: self.epoch,
+                seq: next.unwrap_or(end),
+            },
+            caught_up: next.is_none(),
+            whole: self.unknown_until(now_ms).is_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(counter: &str, delta: i64, at: u64) -> IdempotencyRecord {
+        let outcome = SlotState {
+            value: delta,
+            version: 1,
+        };
+        record_of(&id(counter), &Change::Delta(delta), outcome, at)
+    }
+
+    fn id(counter: &str) -> CounterId {
+        CounterId::new(counter).unwrap()
+    }
+
+    fn item(item: &str) -> Change {
+        Change::Item {
+            item: item.into(),
+            hash: geocount_model::unique::hash_item(item),
+        }
+    }
+
+    #[test]
+    fn an_item_matches_only_the_same_item() {
+        let first = record_of(&id("u"), &item("a"), SlotState::default(), 0);
+        assert!(asks_for(&first, "u", &item("a")));
+        assert!(!asks_for(&first, "u", &item("b")));
+        assert!(!asks_for(&first, "v", &item("a")));
+        assert!(!asks_for(&first, "u", &Change::Delta(0)));
+        assert_eq!(first.describe_write(), "an item");
+        assert!(!asks_for(&record("u", 1, 0), "u", &item("a")));
+    }
+
+    #[test]
+    fn keys_expire_after_retention() {
+        let mut cache = IdempotencyCache::new(1000);
+        cache.insert("a", record("c", 1, 0), 0);
+        cache.insert("b", record("c", 2, 500), 500);
+        assert_eq!(cache.expire(999), 0);
+        assert_eq!(cache.expired_before(999), None);
+        assert_eq!(cache.expire(1000), 1);
+        assert_eq!(
+            cache.expired_before(1000),
+            Some(1),
+            "created at 0 has expired"
+        );
+        assert!(cache.get("a").is_none());
+        assert!(asks_for(cache.get("b").unwrap(), "c", &Change::Delta(2)));
+        assert!(!asks_for(cache.get("b").unwrap(), "c", &Change::Delta(3)));
+        assert_eq!(cache.expire(1500), 1);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_key_recorded_again_keeps_its_newer_record() {
+        let mut cache = IdempotencyCache::new(1000);
+        cache.insert("a", record("c", 1, 0), 0);
+        cache.insert("a", record("c", 5, 500), 500);
+        assert_eq!(cache.len(), 1, "one key, held once");
+        // The first record's time comes: the newer one stays.
+        assert_eq!(cache.expire(1000), 1);
+        assert!(asks_for(cache.get("a").unwrap(), "c", &Change::Delta(5)));
+        assert_eq!(cache.len(), 1);
+        assert_eq!(cache.expire(1500), 1);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn many_keys_expire_in_age_order_and_only_theirs() {
+        let mut cache = IdempotencyCache::new(100);
+        for n in 0..10_000u64 {
+            cache.insert(&format!("k{n}"), record("c", n as i64, n / 10), n / 10);
+        }
+        assert_eq!(cache.expire(599), 5_000, "keys created by 499 ms");
+        assert!(cache.get("k4999").is_none());
+        for n in [5_000u64, 7_777, 9_999] {
+            let held = cache.get(&format!("k{n}")).unwrap();
+            assert!(asks_for(held, "c", &Change::Delta(n as i64)), "k{n}");
+        }
+        assert_eq!(cache.len(), 5_000);
+        // Every key stays found as the queue's room is handed back.
+        assert_eq!(cache.expire(1_099), 5_000);
+        assert!(cache.is_empty());
+        cache.insert("late", record("c", 1, 2_000), 2_000);
+        assert!(cache.get("late").is_some());
+    }
+
+    #[test]
+    fn keys_are_told_apart_by_their_whole_bytes() {
+        let mut cache = IdempotencyCache::new(1000);
+        let keys: Vec<String> = (0..50_000).map(|n| format!("order-{n:08}")).collect();
+        for (n, key) in keys.iter().enumerate() {
+            cache.insert(key, record("c", n as i64, 0), 0);
+        }
+        assert_eq!(cache.len(), keys.len());
+        for (n, key) in keys.iter().enumerate() {
+            assert!(asks_for(
+                cache.get(key).unwrap(),
+                "c",
+                &Change::Delta(n as i64)
+            ));
+        }
+        assert!(cache.get("order-").is_none());
+        assert!(cache.get("order-000000000").is_none());
+    }
+
+    #[test]
+    fn peers_page_through_the_keys_in_the_order_recorded() {
+        let mut cache = IdempotencyCache::new(1000);
+        for n in 0..5u64 {
+            cache.insert(&format!("k{n}"), record("c", n as i64, n * 100), n * 100);
+        }
+        let first = cache.page(Cursor::Start, 2, 0);
+        let names = |page: &KeyPage| page.keys.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&first), ["k0", "k1"]);
+        assert!(!first.caught_up);
+        let rest = cache.page(first.next, 10, 0);
+        assert_eq!(names(&rest), ["k2", "k3", "k4"]);
+        assert!(rest.caught_up);
+        assert!(cache.page(rest.next, 10, 0).keys.is_empty());
+        // Expired keys are behind every cursor; another process's cursor starts over.
+        assert_eq!(cache.expire(1150), 2);
+        assert_eq!(names(&cache.page(first.next, 10, 0)), ["k2", "k3", "k4"]);
+        let elsewhere = Cursor::Seq {
+            epoch: cache.epoch.wrapping_add(1),
+            seq: 4,
+        };
+        assert_eq!(names(&cache.page(elsewhere, 10, 0)), ["k2", "k3", "k4"]);
+        cache.insert("k5", record("c", 5, 1200), 1200);
+        assert_eq!(names(&cache.page(rest.next, 10, 0)), ["k5"]);
+    }
+
+    #[test]
+    fn records_already_expired_are_not_kept() {
+        let mut cache = IdempotencyCache::new(1000);
+        cache.insert("old", record("c", 1, 0), 5000);
+        assert!(cache.get("old").is_none());
+    }
+}

@@ -1,0 +1,23 @@
+//! The engine: the commit loop that makes a write durable, and what it keeps.
+//!
+//! - [`write`](mod@write): the write vocabulary every stage names a write with.
+//! - [`commit`]: the single-writer commit loop: groups waiting writes, stages each against the
+//!   committed state, logs the group with one fsync, installs it and answers.
+//! - [`wal`]: the write-ahead log the groups are appended to.
+//! - [`slot_table`]: the committed state of the own slot, in memory; reads are served from it.
+//! - [`idempotency`]: the `Idempotency-Key` records a retry is answered from, and
+//!   [`key_scope`]: whose a key is.
+//! - [`budget`]: the bytes of state held, against their bounds.
+//! - [`hot`]: the counts of writes per counter that spread a hot counter over more slots.
+//! - [`checkpoint`]: the worker that folds closed log segments into the [`store`] (redb).
+
+pub(crate) mod budget;
+pub mod checkpoint;
+pub mod commit;
+pub(crate) mod hot;
+pub(crate) mod idempotency;
+pub mod key_scope;
+pub mod slot_table;
+pub(crate) mod store;
+pub(crate) mod wal;
+pub mod write;

@@ -1,0 +1,244 @@
+//! The node's committed state of its own slot, in memory: every read is answered from here, and
+//! only durable changes are installed. A change journal lets the datacenter aggregator and the
+//! peers pull just what changed since their cursor.
+
+use std::sync::{Arc, RwLock};
+
+use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
+use geocount_model::{CounterId, IdTable, Partitions, SlotRecord, SlotState, Window, WindowChange};
+use geocount_sync::{ChangeJournal, Journaled};
+
+use crate::engine::store::RowSource;
+
+/// The table, shared by the HTTP handlers (readers) and the commit thread (the only writer).
+pub type SharedSlotTable = Arc<RwLock<SlotTable>>;
+
+#[derive(Debug, Clone)]
+struct Row {
+    record: SlotRecord,
+    latest_seq: u64,
+}
+
+/// This slot's state of every counter the node holds.
+#[derive(Debug, Default)]
+pub struct SlotTable {
+    rows: IdTable<Row>,
+    journal: ChangeJournal,
+}
+
+impl SlotTable {
+    /// This slot's state of counter `id`, if the node has seen it.
+    pub fn get(&self, id: &str) -> Option<SlotState> {
+        self.rows.get(id).map(|row| row.record.state)
+    }
+
+    /// This slot's whole record of counter `id`: total, version and window.
+    pub fn get_record(&self, id: &str) -> Option<&SlotRecord> {
+        self.rows.get(id).map(|row| &row.record)
+    }
+
+    /// Whether the node has seen counter `id` at all.
+    pub fn contains(&self, id: &str) -> bool {
+        self.rows.get_index_of(id).is_some()
+    }
+
+    /// How many counters the node holds.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the node holds no counter.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Merges a record of counter `id` by version (last writer wins); returns the index of its
+    /// row if it changed.
+    pub fn merge(&mut self, id: &CounterId, record: &SlotRecord) -> Option<usize> {
+        let index = match self.rows.get_full_mut(id.as_str()) {
+            Some((index, row)) => {
+                if !row.record.merge(record) {
+                    return None;
+                }
+                index
+            }
+            None => self.insert_row(id.clone(), record.clone()),
+        };
+        Some(self.journal_change(index))
+    }
+
+    /// [`merge`](Self::merge), taking the id and record over (the store's records at
+    /// startup are moved into the table, not copied).
+    pub fn merge_owned(&mut self, id: CounterId, record: SlotRecord) -> Option<usize> {
+        self.take(id, record, SlotRecord::merge_owned)
+    }
+
+    /// Replays a logged change of counter `id` ([`SlotRecord::apply_logged`]); returns the index
+    /// of its row if it changed.
+    pub fn apply_logged(&mut self, id: CounterId, logged: SlotRecord) -> Option<usize> {
+        self.take(id, logged, SlotRecord::apply_logged)
+    }
+
+    /// Counter `id`'s row after `into(row's record, record)`, or a new row holding `record`;
+    /// returns the index of its row if it changed.
+    fn take(
+        &mut self,
+        id: CounterId,
+        record: SlotRecord,
+        into: impl FnOnce(&mut SlotRecord, SlotRecord) -> bool,
+    ) -> Option<usize> {
+        let index = match self.rows.get_full_mut(id.as_str()) {
+            Some((index, row)) => {
+                if !into(&mut row.record, record) {
+                    return None;
+                }
+                index
+            }
+            None => self.insert_row(id, record),
+        };
+        Some(self.journal_change(index))
+    }
+
+    /// The index of counter `id`'s row, if the node holds it.
+    pub fn row_index(&self, id: &str) -> Option<usize> {
+        self.rows.get_index_of(id)
+    }
+
+    /// Installs a change the commit loop staged and logged, in place: `logged` carries the new
+    /// state and sketch, `window` the hits to apply to the row's window of `window_seconds`.
+    /// `row` is counter `id`'s row, `None` for a counter new to the node. Returns the row.
+    pub fn apply_change(
+        &mut self,
+        row: Option<usize>,
+        id: CounterId,
+        logged: SlotRecord,
+        window: &WindowChange,
+        window_seconds: u32,
+    ) -> usize {
+        let index = match row {
+            Some(index) => {
+                let record = &mut self.rows[index].record;
+                record.state = logged.state;
+                if let Some(sketch) = logged.into_uniques() {
+                    record.set_uniques(sketch);
+                } else if let Some(held) = record.window_mut() {
+                    held.apply(window, window_seconds);
+                }
+                index
+            }
+            None => {
+                let mut record = logged;
+                if let Some(held) = record.window_mut() {
+                    // The log carries the changed buckets; a new row's window is just those.
+                    *held = Window::default();
+                    held.apply(window, window_seconds);
+                }
+                self.insert_row(id, record)
+            }
+        };
+        self.journal_change(index)
+    }
+
+    fn insert_row(&mut self, id: CounterId, record: SlotRecord) -> usize {
+        let row = Row {
+            record,
+            latest_seq: 0,
+        };
+        self.rows.insert(id, row)
+    }
+
+    fn journal_change(&mut self, index: usize) -> usize {
+        self.rows[index].latest_seq = self.journal.record(index);
+        index
+    }
+
+    /// Row `index`: its counter id and record.
+    ///
+    /// # Panics
+    /// If there is no such row (rows are never removed, so an index once returned stays valid).
+    pub fn row(&self, index: usize) -> (&str, &SlotRecord) {
+        let (id, row) = self
+            .rows
+            .get_index(index)
+            .expect("a row index from this table");
+        (id.as_str(), &row.record)
+    }
+
+    /// The highest version of any counter: the next change must be numbered above it.
+    pub fn max_version(&self) -> u64 {
+        self.rows
+            .values()
+            .map(|r| r.record.state.version)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Every counter's record.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &SlotRecord)> {
+        self.rows.iter().map(|(id, row)| (id.as_str(), &row.record))
+    }
+
+    /// One page of a copy of the slot: the rows from `from`, at most `limit` of them, and where
+    /// the next page starts (rows are never removed, so pages miss none held at the first).
+    pub fn copy_page(&self, from: u64, limit: usize) -> (Vec<(String, SlotRecord)>, Option<u64>) {
+        let (range, next) = geocount_sync::copy_range(from, limit, self.rows.len());
+        let entries = range
+            .map(|index| {
+                let (id, record) = self.row(index);
+                (id.to_owned(), record.clone())
+            })
+            .collect();
+        (entries, next)
+    }
+
+    /// The states changed since `cursor` of the counters of `partitions` (`None`: all), as a
+    /// page named after `slot_name`.
+    pub fn page(
+        &self,
+        slot_name: &str,
+        cursor: Cursor,
+        limit: usize,
+        partitions: Option<&Partitions>,
+    ) -> SlotPage {
+        let keep = |entry: &SlotEntry| partitions.is_none_or(|p| p.holds(&entry.id));
+        let (entries, next, caught_up) =
+            geocount_sync::page_where(self, &self.journal, cursor, limit, keep);
+        SlotPage {
+            slot_names: vec![slot_name.to_owned()],
+            entries,
+            next,
+            caught_up,
+        }
+    }
+}
+
+impl Journaled for SlotTable {
+    type Item = SlotEntry;
+
+    fn latest_seq(&self, index: usize) -> Option<u64> {
+        self.rows.get_index(index).map(|(_, row)| row.latest_seq)
+    }
+
+    fn weight(&self, index: usize) -> usize {
+        1 + geocount_sync::record_weight(&self.rows[index].record)
+    }
+
+    fn items(&self, index: usize, out: &mut Vec<SlotEntry>) {
+        let (id, row) = self.rows.get_index(index).expect("index in range");
+        out.push(SlotEntry {
+            slot: 0,
+            id: id.to_string(),
+            record: row.record.clone(),
+        });
+    }
+}
+
+impl RowSource for RwLock<SlotTable> {
+    fn visit_rows(&self, rows: &[u32], each: &mut dyn FnMut(&str, &SlotRecord)) {
+        let table = self.read().expect("slot table lock");
+        for &row in rows {
+            let (id, record) = table.row(row as usize);
+            each(id, record);
+        }
+    }
+}

@@ -1,0 +1,428 @@
+//! The shard node's HTTP API: routes and their handlers, which parse a request, hand it on
+//! ([`crate::route::forward`], [`super::copies`]) and answer.
+//!
+//! | route | does |
+//! |---|---|
+//! | `POST /counter` | create a counter (`{"id"?, "numberOfShards"?, "windowSeconds"?, "type"?}`) |
+//! | `GET /counter/{id}` | this slot's `{id, slot, value, version}` |
+//! | `PATCH /counter/{id}/write?op=INCREMENT\|DECREMENT` | write `{"delta"?: n > 0, "timestamp"?}`, or `{"item", "timestamp"?}` (INCREMENT) to a unique counter |
+//! | `POST /counters/{id}/increment` | write `{"delta"?: n ≠ 0, "timestamp"?}` or `{"item", "timestamp"?}` |
+//! | `POST /batch` | many writes, postcard [`BatchRequest`](geocount_model::wire::BatchRequest) → [`BatchResponse`] (or [`BatchSummary`] with `Prefer: return=minimal`) |
+//! | `POST /batch/items` | many items for unique counters, postcard [`ItemBatchRequest`](geocount_model::wire::ItemBatchRequest) → [`BatchResponse`] (or [`BatchSummary`]) |
+//! | `GET /counter/{id}/route` | the counter's slots in this datacenter and their nodes |
+//! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
+//! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
+//! | `GET /slots/{slot}/keys` | this node's copy of a peer slot's idempotency keys (for restores) |
+//! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
+//!
+//! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
+//! this node's is forwarded to one that does ([`crate::route::forward`]). A unique counter's
+//! reads and writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
+//! `{"error": ...}` with a 4xx.
+
+use std::sync::Arc;
+
+use geocount_model::unique::STANDARD_ERROR;
+use geocount_model::wire::{BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE};
+use geocount_model::{CounterId, CounterType, ShardDefaults, SlotRecord, SlotState};
+use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
+use geocount_net::{Response, bytes_response, json_response, prefers_minimal_return, read_body};
+use hyper::body::Incoming;
+use hyper::header::HeaderValue;
+use hyper::{Method, Request, StatusCode};
+use serde::Serialize;
+
+use crate::engine::key_scope::KeyScope;
+use crate::engine::write::{Command, WriteRequest};
+use crate::error::ShardError;
+use crate::http::copies;
+use crate::http::requests::{
+    parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
+};
+use crate::http::routes::{Route, need};
+use crate::http::state::NodeState;
+use crate::route::forward;
+use crate::route::forward::FORWARDED_HEADER;
+use crate::startup::restore::RestoreReport;
+use geocount_http::routing::{self, RequestError, Routed, TokenName, WindowQuery};
+
+/// Answers one request; every error becomes its JSON answer.
+pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
+    let need = |routed: &Routed<Route>, request: &Request<Incoming>| {
+        let slot = routed.slot.as_deref();
+        need(routed.route, slot, is_forwarded(request), &state.datacenter)
+    };
+    routing::answer(
+        &state.routes,
+        &state.access,
+        need,
+        request,
+        |routed, request| dispatch(&state, routed, request),
+    )
+    .await
+}
+
+async fn dispatch(
+    state: &Arc<NodeState>,
+    Routed { route, id, slot }: Routed<Route>,
+    request: Request<Incoming>,
+) -> Result<Response, ShardError> {
+    if state.restore.is_restoring() && !served_while_restoring(route, slot.as_deref(), state) {
+        return Err(ShardError::Restoring {
+            slot: state.slot_name.clone(),
+            progress: state.restore.summary(),
+        });
+    }
+    if let (
+        Some(conflict),
+        Route::Write | Route::Increment | Route::Batch | Route::BatchItems | Route::Create,
+    ) = (state.health.conflict(), route)
+    {
+        return Err(ShardError::SlotServedTwice(conflict));
+    }
+    match (route, request.method().clone(), id, slot) {
+        (Route::Create, Method::POST, _, _) => create(state, request).await,
+        (Route::Counter, Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
+        (Route::Write, Method::PATCH, Some(id), _) => write(state, id, request).await,
+        (Route::Increment, Method::POST, Some(id), _) => increment(state, id, request).await,
+        (Route::Batch, Method::POST, _, _) => batch(state, request, parse_batch).await,
+        (Route::BatchItems, Method::POST, _, _) => batch(state, request, parse_item_batch).await,
+        (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
+        (Route::Sync, Method::POST, _, _) => copies::sync(state, request).await,
+        (Route::SlotCopy | Route::KeyCopy, Method::GET, _, Some(slot)) => {
+            let keys = matches!(route, Route::KeyCopy);
+            copies::copy_page(state, &slot, request.uri().query(), keys)
+        }
+        (Route::Health, Method::GET, _, _) => Ok(health(state)),
+        (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
+            StatusCode::OK,
+            &crate::http::openapi::document().to_json(),
+        )),
+        (Route::Metrics, Method::GET, _, _) => {
+            let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));
+            Ok(routing::metrics_response(state.metrics.scrape(staleness)))
+        }
+        _ => Err(RequestError::method_not_allowed(&request).into()),
+    }
+}
+
+/// Whether a route is answered while the slot is restored: health, metrics, the API document,
+/// and the peers' slots this node holds (a peer restoring at the same time may need them).
+/// Nothing of the own slot is, neither writes nor reads nor pulls: it is not whole yet.
+fn served_while_restoring(route: Route, slot: Option<&str>, state: &NodeState) -> bool {
+    match route {
+        Route::Health | Route::Metrics | Route::OpenApi => true,
+        Route::SlotCopy | Route::KeyCopy => slot != Some(state.slot_name.as_str()),
+        _ => false,
+    }
+}
+
+/// Whether another node forwarded this write here: it is applied here, never sent on.
+fn is_forwarded(request: &Request<Incoming>) -> bool {
+    request.headers().contains_key(FORWARDED_HEADER)
+}
+
+/// Whose the request's idempotency keys are: the token that sent it, or the node that
+/// forwarded it (its keys come scoped already).
+fn key_scope(request: &Request<Incoming>) -> KeyScope {
+    if is_forwarded(request) {
+        return KeyScope::Forwarded;
+    }
+    KeyScope::Token(
+        request
+            .extensions()
+            .get::<TokenName>()
+            .map_or_else(String::new, |TokenName(name)| name.clone()),
+    )
+}
+
+fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, ShardError> {
+    let Some(value) = request.headers().get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| ShardError::bad_request("Idempotency-Key must be visible ASCII".into()))?;
+    key_scope(request).key(key).map(Some)
+}
+
+async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let description = parse_create(&body, &state.settings, state.clock.now_unix_ms())?;
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    state.send(Command::Create { description, reply }).await?;
+    let created = answer.await.map_err(|_| state.stopped())??;
+    Ok(json_response(StatusCode::CREATED, &created))
+}
+
+/// The answer to a read or a write: this slot's share of the counter (for a unique counter,
+/// its estimate of the distinct items the slot has seen, with the estimate's relative standard
+/// error).
+#[derive(Debug, Serialize)]
+struct SlotAnswer<'a> {
+    id: &'a str,
+    slot: &'a str,
+    value: i64,
+    version: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    standard_error: Option<f64>,
+}
+
+fn slot_answer(slot_name: &str, id: &CounterId, slot: SlotState, unique: bool) -> Response {
+    json_response(
+        StatusCode::OK,
+        &SlotAnswer {
+            id: id.as_str(),
+            slot: slot_name,
+            value: slot.value,
+            version: slot.version,
+            standard_error: unique.then_some(STANDARD_ERROR),
+        },
+    )
+}
+
+fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Response, ShardError> {
+    let window = routing::parse_read_query(query, state.clock.now_unix_secs(), |_, _| Ok(false))?;
+    let record = state
+        .table
+        .read()
+        .expect("slot table lock")
+        .get_record(id.as_str())
+        .cloned();
+    let descriptions = state.descriptions.read().expect("descriptions lock");
+    let description = descriptions.get(id.as_str());
+    // A counter described (created here or elsewhere) but not yet written here reads as 0.
+    let record = match record {
+        Some(record) => record,
+        None if description.is_some() => SlotRecord::default(),
+        None => return Err(ShardError::NotFound(id.to_string())),
+    };
+    let unique = description.map_or(record.uniques().is_some(), |d| {
+        d.description.counter_type == CounterType::Unique
+    });
+    if unique {
+        if window.is_some() {
+            return Err(routing::no_window_for_unique().into());
+        }
+        let slot = SlotState {
+            value: record.uniques().map_or(0, |sketch| sketch.count()),
+            version: record.state.version,
+        };
+        return Ok(slot_answer(&state.slot_name, id, slot, true));
+    }
+    let Some(window) = window else {
+        return Ok(slot_answer(&state.slot_name, id, record.state, false));
+    };
+    let window_seconds = description.map_or(state.settings.default_window_seconds, |d| {
+        d.description.window_seconds
+    });
+    window.check(window_seconds)?;
+    #[derive(Serialize)]
+    struct WindowAnswer<'a> {
+        id: &'a str,
+        slot: &'a str,
+        value: i128,
+        version: u64,
+        window: WindowQuery,
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &WindowAnswer {
+            id: id.as_str(),
+            slot: &state.slot_name,
+            value: WindowQuery::value_of(Some(&window), &record),
+            version: record.state.version,
+            window,
+        },
+    ))
+}
+
+async fn write(
+    state: &NodeState,
+    id: CounterId,
+    request: Request<Incoming>,
+) -> Result<Response, ShardError> {
+    let sign = parse_write_op(request.uri().query())?;
+    write_body(state, id, request, sign, false).await
+}
+
+async fn increment(
+    state: &NodeState,
+    id: CounterId,
+    request: Request<Incoming>,
+) -> Result<Response, ShardError> {
+    write_body(state, id, request, 1, true).await
+}
+
+/// Applies the write of a JSON body to counter `id` (`sign` and `signed` as for [`parse_write`]).
+async fn write_body(
+    state: &NodeState,
+    id: CounterId,
+    request: Request<Incoming>,
+    sign: i64,
+    signed: bool,
+) -> Result<Response, ShardError> {
+    let key = idempotency_key(&request)?;
+    let forwarded = is_forwarded(&request);
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let now_secs = state.clock.now_unix_secs();
+    let (change, timestamp_secs) = parse_write(&body, sign, signed, &state.settings, now_secs)?;
+    let write = WriteRequest {
+        id,
+        change,
+        idempotency_key: key,
+        timestamp_secs,
+    };
+    write_one(state, write, forwarded).await
+}
+
+/// Applies one write here, or forwards it to the node owning the slot it is routed to, and
+/// answers as that slot did.
+async fn write_one(
+    state: &NodeState,
+    write: WriteRequest,
+    forwarded: bool,
+) -> Result<Response, ShardError> {
+    let id = write.id.clone();
+    let unique = write.change.counter_type() == CounterType::Unique;
+    let applied = forward::apply_one(state, write, forwarded).await?;
+    Ok(slot_answer(applied.slot, &id, applied.state, unique))
+}
+
+/// How a batch body of one kind becomes its checked writes.
+type ParseBatch = fn(
+    &[u8],
+    &ShardDefaults,
+    u64,
+    &KeyScope,
+) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError>;
+
+/// Applies the writes of a postcard batch body of the kind `parse` reads.
+async fn batch(
+    state: &Arc<NodeState>,
+    request: Request<Incoming>,
+    parse: ParseBatch,
+) -> Result<Response, ShardError> {
+    let forwarded = is_forwarded(&request);
+    let scope = key_scope(&request);
+    let minimal = prefers_minimal_return(request.headers());
+    let body = read_body(request, state.settings.max_body_bytes).await?;
+    let writes = parse(&body, &state.settings, state.clock.now_unix_secs(), &scope)?;
+    state.metrics.batch_entries.observe(writes.len() as f64);
+    let outcomes = forward::apply_batch(state, writes, forwarded).await?;
+    batch_answer(state, outcomes, minimal)
+}
+
+/// The postcard answer to a batch: a [`BatchResponse`] with every outcome, or, when the request
+/// preferred `return=minimal`, a [`BatchSummary`] of them.
+fn batch_answer(
+    state: &NodeState,
+    outcomes: Vec<EntryOutcome>,
+    minimal: bool,
+) -> Result<Response, ShardError> {
+    let slot = state.slot_name.clone();
+    let encoded = if minimal {
+        postcard::to_allocvec(&BatchSummary::of(slot, outcomes))
+    } else {
+        geocount_model::encode::to_vec(&BatchResponse { slot, outcomes })
+    };
+    let bytes = encoded.map_err(|e| ShardError::internal("cannot encode the batch answer", e))?;
+    let mut response = bytes_response(StatusCode::OK, POSTCARD_CONTENT_TYPE, bytes.into());
+    if minimal {
+        response
+            .headers_mut()
+            .insert(PREFERENCE_APPLIED, HeaderValue::from_static(RETURN_MINIMAL));
+    }
+    Ok(response)
+}
+
+fn route_answer(state: &NodeState, id: &CounterId) -> Response {
+    #[derive(Serialize)]
+    struct SlotRoute<'a> {
+        slot: &'a str,
+        address: String,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct RouteAnswer<'a> {
+        id: &'a str,
+        number_of_shards: u32,
+        slots: Vec<SlotRoute<'a>>,
+    }
+    let (number_of_shards, slots) = {
+        let descriptions = state.descriptions.read().expect("descriptions lock");
+        let router = &state.router;
+        (
+            router.number_of_shards(&descriptions, id.as_str()),
+            router.slots_of(&descriptions, id.as_str()),
+        )
+    };
+    json_response(
+        StatusCode::OK,
+        &RouteAnswer {
+            id: id.as_str(),
+            number_of_shards,
+            slots: slots
+                .iter()
+                .map(|s| SlotRoute {
+                    slot: state.router.slot_name(*s),
+                    address: state.router.address(*s).to_string(),
+                })
+                .collect(),
+        },
+    )
+}
+
+fn health(state: &NodeState) -> Response {
+    #[derive(Serialize)]
+    struct Health<'a> {
+        status: &'a str,
+        slot: &'a str,
+        incarnation: String,
+        counters: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        restore: Option<RestoreReport>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        conflict: Option<String>,
+        sources: Vec<Source>,
+    }
+    #[derive(Serialize)]
+    struct Source {
+        source: String,
+        staleness_ms: Option<u64>,
+        last_error: Option<String>,
+    }
+    let counters = state.table.read().expect("slot table lock").len();
+    let error = state.health.storage_error();
+    let restore = state.restore.is_restoring().then(|| state.restore.report());
+    let conflict = state.health.conflict();
+    let (status, word) = match (&error, &restore, &conflict) {
+        (Some(_), _, _) => (StatusCode::SERVICE_UNAVAILABLE, "storage failing"),
+        (None, Some(_), _) => (StatusCode::SERVICE_UNAVAILABLE, "restoring"),
+        (None, None, Some(_)) => (StatusCode::SERVICE_UNAVAILABLE, "slot served twice"),
+        (None, None, None) => (StatusCode::OK, "ok"),
+    };
+    json_response(
+        status,
+        &Health {
+            status: word,
+            slot: &state.slot_name,
+            incarnation: format!("{:016x}", state.incarnation),
+            counters,
+            error,
+            restore,
+            conflict,
+            sources: state
+                .sources
+                .iter()
+                .map(|s| Source {
+                    source: s.name().to_owned(),
+                    staleness_ms: s.staleness_ms(),
+                    last_error: s.last_error(),
+                })
+                .collect(),
+        },
+    )
+}

@@ -1,0 +1,18 @@
+//! The HTTP side of the node: where a write comes in, and what it is turned into.
+//!
+//! - [`routes`]: every path the node answers, and what each needs of a caller.
+//! - [`api`]: the handlers: each checks access, decodes its request and hands it on (to
+//!   forwarding, the commit loop, or the tables for reads), and answers.
+//! - [`requests`]: decodes and checks what clients send (bodies, queries, keys) into the write
+//!   vocabulary; the fuzz targets call it too.
+//! - [`state`]: what every handler shares.
+//! - [`copies`]: what the node serves the processes that copy its slot: sync pages to its peers
+//!   and its datacenter aggregator, and a restoring peer's copies.
+//! - [`openapi`]: the API's OpenAPI document (`GET /openapi.json`).
+
+pub(crate) mod api;
+pub(crate) mod copies;
+pub(crate) mod openapi;
+pub mod requests;
+pub mod routes;
+pub(crate) mod state;

@@ -1,0 +1,448 @@
+//! Decoding and checking what clients send the shard node: the JSON bodies of `POST /counter`
+//! and of single writes, the `op` of `PATCH /counter/{id}/write`, `Idempotency-Key`s, and the
+//! postcard bodies of `POST /batch` and `POST /batch/items`.
+//!
+//! The handlers of [`super::api`] call these, and so do the fuzz targets of `fuzz/`: every byte
+//! a client sends is refused here with an error (400, 413 or 422), never a panic.
+
+use geocount_model::unique::validate_item;
+use geocount_model::wire::{BatchEntry, BatchRequest, ItemBatchRequest, ItemEntry};
+use geocount_model::{CounterDescription, CounterId, CounterType, ModelError, ShardDefaults};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::engine::key_scope::KeyScope;
+use crate::engine::write::{Change, WriteRequest};
+use crate::error::ShardError;
+
+pub use geocount_model::MAX_SHARDS_PER_COUNTER;
+
+/// Parses an optional JSON body: empty means every field takes its default.
+fn json_body<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ShardError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| ShardError::bad_request(format!("malformed JSON body: {e}")))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CreateBody {
+    id: Option<String>,
+    number_of_shards: Option<u32>,
+    window_seconds: Option<u32>,
+    #[serde(rename = "type")]
+    counter_type: Option<CounterType>,
+}
+
+/// The description a `POST /counter` body asks for (`{"id"?, "numberOfShards"?,
+/// "windowSeconds"?, "type"?}`, empty for every default), created at `now_ms`: a random id when
+/// none is given, the defaults of `settings`, and 400 for a malformed body, a bad id or a
+/// count or window out of range.
+pub fn parse_create(
+    body: &[u8],
+    settings: &ShardDefaults,
+    now_ms: u64,
+) -> Result<CounterDescription, ShardError> {
+    let body: CreateBody = json_body(body)?;
+    let id = match body.id {
+        Some(id) => CounterId::new(id)?,
+        None => CounterId::new(format!(
+            "c-{:016x}{:016x}",
+            rand::random::<u64>(),
+            rand::random::<u64>()
+        ))?,
+    };
+    let number_of_shards = body
+        .number_of_shards
+        .unwrap_or(settings.default_number_of_shards);
+    if !(1..=MAX_SHARDS_PER_COUNTER).contains(&number_of_shards) {
+        return Err(ShardError::bad_request(format!(
+            "numberOfShards must be 1 to {MAX_SHARDS_PER_COUNTER}, got {number_of_shards}"
+        )));
+    }
+    let window_seconds = body
+        .window_seconds
+        .unwrap_or(settings.default_window_seconds);
+    let max_window = settings.max_window_seconds;
+    if !(1..=max_window).contains(&window_seconds) {
+        return Err(ShardError::bad_request(format!(
+            "windowSeconds must be 1 to {max_window}, got {window_seconds}"
+        )));
+    }
+    Ok(CounterDescription {
+        id,
+        counter_type: body.counter_type.unwrap_or_default(),
+        number_of_shards,
+        base_number_of_shards: number_of_shards,
+        window_seconds,
+        created_at_ms: now_ms,
+    })
+}
+
+/// The sign of a `PATCH /counter/{id}/write` from its query's `op`: 1 for `INCREMENT`, -1 for
+/// `DECREMENT`, 400 when missing or anything else.
+pub fn parse_write_op(query: Option<&str>) -> Result<i64, ShardError> {
+    let query = query.unwrap_or("");
+    let op = form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == "op")
+        .map(|(_, value)| value.into_owned())
+        .ok_or_else(|| {
+            ShardError::bad_request("missing query parameter op=INCREMENT|DECREMENT".into())
+        })?;
+    match op.as_str() {
+        "INCREMENT" => Ok(1),
+        "DECREMENT" => Ok(-1),
+        other => Err(ShardError::bad_request(format!(
+            "op must be INCREMENT or DECREMENT, got {other:?}"
+        ))),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteBody {
+    delta: Option<i64>,
+    item: Option<String>,
+    timestamp: Option<u64>,
+}
+
+impl WriteBody {
+    /// The change the body asks for: its item, else its delta (default 1) times `sign`;
+    /// `signed` says whether the delta may be negative (else it must be above 0).
+    fn change(&self, sign: i64, signed: bool) -> Result<Change, ShardError> {
+        match (self.delta, &self.item) {
+            (Some(_), Some(_)) => Err(ShardError::bad_request(
+                "a write carries a \"delta\" (sum counters) or an \"item\" (unique counters), not both"
+                    .into(),
+            )),
+            (None, Some(_)) if sign < 0 => Err(ShardError::bad_request(
+                "items are only ever added: write them with op=INCREMENT".into(),
+            )),
+            (None, Some(item)) => {
+                validate_item(item)?;
+                Ok(Change::item(item))
+            }
+            (delta, None) => {
+                let delta = delta.unwrap_or(1);
+                if signed && delta == 0 {
+                    return Err(ShardError::bad_request("delta must not be 0".into()));
+                }
+                if !signed && delta <= 0 {
+                    return Err(ModelError::NonPositiveDelta(delta).into());
+                }
+                Ok(Change::Delta(sign * delta))
+            }
+        }
+    }
+}
+
+/// The change and timestamp of a single write's JSON body (`{"delta"?, "timestamp"?}` or
+/// `{"item", "timestamp"?}`, empty for a delta of 1 now): the delta (default 1) times `sign`,
+/// which must be above 0 unless `signed` (then it must not be 0); the timestamp checked against
+/// `now_secs` with `settings.max_future_skew_secs`, `now_secs` when absent.
+pub fn parse_write(
+    body: &[u8],
+    sign: i64,
+    signed: bool,
+    settings: &ShardDefaults,
+    now_secs: u64,
+) -> Result<(Change, u64), ShardError> {
+    let body: WriteBody = json_body(body)?;
+    let change = body.change(sign, signed)?;
+    let timestamp_secs = write_timestamp(settings, body.timestamp, now_secs)?;
+    Ok((change, timestamp_secs))
+}
+
+/// A write's timestamp: its own, refused when more than `settings.max_future_skew_secs` ahead
+/// of `now` (this node's clock), else `now`.
+pub fn write_timestamp(
+    settings: &ShardDefaults,
+    timestamp: Option<u64>,
+    now: u64,
+) -> Result<u64, ShardError> {
+    let Some(timestamp) = timestamp else {
+        return Ok(now);
+    };
+    let allowed = settings.max_future_skew_secs;
+    let ahead = timestamp.saturating_sub(now);
+    if ahead > allowed {
+        return Err(ShardError::TimestampAhead {
+            timestamp,
+            ahead,
+            allowed,
+        });
+    }
+    Ok(timestamp)
+}
+
+/// Decodes a postcard batch body of type `T`, refusing trailing bytes.
+pub fn decode_batch<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ShardError> {
+    let (batch, rest): (T, _) = postcard::take_from_bytes(body)
+        .map_err(|e| ShardError::bad_request(format!("malformed postcard batch: {e}")))?;
+    if !rest.is_empty() {
+        return Err(ShardError::bad_request(format!(
+            "malformed postcard batch: {} trailing bytes",
+            rest.len()
+        )));
+    }
+    Ok(batch)
+}
+
+/// One entry of a postcard batch: a delta ([`BatchEntry`]) or an item ([`ItemEntry`]).
+trait Entry {
+    /// The counter's id, as sent.
+    fn id(&self) -> &str;
+    /// The change, checked as the same write on its own would be.
+    fn change(&self) -> Result<Change, ShardError>;
+    /// The idempotency key, as sent.
+    fn idempotency_key(&self) -> Option<&str>;
+    /// The timestamp, as sent.
+    fn timestamp(&self) -> Option<u64>;
+}
+
+impl Entry for BatchEntry<'_> {
+    fn id(&self) -> &str {
+        self.id
+    }
+    fn change(&self) -> Result<Change, ShardError> {
+        if self.delta == 0 {
+            return Err(ShardError::bad_request("delta must not be 0".into()));
+        }
+        Ok(Change::Delta(self.delta))
+    }
+    fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key
+    }
+    fn timestamp(&self) -> Option<u64> {
+        self.timestamp
+    }
+}
+
+impl Entry for ItemEntry<'_> {
+    fn id(&self) -> &str {
+        self.id
+    }
+    fn change(&self) -> Result<Change, ShardError> {
+        validate_item(self.item)?;
+        Ok(Change::item(self.item))
+    }
+    fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key
+    }
+    fn timestamp(&self) -> Option<u64> {
+        self.timestamp
+    }
+}
+
+/// The writes of a batch's entries, each checked as the same write on its own would be
+/// (`now_secs`: the node's clock, read once per batch); the whole batch is refused when it has
+/// more than `settings.max_batch_entries` entries.
+fn checked_writes(
+    entries: &[impl Entry],
+    settings: &ShardDefaults,
+    now_secs: u64,
+    scope: &KeyScope,
+) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError> {
+    let limit = settings.max_batch_entries;
+    if entries.len() > limit {
+        return Err(ShardError::TooManyEntries {
+            entries: entries.len(),
+            limit,
+        });
+    }
+    let check = |entry: &dyn Entry| {
+        // Validated before the change, so a bad id and a bad change report the id, as before.
+        let id = CounterId::new(entry.id())?;
+        let change = entry.change()?;
+        let key = entry
+            .idempotency_key()
+            .map(|key| scope.key(key))
+            .transpose()?;
+        Ok(WriteRequest {
+            id,
+            change,
+            idempotency_key: key,
+            timestamp_secs: write_timestamp(settings, entry.timestamp(), now_secs)?,
+        })
+    };
+    Ok(entries.iter().map(|entry| check(entry)).collect())
+}
+
+/// The writes of a `POST /batch` body (a postcard [`BatchRequest`]), each checked as on its
+/// own: the whole body is refused when malformed (400) or over `settings.max_batch_entries`
+/// (413); otherwise one result per entry, in order, a bad entry refusing only itself.
+pub fn parse_batch(
+    body: &[u8],
+    settings: &ShardDefaults,
+    now_secs: u64,
+    scope: &KeyScope,
+) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError> {
+    let batch: BatchRequest = decode_batch(body)?;
+    checked_writes(&batch.entries, settings, now_secs, scope)
+}
+
+/// The writes of a `POST /batch/items` body (a postcard [`ItemBatchRequest`]), checked like
+/// [`parse_batch`]'s, each item 1 to 1,024 bytes.
+pub fn parse_item_batch(
+    body: &[u8],
+    settings: &ShardDefaults,
+    now_secs: u64,
+    scope: &KeyScope,
+) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError> {
+    let batch: ItemBatchRequest = decode_batch(body)?;
+    checked_writes(&batch.entries, settings, now_secs, scope)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn settings() -> ShardDefaults {
+        ShardDefaults::default()
+    }
+
+    #[test]
+    fn create_bodies_take_defaults_and_refuse_what_is_out_of_range() {
+        let created = parse_create(b"", &settings(), 5).unwrap();
+        assert_eq!(
+            (
+                created.number_of_shards,
+                created.window_seconds,
+                created.created_at_ms
+            ),
+            (1, 300, 5)
+        );
+        assert!(created.id.as_str().starts_with("c-"));
+        let body = br#"{"id": "a", "numberOfShards": 2, "type": "unique"}"#;
+        let created = parse_create(body, &settings(), 5).unwrap();
+        assert_eq!(created.counter_type, CounterType::Unique);
+        for bad in [
+            &br#"{"numberOfShards": 0}"#[..],
+            br#"{"numberOfShards": 1025}"#,
+            br#"{"windowSeconds": 0}"#,
+            br#"{"windowSeconds": 3601}"#,
+            br#"{"id": ""}"#,
+            br#"{"id": "a\u0000"}"#,
+            br#"{"colour": "red"}"#,
+            b"{",
+            b"\xff",
+        ] {
+            assert!(parse_create(bad, &settings(), 5).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn write_bodies_are_checked_like_the_handlers_did() {
+        let (change, at) = parse_write(b" ", -1, false, &settings(), NOW).unwrap();
+        assert_eq!((change, at), (Change::Delta(-1), NOW));
+        let body = br#"{"delta": 5, "timestamp": 1800000060}"#;
+        let (change, at) = parse_write(body, 1, false, &settings(), NOW).unwrap();
+        assert_eq!((change, at), (Change::Delta(5), NOW + 60));
+        let (change, _) = parse_write(br#"{"delta": -5}"#, 1, true, &settings(), NOW).unwrap();
+        assert_eq!(change, Change::Delta(-5));
+        // i64::MIN is refused as a non-positive delta before any sign is applied.
+        let min = br#"{"delta": -9223372036854775808}"#;
+        assert!(parse_write(min, -1, false, &settings(), NOW).is_err());
+        for (bad, sign, signed) in [
+            (&br#"{"delta": 0}"#[..], 1, true),
+            (br#"{"delta": 0}"#, 1, false),
+            (br#"{"delta": 1, "item": "x"}"#, 1, false),
+            (br#"{"item": "x"}"#, -1, false),
+            (br#"{"item": ""}"#, 1, false),
+            (br#"{"delta": 1, "timestamp": 1800000061}"#, 1, false),
+            (br#"{"delta": 9223372036854775808}"#, 1, false),
+        ] {
+            assert!(
+                parse_write(bad, sign, signed, &settings(), NOW).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(parse_write_op(Some("op=DECREMENT&x=1")).unwrap(), -1);
+        for bad in [None, Some(""), Some("op=increment"), Some("op=%FF")] {
+            assert!(parse_write_op(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn batches_refuse_malformed_bodies_and_bad_entries_alone() {
+        let batch = BatchRequest {
+            entries: vec![
+                BatchEntry {
+                    id: "a",
+                    delta: 2,
+                    idempotency_key: None,
+                    timestamp: None,
+                },
+                BatchEntry {
+                    id: "b",
+                    delta: 0,
+                    idempotency_key: None,
+                    timestamp: None,
+                },
+                BatchEntry {
+                    id: "c",
+                    delta: 1,
+                    idempotency_key: Some(""),
+                    timestamp: None,
+                },
+            ],
+        };
+        let mut bytes = postcard::to_allocvec(&batch).unwrap();
+        let writes =
+            parse_batch(&bytes, &settings(), NOW, &KeyScope::Token(String::new())).unwrap();
+        assert!(writes[0].is_ok() && writes[1].is_err() && writes[2].is_err());
+        bytes.push(0);
+        assert!(
+            parse_batch(&bytes, &settings(), NOW, &KeyScope::Token(String::new())).is_err(),
+            "trailing bytes"
+        );
+        let items = ItemBatchRequest {
+            entries: vec![ItemEntry {
+                id: "v",
+                item: "user-1",
+                idempotency_key: None,
+                timestamp: Some(NOW + 61),
+            }],
+        };
+        let bytes = postcard::to_allocvec(&items).unwrap();
+        let writes =
+            parse_item_batch(&bytes, &settings(), NOW, &KeyScope::Token(String::new())).unwrap();
+        assert!(matches!(writes[0], Err(ShardError::TimestampAhead { .. })));
+        let few = ShardDefaults {
+            max_batch_entries: 2,
+            ..settings()
+        };
+        let bytes = postcard::to_allocvec(&batch).unwrap();
+        assert!(matches!(
+            parse_batch(&bytes, &few, NOW, &KeyScope::Token(String::new())),
+            Err(ShardError::TooManyEntries { entries: 3, .. })
+        ));
+    }
+
+    /// A length prefix is never trusted for an allocation: a batch claiming 2^32 - 1 entries
+    /// (or an id of that many bytes) in a few bytes is refused at once.
+    #[test]
+    fn huge_length_prefixes_are_refused_without_allocating() {
+        let entries = [0xff, 0xff, 0xff, 0xff, 0x0f, 1, b'a', 2, 0, 0];
+        assert!(parse_batch(&entries, &settings(), NOW, &KeyScope::Token(String::new())).is_err());
+        assert!(
+            parse_item_batch(&entries, &settings(), NOW, &KeyScope::Token(String::new())).is_err()
+        );
+        let id = [1, 0xff, 0xff, 0xff, 0xff, 0x0f, b'a'];
+        assert!(parse_batch(&id, &settings(), NOW, &KeyScope::Token(String::new())).is_err());
+        // Not UTF-8 where a str is expected.
+        assert!(
+            parse_batch(
+                &[1, 1, 0xff, 2, 0, 0],
+                &settings(),
+                NOW,
+                &KeyScope::Token(String::new())
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,83 @@
+//! The shard node's endpoints: every path it answers, and what each needs of a caller.
+
+use geocount_http::routing as http;
+use geocount_http::{Allow, Need};
+use geocount_model::Right;
+
+/// The endpoints, as matched by the router.
+#[derive(Debug, Clone, Copy)]
+pub enum Route {
+    /// `/counter`
+    Create,
+    /// `/counter/{id}`
+    Counter,
+    /// `/counter/{id}/write`
+    Write,
+    /// `/counters/{id}/increment`
+    Increment,
+    /// `/batch`
+    Batch,
+    /// `/batch/items`
+    BatchItems,
+    /// `/counter/{id}/route`
+    Route,
+    /// `/sync`
+    Sync,
+    /// `/slots/{slot}/copy`
+    SlotCopy,
+    /// `/slots/{slot}/keys`
+    KeyCopy,
+    /// `/healthz`
+    Health,
+    /// `/metrics`
+    Metrics,
+    /// `/openapi.json`
+    OpenApi,
+}
+
+/// Every path this tier answers, with its route (its OpenAPI document lists the same).
+pub(crate) const ROUTES: &[(&str, Route)] = &[
+    ("/counter", Route::Create),
+    ("/counter/{id}", Route::Counter),
+    ("/counter/{id}/write", Route::Write),
+    ("/counters/{id}/increment", Route::Increment),
+    ("/batch", Route::Batch),
+    ("/batch/items", Route::BatchItems),
+    ("/counter/{id}/route", Route::Route),
+    ("/sync", Route::Sync),
+    ("/slots/{slot}/copy", Route::SlotCopy),
+    ("/slots/{slot}/keys", Route::KeyCopy),
+    ("/healthz", Route::Health),
+    ("/metrics", Route::Metrics),
+    ("/openapi.json", Route::OpenApi),
+];
+
+/// What each route needs of a request (README, "Access"): a client token with a right, a
+/// tier process of the roles that call it, or nothing. `datacenter` is this node's, `slot` the
+/// route's `{slot}`. A write another node forwarded (marked with [`FORWARDED_HEADER`](crate::route::forward::FORWARDED_HEADER)) needs a
+/// shard node of this datacenter instead of a token: the first node checked the client's, and
+/// the mark alone must not let a client skip it. `/sync` is pulled by this datacenter's
+/// aggregator and its shard nodes (peers), a slot's copy only by the node of that slot, which
+/// restores it.
+pub(crate) fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter: &str) -> Need {
+    let shards = || Allow::ShardsOf(datacenter.to_owned());
+    match route {
+        Route::Write | Route::Increment | Route::Batch | Route::BatchItems if forwarded => {
+            Need::Tier(vec![shards()])
+        }
+        Route::Write | Route::Increment | Route::Batch | Route::BatchItems => {
+            Need::Right(Right::Write)
+        }
+        Route::Create => Need::Right(Right::Admin),
+        Route::Counter | Route::Route => Need::Right(Right::Read),
+        Route::Sync => Need::Tier(vec![Allow::AggregatorOf(datacenter.to_owned()), shards()]),
+        // Only the slot's own node asks for its copies: to restore them.
+        Route::SlotCopy | Route::KeyCopy => Need::Tier(Allow::slot_owner(slot, Some(datacenter))),
+        Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
+    }
+}
+
+/// Builds the router once per node.
+pub fn router() -> matchit::Router<Route> {
+    http::router(ROUTES.iter().copied())
+}

@@ -1,0 +1,115 @@
+//! What every handler shares ([`NodeState`]), and the way to the commit loop from it; it is
+//! the node forwarding applies writes on ([`LocalNode`]).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+
+use geocount_http::Access;
+use geocount_model::{Clock, ShardDefaults, SyncSettings};
+use geocount_sync::{DescriptionTable, SlotCopies};
+use tokio::sync::mpsc;
+
+use crate::engine::idempotency::SharedKeys;
+use crate::engine::slot_table::SharedSlotTable;
+use crate::engine::write::{Command, WriteRequest, WriteResults};
+use crate::error::ShardError;
+use crate::health::NodeHealth;
+use crate::http::routes::Route;
+use crate::metrics::ShardMetrics;
+use crate::peer::replication::PeerSink;
+use crate::route::forward::LocalNode;
+use crate::route::slots::WriteRouter;
+use crate::startup::restore::RestoreProgress;
+
+/// What the HTTP handlers share.
+pub struct NodeState {
+    /// The owned slot's name, e.g. `DC_USA_0_VAL_1`.
+    pub slot_name: String,
+    /// Its datacenter's name, e.g. `USA_0`.
+    pub datacenter: String,
+    /// Committed state of the own slot, for reads and sync.
+    pub table: SharedSlotTable,
+    /// Known counter descriptions.
+    pub descriptions: Arc<RwLock<DescriptionTable>>,
+    /// Copies of the peers' slots.
+    pub replicas: Arc<RwLock<SlotCopies>>,
+    /// The peers and the aggregator this node pulls, for `/healthz`.
+    pub sources: Vec<Arc<PeerSink>>,
+    /// Picks slots and forwards writes.
+    pub router: WriteRouter,
+    /// The way to the commit loop.
+    pub commands: mpsc::Sender<Command>,
+    /// Shard settings from the topology.
+    pub settings: ShardDefaults,
+    /// Sync settings from the topology.
+    pub sync: SyncSettings,
+    /// The time seam.
+    pub clock: Arc<dyn Clock>,
+    /// Writes per second applied lately.
+    pub load: Arc<AtomicU64>,
+    /// The node's metrics.
+    pub metrics: Arc<ShardMetrics>,
+    /// Storage health, for `/healthz`.
+    pub health: Arc<NodeHealth>,
+    /// The endpoints.
+    pub routes: matchit::Router<Route>,
+    /// Who may call which route (`[auth]`).
+    pub access: Access,
+    /// The restore of a lost slot, while it runs: writes and reads of the slot wait for it.
+    pub restore: Arc<RestoreProgress>,
+    /// This data directory's incarnation, sent with every sync page.
+    pub incarnation: u64,
+    /// The own slot's idempotency keys, paged to the peers.
+    pub keys: SharedKeys,
+}
+
+impl NodeState {
+    /// Hands `command` to the commit loop, waiting while its queue is full.
+    pub async fn send(&self, command: Command) -> Result<(), ShardError> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| self.stopped())
+    }
+
+    /// Applies `writes` to this node's slot: answered once they are durable (or refused).
+    pub async fn submit(&self, writes: Vec<WriteRequest>) -> Result<WriteResults, ShardError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.send(Command::Write { writes, reply }).await?;
+        answer.await.map_err(|_| self.stopped())
+    }
+
+    /// The refusal of a request the stopping node can no longer take.
+    pub fn stopped(&self) -> ShardError {
+        ShardError::Unavailable("the node is shutting down".into())
+    }
+}
+
+impl LocalNode for NodeState {
+    fn router(&self) -> &WriteRouter {
+        &self.router
+    }
+
+    fn descriptions(&self) -> &RwLock<DescriptionTable> {
+        &self.descriptions
+    }
+
+    fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
+    }
+
+    fn slot_name(&self) -> &str {
+        &self.slot_name
+    }
+
+    fn submit(
+        &self,
+        writes: Vec<WriteRequest>,
+    ) -> impl Future<Output = Result<WriteResults, ShardError>> + Send {
+        NodeState::submit(self, writes)
+    }
+
+    fn stopped(&self) -> ShardError {
+        NodeState::stopped(self)
+    }
+}

@@ -1,0 +1,450 @@
+//! Forwarding: each checked write goes to the node of the slot it is routed to
+//! ([`super::slots`] picks the slot) or to this node's commit loop, and its outcome comes
+//! back. A batch's entries for other slots go out concurrently with the local ones; a write
+//! whose node cannot be reached before anything was sent is taken here if it carries no
+//! idempotency key (a keyed one must wait for its slot, so that retries stay deduplicated).
+//!
+//! The writes for one node go as one postcard batch ([`WriteRouter::forward`]) marked with
+//! [`FORWARDED_HEADER`]: a forwarded write is applied where it lands, so a write never takes
+//! two hops even while nodes disagree about a counter's slot count.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use geocount_model::SlotState;
+use geocount_model::wire::{
+    BatchEntry, BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry,
+    POSTCARD_CONTENT_TYPE,
+};
+use geocount_net::{ClientError, HttpError};
+use geocount_sync::DescriptionTable;
+use hyper::Method;
+
+use crate::engine::write::{Change, WriteRequest, WriteResults};
+use crate::error::ShardError;
+use crate::metrics::ShardMetrics;
+use crate::route::slots::WriteRouter;
+
+/// Marks a write forwarded by another node: apply it here.
+pub const FORWARDED_HEADER: &str = "x-geocount-forwarded";
+
+/// The node a write arrived at, as forwarding needs it: its slot choice, what it knows of the
+/// counters, and the way to its commit loop. The state the HTTP handlers share is one; naming
+/// it through this trait keeps forwarding below the handlers.
+pub trait LocalNode: Send + Sync + 'static {
+    /// Picks the slots and holds the client forwarding sends with.
+    fn router(&self) -> &WriteRouter;
+    /// The counter descriptions this node knows.
+    fn descriptions(&self) -> &RwLock<DescriptionTable>;
+    /// The node's metrics.
+    fn metrics(&self) -> &ShardMetrics;
+    /// The own slot's name.
+    fn slot_name(&self) -> &str;
+    /// Applies `writes` to this node's slot: answered once they are durable (or refused).
+    fn submit(
+        &self,
+        writes: Vec<WriteRequest>,
+    ) -> impl Future<Output = Result<WriteResults, ShardError>> + Send;
+    /// The refusal of a request the stopping node can no longer take.
+    fn stopped(&self) -> ShardError;
+}
+
+/// A write applied, by this node or the one it was forwarded to.
+#[derive(Debug)]
+pub struct Applied<'a> {
+    /// The slot that applied it.
+    pub slot: &'a str,
+    /// The slot's state after the write.
+    pub state: SlotState,
+}
+
+/// Applies one write here, or forwards it to the node owning the slot it is routed to.
+pub async fn apply_one<N: LocalNode>(
+    node: &N,
+    write: WriteRequest,
+    forwarded: bool,
+) -> Result<Applied<'_>, ShardError> {
+    let target = {
+        let descriptions = node.descriptions().read().expect("descriptions lock");
+        check_type(&descriptions, &write)?;
+        if forwarded {
+            node.router().own_slot()
+        } else {
+            node.router().target_of(&descriptions, &write)
+        }
+    };
+    if target != node.router().own_slot() {
+        // `None`: the target was unreachable before anything was sent, so the write is taken here.
+        if let Some(applied) = forward_one(node, target, &write).await? {
+            return Ok(applied);
+        }
+    }
+    let mut results = node.submit(vec![write]).await?;
+    let applied = results.pop().ok_or_else(|| node.stopped())??;
+    Ok(Applied {
+        slot: node.slot_name(),
+        state: applied,
+    })
+}
+
+/// Forwards one write. `None` when the target could not be reached and the write carries no
+/// idempotency key, so it may safely be applied here instead.
+async fn forward_one<'a, N: LocalNode>(
+    node: &'a N,
+    target: u32,
+    write: &WriteRequest,
+) -> Result<Option<Applied<'a>>, ShardError> {
+    let (path, body) = encode_forward(&[write])?;
+    node.metrics().writes_forwarded.inc();
+    let slot_name = node.router().slot_name(target);
+    match node.router().forward(target, path, body).await {
+        Ok(mut answer) => match answer.outcomes.pop() {
+            Some(EntryOutcome::Applied { value, version }) => Ok(Some(Applied {
+                slot: slot_name,
+                state: SlotState { value, version },
+            })),
+            Some(EntryOutcome::Refused { status, error }) => {
+                Err(ShardError::PassedOn { status, error })
+            }
+            None => Err(ShardError::OutcomeUnknown(format!(
+                "{slot_name} answered no outcome"
+            ))),
+        },
+        Err(ForwardError::Refused { status, error }) => Err(ShardError::TargetRefused {
+            slot: slot_name.to_owned(),
+            status,
+            error,
+        }),
+        Err(error) if error.is_connect() && write.idempotency_key.is_none() => {
+            tracing::warn!(%error, "forwarding target unreachable; applying the write here");
+            Ok(None)
+        }
+        Err(error) if error.is_connect() => Err(ShardError::Unreachable(format!(
+            "{slot_name}, which takes writes with this Idempotency-Key, is unreachable ({error}); retry later"
+        ))),
+        Err(error) => Err(ShardError::OutcomeUnknown(format!(
+            "forwarding to {slot_name} failed after sending ({error}); retry with an Idempotency-Key to be safe"
+        ))),
+    }
+}
+
+/// Encodes writes of one kind for forwarding: deltas as a [`BatchRequest`] for `/batch`, items
+/// as an [`ItemBatchRequest`] for `/batch/items`. Returns the path and the body.
+fn encode_forward(writes: &[&WriteRequest]) -> Result<(&'static str, Bytes), ShardError> {
+    let items: Option<Vec<ItemEntry<'_>>> = writes
+        .iter()
+        .map(|w| match &w.change {
+            Change::Item { item, .. } => Some(ItemEntry {
+                id: w.id.as_str(),
+                item,
+                idempotency_key: w.idempotency_key.as_deref(),
+                timestamp: Some(w.timestamp_secs),
+            }),
+            Change::Delta(_) => None,
+        })
+        .collect();
+    let encoded = match items {
+        Some(entries) if !entries.is_empty() => {
+            postcard::to_allocvec(&ItemBatchRequest { entries }).map(|b| ("/batch/items", b))
+        }
+        _ => {
+            let entries = writes
+                .iter()
+                .map(|w| match w.change {
+                    Change::Delta(delta) => Ok(BatchEntry {
+                        id: w.id.as_str(),
+                        delta,
+                        idempotency_key: w.idempotency_key.as_deref(),
+                        timestamp: Some(w.timestamp_secs),
+                    }),
+                    Change::Item { .. } => Err(ShardError::internal_message(
+                        "cannot forward deltas and items in one batch",
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            postcard::to_allocvec(&BatchRequest { entries }).map(|b| ("/batch", b))
+        }
+    };
+    encoded
+        .map(|(path, bytes)| (path, Bytes::from(bytes)))
+        .map_err(|e| ShardError::internal("cannot encode a forwarded batch", e))
+}
+
+/// Applies a batch's checked writes (in request order; refused ones answered as such): entries
+/// for other slots go to their nodes, concurrently with the local ones. Gives each entry's
+/// outcome, in order.
+pub async fn apply_batch<N: LocalNode>(
+    node: &Arc<N>,
+    checked: Vec<Result<WriteRequest, ShardError>>,
+    forwarded: bool,
+) -> Result<Vec<EntryOutcome>, ShardError> {
+    let count = checked.len();
+    // The writes for this node's slot and their positions in the batch, apart, so that the
+    // common batch (every entry local) goes to the commit loop and back without a copy.
+    let mut local = Vec::with_capacity(count);
+    let mut local_positions = Vec::with_capacity(count);
+    let mut refusals = Vec::new();
+    let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
+    let own = node.router().own_slot();
+    {
+        // Each entry checked and routed under one read of the descriptions, released before
+        // anything waits.
+        let descriptions = node.descriptions().read().expect("descriptions lock");
+        for (position, write) in checked.into_iter().enumerate() {
+            let write = match write.and_then(|w| check_type(&descriptions, &w).map(|()| w)) {
+                Ok(write) => write,
+                Err(error) => {
+                    refusals.push((position, refused(&error)));
+                    continue;
+                }
+            };
+            let target = if forwarded {
+                own
+            } else {
+                node.router().target_of(&descriptions, &write)
+            };
+            if target == own {
+                local.push(write);
+                local_positions.push(position);
+            } else {
+                remote.entry(target).or_default().push((position, write));
+            }
+        }
+    }
+    let all_local = local.len() == count;
+    let mut forwards = tokio::task::JoinSet::new();
+    for (target, group) in remote {
+        let writes: Vec<&WriteRequest> = group.iter().map(|(_, w)| w).collect();
+        let (path, body) = match encode_forward(&writes) {
+            Ok(encoded) => encoded,
+            // The node's own failure: nothing was sent.
+            Err(error) => {
+                refusals.extend(
+                    group
+                        .iter()
+                        .map(|(position, _)| (*position, refused(&error))),
+                );
+                continue;
+            }
+        };
+        let node = Arc::clone(node);
+        forwards.spawn(async move {
+            node.metrics().writes_forwarded.inc_by(group.len() as u64);
+            let result = node.router().forward(target, path, body).await;
+            (target, group, result)
+        });
+    }
+    let local_results = if local.is_empty() {
+        Vec::new()
+    } else {
+        node.submit(local).await?
+    };
+    Ok(if all_local {
+        local_results.into_iter().map(outcome_of).collect()
+    } else {
+        let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; count];
+        for (position, outcome) in refusals {
+            outcomes[position] = Some(outcome);
+        }
+        for (position, result) in local_positions.into_iter().zip(local_results) {
+            outcomes[position] = Some(outcome_of(result));
+        }
+        collect_forwarded(node.as_ref(), forwards, &mut outcomes).await?;
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| refused(&node.stopped())))
+            .collect()
+    })
+}
+
+/// Fills in the outcomes of the entries forwarded to other slots' nodes as their answers
+/// arrive. Unkeyed entries whose node could not be reached are applied here instead.
+async fn collect_forwarded<N: LocalNode>(
+    node: &N,
+    mut forwards: tokio::task::JoinSet<ForwardedGroup>,
+    outcomes: &mut [Option<EntryOutcome>],
+) -> Result<(), ShardError> {
+    while let Some(joined) = forwards.join_next().await {
+        let (target, group, result) =
+            joined.map_err(|e| ShardError::OutcomeUnknown(e.to_string()))?;
+        let slot_name = node.router().slot_name(target).to_owned();
+        match result {
+            Ok(answer) if answer.outcomes.len() == group.len() => {
+                for ((position, _), outcome) in group.iter().zip(answer.outcomes) {
+                    outcomes[*position] = Some(outcome);
+                }
+            }
+            Ok(_) => {
+                let error = ShardError::OutcomeUnknown(format!(
+                    "{slot_name} answered a different number of outcomes"
+                ));
+                for (position, _) in &group {
+                    outcomes[*position] = Some(refused(&error));
+                }
+            }
+            Err(ForwardError::Refused { status, error }) => {
+                let refusal = ShardError::TargetRefused {
+                    slot: slot_name.clone(),
+                    status,
+                    error,
+                };
+                for (position, _) in &group {
+                    outcomes[*position] = Some(refused(&refusal));
+                }
+            }
+            Err(error) if error.is_connect() => {
+                // Nothing reached the target: unkeyed entries may be taken here; keyed ones
+                // must wait for their slot so retries stay deduplicated.
+                let (keyed, unkeyed): (Vec<_>, Vec<_>) = group
+                    .into_iter()
+                    .partition(|(_, w)| w.idempotency_key.is_some());
+                let unreachable = ShardError::Unreachable(format!(
+                    "{slot_name} is unreachable ({error}); retry later"
+                ));
+                for (position, _) in &keyed {
+                    outcomes[*position] = Some(refused(&unreachable));
+                }
+                apply_locally(node, unkeyed, outcomes).await?;
+            }
+            Err(error) => {
+                let unknown = ShardError::OutcomeUnknown(format!(
+                    "forwarding to {slot_name} failed after sending ({error}); retry with an Idempotency-Key to be safe"
+                ));
+                for (position, _) in &group {
+                    outcomes[*position] = Some(refused(&unknown));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a forwarding task gives back: the target slot, the entries it was sent (with their
+/// positions in the batch), and the target's answer.
+type ForwardedGroup = (
+    u32,
+    Vec<(usize, WriteRequest)>,
+    Result<BatchResponse, ForwardError>,
+);
+
+/// Applies writes to this node's slot, filling in their outcomes.
+async fn apply_locally<N: LocalNode>(
+    node: &N,
+    writes: Vec<(usize, WriteRequest)>,
+    outcomes: &mut [Option<EntryOutcome>],
+) -> Result<(), ShardError> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let (positions, writes): (Vec<usize>, Vec<WriteRequest>) = writes.into_iter().unzip();
+    let results = node.submit(writes).await?;
+    for (position, result) in positions.into_iter().zip(results) {
+        outcomes[position] = Some(outcome_of(result));
+    }
+    Ok(())
+}
+
+/// A write's result as a batch answers it.
+fn outcome_of(result: Result<SlotState, ShardError>) -> EntryOutcome {
+    match result {
+        Ok(slot) => EntryOutcome::Applied {
+            value: slot.value,
+            version: slot.version,
+        },
+        Err(error) => refused(&error),
+    }
+}
+
+fn refused(error: &ShardError) -> EntryOutcome {
+    EntryOutcome::Refused {
+        status: error.status().as_u16(),
+        error: error.to_string(),
+    }
+}
+
+/// Refuses a write whose kind does not fit the counter's type as `descriptions` know it, before
+/// it is forwarded (the commit loop where it lands checks again, against what it knows then).
+fn check_type(descriptions: &DescriptionTable, write: &WriteRequest) -> Result<(), ShardError> {
+    match descriptions.get(write.id.as_str()) {
+        Some(d) if d.description.counter_type != write.change.counter_type() => Err(
+            ShardError::wrong_type(write.id.as_str(), d.description.counter_type),
+        ),
+        _ => Ok(()),
+    }
+}
+
+impl WriteRouter {
+    /// Sends an encoded batch to `path` (`/batch` or `/batch/items`) of slot `slot`'s node,
+    /// marked as forwarded.
+    pub async fn forward(
+        &self,
+        slot: u32,
+        path: &str,
+        batch: Bytes,
+    ) -> Result<BatchResponse, ForwardError> {
+        let url = self.client.url(self.address(slot), path);
+        let headers = [
+            ("content-type", POSTCARD_CONTENT_TYPE),
+            (FORWARDED_HEADER, "1"),
+        ];
+        let answer = self
+            .client
+            .send(Method::POST, &url, &headers, batch)
+            .await?;
+        if refused_whole(answer.status) {
+            return Err(ForwardError::Refused {
+                status: answer.status.as_u16(),
+                error: String::from_utf8_lossy(&answer.body).into_owned(),
+            });
+        }
+        if !answer.status.is_success() {
+            return Err(ClientError::Transport {
+                url,
+                message: format!(
+                    "answered {}: {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                ),
+            }
+            .into());
+        }
+        postcard::from_bytes(&answer.body).map_err(|e| {
+            ClientError::Transport {
+                url,
+                message: format!("undecodable batch answer: {e}"),
+            }
+            .into()
+        })
+    }
+}
+
+/// Whether a shard node's answer of `status` to a forwarded batch refused it whole, applying
+/// nothing: every 4xx, and 503 (restoring, stopping, or fenced after a storage failure), are
+/// answered before any write is staged. Other failures may come after a write was applied.
+fn refused_whole(status: hyper::StatusCode) -> bool {
+    status.is_client_error() || status == hyper::StatusCode::SERVICE_UNAVAILABLE
+}
+
+/// Why a forwarded batch has no outcomes.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// The target refused the whole batch and applied none of it.
+    #[error("refused with {status}: {error}")]
+    Refused {
+        /// The target's HTTP status.
+        status: u16,
+        /// Its answer's body.
+        error: String,
+    },
+    /// The request failed: not sent at all ([`ClientError::is_connect`]), or of unknown outcome.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl ForwardError {
+    /// Whether the batch certainly never reached the target.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, ForwardError::Client(error) if error.is_connect())
+    }
+}

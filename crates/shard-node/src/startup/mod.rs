@@ -1,0 +1,12 @@
+//! Startup: what the node serves from, before it takes its first write.
+//!
+//! - [`recovery`]: reads the store and the log as plain records (or marks an empty data
+//!   directory for a restore).
+//! - [`resume`]: rebuilds from them exactly what was acknowledged.
+//! - [`restore`]: rebuilds a lost disk's slot from its datacenter's copies, and
+//!   [`key_restore`] its idempotency keys from the peers'.
+
+pub(crate) mod key_restore;
+pub(crate) mod recovery;
+pub(crate) mod restore;
+pub mod resume;

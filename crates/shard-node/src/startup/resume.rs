@@ -1,0 +1,114 @@
+//! Startup, second half: the node's in-memory state built from what [`recovery`] read, the
+//! store's records first, then the log replayed over them.
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use geocount_model::ShardDefaults;
+use geocount_sync::DescriptionTable;
+
+use crate::config::RestoreMode;
+use crate::engine::commit::LogState;
+use crate::engine::idempotency::IdempotencyCache;
+use crate::engine::slot_table::SlotTable;
+use crate::engine::store::{Checkpoint, Store};
+use crate::error::StorageError;
+use crate::startup::recovery::{self, Recovered};
+use crate::storage::Disk;
+
+/// The state a node starts serving from.
+#[derive(Debug)]
+pub struct Resumed {
+    /// Every acknowledged slot state: the HTTP handlers read it.
+    pub table: SlotTable,
+    /// The known counter descriptions.
+    pub descriptions: DescriptionTable,
+    /// The open checkpoint store: the checkpointer writes it.
+    pub store: Store,
+    /// Whether the slot must be restored from the datacenter before the node takes writes.
+    pub restore_pending: bool,
+    /// This data directory's incarnation ([`Recovered::incarnation`]).
+    pub incarnation: u64,
+    /// The commit loop's own state.
+    pub log: LogState,
+}
+
+/// Recovers the data directory (see [`recovery::recover`]) and builds the node's state from it.
+pub fn recover(
+    disk: Arc<dyn Disk>,
+    data_dir: &Path,
+    settings: &ShardDefaults,
+    now_ms: u64,
+    mode: RestoreMode,
+) -> Result<Resumed, StorageError> {
+    let recovered = recovery::recover(disk, data_dir, now_ms, mode)?;
+    resume(recovered, settings, now_ms)
+}
+
+/// Builds the tables from the store's records, then replays the log over them; what the log
+/// holds beyond the store is what the next checkpoint must write.
+pub fn resume(
+    recovered: Recovered,
+    settings: &ShardDefaults,
+    now_ms: u64,
+) -> Result<Resumed, StorageError> {
+    let Recovered {
+        store,
+        stored,
+        restore_pending,
+        incarnation,
+        keys_unknown_until_ms,
+        log,
+    } = recovered;
+    let retention_ms = settings.idempotency_retention_secs * 1000;
+    let mut table = SlotTable::default();
+    let mut descriptions = DescriptionTable::default();
+    let mut idempotency = IdempotencyCache::new(retention_ms);
+    let mut pending = Checkpoint::default();
+    for (id, record) in stored.slots {
+        table.merge_owned(id, record);
+    }
+    for description in stored.descriptions {
+        descriptions.merge(description);
+    }
+    // The store lists keys oldest first, the order the cache expires them in; those already
+    // expired are left out, and deleted by the next checkpoint.
+    for (key, record) in stored.idempotency {
+        if record.created_at_ms + retention_ms <= now_ms {
+            pending.idempotency_expired_before_ms = idempotency.expired_before(now_ms);
+        } else {
+            idempotency.insert(&key, record, now_ms);
+        }
+    }
+    idempotency.set_unknown_until(keys_unknown_until_ms);
+
+    let wal = log.replay(|record| {
+        for (id, slot) in record.slots {
+            if let Some(row) = table.apply_logged(id, slot) {
+                pending.rows.mark(row);
+            }
+        }
+        for description in record.descriptions {
+            descriptions.merge(description.clone());
+            pending.descriptions.push(description);
+        }
+        for (key, entry) in record.idempotency {
+            idempotency.insert(&key, entry.clone(), now_ms);
+            pending.idempotency_added.push((key, entry));
+        }
+    })?;
+    let last_version = table.max_version();
+    Ok(Resumed {
+        table,
+        descriptions,
+        store,
+        restore_pending,
+        incarnation,
+        log: LogState {
+            wal,
+            idempotency: Arc::new(RwLock::new(idempotency)),
+            pending,
+            last_version,
+        },
+    })
+}
