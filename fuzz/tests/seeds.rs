@@ -25,7 +25,10 @@ fn every_seed_decodes_and_runs() {
         let mut seeds: Vec<_> = std::fs::read_dir(corpus.join(name))
             .unwrap_or_else(|e| panic!("corpus/{name}: {e}"))
             .map(|entry| entry.expect("a corpus entry").path())
-            .filter(|path| path.file_name().is_some_and(|f| f.to_string_lossy().starts_with("seed-")))
+            .filter(|path| {
+                path.file_name()
+                    .is_some_and(|f| f.to_string_lossy().starts_with("seed-"))
+            })
             .collect();
         seeds.sort();
         assert!(!seeds.is_empty(), "corpus/{name} has no seed");

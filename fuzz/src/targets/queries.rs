@@ -4,11 +4,12 @@
 
 use std::sync::OnceLock;
 
-use geocount_aggregator::global::query::ReadQuery;
-use crate::{WINDOW_SECONDS, sum_record};
-use geocount_model::SlotId;
+use crate::{NOW_SECS, WINDOW_SECONDS, sum_record};
+use geocount_aggregator::global::query::{ReadQuery, StalenessKeys};
+use geocount_aggregator::ranking::take_part;
 use geocount_http::routing::{self, WindowQuery};
 use geocount_http::{parse_top_query, parse_trending_query};
+use geocount_model::{SlotId, SlotRecord, TrendingConfig};
 use shard_node::engine::key_scope::{KeyScope, check_client_key};
 use shard_node::http::requests::parse_write_op;
 
@@ -26,6 +27,51 @@ fn routers() -> &'static Routers {
         datacenter: geocount_aggregator::datacenter::api::router(),
         global: geocount_aggregator::global::api::router(),
     })
+}
+
+/// A ranking's query as both tiers parse it: the asker's clock taken out (`RankingRequest`),
+/// then `/topk`'s and `/trending`'s keys, the global tier's taking the staleness keys too;
+/// whether any parse accepted it. A window asked for is summed over `record`.
+fn rankings(query: Option<&str>, record: &SlotRecord) -> bool {
+    let Ok((part_of, rest)) = take_part(query) else {
+        return false;
+    };
+    let at_secs = part_of.map_or(NOW_SECS, |ms| ms / 1000);
+    let rest = rest.as_deref();
+    let mut decoded = false;
+    for global in [false, true] {
+        let mut staleness = StalenessKeys::default();
+        let mut other = |key: &str, value: &str| {
+            if global {
+                staleness.take(key, value)
+            } else {
+                Ok(false)
+            }
+        };
+        if let Ok(top) = parse_top_query(rest, at_secs, &mut other) {
+            decoded = true;
+            assert!((1..=geocount_http::top_query::MAX_K).contains(&top.k));
+            if let Some(window) = top.window
+                && window.check(WINDOW_SECONDS).is_ok()
+            {
+                let _ = WindowQuery::value_of(Some(&window), record);
+            }
+        }
+        if let Ok(prefix) = parse_trending_query(rest, &mut other) {
+            decoded = true;
+            let _ = trending().threshold(&prefix);
+        }
+        let _ = staleness.freshness(5_000);
+    }
+    decoded
+}
+
+/// The `[trending]` section the aggregators answer `/trending` by.
+fn trending() -> TrendingConfig {
+    TrendingConfig {
+        window_seconds: WINDOW_SECONDS,
+        thresholds: [("#".to_owned(), 50)].into(),
+    }
 }
 
 /// Runs one input through the target; whether it decoded.
@@ -46,13 +92,8 @@ pub fn run(data: &[u8]) -> bool {
         decoded = true;
         use_window(window);
     }
-    if let Ok(top) = parse_top_query(query, 0, none) {
-        decoded = true;
-        assert!((1..=geocount_http::top_query::MAX_K).contains(&top.k));
-        use_window(top.window);
-    }
-    decoded |= parse_trending_query(query, none).is_ok();
-    if let Ok(read) = ReadQuery::parse(query, 5_000, 1_800_000_000) {
+    decoded |= rankings(query, &record);
+    if let Ok(read) = ReadQuery::parse(query, 5_000, NOW_SECS) {
         decoded = true;
         use_window(read.window);
     }
@@ -60,8 +101,8 @@ pub fn run(data: &[u8]) -> bool {
     let _ = check_client_key(&text);
     let _ = KeyScope::Forwarded.key(&text);
     // Path segments, as each tier's router decodes them.
-    let _ = routing::decode_counter_id(&text);
-    let _ = text.parse::<SlotId>();
+    decoded |= routing::decode_counter_id(&text).is_ok();
+    decoded |= text.parse::<SlotId>().is_ok();
     for path in [
         format!("/counter/{text}"),
         format!("/counter/{text}/write"),

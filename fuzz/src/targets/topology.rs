@@ -1,6 +1,7 @@
 //! The topology file (TOML, read with figment), validated as every binary reads it, then
-//! resolved as each binary does: every shard node's, aggregator's and the global aggregator's
-//! configuration, the placement ring of every datacenter, regions and WAN links.
+//! resolved as each binary does: every shard node's, every aggregator replica's and every
+//! global aggregator replica's configuration, the placement ring of every datacenter, regions
+//! and WAN links.
 
 use std::path::Path;
 
@@ -21,12 +22,23 @@ pub fn run(data: &[u8]) -> bool {
         return false;
     };
     let file = Path::new("fuzz.toml");
-    let global = GlobalSettings::from_topology(&topology);
-    let _ = (
-        global.slot_names(),
-        global.slot_datacenters(),
-        global.sources(),
-    );
+    // Every replica of the global aggregator the topology lists, and one past them.
+    let global_replicas = topology.global.addresses().len();
+    for replica in 0..=global_replicas {
+        let global = GlobalSettings::from_topology(&topology, file, replica);
+        assert_eq!(
+            global.is_ok(),
+            replica < global_replicas,
+            "global replica {replica}"
+        );
+        if let Ok(global) = global {
+            let _ = (
+                global.slot_names(),
+                global.slot_datacenters(),
+                global.sources(),
+            );
+        }
+    }
     for prefix in topology.trending.thresholds.keys() {
         assert!(topology.trending.threshold(prefix).is_ok());
     }
@@ -36,9 +48,19 @@ pub fn run(data: &[u8]) -> bool {
         if let Some(wan) = &topology.wan {
             let _ = wan.link(&wan.global_region, region);
         }
-        let aggregator =
-            DatacenterSettings::from_topology(&topology, file, &dc.name).expect("a known datacenter");
-        let _ = (aggregator.slot_names(), aggregator.sources());
+        let aggregators = dc.aggregators().len();
+        for replica in 0..=aggregators {
+            let aggregator = DatacenterSettings::from_topology(&topology, file, &dc.name, replica);
+            assert_eq!(
+                aggregator.is_ok(),
+                replica < aggregators,
+                "{} replica {replica}",
+                dc.name
+            );
+            if let Ok(aggregator) = aggregator {
+                let _ = (aggregator.slot_names(), aggregator.sources());
+            }
+        }
         let slots = u32::try_from(dc.shards.len()).expect("at most 65535 slots");
         for slot in 0..=slots {
             let node = NodeConfig::from_topology(&topology, file, &dc.name, slot, None);

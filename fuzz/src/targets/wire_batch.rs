@@ -8,9 +8,9 @@ use crate::{NOW_MS, NOW_SECS, WINDOW_SECONDS, drive_record};
 use geocount_model::wire::{BatchResponse, EntryOutcome};
 use geocount_model::{Placement, ShardDefaults, SlotRecord, next_slot_version};
 use hyper::StatusCode;
+use shard_node::engine::key_scope::KeyScope;
 use shard_node::engine::write::{Change, WriteRequest};
 use shard_node::error::ShardError;
-use shard_node::engine::key_scope::KeyScope;
 use shard_node::http::requests::{parse_batch, parse_item_batch};
 
 /// Routes and applies checked writes to one slot's records, as the commit loop would.
@@ -52,7 +52,8 @@ pub fn run(data: &[u8]) -> bool {
         decoded = true;
         apply(writes);
     }
-    if let Ok(writes) = parse_item_batch(data, &settings, NOW_SECS, &KeyScope::Token(String::new())) {
+    if let Ok(writes) = parse_item_batch(data, &settings, NOW_SECS, &KeyScope::Token(String::new()))
+    {
         decoded = true;
         apply(writes);
     }

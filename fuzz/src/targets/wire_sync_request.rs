@@ -1,13 +1,14 @@
 //! `POST /sync` bodies (postcard `SyncRequest`) as every tier answers them: decoded by
-//! `answer_sync` and paged from a populated replica's journals, with the cursors as sent and
-//! with their epochs set to the source's (a puller that learnt them), page after page.
+//! `answer_sync`, the shard node announcing itself noted, and paged from a populated replica's
+//! journals, with the cursors as sent and with their epochs set to the source's (a puller that
+//! learnt them), page after page.
 
 use std::sync::OnceLock;
 
-use crate::populated_replica;
-use geocount_model::wire::{Cursor, SyncPage, SyncRequest};
+use crate::{NOW_MS, populated_replica, slot_names};
 use geocount_aggregator::replica::Replica;
-use geocount_sync::{Journaled, answer_sync};
+use geocount_model::wire::{Cursor, Puller, SyncPage, SyncRequest};
+use geocount_sync::answer_sync;
 
 fn replica() -> &'static Replica {
     static REPLICA: OnceLock<Replica> = OnceLock::new();
@@ -29,6 +30,25 @@ fn with_epoch(cursor: Cursor, epoch: u64) -> Cursor {
         },
         Cursor::Seq { seq, .. } => Cursor::Seq { epoch, seq },
     }
+}
+
+/// The epoch of `cursor`, if it has one.
+fn epoch_of(cursor: Cursor) -> Option<u64> {
+    match cursor {
+        Cursor::Start => None,
+        Cursor::Scan { epoch, .. } | Cursor::Seq { epoch, .. } => Some(epoch),
+    }
+}
+
+/// The epochs of `replica`'s slot and description journals, as a puller learns them: from
+/// the cursors of its first page.
+fn epochs(replica: &Replica) -> (u64, u64) {
+    let first = replica.sync_page(&SyncRequest::from_start(true, true), "A", 1, Vec::new());
+    let epoch = |next: Option<Cursor>| next.and_then(epoch_of).expect("a populated journal");
+    (
+        epoch(first.slots.map(|p| p.next)),
+        epoch(first.descriptions.map(|p| p.next)),
+    )
 }
 
 /// Pulls from `request` until caught up (a bounded number of pages).
@@ -54,9 +74,24 @@ pub fn run(data: &[u8]) -> bool {
     let Ok(request) = postcard::from_bytes::<SyncRequest>(data) else {
         return false;
     };
+    // A shard node announcing itself is noted before its page is served (`serve_sync`); a
+    // second process announcing the same slot makes a conflict.
+    let mut noted = Replica::new(slot_names(), &[]);
+    let _ = noted.announced(&request, NOW_MS);
+    if let Some(puller) = &request.puller {
+        let other = Puller {
+            slot: puller.slot.clone(),
+            incarnation: puller.incarnation.wrapping_add(1),
+        };
+        let second = SyncRequest {
+            puller: Some(other),
+            ..SyncRequest::default()
+        };
+        let _ = noted.announced(&second, NOW_MS + 1);
+        let _ = noted.conflicts(NOW_MS + 1);
+    }
     pull(replica, request.clone());
-    let slots_epoch = replica.copies().journal().epoch();
-    let descriptions_epoch = replica.descriptions.journal().epoch();
+    let (slots_epoch, descriptions_epoch) = epochs(replica);
     pull(
         replica,
         SyncRequest {
@@ -64,7 +99,7 @@ pub fn run(data: &[u8]) -> bool {
             descriptions: request
                 .descriptions
                 .map(|c| with_epoch(c, descriptions_epoch)),
-            puller: request.puller.clone(),
+            ..request
         },
     );
     true
