@@ -1,58 +1,7 @@
-//! The topology file (TOML, read with figment), validated as every binary reads it, then
-//! resolved as each binary does: every shard node's, aggregator's and the global aggregator's
-//! configuration, the placement ring of every datacenter, regions and WAN links.
+//! The `topology` fuzz target: [`geocount_fuzz::targets::topology`].
 
 #![no_main]
 
-use std::path::Path;
-
-use geocount_aggregator::{DatacenterSettings, GlobalSettings};
-use geocount_model::{Placement, SlotId, Topology};
-use libfuzzer_sys::fuzz_target;
-use shard_node::NodeConfig;
-
-/// The most ring points built per input: the ring of a valid topology is bounded
-/// (`MAX_VIRTUAL_NODES` per slot), but a large one only slows the fuzzer down.
-const MAX_RING_POINTS: usize = 1 << 16;
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(topology) = Topology::from_toml("fuzz.toml", text) else {
-        return;
-    };
-    let file = Path::new("fuzz.toml");
-    let global = GlobalSettings::from_topology(&topology);
-    let _ = (
-        global.slot_names(),
-        global.slot_datacenters(),
-        global.sources(),
-    );
-    for prefix in topology.trending.thresholds.keys() {
-        assert!(topology.trending.threshold(prefix).is_ok());
-    }
-    let _ = topology.trending.threshold("");
-    for dc in &topology.datacenters {
-        let region = dc.region();
-        if let Some(wan) = &topology.wan {
-            let _ = wan.link(&wan.global_region, region);
-        }
-        let aggregator =
-            DatacenterSettings::from_topology(&topology, file, &dc.name).expect("a known datacenter");
-        let _ = (aggregator.slot_names(), aggregator.sources());
-        let slots = u32::try_from(dc.shards.len()).expect("at most 65535 slots");
-        for slot in 0..=slots {
-            let node = NodeConfig::from_topology(&topology, file, &dc.name, slot, None);
-            assert_eq!(node.is_ok(), slot < slots, "slot {slot} of {slots}");
-            let _ = topology.shard_address(&SlotId::new(&dc.name, slot));
-        }
-        if dc.shards.len() * topology.shard.virtual_nodes as usize <= MAX_RING_POINTS {
-            let placement = Placement::new(&dc.name, slots, topology.shard.virtual_nodes);
-            let chosen =
-                placement.slots_for("tweet:1:likes", topology.shard.default_number_of_shards);
-            assert!(!chosen.is_empty() && chosen.iter().all(|s| *s < slots));
-        }
-    }
-    let _ = topology.datacenter("NO_SUCH_DC");
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    geocount_fuzz::targets::topology::run(data);
 });

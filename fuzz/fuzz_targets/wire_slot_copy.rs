@@ -1,43 +1,7 @@
-//! `GET /slots/{slot}/copy` answers (postcard `SlotCopy`), decoded as a shard node restoring
-//! its slot does, merged by version as `restore::restore_slot` does, installed in a slot table
-//! and taken on by the owner: its next writes, reads, and the pages it serves.
+//! The `wire_slot_copy` fuzz target: [`geocount_fuzz::targets::wire_slot_copy`].
 
 #![no_main]
 
-use std::collections::HashMap;
-
-use geocount_fuzz::{drive_record, round_trip};
-use geocount_model::wire::{Cursor, SlotCopy};
-use geocount_model::{CounterId, SlotRecord};
-use libfuzzer_sys::fuzz_target;
-use shard_node::engine::slot_table::SlotTable;
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(copy) = postcard::from_bytes::<SlotCopy>(data) else {
-        return;
-    };
-    round_trip(&copy);
-    let mut restored: HashMap<String, SlotRecord> = HashMap::new();
-    for (id, record) in copy.entries.iter().chain(&copy.entries) {
-        restored.entry(id.clone()).or_default().merge(record);
-    }
-    let mut table = SlotTable::default();
-    for (id, record) in &restored {
-        drive_record(record);
-        // A decoded id no client could have written is refused before any table sees it.
-        let Ok(id) = CounterId::new(id.as_str()) else {
-            continue;
-        };
-        table.merge(&id, record);
-    }
-    let _ = table.max_version();
-    let mut cursor = Cursor::Start;
-    for _ in 0..4 {
-        let page = table.page(&copy.slot, cursor, 2);
-        round_trip(&page);
-        cursor = page.next;
-        if page.caught_up {
-            break;
-        }
-    }
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    geocount_fuzz::targets::wire_slot_copy::run(data);
 });

@@ -2,19 +2,26 @@
 //! few counters of every kind, and the semantic use every decoded slot record goes through
 //! after decoding (reads, window sums, the owner's next write, re-encoding).
 //!
-//! Each target in `fuzz_targets/` feeds its bytes to the same public function the real handler
-//! or puller calls, then drives what the process does next with what was decoded, since a
-//! structurally valid but hostile message is where panics hide. Seeds made from the real types
-//! are written by `examples/write_seeds.rs` ([`seeds`]).
+//! Each target feeds its bytes to the same public function the real handler or puller calls,
+//! then drives what the process does next with what was decoded, since a structurally valid
+//! but hostile message is where panics hide.
+//!
+//! - [`targets`]: each target's body, run by its wrapper in `fuzz_targets/` and by the seed
+//!   replay (`tests/seeds.rs`) on the stable toolchain.
+//! - [`seeds`]: valid inputs of each target made from the real types, written to the corpora
+//!   by `examples/write_seeds.rs`.
 
+pub mod targets;
+
+use geocount_aggregator::global::Layout;
+use geocount_aggregator::replica::{PullSource, Replica, SourceKind};
+use geocount_http::routing::WindowQuery;
 use geocount_model::unique::hash_item;
-use geocount_model::wire::{Cursor, SlotEntry, SlotPage, SyncPage};
+use geocount_model::wire::{Cursor, SlotEntry, SlotPage, SyncPage, SyncRequest};
 use geocount_model::{
     CounterDescription, CounterId, CounterType, HlcTimestamp, SlotRecord, SlotState,
     VersionedDescription, next_slot_version,
 };
-use geocount_http::routing::WindowQuery;
-use geocount_aggregator::replica::{PullSource, Replica};
 use geocount_ranking::LiveRanking;
 
 /// The node's clock in every target, in unix seconds (deterministic, so crashes reproduce).
@@ -39,41 +46,72 @@ pub fn datacenter_names() -> Vec<String> {
     vec!["A".to_owned(), "B".to_owned()]
 }
 
-/// Pull sources named `names`, pulling slots and descriptions.
-fn pull_sources(names: Vec<String>) -> Vec<PullSource> {
-    names
-        .into_iter()
-        .enumerate()
-        .map(|(n, name)| PullSource {
-            delivers: vec![name.clone()],
-            name,
-            address: format!("127.0.0.1:{}", 9000 + n),
-            interval: std::time::Duration::from_millis(50),
-            slots: true,
-            descriptions: true,
+/// How many hits in the live window make a `#` counter trend in every target.
+pub const TRENDING_THRESHOLD: i64 = 1;
+
+/// The live window both aggregators' top-K indexes rank, holding every counter at or over
+/// [`TRENDING_THRESHOLD`] as `[trending]` would.
+fn live_ranking() -> LiveRanking {
+    LiveRanking {
+        hold_from: Some(i128::from(TRENDING_THRESHOLD)),
+        ..LiveRanking::new(WINDOW_SECONDS, NOW_SECS)
+    }
+}
+
+/// A pull source named `name` of `kind`, pulling slot states and descriptions of every
+/// counter, delivering the slots `delivers`.
+fn pull_source(n: usize, name: &str, kind: SourceKind, delivers: Vec<String>) -> PullSource {
+    PullSource {
+        name: name.to_owned(),
+        answers_as: name.to_owned(),
+        kind,
+        address: format!("127.0.0.1:{}", 9000 + n),
+        interval: std::time::Duration::from_millis(50),
+        first: SyncRequest::from_start(true, true),
+        delivers,
+    }
+}
+
+/// The global aggregator's sources: one aggregator per datacenter, delivering its slots.
+pub fn global_sources() -> Vec<PullSource> {
+    (datacenter_names().iter().enumerate())
+        .map(|(dc, name)| {
+            let delivers = (slot_names().into_iter().zip(SLOT_DATACENTERS))
+                .filter(|(_, of)| *of == dc)
+                .map(|(slot, _)| slot)
+                .collect();
+            pull_source(dc, name, SourceKind::Aggregator, delivers)
         })
         .collect()
+}
+
+/// Which datacenter each of the global aggregator's slots and sources ([`global_sources`])
+/// belongs to.
+pub fn global_layout() -> Layout {
+    Layout {
+        names: datacenter_names(),
+        slot_datacenters: SLOT_DATACENTERS.to_vec(),
+        source_datacenters: (0..datacenter_names().len()).collect(),
+        source_addresses: global_sources().into_iter().map(|s| s.address).collect(),
+    }
 }
 
 /// An empty replica of [`slot_names`] as the global aggregator holds it: one source per
 /// datacenter, counters ranked per datacenter too.
 pub fn empty_replica() -> Replica {
-    let mut replica = Replica::new(slot_names(), &pull_sources(datacenter_names()));
-    replica.index_top(
-        SLOT_DATACENTERS.to_vec(),
-        LiveRanking::new(WINDOW_SECONDS, NOW_SECS),
-    );
+    let mut replica = Replica::new(slot_names(), &global_sources());
+    replica.index_top(SLOT_DATACENTERS.to_vec(), live_ranking());
     replica
 }
 
-/// An empty replica of [`slot_names`] as a datacenter aggregator holds its slots: one source
-/// per slot, counters ranked over all of them.
+/// An empty replica of [`slot_names`] as a datacenter aggregator holds its slots: one shard
+/// node per slot, counters ranked over all of them.
 pub fn empty_datacenter_replica() -> Replica {
-    let mut replica = Replica::new(slot_names(), &pull_sources(slot_names()));
-    replica.index_top(
-        vec![0; SLOT_DATACENTERS.len()],
-        LiveRanking::new(WINDOW_SECONDS, NOW_SECS),
-    );
+    let sources: Vec<PullSource> = (slot_names().iter().enumerate())
+        .map(|(n, slot)| pull_source(n, slot, SourceKind::Shard, vec![slot.clone()]))
+        .collect();
+    let mut replica = Replica::new(slot_names(), &sources);
+    replica.index_top(vec![0; SLOT_DATACENTERS.len()], live_ranking());
     replica
 }
 
@@ -221,8 +259,9 @@ pub mod seeds {
     use super::*;
     use geocount_model::wire::{
         BatchEntry, BatchRequest, BatchResponse, DescriptionPage, EntryOutcome, ItemBatchRequest,
-        ItemEntry, Puller, SlotCopy, SlotFreshness, SyncRequest,
+        ItemEntry, KeyPage, Puller, SlotCopy, SlotFreshness,
     };
+    use geocount_model::{IdempotencyRecord, Partitions};
 
     fn encode(value: &impl serde::Serialize) -> Vec<u8> {
         postcard::to_allocvec(value).expect("seeds encode")
@@ -273,18 +312,15 @@ pub mod seeds {
     /// `wire_sync_request`: pulls from the start, of one stream, and from cursors.
     pub fn wire_sync_request() -> Vec<Vec<u8>> {
         [
-            SyncRequest {
-                slots: Some(Cursor::Start),
-                descriptions: Some(Cursor::Start),
-                puller: None,
-            },
+            SyncRequest::from_start(true, true),
             SyncRequest {
                 slots: Some(Cursor::Seq { epoch: 1, seq: 3 }),
-                descriptions: None,
                 puller: Some(Puller {
                     slot: "DC_A_VAL_0".into(),
                     incarnation: 7,
                 }),
+                keys: Some(Cursor::Seq { epoch: 2, seq: 1 }),
+                ..SyncRequest::default()
             },
             SyncRequest {
                 slots: Some(Cursor::Scan {
@@ -293,7 +329,11 @@ pub mod seeds {
                     next_index: 2,
                 }),
                 descriptions: Some(Cursor::Seq { epoch: 1, seq: 1 }),
-                puller: None,
+                partitions: Some(Partitions {
+                    count: 4,
+                    held: vec![0, 2],
+                }),
+                ..SyncRequest::default()
             },
         ]
         .iter()
@@ -304,13 +344,8 @@ pub mod seeds {
     /// `wire_sync_page`: the pages the populated replica serves, and a small hand-made one.
     pub fn wire_sync_page() -> Vec<Vec<u8>> {
         let replica = populated_replica();
-        let request = SyncRequest {
-            slots: Some(Cursor::Start),
-            descriptions: Some(Cursor::Start),
-            puller: None,
-        };
         let served = replica.sync_page(
-            &request,
+            &SyncRequest::from_start(true, true),
             "A",
             2,
             vec![SlotFreshness {
@@ -339,6 +374,26 @@ pub mod seeds {
             }),
             freshness: Vec::new(),
             load: 12,
+            incarnation: 5,
+            conflict: None,
+            keys: Some(KeyPage {
+                keys: vec![(
+                    "req-81".into(),
+                    IdempotencyRecord {
+                        counter: id("#a"),
+                        delta: 3,
+                        item: None,
+                        outcome: SlotState {
+                            value: 3,
+                            version: 11,
+                        },
+                        created_at_ms: NOW_MS - 1_000,
+                    },
+                )],
+                next: Cursor::Seq { epoch: 2, seq: 1 },
+                caught_up: true,
+                whole: true,
+            }),
         };
         vec![encode(&served), encode(&small)]
     }
@@ -357,6 +412,10 @@ pub mod seeds {
                 source_epoch: 3,
                 next: None,
                 owner_incarnation: 7,
+                partitions: Some(Partitions {
+                    count: 2,
+                    held: vec![1],
+                }),
             }])
             .map(|copy| encode(&copy))
             .collect()
