@@ -310,7 +310,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_slot_is_an_error_naming_the_role() {
+    fn unknown_slot_is_an_error_naming_the_member() {
         let topology = Topology::from_toml("local.toml", LOCAL).unwrap();
         let member = Member::Shard {
             datacenter: "EUROPE_0".into(),
