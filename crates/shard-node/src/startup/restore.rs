@@ -23,6 +23,8 @@ use geocount_net::HttpClient;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
+use crate::startup::settle::LastPage;
+
 /// How long to wait before asking again for a page that failed.
 const PAGE_RETRY: Duration = Duration::from_millis(200);
 
@@ -43,6 +45,7 @@ pub struct CopySource {
 pub struct RestoreProgress {
     restoring: AtomicBool,
     report: Mutex<RestoreReport>,
+    last_page: LastPage,
 }
 
 /// What `/healthz` shows of a restore.
@@ -94,6 +97,7 @@ impl RestoreProgress {
         Self {
             restoring: AtomicBool::new(pending),
             report: Mutex::new(report),
+            last_page: LastPage::default(),
         }
     }
 
@@ -140,17 +144,12 @@ impl RestoreProgress {
         self.restoring.store(false, Ordering::Release);
     }
 
-    /// Pages received so far, over every source.
-    fn pages(&self) -> u64 {
-        let report = self.report.lock().expect("restore report lock");
-        report.sources.iter().map(|s| s.pages).sum()
-    }
-
     fn source_state(&self, index: usize, state: String) {
         self.update(|report| report.sources[index].state = state);
     }
 
     fn page(&self, index: usize, counters: u64) {
+        self.last_page.received();
         self.update(|report| {
             report.counters_received += counters;
             let source = &mut report.sources[index];
@@ -175,7 +174,8 @@ pub struct RestoreRequest {
     /// Its client (each page bounded by the client's timeout).
     pub client: HttpClient,
     /// Once one source handed over a complete copy, how long the others may go without
-    /// handing over a page before the restore stops waiting for them.
+    /// handing over a page before the restore stops waiting for them
+    /// ([`crate::startup::settle`]).
     pub settle: Duration,
     /// How far ahead of this node's clock a restored version may be.
     pub max_clock_skew_ms: u64,
@@ -231,17 +231,12 @@ pub async fn restore_slot(
     }
     // The others may hold later writes: wait for every source still handing over pages.
     progress.phase("gathering copies");
-    let mut pages_seen = progress.pages();
+    let settled = progress.last_page.settled(request.settle);
+    tokio::pin!(settled);
     while !asks.is_empty() {
         tokio::select! {
             _ = asks.join_next() => {}
-            _ = tokio::time::sleep(request.settle) => {
-                let pages = progress.pages();
-                if pages == pages_seen {
-                    break;
-                }
-                pages_seen = pages;
-            }
+            () = &mut settled => break,
             _ = report.tick() => {
                 tracing::info!(slot = %request.slot, progress = %progress.summary(), "restoring: gathering the other sources' copies");
             }
