@@ -324,6 +324,34 @@ async fn a_restore_with_a_source_down_ends_after_its_timeout() {
     }
 }
 
+/// An unfinished restore given up with `--restore empty` leaves the slot without the keys it
+/// had: keys it does not hold are refused until they would have expired, as after a restore
+/// without a whole copy of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_given_up_refuses_the_keys_it_lost() {
+    let mut dc = Datacenter::start("restore_timeout_ms = 500").await;
+    dc.write_57(&ids("given-up")).await;
+    dc.global.pause();
+    dc.lose_shard_0_after_restarting_its_datacenter().await;
+    dc.shards[0].respawn();
+    health_until(&dc.shards[0].api(), Duration::from_secs(10), |s, b| {
+        s == 503 && b["status"] == "restoring"
+    })
+    .await;
+    dc.shards[0].kill9();
+    dc.shards[0] = dc.topology.start_shard("USA_0", 0).await;
+    let dir = dc.topology.shard_data_dir("USA_0", 0);
+    assert!(
+        !dir.join("restore.pending").exists(),
+        "the restore is given up"
+    );
+    new_keys_are_refused_by_slot_0(&dc).await;
+    dc.shards[0].kill9();
+    dc.shards[0].restart().await;
+    new_keys_are_refused_by_slot_0(&dc).await;
+    dc.global.resume();
+}
+
 /// Sources that answer slowly (here, not at all for a while: every one is stopped) hold the
 /// restore up, however long, rather than let the node start empty; a slot of many pages then
 /// comes over page by page, each page within the client's timeout.
