@@ -7,9 +7,9 @@
 //! aggregator that restarted and has not heard the slot since holds only part of it. The
 //! restore waits, retrying, until at least one source has handed over a complete copy from a
 //! single process (or, from aggregators holding only some partitions, complete copies that
-//! together cover every partition), then keeps waiting for the others as long as they hand over a page at least
-//! every `restore_timeout_ms`, and keeps the highest version of every counter over everything
-//! it received.
+//! together cover every partition: [`super::coverage`]), then keeps waiting for the others as
+//! long as they hand over a page at least every `restore_timeout_ms` ([`super::settle`]), and
+//! keeps the highest version of every counter over everything it received.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,6 +23,7 @@ use geocount_net::HttpClient;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
+use crate::startup::coverage::Coverage;
 use crate::startup::settle::LastPage;
 
 /// How long to wait before asking again for a page that failed.
@@ -205,16 +206,13 @@ pub async fn restore_slot(
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.tick().await;
     // The partitions of which complete copies arrived from sources holding only some.
-    let mut covered: Vec<u32> = Vec::new();
+    let mut coverage = Coverage::default();
     loop {
         tokio::select! {
             done = asks.join_next() => match done {
                 Some(Ok(None)) => break,
                 Some(Ok(Some(partitions))) => {
-                    covered.extend(&partitions.held);
-                    covered.sort_unstable();
-                    covered.dedup();
-                    if covered.len() as u64 >= u64::from(partitions.count) {
+                    if coverage.add(&partitions) {
                         break;
                     }
                 }
