@@ -212,10 +212,10 @@ pub fn scan_segment(
 /// holds but it does not decode; when non-zero bytes run past the end its header claims; when
 /// its checksum fails with all of it in the file and no sector boundary among its trailing
 /// zeros (a record ends in zeros of its own: an empty list is a zero byte); when it reads whole
-/// with a length one bit shorter than its header claims; or when a whole record starts anywhere among the non-zero bytes
-/// after it, since records are appended one after another: a later one means this one was
-/// written whole, then damaged. That last test also catches a damaged length claiming a record
-/// that runs over the records after it, inside the file or past its end.
+/// with a length one bit shorter than its header claims; or when a whole record starts anywhere
+/// among the non-zero bytes after it, since records are appended one after another: a later one
+/// means this one was written whole, then damaged. That last test also catches a damaged length
+/// claiming a record that runs over the records after it, inside the file or past its end.
 fn classify_failure(bytes: &[u8], offset: usize, bad: BadRecord) -> SegmentEnd {
     let Some(last_nonzero) = bytes[offset..].iter().rposition(|&b| b != 0) else {
         return SegmentEnd::Reserved {
