@@ -75,6 +75,22 @@ fn record_start(bytes: &[u8], at: usize) -> usize {
     }
 }
 
+/// Where each record of a segment starts, up to the first zero length (reserved space) or the
+/// end of the file.
+fn record_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut start = 0;
+    while let Some(header) = bytes.get(start..start + 8) {
+        let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        starts.push(start);
+        start += 8 + len;
+    }
+    starts
+}
+
 /// Runs `shard-node args` until it exits, at most `within` (then kills it and fails).
 fn run_to_exit(args: &[&str], within: Duration) -> Output {
     let mut child = Command::new(binary("shard-node"))
@@ -154,6 +170,56 @@ async fn a_corrupt_log_is_refused_and_left_as_it_is() {
     assert!(
         fs::read(&segment).unwrap() == before,
         "the check changes nothing"
+    );
+}
+
+/// The last record was written whole, fsynced and acknowledged: one bit flipped in it is
+/// corruption, refused like one in the middle of the log, not a torn tail cut off.
+#[tokio::test]
+async fn a_flipped_bit_in_the_last_record_is_refused() {
+    let topology = TestTopology::single(ALONE);
+    let mut node = topology.start_shard("USA_0", 0).await;
+    for delta in [1, 10, 100] {
+        let (status, body) = node.api().add("x", delta).await.unwrap();
+        assert_eq!(status, 200, "+{delta}: {body}");
+    }
+    assert_eq!(node.api().value("x").await, 111);
+    node.kill9();
+
+    let data_dir = topology.shard_data_dir("USA_0", 0);
+    let segment = newest_segment(&data_dir);
+    let mut bytes = fs::read(&segment).unwrap();
+    let starts = record_starts(&bytes);
+    assert_eq!(starts.len(), 3, "one record per write");
+    let last = starts[2];
+    let len = u32::from_le_bytes(bytes[last..last + 4].try_into().unwrap()) as usize;
+    let at = last + 8 + len / 2;
+    bytes[at] ^= 0x04;
+    let file = fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    file.write_all_at(&bytes[at..at + 1], at as u64).unwrap();
+    drop(file);
+    let before = fs::read(&segment).unwrap();
+
+    let stdout = check(&data_dir, 1);
+    let verdict = format!("verdict: corrupt: {} at byte {last}: ", segment.display());
+    assert!(stdout.contains(&verdict), "{stdout}");
+
+    let config = topology.path.display().to_string();
+    let start = ["--config", &config, "--dc", "USA_0", "--slot", "0"];
+    let output = run_to_exit(&start, Duration::from_secs(10));
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    let expected = format!(
+        "shard-node: log segment {} is corrupt at byte {last}: checksum mismatch;",
+        segment.display()
+    );
+    assert!(
+        stderr.lines().any(|line| line.starts_with(&expected)),
+        "{stderr}"
+    );
+    assert!(
+        fs::read(&segment).unwrap() == before,
+        "the segment is left byte for byte as it was"
     );
 }
 

@@ -292,6 +292,66 @@ async fn a_node_killed_in_its_restore_resumes_it() {
     dc.every_tier_reads(&id, 58).await;
 }
 
+/// One source is down for good (the global aggregator) while the others hand over complete
+/// copies: the restore waits `restore_timeout_ms` for more pages, then finishes, however that
+/// timeout compares with the restore's 5 s progress report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_with_a_source_down_ends_after_its_timeout() {
+    const TIMEOUT_MS: u64 = 6_000;
+    let mut dc = Datacenter::start(&format!("restore_timeout_ms = {TIMEOUT_MS}")).await;
+    let ids = ids("source-down");
+    let held = dc.write_57(&ids).await;
+    dc.global.kill9();
+    dc.shards[0].kill9();
+    std::fs::remove_dir_all(dc.topology.shard_data_dir("USA_0", 0)).unwrap();
+    let respawned = std::time::Instant::now();
+    dc.shards[0].respawn();
+    let node = dc.shards[0].api();
+    // The copies come in well under a second; the rest is the wait for the source down.
+    let within = Duration::from_millis(TIMEOUT_MS + 5_000);
+    let health = health_until(&node, within, |_, b| {
+        b["status"].is_string() && b["status"] != "restoring"
+    })
+    .await;
+    assert_eq!(health["status"], "ok", "{health}");
+    assert!(
+        respawned.elapsed() >= Duration::from_millis(TIMEOUT_MS),
+        "the restore waited for the source down: {:?}",
+        respawned.elapsed()
+    );
+    for (id, value) in &held {
+        assert_eq!(node.value(id).await, *value, "{id} restored");
+    }
+}
+
+/// An unfinished restore given up with `--restore empty` leaves the slot without the keys it
+/// had: keys it does not hold are refused until they would have expired, as after a restore
+/// without a whole copy of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_given_up_refuses_the_keys_it_lost() {
+    let mut dc = Datacenter::start("restore_timeout_ms = 500").await;
+    dc.write_57(&ids("given-up")).await;
+    dc.global.pause();
+    dc.lose_shard_0_after_restarting_its_datacenter().await;
+    dc.shards[0].respawn();
+    health_until(&dc.shards[0].api(), Duration::from_secs(10), |s, b| {
+        s == 503 && b["status"] == "restoring"
+    })
+    .await;
+    dc.shards[0].kill9();
+    dc.shards[0] = dc.topology.start_shard("USA_0", 0).await;
+    let dir = dc.topology.shard_data_dir("USA_0", 0);
+    assert!(
+        !dir.join("restore.pending").exists(),
+        "the restore is given up"
+    );
+    new_keys_are_refused_by_slot_0(&dc).await;
+    dc.shards[0].kill9();
+    dc.shards[0].restart().await;
+    new_keys_are_refused_by_slot_0(&dc).await;
+    dc.global.resume();
+}
+
 /// Sources that answer slowly (here, not at all for a while: every one is stopped) hold the
 /// restore up, however long, rather than let the node start empty; a slot of many pages then
 /// comes over page by page, each page within the client's timeout.

@@ -122,6 +122,40 @@ fn corruption_is_named_and_left_as_it_is() {
     );
 }
 
+/// The last record with all its bytes there but one bit flipped was written whole: corrupt,
+/// where the same record cut short by the end of the file is a torn tail a start cuts off.
+#[test]
+fn a_damaged_last_record_is_corruption_and_a_cut_one_is_torn() {
+    let dir = tempfile::tempdir().unwrap();
+    data_dir(dir.path());
+    let segment = wal::segment_path(dir.path(), 1);
+    let bytes = fs::read(&segment).unwrap();
+    let last = 8 + u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let last_end =
+        last + 8 + u32::from_le_bytes(bytes[last..last + 4].try_into().unwrap()) as usize;
+
+    let mut flipped = bytes.clone();
+    flipped[last + 9] ^= 0x10;
+    fs::write(&segment, &flipped).unwrap();
+    let report = check(dir.path()).unwrap();
+    assert_eq!(
+        report.verdict,
+        Verdict::Corrupt {
+            file: segment.display().to_string(),
+            offset: Some(last as u64),
+            reason: "checksum mismatch".into()
+        }
+    );
+
+    fs::write(&segment, &bytes[..last_end - 1]).unwrap();
+    let report = check(dir.path()).unwrap();
+    assert!(report.verdict.is_whole(), "{report}");
+    assert!(
+        matches!(report.segments[0].end, SegmentEnd::Torn { offset, .. } if offset == last as u64),
+        "{report}"
+    );
+}
+
 /// A store a crash left needs a repair to open: the check repairs it in memory only.
 #[test]
 fn a_store_not_closed_cleanly_is_read_without_repairing_the_file() {

@@ -11,11 +11,12 @@
 //! per fsync here. The reserved space reads as zeros; a segment is cut to its records when it is
 //! closed, and replay cuts the zeros off the newest one (a record's length is never zero).
 //!
-//! A crash can leave a torn record at the end of the newest segment: a prefix of one record,
-//! followed only by zeros or the end of the file. Replay cuts it off (it was never acknowledged).
-//! Any other bad record is corruption: replay refuses it and leaves the file as it is, so
-//! startup stops rather than serve less than was acknowledged ([`scan_segment`] tells them
-//! apart, and reads a segment without changing it for an offline check too).
+//! A crash can leave a torn record at the end of the newest segment: a prefix of one record cut
+//! short by the end of the file, or by zeros from a sector boundary on (a disk writes whole
+//! sectors). Replay cuts it off (it was never acknowledged). Any other bad record is
+//! corruption, the last one too when all of it is there: replay refuses it and leaves the file
+//! as it is, so startup stops rather than serve less than was acknowledged ([`scan_segment`]
+//! tells them apart, and reads a segment without changing it for an offline check too).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +28,10 @@ use crate::error::StorageError;
 use crate::storage::{AppendFile, Disk};
 
 const HEADER_BYTES: usize = 8;
+
+/// The smallest unit a disk writes whole: a torn write loses whole sectors, never a few bytes
+/// inside one.
+const SECTOR_BYTES: usize = 512;
 
 /// How far the open segment's file is grown ahead of its records, each time they reach the end
 /// of what was reserved.
@@ -109,8 +114,8 @@ pub enum SegmentEnd {
         /// Where the zeros start.
         offset: u64,
     },
-    /// An incomplete last record, maybe followed by zeros: a crash mid-append, so it was never
-    /// acknowledged. Only the newest segment can end so.
+    /// A last record cut short by the end of the file or by zeros from a sector boundary on: a
+    /// crash mid-append, so it was never acknowledged. Only the newest segment can end so.
     Torn {
         /// Where the torn record starts.
         offset: u64,
@@ -202,13 +207,15 @@ pub fn scan_segment(
 /// Tells a torn tail from corruption where the newest segment's record at `offset` does not
 /// read.
 ///
-/// A torn tail is a prefix of one record followed only by zeros (reserved space) or the end of
-/// the file. So it is corruption when the record's checksum holds but it does not decode; when
-/// non-zero bytes run past the end its header claims; or when a whole record starts anywhere
-/// among the non-zero bytes after it, since records are appended one after another: a later
-/// one means this one was written whole, then damaged. That last test also catches a damaged
-/// length claiming a record that runs over the records after it, inside the file or past its
-/// end.
+/// A torn tail is a prefix of one record followed only by the end of the file, or by zeros
+/// (reserved space) from a sector boundary on. So it is corruption when the record's checksum
+/// holds but it does not decode; when non-zero bytes run past the end its header claims; when
+/// its checksum fails with all of it in the file and no sector boundary among its trailing
+/// zeros (a record ends in zeros of its own: an empty list is a zero byte); when it reads whole
+/// with a length one bit shorter than its header claims; or when a whole record starts anywhere
+/// among the non-zero bytes after it, since records are appended one after another: a later one
+/// means this one was written whole, then damaged. That last test also catches a damaged length
+/// claiming a record that runs over the records after it, inside the file or past its end.
 fn classify_failure(bytes: &[u8], offset: usize, bad: BadRecord) -> SegmentEnd {
     let Some(last_nonzero) = bytes[offset..].iter().rposition(|&b| b != 0) else {
         return SegmentEnd::Reserved {
@@ -220,7 +227,16 @@ fn classify_failure(bytes: &[u8], offset: usize, bad: BadRecord) -> SegmentEnd {
         Some(header) => offset + HEADER_BYTES + payload_len(header),
         None => bytes.len(),
     };
-    let torn = !matches!(bad, BadRecord::Undecodable(_))
+    let cut_short = match bad {
+        BadRecord::IncompleteHeader => true,
+        BadRecord::PastTheEnd => !whole_with_a_flipped_length(bytes, offset),
+        BadRecord::Checksum => {
+            sector_boundary_within(nonzero_end, claimed_end)
+                && !whole_with_a_flipped_length(bytes, offset)
+        }
+        BadRecord::Undecodable(_) => false,
+    };
+    let torn = cut_short
         && nonzero_end <= claimed_end
         && !(offset + 1..nonzero_end).any(|at| whole_record_at(bytes, at));
     let (offset, reason) = (offset as u64, bad.to_string());
@@ -229,6 +245,32 @@ fn classify_failure(bytes: &[u8], offset: usize, bad: BadRecord) -> SegmentEnd {
     } else {
         SegmentEnd::Corrupt { offset, reason }
     }
+}
+
+/// Whether a multiple of [`SECTOR_BYTES`] lies in `from..to`: where a torn write's lost sectors
+/// could start.
+fn sector_boundary_within(from: usize, to: usize) -> bool {
+    from < to && from.div_ceil(SECTOR_BYTES) * SECTOR_BYTES < to
+}
+
+/// Whether the record at `offset` reads whole with its length one bit away from the one its
+/// header claims, shorter: it was written whole, then its length damaged.
+fn whole_with_a_flipped_length(bytes: &[u8], offset: usize) -> bool {
+    let Some(header) = bytes.get(offset..offset + HEADER_BYTES) else {
+        return false;
+    };
+    let claimed = payload_len(header);
+    let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    let start = offset + HEADER_BYTES;
+    (0..32).map(|bit| claimed ^ (1 << bit)).any(|len| {
+        len != 0
+            && len < claimed
+            && bytes.get(start..start + len).is_some_and(|payload| {
+                crc32fast::hash(payload) == crc
+                    && postcard::take_from_bytes::<LogRecord>(payload)
+                        .is_ok_and(|(_, rest)| rest.is_empty())
+            })
+    })
 }
 
 /// Whether a whole record starts at `at`: a payload of one or more bytes inside the file that

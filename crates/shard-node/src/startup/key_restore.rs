@@ -9,7 +9,7 @@
 //! they would have expired ([`crate::engine::idempotency::IdempotencyCache::unknown_until`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use geocount_model::IdempotencyRecord;
@@ -17,6 +17,7 @@ use geocount_model::wire::KeyCopy;
 use tokio::task::JoinSet;
 
 use crate::startup::restore::{CopySource, RestoreRequest};
+use crate::startup::settle::LastPage;
 
 /// The keys a restore found.
 #[derive(Debug, Default)]
@@ -32,7 +33,7 @@ pub struct KeysRestored {
 struct Gathered {
     keys: Mutex<HashMap<String, IdempotencyRecord>>,
     whole: AtomicBool,
-    pages: AtomicU64,
+    last_page: LastPage,
 }
 
 /// Gathers the slot's keys from `request.key_sources` until one hands over a whole copy, or
@@ -43,17 +44,12 @@ pub async fn restore_keys(request: Arc<RestoreRequest>) -> KeysRestored {
     for source in request.key_sources.clone() {
         asks.spawn(keys_from(request.clone(), source, gathered.clone()));
     }
-    let mut pages_seen = 0;
+    let settled = gathered.last_page.settled(request.settle);
+    tokio::pin!(settled);
     while !asks.is_empty() && !gathered.whole.load(Ordering::Acquire) {
         tokio::select! {
             _ = asks.join_next() => {}
-            _ = tokio::time::sleep(request.settle) => {
-                let pages = gathered.pages.load(Ordering::Acquire);
-                if pages == pages_seen {
-                    break;
-                }
-                pages_seen = pages;
-            }
+            () = &mut settled => break,
         }
     }
     asks.abort_all();
@@ -117,7 +113,7 @@ async fn whole_key_copy(
             return Err("restarted while its keys were paged".into());
         }
         complete &= page.complete;
-        gathered.pages.fetch_add(1, Ordering::AcqRel);
+        gathered.last_page.received();
         merge(&gathered.keys, page.keys);
         match page.next {
             Some(next) if next > from => from = next,

@@ -4,9 +4,13 @@
 //!   directory for a restore).
 //! - [`resume`]: rebuilds from them exactly what was acknowledged.
 //! - [`restore`]: rebuilds a lost disk's slot from its datacenter's copies, and
-//!   [`key_restore`] its idempotency keys from the peers'.
+//!   [`key_restore`] its idempotency keys from the peers', each waiting for more pages until
+//!   [`settle`] says none came for `restore_timeout_ms`; [`coverage`] says when copies of
+//!   some partitions each make up the whole slot.
 
+pub(crate) mod coverage;
 pub(crate) mod key_restore;
 pub(crate) mod recovery;
 pub(crate) mod restore;
 pub mod resume;
+pub(crate) mod settle;

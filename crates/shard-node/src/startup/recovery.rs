@@ -4,7 +4,9 @@
 //! says it is a new slot ([`RestoreMode::Empty`]). Before anything else is written there, the
 //! node records durably that its slot must be restored ([`RESTORE_MARKER`]); the marker goes
 //! only once the restored state is durable ([`finish_restore`]), so a node that crashes in the
-//! middle of its restore resumes it rather than come back empty.
+//! middle of its restore resumes it rather than come back empty. An operator may give an
+//! unfinished restore up ([`RestoreMode::Empty`]): the slot then refuses the keys it does not
+//! hold until they would have expired ([`KEYS_UNKNOWN_FILE`]), since it holds none of its own.
 //!
 //! Recovery reads records and hands them on as they are: the tables they go into are built by
 //! [`crate::startup::resume`].
@@ -67,11 +69,13 @@ pub const INCARNATION_FILE: &str = "incarnation";
 
 /// Opens the store in `data_dir` on `disk` (creating the directory) and reads it; the log is
 /// left to replay. An empty directory is marked for a restore first unless `mode` says to
-/// start empty.
+/// start empty. An unfinished restore given up by `mode` holds none of the slot's keys: those
+/// recorded within `key_retention_ms` before `now_ms` are unknown.
 pub fn recover(
     disk: Arc<dyn Disk>,
     data_dir: &Path,
     now_ms: u64,
+    key_retention_ms: u64,
     mode: RestoreMode,
 ) -> Result<Recovered, StorageError> {
     create_dir_durably(&*disk, data_dir)
@@ -91,7 +95,12 @@ pub fn recover(
             restore_pending = true;
         }
         RestoreMode::Empty if restore_pending => {
-            tracing::warn!(dir = %data_dir.display(), "--restore empty: giving up the unfinished restore; the slot keeps only what was restored so far");
+            tracing::warn!(dir = %data_dir.display(), "--restore empty: giving up the unfinished restore; the slot keeps only what was restored so far, and refuses idempotency keys it does not hold until they would have expired");
+            let until = keys_unknown_until(&*disk, data_dir)?
+                .unwrap_or(0)
+                .max(now_ms.saturating_add(key_retention_ms));
+            // Before the marker goes: a crash in between gives up the restore again.
+            record_unknown_keys(&*disk, data_dir, until)?;
             finish_restore(&*disk, data_dir)?;
             restore_pending = false;
         }

@@ -7,9 +7,9 @@
 //! aggregator that restarted and has not heard the slot since holds only part of it. The
 //! restore waits, retrying, until at least one source has handed over a complete copy from a
 //! single process (or, from aggregators holding only some partitions, complete copies that
-//! together cover every partition), then keeps waiting for the others as long as they hand over a page at least
-//! every `restore_timeout_ms`, and keeps the highest version of every counter over everything
-//! it received.
+//! together cover every partition: [`super::coverage`]), then keeps waiting for the others as
+//! long as they hand over a page at least every `restore_timeout_ms` ([`super::settle`]), and
+//! keeps the highest version of every counter over everything it received.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,6 +22,9 @@ use geocount_model::{Clock, CounterId, Partitions, SlotRecord, max_slot_version}
 use geocount_net::HttpClient;
 use serde::Serialize;
 use tokio::task::JoinSet;
+
+use crate::startup::coverage::Coverage;
+use crate::startup::settle::LastPage;
 
 /// How long to wait before asking again for a page that failed.
 const PAGE_RETRY: Duration = Duration::from_millis(200);
@@ -43,6 +46,7 @@ pub struct CopySource {
 pub struct RestoreProgress {
     restoring: AtomicBool,
     report: Mutex<RestoreReport>,
+    last_page: LastPage,
 }
 
 /// What `/healthz` shows of a restore.
@@ -94,6 +98,7 @@ impl RestoreProgress {
         Self {
             restoring: AtomicBool::new(pending),
             report: Mutex::new(report),
+            last_page: LastPage::default(),
         }
     }
 
@@ -140,17 +145,12 @@ impl RestoreProgress {
         self.restoring.store(false, Ordering::Release);
     }
 
-    /// Pages received so far, over every source.
-    fn pages(&self) -> u64 {
-        let report = self.report.lock().expect("restore report lock");
-        report.sources.iter().map(|s| s.pages).sum()
-    }
-
     fn source_state(&self, index: usize, state: String) {
         self.update(|report| report.sources[index].state = state);
     }
 
     fn page(&self, index: usize, counters: u64) {
+        self.last_page.received();
         self.update(|report| {
             report.counters_received += counters;
             let source = &mut report.sources[index];
@@ -175,7 +175,8 @@ pub struct RestoreRequest {
     /// Its client (each page bounded by the client's timeout).
     pub client: HttpClient,
     /// Once one source handed over a complete copy, how long the others may go without
-    /// handing over a page before the restore stops waiting for them.
+    /// handing over a page before the restore stops waiting for them
+    /// ([`crate::startup::settle`]).
     pub settle: Duration,
     /// How far ahead of this node's clock a restored version may be.
     pub max_clock_skew_ms: u64,
@@ -205,16 +206,13 @@ pub async fn restore_slot(
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.tick().await;
     // The partitions of which complete copies arrived from sources holding only some.
-    let mut covered: Vec<u32> = Vec::new();
+    let mut coverage = Coverage::default();
     loop {
         tokio::select! {
             done = asks.join_next() => match done {
                 Some(Ok(None)) => break,
                 Some(Ok(Some(partitions))) => {
-                    covered.extend(&partitions.held);
-                    covered.sort_unstable();
-                    covered.dedup();
-                    if covered.len() as u64 >= u64::from(partitions.count) {
+                    if coverage.add(&partitions) {
                         break;
                     }
                 }
@@ -231,17 +229,12 @@ pub async fn restore_slot(
     }
     // The others may hold later writes: wait for every source still handing over pages.
     progress.phase("gathering copies");
-    let mut pages_seen = progress.pages();
+    let settled = progress.last_page.settled(request.settle);
+    tokio::pin!(settled);
     while !asks.is_empty() {
         tokio::select! {
             _ = asks.join_next() => {}
-            _ = tokio::time::sleep(request.settle) => {
-                let pages = progress.pages();
-                if pages == pages_seen {
-                    break;
-                }
-                pages_seen = pages;
-            }
+            () = &mut settled => break,
             _ = report.tick() => {
                 tracing::info!(slot = %request.slot, progress = %progress.summary(), "restoring: gathering the other sources' copies");
             }

@@ -41,7 +41,8 @@ pub fn recover(
     now_ms: u64,
     mode: RestoreMode,
 ) -> Result<Resumed, StorageError> {
-    let recovered = recovery::recover(disk, data_dir, now_ms, mode)?;
+    let retention_ms = settings.idempotency_retention_secs * 1000;
+    let recovered = recovery::recover(disk, data_dir, now_ms, retention_ms, mode)?;
     resume(recovered, settings, now_ms)
 }
 

@@ -106,14 +106,50 @@ fn torn_tail_is_cut_off_and_the_log_stays_usable() {
     }
 }
 
+/// The last record, all of it there, was written whole and maybe acknowledged: a bit flipped
+/// anywhere in it (its length, its checksum, its payload) is corruption, not a torn tail.
 #[test]
-fn flipped_bit_in_the_newest_segment_is_a_torn_tail() {
-    let dir = tempfile::tempdir().unwrap();
-    let wal = a_then_b(dir.path());
-    let written = wal.len() as usize;
-    drop(wal);
-    change_segment_1(dir.path(), |bytes| bytes[written - 1] ^= 0x40);
-    assert_eq!(replay_all(dir.path()).unwrap(), vec![record("a", 1, 1)]);
+fn a_flipped_bit_in_the_last_record_is_corruption() {
+    for reserved in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let starts = five_records(dir.path(), reserved);
+        let last = starts[4];
+        let end = fs::read(segment_path(dir.path(), 1)).unwrap()[last..]
+            .iter()
+            .rposition(|&b| b != 0)
+            .unwrap()
+            + last
+            + 1;
+        for (at, bit) in [
+            (last, 0),
+            (last + 5, 3),
+            (last + HEADER_BYTES, 0),
+            (last + HEADER_BYTES + 4, 6),
+            (end - 1, 1),
+            (end, 6),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            five_records(dir.path(), reserved);
+            if !reserved && at >= fs::metadata(segment_path(dir.path(), 1)).unwrap().len() as usize
+            {
+                continue;
+            }
+            assert_refused(dir.path(), last, |bytes| bytes[at] ^= 1 << bit);
+        }
+    }
+}
+
+/// A length damaged longer reads as a record running on into the reserved space, or past the
+/// end of the file: it still reads whole with the length it had.
+#[test]
+fn a_flipped_bit_lengthening_the_last_record_is_corruption() {
+    for (reserved, bit) in [(true, 9), (true, 20), (false, 9), (false, 20)] {
+        let dir = tempfile::tempdir().unwrap();
+        let starts = five_records(dir.path(), reserved);
+        assert_refused(dir.path(), starts[4], |bytes| {
+            bytes[starts[4] + bit / 8] ^= 1 << (bit % 8);
+        });
+    }
 }
 
 #[test]
@@ -180,24 +216,46 @@ fn segments_reserve_as_they_grow_and_close_at_their_last_record() {
     assert_eq!(records.len(), appended + 1);
 }
 
-/// A record torn inside the reserved space (its first bytes written, the rest still zeros)
-/// is cut off with the space after it.
+/// Records of `counters` counters each: one spans several sectors.
+fn wide_record(counters: i64, version: u64) -> LogRecord {
+    LogRecord {
+        slots: (0..counters)
+            .map(|n| {
+                let id = CounterId::new(format!("wide-{n}")).unwrap();
+                (id, geocount_model::SlotState { value: n, version }.into())
+            })
+            .collect(),
+        ..LogRecord::default()
+    }
+}
+
+/// A record torn inside the reserved space (its first sectors written, the rest still zeros)
+/// is cut off with the space after it, wherever the sectors it lost start.
 #[test]
 fn a_record_torn_inside_the_reserved_space_is_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let mut wal = create(dir.path(), 1);
     wal.append(&record("a", 1, 1)).unwrap();
     wal.sync().unwrap();
-    let first = wal.len();
-    wal.append(&record("b", 2, 2)).unwrap();
+    let first = wal.len() as usize;
+    wal.append(&wide_record(100, 2)).unwrap();
     wal.sync().unwrap();
+    let end = wal.len() as usize;
     drop(wal);
-    // Only the second record's header reached the disk.
-    change_segment_1(dir.path(), |bytes| {
-        bytes[first as usize + HEADER_BYTES..].fill(0)
-    });
-    assert_eq!(replay_all(dir.path()).unwrap(), vec![record("a", 1, 1)]);
-    assert_eq!(file_len(dir.path(), 1), first);
+    let path = segment_path(dir.path(), 1);
+    let whole = fs::read(&path).unwrap();
+    let lost_from = (first + HEADER_BYTES).div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
+    assert!(lost_from + SECTOR_BYTES < end, "the record spans sectors");
+    for lost_from in (lost_from..end).step_by(SECTOR_BYTES) {
+        fs::write(&path, &whole).unwrap();
+        change_segment_1(dir.path(), |bytes| bytes[lost_from..].fill(0));
+        assert_eq!(
+            replay_all(dir.path()).unwrap(),
+            vec![record("a", 1, 1)],
+            "sectors lost from byte {lost_from}"
+        );
+        assert_eq!(file_len(dir.path(), 1), first as u64);
+    }
 }
 
 /// Segment 1 holding five records, synced, and where each starts. With `reserved`, it
