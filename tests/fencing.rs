@@ -1,10 +1,13 @@
 //! Slots are fenced: a node started with a stale topology, listening at the address the
 //! datacenter pulls for another slot, cannot feed its writes into the slot it believes it owns
-//! (with TLS its certificate does not even let it be pulled there).
+//! (with TLS its certificate does not even let it be pulled there); a second process serving a
+//! slot takes no writes; and a process announces no slot but its own.
 
 use std::time::Duration;
 
-use geocount_test_support::{NodeProcess, TestTopology, eventually};
+use geocount_model::wire::{Cursor, Puller, SyncRequest};
+use geocount_test_support::access::WRITER;
+use geocount_test_support::{Method, NodeProcess, TestTopology, eventually};
 
 /// The counters written, all of which slot 0 owns.
 async fn ids_of_slot_0(node: &geocount_test_support::Api, want: usize) -> Vec<String> {
@@ -194,4 +197,53 @@ async fn a_second_node_for_a_served_slot_is_detected_and_takes_no_writes() {
             s == 200 && b["status"] == "ok"
         })
         .await;
+}
+
+/// A process allowed on `/sync` (with `[auth]`: another slot's node, proving its own name)
+/// announces a slot that is not its own: the aggregator refuses the announcement (403 naming
+/// the caller) and nothing changes, so the slot's real node keeps taking writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announcement_of_another_slot_is_refused_and_changes_nothing() {
+    let topology = geocount_test_support::access::topology(&[("USA_0", 2)]);
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let owner = topology.start_shard("USA_0", 0).await;
+    let _other = topology.start_shard("USA_0", 1).await;
+
+    // Slot 1's process, with its own key (and certificate), announces slot 0 as an older
+    // incarnation, a few times over several of the aggregator's pulls of slot 0.
+    let posing = topology.api_as(aggregator.addr, "DC_USA_0_VAL_1");
+    let request = SyncRequest {
+        descriptions: Some(Cursor::Start),
+        puller: Some(Puller {
+            slot: "DC_USA_0_VAL_0".to_owned(),
+            incarnation: 1,
+        }),
+        ..SyncRequest::default()
+    };
+    let body = postcard::to_allocvec(&request).unwrap();
+    for _ in 0..10 {
+        let answer = posing
+            .send(Method::POST, "/sync", &[], body.clone())
+            .await
+            .unwrap();
+        let refusal = answer.json();
+        assert_eq!(answer.status, 403, "{refusal}");
+        assert_eq!(refusal["process"], "DC_USA_0_VAL_1", "{refusal}");
+        assert!(
+            refusal["error"]
+                .as_str()
+                .unwrap()
+                .contains("DC_USA_0_VAL_0"),
+            "{refusal}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let (_, health) = aggregator.api().get_json("/healthz").await;
+    assert_eq!(health["status"], "ok", "{health}");
+    let (_, owner_health) = owner.api().get_json("/healthz").await;
+    assert_eq!(owner_health["status"], "ok", "{owner_health}");
+    let writer = owner.api().with_token(WRITER);
+    let (status, body) = writer.add("announced", 1).await.unwrap();
+    assert_eq!(status, 200, "{body}");
 }

@@ -102,7 +102,11 @@ pub(crate) mod tests {
     use super::*;
 
     /// A datacenter's reading, for the tests of the global read too.
-    pub(crate) fn reading(value: i128, staleness_ms: Option<u64>, heard: bool) -> DatacenterReading {
+    pub(crate) fn reading(
+        value: i128,
+        staleness_ms: Option<u64>,
+        heard: bool,
+    ) -> DatacenterReading {
         DatacenterReading {
             value,
             staleness_ms,
