@@ -217,6 +217,7 @@ async fn an_announcement_of_another_slot_is_refused_and_changes_nothing() {
         puller: Some(Puller {
             slot: "DC_USA_0_VAL_0".to_owned(),
             incarnation: 1,
+            nonce: 1,
         }),
         ..SyncRequest::default()
     };
@@ -246,4 +247,64 @@ async fn an_announcement_of_another_slot_is_refused_and_changes_nothing() {
     let writer = owner.api().with_token(WRITER);
     let (status, body) = writer.add("announced", 1).await.unwrap();
     assert_eq!(status, 200, "{body}");
+}
+
+/// Copies directory `from` to `to`, with everything under it.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A copy of a node's data directory started elsewhere beside the node: both carry the same
+/// incarnation, yet the aggregator tells the two processes apart, and the copy (not at the
+/// slot's address) takes no writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_data_directory_is_detected_and_the_copy_takes_no_writes() {
+    let (topology, processes) = start_slot_0().await;
+    let [_global, aggregator, _owner0] = processes;
+    let mut owner = topology.start_shard("USA_0", 1).await;
+    assert_eq!(owner.api().add("copied", 1).await.unwrap().0, 200);
+    // The operator copies the stopped node's data directory, starts the node again, and a
+    // second process from the copy with a topology giving the slot another address.
+    assert!(owner.terminate().success(), "{}", owner.log_tail());
+    copy_dir(
+        &topology.shard_data_dir("USA_0", 1),
+        &topology.dir().join("copy-data"),
+    );
+    owner.restart().await;
+    let served = topology.shard_addr("USA_0", 1);
+    let elsewhere = geocount_test_support::ports::free_addr();
+    let copy = start_misconfigured(&topology, "copy", &served, &elsewhere, 1, elsewhere).await;
+    let (_, owner_health) = owner.api().get_json("/healthz").await;
+    let (_, copy_health) = copy.api().get_json("/healthz").await;
+    assert_eq!(copy_health["incarnation"], owner_health["incarnation"]);
+
+    let health = copy
+        .api()
+        .read_until(Duration::from_secs(10), "/healthz", |s, b| {
+            s == 503 && b["status"] == "slot served twice"
+        })
+        .await;
+    assert!(
+        health["conflict"]
+            .as_str()
+            .unwrap()
+            .contains("DC_USA_0_VAL_1"),
+        "{health}"
+    );
+    let (status, body) = copy.api().add("copied", 1).await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    let (_, agg_health) = aggregator.api().get_json("/healthz").await;
+    assert_eq!(agg_health["status"], "slot served twice", "{agg_health}");
+    let (_, owner_health) = owner.api().get_json("/healthz").await;
+    assert_eq!(owner_health["status"], "ok", "{owner_health}");
+    assert_eq!(owner.api().add("copied", 1).await.unwrap().0, 200);
 }

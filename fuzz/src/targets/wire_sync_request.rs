@@ -82,6 +82,7 @@ pub fn run(data: &[u8]) -> bool {
         let other = Puller {
             slot: puller.slot.clone(),
             incarnation: puller.incarnation.wrapping_add(1),
+            nonce: puller.nonce,
         };
         let second = SyncRequest {
             puller: Some(other),

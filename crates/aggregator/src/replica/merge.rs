@@ -7,7 +7,7 @@ use std::sync::RwLock;
 
 use geocount_model::max_slot_version;
 use geocount_model::wire::SyncPage;
-use geocount_sync::{PageFence, PageMerge, SyncError};
+use geocount_sync::{PageFence, PageMerge, SlotProcess, SyncError};
 
 use super::Replica;
 use super::source::SourceKind;
@@ -88,7 +88,11 @@ impl Replica {
         if expected.kind == SourceKind::Shard
             && let Some(index) = self.copies.slot_index(&page.source)
         {
-            self.incarnations[index as usize].heard(page.incarnation, now_ms);
+            let process = SlotProcess {
+                incarnation: page.incarnation,
+                nonce: page.nonce,
+            };
+            self.incarnations[index as usize].heard(process, now_ms);
         }
         Ok(fence)
     }

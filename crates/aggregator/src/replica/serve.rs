@@ -30,7 +30,7 @@ pub async fn serve_sync(
             own_slot(proven.as_ref(), puller)?;
         }
         // A shard node announcing itself is noted (briefly under the write lock), and told if
-        // it is the newer of two processes serving its slot.
+        // it is the one of two processes serving its slot that must take no writes.
         let conflict = asked.puller.as_ref().and_then(|_| {
             replica
                 .write()
@@ -77,6 +77,7 @@ mod tests {
         let puller = Puller {
             slot: "DC_A_VAL_0".into(),
             incarnation: 7,
+            nonce: 3,
         };
         let proven = |name: &str| ProvenProcess(name.into());
         assert!(own_slot(Some(&proven("DC_A_VAL_0")), &puller).is_ok());

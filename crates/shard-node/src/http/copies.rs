@@ -30,6 +30,7 @@ pub async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Respo
             freshness: Vec::new(),
             load: state.load.load(std::sync::atomic::Ordering::Relaxed),
             incarnation: state.incarnation,
+            nonce: state.nonce,
             conflict: None,
             keys: asked.keys.map(|cursor| {
                 state.keys.read().expect("idempotency lock").page(
