@@ -143,7 +143,8 @@ async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
 
 /// A second node started for a slot another node already serves (its topology gives it another
 /// address): the datacenter aggregator hears both at once, says so in `/healthz` and its
-/// metrics, and the newer one takes no writes until the operator stops one of them.
+/// metrics, and the one not at the slot's address takes no writes until the operator stops
+/// one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_node_for_a_served_slot_is_detected_and_takes_no_writes() {
     let (topology, processes) = start_slot_0().await;
@@ -247,6 +248,57 @@ async fn an_announcement_of_another_slot_is_refused_and_changes_nothing() {
     let writer = owner.api().with_token(WRITER);
     let (status, body) = writer.add("announced", 1).await.unwrap();
     assert_eq!(status, 200, "{body}");
+}
+
+/// Waits until one of `nodes` says in `/healthz` that it serves its slot beside another
+/// process.
+async fn until_one_is_told(nodes: [&NodeProcess; 2]) {
+    eventually(
+        Duration::from_secs(10),
+        "one of the two takes no writes",
+        || async {
+            for node in nodes {
+                let (_, health) = node.api().get_json("/healthz").await;
+                if health["status"] == "slot served twice" {
+                    return Some(());
+                }
+            }
+            None
+        },
+    )
+    .await;
+}
+
+/// A slot moved to a new address while its old process kept running at the old one: of the
+/// two, the one not at the slot's configured address refuses writes, though it is the older,
+/// and the node at the address keeps taking them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_processes_of_a_slot_the_one_not_at_its_address_takes_no_writes() {
+    let (topology, processes) = start_slot_0().await;
+    let [_global, aggregator, _owner0] = processes;
+    // The old process of slot 1, still at its old address (its topology says so).
+    let served = topology.shard_addr("USA_0", 1);
+    let old_address = geocount_test_support::ports::free_addr();
+    let old = start_misconfigured(&topology, "old", &served, &old_address, 1, old_address).await;
+    assert_eq!(old.api().add("moved", 1).await.unwrap().0, 200);
+    // The slot's process at its configured address, started later.
+    let new = topology.start_shard("USA_0", 1).await;
+
+    aggregator
+        .api()
+        .read_until(Duration::from_secs(10), "/healthz", |_, b| {
+            b["status"] == "slot served twice"
+        })
+        .await;
+    until_one_is_told([&old, &new]).await;
+    let (_, old_health) = old.api().get_json("/healthz").await;
+    assert_eq!(old_health["status"], "slot served twice", "{old_health}");
+    let (_, new_health) = new.api().get_json("/healthz").await;
+    assert_eq!(new_health["status"], "ok", "{new_health}");
+    let (status, body) = new.api().add("moved", 1).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = old.api().add("moved", 1).await.unwrap();
+    assert_eq!(status, 503, "{body}");
 }
 
 /// Copies directory `from` to `to`, with everything under it.

@@ -8,8 +8,9 @@
 //! The aggregator pulls each slot at the address its topology gives, so it hears the process
 //! that serves there. When a node announces another process for a slot than the one the
 //! aggregator then hears at the slot's address, both are alive at once: a second node started
-//! for the slot (a stale topology, a copied data directory). A node that replaced a lost disk,
-//! or restarted, does not look like this: after it starts, the address answers only it.
+//! for the slot (a stale topology, a moved slot, a copied data directory), and the one away
+//! from the slot's address refuses writes, since no tier pulls it. A node that replaced a lost
+//! disk, or restarted, does not look like this: after it starts, the address answers only it.
 
 /// Events older than this are forgotten: a conflict lasts until one of the two processes has
 /// been silent this long.
@@ -75,14 +76,11 @@ pub struct Conflict {
 }
 
 impl Conflict {
-    /// The one that must refuse writes: the newer of the two, and of two from one data
-    /// directory the one elsewhere.
+    /// The one that must refuse writes: the one away from the slot's address, whatever the
+    /// ages of the two. Only what the address answers is pulled, so writes taken elsewhere
+    /// would count nowhere.
     pub fn refusing(&self) -> SlotProcess {
-        if self.elsewhere.incarnation >= self.at_address.incarnation {
-            self.elsewhere
-        } else {
-            self.at_address
-        }
+        self.elsewhere
     }
 
     /// What the operator reads.
@@ -93,10 +91,8 @@ impl Conflict {
             ""
         };
         format!(
-            "slot {slot} is served by two processes at once{copied}: {} at its address, and {} elsewhere; {} takes no writes until an operator stops one of them",
-            self.at_address,
-            self.elsewhere,
-            self.refusing()
+            "slot {slot} is served by two processes at once{copied}: {} at its address, and {} elsewhere; the one elsewhere takes no writes until an operator stops one of them",
+            self.at_address, self.elsewhere
         )
     }
 }
@@ -201,6 +197,20 @@ mod tests {
         assert!(slot.conflict(200 + CONFLICT_WINDOW_MS).is_some());
         slot.heard(owner, 201 + CONFLICT_WINDOW_MS + 1);
         assert_eq!(slot.conflict(201 + CONFLICT_WINDOW_MS + 1), None);
+    }
+
+    #[test]
+    fn the_one_away_from_the_address_refuses_however_old() {
+        let old = started(new_incarnation(1, 7), 3);
+        let new = started(new_incarnation(2, 9), 4);
+        let mut slot = SlotIncarnations::default();
+        // The slot moved: its new process answers at its address, the old one runs on.
+        slot.announced(old, 100);
+        slot.heard(new, 150);
+        slot.announced(old, 200);
+        slot.heard(new, 250);
+        let conflict = slot.conflict(260).expect("both alive at once");
+        assert_eq!((conflict.at_address, conflict.refusing()), (new, old));
     }
 
     #[test]
