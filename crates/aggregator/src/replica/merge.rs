@@ -1,7 +1,9 @@
 //! The one path a pulled page takes into a [`Replica`] ([`merge_pulled`]): its name checked
 //! against its source's, its entries fenced to the slots that source may deliver and to
 //! versions the clock allows, merged a run at a time (each change marked for the top-K index),
-//! its descriptions taken, and its source's cursors and freshness moved on.
+//! its descriptions taken, and its source's cursors and freshness moved on. Entries refused
+//! ahead of the clock hold the source's slot cursor and freshness
+//! ([`geocount_sync::SourceStatus::refused_ahead_of_clock`]).
 
 use std::sync::RwLock;
 
@@ -132,7 +134,10 @@ impl Replica {
                 "refused pulled entries: of a slot this source does not serve, or versioned beyond the clock"
             );
         }
-        if !slots.caught_up {
+        // Entries ahead of the clock are pulled again until taken; until then the slots of the
+        // source are not complete, so they grow stale.
+        self.sources[source].refused_ahead_of_clock(merge.refused_version);
+        if !slots.caught_up || self.sources[source].holds_refused() {
             return;
         }
         match self.fences[source].kind {

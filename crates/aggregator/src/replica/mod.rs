@@ -121,6 +121,15 @@ pub struct SourceHealth {
     /// sums over it are incomplete.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub incomplete: bool,
+    /// Entries of the source the clock fence refused, versioned further ahead of this
+    /// process's clock than `sync.max_clock_skew_ms`: pulled again until taken, and the copy
+    /// grows stale meanwhile (0: none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_ahead: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One counter as a [`Replica`] holds it, found once for a read: its slots' copies and its
@@ -285,6 +294,7 @@ impl Replica {
             staleness_ms: status.staleness_ms(now_ms),
             last_error: status.last_error.clone(),
             incomplete: status.is_incomplete(),
+            refused_ahead: status.refused_ahead(),
         }
     }
 }
