@@ -318,6 +318,7 @@ pub mod seeds {
                 puller: Some(Puller {
                     slot: "DC_A_VAL_0".into(),
                     incarnation: 7,
+                    nonce: 3,
                 }),
                 keys: Some(Cursor::Seq { epoch: 2, seq: 1 }),
                 ..SyncRequest::default()
@@ -375,6 +376,7 @@ pub mod seeds {
             freshness: Vec::new(),
             load: 12,
             incarnation: 5,
+            nonce: 6,
             conflict: None,
             keys: Some(KeyPage {
                 keys: vec![(

@@ -15,7 +15,9 @@ pub fn datacenter(max_window_seconds: u32) -> ApiDoc {
     .aggregator_read(false, max_window_seconds)
     .rankings(false)
     .replication(true)
-    .health_and_metrics("health, with each shard's staleness and whether it is over its byte bound")
+    .health_and_metrics(
+        "health, with each shard's staleness, byte bound and entries refused ahead of the clock",
+    )
 }
 
 /// The document of the global tier's HTTP API; no window is longer than `max_window_seconds`.
@@ -39,7 +41,7 @@ pub fn global(max_window_seconds: u32) -> ApiDoc {
     )
     .replication(true)
     .health_and_metrics(
-        "health, with each datacenter's staleness and whether it is over its byte bound",
+        "health, with each datacenter's staleness, byte bound and entries refused ahead of the clock",
     )
 }
 

@@ -66,6 +66,12 @@ pub enum TierRefusal {
         /// Whom the route accepts.
         allowed: String,
     },
+    /// A proven shard node announcing a slot in its pull that is not its own.
+    #[error("it announced slot {slot:?}, and a node may announce only its own slot")]
+    NotItsSlot {
+        /// The slot announced.
+        slot: String,
+    },
 }
 
 /// Why a request was refused before its route ran.
@@ -247,6 +253,24 @@ impl Access {
                 None => Ok(None),
                 Some(tiers) => tiers.check(allowed, caller).map(|()| None),
             },
+        }
+    }
+
+    /// The process `caller` proved to be, once [`check`](Self::check) let it through a route
+    /// that needs `need`: the name its client certificate gives (verified against the cluster
+    /// CA when the connection was accepted) or, without one, the name its process key proved.
+    /// `None` for any other route, or when nothing proves a name (no `[tls]`, no cluster
+    /// secret).
+    pub fn proven_process<'a>(&self, need: &Need, caller: Caller<'a>) -> Option<&'a str> {
+        if !matches!(need, Need::Tier(_)) {
+            return None;
+        }
+        match &self.tiers {
+            Some(tiers) if !tiers.certificates => caller
+                .headers
+                .get(PROCESS_HEADER)
+                .and_then(|name| name.to_str().ok()),
+            _ => caller.certified,
         }
     }
 
@@ -545,6 +569,32 @@ mod tests {
                 Some("DC_B_VAL_0".into())
             )
         );
+    }
+
+    #[test]
+    fn the_proven_process_is_the_one_the_check_let_through() {
+        let tier = Need::Tier(vec![Allow::ShardsOf("A".into())]);
+        let headers = process_headers("DC_A_VAL_1");
+        let keyed = access();
+        assert_eq!(keyed.check(&tier, caller(&headers, None)), Ok(None));
+        let proven = |access: &Access, need, certified| {
+            access
+                .proven_process(need, caller(&headers, certified))
+                .map(str::to_owned)
+        };
+        assert_eq!(proven(&keyed, &tier, None).as_deref(), Some("DC_A_VAL_1"));
+        // Only a route between tiers checks the name.
+        let read = Need::Right(Right::Read);
+        assert_eq!(proven(&keyed, &read, None), None);
+        // With certificates, the certificate's name.
+        let certified = access_of("aggregator_A", true);
+        let name = proven(&certified, &tier, Some("DC_A_VAL_1"));
+        assert_eq!(name.as_deref(), Some("DC_A_VAL_1"));
+        // Without a cluster secret, only a certificate proves a name.
+        let open = Access::default();
+        assert_eq!(proven(&open, &tier, None), None);
+        let name = proven(&open, &tier, Some("DC_A_VAL_0"));
+        assert_eq!(name.as_deref(), Some("DC_A_VAL_0"));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   ([`Access`]).
 //! - [`routing`]: matching a path and method to a route ([`routing::Endpoint`]: the methods it
 //!   takes; any other is refused 405 with `Allow`) with its decoded parameters, checking its
-//!   access and answering the result ([`routing::answer`]), the refusals any route can give
+//!   access (noting the process a call between tiers proved, [`routing::ProvenProcess`]) and
+//!   answering the result ([`routing::answer`]), the refusals any route can give
 //!   ([`RequestError`]), `GET /metrics`, rolling-window queries ([`WindowQuery`]) and JSON
 //!   objects whose keys keep their order ([`Named`]).
 //! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).

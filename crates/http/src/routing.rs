@@ -1,7 +1,8 @@
 //! The HTTP pieces every tier's API shares: matching a path to a route with its decoded
-//! parameters, checking its access, and answering the result ([`answer`]), the refusals any
-//! route can give ([`RequestError`]), `GET /metrics`, and JSON objects whose keys keep their
-//! order ([`Named`]).
+//! parameters, checking its access (the process a call between tiers proved goes into the
+//! request's extensions, [`ProvenProcess`]), and answering the result ([`answer`]), the
+//! refusals any route can give ([`RequestError`]), `GET /metrics`, and JSON objects whose keys
+//! keep their order ([`Named`]).
 
 use std::future::Future;
 
@@ -185,6 +186,7 @@ where
                 method: request.method(),
                 path: request.uri().path(),
             };
+            let proven = access.proven_process(&need, caller).map(str::to_owned);
             match access.check(&need, caller) {
                 Ok(Some(token)) => {
                     let name = TokenName(token.to_owned());
@@ -195,6 +197,9 @@ where
                     log_refusal(&refusal, &request);
                     return refusal.to_response();
                 }
+            }
+            if let Some(process) = proven {
+                request.extensions_mut().insert(ProvenProcess(process));
             }
             dispatch(routed, request).await
         }
@@ -214,6 +219,12 @@ where
 /// when no token was needed or none is configured): a shard node scopes idempotency keys by it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenName(pub String);
+
+/// The tier process a request between tiers proved to be, in its extensions (absent when
+/// nothing proves a name: no `[tls]` and no cluster secret): an aggregator lets a shard node
+/// announce only its own slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvenProcess(pub String);
 
 /// Logs a refused request: a refused call between tiers as a warning naming the caller's
 /// process and address (a misconfigured tier, or someone probing), a client's refusal at debug

@@ -221,6 +221,9 @@ pub struct Puller {
     pub slot: String,
     /// Its data directory's incarnation.
     pub incarnation: u64,
+    /// Drawn at random when the process started: two processes started from one data
+    /// directory (a copy) carry one incarnation but differ here.
+    pub nonce: u64,
 }
 
 /// One slot state of one counter.
@@ -290,8 +293,11 @@ pub struct SyncPage {
     /// on a new disk, or a second node started for the same slot, tells itself apart (0 from an
     /// aggregator).
     pub incarnation: u64,
+    /// A shard node's start nonce, drawn at random when the process started, beside its
+    /// incarnation (0 from an aggregator).
+    pub nonce: u64,
     /// To a shard node that announced itself: another process served its slot at the same
-    /// time and this one is the newer, so it must take no writes until an operator stops one.
+    /// time and this one must take no writes until an operator stops one.
     pub conflict: Option<String>,
     /// The idempotency keys asked for.
     pub keys: Option<KeyPage>,

@@ -146,8 +146,8 @@ pub enum ShardError {
     /// The node is starting, shutting down, or stopped taking writes after a storage failure.
     #[error("unavailable: {0}")]
     Unavailable(String),
-    /// Another process serves this node's slot at the same time and this one is the newer:
-    /// it takes no writes until an operator stops one of them.
+    /// Another process serves this node's slot at the same time, at the slot's configured
+    /// address while this one is not: it takes no writes until an operator stops one of them.
     #[error("unavailable: {0}")]
     SlotServedTwice(String),
     /// The slot was restored without a whole copy of its idempotency keys: a new key may be the

@@ -13,7 +13,7 @@ pub struct NodeHealth {
 
 impl NodeHealth {
     /// Why this node takes no writes: its aggregator saw another process serve its slot at
-    /// the same time, and this one is the newer.
+    /// the same time, at the slot's address while this one is not.
     pub fn conflict(&self) -> Option<String> {
         self.conflict.lock().expect("health lock").clone()
     }

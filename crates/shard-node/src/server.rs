@@ -53,13 +53,20 @@ pub async fn run<L: Listener>(
     let resumed = recover(&config, &storage, clock.now_unix_ms()).await?;
     let restore_pending = resumed.restore_pending;
     let incarnation = resumed.incarnation;
+    // This start's own: a copy of the data directory started beside it draws another.
+    let nonce = rand::random::<u64>().max(1);
     let access = Access::new(&config.auth, &config.slot.to_string(), config.certificates);
     let client = access.cluster_client(HttpClient::with_connector(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
     let engine = start_engine(&config, &storage, clock.clone(), resumed);
-    let pulls = start_pulls(&config, &engine, incarnation, &client);
+    let me = Puller {
+        slot: config.slot.to_string(),
+        incarnation,
+        nonce,
+    };
+    let pulls = start_pulls(&config, &engine, me, &client);
     let copy_sources = copy_sources(&config);
     let restore = Arc::new(RestoreProgress::new(restore_pending, &copy_sources));
     let state = Arc::new(node_state(
@@ -69,7 +76,7 @@ pub async fn run<L: Listener>(
         client.clone(),
         access,
         restore.clone(),
-        incarnation,
+        (incarnation, nonce),
     ));
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, slot = %state.slot_name, incarnation = format!("{incarnation:016x}"), "serving");
@@ -217,14 +224,9 @@ struct Pulls {
 }
 
 /// Pulls each peer's slot and descriptions, and descriptions from the aggregator. The
-/// aggregator learns which incarnation pulls for this slot, and tells this node if another
-/// process serves the slot at the same time.
-fn start_pulls(
-    config: &NodeConfig,
-    engine: &Engine,
-    incarnation: u64,
-    client: &HttpClient,
-) -> Pulls {
+/// aggregator learns which process (`me`: incarnation and start nonce) pulls for this slot,
+/// and tells this node if another process serves the slot at the same time.
+fn start_pulls(config: &NodeConfig, engine: &Engine, me: Puller, client: &HttpClient) -> Pulls {
     let slot_names = config.slot_names();
     let replicas = Arc::new(RwLock::new(SlotCopies::new(slot_names.clone())));
     let clock = &engine.clock;
@@ -258,11 +260,7 @@ fn start_pulls(
         peers.push((index as u32, sink.clone()));
         sources.push(sink);
     }
-    // Every aggregator replica of the datacenter learns which incarnation pulls for this slot.
-    let me = Puller {
-        slot: config.slot.to_string(),
-        incarnation,
-    };
+    // Every aggregator replica of the datacenter learns which process pulls for this slot.
     for (n, address) in config.datacenter.aggregators().iter().enumerate() {
         let aggregator = Arc::new(
             PeerSink::new(
@@ -308,7 +306,7 @@ fn node_state(
     client: HttpClient,
     access: Access,
     restore: Arc<RestoreProgress>,
-    incarnation: u64,
+    (incarnation, nonce): (u64, u64),
 ) -> NodeState {
     let settings = &config.settings;
     let router = WriteRouter::new(RouterSetup {
@@ -341,6 +339,7 @@ fn node_state(
         access,
         restore,
         incarnation,
+        nonce,
         keys: engine.keys.clone(),
     }
 }

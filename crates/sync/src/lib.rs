@@ -12,7 +12,8 @@
 //!   peers hold them.
 //! - [`descriptions`]: versioned counter descriptions ([`DescriptionTable`]).
 //! - [`serve`]: answering `POST /sync` and `GET /slots/{slot}/copy` ([`answer_sync`]).
-//! - [`incarnations`]: telling when two processes serve one slot at once ([`SlotIncarnations`]).
+//! - [`incarnations`]: telling when two processes serve one slot at once ([`SlotIncarnations`]),
+//!   each known by its incarnation and start nonce ([`SlotProcess`]).
 //! - [`error`]: why a pull failed or a pulled page was refused ([`SyncError`]).
 //! - [`puller`]: the pull loop ([`spawn_puller`]) and the freshness of a source
 //!   ([`SourceStatus`]).
@@ -33,7 +34,9 @@ pub mod slot_copies;
 pub use byte_bound::ByteBound;
 pub use descriptions::DescriptionTable;
 pub use error::SyncError;
-pub use incarnations::{Conflict, SlotIncarnations, incarnation_made_at_ms, new_incarnation};
+pub use incarnations::{
+    Conflict, SlotIncarnations, SlotProcess, incarnation_made_at_ms, new_incarnation,
+};
 pub use journal::{ChangeJournal, Journaled, copy_range, page, page_where};
 pub use puller::{PullSink, SourceStatus, spawn_puller, worst_staleness};
 pub use serve::{

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use geocount_model::Clock;
-use geocount_model::wire::{POSTCARD_CONTENT_TYPE, SyncPage, SyncRequest};
+use geocount_model::wire::{Cursor, POSTCARD_CONTENT_TYPE, SyncPage, SyncRequest};
 use geocount_net::HttpClient;
 use hyper::Method;
 use tokio::task::JoinHandle;
@@ -113,6 +113,14 @@ pub struct SourceStatus {
     /// Whether the source's last page said it holds some of its slots incompletely (it refused
     /// entries past its own byte bound).
     pub source_incomplete: bool,
+    /// Where the slot stream goes back to once this pass reaches the source's newest change:
+    /// the cursor of the first page whose entries the clock fence refused in this pass.
+    held_slots: Option<Cursor>,
+    /// Entries the clock fence refused in this pass.
+    refused_this_pass: u64,
+    /// Entries the clock fence refused in the last pass that reached the source's newest
+    /// change (0: none).
+    refused_last_pass: u64,
 }
 
 impl SourceStatus {
@@ -134,6 +142,33 @@ impl SourceStatus {
         self.next.clone()
     }
 
+    /// Notes that the clock fence refused `entries` of the page about to pass
+    /// ([`advance`](Self::advance)): versioned further ahead of this process's clock than
+    /// `sync.max_clock_skew_ms`. The pass goes on to the source's newest change, then the
+    /// slot stream goes back to this page, so the refused entries are pulled again until the
+    /// clock allows them; meanwhile the copy is not complete, so it grows stale.
+    pub fn refused_ahead_of_clock(&mut self, entries: usize) {
+        if entries == 0 {
+            return;
+        }
+        if self.held_slots.is_none() {
+            self.held_slots = self.next.slots;
+        }
+        self.refused_this_pass += entries as u64;
+    }
+
+    /// Entries the clock fence refused in this pass, or else in the last one that reached
+    /// the source's newest change: they are pulled again until taken (0: none).
+    pub fn refused_ahead(&self) -> u64 {
+        self.refused_this_pass.max(self.refused_last_pass)
+    }
+
+    /// Whether this pass refused entries ahead of the clock: it will not make the copy
+    /// complete.
+    pub fn holds_refused(&self) -> bool {
+        self.held_slots.is_some()
+    }
+
     /// Moves the cursors past `page` (already merged) and updates freshness. The copy is as
     /// fresh as the moment the request was sent, less the source's own staleness.
     pub fn advance(&mut self, page: &SyncPage, sent_at_ms: u64, now_ms: u64) {
@@ -141,6 +176,14 @@ impl SourceStatus {
         if let (Some(cursor), Some(p)) = (&mut self.next.slots, &page.slots) {
             *cursor = p.next;
             caught_up &= p.caught_up;
+            if p.caught_up {
+                // The pass is over: it starts again where entries were refused, if any were.
+                self.refused_last_pass = std::mem::take(&mut self.refused_this_pass);
+                if let Some(held) = self.held_slots.take() {
+                    *cursor = held;
+                    caught_up = false;
+                }
+            }
         }
         if let (Some(cursor), Some(p)) = (&mut self.next.descriptions, &page.descriptions) {
             *cursor = p.next;
@@ -242,5 +285,43 @@ mod tests {
         assert_eq!(status.staleness_ms(2000), Some(110), "complete again");
         status.refused_past_bound = true;
         assert_eq!(status.staleness_ms(2000), None, "refused here");
+    }
+
+    #[test]
+    fn entries_refused_ahead_of_the_clock_hold_the_cursor_and_freshness() {
+        let mut status = SourceStatus::new(true, false);
+        let page = |seq, caught_up| SyncPage {
+            slots: Some(SlotPage {
+                caught_up,
+                next: Cursor::Seq { epoch: 1, seq },
+                ..SlotPage::default()
+            }),
+            ..SyncPage::default()
+        };
+        status.advance(&page(5, true), 1000, 1001);
+        assert_eq!(status.staleness_ms(1100), Some(100));
+        // A pass of two pages, the first with entries refused: it goes on to the newest
+        // change, then back to the first page's cursor, and the copy is not complete.
+        status.refused_ahead_of_clock(2);
+        assert!(status.holds_refused());
+        status.advance(&page(7, false), 1200, 1201);
+        status.advance(&page(9, true), 1200, 1202);
+        assert_eq!(status.next.slots, Some(Cursor::Seq { epoch: 1, seq: 5 }));
+        assert!(!status.holds_refused());
+        assert_eq!(status.refused_ahead(), 2);
+        assert_eq!(
+            status.staleness_ms(1300),
+            Some(300),
+            "as of the last whole pass"
+        );
+        // Pulled again and still refused, then taken.
+        status.refused_ahead_of_clock(2);
+        status.advance(&page(9, true), 1400, 1401);
+        assert_eq!(status.next.slots, Some(Cursor::Seq { epoch: 1, seq: 5 }));
+        assert_eq!(status.staleness_ms(1500), Some(500));
+        status.advance(&page(9, true), 1600, 1601);
+        assert_eq!(status.next.slots, Some(Cursor::Seq { epoch: 1, seq: 9 }));
+        assert_eq!(status.refused_ahead(), 0);
+        assert_eq!(status.staleness_ms(1700), Some(100));
     }
 }

@@ -1,17 +1,22 @@
 //! The server side of replication, shared by every tier's HTTP API: decoding a `POST /sync`
 //! and encoding its page, and the paging of a slot's copy.
 
+use geocount_http::AccessError;
 use geocount_http::routing::RequestError;
 use geocount_model::wire::{KeyCopy, POSTCARD_CONTENT_TYPE, SlotCopy, SyncPage, SyncRequest};
-use geocount_net::{Response, bytes_response, error_response};
+use geocount_net::{HttpError, Response, bytes_response, error_response};
 use hyper::StatusCode;
 
 /// The largest `POST /sync` body read (a request is a few bytes).
 pub const MAX_SYNC_REQUEST_BYTES: usize = 64 * 1024;
 
 /// Answers a `POST /sync` body: decodes the [`SyncRequest`] (400 when malformed), builds the page
-/// with `build`, and encodes it.
-pub fn answer_sync(body: &[u8], build: impl FnOnce(&SyncRequest) -> SyncPage) -> Response {
+/// with `build`, and encodes it; a request `build` refuses (a shard node announcing a slot not
+/// its own) is answered with the refusal.
+pub fn answer_sync(
+    body: &[u8],
+    build: impl FnOnce(&SyncRequest) -> Result<SyncPage, AccessError>,
+) -> Response {
     let request: SyncRequest = match postcard::from_bytes(body) {
         Ok(request) => request,
         Err(e) => {
@@ -21,7 +26,10 @@ pub fn answer_sync(body: &[u8], build: impl FnOnce(&SyncRequest) -> SyncPage) ->
             );
         }
     };
-    postcard_response(&build(&request))
+    match build(&request) {
+        Ok(page) => postcard_response(&page),
+        Err(refusal) => refusal.to_response(),
+    }
 }
 
 /// Answers `GET /slots/{slot}/copy` with a [`SlotCopy`].
@@ -84,7 +92,7 @@ mod tests {
     /// or one whose length prefix claims more than it carries, is a 400, never a panic.
     #[test]
     fn malformed_sync_requests_are_refused() {
-        let build = |_: &SyncRequest| SyncPage::default();
+        let build = |_: &SyncRequest| Ok(SyncPage::default());
         let ok = postcard::to_allocvec(&SyncRequest {
             slots: Some(Cursor::Start),
             descriptions: None,

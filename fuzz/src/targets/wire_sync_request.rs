@@ -69,7 +69,7 @@ fn pull(replica: &Replica, mut request: SyncRequest) {
 pub fn run(data: &[u8]) -> bool {
     let replica = replica();
     let _ = answer_sync(data, |request| {
-        replica.sync_page(request, "A", 2, Vec::new())
+        Ok(replica.sync_page(request, "A", 2, Vec::new()))
     });
     let Ok(request) = postcard::from_bytes::<SyncRequest>(data) else {
         return false;
@@ -82,6 +82,7 @@ pub fn run(data: &[u8]) -> bool {
         let other = Puller {
             slot: puller.slot.clone(),
             incarnation: puller.incarnation.wrapping_add(1),
+            nonce: puller.nonce,
         };
         let second = SyncRequest {
             puller: Some(other),

@@ -179,13 +179,20 @@ fn health(state: &DatacenterState, now_ms: u64) -> Response {
         .map(|(slot, name)| (name.clone(), replica.source_health(slot, now_ms)))
         .collect();
     let held = Held::of(&replica);
+    let refused_ahead = replica.sources.iter().any(|s| s.refused_ahead() > 0);
     state.core.answer(&Health {
-        // The aggregator serves either way; a conflict is the shard nodes' to resolve, and
-        // sums past the byte bound are marked incomplete in every answer.
-        status: match (conflicts.is_empty(), held.over_bound.is_none()) {
-            (false, _) => "slot served twice",
-            (true, false) => "over its byte bound",
-            (true, true) => "ok",
+        // The aggregator serves either way; a conflict is the shard nodes' to resolve, sums
+        // past the byte bound are marked incomplete in every answer, and slots whose entries
+        // the clock fence refused are stale until they are taken.
+        status: match (
+            conflicts.is_empty(),
+            held.over_bound.is_none(),
+            refused_ahead,
+        ) {
+            (false, _, _) => "slot served twice",
+            (true, false, _) => "over its byte bound",
+            (true, true, true) => "degraded",
+            (true, true, false) => "ok",
         },
         datacenter: &state.datacenter,
         held,

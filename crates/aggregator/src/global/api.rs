@@ -195,8 +195,14 @@ fn health(state: &GlobalState, now_ms: u64) -> Response {
     let held = Held::of(&replica);
     // The aggregator serves either way: reads over incomplete copies are stale, not whole.
     let incomplete = held.over_bound.is_some() || replica.sources.iter().any(|s| s.is_incomplete());
+    // Entries the clock fence refused leave their datacenters stale until they are taken.
+    let refused_ahead = replica.sources.iter().any(|s| s.refused_ahead() > 0);
     state.core.answer(&Health {
-        status: if incomplete { "incomplete" } else { "ok" },
+        status: match (incomplete, refused_ahead) {
+            (true, _) => "incomplete",
+            (false, true) => "degraded",
+            (false, false) => "ok",
+        },
         held,
         datacenters,
         replicas,

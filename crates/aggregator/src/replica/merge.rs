@@ -1,13 +1,15 @@
 //! The one path a pulled page takes into a [`Replica`] ([`merge_pulled`]): its name checked
 //! against its source's, its entries fenced to the slots that source may deliver and to
 //! versions the clock allows, merged a run at a time (each change marked for the top-K index),
-//! its descriptions taken, and its source's cursors and freshness moved on.
+//! its descriptions taken, and its source's cursors and freshness moved on. Entries refused
+//! ahead of the clock hold the source's slot cursor and freshness
+//! ([`geocount_sync::SourceStatus::refused_ahead_of_clock`]).
 
 use std::sync::RwLock;
 
 use geocount_model::max_slot_version;
 use geocount_model::wire::SyncPage;
-use geocount_sync::{PageFence, PageMerge, SyncError};
+use geocount_sync::{PageFence, PageMerge, SlotProcess, SyncError};
 
 use super::Replica;
 use super::source::SourceKind;
@@ -88,7 +90,11 @@ impl Replica {
         if expected.kind == SourceKind::Shard
             && let Some(index) = self.copies.slot_index(&page.source)
         {
-            self.incarnations[index as usize].heard(page.incarnation, now_ms);
+            let process = SlotProcess {
+                incarnation: page.incarnation,
+                nonce: page.nonce,
+            };
+            self.incarnations[index as usize].heard(process, now_ms);
         }
         Ok(fence)
     }
@@ -128,7 +134,10 @@ impl Replica {
                 "refused pulled entries: of a slot this source does not serve, or versioned beyond the clock"
             );
         }
-        if !slots.caught_up {
+        // Entries ahead of the clock are pulled again until taken; until then the slots of the
+        // source are not complete, so they grow stale.
+        self.sources[source].refused_ahead_of_clock(merge.refused_version);
+        if !slots.caught_up || self.sources[source].holds_refused() {
             return;
         }
         match self.fences[source].kind {

@@ -31,7 +31,9 @@ use geocount_model::wire::{SlotCopy, SlotFreshness, SyncPage, SyncRequest};
 use geocount_model::{CounterType, Partitions, SlotRecord, VersionedDescription};
 use geocount_ranking::TopIndex;
 use geocount_sync::byte_bound::Refusals;
-use geocount_sync::{Conflict, DescriptionTable, SlotCopies, SlotIncarnations, SourceStatus};
+use geocount_sync::{
+    Conflict, DescriptionTable, SlotCopies, SlotIncarnations, SlotProcess, SourceStatus,
+};
 use serde::Serialize;
 
 pub use merge::{PageIntake, merge_pulled};
@@ -119,6 +121,15 @@ pub struct SourceHealth {
     /// sums over it are incomplete.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub incomplete: bool,
+    /// Entries of the source the clock fence refused, versioned further ahead of this
+    /// process's clock than `sync.max_clock_skew_ms`: pulled again until taken, and the copy
+    /// grows stale meanwhile (0: none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_ahead: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One counter as a [`Replica`] holds it, found once for a read: its slots' copies and its
@@ -222,6 +233,7 @@ impl Replica {
             freshness,
             load: 0,
             incarnation: 0,
+            nonce: 0,
             conflict: None,
             // Aggregators keep no idempotency keys: a shard node's peers do.
             keys: None,
@@ -229,14 +241,19 @@ impl Replica {
     }
 
     /// Notes the shard node announced in `request` (if any) at `now_ms`, and returns what its
-    /// answer must tell it: that it is the newer of two processes serving its slot at once.
+    /// answer must tell it: that it serves its slot beside another process and must take no
+    /// writes ([`Conflict::refusing`]).
     pub fn announced(&mut self, request: &SyncRequest, now_ms: u64) -> Option<String> {
         let puller = request.puller.as_ref()?;
         let index = self.copies.slot_index(&puller.slot)? as usize;
+        let process = SlotProcess {
+            incarnation: puller.incarnation,
+            nonce: puller.nonce,
+        };
         let slot = &mut self.incarnations[index];
-        slot.announced(puller.incarnation, now_ms);
-        let conflict = slot.conflict(now_ms)?;
-        (conflict.newer() == puller.incarnation).then(|| conflict.describe(&puller.slot))
+        slot.announced(process, now_ms);
+        let conflict = slot.conflicts(now_ms).find(|c| c.refusing() == process)?;
+        Some(conflict.describe(&puller.slot))
     }
 
     /// Every slot served by two processes at once, at `now_ms`: `(slot, conflict)`.
@@ -277,6 +294,7 @@ impl Replica {
             staleness_ms: status.staleness_ms(now_ms),
             last_error: status.last_error.clone(),
             incomplete: status.is_incomplete(),
+            refused_ahead: status.refused_ahead(),
         }
     }
 }

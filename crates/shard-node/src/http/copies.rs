@@ -16,27 +16,30 @@ use crate::http::state::NodeState;
 pub async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let limit = state.sync.page_entries;
-    Ok(answer_sync(&body, |asked| SyncPage {
-        source: state.slot_name.clone(),
-        slots: asked.slots.map(|cursor| {
-            let table = state.table.read().expect("slot table lock");
-            table.page(&state.slot_name, cursor, limit, asked.partitions.as_ref())
-        }),
-        descriptions: asked.descriptions.map(|cursor| {
-            let descriptions = state.descriptions.read().expect("descriptions lock");
-            descriptions.page_of(cursor, limit, asked.partitions.as_ref())
-        }),
-        freshness: Vec::new(),
-        load: state.load.load(std::sync::atomic::Ordering::Relaxed),
-        incarnation: state.incarnation,
-        conflict: None,
-        keys: asked.keys.map(|cursor| {
-            state.keys.read().expect("idempotency lock").page(
-                cursor,
-                limit,
-                state.clock.now_unix_ms(),
-            )
-        }),
+    Ok(answer_sync(&body, |asked| {
+        Ok(SyncPage {
+            source: state.slot_name.clone(),
+            slots: asked.slots.map(|cursor| {
+                let table = state.table.read().expect("slot table lock");
+                table.page(&state.slot_name, cursor, limit, asked.partitions.as_ref())
+            }),
+            descriptions: asked.descriptions.map(|cursor| {
+                let descriptions = state.descriptions.read().expect("descriptions lock");
+                descriptions.page_of(cursor, limit, asked.partitions.as_ref())
+            }),
+            freshness: Vec::new(),
+            load: state.load.load(std::sync::atomic::Ordering::Relaxed),
+            incarnation: state.incarnation,
+            nonce: state.nonce,
+            conflict: None,
+            keys: asked.keys.map(|cursor| {
+                state.keys.read().expect("idempotency lock").page(
+                    cursor,
+                    limit,
+                    state.clock.now_unix_ms(),
+                )
+            }),
+        })
     }))
 }
 

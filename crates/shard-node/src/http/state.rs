@@ -59,6 +59,9 @@ pub struct NodeState {
     pub restore: Arc<RestoreProgress>,
     /// This data directory's incarnation, sent with every sync page.
     pub incarnation: u64,
+    /// Drawn at random when this process started, sent beside the incarnation: a copy of the
+    /// data directory started elsewhere draws another.
+    pub nonce: u64,
     /// The own slot's idempotency keys, paged to the peers.
     pub keys: SharedKeys,
 }

@@ -173,6 +173,9 @@ impl PullSink for PeerSink {
                 tracing::warn!(source = %self.label.source, refused_slot = merge.refused_slot, refused_version = merge.refused_version, "refused pulled entries: of a slot this peer does not own, or versioned beyond the clock");
                 self.metrics.entries_refused.inc_by(refused as u64);
             }
+            // Pulled again until the clock allows them; the copy is not complete meanwhile.
+            (self.status.lock().expect("status lock"))
+                .refused_ahead_of_clock(merge.refused_version);
             if page.incarnation != 0 {
                 self.incarnation.store(page.incarnation, Ordering::Relaxed);
             }
