@@ -25,10 +25,13 @@ use crate::http::api;
 use crate::http::routes;
 use crate::http::state::NodeState;
 use crate::metrics::ShardMetrics;
+use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
+use crate::peer::replicator::{ReplicaPeer, Replicator};
 use crate::route::slots::{RouterSetup, WriteRouter};
 use crate::startup::key_restore::restore_keys;
 use crate::startup::recovery;
+use crate::startup::replica_restore::{ReplicasRestored, restore_from_replicas};
 use crate::startup::restore::{CopySource, RestoreProgress, RestoreRequest, restore_slot};
 use crate::startup::resume::{self, Resumed};
 use crate::storage::{Storage, Worker};
@@ -58,7 +61,8 @@ pub async fn run<L: Listener>(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
-    let engine = start_engine(&config, &storage, clock.clone(), resumed);
+    let replicator = replicator(&config, incarnation, &client);
+    let engine = start_engine(&config, &storage, clock.clone(), resumed, replicator);
     let pulls = start_pulls(&config, &engine, incarnation, &client);
     let copy_sources = copy_sources(&config);
     let restore = Arc::new(RestoreProgress::new(restore_pending, &copy_sources));
@@ -76,7 +80,7 @@ pub async fn run<L: Listener>(
     }
     let restorer = restore
         .is_restoring()
-        .then(|| start_restore(&config, &state, copy_sources, client, &storage));
+        .then(|| start_restore(&config, &state, copy_sources, client));
     serve_with_limits(
         listener,
         geocount_http::routing::serve_limits(&config.http),
@@ -126,6 +130,9 @@ struct Engine {
     metrics: Arc<ShardMetrics>,
     health: Arc<NodeHealth>,
     clock: Arc<dyn Clock>,
+    /// The logs of the groups the peers replicate here, and where their file calls run.
+    replica_logs: Arc<ReplicaLogs>,
+    storage: Storage,
 }
 
 impl Engine {
@@ -137,13 +144,38 @@ impl Engine {
     }
 }
 
+/// In `replicated` durability, what sends each durable group to the peers before its writes
+/// are answered.
+fn replicator(config: &NodeConfig, incarnation: u64, client: &HttpClient) -> Option<Replicator> {
+    if config.settings.durability != Durability::Replicated {
+        return None;
+    }
+    let peers = (config.datacenter.shards.iter().zip(config.slot_names()))
+        .enumerate()
+        .filter(|(n, _)| *n as u32 != config.slot.index)
+        .map(|(_, (address, name))| ReplicaPeer {
+            name,
+            address: *address,
+        })
+        .collect();
+    Some(Replicator::start(
+        &config.slot.to_string(),
+        incarnation,
+        peers,
+        client.clone(),
+        Duration::from_millis(config.settings.replication_timeout_ms),
+    ))
+}
+
 /// Starts the commit loop (with its checkpointer) on the recovered state, and the ticker that
-/// drives its flushes, key expiry and checkpoints.
+/// drives its flushes, key expiry and checkpoints; with a `replicator`, each group's writes are
+/// answered once a peer holds it too.
 fn start_engine(
     config: &NodeConfig,
     storage: &Storage,
     clock: Arc<dyn Clock>,
     resumed: Resumed,
+    replicator: Option<Replicator>,
 ) -> Engine {
     let settings = &config.settings;
     let metrics = Arc::new(ShardMetrics::default());
@@ -186,11 +218,27 @@ fn start_engine(
             health: health.clone(),
         },
     );
+    let commit_loop = match replicator {
+        Some(replicator) => commit_loop.replicating_through(replicator),
+        None => commit_loop,
+    };
     let commit_worker = storage.spawn("commit", commit_loop.run(receiver));
     let tick_every = match settings.durability {
         Durability::Async => settings.async_flush_interval_ms.min(250),
-        Durability::Sync => 250,
+        Durability::Sync | Durability::Replicated => 250,
     };
+    let own = config.slot.to_string();
+    let replica_logs = Arc::new(ReplicaLogs::new(
+        storage.disk.clone(),
+        &config.data_dir,
+        config
+            .slot_names()
+            .into_iter()
+            .filter(|s| *s != own)
+            .collect(),
+        settings.checkpoint_log_bytes,
+        settings.idempotency_retention_secs * 1000,
+    ));
     let ticker = tokio::spawn(tick(commands.clone(), Duration::from_millis(tick_every)));
     Engine {
         commands,
@@ -203,6 +251,8 @@ fn start_engine(
         metrics,
         health,
         clock,
+        replica_logs,
+        storage: storage.clone(),
     }
 }
 
@@ -342,6 +392,8 @@ fn node_state(
         restore,
         incarnation,
         keys: engine.keys.clone(),
+        replica_logs: engine.replica_logs.clone(),
+        storage: engine.storage.clone(),
     }
 }
 
@@ -352,7 +404,6 @@ fn start_restore(
     state: &NodeState,
     copy_sources: Vec<CopySource>,
     client: HttpClient,
-    storage: &Storage,
 ) -> tokio::task::JoinHandle<()> {
     let key_sources = copy_sources
         .iter()
@@ -373,9 +424,10 @@ fn start_restore(
         Arc::new(request),
         state.restore.clone(),
         state.commands.clone(),
-        storage.clone(),
+        state.storage.clone(),
         config.data_dir.clone(),
         config.settings.idempotency_retention_secs * 1000,
+        config.settings.durability == Durability::Replicated,
     ))
 }
 
@@ -422,6 +474,7 @@ const RESTORE_RECORD_WEIGHT: usize = 50_000;
 
 /// Restores the slot, makes it durable part by part through the commit loop, then clears the
 /// restore marker and lets writes in. A part the log refuses (a full disk) is tried again.
+/// With `replicated`, every peer's log of the slot's replicated writes is read too.
 async fn restore_then_take_writes(
     request: Arc<RestoreRequest>,
     progress: Arc<RestoreProgress>,
@@ -429,10 +482,28 @@ async fn restore_then_take_writes(
     storage: Storage,
     data_dir: std::path::PathBuf,
     key_retention_ms: u64,
+    replicated: bool,
 ) {
     let started = tokio::time::Instant::now();
     let slot = request.slot.clone();
-    let restored = restore_slot(request.clone(), progress.clone()).await;
+    let mut restored = restore_slot(request.clone(), progress.clone()).await;
+    let mut replicas = ReplicasRestored::default();
+    if replicated {
+        progress.phase("reading the peers' replicated logs");
+        replicas = restore_from_replicas(request.clone()).await;
+        for (id, record) in replicas.records.drain() {
+            restored.entry(id).or_default().merge(&record);
+        }
+        let descriptions = std::mem::take(&mut replicas.descriptions);
+        if !descriptions.is_empty()
+            && commands
+                .send(Command::Describe(descriptions))
+                .await
+                .is_err()
+        {
+            return;
+        }
+    }
     progress.phase("writing");
     let counters = restored.len();
     let mut part = Vec::new();
@@ -454,7 +525,19 @@ async fn restore_then_take_writes(
         }
     }
     progress.phase("gathering idempotency keys");
-    let keys = restore_keys(request.clone()).await;
+    let mut keys = restore_keys(request.clone()).await;
+    if !replicas.keys.is_empty() {
+        let mut merged: std::collections::HashMap<Box<str>, _> = keys.keys.into_iter().collect();
+        for (key, entry) in replicas.keys {
+            match merged.get(key.as_str()) {
+                Some(kept) if kept.created_at_ms >= entry.created_at_ms => {}
+                _ => {
+                    merged.insert(key.into(), entry);
+                }
+            }
+        }
+        keys.keys = merged.into_iter().collect();
+    }
     let held = keys.keys.len();
     let unknown_until_ms = (!keys.whole).then(|| request.clock.now_unix_ms() + key_retention_ms);
     if let Some(until) = unknown_until_ms {

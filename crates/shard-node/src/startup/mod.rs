@@ -4,9 +4,11 @@
 //!   directory for a restore).
 //! - [`resume`]: rebuilds from them exactly what was acknowledged.
 //! - [`restore`]: rebuilds a lost disk's slot from its datacenter's copies, and
-//!   [`key_restore`] its idempotency keys from the peers'.
+//!   [`key_restore`] its idempotency keys from the peers'; in `replicated` durability
+//!   [`replica_restore`] adds the peers' logs of the slot's replicated writes.
 
 pub(crate) mod key_restore;
 pub(crate) mod recovery;
+pub(crate) mod replica_restore;
 pub(crate) mod restore;
 pub mod resume;

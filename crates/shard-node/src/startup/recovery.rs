@@ -207,7 +207,7 @@ fn incarnation(disk: &dyn Disk, dir: &Path, now_ms: u64) -> Result<u64, StorageE
 /// Creates `dir` and its missing parents, and syncs the entry of each new one in its parent:
 /// otherwise a machine crash can take the whole data directory with it, however well its
 /// files were synced.
-fn create_dir_durably(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_dir_durably(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
     let mut created = Vec::new();
     for ancestor in dir.ancestors() {
         if ancestor.as_os_str().is_empty() || disk.exists(ancestor)? {
