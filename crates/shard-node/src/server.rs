@@ -17,6 +17,7 @@ use crate::config::NodeConfig;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::commit::{CommitContext, CommitLoop};
 use crate::engine::idempotency::SharedKeys;
+use crate::engine::replication::GroupReplication;
 use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::write::Command;
 use crate::error::StorageError;
@@ -27,7 +28,7 @@ use crate::http::state::NodeState;
 use crate::metrics::ShardMetrics;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
-use crate::peer::replicator::{ReplicaPeer, Replicator};
+use crate::peer::replicator::Replicator;
 use crate::route::slots::{RouterSetup, WriteRouter};
 use crate::startup::key_restore::restore_keys;
 use crate::startup::recovery;
@@ -61,7 +62,7 @@ pub async fn run<L: Listener>(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
-    let replicator = replicator(&config, incarnation, &client);
+    let replicator = Replicator::for_node(&config, incarnation, &client);
     let engine = start_engine(&config, &storage, clock.clone(), resumed, replicator);
     let pulls = start_pulls(&config, &engine, incarnation, &client);
     let copy_sources = copy_sources(&config);
@@ -144,29 +145,6 @@ impl Engine {
     }
 }
 
-/// In `replicated` durability, what sends each durable group to the peers before its writes
-/// are answered.
-fn replicator(config: &NodeConfig, incarnation: u64, client: &HttpClient) -> Option<Replicator> {
-    if config.settings.durability != Durability::Replicated {
-        return None;
-    }
-    let peers = (config.datacenter.shards.iter().zip(config.slot_names()))
-        .enumerate()
-        .filter(|(n, _)| *n as u32 != config.slot.index)
-        .map(|(_, (address, name))| ReplicaPeer {
-            name,
-            address: *address,
-        })
-        .collect();
-    Some(Replicator::start(
-        &config.slot.to_string(),
-        incarnation,
-        peers,
-        client.clone(),
-        Duration::from_millis(config.settings.replication_timeout_ms),
-    ))
-}
-
 /// Starts the commit loop (with its checkpointer) on the recovered state, and the ticker that
 /// drives its flushes, key expiry and checkpoints; with a `replicator`, each group's writes are
 /// answered once a peer holds it too.
@@ -175,7 +153,7 @@ fn start_engine(
     storage: &Storage,
     clock: Arc<dyn Clock>,
     resumed: Resumed,
-    replicator: Option<Replicator>,
+    replicator: Option<Box<dyn GroupReplication>>,
 ) -> Engine {
     let settings = &config.settings;
     let metrics = Arc::new(ShardMetrics::default());
@@ -526,18 +504,7 @@ async fn restore_then_take_writes(
     }
     progress.phase("gathering idempotency keys");
     let mut keys = restore_keys(request.clone()).await;
-    if !replicas.keys.is_empty() {
-        let mut merged: std::collections::HashMap<Box<str>, _> = keys.keys.into_iter().collect();
-        for (key, entry) in replicas.keys {
-            match merged.get(key.as_str()) {
-                Some(kept) if kept.created_at_ms >= entry.created_at_ms => {}
-                _ => {
-                    merged.insert(key.into(), entry);
-                }
-            }
-        }
-        keys.keys = merged.into_iter().collect();
-    }
+    replicas.add_keys_to(&mut keys);
     let held = keys.keys.len();
     let unknown_until_ms = (!keys.whole).then(|| request.clock.now_unix_ms() + key_retention_ms);
     if let Some(until) = unknown_until_ms {

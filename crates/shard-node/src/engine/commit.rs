@@ -24,6 +24,7 @@ use crate::engine::budget::ByteBudget;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::hot::HotCounters;
 use crate::engine::idempotency::SharedKeys;
+use crate::engine::replication::GroupReplication;
 use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::store::Checkpoint;
 use crate::engine::wal::{LogRecord, Wal};
@@ -31,7 +32,6 @@ use crate::engine::write::{Command, WriteResults};
 use crate::error::{ShardError, StorageError};
 use crate::health::NodeHealth;
 use crate::metrics::ShardMetrics;
-use crate::peer::replicator::{Replicator, not_replicated};
 
 mod install;
 mod restore;
@@ -112,7 +112,7 @@ pub struct CommitLoop {
     learned_unlogged: Vec<VersionedDescription>,
     /// In `replicated` durability: where each durable group goes before its writes are
     /// answered.
-    replicator: Option<Replicator>,
+    replicator: Option<Box<dyn GroupReplication>>,
 }
 
 impl CommitLoop {
@@ -148,7 +148,7 @@ impl CommitLoop {
     }
 
     /// Answers each group's writes only once a peer holds it too (`replicated` durability).
-    pub(crate) fn replicating_through(mut self, replicator: Replicator) -> Self {
+    pub(crate) fn replicating_through(mut self, replicator: Box<dyn GroupReplication>) -> Self {
         self.replicator = Some(replicator);
         self
     }
@@ -207,7 +207,7 @@ impl CommitLoop {
             }
             _ => true,
         });
-        if let Some(reason) = self.replicator.as_ref().and_then(Replicator::refusal) {
+        if let Some(reason) = self.replicator.as_ref().and_then(|r| r.refusal()) {
             group = refuse_waiting_for_peers(group, &reason, &self.shared.metrics);
         }
         let now_ms = self.shared.clock.now_unix_ms();
@@ -443,12 +443,15 @@ fn refuse_unreplicated(replies: Vec<Reply>, reason: &str, metrics: &ShardMetrics
             Reply::Write(sender, results) => {
                 metrics.writes_refused.inc_by(results.len() as u64);
                 let refused = (results.into_iter())
-                    .map(|result| result.and_then(|_| Err(not_replicated(reason))))
+                    .map(|result| {
+                        result.and_then(|_| Err(ShardError::NotReplicated(reason.to_owned())))
+                    })
                     .collect();
                 let _ = sender.send(refused);
             }
             Reply::Create(sender, result) => {
-                let _ = sender.send(result.and_then(|_| Err(not_replicated(reason))));
+                let _ = sender
+                    .send(result.and_then(|_| Err(ShardError::NotReplicated(reason.to_owned()))));
             }
         }
     }

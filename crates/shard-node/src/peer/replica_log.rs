@@ -20,8 +20,7 @@ use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescript
 
 use crate::engine::wal::{self, LogRecord, Wal};
 use crate::error::StorageError;
-use crate::startup::recovery::create_dir_durably;
-use crate::storage::Disk;
+use crate::storage::{Disk, create_dir_durably};
 
 /// The folder under a data directory that holds the peers' replicated logs.
 pub const REPLICAS_DIR: &str = "replicas";

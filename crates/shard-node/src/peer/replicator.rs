@@ -21,16 +21,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use geocount_model::Durability;
 use geocount_model::wire::{POSTCARD_CONTENT_TYPE, ReplicateBatch};
 use geocount_net::HttpClient;
 use hyper::Method;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::error::ShardError;
-
-/// Answers a group's writes: `Ok` once a peer holds it, or why no peer does.
-pub(crate) type Release = Box<dyn FnOnce(Result<(), String>) + Send>;
+use crate::config::NodeConfig;
+use crate::engine::replication::{GroupReplication, Release};
 
 /// How long a peer that failed waits before it is sent the groups again.
 const RETRY_EVERY: Duration = Duration::from_millis(100);
@@ -84,6 +83,33 @@ struct Pending {
 }
 
 impl Replicator {
+    /// In `replicated` durability, the replication of the groups of `config`'s slot (its log
+    /// of incarnation `incarnation`) to its datacenter's other shard nodes through `client`.
+    pub(crate) fn for_node(
+        config: &NodeConfig,
+        incarnation: u64,
+        client: &HttpClient,
+    ) -> Option<Box<dyn GroupReplication>> {
+        if config.settings.durability != Durability::Replicated {
+            return None;
+        }
+        let peers = (config.datacenter.shards.iter().zip(config.slot_names()))
+            .enumerate()
+            .filter(|(n, _)| *n as u32 != config.slot.index)
+            .map(|(_, (address, name))| ReplicaPeer {
+                name,
+                address: *address,
+            })
+            .collect();
+        Some(Box::new(Replicator::start(
+            &config.slot.to_string(),
+            incarnation,
+            peers,
+            client.clone(),
+            Duration::from_millis(config.settings.replication_timeout_ms),
+        )))
+    }
+
     /// Starts sending the groups of `slot` (whose log is of incarnation `incarnation`) to
     /// `peers` through `client`; a group no peer holds after `timeout` is refused.
     pub(crate) fn start(
@@ -126,23 +152,19 @@ impl Replicator {
         tokio::spawn(coordinator.run(logged_rx, reports_rx));
         Self { logged, refusing }
     }
+}
 
+impl GroupReplication for Replicator {
     /// Why writes are refused up front: a refused group still waits for a peer.
-    pub(crate) fn refusal(&self) -> Option<String> {
+    fn refusal(&self) -> Option<String> {
         self.refusing.lock().expect("replication gate lock").clone()
     }
 
-    /// Hands over a group made durable in the own log; `release` answers its writes.
-    pub(crate) fn submit(&self, payload: Option<Vec<u8>>, release: Release) {
+    fn submit(&self, payload: Option<Vec<u8>>, release: Release) {
         if let Err(mpsc::error::SendError(logged)) = self.logged.send(Logged { payload, release }) {
             (logged.release)(Err("the node is stopping".to_owned()));
         }
     }
-}
-
-/// The refusal of a write no peer holds, or that waits behind one.
-pub(crate) fn not_replicated(reason: &str) -> ShardError {
-    ShardError::NotReplicated(reason.to_owned())
 }
 
 /// Orders the groups, marks what the peers hold, and answers in order.

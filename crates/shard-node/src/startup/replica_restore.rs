@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use geocount_model::wire::ReplicaCopy;
 use geocount_model::{
-    CounterId, IdempotencyRecord, SlotRecord, VersionedDescription, max_slot_version,
+    CounterId, IdempotencyRecord, SlotId, SlotRecord, VersionedDescription, max_slot_version,
 };
 use tokio::task::JoinSet;
 
+use crate::startup::key_restore::KeysRestored;
 use crate::startup::restore::{CopySource, RestoreRequest};
 
 /// How long to wait before asking a peer again.
@@ -32,11 +33,12 @@ pub struct ReplicasRestored {
     pub keys: HashMap<String, IdempotencyRecord>,
 }
 
-/// Reads the log of the slot of `request` from every peer of `request.key_sources`, each
-/// asked until it answers.
+/// Reads the log of the slot of `request` from every peer shard node among
+/// `request.key_sources`, each asked until it answers.
 pub async fn restore_from_replicas(request: Arc<RestoreRequest>) -> ReplicasRestored {
     let mut asks = JoinSet::new();
-    for source in request.key_sources.clone() {
+    let peers = (request.key_sources.iter()).filter(|s| s.name.parse::<SlotId>().is_ok());
+    for source in peers.cloned() {
         asks.spawn(replica_from(request.clone(), source));
     }
     let mut restored = ReplicasRestored::default();
@@ -81,6 +83,24 @@ async fn replica_from(request: Arc<RestoreRequest>, source: CopySource) -> Repli
 }
 
 impl ReplicasRestored {
+    /// Adds the keys the peers' logs held to those `keys` holds, keeping each key's latest.
+    pub fn add_keys_to(self, keys: &mut KeysRestored) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let mut merged: HashMap<Box<str>, IdempotencyRecord> =
+            std::mem::take(&mut keys.keys).into_iter().collect();
+        for (key, entry) in self.keys {
+            match merged.get(key.as_str()) {
+                Some(kept) if kept.created_at_ms >= entry.created_at_ms => {}
+                _ => {
+                    merged.insert(key.into(), entry);
+                }
+            }
+        }
+        keys.keys = merged.into_iter().collect();
+    }
+
     /// Merges one peer's log by version; records and keys no clock made are refused.
     fn merge(&mut self, request: &RestoreRequest, copy: ReplicaCopy) {
         let now_ms = request.clock.now_unix_ms();
