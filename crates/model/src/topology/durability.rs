@@ -105,6 +105,38 @@ mod tests {
         assert_eq!(Durability::Replicated.to_string(), "replicated");
     }
 
+    /// The shipped topologies replicate every datacenter of two shard nodes or more, and run
+    /// the others in sync.
+    #[test]
+    fn the_shipped_topologies_replicate_where_a_peer_exists() {
+        let shipped = [
+            ("local.toml", include_str!("../../../../config/local.toml")),
+            (
+                "partitioned.toml",
+                include_str!("../../../../config/partitioned.toml"),
+            ),
+            (
+                "geo-10dc.toml",
+                include_str!("../../../../config/geo-10dc.toml"),
+            ),
+        ];
+        for (name, text) in shipped {
+            let topology = Topology::from_toml(name, text).unwrap();
+            for dc in &topology.datacenters {
+                let expected = match dc.shards.len() {
+                    1 => Durability::Sync,
+                    _ => Durability::Replicated,
+                };
+                assert_eq!(
+                    dc.durability(&topology.shard),
+                    expected,
+                    "{name}: {}",
+                    dc.name
+                );
+            }
+        }
+    }
+
     #[test]
     fn sync_is_the_default_everywhere() {
         let topology = Topology::from_toml("t.toml", GOOD).unwrap();
