@@ -28,7 +28,7 @@ use crate::http::state::NodeState;
 use crate::metrics::ShardMetrics;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
-use crate::peer::replicator::Replicator;
+use crate::peer::replicator::{Replicator, resend_log};
 use crate::route::slots::{RouterSetup, WriteRouter};
 use crate::startup::key_restore::restore_keys;
 use crate::startup::recovery;
@@ -63,6 +63,9 @@ pub async fn run<L: Listener>(
         connector,
     ));
     let replicator = Replicator::for_node(&config, incarnation, &client);
+    if let Some(replicator) = &replicator {
+        resend_log(replicator.as_ref(), &storage, &config.data_dir).await?;
+    }
     let engine = start_engine(&config, &storage, clock.clone(), resumed, replicator);
     let pulls = start_pulls(&config, &engine, incarnation, &client);
     let copy_sources = copy_sources(&config);

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +31,9 @@ use tokio::time::Instant;
 
 use crate::config::NodeConfig;
 use crate::engine::replication::{GroupReplication, Release};
+use crate::engine::wal;
+use crate::error::StorageError;
+use crate::storage::Storage;
 
 /// How long a peer that failed waits before it is sent the groups again.
 const RETRY_EVERY: Duration = Duration::from_millis(100);
@@ -165,6 +169,44 @@ impl GroupReplication for Replicator {
             (logged.release)(Err("the node is stopping".to_owned()));
         }
     }
+}
+
+/// Hands `replication` every record of the log in `data_dir`, written before this process
+/// started: a group logged just before a crash may have reached no peer, and a retry of its
+/// writes, answered from its keys, must not be acknowledged on this disk alone. Called before
+/// the commit loop starts, so every later group is answered after them.
+pub(crate) async fn resend_log(
+    replication: &dyn GroupReplication,
+    storage: &Storage,
+    data_dir: &Path,
+) -> Result<(), StorageError> {
+    let (disk, dir) = (storage.disk.clone(), data_dir.to_owned());
+    let payloads = storage
+        .blocking(move || {
+            let all = wal::segments(&*disk, &dir)?;
+            let mut payloads = Vec::new();
+            for (i, &segment) in all.iter().enumerate() {
+                wal::scan_segment(&*disk, &dir, segment, i + 1 == all.len(), |record| {
+                    payloads.push(postcard::to_allocvec(&record));
+                })?;
+            }
+            payloads
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(StorageError::from)
+        })
+        .await?;
+    if !payloads.is_empty() {
+        tracing::info!(
+            groups = payloads.len(),
+            "sending the log written before this start to the peers"
+        );
+    }
+    for payload in payloads {
+        // Their writes were answered, or not, by the process that logged them.
+        replication.submit(Some(payload), Box::new(|_| {}));
+    }
+    Ok(())
 }
 
 /// Orders the groups, marks what the peers hold, and answers in order.
