@@ -366,12 +366,13 @@ pub struct SlotCopy {
 /// durability (`POST /slots/{slot}/replicate`): the peer appends them to its log of the slot
 /// and fsyncs them before it answers 204.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ReplicateBatch {
+pub struct ReplicateBatch<'a> {
     /// The sender's incarnation.
     pub incarnation: u64,
     /// The groups, oldest first, each one record of the sender's write-ahead log (postcard)
-    /// as its log holds it.
-    pub groups: Vec<Vec<u8>>,
+    /// as its log holds it; borrowed from the body, never copied byte by byte.
+    #[serde(borrow)]
+    pub groups: Vec<&'a [u8]>,
 }
 
 /// Everything a peer's log of a slot's replicated groups holds, folded

@@ -430,7 +430,7 @@ impl PeerSender {
     async fn send(&self, batch: &[Arc<Group>]) -> Result<(), String> {
         let body = ReplicateBatch {
             incarnation: self.incarnation,
-            groups: batch.iter().map(|group| group.payload.clone()).collect(),
+            groups: batch.iter().map(|group| group.payload.as_slice()).collect(),
         };
         let body = postcard::to_allocvec(&body).map_err(|e| format!("cannot encode: {e}"))?;
         let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
