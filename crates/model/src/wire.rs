@@ -364,7 +364,7 @@ pub struct SlotCopy {
 
 /// Groups of writes a shard node logged, sent to a peer of its datacenter in `replicated`
 /// durability (`POST /slots/{slot}/replicate`): the peer appends them to its log of the slot
-/// and fsyncs them before it answers 204.
+/// and fsyncs them before it answers 200 (`{"groups": n}`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ReplicateBatch<'a> {
     /// The sender's incarnation.

@@ -258,6 +258,11 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
             "the caller's slot name, DC_<DATACENTER>_VAL_<n>",
         ))
         .postcard_body("ReplicateBatch")
+        .json_answer(
+            200,
+            "the groups are fsynced here: {\"groups\": n}",
+            json!({"type": "object"}),
+        )
         .errors(&[
             (400, "an undecodable batch"),
             (404, "a slot that is no peer of this node"),

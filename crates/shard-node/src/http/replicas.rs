@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use geocount_model::wire::{POSTCARD_CONTENT_TYPE, ReplicaCopy, ReplicateBatch};
-use geocount_net::{DEFAULT_MAX_RESPONSE_BYTES, Response, bytes_response, read_body};
+use geocount_net::{
+    DEFAULT_MAX_RESPONSE_BYTES, Response, bytes_response, json_response, read_body,
+};
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
@@ -14,8 +16,8 @@ use crate::engine::wal::LogRecord;
 use crate::error::ShardError;
 use crate::http::state::NodeState;
 
-/// `POST /slots/{slot}/replicate`: 204 once the groups are fsynced in this node's log of
-/// `slot`.
+/// `POST /slots/{slot}/replicate`: `{"groups": n}` once the groups are fsynced in this node's
+/// log of `slot`.
 pub async fn replicate(
     state: &NodeState,
     slot: &str,
@@ -30,6 +32,7 @@ pub async fn replicate(
         .map(|group| postcard::from_bytes::<LogRecord>(group))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ShardError::bad_request(format!("undecodable replicated group: {e}")))?;
+    let count = groups.len();
     let logs = Arc::clone(&state.replica_logs);
     let (slot, now_ms) = (slot.to_owned(), state.clock.now_unix_ms());
     state
@@ -40,10 +43,9 @@ pub async fn replicate(
             tracing::error!(%error, "cannot log a peer's replicated groups");
             ShardError::from_storage(Arc::new(error))
         })?;
-    Ok(bytes_response(
-        StatusCode::NO_CONTENT,
-        POSTCARD_CONTENT_TYPE,
-        Default::default(),
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "groups": count }),
     ))
 }
 
