@@ -304,3 +304,30 @@ async fn replicated_in_a_datacenter_of_one_shard_is_a_one_line_config_error() {
         "{stderr}"
     );
 }
+
+/// Under `[auth]`, a node's groups reach its peers with its own process key, and a client
+/// token cannot write into a peer's log of a slot.
+#[tokio::test]
+async fn under_auth_only_the_slot_s_own_node_replicates_it() {
+    use geocount_test_support::access::{READER, SECRET, WRITER, auth_toml};
+
+    let topology = TestTopology::with_extra(&[("USA_0", 2)], REPLICATED, &auth_toml(SECRET));
+    let shards = [
+        topology.start_shard("USA_0", 0).await,
+        topology.start_shard("USA_0", 1).await,
+    ];
+    let writer = shards[0].api().with_token(WRITER);
+    let ids = ids_of_slot_0(&shards[0].api().with_token(READER), "auth", 1).await;
+    let (status, body) = writer
+        .write_keyed(&ids[0], json!({"delta": 2}), "k-auth")
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let batch = postcard::to_allocvec(&geocount_model::wire::ReplicateBatch::default()).unwrap();
+    let path = "/slots/DC_USA_0_VAL_0/replicate";
+    let answer = writer
+        .send(geocount_test_support::Method::POST, path, &[], batch)
+        .await
+        .unwrap();
+    assert_eq!(answer.status.as_u16(), 403, "{}", answer.json());
+}
