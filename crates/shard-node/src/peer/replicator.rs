@@ -10,9 +10,10 @@
 //!
 //! A group no peer took within `shard.replication_timeout_ms` (or once every peer failed) has
 //! its writes refused (503): they are in the owner's log, so their outcome is unknown to the
-//! client, and a retry with the same key is answered from that key. The refused group is
-//! still sent until a peer takes it, and until then the node refuses new writes up front
-//! ([`Replicator::refusal`]), so what waits for a peer stays bounded.
+//! client, and a retry with the same key is answered from that key once a peer holds the
+//! group. The refused group is still sent until a peer takes it, and until then the node
+//! refuses new writes up front ([`GroupReplication::refusal`]), so what waits for a peer stays
+//! bounded. At start, the log written before is sent first ([`resend_log`]).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
