@@ -7,21 +7,24 @@
 //!
 //! - `schema`: the sections and keys, their defaults and bounds, and the lookups the binaries
 //!   make in a loaded topology.
+//! - `durability`: when a shard node acknowledges a write, and the shard count it needs.
 //! - `validate`: what serde cannot check (names, sizes, duplicate addresses, bounds, the WAN).
 //! - `partitions`: which partitions of the counter space each aggregator replica holds.
 //! - `load`: reading a file or a string, environment overrides, one-line errors.
 
+mod durability;
 mod load;
 mod partitions;
 mod schema;
 mod validate;
 
 pub use crate::error::TopologyError;
+pub use durability::Durability;
 pub use partitions::MAX_PARTITIONS;
 pub use schema::{
-    AggregatorSettings, DatacenterConfig, Durability, GlobalConfig, HttpSettings,
-    MAX_CONCURRENT_SCANS, MAX_VIRTUAL_NODES, MAX_WAN_DELAY_MS, MIN_COUNTER_BYTES, MemorySettings,
-    RegionLink, Selection, ShardDefaults, SyncSettings, Topology, TrendingConfig, WanSettings,
+    AggregatorSettings, DatacenterConfig, GlobalConfig, HttpSettings, MAX_CONCURRENT_SCANS,
+    MAX_VIRTUAL_NODES, MAX_WAN_DELAY_MS, MIN_COUNTER_BYTES, MemorySettings, RegionLink, Selection,
+    ShardDefaults, SyncSettings, Topology, TrendingConfig, WanSettings,
 };
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! Replication: every tier pulls from the tier below with `POST /sync` (a [`SyncRequest`]
 //! answered by a [`SyncPage`]): the slot states and descriptions changed since the puller's
 //! [`Cursor`]. Descriptions also flow down the same way. A shard node restoring its slot asks for
-//! `GET /slots/{slot}/copy` ([`SlotCopy`]).
+//! `GET /slots/{slot}/copy` ([`SlotCopy`]). In `replicated` durability a shard node sends each
+//! group it logged to its peers ([`ReplicateBatch`]) and restores from their logs
+//! ([`ReplicaCopy`]).
 //!
 //! The batched write path: a client sends a [`BatchRequest`] as the body of `POST /batch` with
 //! content type [`POSTCARD_CONTENT_TYPE`], and gets a [`BatchResponse`] with one [`EntryOutcome`]
@@ -364,6 +366,34 @@ pub struct SlotCopy {
     /// The partitions the source holds, when not all: its copy, complete or not, has only
     /// their counters.
     pub partitions: Option<Partitions>,
+}
+
+/// Groups of writes a shard node logged, sent to a peer of its datacenter in `replicated`
+/// durability (`POST /slots/{slot}/replicate`): the peer appends them to its log of the slot
+/// and fsyncs them before it answers 200 (`{"groups": n}`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ReplicateBatch<'a> {
+    /// The sender's incarnation.
+    pub incarnation: u64,
+    /// The groups, oldest first, each one record of the sender's write-ahead log (postcard)
+    /// as its log holds it; borrowed from the body, never copied byte by byte.
+    #[serde(borrow)]
+    pub groups: Vec<&'a [u8]>,
+}
+
+/// Everything a peer's log of a slot's replicated groups holds, folded
+/// (`GET /slots/{slot}/replica`), for the slot's node restoring it: every group that node
+/// acknowledged in `replicated` durability is in at least one peer's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ReplicaCopy {
+    /// The slot.
+    pub slot: String,
+    /// Each counter's latest record.
+    pub entries: Vec<(String, SlotRecord)>,
+    /// The latest description of each counter the groups created.
+    pub descriptions: Vec<VersionedDescription>,
+    /// The groups' idempotency keys still within retention, with their records.
+    pub keys: Vec<(String, IdempotencyRecord)>,
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// Its data directory: the log segments and the checkpoint store.
     pub data_dir: PathBuf,
-    /// The shard settings from the topology.
+    /// The shard settings from the topology, `durability` the datacenter's.
     pub settings: ShardDefaults,
     /// This node's datacenter: its aggregator and its peers.
     pub datacenter: DatacenterConfig,
@@ -83,7 +83,11 @@ impl NodeConfig {
             slot,
             listen,
             data_dir,
-            settings: topology.shard.clone(),
+            // The datacenter's own durability, where it says one.
+            settings: ShardDefaults {
+                durability: datacenter.durability(&topology.shard),
+                ..topology.shard.clone()
+            },
             datacenter,
             global: topology.global.addresses(),
             sync: topology.sync.clone(),

@@ -146,6 +146,19 @@ pub enum ShardError {
     /// The node is starting, shutting down, or stopped taking writes after a storage failure.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// In `replicated` durability, a write this node logged that no peer shard node held
+    /// durably in time: not acknowledged, though it may still apply (it is in this node's
+    /// log), so its outcome is unknown; a retry with the same key applies it at most once.
+    #[error(
+        "not acknowledged: {0}; the write is in this node's log and may or may not apply (its outcome is unknown); a retry with the same Idempotency-Key applies it at most once"
+    )]
+    NotReplicated(String),
+    /// In `replicated` durability, a write refused before it was logged (nothing applied)
+    /// while a refused one still waits for a peer shard node to hold it.
+    #[error(
+        "not applied: {0}; writes are taken again once a peer shard node holds the writes refused before"
+    )]
+    WaitingForPeers(String),
     /// Another process serves this node's slot at the same time, at the slot's configured
     /// address while this one is not: it takes no writes until an operator stops one of them.
     #[error("unavailable: {0}")]
@@ -205,6 +218,8 @@ impl HttpError for ShardError {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
             ShardError::Unavailable(_)
+            | ShardError::NotReplicated(_)
+            | ShardError::WaitingForPeers(_)
             | ShardError::Unreachable(_)
             | ShardError::Restoring { .. }
             | ShardError::KeysUnknown { .. }
@@ -221,7 +236,11 @@ impl HttpError for ShardError {
             return Some(*retry_secs);
         }
         let unavailable = matches!(self, ShardError::TargetRefused { status: 503, .. });
-        (matches!(self, ShardError::Restoring { .. }) || unavailable).then_some(1)
+        let replicating = matches!(
+            self,
+            ShardError::NotReplicated(_) | ShardError::WaitingForPeers(_)
+        );
+        (matches!(self, ShardError::Restoring { .. }) || unavailable || replicating).then_some(1)
     }
 }
 

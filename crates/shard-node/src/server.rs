@@ -17,6 +17,7 @@ use crate::config::NodeConfig;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::commit::{CommitContext, CommitLoop};
 use crate::engine::idempotency::SharedKeys;
+use crate::engine::replication::GroupReplication;
 use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::write::Command;
 use crate::error::StorageError;
@@ -25,10 +26,13 @@ use crate::http::api;
 use crate::http::routes;
 use crate::http::state::NodeState;
 use crate::metrics::ShardMetrics;
+use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
+use crate::peer::replicator::{Replicator, resend_log};
 use crate::route::slots::{RouterSetup, WriteRouter};
 use crate::startup::key_restore::restore_keys;
 use crate::startup::recovery;
+use crate::startup::replica_restore::{ReplicasRestored, restore_from_replicas};
 use crate::startup::restore::{CopySource, RestoreProgress, RestoreRequest, restore_slot};
 use crate::startup::resume::{self, Resumed};
 use crate::storage::{Storage, Worker};
@@ -60,7 +64,11 @@ pub async fn run<L: Listener>(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
-    let engine = start_engine(&config, &storage, clock.clone(), resumed);
+    let replicator = Replicator::for_node(&config, incarnation, &client);
+    if let Some(replicator) = &replicator {
+        resend_log(replicator.as_ref(), &storage, &config.data_dir).await?;
+    }
+    let engine = start_engine(&config, &storage, clock.clone(), resumed, replicator);
     let me = Puller {
         slot: config.slot.to_string(),
         incarnation,
@@ -83,7 +91,7 @@ pub async fn run<L: Listener>(
     }
     let restorer = restore
         .is_restoring()
-        .then(|| start_restore(&config, &state, copy_sources, client, &storage));
+        .then(|| start_restore(&config, &state, copy_sources, client));
     serve_with_limits(
         listener,
         geocount_http::routing::serve_limits(&config.http),
@@ -133,6 +141,9 @@ struct Engine {
     metrics: Arc<ShardMetrics>,
     health: Arc<NodeHealth>,
     clock: Arc<dyn Clock>,
+    /// The logs of the groups the peers replicate here, and where their file calls run.
+    replica_logs: Arc<ReplicaLogs>,
+    storage: Storage,
 }
 
 impl Engine {
@@ -145,12 +156,14 @@ impl Engine {
 }
 
 /// Starts the commit loop (with its checkpointer) on the recovered state, and the ticker that
-/// drives its flushes, key expiry and checkpoints.
+/// drives its flushes, key expiry and checkpoints; with a `replicator`, each group's writes are
+/// answered once a peer holds it too.
 fn start_engine(
     config: &NodeConfig,
     storage: &Storage,
     clock: Arc<dyn Clock>,
     resumed: Resumed,
+    replicator: Option<Box<dyn GroupReplication>>,
 ) -> Engine {
     let settings = &config.settings;
     let metrics = Arc::new(ShardMetrics::default());
@@ -193,11 +206,27 @@ fn start_engine(
             health: health.clone(),
         },
     );
+    let commit_loop = match replicator {
+        Some(replicator) => commit_loop.replicating_through(replicator),
+        None => commit_loop,
+    };
     let commit_worker = storage.spawn("commit", commit_loop.run(receiver));
     let tick_every = match settings.durability {
         Durability::Async => settings.async_flush_interval_ms.min(250),
-        Durability::Sync => 250,
+        Durability::Sync | Durability::Replicated => 250,
     };
+    let own = config.slot.to_string();
+    let replica_logs = Arc::new(ReplicaLogs::new(
+        storage.disk.clone(),
+        &config.data_dir,
+        config
+            .slot_names()
+            .into_iter()
+            .filter(|s| *s != own)
+            .collect(),
+        settings.checkpoint_log_bytes,
+        settings.idempotency_retention_secs * 1000,
+    ));
     let ticker = tokio::spawn(tick(commands.clone(), Duration::from_millis(tick_every)));
     Engine {
         commands,
@@ -210,6 +239,8 @@ fn start_engine(
         metrics,
         health,
         clock,
+        replica_logs,
+        storage: storage.clone(),
     }
 }
 
@@ -341,6 +372,8 @@ fn node_state(
         incarnation,
         nonce,
         keys: engine.keys.clone(),
+        replica_logs: engine.replica_logs.clone(),
+        storage: engine.storage.clone(),
     }
 }
 
@@ -351,7 +384,6 @@ fn start_restore(
     state: &NodeState,
     copy_sources: Vec<CopySource>,
     client: HttpClient,
-    storage: &Storage,
 ) -> tokio::task::JoinHandle<()> {
     let key_sources = copy_sources
         .iter()
@@ -372,9 +404,10 @@ fn start_restore(
         Arc::new(request),
         state.restore.clone(),
         state.commands.clone(),
-        storage.clone(),
+        state.storage.clone(),
         config.data_dir.clone(),
         config.settings.idempotency_retention_secs * 1000,
+        config.settings.durability == Durability::Replicated,
     ))
 }
 
@@ -421,6 +454,7 @@ const RESTORE_RECORD_WEIGHT: usize = 50_000;
 
 /// Restores the slot, makes it durable part by part through the commit loop, then clears the
 /// restore marker and lets writes in. A part the log refuses (a full disk) is tried again.
+/// With `replicated`, every peer's log of the slot's replicated writes is read too.
 async fn restore_then_take_writes(
     request: Arc<RestoreRequest>,
     progress: Arc<RestoreProgress>,
@@ -428,10 +462,28 @@ async fn restore_then_take_writes(
     storage: Storage,
     data_dir: std::path::PathBuf,
     key_retention_ms: u64,
+    replicated: bool,
 ) {
     let started = tokio::time::Instant::now();
     let slot = request.slot.clone();
-    let restored = restore_slot(request.clone(), progress.clone()).await;
+    let mut restored = restore_slot(request.clone(), progress.clone()).await;
+    let mut replicas = ReplicasRestored::default();
+    if replicated {
+        progress.phase("reading the peers' replicated logs");
+        replicas = restore_from_replicas(request.clone()).await;
+        for (id, record) in replicas.records.drain() {
+            restored.entry(id).or_default().merge(&record);
+        }
+        let descriptions = std::mem::take(&mut replicas.descriptions);
+        if !descriptions.is_empty()
+            && commands
+                .send(Command::Describe(descriptions))
+                .await
+                .is_err()
+        {
+            return;
+        }
+    }
     progress.phase("writing");
     let counters = restored.len();
     let mut part = Vec::new();
@@ -453,7 +505,8 @@ async fn restore_then_take_writes(
         }
     }
     progress.phase("gathering idempotency keys");
-    let keys = restore_keys(request.clone()).await;
+    let mut keys = restore_keys(request.clone()).await;
+    replicas.add_keys_to(&mut keys);
     let held = keys.keys.len();
     let unknown_until_ms = (!keys.whole).then(|| request.clock.now_unix_ms() + key_retention_ms);
     if let Some(until) = unknown_until_ms {

@@ -63,6 +63,27 @@ pub trait AppendFile: Send + fmt::Debug {
     }
 }
 
+/// Creates `dir` and its missing parents, and syncs the entry of each new one in its parent:
+/// otherwise a machine crash can take the whole data directory with it, however well its
+/// files were synced.
+pub(crate) fn create_dir_durably(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
+    let mut created = Vec::new();
+    for ancestor in dir.ancestors() {
+        if ancestor.as_os_str().is_empty() || disk.exists(ancestor)? {
+            break;
+        }
+        created.push(ancestor);
+    }
+    disk.create_dir_all(dir)?;
+    for new_dir in created {
+        match new_dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => disk.sync_dir(parent)?,
+            _ => disk.sync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
+}
+
 /// The names among `entries` that are UTF-8 (a directory listing, for [`Disk::file_names`]).
 pub fn utf8_names(
     entries: impl IntoIterator<Item = io::Result<OsString>>,

@@ -2,13 +2,12 @@
 //! bounds, and what the binaries ask of a loaded topology (a datacenter, a slot's address).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::TopologyError;
+use super::{Durability, TopologyError};
 use crate::access::AuthConfig;
 use crate::tls::TlsSettings;
 use crate::{Partitions, Placement, SlotId};
@@ -375,9 +374,18 @@ pub struct DatacenterConfig {
     /// up to the last `_` (`USA_0` → `USA`), or the whole name if it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// When its shard nodes acknowledge a write, over `shard.durability` (a datacenter of one
+    /// shard node must say `"sync"` or `"async"` here to run beside `"replicated"` ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
 }
 
 impl DatacenterConfig {
+    /// When its shard nodes acknowledge a write: its own `durability`, or `shard.durability`.
+    pub fn durability(&self, shard: &ShardDefaults) -> Durability {
+        self.durability.unwrap_or(shard.durability)
+    }
+
     /// Its region: `region`, or the default derived from its name.
     pub fn region(&self) -> &str {
         match (&self.region, self.name.rsplit_once('_')) {
@@ -407,18 +415,6 @@ impl DatacenterConfig {
     }
 }
 
-/// When a shard node acknowledges a write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Durability {
-    /// After the write is fsynced to the node's log (group commit). Nothing acknowledged is lost.
-    #[default]
-    Sync,
-    /// At once; the log is fsynced every `async_flush_interval_ms`, so a machine crash loses at
-    /// most that interval of acknowledged writes.
-    Async,
-}
-
 /// Settings of every shard node, with defaults for a production deployment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -430,6 +426,9 @@ pub struct ShardDefaults {
     pub durability: Durability,
     /// In `async` durability, the longest time between two fsyncs of the log, in milliseconds.
     pub async_flush_interval_ms: u64,
+    /// In `replicated` durability, how long a group of writes waits for a peer to hold it
+    /// durably before its writes are refused (503), in milliseconds.
+    pub replication_timeout_ms: u64,
     /// The `numberOfShards` of a counter created by a write rather than by `POST /counter`, and
     /// how many of every counter's slots its keyed writes spread over (whatever its
     /// `numberOfShards`), so that a retry meets its first attempt.
@@ -489,6 +488,7 @@ impl Default for ShardDefaults {
             data_dir: PathBuf::from("data"),
             durability: Durability::Sync,
             async_flush_interval_ms: 100,
+            replication_timeout_ms: 1_000,
             default_number_of_shards: 1,
             default_window_seconds: 300,
             max_window_seconds: 3_600,
@@ -582,15 +582,6 @@ impl Topology {
                     dc.shards.len() - 1
                 ),
             )
-        })
-    }
-}
-
-impl fmt::Display for Durability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Durability::Sync => "sync",
-            Durability::Async => "async",
         })
     }
 }

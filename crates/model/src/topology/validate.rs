@@ -16,6 +16,7 @@ impl Topology {
         self.validate_positive()?;
         self.validate_bounds()?;
         self.validate_partitions()?;
+        self.validate_durability()?;
         self.auth.validate()?;
         if let Some(tls) = &self.tls {
             tls.validate()?;
@@ -107,6 +108,7 @@ impl Topology {
                 "shard.async_flush_interval_ms",
                 shard.async_flush_interval_ms,
             ),
+            ("shard.replication_timeout_ms", shard.replication_timeout_ms),
             (
                 "shard.default_number_of_shards",
                 shard.default_number_of_shards.into(),

@@ -24,6 +24,7 @@ use crate::engine::budget::ByteBudget;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::hot::HotCounters;
 use crate::engine::idempotency::SharedKeys;
+use crate::engine::replication::GroupReplication;
 use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::store::Checkpoint;
 use crate::engine::wal::{LogRecord, Wal};
@@ -109,6 +110,9 @@ pub struct CommitLoop {
     /// Descriptions learned from other nodes whose group could not be logged (a full disk):
     /// staged again with the next group, since the puller that delivered them has moved on.
     learned_unlogged: Vec<VersionedDescription>,
+    /// In `replicated` durability: where each durable group goes before its writes are
+    /// answered.
+    replicator: Option<Box<dyn GroupReplication>>,
 }
 
 impl CommitLoop {
@@ -138,8 +142,15 @@ impl CommitLoop {
             last_checkpoint_ms: now,
             fenced: None,
             learned_unlogged: Vec::new(),
+            replicator: None,
             shared,
         }
+    }
+
+    /// Answers each group's writes only once a peer holds it too (`replicated` durability).
+    pub(crate) fn replicating_through(mut self, replicator: Box<dyn GroupReplication>) -> Self {
+        self.replicator = Some(replicator);
+        self
     }
 
     /// Runs until a [`Command::Shutdown`] arrives or every sender is gone, then flushes.
@@ -196,6 +207,9 @@ impl CommitLoop {
             }
             _ => true,
         });
+        if let Some(reason) = self.replicator.as_ref().and_then(|r| r.refusal()) {
+            group = refuse_waiting_for_peers(group, &reason, &self.shared.metrics);
+        }
         let now_ms = self.shared.clock.now_unix_ms();
         // Every change of the group shares one version: versions then follow the clock however
         // many writes a millisecond brings, and a copy's version can be bounded by the clock.
@@ -294,8 +308,23 @@ impl CommitLoop {
         };
         match self.make_durable(&record) {
             Ok(()) => {
+                // The record as the log holds it is what the peers are sent.
+                let payload = (self.replicator.is_some() && !record.is_empty())
+                    .then(|| self.wal.last_payload().to_vec());
                 self.install(changes, record, now_ms);
-                answer(replies, &self.shared.metrics);
+                match &self.replicator {
+                    Some(replicator) if payload.is_some() || !replies.is_empty() => {
+                        let metrics = self.shared.metrics.clone();
+                        replicator.submit(
+                            payload,
+                            Box::new(move |held| match held {
+                                Ok(()) => answer(replies, &metrics),
+                                Err(reason) => refuse_unreplicated(replies, &reason, &metrics),
+                            }),
+                        );
+                    }
+                    _ => answer(replies, &self.shared.metrics),
+                }
             }
             Err(error) => {
                 tracing::error!(%error, "group commit failed; its writes are refused");
@@ -378,6 +407,52 @@ fn refuse_fenced(group: Vec<Command>, reason: &str, metrics: &ShardMetrics) {
                 )));
             }
             Command::Describe(_) | Command::Tick | Command::Shutdown => {}
+        }
+    }
+}
+
+/// Refuses the writes and creates of a group while a refused group waits for a peer, before
+/// they are staged (nothing of them applies); returns the rest of the group.
+fn refuse_waiting_for_peers(
+    group: Vec<Command>,
+    reason: &str,
+    metrics: &ShardMetrics,
+) -> Vec<Command> {
+    let refusal = || ShardError::WaitingForPeers(reason.to_owned());
+    let mut rest = Vec::with_capacity(group.len());
+    for command in group {
+        match command {
+            Command::Write { writes, reply } => {
+                metrics.writes_refused.inc_by(writes.len() as u64);
+                let _ = reply.send(writes.iter().map(|_| Err(refusal())).collect());
+            }
+            Command::Create { reply, .. } => {
+                let _ = reply.send(Err(refusal()));
+            }
+            other => rest.push(other),
+        }
+    }
+    rest
+}
+
+/// Refuses the applied writes of a logged group no peer held in time (their outcome is
+/// unknown); writes the group refused itself keep their refusal.
+fn refuse_unreplicated(replies: Vec<Reply>, reason: &str, metrics: &ShardMetrics) {
+    for reply in replies {
+        match reply {
+            Reply::Write(sender, results) => {
+                metrics.writes_refused.inc_by(results.len() as u64);
+                let refused = (results.into_iter())
+                    .map(|result| {
+                        result.and_then(|_| Err(ShardError::NotReplicated(reason.to_owned())))
+                    })
+                    .collect();
+                let _ = sender.send(refused);
+            }
+            Reply::Create(sender, result) => {
+                let _ = sender
+                    .send(result.and_then(|_| Err(ShardError::NotReplicated(reason.to_owned()))));
+            }
         }
     }
 }

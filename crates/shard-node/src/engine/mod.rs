@@ -4,6 +4,8 @@
 //! - [`commit`]: the single-writer commit loop: groups waiting writes, stages each against the
 //!   committed state, logs the group with one fsync, installs it and answers.
 //! - [`wal`]: the write-ahead log the groups are appended to.
+//! - [`replication`]: what the commit loop hands its durable groups to in `replicated`
+//!   durability, to be answered once a peer holds them.
 //! - [`slot_table`]: the committed state of the own slot, in memory; reads are served from it.
 //! - [`idempotency`]: the `Idempotency-Key` records a retry is answered from, and
 //!   [`key_scope`]: whose a key is.
@@ -17,6 +19,7 @@ pub mod commit;
 pub(crate) mod hot;
 pub(crate) mod idempotency;
 pub mod key_scope;
+pub(crate) mod replication;
 pub mod slot_table;
 pub(crate) mod store;
 pub(crate) mod wal;

@@ -432,6 +432,11 @@ impl Wal {
         Ok(())
     }
 
+    /// The encoded record the last successful [`Wal::append`] wrote, without its header.
+    pub fn last_payload(&self) -> &[u8] {
+        &self.buffer[HEADER_BYTES..]
+    }
+
     /// Makes every appended record durable. On failure, cuts back the records appended since the
     /// last successful sync (they were not acknowledged).
     pub fn sync(&mut self) -> Result<(), StorageError> {

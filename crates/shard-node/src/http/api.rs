@@ -13,6 +13,8 @@
 //! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
 //! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
 //! | `GET /slots/{slot}/keys` | this node's copy of a peer slot's idempotency keys (for restores) |
+//! | `POST /slots/{slot}/replicate` | a peer's groups, fsynced in this node's log of its slot (`replicated` durability) |
+//! | `GET /slots/{slot}/replica` | that log, folded (for restores) |
 //! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
 //!
 //! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
@@ -35,12 +37,12 @@ use serde::Serialize;
 use crate::engine::key_scope::KeyScope;
 use crate::engine::write::{Command, WriteRequest};
 use crate::error::ShardError;
-use crate::http::copies;
 use crate::http::requests::{
     parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
 };
 use crate::http::routes::{Route, need};
 use crate::http::state::NodeState;
+use crate::http::{copies, replicas};
 use crate::route::forward;
 use crate::route::forward::FORWARDED_HEADER;
 use crate::startup::restore::RestoreReport;
@@ -93,6 +95,10 @@ async fn dispatch(
             let keys = matches!(route, Route::KeyCopy);
             copies::copy_page(state, &slot, request.uri().query(), keys)
         }
+        (Route::Replicate, Method::POST, _, Some(slot)) => {
+            replicas::replicate(state, &slot, request).await
+        }
+        (Route::Replica, Method::GET, _, Some(slot)) => replicas::replica(state, &slot).await,
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
             StatusCode::OK,
@@ -107,12 +113,15 @@ async fn dispatch(
 }
 
 /// Whether a route is answered while the slot is restored: health, metrics, the API document,
-/// and the peers' slots this node holds (a peer restoring at the same time may need them).
+/// and the peers' slots this node holds (a peer restoring at the same time may need them, and
+/// a peer replicating its writes needs this node's log of them).
 /// Nothing of the own slot is, neither writes nor reads nor pulls: it is not whole yet.
 fn served_while_restoring(route: Route, slot: Option<&str>, state: &NodeState) -> bool {
     match route {
         Route::Health | Route::Metrics | Route::OpenApi => true,
-        Route::SlotCopy | Route::KeyCopy => slot != Some(state.slot_name.as_str()),
+        Route::SlotCopy | Route::KeyCopy | Route::Replicate | Route::Replica => {
+            slot != Some(state.slot_name.as_str())
+        }
         _ => false,
     }
 }

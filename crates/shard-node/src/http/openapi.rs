@@ -245,6 +245,49 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
             (404, "a slot that is no peer of this node"),
         ]),
     )
+    .operation(
+        "/slots/{slot}/replicate",
+        "post",
+        Operation::new(
+            "groups the slot's owner logged (shard.durability = \"replicated\"): appended to \
+             this node's log of that slot and fsynced before the answer",
+        )
+        .between_tiers()
+        .param(path_param(
+            "slot",
+            "the caller's slot name, DC_<DATACENTER>_VAL_<n>",
+        ))
+        .postcard_body("ReplicateBatch")
+        .json_answer(
+            200,
+            "the groups are fsynced here: {\"groups\": n}",
+            json!({"type": "object"}),
+        )
+        .errors(&[
+            (400, "an undecodable batch"),
+            (404, "a slot that is no peer of this node"),
+            (500, "the log could not hold them"),
+        ]),
+    )
+    .operation(
+        "/slots/{slot}/replica",
+        "get",
+        Operation::new(
+            "everything this node's log of a peer slot's replicated groups holds, folded: each \
+             counter's latest record, the counters created and the keys within retention \
+             (restoring that peer)",
+        )
+        .between_tiers()
+        .param(path_param(
+            "slot",
+            "the caller's slot name, DC_<DATACENTER>_VAL_<n>",
+        ))
+        .postcard_answer(200, "ReplicaCopy")
+        .errors(&[
+            (404, "a slot that is no peer of this node"),
+            (500, "the log could not be read"),
+        ]),
+    )
     .health_and_metrics("health: 503 while storage fails, with each pulled source's staleness")
 }
 

@@ -28,6 +28,10 @@ pub enum Route {
     SlotCopy,
     /// `/slots/{slot}/keys`
     KeyCopy,
+    /// `/slots/{slot}/replicate`
+    Replicate,
+    /// `/slots/{slot}/replica`
+    Replica,
     /// `/healthz`
     Health,
     /// `/metrics`
@@ -48,6 +52,8 @@ pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("/sync", Route::Sync),
     ("/slots/{slot}/copy", Route::SlotCopy),
     ("/slots/{slot}/keys", Route::KeyCopy),
+    ("/slots/{slot}/replicate", Route::Replicate),
+    ("/slots/{slot}/replica", Route::Replica),
     ("/healthz", Route::Health),
     ("/metrics", Route::Metrics),
     ("/openapi.json", Route::OpenApi),
@@ -57,13 +63,17 @@ impl Endpoint for Route {
     fn methods(self) -> &'static [Method] {
         match self {
             Route::Write => PATCH,
-            Route::Create | Route::Increment | Route::Batch | Route::BatchItems | Route::Sync => {
-                POST
-            }
+            Route::Create
+            | Route::Increment
+            | Route::Batch
+            | Route::BatchItems
+            | Route::Sync
+            | Route::Replicate => POST,
             Route::Counter
             | Route::Route
             | Route::SlotCopy
             | Route::KeyCopy
+            | Route::Replica
             | Route::Health
             | Route::Metrics
             | Route::OpenApi => GET,
@@ -77,7 +87,7 @@ impl Endpoint for Route {
 /// shard node of this datacenter instead of a token: the first node checked the client's, and
 /// the mark alone must not let a client skip it. `/sync` is pulled by this datacenter's
 /// aggregator and its shard nodes (peers), a slot's copy only by the node of that slot, which
-/// restores it.
+/// restores it; only the node of a slot sends its groups to be replicated, and reads them back.
 pub(crate) fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter: &str) -> Need {
     let shards = || Allow::ShardsOf(datacenter.to_owned());
     match route {
@@ -91,7 +101,9 @@ pub(crate) fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter
         Route::Counter | Route::Route => Need::Right(Right::Read),
         Route::Sync => Need::Tier(vec![Allow::AggregatorOf(datacenter.to_owned()), shards()]),
         // Only the slot's own node asks for its copies: to restore them.
-        Route::SlotCopy | Route::KeyCopy => Need::Tier(Allow::slot_owner(slot, Some(datacenter))),
+        Route::SlotCopy | Route::KeyCopy | Route::Replicate | Route::Replica => {
+            Need::Tier(Allow::slot_owner(slot, Some(datacenter)))
+        }
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
     }
 }

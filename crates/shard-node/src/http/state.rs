@@ -16,10 +16,12 @@ use crate::error::ShardError;
 use crate::health::NodeHealth;
 use crate::http::routes::Route;
 use crate::metrics::ShardMetrics;
+use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
 use crate::route::forward::LocalNode;
 use crate::route::slots::WriteRouter;
 use crate::startup::restore::RestoreProgress;
+use crate::storage::Storage;
 
 /// What the HTTP handlers share.
 pub struct NodeState {
@@ -64,6 +66,10 @@ pub struct NodeState {
     pub nonce: u64,
     /// The own slot's idempotency keys, paged to the peers.
     pub keys: SharedKeys,
+    /// The logs of the groups the peers replicate here (`replicated` durability).
+    pub replica_logs: Arc<ReplicaLogs>,
+    /// Where those logs' file calls run.
+    pub storage: Storage,
 }
 
 impl NodeState {

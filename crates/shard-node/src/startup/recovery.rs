@@ -18,7 +18,7 @@ use crate::config::RestoreMode;
 use crate::engine::store::{STORE_FILE, Store, StoredState};
 use crate::engine::wal::{self, LogRecord, Wal};
 use crate::error::StorageError;
-use crate::storage::Disk;
+use crate::storage::{Disk, create_dir_durably};
 
 /// What a data directory holds, read at startup: plain records, from which the node builds
 /// its tables ([`crate::startup::resume`]).
@@ -211,25 +211,4 @@ fn incarnation(disk: &dyn Disk, dir: &Path, now_ms: u64) -> Result<u64, StorageE
     let incarnation = geocount_sync::new_incarnation(now_ms, rand::random()).max(1);
     write_durably(disk, dir, &path, format!("{incarnation:016x}\n").as_bytes())?;
     Ok(incarnation)
-}
-
-/// Creates `dir` and its missing parents, and syncs the entry of each new one in its parent:
-/// otherwise a machine crash can take the whole data directory with it, however well its
-/// files were synced.
-fn create_dir_durably(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
-    let mut created = Vec::new();
-    for ancestor in dir.ancestors() {
-        if ancestor.as_os_str().is_empty() || disk.exists(ancestor)? {
-            break;
-        }
-        created.push(ancestor);
-    }
-    disk.create_dir_all(dir)?;
-    for new_dir in created {
-        match new_dir.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => disk.sync_dir(parent)?,
-            _ => disk.sync_dir(Path::new("."))?,
-        }
-    }
-    Ok(())
 }

@@ -52,7 +52,8 @@ pub struct RestoreProgress {
 /// What `/healthz` shows of a restore.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RestoreReport {
-    /// `waiting for a complete copy`, `gathering copies`, `writing` or `done`.
+    /// `waiting for a complete copy`, `gathering copies`, `reading the peers' replicated
+    /// logs`, `writing` or `done`.
     pub phase: &'static str,
     /// Counters received so far, over every source.
     pub counters_received: u64,

@@ -1,4 +1,4 @@
-//! Installing a durable group: its log record appended (and fsynced, in sync durability), then
+//! Installing a durable group: its log record appended (and fsynced, unless in async durability), then
 //! its changes put in the slot table, the descriptions and the idempotency keys that reads are
 //! served from; and the log's flushes and checkpoints that follow.
 
@@ -21,14 +21,14 @@ pub(super) struct SlotChange {
 }
 
 impl CommitLoop {
-    /// Appends the group's record and, in sync durability, fsyncs it.
+    /// Appends the group's record and, in sync and replicated durability, fsyncs it.
     pub(super) fn make_durable(&mut self, record: &LogRecord) -> Result<(), StorageError> {
         if record.is_empty() {
             return Ok(());
         }
         let started = Instant::now();
         self.wal.append(record)?;
-        if self.shared.settings.durability == Durability::Sync {
+        if self.shared.settings.durability != Durability::Async {
             self.wal.sync()?;
             self.last_sync_ms = self.shared.clock.now_unix_ms();
         }

@@ -1,0 +1,292 @@
+//! The peer's side of `replicated` durability: the groups each peer slot's owner sends
+//! (`POST /slots/{slot}/replicate`) are appended to a log of that slot's own,
+//! `<data_dir>/replicas/<slot>/wal-<n>.log`, and fsynced before the owner is answered.
+//!
+//! The files are write-ahead log segments ([`crate::engine::wal`]): a checksum per record, a
+//! torn tail cut off at the next open, corruption refused. Records are slot states, so they
+//! fold by version in any order: a group sent twice, or out of order after a failed send,
+//! folds the same. When the open segment grows past twice what the last fold took (and past
+//! `shard.checkpoint_log_bytes`), the log is folded into one record in a new segment and the
+//! older segments are deleted; keys past their retention are left out of the fold.
+//!
+//! A node restoring its lost slot reads each peer's fold (`GET /slots/{slot}/replica`): every
+//! group the owner acknowledged is in at least one of them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
+
+use crate::engine::wal::{self, LogRecord, Wal};
+use crate::error::StorageError;
+use crate::storage::{Disk, create_dir_durably};
+
+/// The folder under a data directory that holds the peers' replicated logs.
+pub const REPLICAS_DIR: &str = "replicas";
+
+/// The replicated logs of this node's peers' slots.
+pub struct ReplicaLogs {
+    disk: Arc<dyn Disk>,
+    dir: PathBuf,
+    /// The slots whose owners may replicate here: the datacenter's other slots.
+    peers: Vec<String>,
+    /// Open logs, by slot; each opened at its first use.
+    open: Mutex<HashMap<String, ReplicaLog>>,
+    /// The open segment is folded once it is past this and twice the last fold.
+    fold_bytes: u64,
+    key_retention_ms: u64,
+}
+
+/// One peer slot's log.
+struct ReplicaLog {
+    wal: Wal,
+    /// The bytes of the last fold, 0 before any.
+    folded_bytes: u64,
+}
+
+impl ReplicaLogs {
+    /// The logs under `<data_dir>/replicas` of `peers`' slots.
+    pub fn new(
+        disk: Arc<dyn Disk>,
+        data_dir: &Path,
+        peers: Vec<String>,
+        fold_bytes: u64,
+        key_retention_ms: u64,
+    ) -> Self {
+        Self {
+            disk,
+            dir: data_dir.join(REPLICAS_DIR),
+            peers,
+            open: Mutex::new(HashMap::new()),
+            fold_bytes,
+            key_retention_ms,
+        }
+    }
+
+    /// Whether `slot` may replicate here.
+    pub fn holds(&self, slot: &str) -> bool {
+        self.peers.iter().any(|peer| peer == slot)
+    }
+
+    /// Appends `groups` of `slot` in order and fsyncs them: once it returns, they survive
+    /// this node's crash. Blocks on the disk.
+    pub fn append(
+        &self,
+        slot: &str,
+        groups: &[LogRecord],
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
+        let mut open = self.open.lock().expect("replica logs lock");
+        if !open.contains_key(slot) {
+            let log = self.open_log(slot)?;
+            open.insert(slot.to_owned(), log);
+        }
+        let log = open.get_mut(slot).expect("opened above");
+        for group in groups {
+            log.wal.append(group)?;
+        }
+        log.wal.sync()?;
+        if log.wal.len() > self.fold_bytes.max(2 * log.folded_bytes) {
+            self.fold_log(slot, log, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Everything the log of `slot` holds, folded: each counter's latest record, the latest
+    /// description of each counter created, and the keys within retention at `now_ms`.
+    /// Blocks on the disk.
+    pub fn fold(&self, slot: &str, now_ms: u64) -> Result<LogRecord, StorageError> {
+        // Appends wait: a fold must not read a segment the append is cutting back.
+        let _open = self.open.lock().expect("replica logs lock");
+        self.read_fold(&self.slot_dir(slot), now_ms)
+    }
+
+    fn slot_dir(&self, slot: &str) -> PathBuf {
+        self.dir.join(slot)
+    }
+
+    /// Opens the log of `slot`: its torn tail cut off, a fresh segment after the others.
+    fn open_log(&self, slot: &str) -> Result<ReplicaLog, StorageError> {
+        let dir = self.slot_dir(slot);
+        create_dir_durably(&*self.disk, &dir)
+            .map_err(|e| StorageError::io(format!("creating {}", dir.display()), e))?;
+        let newest = wal::replay(&*self.disk, &dir, |_| {})?;
+        Ok(ReplicaLog {
+            wal: Wal::create(self.disk.clone(), &dir, newest + 1)?,
+            folded_bytes: 0,
+        })
+    }
+
+    /// Folds every segment of `slot`'s log into one record, the first of a new segment, and
+    /// deletes the older ones.
+    fn fold_log(&self, slot: &str, log: &mut ReplicaLog, now_ms: u64) -> Result<(), StorageError> {
+        let dir = self.slot_dir(slot);
+        let closed = log.wal.rotate()?;
+        let folded = self.read_fold(&dir, now_ms)?;
+        log.wal.append(&folded)?;
+        log.wal.sync()?;
+        log.folded_bytes = log.wal.len();
+        wal::delete_through(&*self.disk, &dir, closed)
+    }
+
+    fn read_fold(&self, dir: &Path, now_ms: u64) -> Result<LogRecord, StorageError> {
+        let mut fold = Fold::default();
+        if self
+            .disk
+            .exists(dir)
+            .map_err(|e| StorageError::io(format!("reading {}", dir.display()), e))?
+        {
+            let all = wal::segments(&*self.disk, dir)?;
+            for (i, &segment) in all.iter().enumerate() {
+                let scan =
+                    wal::scan_segment(&*self.disk, dir, segment, i + 1 == all.len(), |record| {
+                        fold.add(record)
+                    })?;
+                if let Some(corrupt) = scan.corruption() {
+                    return Err(corrupt);
+                }
+            }
+        }
+        Ok(fold.into_record(now_ms.saturating_sub(self.key_retention_ms)))
+    }
+}
+
+/// Records folded by version.
+#[derive(Default)]
+struct Fold {
+    slots: HashMap<CounterId, SlotRecord>,
+    descriptions: HashMap<CounterId, VersionedDescription>,
+    keys: HashMap<Box<str>, IdempotencyRecord>,
+}
+
+impl Fold {
+    fn add(&mut self, record: LogRecord) {
+        for (id, logged) in record.slots {
+            self.slots.entry(id).or_default().apply_logged(logged);
+        }
+        for description in record.descriptions {
+            let id = description.description.id.clone();
+            match self.descriptions.get(&id) {
+                Some(kept) if !kept.is_older_than(&description) => {}
+                _ => {
+                    self.descriptions.insert(id, description);
+                }
+            }
+        }
+        for (key, entry) in record.idempotency {
+            match self.keys.get(&key) {
+                Some(kept) if kept.created_at_ms >= entry.created_at_ms => {}
+                _ => {
+                    self.keys.insert(key, entry);
+                }
+            }
+        }
+    }
+
+    /// The fold as one record, without the keys created before `keys_from_ms`.
+    fn into_record(self, keys_from_ms: u64) -> LogRecord {
+        LogRecord {
+            slots: self.slots.into_iter().collect(),
+            descriptions: self.descriptions.into_values().collect(),
+            idempotency: (self.keys.into_iter())
+                .filter(|(_, entry)| entry.created_at_ms >= keys_from_ms)
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::OsDisk;
+    use geocount_model::SlotState;
+
+    fn group(id: &str, value: i64, version: u64, key: Option<(&str, u64)>) -> LogRecord {
+        let id = CounterId::new(id).unwrap();
+        let outcome = SlotState { value, version };
+        LogRecord {
+            slots: vec![(id.clone(), outcome.into())],
+            descriptions: Vec::new(),
+            idempotency: key
+                .map(|(key, at)| {
+                    let entry = IdempotencyRecord {
+                        counter: id,
+                        delta: 1,
+                        item: None,
+                        outcome,
+                        created_at_ms: at,
+                    };
+                    (key.into(), entry)
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    fn logs(dir: &Path, fold_bytes: u64) -> ReplicaLogs {
+        let peers = vec!["DC_A_VAL_1".to_owned()];
+        ReplicaLogs::new(Arc::new(OsDisk), dir, peers, fold_bytes, 10_000)
+    }
+
+    fn value_of(fold: &LogRecord, id: &str) -> i64 {
+        let id = CounterId::new(id).unwrap();
+        let (_, record) = fold.slots.iter().find(|(i, _)| *i == id).unwrap();
+        record.state.value
+    }
+
+    /// What was appended survives a restart, folds by version whatever the order it came in,
+    /// and keeps each key.
+    #[test]
+    fn appended_groups_survive_a_restart_and_fold_by_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot = "DC_A_VAL_1";
+        {
+            let logs = logs(dir.path(), 1 << 20);
+            assert!(logs.holds(slot) && !logs.holds("DC_A_VAL_0"));
+            let first = [group("a", 1, 10, Some(("k1", 1_000)))];
+            logs.append(slot, &first, 1_000).unwrap();
+            // The later group, then the earlier one again (a send repeated after a failure).
+            let later = [
+                group("a", 2, 20, Some(("k2", 2_000))),
+                group("b", 5, 21, None),
+            ];
+            logs.append(slot, &later, 2_000).unwrap();
+            logs.append(slot, &first, 2_000).unwrap();
+        }
+        let logs = logs(dir.path(), 1 << 20);
+        let fold = logs.fold(slot, 3_000).unwrap();
+        assert_eq!(value_of(&fold, "a"), 2);
+        assert_eq!(value_of(&fold, "b"), 5);
+        let mut keys: Vec<&str> = fold.idempotency.iter().map(|(k, _)| &**k).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["k1", "k2"]);
+        // Past retention, a key is left out.
+        let fold = logs.fold(slot, 11_500).unwrap();
+        let keys: Vec<&str> = fold.idempotency.iter().map(|(k, _)| &**k).collect();
+        assert_eq!(keys, ["k2"]);
+        // A slot never replicated here folds to nothing.
+        assert!(logs.fold("DC_A_VAL_2", 3_000).unwrap().is_empty());
+    }
+
+    /// A log past its fold threshold is folded into one segment that reads the same.
+    #[test]
+    fn a_long_log_is_folded_into_one_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot = "DC_A_VAL_1";
+        let logs = logs(dir.path(), 256);
+        for n in 1..=50u64 {
+            let key = format!("k{n}");
+            let groups = [group(&format!("c{}", n % 5), n as i64, n, Some((&key, n)))];
+            logs.append(slot, &groups, 100).unwrap();
+        }
+        let slot_dir = dir.path().join(REPLICAS_DIR).join(slot);
+        let segments = wal::segments(&OsDisk, &slot_dir).unwrap();
+        assert!(segments.len() <= 2, "{segments:?}");
+        let fold = logs.fold(slot, 100).unwrap();
+        assert_eq!(fold.slots.len(), 5);
+        assert_eq!(value_of(&fold, "c0"), 50);
+        assert_eq!(value_of(&fold, "c4"), 49);
+        assert_eq!(fold.idempotency.len(), 50);
+    }
+}
