@@ -6,8 +6,9 @@
 //! LE][crc32 of payload: u32 LE][payload: postcard]`, each the keys taken in since the record
 //! before and the reach after them, appended and fsynced. Every prefix of a file is thus a copy
 //! complete up to its last record's reach, and reading stops at a torn or damaged record. A new
-//! file (`n + 1`) gets the whole copy at startup and once a file holds more than twice the
-//! records held (expired ones and keys sent again), and the older files go once it is durable.
+//! file (`n + 1`) gets the whole copy at startup and once a file holds more than twice as many
+//! keys and records as the copy holds keys (expired keys, keys sent again, and records of a
+//! new reach alone), and the older files go once it is durable.
 //! Reading takes every file: each is complete up to its own reach, so together they are
 //! complete up to the highest.
 
@@ -44,7 +45,7 @@ pub struct KeyFile {
     number: u64,
     /// The file appended to (`None` until the copy is first written whole).
     file: Option<Box<dyn AppendFile>>,
-    /// Keys written to it.
+    /// Keys and records written to it.
     written: u64,
 }
 
@@ -108,7 +109,8 @@ impl KeyFile {
         file.write_all(&encode(batch))
             .and_then(|()| file.sync_data())
             .map_err(|e| StorageError::io(format!("appending to {}", path.display()), e))?;
-        self.written += batch.keys.len() as u64;
+        // A record of a reach alone counts too: it grows the file as well.
+        self.written += batch.keys.len() as u64 + 1;
         Ok(())
     }
 
@@ -126,7 +128,7 @@ impl KeyFile {
             .map_err(io)?;
         self.number = number;
         self.file = Some(file);
-        self.written = all.keys.len() as u64;
+        self.written = all.keys.len() as u64 + 1;
         for older in numbers(&*self.disk, &self.dir, &self.slot)? {
             if older < number {
                 let old = self::path(&self.dir, &self.slot, older);
@@ -268,5 +270,17 @@ mod tests {
         assert!(!path.exists(), "the older file is gone");
         let (_, back) = KeyFile::read(disk, dir.path(), "DC_A_VAL_1").unwrap();
         assert_eq!((names(&back), back.reach), (vec!["a", "b"], 5));
+    }
+
+    /// Records of a new reach alone grow the file too, until it is written anew.
+    #[test]
+    fn a_file_of_reaches_alone_is_written_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut file, _) = KeyFile::read(Arc::new(OsDisk), dir.path(), "DC_A_VAL_1").unwrap();
+        file.rewrite(&batch(&["a"], 3)).unwrap();
+        file.written = 2 + SLACK_RECORDS;
+        assert!(!file.wants_rewrite(1));
+        file.append(&batch(&[], 4)).unwrap();
+        assert!(file.wants_rewrite(1));
     }
 }
