@@ -26,7 +26,7 @@ pub struct PeerKeys {
     persisted_reach: u64,
 }
 
-/// What the key file lacks of a copy: the records from `through`'s start, and the reach.
+/// What the key file lacks of a copy: the records it has not got, and the current reach.
 #[derive(Debug)]
 pub struct Unpersisted {
     /// The records not yet in the file, oldest first.
