@@ -321,6 +321,10 @@ pub struct KeyPage {
     /// restores its slot, nor after a restore that found no whole copy of its keys, until the
     /// keys it may have lost have expired.
     pub whole: bool,
+    /// On a caught-up page of an owner holding every key (`whole`): its newest slot version.
+    /// Every key of a write at that version or below is in this page or an earlier one of the
+    /// cursor's pass (0 on any other page: nothing promised).
+    pub reach: u64,
 }
 
 /// One page of a peer's copy of a slot's idempotency keys, for a node restoring its own slot
@@ -331,8 +335,10 @@ pub struct KeyCopy {
     pub slot: String,
     /// The page's keys with their records.
     pub keys: Vec<(String, IdempotencyRecord)>,
-    /// Whether the peer has held every key the owner retained since the peer started.
-    pub complete: bool,
+    /// The owner's slot version up to which the peer holds every key the owner recorded
+    /// within the retention (0: none): a restored value of a later version may have been
+    /// written with a key the copy lacks.
+    pub reach: u64,
     /// Drawn at random when the peer process starts: pages of one answer all carry the same.
     pub source_epoch: u64,
     /// Where the next page starts (`from`); `None` on the last page.

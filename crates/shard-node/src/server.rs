@@ -26,6 +26,8 @@ use crate::http::api;
 use crate::http::routes;
 use crate::http::state::NodeState;
 use crate::metrics::ShardMetrics;
+use crate::peer::key_file::KeyFile;
+use crate::peer::keys::PeerKeys;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
 use crate::peer::replicator::{Replicator, resend_log};
@@ -68,13 +70,14 @@ pub async fn run<L: Listener>(
     if let Some(replicator) = &replicator {
         resend_log(replicator.as_ref(), &storage, &config.data_dir).await?;
     }
+    let peer_keys = read_peer_keys(&config, &storage, clock.now_unix_ms()).await?;
     let engine = start_engine(&config, &storage, clock.clone(), resumed, replicator);
     let me = Puller {
         slot: config.slot.to_string(),
         incarnation,
         nonce,
     };
-    let pulls = start_pulls(&config, &engine, me, &client);
+    let pulls = start_pulls(&config, &engine, me, &client, peer_keys, &storage);
     let copy_sources = copy_sources(&config);
     let restore = Arc::new(RestoreProgress::new(restore_pending, &copy_sources));
     let state = Arc::new(node_state(
@@ -127,6 +130,34 @@ async fn recover(
     let counters = resumed.table.len();
     tracing::info!(slot = %config.slot, counters, data_dir = %config.data_dir.display(), durability = %config.settings.durability, "recovered");
     Ok(resumed)
+}
+
+/// Each peer's copy of its idempotency keys, read back from its key file, by slot index.
+async fn read_peer_keys(
+    config: &NodeConfig,
+    storage: &Storage,
+    now_ms: u64,
+) -> Result<Vec<(u32, KeyFile, PeerKeys)>, StorageError> {
+    let retention_ms = config.settings.idempotency_retention_secs * 1000;
+    let peers: Vec<(u32, String)> = (0u32..)
+        .zip(config.slot_names())
+        .filter(|(index, _)| *index != config.slot.index)
+        .collect();
+    let (disk, dir) = (storage.disk.clone(), config.data_dir.clone());
+    storage
+        .blocking(move || {
+            let mut copies = Vec::new();
+            for (index, slot) in peers {
+                let (file, back) = KeyFile::read(disk.clone(), &dir, &slot)?;
+                if !back.keys.is_empty() {
+                    tracing::info!(%slot, keys = back.keys.len(), reach = back.reach, "read back the copy of a peer's idempotency keys");
+                }
+                let keys = PeerKeys::recovered(retention_ms, back.keys, back.reach, now_ms);
+                copies.push((index, file, keys));
+            }
+            Ok(copies)
+        })
+        .await
 }
 
 /// The commit loop and the checkpointer, running, and what they share with the handlers.
@@ -254,20 +285,27 @@ struct Pulls {
     pullers: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Pulls each peer's slot and descriptions, and descriptions from the aggregator. The
-/// aggregator learns which process (`me`: incarnation and start nonce) pulls for this slot,
-/// and tells this node if another process serves the slot at the same time.
-fn start_pulls(config: &NodeConfig, engine: &Engine, me: Puller, client: &HttpClient) -> Pulls {
+/// Pulls each peer's slot, keys (into `peer_keys`, written back to their key files on
+/// `storage`) and descriptions, and descriptions from the aggregator. The aggregator learns
+/// which process (`me`: incarnation and start nonce) pulls for this slot, and tells this node
+/// if another process serves the slot at the same time.
+fn start_pulls(
+    config: &NodeConfig,
+    engine: &Engine,
+    me: Puller,
+    client: &HttpClient,
+    peer_keys: Vec<(u32, KeyFile, PeerKeys)>,
+    storage: &Storage,
+) -> Pulls {
     let slot_names = config.slot_names();
     let replicas = Arc::new(RwLock::new(SlotCopies::new(slot_names.clone())));
     let clock = &engine.clock;
     let mut sources = Vec::new();
     let mut peers = Vec::new();
     let mut pullers = Vec::new();
-    for (index, address) in config.datacenter.shards.iter().enumerate() {
-        if index as u32 == config.slot.index {
-            continue;
-        }
+    for (index, file, keys) in peer_keys {
+        let address = config.datacenter.shards[index as usize];
+        let index = index as usize;
         let sink = Arc::new(
             PeerSink::new(
                 &slot_names[index],
@@ -278,8 +316,11 @@ fn start_pulls(config: &NodeConfig, engine: &Engine, me: Puller, client: &HttpCl
                 clock.clone(),
             )
             .with_max_clock_skew_ms(config.sync.max_clock_skew_ms)
-            .holding_keys(config.settings.idempotency_retention_secs * 1000),
+            .holding_keys(keys),
         );
+        pullers.push(tokio::spawn(
+            sink.clone().persist_keys(file, storage.clone()),
+        ));
         let every = Duration::from_millis(config.sync.peer_ms);
         pullers.push(spawn_puller(
             address.to_string(),
@@ -486,6 +527,11 @@ async fn restore_then_take_writes(
     }
     progress.phase("writing");
     let counters = restored.len();
+    let newest = restored
+        .values()
+        .map(|r| r.state.version)
+        .max()
+        .unwrap_or(0);
     let mut part = Vec::new();
     let mut weight = 0;
     let mut restored = restored.into_iter().peekable();
@@ -505,12 +551,13 @@ async fn restore_then_take_writes(
         }
     }
     progress.phase("gathering idempotency keys");
-    let mut keys = restore_keys(request.clone()).await;
+    let mut keys = restore_keys(request.clone(), newest).await;
     replicas.add_keys_to(&mut keys);
     let held = keys.keys.len();
-    let unknown_until_ms = (!keys.whole).then(|| request.clock.now_unix_ms() + key_retention_ms);
+    let unknown_until_ms =
+        (!keys.reach_past(newest)).then(|| request.clock.now_unix_ms() + key_retention_ms);
     if let Some(until) = unknown_until_ms {
-        tracing::warn!(%slot, keys = held, "no peer holds a whole copy of the slot's idempotency keys: writes with keys it does not hold are refused for shard.idempotency_retention_secs");
+        tracing::warn!(%slot, keys = held, keys_reach = keys.reach, newest_restored = newest, "the peers' copies of the slot's idempotency keys do not reach its newest restored version: writes with keys it does not hold are refused for shard.idempotency_retention_secs");
         until_done(&slot, "record that keys may be missing", || {
             let (disk, dir) = (storage.disk.clone(), data_dir.clone());
             storage.blocking(move || recovery::record_unknown_keys(&*disk, &dir, until))

@@ -77,6 +77,9 @@ pub struct IdempotencyCache {
     /// Until when (unix ms) keys recorded before may be missing: the slot was restored
     /// without a whole copy of its keys, or its restore has not brought them yet.
     unknown_until_ms: Option<u64>,
+    /// The newest slot version whose writes' keys are all here (those within the retention):
+    /// what a peer's copy reaches once it has paged through them.
+    reach: u64,
 }
 
 /// One record, its key and the key's hash.
@@ -109,6 +112,7 @@ impl IdempotencyCache {
             retention_ms,
             epoch: rand::random(),
             unknown_until_ms: None,
+            reach: 0,
         }
     }
 
@@ -209,6 +213,22 @@ impl IdempotencyCache {
         self.unknown_until_ms.filter(|&until| now_ms < until)
     }
 
+    /// Every key of a write at slot version `version` or below is here now (versions only
+    /// grow: an older one changes nothing).
+    pub fn reached(&mut self, version: u64) {
+        self.reach = self.reach.max(version);
+    }
+
+    /// The newest slot version whose writes' keys are all here ([`IdempotencyCache::reached`]).
+    pub fn reach(&self) -> u64 {
+        self.reach
+    }
+
+    /// The number the next record recorded gets.
+    pub fn end(&self) -> u64 {
+        self.popped + self.held.len() as u64
+    }
+
     /// Up to `limit` records from record number `from` on (older ones have expired), oldest
     /// first, and the number of the next one (`None` past the newest).
     pub fn copy_page(
@@ -238,15 +258,18 @@ impl IdempotencyCache {
             _ => 0,
         };
         let (keys, next) = self.copy_page(from, limit);
-        let end = self.popped + self.held.len() as u64;
+        let end = self.end();
+        let caught_up = next.is_none();
+        let whole = self.unknown_until(now_ms).is_none();
         KeyPage {
             keys,
             next: Cursor::Seq {
                 epoch: self.epoch,
                 seq: next.unwrap_or(end),
             },
-            caught_up: next.is_none(),
-            whole: self.unknown_until(now_ms).is_none(),
+            caught_up,
+            whole,
+            reach: if caught_up && whole { self.reach } else { 0 },
         }
     }
 }
@@ -382,6 +405,29 @@ mod tests {
         assert_eq!(names(&cache.page(elsewhere, 10, 0)), ["k2", "k3", "k4"]);
         cache.insert("k5", record("c", 5, 1200), 1200);
         assert_eq!(names(&cache.page(rest.next, 10, 0)), ["k5"]);
+    }
+
+    /// A page promises the cache's reach only when it is the last one and the cache holds
+    /// every key it recorded.
+    #[test]
+    fn only_a_caught_up_page_of_a_whole_cache_says_how_far_it_reaches() {
+        let mut cache = IdempotencyCache::new(1000);
+        cache.insert("k0", record("c", 1, 0), 0);
+        cache.insert("k1", record("c", 2, 0), 0);
+        cache.reached(40);
+        cache.reached(30);
+        assert_eq!(cache.reach(), 40, "versions only grow");
+        let first = cache.page(Cursor::Start, 1, 0);
+        assert_eq!((first.caught_up, first.reach), (false, 0));
+        let rest = cache.page(first.next, 10, 0);
+        assert_eq!((rest.caught_up, rest.whole, rest.reach), (true, true, 40));
+        cache.set_unknown_until(Some(100));
+        let missing = cache.page(Cursor::Start, 10, 0);
+        assert_eq!(
+            (missing.caught_up, missing.whole, missing.reach),
+            (true, false, 0)
+        );
+        assert_eq!(cache.page(Cursor::Start, 10, 100).reach, 40);
     }
 
     #[test]

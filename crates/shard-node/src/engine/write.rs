@@ -87,7 +87,7 @@ pub enum Command {
     },
     /// Take in the slot's idempotency keys restored from its peers: logged and fsynced as one
     /// record. `unknown_until_ms`: until when keys the restore did not find may still be
-    /// retried (`None`: a peer handed over a whole copy).
+    /// retried (`None`: the peers' copies reach the newest restored version).
     RestoreKeys {
         /// Each key with its record.
         keys: Vec<(Box<str>, IdempotencyRecord)>,

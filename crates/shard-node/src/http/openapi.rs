@@ -231,7 +231,8 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
         Operation::new(
             "a page of this node's copy of a peer slot's idempotency keys (restoring that peer): \
              the keys from record number `from` (0), at most `limit` (sync.page_entries); says \
-             whether the copy holds every key the peer retains, and where the next page starts",
+             the peer's slot version up to which the copy holds every key it recorded (its \
+             reach), and where the next page starts",
         )
         .between_tiers()
         .param(path_param(

@@ -2,18 +2,21 @@
 //! loses its disk can restore from them) and new descriptions from its peers and its datacenter
 //! aggregator. Learned descriptions go through the commit loop, so they are durable here too.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use geocount_model::wire::{Cursor, KeyCopy, Puller, SyncPage, SyncRequest};
 use geocount_model::{Clock, SyncSettings, max_slot_version};
 use geocount_sync::{DescriptionTable, PageFence, PullSink, SlotCopies, SourceStatus};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
-use crate::engine::idempotency::IdempotencyCache;
 use crate::engine::write::Command;
 use crate::health::NodeHealth;
 use crate::metrics::{ShardMetrics, SourceLabel};
+use crate::peer::key_file::KeyFile;
+use crate::peer::keys::PeerKeys;
+use crate::storage::Storage;
 
 /// Pulls one source (a peer shard node, or the datacenter aggregator for descriptions only).
 pub struct PeerSink {
@@ -33,10 +36,9 @@ pub struct PeerSink {
     /// reports goes.
     announce: Option<(Puller, Arc<NodeHealth>)>,
     /// For a peer: its slot's idempotency keys, handed back to it should it lose its disk.
-    keys: Option<Mutex<IdempotencyCache>>,
-    /// Whether `keys` has held every key the peer retains: set once a pull reached the peer's
-    /// newest key while the peer held all of its own.
-    keys_complete: AtomicBool,
+    keys: Option<Mutex<PeerKeys>>,
+    /// Told when `keys` changed, for their key file.
+    keys_changed: Notify,
 }
 
 impl PeerSink {
@@ -65,7 +67,7 @@ impl PeerSink {
             load: AtomicU64::new(u64::MAX),
             announce: None,
             keys: None,
-            keys_complete: AtomicBool::new(false),
+            keys_changed: Notify::new(),
         }
     }
 
@@ -76,25 +78,64 @@ impl PeerSink {
         self
     }
 
-    /// Pulls and holds the peer's idempotency keys, each for `retention_ms`.
-    pub fn holding_keys(mut self, retention_ms: u64) -> Self {
-        self.keys = Some(Mutex::new(IdempotencyCache::new(retention_ms)));
+    /// Pulls the peer's idempotency keys into `keys` (empty, or read back from its key file)
+    /// and holds them.
+    pub fn holding_keys(mut self, keys: PeerKeys) -> Self {
+        self.keys = Some(Mutex::new(keys));
         self.status.get_mut().expect("status lock").next.keys = Some(Cursor::Start);
         self
     }
 
-    /// A page of the peer's keys held here: up to `limit` from number `from` on, saying
-    /// whether they are all the keys the peer retains (`None`: this source holds no keys).
+    /// A page of the peer's keys held here: up to `limit` from number `from` on, saying how
+    /// far the copy reaches (`None`: this source holds no keys).
     pub fn key_copy(&self, from: u64, limit: usize, source_epoch: u64) -> Option<KeyCopy> {
         let keys = self.keys.as_ref()?.lock().expect("keys lock");
         let (page, next) = keys.copy_page(from, limit);
         Some(KeyCopy {
             slot: self.label.source.clone(),
             keys: page,
-            complete: self.keys_complete.load(Ordering::Acquire),
+            reach: keys.reach(),
             source_epoch,
             next,
         })
+    }
+
+    /// Writes the peer's keys held here to `file` as they change, fsynced, until aborted, so
+    /// that the copy outlives this node's restart. A write that fails is tried again a second
+    /// later.
+    pub async fn persist_keys(self: Arc<Self>, mut file: KeyFile, storage: Storage) {
+        let Some(keys) = &self.keys else {
+            return;
+        };
+        loop {
+            let batch = {
+                let keys = keys.lock().expect("keys lock");
+                let whole = file.wants_rewrite(keys.len());
+                keys.unpersisted(whole).map(|batch| (batch, whole))
+            };
+            let Some((batch, whole)) = batch else {
+                self.keys_changed.notified().await;
+                continue;
+            };
+            let (returned, written) = storage
+                .blocking(move || {
+                    let written = if whole {
+                        file.rewrite(&batch)
+                    } else {
+                        file.append(&batch)
+                    };
+                    (file, written.map(|()| batch))
+                })
+                .await;
+            file = returned;
+            match written {
+                Ok(batch) => keys.lock().expect("keys lock").persisted(&batch),
+                Err(error) => {
+                    tracing::warn!(source = %self.label.source, %error, "cannot write the peer's idempotency keys to disk; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
     }
 
     /// Refuses descriptions versioned more than `max_clock_skew_ms` ahead of this node's clock
@@ -182,13 +223,8 @@ impl PullSink for PeerSink {
         }
         if let (Some(held), Some(keys)) = (&self.keys, &page.keys) {
             let now_ms = self.clock.now_unix_ms();
-            let mut held = held.lock().expect("keys lock");
-            held.expire(now_ms);
-            for (key, record) in &keys.keys {
-                held.insert(key, record.clone(), now_ms);
-            }
-            if keys.whole && keys.caught_up {
-                self.keys_complete.store(true, Ordering::Release);
+            if held.lock().expect("keys lock").take(keys, now_ms) {
+                self.keys_changed.notify_one();
             }
         }
         if let Some((puller, health)) = &self.announce {

@@ -2,14 +2,18 @@
 //! copies of them ([`crate::peer::replication::PeerSink::holding_keys`]), page by page
 //! (`GET /slots/{slot}/keys?from=N`).
 //!
-//! A retry of a write acknowledged before the loss must find its key, or be refused: so the
-//! restore waits for one peer that has held every key of the slot since it started. With none
-//! (no peer, or every peer restarted since), the keys that could be missing are those recorded
-//! within the retention before the restore, and the slot refuses keys it does not hold until
-//! they would have expired ([`crate::engine::idempotency::IdempotencyCache::unknown_until`]).
+//! A retry of a write acknowledged before the loss must find its key, or be refused. Each
+//! peer's copy says how far it reaches: the slot version up to which it holds every key
+//! ([`crate::peer::keys`]). The restore waits for a copy that reaches the newest version it
+//! restored, or until no peer has handed over a page for the settle. The copies together
+//! reach as far as the furthest of them; when that is short of the restored values (no peer,
+//! every peer lagging, or restarted since the owner last held its keys), the keys that could be
+//! missing are those recorded within the retention before the restore, and the slot refuses
+//! keys it does not hold until they would have expired
+//! ([`crate::engine::idempotency::IdempotencyCache::unknown_until`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use geocount_model::IdempotencyRecord;
@@ -24,21 +28,30 @@ use crate::startup::settle::LastPage;
 pub struct KeysRestored {
     /// Each key with its latest record.
     pub keys: Vec<(Box<str>, IdempotencyRecord)>,
-    /// Whether one peer handed over every key of the slot.
-    pub whole: bool,
+    /// The slot version up to which they are every key the slot recorded (0: none).
+    pub reach: u64,
+}
+
+impl KeysRestored {
+    /// Whether they hold the key of every write up to `version`, the newest restored.
+    pub fn reach_past(&self, version: u64) -> bool {
+        self.reach >= version
+    }
 }
 
 /// What the peers' tasks share.
 #[derive(Default)]
 struct Gathered {
     keys: Mutex<HashMap<String, IdempotencyRecord>>,
-    whole: AtomicBool,
+    /// The furthest reach of the copies handed over whole.
+    reach: AtomicU64,
     last_page: LastPage,
 }
 
-/// Gathers the slot's keys from `request.key_sources` until one hands over a whole copy, or
-/// `request.settle` passes with no page from any of them.
-pub async fn restore_keys(request: Arc<RestoreRequest>) -> KeysRestored {
+/// Gathers the slot's keys from `request.key_sources` until the copies reach `version` (the
+/// newest the restore took in), every peer handed its copy over, or `request.settle` passes
+/// with no page from any of them.
+pub async fn restore_keys(request: Arc<RestoreRequest>, version: u64) -> KeysRestored {
     let gathered = Arc::new(Gathered::default());
     let mut asks = JoinSet::new();
     for source in request.key_sources.clone() {
@@ -46,7 +59,7 @@ pub async fn restore_keys(request: Arc<RestoreRequest>) -> KeysRestored {
     }
     let settled = gathered.last_page.settled(request.settle);
     tokio::pin!(settled);
-    while !asks.is_empty() && !gathered.whole.load(Ordering::Acquire) {
+    while !asks.is_empty() && gathered.reach.load(Ordering::Acquire) < version {
         tokio::select! {
             _ = asks.join_next() => {}
             () = &mut settled => break,
@@ -56,24 +69,19 @@ pub async fn restore_keys(request: Arc<RestoreRequest>) -> KeysRestored {
     let keys = std::mem::take(&mut *gathered.keys.lock().expect("restored keys lock"));
     KeysRestored {
         keys: keys.into_iter().map(|(k, r)| (k.into(), r)).collect(),
-        whole: gathered.whole.load(Ordering::Acquire),
+        reach: gathered.reach.load(Ordering::Acquire),
     }
 }
 
 /// Asks `source` for its whole copy of the keys until it answers one pass; every page's keys
-/// are kept whatever the pass's outcome (each records a real write).
+/// are kept whatever the pass's outcome (each records a real write), and the pass's reach once
+/// it is whole.
 async fn keys_from(request: Arc<RestoreRequest>, source: CopySource, gathered: Arc<Gathered>) {
     loop {
         match whole_key_copy(&request, &source, &gathered).await {
-            Ok(true) => {
-                tracing::info!(slot = %request.slot, source = %source.name, "received a whole copy of the slot's idempotency keys");
-                gathered.whole.store(true, Ordering::Release);
-                return;
-            }
-            // It started after the owner last held its keys: its copy cannot become whole
-            // while the owner restores.
-            Ok(false) => {
-                tracing::info!(slot = %request.slot, source = %source.name, "its copy of the slot's idempotency keys is not whole");
+            Ok(reach) => {
+                tracing::info!(slot = %request.slot, source = %source.name, reach, "received a copy of the slot's idempotency keys");
+                gathered.reach.fetch_max(reach, Ordering::AcqRel);
                 return;
             }
             Err(error) => tracing::debug!(source = %source.name, %error, "asking for keys failed"),
@@ -82,15 +90,17 @@ async fn keys_from(request: Arc<RestoreRequest>, source: CopySource, gathered: A
     }
 }
 
-/// One pass over `source`'s copy; `Ok(complete)` once its last page came.
+/// One pass over `source`'s copy; `Ok(reach)` once its last page came: the lowest reach its
+/// pages said (the copy cannot grow while its owner restores, but a page never promises more
+/// than it said).
 async fn whole_key_copy(
     request: &RestoreRequest,
     source: &CopySource,
     gathered: &Gathered,
-) -> Result<bool, String> {
+) -> Result<u64, String> {
     let mut from = 0u64;
     let mut epoch = None;
-    let mut complete = true;
+    let mut reach = u64::MAX;
     loop {
         let url = request.client.url(
             source.address,
@@ -112,13 +122,13 @@ async fn whole_key_copy(
         if *epoch.get_or_insert(page.source_epoch) != page.source_epoch {
             return Err("restarted while its keys were paged".into());
         }
-        complete &= page.complete;
+        reach = reach.min(page.reach);
         gathered.last_page.received();
         merge(&gathered.keys, page.keys);
         match page.next {
             Some(next) if next > from => from = next,
             Some(_) => return Err("its pages do not advance".into()),
-            None => return Ok(complete),
+            None => return Ok(reach),
         }
     }
 }

@@ -99,6 +99,9 @@ pub fn resume(
         }
     })?;
     let last_version = table.max_version();
+    // Every key of the slot's writes is in the store or the log (unless the keys are unknown,
+    // when the cache's pages promise nothing).
+    idempotency.reached(last_version);
     Ok(Resumed {
         table,
         descriptions,

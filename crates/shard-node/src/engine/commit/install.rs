@@ -1,5 +1,5 @@
 //! Installing a durable group: its log record appended (and fsynced, unless in async durability), then
-//! its changes put in the slot table, the descriptions and the idempotency keys that reads are
+//! its changes put in the idempotency keys, the slot table and the descriptions that reads are
 //! served from; and the log's flushes and checkpoints that follow.
 
 use std::time::Instant;
@@ -45,6 +45,16 @@ impl CommitLoop {
     /// `record.slots`, in the same order.
     pub(super) fn install(&mut self, changes: Vec<SlotChange>, record: LogRecord, now_ms: u64) {
         {
+            // The keys first: a peer's pull that reads the table and then the keys finds the
+            // keys of every version it read.
+            let mut keys = self.idempotency.write().expect("idempotency lock");
+            for (key, entry) in record.idempotency {
+                keys.insert(&key, entry.clone(), now_ms);
+                self.pending.idempotency_added.push((key, entry));
+            }
+            keys.reached(self.last_version);
+        }
+        {
             let mut table = self.shared.table.write().expect("slot table lock");
             for (change, (id, logged)) in changes.into_iter().zip(record.slots) {
                 let row = table.apply_change(
@@ -77,11 +87,6 @@ impl CommitLoop {
             .state_bytes
             .set(self.budget.held() as i64);
         self.pending.descriptions.extend(record.descriptions);
-        let mut keys = self.idempotency.write().expect("idempotency lock");
-        for (key, entry) in record.idempotency {
-            keys.insert(&key, entry.clone(), now_ms);
-            self.pending.idempotency_added.push((key, entry));
-        }
     }
 
     /// In async durability, fsyncs once the flush interval has passed since the last fsync.

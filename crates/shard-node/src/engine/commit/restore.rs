@@ -62,6 +62,9 @@ impl CommitLoop {
             self.pending.idempotency_added.push((key, entry));
         }
         held.set_unknown_until(unknown_until_ms);
+        // Every key the restore could find is here: while some may be missing
+        // (`unknown_until_ms`), the cache's pages say it is not whole, and promise nothing.
+        held.reached(self.last_version);
         Ok(())
     }
 }
