@@ -7,7 +7,8 @@
 //!   [`key_restore`] its idempotency keys from the peers', each waiting for more pages until
 //!   [`settle`] says none came for `restore_timeout_ms`; [`coverage`] says when copies of
 //!   some partitions each make up the whole slot; in `replicated` durability
-//!   [`replica_restore`] adds the peers' logs of the slot's replicated writes.
+//!   [`replica_restore`] adds the peers' logs of the slot's replicated writes; [`take_over`]
+//!   logs what was restored through the commit loop before writes are let in.
 
 pub(crate) mod coverage;
 pub(crate) mod key_restore;
@@ -16,3 +17,4 @@ pub(crate) mod replica_restore;
 pub(crate) mod restore;
 pub mod resume;
 pub(crate) mod settle;
+pub(crate) mod take_over;
