@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use geocount_cluster::Cluster;
 use geocount_model::{Durability, Topology};
+use geoctl::cmd::load::DEFAULT_CONCURRENCY;
 use geoctl::load::workload::{CounterPicker, KeyDistribution};
 use serde::Serialize;
 
@@ -59,6 +60,11 @@ pub struct ClusterLoad {
     pub writes: Figure,
     /// The shard nodes' CPU time per acknowledged write, until geoctl exits.
     pub cpu_per_write: Figure,
+    /// The shard nodes' cores busy over the load's window.
+    pub cores: Figure,
+    /// geoctl's request latency p50: with a fixed number of requests in flight, the writes
+    /// per second follow it.
+    pub request_p50: Figure,
     /// Writes refused (503) or of unknown outcome, over the runs.
     pub not_acknowledged: u64,
     /// Every `geoctl load` report.
@@ -172,6 +178,12 @@ pub async fn cluster(
         ClusterLoad {
             writes: of(Unit::PerSec, |s| s.writes_per_sec),
             cpu_per_write: of(Unit::Micros, |s| s.micros_per_write),
+            cores: of(Unit::Cores, |s| s.cores),
+            request_p50: of(Unit::Ms, |s| {
+                (s.report.pointer("/latency/p50_ms"))
+                    .and_then(serde_json::Value::as_f64)
+                    .unwrap_or(f64::NAN)
+            }),
             not_acknowledged: count("/writes/refused") + count("/writes/unknown"),
             load_reports: samples.iter().map(|s| s.report.clone()).collect(),
         }
@@ -264,6 +276,20 @@ pub fn cluster_rows(rows: &mut Vec<Row>, cluster: &Modes<ClusterLoad>) {
             "the same, shard nodes' CPU per acknowledged write (until geoctl exits)".to_owned(),
             &sync.cpu_per_write,
             &replicated.cpu_per_write,
+            None,
+        ),
+        (
+            "the same, shard nodes' cores busy over the load's window".to_owned(),
+            &sync.cores,
+            &replicated.cores,
+            None,
+        ),
+        (
+            format!(
+                "the same, geoctl request latency p50 ({DEFAULT_CONCURRENCY} requests in flight)"
+            ),
+            &sync.request_p50,
+            &replicated.request_p50,
             None,
         ),
         (
