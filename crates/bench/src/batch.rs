@@ -153,12 +153,23 @@ pub fn encode(ids: &[String]) -> Body {
 
 /// [`BODIES`] bodies of `per_body` writes each to counters `<prefix>-<n>` picked by `picker`.
 pub fn bodies(prefix: &str, picker: &CounterPicker, per_body: usize) -> Vec<Body> {
+    bodies_named(picker, per_body, |n| format!("{prefix}-{n}"))
+}
+
+/// [`bodies`] over `ids`: `picker` picks an index into them.
+pub fn bodies_over(ids: &[String], picker: &CounterPicker, per_body: usize) -> Vec<Body> {
+    bodies_named(picker, per_body, |n| ids[n].clone())
+}
+
+fn bodies_named(
+    picker: &CounterPicker,
+    per_body: usize,
+    name: impl Fn(usize) -> String,
+) -> Vec<Body> {
     let mut rng = StdRng::seed_from_u64(6);
     (0..BODIES)
         .map(|_| {
-            let ids: Vec<String> = (0..per_body)
-                .map(|_| format!("{prefix}-{}", picker.pick(&mut rng)))
-                .collect();
+            let ids: Vec<String> = (0..per_body).map(|_| name(picker.pick(&mut rng))).collect();
             encode(&ids)
         })
         .collect()

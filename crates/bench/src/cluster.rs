@@ -1,7 +1,8 @@
 //! The whole cluster under load: global reads idle and while `geoctl load` writes flat out
 //! over every shard node, beside the bare hyper server's reads under the same writes, and the
 //! visibility lag meanwhile, all with one aggregator process per tier; then what a second
-//! replica per tier costs the shard nodes ([`crate::replicas`]).
+//! replica per tier costs the shard nodes ([`crate::replicas`]), and `replicated` durability
+//! beside `sync` flat out ([`crate::durability`]).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -13,6 +14,7 @@ use geocount_model::Topology;
 use serde::Serialize;
 
 use crate::batch::{self};
+use crate::durability::{self, ClusterLoad, Modes};
 use crate::figure::{Figure, Unit};
 use crate::procs::output;
 use crate::replicas::{self, ReplicaFigures};
@@ -44,10 +46,14 @@ pub struct ClusterFigures {
     /// The shard nodes under the same loads with one and two replicas per tier.
     /// (`None` only until measured, after the figures above.)
     pub replicas: Option<ReplicaFigures>,
+    /// Fresh clusters of the same shape written flat out in `sync` and in `replicated`.
+    /// (`None` only until measured, after the replicas.)
+    pub durability: Option<Modes<ClusterLoad>>,
 }
 
 /// Step 4: the cluster of `shape` (config/local.toml: one aggregator process per tier) on free
-/// ports; then the shard nodes' cost of a second replica per tier ([`replicas`]).
+/// ports; then the shard nodes' cost of a second replica per tier ([`replicas`]) and
+/// `replicated` beside `sync` ([`durability`]).
 pub async fn cluster(
     plan: &Plan,
     dir: &Path,
@@ -61,6 +67,7 @@ pub async fn cluster(
     running.stop(topo::GRACE).await;
     let mut figures = result?;
     figures.replicas = Some(replicas::compare(plan, dir, bin_dir, shape).await?);
+    figures.durability = Some(durability::cluster(plan, dir, bin_dir, shape).await?);
     Ok(figures)
 }
 
@@ -136,6 +143,7 @@ async fn cluster_runs(
         lag_p99: of("/visibility_lag/p99_ms", Unit::Ms)?,
         load_reports: reports,
         replicas: None,
+        durability: None,
     })
 }
 

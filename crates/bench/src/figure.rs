@@ -94,6 +94,8 @@ pub enum Goal {
     Below(f64),
     /// The figure's median must be at least this.
     AtLeast(f64),
+    /// The figure's median must be at most this.
+    AtMost(f64),
 }
 
 /// One line of the table: a geocount figure, its peer from the same run, and its target.
@@ -147,6 +149,7 @@ impl Row {
             Goal::RatioAtMost(most) => ratio.is_some_and(|r| r <= most),
             Goal::Below(limit) => geocount.median < limit,
             Goal::AtLeast(least) => geocount.median >= least,
+            Goal::AtMost(most) => geocount.median <= most,
         });
         let (peer_name, peer) = peer.unzip();
         Self {
@@ -167,6 +170,7 @@ impl Row {
             Some(Goal::RatioAtMost(r)) => format!("≤ {r}×"),
             Some(Goal::Below(v)) => format!("< {}", show_value(self.geocount.unit, *v)),
             Some(Goal::AtLeast(v)) => format!("≥ {}", show_value(self.geocount.unit, *v)),
+            Some(Goal::AtMost(v)) => format!("≤ {}", show_value(self.geocount.unit, *v)),
         }
     }
 }

@@ -4,10 +4,11 @@
 //! `config/local.toml`, memory per counter, a lost slot's restore and global reads while
 //! rankings scan every counter, all on this machine in one go, prints one Markdown table (each
 //! geocount figure beside its peer, as a ratio from the same run) and saves it with every sample
-//! as JSON.
+//! as JSON. The node and cluster steps also put `replicated` durability beside `sync`.
 
 mod batch;
 mod cluster;
+mod durability;
 mod figure;
 mod memory;
 mod procs;
@@ -69,11 +70,11 @@ enum Step {
     Redis,
     /// The bare hyper server.
     Ceiling,
-    /// One shard node: single HTTP writes and batches.
+    /// One shard node: single HTTP writes and batches; then with a peer, sync and replicated.
     Node,
     /// The per-write cost as counters grow.
     Curve,
-    /// The whole cluster: reads, writes and visibility lag.
+    /// The whole cluster: reads, writes and visibility lag; replicas; sync and replicated.
     Cluster,
     /// Resident bytes per counter.
     Memory,
@@ -118,7 +119,9 @@ impl Step {
         match self {
             Step::Redis => "step 1: Redis (redis-benchmark -t incr -c 50 -r 100000)".to_owned(),
             Step::Ceiling => "step 2: the hyper ceiling (wrk)".to_owned(),
-            Step::Node => "step 3: one shard node, durable".to_owned(),
+            Step::Node => {
+                "step 3: one shard node, durable; then with a peer, sync and replicated".to_owned()
+            }
             Step::Curve => "step 3b: per-write cost as counters grow".to_owned(),
             Step::Cluster => format!("step 4: the cluster of {}", topology.display()),
             Step::Memory => "step 5: memory per counter".to_owned(),
@@ -291,6 +294,9 @@ fn rows(results: &Results) -> Vec<Row> {
             node.http_writes.p99.clone(),
             None,
         ));
+        if let Some(pair) = &node.with_peer {
+            durability::pair_rows(&mut rows, pair);
+        }
     }
     if let Some(curve) = &results.curve
         && let Some(first) = curve.first()
@@ -391,6 +397,9 @@ fn rows(results: &Results) -> Vec<Row> {
         ));
         if let Some(replicas) = &cluster.replicas {
             replicas::rows(&mut rows, replicas);
+        }
+        if let Some(modes) = &cluster.durability {
+            durability::cluster_rows(&mut rows, modes);
         }
     }
     if let Some(scan) = &results.scan {

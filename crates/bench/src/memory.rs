@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use geocount_cluster::{Cluster, Member};
-use geocount_model::Topology;
+use geocount_model::{Durability, Topology};
 use serde::Serialize;
 
 use crate::figure::{Figure, Goal, Row, Unit};
@@ -120,7 +120,7 @@ async fn fresh_run(
     shape: &Topology,
     tiers: Tiers,
 ) -> anyhow::Result<MemoryRun> {
-    let text = topo::same_shape_with(shape, &memory_dir.join("data"), tiers)?;
+    let text = topo::same_shape_with(shape, &memory_dir.join("data"), tiers, Durability::Sync)?;
     let mut running = topo::start(memory_dir, &text, bin_dir, |_| true).await?;
     let result = memory_run(counters, &running).await;
     running.stop(topo::GRACE).await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use geocount_cluster::{Cluster, Member};
-use geocount_model::Topology;
+use geocount_model::{Durability, Topology};
 use serde::Serialize;
 
 use crate::figure::{Figure, Row, Unit};
@@ -52,11 +52,15 @@ pub struct TierLoads {
 }
 
 /// One load's figures.
-struct Sample {
-    writes_per_sec: f64,
-    cores: f64,
-    micros_per_write: f64,
-    report: serde_json::Value,
+pub(crate) struct Sample {
+    /// Writes acknowledged per second.
+    pub(crate) writes_per_sec: f64,
+    /// The shard nodes' CPU over the load's window, in cores.
+    pub(crate) cores: f64,
+    /// The shard nodes' CPU time per acknowledged write, until geoctl exits.
+    pub(crate) micros_per_write: f64,
+    /// geoctl's report.
+    pub(crate) report: serde_json::Value,
 }
 
 /// Runs the loads on a fresh cluster of `shape` with one aggregator process per tier, then on
@@ -95,7 +99,7 @@ async fn on_fresh(
 ) -> anyhow::Result<(TierLoads, f64)> {
     let label = format!("{} replica(s) per tier", tiers.global_replicas);
     let replicas_dir = dir.join(format!("replicas-{}", tiers.global_replicas));
-    let text = topo::same_shape_with(shape, &replicas_dir.join("data"), tiers)?;
+    let text = topo::same_shape_with(shape, &replicas_dir.join("data"), tiers, Durability::Sync)?;
     let mut running = topo::start(&replicas_dir, &text, bin_dir, |_| true).await?;
     let result = async {
         // Let the first pulls settle, as any idle cluster's.
@@ -143,7 +147,7 @@ async fn on_fresh(
 
 /// One `geoctl load` at `rate` (0: flat out) over `running`'s shard nodes, with their CPU time
 /// meanwhile.
-async fn shard_load(
+pub(crate) async fn shard_load(
     plan: &Plan,
     bin_dir: &Path,
     running: &Cluster,

@@ -1,6 +1,7 @@
 //! The benchmark's steps, each measured `repeats` times: Redis, the hyper ceiling, one shard
-//! node (single HTTP writes and batches), the per-write cost as counters grow, the whole cluster
-//! under load ([`crate::cluster`]), and memory per counter.
+//! node (single HTTP writes and batches; then with a peer, `sync` beside `replicated`:
+//! [`crate::durability`]), the per-write cost as counters grow, the whole cluster under load
+//! ([`crate::cluster`]), and memory per counter.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use geoctl::load::workload::{CounterPicker, KeyDistribution};
 use serde::Serialize;
 
 use crate::batch::{self, Answer, BatchRun, Connection};
+use crate::durability::{self, Modes, PairLoads};
 use crate::figure::{Figure, Unit};
 use crate::procs::{Server, free_address, resident_bytes};
 use crate::redis::{Persistence, Redis};
@@ -249,7 +251,8 @@ pub struct BatchFigures {
 }
 
 impl BatchFigures {
-    fn new(runs: Vec<BatchRun>) -> Self {
+    /// The figures of `runs` (at least one).
+    pub(crate) fn new(runs: Vec<BatchRun>) -> Self {
         let of = |unit, f: fn(&BatchRun) -> f64| Figure::new(unit, runs.iter().map(f).collect());
         Self {
             rate: of(Unit::PerSec, |r| r.writes_per_sec),
@@ -322,6 +325,9 @@ pub struct NodeFigures {
     /// The same batches with every outcome answered, each run right after one of
     /// [`Self::batches`]'s.
     pub batches_full_answers: BatchFigures,
+    /// The single writes and the batches on a node with a peer, in `sync` and `replicated`.
+    /// (`None` only until measured, after the figures above.)
+    pub with_peer: Option<Modes<PairLoads>>,
 }
 
 pub(crate) fn is_shard(member: &Member) -> bool {
@@ -329,8 +335,15 @@ pub(crate) fn is_shard(member: &Member) -> bool {
 }
 
 /// Step 3: one shard node, durable mode, with Redis (persistence off) beside it for samples
-/// alternating with the batches'.
+/// alternating with the batches'; then a node with a peer in each durability.
 pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<NodeFigures> {
+    let mut figures = node_alone(plan, dir, bin_dir).await?;
+    figures.with_peer = Some(durability::pair(plan, dir, bin_dir).await?);
+    Ok(figures)
+}
+
+/// One shard node alone.
+async fn node_alone(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<NodeFigures> {
     let node_dir = dir.join("node");
     let text = topo::single_node(&node_dir.join("data"))?;
     let mut running = topo::start(&node_dir, &text, bin_dir, is_shard).await?;
@@ -371,6 +384,7 @@ pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Nod
             batches,
             redis_alongside: Figure::new(Unit::PerSec, redis_alongside),
             batches_full_answers,
+            with_peer: None,
         })
     }
     .await;

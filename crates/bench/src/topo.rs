@@ -1,5 +1,6 @@
-//! The topologies the benchmark runs: one shard node alone, and the shape of
-//! `config/local.toml` on free loopback ports with data under the benchmark's directory.
+//! The topologies the benchmark runs: one shard node alone, one with a peer (a datacenter of
+//! two), and the shape of `config/local.toml` on free loopback ports with data under the
+//! benchmark's directory, in the durability asked for.
 //! Processes are started and stopped as a [`Cluster`] of the local launcher's library.
 
 use std::path::Path;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use geocount_cluster::{Cluster, Member};
-use geocount_model::Topology;
+use geocount_model::{Durability, Topology};
 
 use crate::procs::free_address;
 
@@ -33,16 +34,29 @@ pub async fn start(
     Ok(Cluster::start(&file, data, logs, bin_dir.to_owned(), which, STARTUP).await?)
 }
 
-/// One datacenter `BENCH` with one shard node; its aggregator and the global aggregator are
-/// never started (the node's pulls of its aggregator just fail).
+/// One datacenter `BENCH` with one shard node, `sync`; its aggregator and the global aggregator
+/// are never started (the node's pulls of its aggregator just fail).
 pub fn single_node(data_dir: &Path) -> anyhow::Result<String> {
+    bench_datacenter(data_dir, 1, Durability::Sync)
+}
+
+/// One datacenter `BENCH` of `shards` shard nodes in `durability`; its aggregator and the
+/// global aggregator are never started (the nodes' pulls of their aggregator just fail).
+pub fn bench_datacenter(
+    data_dir: &Path,
+    shards: usize,
+    durability: Durability,
+) -> anyhow::Result<String> {
+    let shards = (0..shards)
+        .map(|_| free_address().map(|a| format!("\"{a}\"")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(format!(
-        "[global]\nlisten = \"{}\"\n\n[shard]\ndata_dir = \"{}\"\ndurability = \"sync\"\nrestore_timeout_ms = 200\n\n\
-         [[datacenters]]\nname = \"BENCH\"\naggregator = \"{}\"\nshards = [\"{}\"]\n",
+        "[global]\nlisten = \"{}\"\n\n[shard]\ndata_dir = \"{}\"\ndurability = \"{durability}\"\nrestore_timeout_ms = 200\n\n\
+         [[datacenters]]\nname = \"BENCH\"\naggregator = \"{}\"\nshards = [{}]\n",
         free_address()?,
         data_dir.display(),
         free_address()?,
-        free_address()?,
+        shards.join(", "),
     ))
 }
 
@@ -69,11 +83,18 @@ impl Tiers {
 /// `shape`'s datacenters (names and shard counts) on free loopback ports, durable (`sync`),
 /// with the default sync intervals.
 pub fn same_shape(shape: &Topology, data_dir: &Path) -> anyhow::Result<String> {
-    same_shape_with(shape, data_dir, Tiers::ONE)
+    same_shape_with(shape, data_dir, Tiers::ONE, Durability::Sync)
 }
 
-/// [`same_shape`] with the aggregator processes and partitions of `tiers`.
-pub fn same_shape_with(shape: &Topology, data_dir: &Path, tiers: Tiers) -> anyhow::Result<String> {
+/// [`same_shape`] with the aggregator processes and partitions of `tiers`, in `durability`; a
+/// datacenter of one shard node says `sync` itself under `replicated` (it has no peer), as
+/// `config/local.toml`'s does.
+pub fn same_shape_with(
+    shape: &Topology,
+    data_dir: &Path,
+    tiers: Tiers,
+    durability: Durability,
+) -> anyhow::Result<String> {
     let addresses = |n: usize| {
         (0..n)
             .map(|_| free_address().map(|a| format!("\"{a}\"")))
@@ -92,7 +113,7 @@ pub fn same_shape_with(shape: &Topology, data_dir: &Path, tiers: Tiers) -> anyho
         text += &format!("partitions = [{}]\n", held.join(", "));
     }
     text += &format!(
-        "\n[shard]\ndata_dir = \"{}\"\ndurability = \"sync\"\n",
+        "\n[shard]\ndata_dir = \"{}\"\ndurability = \"{durability}\"\n",
         data_dir.display()
     );
     for dc in &shape.datacenters {
@@ -103,6 +124,9 @@ pub fn same_shape_with(shape: &Topology, data_dir: &Path, tiers: Tiers) -> anyho
             addresses(tiers.aggregator_replicas.saturating_sub(1))?.join(", "),
             addresses(dc.shards.len())?.join(", ")
         );
+        if durability == Durability::Replicated && dc.shards.len() < 2 {
+            text += "durability = \"sync\"\n";
+        }
     }
     Ok(text)
 }
@@ -140,10 +164,40 @@ mod tests {
         };
         let split = Topology::from_toml(
             "split",
-            &same_shape_with(&local, Path::new("/tmp/z"), tiers).expect("ports"),
+            &same_shape_with(&local, Path::new("/tmp/z"), tiers, Durability::Sync).expect("ports"),
         )
         .expect("valid");
         assert_eq!(split.global.replicas_of(4)[3].1.held, vec![3]);
         assert_eq!(split.datacenters[0].aggregators().len(), 2);
+        let replicated = Topology::from_toml(
+            "replicated",
+            &same_shape_with(
+                &local,
+                Path::new("/tmp/r"),
+                Tiers::ONE,
+                Durability::Replicated,
+            )
+            .expect("ports"),
+        )
+        .expect("a lone shard node says sync itself");
+        assert_eq!(counts(&replicated), counts(&local));
+        for dc in &replicated.datacenters {
+            let expected = if dc.shards.len() > 1 {
+                Durability::Replicated
+            } else {
+                Durability::Sync
+            };
+            assert_eq!(dc.durability(&replicated.shard), expected, "{}", dc.name);
+        }
+        let pair = Topology::from_toml(
+            "pair",
+            &bench_datacenter(Path::new("/tmp/p"), 2, Durability::Replicated).expect("ports"),
+        )
+        .expect("valid");
+        assert_eq!(pair.datacenters[0].shards.len(), 2);
+        assert_eq!(
+            pair.datacenters[0].durability(&pair.shard),
+            Durability::Replicated
+        );
     }
 }

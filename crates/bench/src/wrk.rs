@@ -50,6 +50,30 @@ pub fn write_script(
     Ok(path)
 }
 
+/// Writes a Lua script that sends `PATCH /counter/<id>/write?op=INCREMENT` to a random one of
+/// `ids` into `dir`, the ids in a file beside it (read once per wrk thread): for a set of ids
+/// no prefix and range names, such as the counters one slot owns.
+pub fn write_script_over(dir: &Path, name: &str, ids: &[String]) -> anyhow::Result<PathBuf> {
+    let list = dir.join(format!("{name}.ids"));
+    std::fs::write(&list, ids.join("\n") + "\n")
+        .with_context(|| format!("cannot write {}", list.display()))?;
+    let path = dir.join(format!("write-{name}.lua"));
+    let text = format!(
+        "-- geocount-bench: PATCH a random counter of the {count} in {list}\n\
+         wrk.method = \"PATCH\"\n\
+         math.randomseed(os.time())\n\
+         local ids = {{}}\n\
+         for id in io.lines(\"{list}\") do ids[#ids + 1] = id end\n\
+         request = function()\n\
+         \x20 return wrk.format(nil, \"/counter/\" .. ids[math.random(1, #ids)] .. \"/write?op=INCREMENT\")\n\
+         end\n",
+        count = ids.len(),
+        list = list.display(),
+    );
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
 /// What one wrk run measured.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WrkRun {
@@ -170,5 +194,22 @@ Transfer/sec:     10.76MB
             "{text}"
         );
         let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn id_scripts_read_their_ids() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let ids = ["a-1".to_owned(), "a-7".to_owned()];
+        let path = write_script_over(dir.path(), "owned", &ids).expect("written");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let list = dir.path().join("owned.ids");
+        assert!(
+            text.contains(&format!("io.lines(\"{}\")", list.display())),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(list).expect("the ids"),
+            "a-1\na-7\n"
+        );
     }
 }
