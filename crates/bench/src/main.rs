@@ -97,6 +97,8 @@ struct Results {
     redis: Option<RedisFigures>,
     ceiling: Option<CeilingFigures>,
     node: Option<NodeFigures>,
+    /// The single writes and the batches on a node with a peer, in `sync` and `replicated`.
+    node_with_peer: Option<durability::Modes<durability::PairLoads>>,
     curve: Option<Vec<CurvePoint>>,
     cluster: Option<ClusterFigures>,
     memory: Option<MemoryFigures>,
@@ -143,7 +145,10 @@ async fn run_step(
     match step {
         Step::Redis => results.redis = Some(steps::redis(plan, dir).await?),
         Step::Ceiling => results.ceiling = Some(steps::ceiling(plan, dir, bin_dir).await?),
-        Step::Node => results.node = Some(steps::node(plan, dir, bin_dir).await?),
+        Step::Node => {
+            results.node = Some(steps::node(plan, dir, bin_dir).await?);
+            results.node_with_peer = Some(durability::pair(plan, dir, bin_dir).await?);
+        }
         Step::Curve => results.curve = Some(steps::curve(plan, dir, bin_dir).await?),
         Step::Cluster => {
             results.cluster = Some(cluster::cluster(plan, dir, bin_dir, shape).await?);
@@ -294,7 +299,7 @@ fn rows(results: &Results) -> Vec<Row> {
             node.http_writes.p99.clone(),
             None,
         ));
-        if let Some(pair) = &node.with_peer {
+        if let Some(pair) = &results.node_with_peer {
             durability::pair_rows(&mut rows, pair);
         }
     }
@@ -514,6 +519,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         redis: None,
         ceiling: None,
         node: None,
+        node_with_peer: None,
         curve: None,
         cluster: None,
         memory: None,

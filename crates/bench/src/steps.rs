@@ -14,7 +14,6 @@ use geoctl::load::workload::{CounterPicker, KeyDistribution};
 use serde::Serialize;
 
 use crate::batch::{self, Answer, BatchRun, Connection};
-use crate::durability::{self, Modes, PairLoads};
 use crate::figure::{Figure, Unit};
 use crate::procs::{Server, free_address, resident_bytes};
 use crate::redis::{Persistence, Redis};
@@ -325,9 +324,6 @@ pub struct NodeFigures {
     /// The same batches with every outcome answered, each run right after one of
     /// [`Self::batches`]'s.
     pub batches_full_answers: BatchFigures,
-    /// The single writes and the batches on a node with a peer, in `sync` and `replicated`.
-    /// (`None` only until measured, after the figures above.)
-    pub with_peer: Option<Modes<PairLoads>>,
 }
 
 pub(crate) fn is_shard(member: &Member) -> bool {
@@ -335,15 +331,9 @@ pub(crate) fn is_shard(member: &Member) -> bool {
 }
 
 /// Step 3: one shard node, durable mode, with Redis (persistence off) beside it for samples
-/// alternating with the batches'; then a node with a peer in each durability.
+/// alternating with the batches' (a node with a peer in each durability follows:
+/// [`crate::durability::pair`]).
 pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<NodeFigures> {
-    let mut figures = node_alone(plan, dir, bin_dir).await?;
-    figures.with_peer = Some(durability::pair(plan, dir, bin_dir).await?);
-    Ok(figures)
-}
-
-/// One shard node alone.
-async fn node_alone(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<NodeFigures> {
     let node_dir = dir.join("node");
     let text = topo::single_node(&node_dir.join("data"))?;
     let mut running = topo::start(&node_dir, &text, bin_dir, is_shard).await?;
@@ -384,7 +374,6 @@ async fn node_alone(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<N
             batches,
             redis_alongside: Figure::new(Unit::PerSec, redis_alongside),
             batches_full_answers,
-            with_peer: None,
         })
     }
     .await;
