@@ -4,7 +4,8 @@
 //!
 //! Every attempt is classified ([`Attempt`]); a write's [`Fate`] folds its attempts into one
 //! [`WriteOutcome`]: acknowledged if any attempt was applied, else unknown if any attempt may
-//! have been applied, else refused. Keys make the retry safe: the node answers a retried key as
+//! have been applied (a 503 "not acknowledged" among them: logged, but no peer held it in
+//! time), else refused. Keys make the retry safe: the node answers a retried key as
 //! it answered the first attempt, and applies it only once. The retry goes to the same node
 //! because keys are deduplicated per datacenter.
 
@@ -14,7 +15,7 @@ use bytes::Bytes;
 use geocount_model::wire::POSTCARD_CONTENT_TYPE;
 use geocount_model::wire::{BatchEntry, BatchRequest, BatchResponse, BatchSummary, EntryOutcome};
 use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
-use geocount_net::{ClientError, HttpClient};
+use geocount_net::{Answer, ClientError, HttpClient};
 use hyper::Method;
 
 use crate::cluster::write_op;
@@ -58,6 +59,33 @@ pub fn status_attempt(status: u16) -> Attempt {
         500..=599 => Attempt::Retryable,
         _ => Attempt::Refused,
     }
+}
+
+/// How a shard node's refusal of a write it logged begins when no peer held it in time
+/// (`replicated` durability): the write may still apply.
+pub const NOT_ACKNOWLEDGED: &str = "not acknowledged";
+
+/// A refusal's status and error message, for a single write or one entry of a batch: a 503
+/// saying "not acknowledged" leaves the write in the node's log, so its outcome is unknown.
+pub fn refusal_attempt(status: u16, error: &str) -> Attempt {
+    if status == 503 && error.contains(NOT_ACKNOWLEDGED) {
+        Attempt::Unknown
+    } else {
+        status_attempt(status)
+    }
+}
+
+/// A single write's answer: its status, and for a refusal the `error` of its JSON body.
+pub fn answer_attempt(answer: &Answer) -> Attempt {
+    let status = answer.status.as_u16();
+    if answer.status.is_success() {
+        return status_attempt(status);
+    }
+    let error = serde_json::from_slice::<serde_json::Value>(&answer.body)
+        .ok()
+        .and_then(|body| body.get("error")?.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    refusal_attempt(status, &error)
 }
 
 /// A whole batch answered with an error status. A 5xx may come after some entries were
@@ -211,7 +239,7 @@ pub async fn send_single(
                 )
                 .await;
                 fate.record(match &result {
-                    Ok(answer) => status_attempt(answer.status.as_u16()),
+                    Ok(answer) => answer_attempt(answer),
                     Err(error) => error_attempt(error),
                 });
                 if !fate.wants_retry() {
@@ -376,7 +404,7 @@ fn entry_attempt(outcome: &EntryOutcome, tally: &mut Tally) -> Attempt {
             tally.error(&format!("entry refused {status}"), || {
                 format!("batch entry refused: {status}: {error}")
             });
-            status_attempt(*status)
+            refusal_attempt(*status, error)
         }
     }
 }
@@ -397,6 +425,28 @@ mod tests {
         assert_eq!(batch_status_attempt(413), Attempt::Refused);
         assert_eq!(batch_status_attempt(500), Attempt::Unknown);
         assert_eq!(batch_status_attempt(503), Attempt::Unknown);
+    }
+
+    #[test]
+    fn a_logged_write_no_peer_held_has_an_unknown_outcome() {
+        let not_acknowledged = "not acknowledged: no peer shard node held the write durably \
+            within shard.replication_timeout_ms (1000 ms); the write is in this node's log";
+        assert_eq!(refusal_attempt(503, not_acknowledged), Attempt::Unknown);
+        let forwarded = format!("DC_ASIA_0_VAL_0 refused the write: {not_acknowledged}");
+        assert_eq!(refusal_attempt(503, &forwarded), Attempt::Unknown);
+        let not_applied = "not applied: no peer; writes are taken again once a peer holds them";
+        assert_eq!(refusal_attempt(503, not_applied), Attempt::Retryable);
+        assert_eq!(refusal_attempt(422, not_acknowledged), Attempt::Refused);
+        let answer = |status: u16, body: &str| Answer {
+            status: hyper::StatusCode::from_u16(status).expect("a status"),
+            headers: hyper::HeaderMap::new(),
+            body: Bytes::from(body.to_owned()),
+        };
+        let body = serde_json::json!({ "error": not_acknowledged }).to_string();
+        assert_eq!(answer_attempt(&answer(503, &body)), Attempt::Unknown);
+        assert_eq!(answer_attempt(&answer(503, "{}")), Attempt::Retryable);
+        assert_eq!(answer_attempt(&answer(503, "not json")), Attempt::Retryable);
+        assert_eq!(answer_attempt(&answer(200, "{}")), Attempt::Applied);
     }
 
     #[test]
