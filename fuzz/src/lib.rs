@@ -395,6 +395,7 @@ pub mod seeds {
                 next: Cursor::Seq { epoch: 2, seq: 1 },
                 caught_up: true,
                 whole: true,
+                reach: 11,
             }),
         };
         vec![encode(&served), encode(&small)]
