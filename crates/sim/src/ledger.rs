@@ -1,0 +1,194 @@
+//! What a run recorded: every write the clients made and how it ended, and what the tiers
+//! may show for it ([`Ledger::allowed`]): the acknowledged sums, give or take the writes whose
+//! outcome is unknown and the writes a lost disk may lose by design.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::cluster::DATACENTERS;
+
+/// The counters every client writes (each has one slot per datacenter, wherever placement puts
+/// it, so most writes are forwarded between shard nodes).
+pub const COUNTERS: [&str; 3] = ["likes:a", "likes:b", "views:c"];
+
+/// One write a client made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// The datacenter it was written in (an index into [`DATACENTERS`]).
+    pub datacenter: usize,
+    /// The counter.
+    pub counter: &'static str,
+    /// The signed delta.
+    pub delta: i64,
+    /// How many requests it took.
+    pub attempts: u32,
+    /// When its last request was sent (simulated time since the start).
+    pub sent: Duration,
+    /// When it was acknowledged, or given up.
+    pub at: Duration,
+}
+
+/// Acknowledged writes a lost disk may have lost by design (`sync` durability): those of
+/// `counters` (the ones its slot holds) in `datacenter`, whose acknowledged request was sent
+/// before `at` and acknowledged at most `window` before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MayLose {
+    /// The datacenter of the lost slot.
+    pub datacenter: usize,
+    /// The counters whose keyed writes the lost slot holds.
+    pub counters: Vec<&'static str>,
+    /// When the disk was lost.
+    pub at: Duration,
+    /// How long before the loss a lost write may have been acknowledged.
+    pub window: Duration,
+}
+
+/// What one run's clients and driver recorded.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Every acknowledged write, in order.
+    pub acks: Vec<Write>,
+    /// Writes retried until their key's retention was nearly over, never acknowledged: each
+    /// may have applied once, or not at all.
+    pub unknown: Vec<Write>,
+    /// Acknowledged writes sent again with their key, each answered 200.
+    pub retried: usize,
+    /// Writers that have every write acknowledged or given up.
+    pub writers_done: usize,
+    /// When the last fault healed (set by the driver).
+    pub healed_at: Option<Duration>,
+    /// What a lost disk may have lost (set by the driver), if anything.
+    pub may_lose: Option<MayLose>,
+    /// When the observer started watching: the later of the heal and the last acknowledgement.
+    pub settled_at: Option<Duration>,
+    /// When every tier first showed allowed totals that agree.
+    pub converged_at: Option<Duration>,
+    /// What the tiers showed then.
+    pub shown: Shown,
+    /// What the tiers showed at the observer's last reading, where it differed from what the
+    /// run allows.
+    pub last_mismatch: Option<String>,
+    /// Answers that break the protocol (a 4xx to a valid write, a reused key refused).
+    pub protocol_errors: Vec<String>,
+    /// Requests refused because their slot's node was restoring the slot (503, or 504 through
+    /// the node that forwarded them), then retried.
+    pub restoring_refusals: u64,
+}
+
+/// A total per counter.
+pub type Totals = BTreeMap<&'static str, i64>;
+
+/// What the tiers showed of each counter's part in each datacenter.
+pub type Shown = BTreeMap<(usize, &'static str), i64>;
+
+/// The values a tier may show for each counter's part in each datacenter.
+pub type Allowed = BTreeMap<(usize, &'static str), BTreeSet<i64>>;
+
+impl Ledger {
+    /// The sum of the acknowledged deltas per counter: in datacenter `dc`, or everywhere.
+    pub fn expected(&self, dc: Option<usize>) -> Totals {
+        let mut totals: Totals = COUNTERS.iter().map(|&c| (c, 0)).collect();
+        for ack in self
+            .acks
+            .iter()
+            .filter(|a| dc.is_none_or(|dc| a.datacenter == dc))
+        {
+            *totals.entry(ack.counter).or_default() += ack.delta;
+        }
+        totals
+    }
+
+    /// What each counter's part in each datacenter may be: its acknowledged sum, plus the
+    /// deltas of any of its outcome-unknown writes, less the deltas of the acknowledged writes
+    /// [`Ledger::may_lose`] allows to be lost, latest first (a restore keeps each counter's
+    /// latest state some copy held, so what it loses is the counter's last writes).
+    pub fn allowed(&self) -> Allowed {
+        let mut allowed = Allowed::new();
+        for dc in 0..DATACENTERS.len() {
+            let expected = self.expected(Some(dc));
+            for counter in COUNTERS {
+                let unknown = (self.unknown.iter())
+                    .filter(|w| w.datacenter == dc && w.counter == counter)
+                    .map(|w| w.delta);
+                let gained = subset_sums(unknown);
+                let lost = self.losable(dc, counter);
+                let acknowledged = expected[counter];
+                let values = (lost.iter())
+                    .flat_map(|(l, _)| gained.iter().map(move |g| acknowledged - l + g))
+                    .collect();
+                allowed.insert((dc, counter), values);
+            }
+        }
+        allowed
+    }
+
+    /// The sums of the last 0, 1, 2, ... acknowledged writes of `counter` in datacenter `dc`
+    /// that [`Ledger::may_lose`] allows to be lost, each with how long before the loss the
+    /// earliest of them was acknowledged.
+    fn losable(&self, dc: usize, counter: &str) -> Vec<(i64, Duration)> {
+        let mut sums = vec![(0, Duration::ZERO)];
+        let Some(may) = &self.may_lose else {
+            return sums;
+        };
+        if may.datacenter != dc || !may.counters.contains(&counter) {
+            return sums;
+        }
+        let before = (self.acks.iter())
+            .filter(|a| a.datacenter == dc && a.counter == counter && a.sent < may.at);
+        let mut sum = 0;
+        for ack in before.collect::<Vec<_>>().into_iter().rev() {
+            let age = may.at.saturating_sub(ack.at);
+            if age > may.window {
+                break;
+            }
+            sum += ack.delta;
+            sums.push((sum, age));
+        }
+        sums
+    }
+
+    /// What the totals the tiers showed lack: per counter, the fewest last acknowledged writes
+    /// whose loss (with some outcome-unknown writes applied) gives what they showed.
+    pub fn lost(&self) -> Lost {
+        let mut lost = Lost::default();
+        for ((dc, counter), shown) in &self.shown {
+            let expected = self.expected(Some(*dc))[counter];
+            let unknown = (self.unknown.iter())
+                .filter(|w| w.datacenter == *dc && w.counter == *counter)
+                .map(|w| w.delta);
+            let gained = subset_sums(unknown);
+            let losable = self.losable(*dc, counter);
+            if let Some(fewest) =
+                (losable.iter()).position(|(l, _)| gained.contains(&(shown - expected + l)))
+            {
+                lost.writes += fewest;
+                lost.oldest = lost.oldest.max(losable[fewest].1);
+            }
+        }
+        lost
+    }
+}
+
+/// Acknowledged writes missing from the totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lost {
+    /// How many.
+    pub writes: usize,
+    /// How long before the disk loss the earliest of them was acknowledged (zero: none lost).
+    pub oldest: Duration,
+}
+
+/// Every sum of a subset of `deltas` (the empty one too).
+fn subset_sums(deltas: impl Iterator<Item = i64>) -> BTreeSet<i64> {
+    let mut sums = BTreeSet::from([0]);
+    for delta in deltas {
+        let more: Vec<i64> = sums.iter().map(|s| s + delta).collect();
+        sums.extend(more);
+    }
+    sums
+}
+
+/// The run's ledger, shared by the simulated clients and the driver (all on one thread).
+pub type SharedLedger = Rc<RefCell<Ledger>>;
