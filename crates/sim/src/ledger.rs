@@ -101,22 +101,20 @@ impl Ledger {
     }
 
     /// What each counter's part in each datacenter may be: its acknowledged sum, plus the
-    /// deltas of any of its outcome-unknown writes, less the deltas of the acknowledged writes
-    /// [`Ledger::may_lose`] allows to be lost, latest first (a restore keeps each counter's
-    /// latest state some copy held, so what it loses is the counter's last writes).
+    /// deltas of any of its outcome-unknown writes, less the deltas of any of the acknowledged
+    /// writes [`Ledger::may_lose`] allows to be lost. Any of them, not only the last: a
+    /// restore keeps each counter's latest state some copy held, but a keyed retry of a lost
+    /// write whose key was lost too applies it again.
     pub fn allowed(&self) -> Allowed {
         let mut allowed = Allowed::new();
         for dc in 0..DATACENTERS.len() {
             let expected = self.expected(Some(dc));
             for counter in COUNTERS {
-                let unknown = (self.unknown.iter())
-                    .filter(|w| w.datacenter == dc && w.counter == counter)
-                    .map(|w| w.delta);
-                let gained = subset_sums(unknown);
-                let lost = self.losable(dc, counter);
+                let gained = subset_sums(self.unknown_of(dc, counter).map(|w| w.delta));
+                let lost = subset_sums(self.losable(dc, counter).iter().map(|w| w.delta));
                 let acknowledged = expected[counter];
                 let values = (lost.iter())
-                    .flat_map(|(l, _)| gained.iter().map(move |g| acknowledged - l + g))
+                    .flat_map(|l| gained.iter().map(move |g| acknowledged - l + g))
                     .collect();
                 allowed.insert((dc, counter), values);
             }
@@ -124,47 +122,51 @@ impl Ledger {
         allowed
     }
 
-    /// The sums of the last 0, 1, 2, ... acknowledged writes of `counter` in datacenter `dc`
-    /// that [`Ledger::may_lose`] allows to be lost, each with how long before the loss the
-    /// earliest of them was acknowledged.
-    fn losable(&self, dc: usize, counter: &str) -> Vec<(i64, Duration)> {
-        let mut sums = vec![(0, Duration::ZERO)];
-        let Some(may) = &self.may_lose else {
-            return sums;
-        };
-        if may.datacenter != dc || !may.counters.contains(&counter) {
-            return sums;
-        }
-        let before = (self.acks.iter())
-            .filter(|a| a.datacenter == dc && a.counter == counter && a.sent < may.at);
-        let mut sum = 0;
-        for ack in before.collect::<Vec<_>>().into_iter().rev() {
-            let age = may.at.saturating_sub(ack.at);
-            if age > may.window {
-                break;
-            }
-            sum += ack.delta;
-            sums.push((sum, age));
-        }
-        sums
+    /// The outcome-unknown writes of `counter` in datacenter `dc`.
+    fn unknown_of(&self, dc: usize, counter: &str) -> impl Iterator<Item = &Write> {
+        (self.unknown.iter()).filter(move |w| w.datacenter == dc && w.counter == counter)
     }
 
-    /// What the totals the tiers showed lack: per counter, the fewest last acknowledged writes
-    /// whose loss (with some outcome-unknown writes applied) gives what they showed.
+    /// The acknowledged writes of `counter` in datacenter `dc` that [`Ledger::may_lose`]
+    /// allows to be lost.
+    fn losable(&self, dc: usize, counter: &str) -> Vec<&Write> {
+        let Some(may) = &self.may_lose else {
+            return Vec::new();
+        };
+        if may.datacenter != dc || !may.counters.contains(&counter) {
+            return Vec::new();
+        }
+        (self.acks.iter())
+            .filter(|a| a.datacenter == dc && a.counter == counter && a.sent < may.at)
+            .filter(|a| may.at.saturating_sub(a.at) <= may.window)
+            .collect()
+    }
+
+    /// What the totals the tiers showed lack: per counter, the fewest acknowledged writes
+    /// (of those, the latest) whose loss (with some outcome-unknown writes applied) gives what
+    /// they showed.
     pub fn lost(&self) -> Lost {
         let mut lost = Lost::default();
+        let lost_at = self.may_lose.as_ref().map(|may| may.at).unwrap_or_default();
         for ((dc, counter), shown) in &self.shown {
-            let expected = self.expected(Some(*dc))[counter];
-            let unknown = (self.unknown.iter())
-                .filter(|w| w.datacenter == *dc && w.counter == *counter)
-                .map(|w| w.delta);
-            let gained = subset_sums(unknown);
+            let missing = self.expected(Some(*dc))[counter] - shown;
+            let gained = subset_sums(self.unknown_of(*dc, counter).map(|w| w.delta));
             let losable = self.losable(*dc, counter);
-            if let Some(fewest) =
-                (losable.iter()).position(|(l, _)| gained.contains(&(shown - expected + l)))
-            {
-                lost.writes += fewest;
-                lost.oldest = lost.oldest.max(losable[fewest].1);
+            assert!(losable.len() < 20, "few writes can be lost at once");
+            let fewest = (0u32..1 << losable.len())
+                .map(|mask| (losable.iter().enumerate()).filter(move |(i, _)| mask & 1 << i != 0))
+                .map(|writes| writes.map(|(_, w)| *w).collect::<Vec<_>>())
+                .filter(|writes| {
+                    let sum: i64 = writes.iter().map(|w| w.delta).sum();
+                    gained.contains(&(sum - missing))
+                })
+                .min_by_key(|writes| {
+                    let oldest = writes.iter().map(|w| lost_at.saturating_sub(w.at)).max();
+                    (writes.len(), oldest)
+                });
+            for write in fewest.unwrap_or_default() {
+                lost.writes += 1;
+                lost.oldest = lost.oldest.max(lost_at.saturating_sub(write.at));
             }
         }
         lost
