@@ -75,6 +75,9 @@ pub struct Ledger {
     /// Requests refused because their slot's node was restoring the slot (503, or 504 through
     /// the node that forwarded them), then retried.
     pub restoring_refusals: u64,
+    /// Requests refused because their slot was restored without a whole copy of its keys
+    /// (503 until the retention has passed since the restore), then retried.
+    pub keys_unknown_refusals: u64,
 }
 
 /// A total per counter.

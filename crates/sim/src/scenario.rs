@@ -150,6 +150,8 @@ pub struct Report {
     pub requests: u64,
     /// Of those, refused because their slot's node was restoring its lost slot.
     pub restoring_refusals: u64,
+    /// Of those, refused because their slot was restored without a whole copy of its keys.
+    pub keys_unknown_refusals: u64,
     /// The world's total of each counter: the sum of its acknowledged deltas.
     pub totals: BTreeMap<&'static str, i64>,
     /// When the observer started: the later of the last heal and the last acknowledgement.
@@ -576,6 +578,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         lost: ledger.lost(),
         requests: writes.map(|w| u64::from(w.attempts)).sum(),
         restoring_refusals: ledger.restoring_refusals,
+        keys_unknown_refusals: ledger.keys_unknown_refusals,
         totals: ledger.expected(None),
         settled_at,
         convergence,

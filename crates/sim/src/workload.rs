@@ -193,6 +193,9 @@ async fn send_until_answered(
                 if answer.as_ref().is_ok_and(restoring) {
                     ledger.borrow_mut().restoring_refusals += 1;
                 }
+                if answer.as_ref().is_ok_and(keys_unknown) {
+                    ledger.borrow_mut().keys_unknown_refusals += 1;
+                }
                 node = (node + 1) % shards.len();
                 let backoff = Duration::from_millis(rng.random_range(20..=150));
                 tokio::time::sleep(backoff).await;
@@ -206,6 +209,14 @@ async fn send_until_answered(
 fn restoring(answer: &Answer) -> bool {
     answer.status.is_server_error()
         && String::from_utf8_lossy(&answer.body).contains("restoring slot")
+}
+
+/// Whether `answer` is a restored slot's refusal of a key it may have lost (directly, or
+/// through the node that forwarded the write).
+fn keys_unknown(answer: &Answer) -> bool {
+    answer.status.is_server_error()
+        && String::from_utf8_lossy(&answer.body)
+            .contains("without a whole copy of its idempotency keys")
 }
 
 /// Waits until every writer is done and the driver has healed every fault, then reads every

@@ -29,6 +29,7 @@ fn check(scenario: Scenario) {
     let mut slowest = std::time::Duration::ZERO;
     let mut retries = 0;
     let mut restoring = 0;
+    let (mut keys_unknown, mut keys_unknown_seeds) = (0, 0);
     let (mut unknown, mut retried, mut lost, mut losing_seeds) = (0, 0, 0, 0);
     let mut oldest_lost = std::time::Duration::ZERO;
     let seeds = seeds();
@@ -39,6 +40,8 @@ fn check(scenario: Scenario) {
                 slowest = slowest.max(report.convergence);
                 retries += report.requests - (report.acknowledged + report.unknown) as u64;
                 restoring += report.restoring_refusals;
+                keys_unknown += report.keys_unknown_refusals;
+                keys_unknown_seeds += usize::from(report.keys_unknown_refusals > 0);
                 unknown += report.unknown;
                 retried += report.retried;
                 lost += report.lost.writes;
@@ -53,7 +56,7 @@ fn check(scenario: Scenario) {
         }
     }
     println!(
-        "{scenario}: {} seeds, {} failed; {retries} retried requests ({restoring} refused by a restoring node); {unknown} writes of unknown outcome; {retried} acknowledged writes retried; {lost} acknowledged writes lost (in {losing_seeds} seeds, the oldest acknowledged {} ms before the loss); slowest convergence {} ms",
+        "{scenario}: {} seeds, {} failed; {retries} retried requests ({restoring} refused by a restoring node, {keys_unknown} in {keys_unknown_seeds} seeds by a slot restored without its keys); {unknown} writes of unknown outcome; {retried} acknowledged writes retried; {lost} acknowledged writes lost (in {losing_seeds} seeds, the oldest acknowledged {} ms before the loss); slowest convergence {} ms",
         seeds.len(),
         failures.len(),
         oldest_lost.as_millis(),
