@@ -10,8 +10,9 @@ use std::time::Duration;
 use crate::cluster::DATACENTERS;
 
 /// The counters every client writes (each has one slot per datacenter, wherever placement puts
-/// it, so most writes are forwarded between shard nodes).
-pub const COUNTERS: [&str; 3] = ["likes:a", "likes:b", "views:c"];
+/// it, so most writes are forwarded between shard nodes; they fall in both partitions, so
+/// every aggregator replica holds some).
+pub const COUNTERS: [&str; 3] = ["likes:a", "likes:c", "views:c"];
 
 /// One write a client made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,3 +198,51 @@ fn subset_sums(deltas: impl Iterator<Item = i64>) -> BTreeSet<i64> {
 
 /// The run's ledger, shared by the simulated clients and the driver (all on one thread).
 pub type SharedLedger = Rc<RefCell<Ledger>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{PARTITIONS, aggregator_partitions, global_partitions, holds};
+
+    #[test]
+    fn every_aggregator_replica_holds_some_counter() {
+        let tiers = DATACENTERS.iter().map(|dc| aggregator_partitions(dc));
+        for held in tiers.chain([global_partitions()]).flatten() {
+            assert!(
+                COUNTERS.iter().any(|c| holds(held, c)),
+                "no counter falls in partitions {held:?} of {PARTITIONS}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_write_is_any_of_the_window_and_an_unknown_one_may_count() {
+        let write = |delta, at_ms| Write {
+            datacenter: 0,
+            counter: "likes:a",
+            delta,
+            attempts: 1,
+            sent: Duration::from_millis(at_ms - 5),
+            at: Duration::from_millis(at_ms),
+        };
+        let mut ledger = Ledger {
+            acks: vec![write(4, 100), write(9, 350), write(-2, 390)],
+            unknown: vec![write(5, 420)],
+            ..Ledger::default()
+        };
+        ledger.may_lose = Some(MayLose {
+            datacenter: 0,
+            counters: vec!["likes:a"],
+            at: Duration::from_millis(400),
+            window: Duration::from_millis(200),
+        });
+        // 11 acknowledged; the +4 is older than the window; the +5 may have applied.
+        let allowed = &ledger.allowed()[&(0, "likes:a")];
+        let want = BTreeSet::from([2, 4, 7, 9, 11, 13, 16, 18]);
+        assert_eq!(*allowed, want);
+        ledger.shown.insert((0, "likes:a"), 13);
+        let lost = ledger.lost();
+        assert_eq!(lost.writes, 1, "the -2 alone explains 13");
+        assert_eq!(lost.oldest, Duration::from_millis(10));
+    }
+}
