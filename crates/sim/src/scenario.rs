@@ -47,8 +47,9 @@ const LOSS_WINDOW_MARGIN: Duration = Duration::from_millis(30);
 /// What goes wrong in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
-    /// A datacenter is cut off from the global aggregator (both ways or one way), then healed;
-    /// once or twice.
+    /// A datacenter is cut off from the global aggregator (every replica of its aggregator from
+    /// every global replica), or one replica from one replica, both ways or one way, then
+    /// healed; once or twice.
     Partition,
     /// A shard node crashes (unsynced writes to its disk are lost) and restarts, once or
     /// twice, while clients write and retry.
