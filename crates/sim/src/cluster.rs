@@ -1,5 +1,6 @@
-//! The simulated cluster: two datacenters of two shard nodes each, their aggregators and the
-//! global aggregator, each the real tier's `run` on a turmoil host of its own.
+//! The simulated cluster: two datacenters of two shard nodes each, two replicas of each
+//! datacenter's aggregator and of the global aggregator, in a counter space of two partitions;
+//! each process the real tier's `run` on a turmoil host of its own.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use geocount_aggregator::{DatacenterSettings, GlobalSettings};
-use geocount_model::{Clock, SyncSettings, Topology};
+use geocount_model::{Clock, SyncSettings, Topology, partition_of};
 use rand::Rng;
 use rand::rngs::StdRng;
 use shard_node::{NodeConfig, RestoreMode, StorageError};
@@ -27,18 +28,64 @@ pub const DATACENTERS: [&str; 2] = ["EU_0", "US_0"];
 /// Shard nodes per datacenter.
 pub const SHARDS_PER_DATACENTER: usize = 2;
 
+/// Replicas of each aggregation tier: of every datacenter's aggregator, and of the global one.
+pub const REPLICAS: usize = 2;
+
+/// Partitions of the counter space.
+pub const PARTITIONS: u32 = 2;
+
+/// Every partition: what a replica holding the whole counter space lists.
+const ALL_PARTITIONS: &[u32] = &[0, 1];
+
+/// The partitions each global replica holds, by replica: one each, so that a restore needs
+/// both to cover a slot.
+const GLOBAL_PARTITIONS: [&[u32]; REPLICAS] = [&[0], &[1]];
+
 /// Unix milliseconds at which every simulation starts (a fixed instant: runs must repeat).
 const EPOCH_MS: u64 = 1_750_000_000_000;
 
 /// Where a shard node keeps its data on its host's disk.
 const DATA_DIR: &str = "/data/shard";
 
-/// The host name of the global aggregator.
-pub const GLOBAL: &str = "global";
+/// The partitions each replica of datacenter `dc`'s aggregator holds, by replica: in the first
+/// datacenter both hold every partition, in the others one each (every global replica pulls
+/// its partition from a replica that holds it whole, as the topology requires).
+pub fn aggregator_partitions(dc: &str) -> [&'static [u32]; REPLICAS] {
+    if dc == DATACENTERS[0] {
+        [ALL_PARTITIONS; REPLICAS]
+    } else {
+        GLOBAL_PARTITIONS
+    }
+}
 
-/// The host name of datacenter `dc`'s aggregator.
-pub fn aggregator_host(dc: &str) -> String {
-    format!("agg-{dc}")
+/// The partitions each global replica holds, by replica.
+pub fn global_partitions() -> [&'static [u32]; REPLICAS] {
+    GLOBAL_PARTITIONS
+}
+
+/// Whether a replica holding `partitions` holds counter `id`.
+pub fn holds(partitions: &[u32], id: &str) -> bool {
+    partitions.contains(&partition_of(id, PARTITIONS))
+}
+
+/// The host name of global aggregator replica `replica`.
+pub fn global_host(replica: usize) -> String {
+    format!("global-{replica}")
+}
+
+/// The host name of replica `replica` of datacenter `dc`'s aggregator.
+pub fn aggregator_host(dc: &str, replica: usize) -> String {
+    format!("agg-{dc}-{replica}")
+}
+
+/// The host names of every replica of datacenter `dc`'s aggregator.
+pub fn aggregator_hosts(dc: &str) -> Vec<String> {
+    (0..REPLICAS).map(|r| aggregator_host(dc, r)).collect()
+}
+
+/// The host names of every global aggregator replica.
+pub fn global_hosts() -> Vec<String> {
+    (0..REPLICAS).map(global_host).collect()
 }
 
 /// The host name of shard node `slot` of datacenter `dc`.
@@ -46,23 +93,21 @@ pub fn shard_host(dc: &str, slot: usize) -> String {
     format!("shard-{dc}-{slot}")
 }
 
-/// Every host name of the cluster (not the clients), global aggregator first.
-pub fn server_hosts() -> Vec<String> {
-    let mut hosts = vec![GLOBAL.to_owned()];
-    for dc in DATACENTERS {
-        hosts.push(aggregator_host(dc));
-        hosts.extend((0..SHARDS_PER_DATACENTER).map(|slot| shard_host(dc, slot)));
-    }
-    hosts
-}
-
 /// The topology of the simulated cluster, with the addresses turmoil gave the hosts.
 pub fn topology(sim: &Sim<'_>) -> Topology {
-    let addr = |host: &str| SocketAddr::new(sim.lookup(host), PORT);
+    let addr = |host: &str| format!("\"{}\"", SocketAddr::new(sim.lookup(host), PORT));
+    let list = |items: Vec<String>| format!("[{}]", items.join(", "));
+    let held = |replicas: [&[u32]; REPLICAS]| {
+        list(replicas.iter().map(|held| format!("{held:?}")).collect())
+    };
     let mut text = format!(
         r#"
+partitions = {PARTITIONS}
+
 [global]
-listen = "{global}"
+listen = {global}
+replicas = {replicas}
+partitions = {global_partitions}
 
 [shard]
 data_dir = "/data"
@@ -71,16 +116,23 @@ checkpoint_log_bytes = 4096
 checkpoint_interval_ms = 500
 restore_timeout_ms = 1000
 "#,
-        global = addr(GLOBAL)
+        global = addr(&global_host(0)),
+        replicas = list((1..REPLICAS).map(|r| addr(&global_host(r))).collect()),
+        global_partitions = held(global_partitions()),
     );
     for dc in DATACENTERS {
-        let shards: Vec<String> = (0..SHARDS_PER_DATACENTER)
-            .map(|slot| format!("\"{}\"", addr(&shard_host(dc, slot))))
-            .collect();
+        let shards = (0..SHARDS_PER_DATACENTER).map(|slot| addr(&shard_host(dc, slot)));
         text.push_str(&format!(
-            "\n[[datacenters]]\nname = \"{dc}\"\naggregator = \"{}\"\nshards = [{}]\n",
-            addr(&aggregator_host(dc)),
-            shards.join(", ")
+            "\n[[datacenters]]\nname = \"{dc}\"\naggregator = {}\naggregator_replicas = {}\n\
+             aggregator_partitions = {}\nshards = {}\n",
+            addr(&aggregator_host(dc, 0)),
+            list(
+                (1..REPLICAS)
+                    .map(|r| addr(&aggregator_host(dc, r)))
+                    .collect()
+            ),
+            held(aggregator_partitions(dc)),
+            list(shards.collect()),
         ));
     }
     Topology::from_toml("simulated", &text).expect("the simulated topology is valid")
@@ -114,21 +166,13 @@ pub fn register_hosts(
     let never = std::future::pending::<()>;
     let mut disks = BTreeMap::new();
 
-    let (config, clock_of) = (
-        GlobalSettings::from_topology(topology, file, 0).expect("a global aggregator"),
-        clock(),
-    );
-    tier(sim, GLOBAL.to_owned(), move |listener| {
-        let clock = clock_of.clone();
-        geocount_aggregator::global::run(config.clone(), listener, clock, sim_connector(), never())
-    });
-    for dc in DATACENTERS {
+    for replica in 0..REPLICAS {
         let config =
-            DatacenterSettings::from_topology(topology, file, dc, 0).expect("a datacenter");
+            GlobalSettings::from_topology(topology, file, replica).expect("a global replica");
         let clock_of = clock();
-        tier(sim, aggregator_host(dc), move |listener| {
+        tier(sim, global_host(replica), move |listener| {
             let clock = clock_of.clone();
-            geocount_aggregator::datacenter::run(
+            geocount_aggregator::global::run(
                 config.clone(),
                 listener,
                 clock,
@@ -136,6 +180,23 @@ pub fn register_hosts(
                 never(),
             )
         });
+    }
+    for dc in DATACENTERS {
+        for replica in 0..REPLICAS {
+            let config = DatacenterSettings::from_topology(topology, file, dc, replica)
+                .expect("a datacenter aggregator replica");
+            let clock_of = clock();
+            tier(sim, aggregator_host(dc, replica), move |listener| {
+                let clock = clock_of.clone();
+                geocount_aggregator::datacenter::run(
+                    config.clone(),
+                    listener,
+                    clock,
+                    sim_connector(),
+                    never(),
+                )
+            });
+        }
         for slot in 0..SHARDS_PER_DATACENTER {
             let data_dir = Some(PathBuf::from(DATA_DIR));
             let config = NodeConfig::from_topology(topology, file, dc, slot as u32, data_dir)

@@ -7,12 +7,14 @@
 //! turmoil's per-host disk (where a crash loses what was not synced) with the commit loop and
 //! checkpointer as tasks of the host.
 //!
-//! [`cluster`] builds two datacenters of two shard nodes, their aggregators and the global
-//! aggregator; [`workload`] writes through them with idempotency keys and watches every tier;
+//! [`cluster`] builds two datacenters of two shard nodes, two replicas of each aggregation
+//! tier and two partitions; [`workload`] writes through them with idempotency keys and watches
+//! every tier; [`ledger`] records what the clients saw and what the tiers may show for it;
 //! [`scenario`] draws a fault plan from a seed, runs it, and checks the invariants. The same
 //! seed always gives the same run.
 
 pub mod cluster;
+pub mod ledger;
 pub mod scenario;
 pub mod seams;
 pub mod workload;

@@ -7,14 +7,15 @@ use std::fmt;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use geocount_model::Topology;
+use geocount_model::{Durability, Topology};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use turmoil::{Builder, Sim};
 
-use crate::cluster::{self, DATACENTERS, GLOBAL, SHARDS_PER_DATACENTER};
+use crate::cluster::{self, DATACENTERS, REPLICAS, SHARDS_PER_DATACENTER};
+use crate::ledger::{COUNTERS, Ledger, Lost, MayLose, SharedLedger};
 use crate::seams::DiskLoss;
-use crate::workload::{self, COUNTERS, Ledger, SharedLedger};
+use crate::workload::{self, Writing};
 
 /// Writes per datacenter in every run.
 const WRITES_PER_DATACENTER: usize = 40;
@@ -33,16 +34,22 @@ const TICK: Duration = Duration::from_millis(2);
 /// Simulated time a run may take before turmoil stops it.
 const SIMULATION_LIMIT: Duration = Duration::from_secs(60);
 
-/// `shard.idempotency_retention_secs` in [`Scenario::LostDisk`]: longer than any retry takes
-/// there, short enough for the refusal of new keys after a restore without them to end
-/// within the run.
-const LOST_KEYS_RETENTION_SECS: u64 = 10;
+/// `shard.idempotency_retention_secs` when a disk is lost: short enough for the refusal of new
+/// keys after a restore without them to end within the run, long enough for the writers to
+/// retry every acknowledged write within it.
+const LOST_KEYS_RETENTION_SECS: u64 = 5;
+
+/// What the writers' clocks and links add to the pulls' intervals in [`loss_window`]: pulls
+/// start at their interval's ticks give or take a simulation step, and a write's answer may
+/// reach its client after the loss (counted from when it was sent).
+const LOSS_WINDOW_MARGIN: Duration = Duration::from_millis(30);
 
 /// What goes wrong in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
-    /// A datacenter is cut off from the global aggregator (both ways or one way), then healed;
-    /// once or twice.
+    /// A datacenter is cut off from the global aggregator (every replica of its aggregator from
+    /// every global replica), or one replica from one replica, both ways or one way, then
+    /// healed; once or twice.
     Partition,
     /// A shard node crashes (unsynced writes to its disk are lost) and restarts, once or
     /// twice, while clients write and retry.
@@ -55,18 +62,20 @@ pub enum Scenario {
     /// they keep nothing on disk) and restart, pulling everything again; one to three times,
     /// overlapping, while clients write.
     AggregatorCrash,
-    /// In the middle of the load a shard node crashes and restarts on an empty disk (its data
-    /// directory gone), and restores its slot from the copies its peer and the aggregators
-    /// hold, refusing writes meanwhile. In some seeds its datacenter aggregator, or that and its
-    /// peer, crash with it and restart before it, so that only the global aggregator (and the
-    /// peer) hold the slot whole. Its datacenter's writer starts no write from a while before
-    /// the loss (once all it sent is acknowledged, 400-700 ms, for every copy to pull it) until
-    /// up to 600 ms after it: a write acknowledged but not yet pulled by any copy is lost with
-    /// the disk by design (docs/architecture.md, "Replicas and restore"). Its idempotency keys come
-    /// back from the peer; when the peer crashed too, the restored slot refuses keys it does
-    /// not hold for the retention (10 s here), and the writer's retries wait that out. The
-    /// other datacenter writes throughout.
+    /// In the middle of the load a shard node of a `replicated` datacenter crashes and restarts
+    /// on an empty disk (its data directory gone), and restores its slot from the copies its
+    /// peer and the aggregators hold and from its peer's log of its replicated writes, refusing
+    /// writes meanwhile. In some seeds every replica of its datacenter aggregator, or those and
+    /// its peer, crash with it and restart before it, so that only the global aggregator's
+    /// replicas (each holding one partition) and the peer's log hold the slot whole. The writers
+    /// keep writing throughout, then retry every acknowledged write with its key: nothing
+    /// acknowledged is lost, nothing is counted twice.
     LostDisk,
+    /// [`Scenario::LostDisk`] in `sync` durability: the lost disk may lose acknowledged writes
+    /// no other process had pulled yet (docs/architecture.md, "Replicas and restore"), and
+    /// only those: each counter's part may lack only its last writes acknowledged within
+    /// [`loss_window`] before the loss.
+    LostDiskSync,
 }
 
 impl fmt::Display for Scenario {
@@ -77,6 +86,7 @@ impl fmt::Display for Scenario {
             Scenario::Delay => "delay",
             Scenario::AggregatorCrash => "aggregator_crash",
             Scenario::LostDisk => "lost_disk",
+            Scenario::LostDiskSync => "lost_disk_sync",
         })
     }
 }
@@ -102,11 +112,6 @@ pub enum Fault {
     Bounce(String),
     /// The host's disk is lost: its next start finds its data directory gone.
     LoseDisk(String),
-    /// The datacenter's writer starts no other write; the rest of the plan waits until every
-    /// write it sent is acknowledged (its instants move on by as long as that took).
-    Pause(String),
-    /// The datacenter's writer writes again.
-    Resume(String),
 }
 
 /// A fault at a simulated instant.
@@ -135,17 +140,26 @@ pub struct Report {
     pub events: Vec<Event>,
     /// Writes acknowledged.
     pub acknowledged: usize,
+    /// Writes given up unacknowledged once their key's retention was nearly over.
+    pub unknown: usize,
+    /// Acknowledged writes sent again with their key (each answered 200, changing nothing).
+    pub retried: usize,
+    /// Acknowledged writes missing from the totals the tiers agreed on (only a `sync` disk loss
+    /// may lose any).
+    pub lost: Lost,
     /// Requests the writers sent (retries included).
     pub requests: u64,
     /// Of those, refused because their slot's node was restoring its lost slot.
     pub restoring_refusals: u64,
+    /// Of those, refused because their slot was restored without a whole copy of its keys.
+    pub keys_unknown_refusals: u64,
     /// The world's total of each counter: the sum of its acknowledged deltas.
     pub totals: BTreeMap<&'static str, i64>,
     /// When the observer started: the later of the last heal and the last acknowledgement.
     pub settled_at: Duration,
     /// How long after that every tier showed the exact totals.
     pub convergence: Duration,
-    /// The bound that must hold: see [`cluster::staleness_bound`]; for [`Scenario::LostDisk`]
+    /// The bound that must hold: see [`cluster::staleness_bound`]; when a disk is lost
     /// also `restore_timeout_ms`, which the restore waits for sources that have not handed
     /// over a complete copy.
     pub bound: Duration,
@@ -176,21 +190,36 @@ impl Scenario {
         match self {
             Scenario::Partition => {
                 for _ in 0..rng.random_range(1..=2) {
-                    let aggregator = cluster::aggregator_host(pick(rng, &DATACENTERS));
-                    let global = GLOBAL.to_owned();
-                    let cut = match rng.random_range(0..3) {
-                        0 => Fault::Partition(aggregator.clone(), global.clone()),
-                        1 => Fault::PartitionOneway(aggregator.clone(), global.clone()),
-                        _ => Fault::PartitionOneway(global.clone(), aggregator.clone()),
+                    let dc = pick(rng, &DATACENTERS);
+                    let kind = rng.random_range(0..3);
+                    // The whole datacenter cut off (every replica from every replica), or one
+                    // replica of its aggregator from one global replica.
+                    let pairs: Vec<(String, String)> = if rng.random_bool(0.5) {
+                        let globals = cluster::global_hosts();
+                        (cluster::aggregator_hosts(dc).into_iter())
+                            .flat_map(|a| globals.iter().map(move |g| (a.clone(), g.clone())))
+                            .collect()
+                    } else {
+                        let replica = |rng: &mut StdRng| rng.random_range(0..REPLICAS);
+                        let aggregator = cluster::aggregator_host(dc, replica(rng));
+                        vec![(aggregator, cluster::global_host(replica(rng)))]
                     };
-                    events.push(Event { at, fault: cut });
-                    at += ms(rng, 300, 1_500);
-                    events.push(Event {
-                        at,
-                        fault: Fault::Repair(aggregator, global),
-                    });
-                    at += ms(rng, 100, 600);
+                    let heal = at + ms(rng, 300, 1_500);
+                    for (aggregator, global) in pairs {
+                        let cut = match kind {
+                            0 => Fault::Partition(aggregator.clone(), global.clone()),
+                            1 => Fault::PartitionOneway(aggregator.clone(), global.clone()),
+                            _ => Fault::PartitionOneway(global.clone(), aggregator.clone()),
+                        };
+                        events.push(Event { at, fault: cut });
+                        events.push(Event {
+                            at: heal,
+                            fault: Fault::Repair(aggregator, global),
+                        });
+                    }
+                    at = heal + ms(rng, 100, 600);
                 }
+                events.sort_by_key(|event| event.at);
             }
             Scenario::Crash => {
                 for _ in 0..rng.random_range(1..=2) {
@@ -252,9 +281,9 @@ impl Scenario {
             Scenario::AggregatorCrash => {
                 let mut aggregators: Vec<String> = DATACENTERS
                     .iter()
-                    .map(|dc| cluster::aggregator_host(dc))
+                    .flat_map(|dc| cluster::aggregator_hosts(dc))
                     .collect();
-                aggregators.push(GLOBAL.to_owned());
+                aggregators.extend(cluster::global_hosts());
                 // When each crashed aggregator is back: it crashes again only after that.
                 let mut back_at: BTreeMap<String, Duration> = BTreeMap::new();
                 for _ in 0..rng.random_range(1..=3) {
@@ -276,26 +305,19 @@ impl Scenario {
                 }
                 events.sort_by_key(|event| event.at);
             }
-            Scenario::LostDisk => {
+            Scenario::LostDisk | Scenario::LostDiskSync => {
                 let dc = pick(rng, &DATACENTERS);
                 let holding = slots_holding_counters(topology, dc);
                 let slot = holding[rng.random_range(0..holding.len())];
                 let lost = cluster::shard_host(dc, slot);
                 let peer = cluster::shard_host(dc, (slot + 1) % SHARDS_PER_DATACENTER);
-                events.push(Event {
-                    at,
-                    fault: Fault::Pause(dc.to_owned()),
-                });
-                // Once the writer is idle, long enough for the peer (every 100 ms), the
-                // datacenter aggregator (every 50 ms) and through it the global aggregator
-                // (every 100 ms) to pull its last write.
-                at += ms(rng, 400, 700);
-                // Crashed with it, and restarted before it: none, the datacenter aggregator, or
-                // that and the peer (then only the global aggregator holds the slot whole).
+                // Crashed with it, and restarted before it: none, every replica of the
+                // datacenter aggregator, or those and the peer (then only the global
+                // aggregator's replicas, and the peer's disk, hold the slot whole).
                 let with = match rng.random_range(0..3) {
                     0 => vec![],
-                    1 => vec![cluster::aggregator_host(dc)],
-                    _ => vec![cluster::aggregator_host(dc), peer],
+                    1 => cluster::aggregator_hosts(dc),
+                    _ => [cluster::aggregator_hosts(dc), vec![peer]].concat(),
                 };
                 let back = at + ms(rng, 100, 800);
                 for host in with {
@@ -319,11 +341,6 @@ impl Scenario {
                 events.push(Event {
                     at: back,
                     fault: Fault::Bounce(lost),
-                });
-                // Writes again while the node is down or restoring.
-                events.push(Event {
-                    at: at + ms(rng, 0, 600),
-                    fault: Fault::Resume(dc.to_owned()),
                 });
                 events.sort_by_key(|event| event.at);
             }
@@ -368,27 +385,52 @@ fn inter_tier_link(rng: &mut StdRng) -> (String, String) {
     let dc = pick(rng, &DATACENTERS);
     let shard =
         |rng: &mut StdRng| cluster::shard_host(dc, rng.random_range(0..SHARDS_PER_DATACENTER));
+    let replica = |rng: &mut StdRng| rng.random_range(0..REPLICAS);
     match rng.random_range(0..3) {
-        0 => (cluster::aggregator_host(dc), GLOBAL.to_owned()),
-        1 => (shard(rng), cluster::aggregator_host(dc)),
+        0 => (
+            cluster::aggregator_host(dc, replica(rng)),
+            cluster::global_host(replica(rng)),
+        ),
+        1 => (shard(rng), cluster::aggregator_host(dc, replica(rng))),
         _ => (cluster::shard_host(dc, 0), cluster::shard_host(dc, 1)),
     }
 }
 
-/// The index of datacenter `name` in [`DATACENTERS`].
-fn datacenter_index(name: &str) -> usize {
-    DATACENTERS
-        .iter()
-        .position(|&dc| dc == name)
-        .expect("a datacenter of the cluster")
+/// The counters whose keyed writes shard node `host` takes, with its datacenter's index.
+fn counters_of(topology: &Topology, host: &str) -> (usize, Vec<&'static str>) {
+    for (d, dc) in DATACENTERS.iter().enumerate() {
+        for slot in 0..SHARDS_PER_DATACENTER {
+            if cluster::shard_host(dc, slot) != host {
+                continue;
+            }
+            let datacenter = topology
+                .datacenter(dc)
+                .expect("a datacenter of the topology");
+            let placement = datacenter.placement(topology.shard.virtual_nodes);
+            let shards = topology.shard.default_number_of_shards;
+            let counters = (COUNTERS.iter().copied())
+                .filter(|c| placement.slots_for(c, shards).contains(&(slot as u32)))
+                .collect();
+            return (d, counters);
+        }
+    }
+    panic!("{host} is no shard node of the cluster")
 }
 
-fn apply(
-    sim: &mut Sim<'_>,
-    disks: &BTreeMap<String, DiskLoss>,
-    ledger: &SharedLedger,
-    fault: &Fault,
-) {
+/// How long before a disk loss, in `sync` durability, a write may have been acknowledged and
+/// still be lost with it: until the datacenter aggregator pulled it (a pull starts every
+/// `shard_to_datacenter_ms`) and the global aggregator pulled that (every
+/// `datacenter_to_global_ms`), each pull a round trip at the highest latency, since the
+/// datacenter aggregator may be lost with the disk; the peer pulls within the second
+/// interval too.
+pub fn loss_window(topology: &Topology) -> Duration {
+    let sync = &topology.sync;
+    Duration::from_millis(sync.shard_to_datacenter_ms + sync.datacenter_to_global_ms)
+        + MAX_LATENCY * 4
+        + LOSS_WINDOW_MARGIN
+}
+
+fn apply(sim: &mut Sim<'_>, disks: &BTreeMap<String, DiskLoss>, fault: &Fault) {
     match fault {
         Fault::Partition(a, b) => sim.partition(a.as_str(), b.as_str()),
         Fault::PartitionOneway(a, b) => sim.partition_oneway(a.as_str(), b.as_str()),
@@ -399,21 +441,19 @@ fn apply(
         Fault::Crash(host) => sim.crash(host.as_str()),
         Fault::Bounce(host) => sim.bounce(host.as_str()),
         Fault::LoseDisk(host) => disks[host].lose(),
-        Fault::Pause(dc) => {
-            ledger.borrow_mut().paused.insert(datacenter_index(dc));
-        }
-        Fault::Resume(dc) => {
-            ledger.borrow_mut().paused.remove(&datacenter_index(dc));
-        }
     }
 }
 
 /// Runs `scenario` with `seed`: the same seed gives the same run, fault for fault and byte for
-/// byte. Checks the invariants: every write is acknowledged, none with a protocol error, and
-/// within the staleness bound of the last heal (and the last acknowledgement) every datacenter
-/// aggregator shows exactly the sum of the deltas acknowledged in its datacenter, and the
-/// global aggregator the world's sum and each datacenter's part, fresh: nothing acknowledged
-/// was lost, and nothing (retried or replayed) was counted twice.
+/// byte. Checks the invariants: every write is acknowledged (or, after a lost disk, retried
+/// until its key's retention was nearly over: its outcome unknown), none with a protocol
+/// error, every acknowledged write retried with its key answered 200; and within the staleness
+/// bound of the last heal (and the last answer) every tier agrees on each counter's part in
+/// each datacenter (the shard nodes' own slots, every replica of the datacenter aggregator
+/// holding it, every global replica holding it, fresh), and that part is exactly the sum of
+/// the deltas acknowledged there, plus those of any outcome-unknown writes, less, after a
+/// `sync` disk loss only, the counter's last writes acknowledged within [`loss_window`] before
+/// it: nothing else acknowledged was lost, and nothing (retried or replayed) was counted twice.
 pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     let violation = |reason: String| Violation {
         scenario,
@@ -430,32 +470,36 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         .tick_duration(TICK)
         .build();
     let mut topology = cluster::topology(&sim);
-    if scenario == Scenario::LostDisk {
-        // A slot restored while its peer's copy of its keys is gone refuses new keys for the
+    let loses_disk = matches!(scenario, Scenario::LostDisk | Scenario::LostDiskSync);
+    if loses_disk {
+        // A slot restored without a whole copy of its keys refuses new keys for the
         // retention: short here, so the writers get through within the run.
         topology.shard.idempotency_retention_secs = LOST_KEYS_RETENTION_SECS;
+    }
+    if scenario == Scenario::LostDisk {
+        topology.shard.durability = Durability::Replicated;
     }
     let events = scenario.plan(&mut rng, &topology);
     let mut bound =
         cluster::staleness_bound(&topology.sync, MAX_LATENCY) + workload::OBSERVE_EVERY * 2;
-    if scenario == Scenario::LostDisk {
+    if loses_disk {
         bound += Duration::from_millis(topology.shard.restore_timeout_ms);
     }
     let disks = cluster::register_hosts(&mut sim, &topology, &mut rng, MAX_CLOCK_SKEW_MS);
 
     let ledger: SharedLedger = Rc::new(RefCell::new(Ledger::default()));
+    let writing = Writing {
+        writes: WRITES_PER_DATACENTER,
+        max_gap: MAX_WRITE_GAP,
+        retention: Duration::from_secs(topology.shard.idempotency_retention_secs),
+        retry_acknowledged: loses_disk,
+    };
     for (datacenter, name) in DATACENTERS.iter().enumerate() {
         let client_seed = rng.random();
         let ledger = ledger.clone();
         sim.client(
             client_host(name),
-            workload::writer(
-                datacenter,
-                WRITES_PER_DATACENTER,
-                MAX_WRITE_GAP,
-                client_seed,
-                ledger,
-            ),
+            workload::writer(datacenter, writing, client_seed, ledger),
         );
     }
     sim.client(
@@ -468,23 +512,19 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     if pending.peek().is_none() {
         ledger.borrow_mut().healed_at = Some(Duration::ZERO);
     }
-    // How far the plan's instants have moved on while paused writers became idle, and the
-    // writer the plan waits for (with when it was paused).
-    let mut shift = Duration::ZERO;
-    let mut waiting: Option<(usize, Duration)> = None;
     loop {
-        if let Some((dc, since)) = waiting
-            && ledger.borrow().idle.contains(&dc)
-        {
-            shift += sim.elapsed() - since;
-            waiting = None;
-        }
-        while waiting.is_none()
-            && let Some(event) = pending.next_if(|event| event.at + shift <= sim.elapsed())
-        {
-            apply(&mut sim, &disks, &ledger, &event.fault);
-            if let Fault::Pause(dc) = &event.fault {
-                waiting = Some((datacenter_index(dc), sim.elapsed()));
+        while let Some(event) = pending.next_if(|event| event.at <= sim.elapsed()) {
+            apply(&mut sim, &disks, &event.fault);
+            if let Fault::LoseDisk(host) = &event.fault
+                && scenario == Scenario::LostDiskSync
+            {
+                let (datacenter, counters) = counters_of(&topology, host);
+                ledger.borrow_mut().may_lose = Some(MayLose {
+                    datacenter,
+                    counters,
+                    at: sim.elapsed(),
+                    window: loss_window(&topology),
+                });
             }
             applied.push(Event {
                 at: sim.elapsed(),
@@ -506,16 +546,16 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         return Err(violation(format!("a write was refused: {error}")));
     }
     let written = WRITES_PER_DATACENTER * DATACENTERS.len();
-    if ledger.acks.len() != written {
+    let answered = ledger.acks.len() + ledger.unknown.len();
+    if answered != written {
         return Err(violation(format!(
-            "{} of {written} writes acknowledged",
-            ledger.acks.len()
+            "{answered} of {written} writes acknowledged or given up"
         )));
     }
     let settled_at = ledger.settled_at.expect("the observer ran");
     let Some(converged_at) = ledger.converged_at else {
         return Err(violation(format!(
-            "the tiers never showed the acknowledged totals ({} ms after settling); last seen: {}",
+            "the tiers never agreed on the allowed totals ({} ms after settling); last seen: {}",
             (bound * 3).as_millis(),
             ledger.last_mismatch.as_deref().unwrap_or("nothing")
         )));
@@ -528,13 +568,18 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
             bound.as_millis()
         )));
     }
+    let writes = ledger.acks.iter().chain(&ledger.unknown);
     Ok(Report {
         scenario,
         seed,
         events: applied,
         acknowledged: ledger.acks.len(),
-        requests: ledger.acks.iter().map(|a| u64::from(a.attempts)).sum(),
+        unknown: ledger.unknown.len(),
+        retried: ledger.retried,
+        lost: ledger.lost(),
+        requests: writes.map(|w| u64::from(w.attempts)).sum(),
         restoring_refusals: ledger.restoring_refusals,
+        keys_unknown_refusals: ledger.keys_unknown_refusals,
         totals: ledger.expected(None),
         settled_at,
         convergence,

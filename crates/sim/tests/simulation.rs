@@ -29,14 +29,24 @@ fn check(scenario: Scenario) {
     let mut slowest = std::time::Duration::ZERO;
     let mut retries = 0;
     let mut restoring = 0;
+    let (mut keys_unknown, mut keys_unknown_seeds) = (0, 0);
+    let (mut unknown, mut retried, mut lost, mut losing_seeds) = (0, 0, 0, 0);
+    let mut oldest_lost = std::time::Duration::ZERO;
     let seeds = seeds();
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(scenario, seed));
         match outcome {
             Ok(Ok(report)) => {
                 slowest = slowest.max(report.convergence);
-                retries += report.requests - report.acknowledged as u64;
+                retries += report.requests - (report.acknowledged + report.unknown) as u64;
                 restoring += report.restoring_refusals;
+                keys_unknown += report.keys_unknown_refusals;
+                keys_unknown_seeds += usize::from(report.keys_unknown_refusals > 0);
+                unknown += report.unknown;
+                retried += report.retried;
+                lost += report.lost.writes;
+                losing_seeds += usize::from(report.lost.writes > 0);
+                oldest_lost = oldest_lost.max(report.lost.oldest);
                 if seeds.len() == 1 {
                     println!("{report:#?}");
                 }
@@ -46,9 +56,10 @@ fn check(scenario: Scenario) {
         }
     }
     println!(
-        "{scenario}: {} seeds, {} failed; {retries} retried requests ({restoring} refused by a restoring node); slowest convergence {} ms",
+        "{scenario}: {} seeds, {} failed; {retries} retried requests ({restoring} refused by a restoring node, {keys_unknown} in {keys_unknown_seeds} seeds by a slot restored without its keys); {unknown} writes of unknown outcome; {retried} acknowledged writes retried; {lost} acknowledged writes lost (in {losing_seeds} seeds, the oldest acknowledged {} ms before the loss); slowest convergence {} ms",
         seeds.len(),
         failures.len(),
+        oldest_lost.as_millis(),
         slowest.as_millis()
     );
     assert!(
@@ -78,6 +89,7 @@ scenarios! {
     delay: Delay,
     aggregator_crash: AggregatorCrash,
     lost_disk: LostDisk,
+    lost_disk_sync: LostDiskSync,
 }
 
 /// The same seed twice gives the same run: the same faults at the same instants, the same
