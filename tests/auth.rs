@@ -188,15 +188,7 @@ async fn a_node_with_another_secret_never_reaches_the_aggregator() {
         "1",
     ]
     .map(str::to_owned);
-    let mut stray = NodeProcess::start_first(
-        "shard-node",
-        "DC_USA_0_VAL_1",
-        &args,
-        &["--restore".to_owned(), "empty".to_owned()],
-        t.shard_addr("USA_0", 1),
-        t.dir(),
-    )
-    .await;
+    let mut stray = t.start_shard_with_args("USA_0", 1, &args).await;
 
     // Find a counter whose one slot is the stray node's, and write it there.
     let stray_reader = stray.api().with_token(READER);

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use geocount_test_support::{NodeProcess, TestTopology, eventually};
+use geocount_test_support::{TestTopology, eventually};
 
 /// How far ahead of an aggregator's clock a version may be, in the topology below.
 const MAX_SKEW_MS: u64 = 1_000;
@@ -36,15 +36,7 @@ async fn entries_refused_by_the_clock_fence_leave_the_slot_stale_until_taken() {
         &AHEAD_MS.to_string(),
     ]
     .map(str::to_owned);
-    let ahead = NodeProcess::start_first(
-        "shard-node",
-        "DC_USA_0_VAL_0",
-        &args,
-        &["--restore".to_owned(), "empty".to_owned()],
-        topology.shard_addr("USA_0", 0),
-        topology.dir(),
-    )
-    .await;
+    let ahead = topology.start_shard_with_args("USA_0", 0, &args).await;
     // The global aggregator has the whole, empty slot before the writes.
     let global_api = global.api();
     eventually(Duration::from_secs(10), "a fresh global copy", || async {

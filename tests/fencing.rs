@@ -9,22 +9,6 @@ use geocount_model::wire::{Cursor, Puller, SyncRequest};
 use geocount_test_support::access::WRITER;
 use geocount_test_support::{Method, NodeProcess, TestTopology, eventually};
 
-/// The counters written, all of which slot 0 owns.
-async fn ids_of_slot_0(node: &geocount_test_support::Api, want: usize) -> Vec<String> {
-    let mut ids = Vec::new();
-    for n in 0.. {
-        let id = format!("fenced-{n}");
-        let (_, route) = node.get_json(&format!("/counter/{id}/route")).await;
-        if route["slots"][0]["slot"] == "DC_USA_0_VAL_0" {
-            ids.push(id);
-            if ids.len() == want {
-                break;
-            }
-        }
-    }
-    ids
-}
-
 /// Starts a new shard node `name` for slot `slot` of `USA_0` with its own data directory and a
 /// copy of `topology` in which `from` reads `to`, listening at `listen`.
 async fn start_misconfigured(
@@ -93,7 +77,10 @@ async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
     let (from, to) = (format!("\"{a0}\", \"{a1}\""), format!("\"{a1}\", \"{a0}\""));
     let stale = start_misconfigured(&topology, "stale", from, to, 0, a1).await;
 
-    let ids = ids_of_slot_0(&owner.api(), 5).await;
+    let ids = owner
+        .api()
+        .ids_routed_to("fenced", "DC_USA_0_VAL_0", 5)
+        .await;
     for id in &ids {
         assert_eq!(owner.api().add(id, 5).await.unwrap().0, 200);
     }

@@ -65,22 +65,6 @@ async fn write_until(api: Api, node: usize, writer: usize, stop: Arc<AtomicBool>
     sent
 }
 
-/// The first `want` counters named `prefix-<n>` whose writes go to slot 0.
-async fn ids_of_slot_0(node: &Api, prefix: &str, want: usize) -> Vec<String> {
-    let mut ids = Vec::new();
-    for n in 0.. {
-        let id = format!("{prefix}-{n}");
-        let (_, route) = node.get_json(&format!("/counter/{id}/route")).await;
-        if route["slots"][0]["slot"] == "DC_USA_0_VAL_0" {
-            ids.push(id);
-            if ids.len() == want {
-                break;
-            }
-        }
-    }
-    ids
-}
-
 /// The global aggregator's complete total of `id`, once it reaches `at_least` (panics with the
 /// last answer after 20 s).
 async fn global_total(global: &Api, id: &str, at_least: i64) -> i64 {
@@ -223,7 +207,7 @@ async fn with_every_peer_stopped_a_write_is_refused() {
         shards.push(topology.start_shard("USA_0", slot).await);
     }
     let api = shards[0].api();
-    let ids = ids_of_slot_0(&api, "own", 3).await;
+    let ids = api.ids_routed_to("own", "DC_USA_0_VAL_0", 3).await;
     let (status, body) = api.write_keyed(&ids[0], json!({"delta": 1}), "k-up").await;
     assert_eq!(status, 200, "{body}");
 
@@ -317,7 +301,11 @@ async fn under_auth_only_the_slot_s_own_node_replicates_it() {
         topology.start_shard("USA_0", 1).await,
     ];
     let writer = shards[0].api().with_token(WRITER);
-    let ids = ids_of_slot_0(&shards[0].api().with_token(READER), "auth", 1).await;
+    let ids = shards[0]
+        .api()
+        .with_token(READER)
+        .ids_routed_to("auth", "DC_USA_0_VAL_0", 1)
+        .await;
     let (status, body) = writer
         .write_keyed(&ids[0], json!({"delta": 2}), "k-auth")
         .await;

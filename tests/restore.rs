@@ -23,12 +23,7 @@ struct Datacenter {
 impl Datacenter {
     async fn start(shard_toml: &str) -> Self {
         let topology = TestTopology::new(&[("USA_0", 2)], shard_toml);
-        let global = topology.start_global_aggregator().await;
-        let aggregator = topology.start_datacenter_aggregator("USA_0").await;
-        let mut shards = Vec::new();
-        for slot in 0..2 {
-            shards.push(topology.start_shard("USA_0", slot).await);
-        }
+        let (global, aggregator, shards) = topology.start_datacenter_with_tiers("USA_0").await;
         Self {
             topology,
             global,

@@ -162,6 +162,23 @@ impl Api {
         (answer.status.as_u16(), answer.json())
     }
 
+    /// The first `want` counters named `prefix-<n>` whose first slot (as this node's
+    /// `GET /counter/{id}/route` answers) is `slot`.
+    pub async fn ids_routed_to(&self, prefix: &str, slot: &str, want: usize) -> Vec<String> {
+        let mut ids = Vec::new();
+        for n in 0.. {
+            let id = format!("{prefix}-{n}");
+            let (_, route) = self.get_json(&format!("/counter/{id}/route")).await;
+            if route["slots"][0]["slot"] == slot {
+                ids.push(id);
+                if ids.len() == want {
+                    break;
+                }
+            }
+        }
+        ids
+    }
+
     /// The value of counter `id` (panics unless the read answers 200).
     pub async fn value(&self, id: &str) -> i64 {
         let (status, body) = self.read(id).await;

@@ -210,6 +210,46 @@ impl TestTopology {
         NodeProcess::start_member(member, &args.concat(), &first, addr, self.dir()).await
     }
 
+    /// Starts shard node `slot` of `dc` with the command line `args` in place of the one
+    /// [`Self::start_shard`] builds, beginning the slot empty as it does.
+    pub async fn start_shard_with_args(
+        &self,
+        dc: &str,
+        slot: usize,
+        args: &[String],
+    ) -> NodeProcess {
+        NodeProcess::start_first(
+            "shard-node",
+            &format!("DC_{dc}_VAL_{slot}"),
+            args,
+            &["--restore".to_owned(), "empty".to_owned()],
+            self.shard_addr(dc, slot),
+            self.dir(),
+        )
+        .await
+    }
+
+    /// Starts the global aggregator, the aggregator of `dc` and every shard node of `dc`, in
+    /// that order, each waited for until healthy: (global, aggregator, shards by slot).
+    pub async fn start_datacenter_with_tiers(
+        &self,
+        dc: &str,
+    ) -> (NodeProcess, NodeProcess, Vec<NodeProcess>) {
+        let global = self.start_global_aggregator().await;
+        let aggregator = self.start_datacenter_aggregator(dc).await;
+        let slots = self
+            .topology
+            .datacenter(dc)
+            .expect("known datacenter")
+            .shards
+            .len();
+        let mut shards = Vec::new();
+        for slot in 0..slots {
+            shards.push(self.start_shard(dc, slot).await);
+        }
+        (global, aggregator, shards)
+    }
+
     /// Starts the aggregator of datacenter `dc` and waits until it is healthy.
     pub async fn start_datacenter_aggregator(&self, dc: &str) -> NodeProcess {
         self.start_aggregator_replica(dc, 0).await

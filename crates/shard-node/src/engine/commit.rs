@@ -387,26 +387,39 @@ fn answer(replies: Vec<Reply>, metrics: &ShardMetrics) {
     }
 }
 
+/// Refuses `command` with `refusal` if it is a write or a create (counting the writes), or
+/// hands it back.
+fn refuse_client_command(
+    command: Command,
+    refusal: impl Fn() -> ShardError,
+    metrics: &ShardMetrics,
+) -> Option<Command> {
+    match command {
+        Command::Write { writes, reply } => {
+            metrics.writes_refused.inc_by(writes.len() as u64);
+            let _ = reply.send(writes.iter().map(|_| Err(refusal())).collect());
+            None
+        }
+        Command::Create { reply, .. } => {
+            let _ = reply.send(Err(refusal()));
+            None
+        }
+        other => Some(other),
+    }
+}
+
 /// Refuses every command of a group that arrives after the node was fenced (503); learned
 /// descriptions are dropped (peers hand them again after the restart).
 fn refuse_fenced(group: Vec<Command>, reason: &str, metrics: &ShardMetrics) {
     let refusal = || ShardError::Unavailable(reason.to_owned());
     for command in group {
-        match command {
-            Command::Write { writes, reply } => {
-                metrics.writes_refused.inc_by(writes.len() as u64);
-                let _ = reply.send(writes.iter().map(|_| Err(refusal())).collect());
-            }
-            Command::Create { reply, .. } => {
-                let _ = reply.send(Err(refusal()));
-            }
-            Command::Restore { reply, .. } | Command::RestoreKeys { reply, .. } => {
-                let _ = reply.send(Err(StorageError::io(
-                    "restoring the slot",
-                    std::io::Error::other(reason.to_owned()),
-                )));
-            }
-            Command::Describe(_) | Command::Tick | Command::Shutdown => {}
+        if let Some(Command::Restore { reply, .. } | Command::RestoreKeys { reply, .. }) =
+            refuse_client_command(command, refusal, metrics)
+        {
+            let _ = reply.send(Err(StorageError::io(
+                "restoring the slot",
+                std::io::Error::other(reason.to_owned()),
+            )));
         }
     }
 }
@@ -419,20 +432,10 @@ fn refuse_waiting_for_peers(
     metrics: &ShardMetrics,
 ) -> Vec<Command> {
     let refusal = || ShardError::WaitingForPeers(reason.to_owned());
-    let mut rest = Vec::with_capacity(group.len());
-    for command in group {
-        match command {
-            Command::Write { writes, reply } => {
-                metrics.writes_refused.inc_by(writes.len() as u64);
-                let _ = reply.send(writes.iter().map(|_| Err(refusal())).collect());
-            }
-            Command::Create { reply, .. } => {
-                let _ = reply.send(Err(refusal()));
-            }
-            other => rest.push(other),
-        }
-    }
-    rest
+    group
+        .into_iter()
+        .filter_map(|command| refuse_client_command(command, refusal, metrics))
+        .collect()
 }
 
 /// Refuses the applied writes of a logged group no peer held in time (their outcome is
