@@ -63,6 +63,19 @@ async fn until_counted(api: &geocount_test_support::Api, prefix: &str, what: &st
     .await;
 }
 
+/// Waits until `api`'s node says it serves `slot` twice (503), naming the slot.
+async fn told_served_twice(api: &geocount_test_support::Api, slot: &str) {
+    let health = api
+        .read_until(Duration::from_secs(10), "/healthz", |s, b| {
+            s == 503 && b["status"] == "slot served twice"
+        })
+        .await;
+    assert!(
+        health["conflict"].as_str().unwrap().contains(slot),
+        "{health}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
     let (topology, processes) = start_slot_0().await;
@@ -144,18 +157,7 @@ async fn a_second_node_for_a_served_slot_is_detected_and_takes_no_writes() {
         start_misconfigured(&topology, "second", &served, &elsewhere, 1, elsewhere).await;
 
     let second_api = second.api();
-    let health = second_api
-        .read_until(Duration::from_secs(10), "/healthz", |s, b| {
-            s == 503 && b["status"] == "slot served twice"
-        })
-        .await;
-    assert!(
-        health["conflict"]
-            .as_str()
-            .unwrap()
-            .contains("DC_USA_0_VAL_1"),
-        "{health}"
-    );
+    told_served_twice(&second_api, "DC_USA_0_VAL_1").await;
     let (status, body) = second_api.add("twice", 1).await.unwrap();
     assert_eq!(status, 503, "{body}");
     assert!(
@@ -326,19 +328,7 @@ async fn a_copied_data_directory_is_detected_and_the_copy_takes_no_writes() {
     let (_, copy_health) = copy.api().get_json("/healthz").await;
     assert_eq!(copy_health["incarnation"], owner_health["incarnation"]);
 
-    let health = copy
-        .api()
-        .read_until(Duration::from_secs(10), "/healthz", |s, b| {
-            s == 503 && b["status"] == "slot served twice"
-        })
-        .await;
-    assert!(
-        health["conflict"]
-            .as_str()
-            .unwrap()
-            .contains("DC_USA_0_VAL_1"),
-        "{health}"
-    );
+    told_served_twice(&copy.api(), "DC_USA_0_VAL_1").await;
     let (status, body) = copy.api().add("copied", 1).await.unwrap();
     assert_eq!(status, 503, "{body}");
     let (_, agg_health) = aggregator.api().get_json("/healthz").await;
