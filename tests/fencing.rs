@@ -88,8 +88,6 @@ async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
         topology.shard_addr("USA_0", 1),
     );
     let (from, to) = (format!("\"{a0}\", \"{a1}\""), format!("\"{a1}\", \"{a0}\""));
-    let stale = start_misconfigured(&topology, "stale", from, to, 0, a1).await;
-
     let ids = owner
         .api()
         .ids_routed_to("fenced", "DC_USA_0_VAL_0", 5)
@@ -97,10 +95,16 @@ async fn a_node_with_a_stale_topology_cannot_feed_another_slot() {
     for id in &ids {
         assert_eq!(owner.api().add(id, 5).await.unwrap().0, 200);
     }
+    // The owner is stopped while the stale node starts and writes: heard by the owner, the
+    // stale node would soon be told that its slot is served twice and refuse the writes, and
+    // this test is about writes it did take.
+    owner.pause();
+    let stale = start_misconfigured(&topology, "stale", from, to, 0, a1).await;
     // Later, so newer by version: on its own copy of "slot 0".
     for id in &ids {
         assert_eq!(stale.api().add(id, 100).await.unwrap().0, 200);
     }
+    owner.resume();
 
     let agg = aggregator.api();
     for id in &ids {
