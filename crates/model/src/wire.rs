@@ -381,6 +381,10 @@ pub struct SlotCopy {
 pub struct ReplicateBatch<'a> {
     /// The sender's incarnation.
     pub incarnation: u64,
+    /// The slot version from which on every group a copy of the slot was shown was held by
+    /// some peer first: the first version the sender's process could make (0: its slot
+    /// started empty and new). Before it are the versions earlier processes made.
+    pub since_version: u64,
     /// The groups, oldest first, each one record of the sender's write-ahead log (postcard)
     /// as its log holds it; borrowed from the body, never copied byte by byte.
     #[serde(borrow)]
@@ -389,11 +393,17 @@ pub struct ReplicateBatch<'a> {
 
 /// Everything a peer's log of a slot's replicated groups holds, folded
 /// (`GET /slots/{slot}/replica`), for the slot's node restoring it: every group that node
-/// acknowledged in `replicated` durability is in at least one peer's.
+/// acknowledged, or made visible, in `replicated` durability is in at least one peer's.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ReplicaCopy {
     /// The slot.
     pub slot: String,
+    /// The latest [`ReplicateBatch::since_version`] the peer's log took (`None`: it holds no
+    /// log of the slot).
+    pub owner_since: Option<u64>,
+    /// From when (unix ms, the peer's clock) the peer holds every group it took: 0 unless its
+    /// data directory replaced a lost one, when it was made then.
+    pub holds_since_ms: u64,
     /// Each counter's latest record.
     pub entries: Vec<(String, SlotRecord)>,
     /// The latest description of each counter the groups created.

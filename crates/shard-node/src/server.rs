@@ -1,14 +1,14 @@
 //! `run`: a whole shard node on a listener, until shutdown. The binary and the tests call it.
 
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_http::Access;
 use geocount_model::role::{GLOBAL_PROCESS, replica_name};
 use geocount_model::wire::Puller;
-use geocount_model::{Clock, Durability, Hlc};
+use geocount_model::{Clock, Durability, Hlc, next_slot_version};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
 use geocount_sync::{DescriptionTable, PullSink, SlotCopies, spawn_puller};
 use tokio::sync::mpsc;
@@ -28,7 +28,7 @@ use crate::http::state::NodeState;
 use crate::metrics::ShardMetrics;
 use crate::peer::key_file::KeyFile;
 use crate::peer::keys::PeerKeys;
-use crate::peer::replica_log::ReplicaLogs;
+use crate::peer::replica_log::{ReplicaLogs, holds_since};
 use crate::peer::replication::PeerSink;
 use crate::peer::replicator::{Replicator, resend_log};
 use crate::route::slots::{RouterSetup, WriteRouter};
@@ -64,12 +64,44 @@ pub async fn run<L: Listener>(
         Duration::from_millis(config.sync.timeout_ms),
         connector,
     ));
-    let replicator = Replicator::for_node(&config, incarnation, &client);
+    // In `replicated` durability every group this process shows from this version on, a peer
+    // holds first. Before it, what it recovered may come from a process that did not
+    // replicate; a new slot has nothing before it, and a restored one what copies showed
+    // before (it moves the version on no further than the earlier processes did).
+    let last_version = resumed.log.last_version;
+    let since_version = match (restore_pending, last_version) {
+        (true, _) | (false, 0) => 0,
+        (false, last) => next_slot_version(last, clock.now_unix_ms()),
+    };
+    let replicator = Replicator::for_node(&config, incarnation, since_version, &client);
+    // The own slot is shown to pullers once a peer holds what this process starts with.
+    let shown = Arc::new(AtomicBool::new(replicator.is_none()));
     if let Some(replicator) = &replicator {
-        resend_log(replicator.as_ref(), &storage, &config.data_dir).await?;
+        resend_log(
+            replicator.as_ref(),
+            &storage,
+            &config.data_dir,
+            shown.clone(),
+        )
+        .await?;
     }
     let peer_keys = read_peer_keys(&config, &storage, clock.now_unix_ms()).await?;
-    let engine = start_engine(&config, &storage, clock.clone(), resumed, replicator);
+    let (disk, dir, now_ms) = (
+        storage.disk.clone(),
+        config.data_dir.clone(),
+        clock.now_unix_ms(),
+    );
+    let holds_since_ms = storage
+        .blocking(move || holds_since(&*disk, &dir, restore_pending, now_ms))
+        .await?;
+    let engine = start_engine(
+        &config,
+        &storage,
+        clock.clone(),
+        resumed,
+        (replicator, shown),
+        holds_since_ms,
+    );
     let me = Puller {
         slot: config.slot.to_string(),
         incarnation,
@@ -172,6 +204,9 @@ struct Engine {
     clock: Arc<dyn Clock>,
     /// The logs of the groups the peers replicate here, and where their file calls run.
     replica_logs: Arc<ReplicaLogs>,
+    /// Whether the own slot may be pulled: in `replicated` durability, once a peer holds the
+    /// log this process started with.
+    shown: Arc<AtomicBool>,
     storage: Storage,
 }
 
@@ -185,14 +220,16 @@ impl Engine {
 }
 
 /// Starts the commit loop (with its checkpointer) on the recovered state, and the ticker that
-/// drives its flushes, key expiry and checkpoints; with a `replicator`, each group's writes are
-/// answered once a peer holds it too.
+/// drives its flushes, key expiry and checkpoints; with a `replicator`, each group is shown
+/// and its writes answered once a peer holds it too, and the slot is pulled once `shown`.
+/// The peers' logs held here hold every group since `holds_since_ms`.
 fn start_engine(
     config: &NodeConfig,
     storage: &Storage,
     clock: Arc<dyn Clock>,
     resumed: Resumed,
-    replicator: Option<Box<dyn GroupReplication>>,
+    (replicator, shown): (Option<Box<dyn GroupReplication>>, Arc<AtomicBool>),
+    holds_since_ms: u64,
 ) -> Engine {
     let settings = &config.settings;
     let metrics = Arc::new(ShardMetrics::default());
@@ -253,8 +290,11 @@ fn start_engine(
             .into_iter()
             .filter(|s| *s != own)
             .collect(),
-        settings.checkpoint_log_bytes,
-        settings.idempotency_retention_secs * 1000,
+        (
+            settings.checkpoint_log_bytes,
+            settings.idempotency_retention_secs * 1000,
+        ),
+        holds_since_ms,
     ));
     let ticker = tokio::spawn(tick(commands.clone(), Duration::from_millis(tick_every)));
     Engine {
@@ -269,6 +309,7 @@ fn start_engine(
         health,
         clock,
         replica_logs,
+        shown,
         storage: storage.clone(),
     }
 }
@@ -412,6 +453,7 @@ fn node_state(
         nonce,
         keys: engine.keys.clone(),
         replica_logs: engine.replica_logs.clone(),
+        slot_shown: engine.shown.clone(),
         storage: engine.storage.clone(),
     }
 }

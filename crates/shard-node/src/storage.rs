@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use crate::error::StorageError;
+
 /// The files of a node's data directory: the log's segments and the checkpoint store.
 pub trait Disk: Send + Sync + fmt::Debug + 'static {
     /// Creates `dir` and its missing parents.
@@ -82,6 +84,23 @@ pub(crate) fn create_dir_durably(disk: &dyn Disk, dir: &Path) -> io::Result<()> 
         }
     }
     Ok(())
+}
+
+/// Writes `bytes` to a new file `path` in `dir`, and syncs it and its directory entry.
+pub(crate) fn write_durably(
+    disk: &dyn Disk,
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), StorageError> {
+    disk.open_append(path)
+        .and_then(|mut file| {
+            file.set_len(0)?;
+            file.write_all(bytes)?;
+            file.sync_data()
+        })
+        .and_then(|()| disk.sync_dir(dir))
+        .map_err(|e| StorageError::io(format!("writing {}", path.display()), e))
 }
 
 /// The names among `entries` that are UTF-8 (a directory listing, for [`Disk::file_names`]).

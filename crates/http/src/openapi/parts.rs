@@ -18,7 +18,15 @@ impl ApiDoc {
                 .between_tiers()
                 .postcard_body("SyncRequest")
                 .postcard_answer(200, "SyncPage")
-                .errors(&[(400, "a malformed request"), (413, "a request too large")]),
+                .errors(&[
+                    (400, "a malformed request"),
+                    (413, "a request too large"),
+                    (
+                        503,
+                        "a shard node restoring its slot, or in replicated durability before a \
+                         peer holds the log it started with",
+                    ),
+                ]),
         );
         if !slot_copies {
             return doc;

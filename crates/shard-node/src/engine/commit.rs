@@ -34,10 +34,12 @@ use crate::health::NodeHealth;
 use crate::metrics::ShardMetrics;
 
 mod install;
+mod replicated;
 mod restore;
 mod stage;
 
 use install::SlotChange;
+use replicated::{AwaitingPeers, Waited};
 use stage::{Staged, stage_description};
 
 /// A group stops gathering at this many writes, bounding one log record's size.
@@ -175,15 +177,29 @@ impl CommitLoop {
                 }
             }
             stopping = group.iter().any(|c| matches!(c, Command::Shutdown));
-            self.commit_group(group);
+            let waited = match self.commit_group(group) {
+                Some(awaiting) => (self.install_when_held(awaiting, &mut commands, stopping)).await,
+                None => Waited::Installed,
+            };
+            if let Waited::Unheld = waited {
+                // A group in the log and not in the table: a checkpoint now would drop it from
+                // the disk. The next start sends it to the peers again.
+                self.stop(false).await;
+                return;
+            }
+            let now_ms = self.shared.clock.now_unix_ms();
+            self.flush_if_due(now_ms);
+            self.checkpoint_if_due(now_ms);
         }
-        self.stop().await;
+        self.stop(true).await;
     }
 
-    fn commit_group(&mut self, mut group: Vec<Command>) {
+    /// Stages, logs and installs a group, and answers its writes; in `replicated` durability
+    /// what is logged waits for a peer to hold it (returned), installed and answered then.
+    fn commit_group(&mut self, mut group: Vec<Command>) -> Option<AwaitingPeers> {
         if let Some(reason) = &self.fenced {
             refuse_fenced(group, reason, &self.shared.metrics);
-            return;
+            return None;
         }
         // A restored part is its own record: no write is taken while the slot is restored.
         group.retain_mut(|command| match command {
@@ -307,24 +323,12 @@ impl CommitLoop {
             idempotency: staged.idempotency.into_iter().collect(),
         };
         match self.make_durable(&record) {
+            Ok(()) if self.replicator.is_some() && (!record.is_empty() || !replies.is_empty()) => {
+                return Some(self.replicate(changes, record, replies, now_ms));
+            }
             Ok(()) => {
-                // The record as the log holds it is what the peers are sent.
-                let payload = (self.replicator.is_some() && !record.is_empty())
-                    .then(|| self.wal.last_payload().to_vec());
                 self.install(changes, record, now_ms);
-                match &self.replicator {
-                    Some(replicator) if payload.is_some() || !replies.is_empty() => {
-                        let metrics = self.shared.metrics.clone();
-                        replicator.submit(
-                            payload,
-                            Box::new(move |held| match held {
-                                Ok(()) => answer(replies, &metrics),
-                                Err(reason) => refuse_unreplicated(replies, &reason, &metrics),
-                            }),
-                        );
-                    }
-                    _ => answer(replies, &self.shared.metrics),
-                }
+                answer(replies, &self.shared.metrics);
             }
             Err(error) => {
                 tracing::error!(%error, "group commit failed; its writes are refused");
@@ -335,8 +339,7 @@ impl CommitLoop {
                 self.fence_if_fsync_failed(&error);
             }
         }
-        self.flush_if_due(now_ms);
-        self.checkpoint_if_due(now_ms);
+        None
     }
 
     /// After a failed fsync the log's state on disk is unknown (the kernel may have dropped
@@ -356,11 +359,12 @@ impl CommitLoop {
         self.fenced = Some(reason);
     }
 
-    async fn stop(mut self) {
+    /// Flushes the log and, with `checkpoint`, checkpoints what it holds beyond the store.
+    async fn stop(mut self, checkpoint: bool) {
         if let Err(error) = self.wal.sync() {
             tracing::error!(%error, "final flush failed");
         }
-        if !self.pending.is_empty() {
+        if checkpoint && !self.pending.is_empty() {
             let now_ms = self.shared.clock.now_unix_ms();
             self.start_checkpoint(now_ms);
         }

@@ -14,6 +14,11 @@ use crate::http::state::NodeState;
 /// `POST /sync`: what changed in the own slot, the descriptions and the keys since the
 /// puller's cursors.
 pub async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
+    if !state.slot_shown.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(ShardError::Unavailable(
+            "the slot is pulled once a peer holds the log this process started with".into(),
+        ));
+    }
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let limit = state.sync.page_entries;
     Ok(answer_sync(&body, |asked| {

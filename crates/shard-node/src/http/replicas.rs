@@ -37,7 +37,7 @@ pub async fn replicate(
     let (slot, now_ms) = (slot.to_owned(), state.clock.now_unix_ms());
     state
         .storage
-        .blocking(move || logs.append(&slot, &groups, now_ms))
+        .blocking(move || logs.append(&slot, &groups, batch.since_version, now_ms))
         .await
         .map_err(|error| {
             tracing::error!(%error, "cannot log a peer's replicated groups");
@@ -57,13 +57,17 @@ pub async fn replica(state: &NodeState, slot: &str) -> Result<Response, ShardErr
     let (slot, fold) = state
         .storage
         .blocking(move || {
-            let fold = logs.fold(&slot, now_ms);
+            let fold = logs
+                .fold(&slot, now_ms)
+                .map(|fold| (fold, logs.since(&slot)));
             (slot, fold)
         })
         .await;
-    let fold = fold.map_err(|error| ShardError::from_storage(Arc::new(error)))?;
+    let (fold, owner_since) = fold.map_err(|error| ShardError::from_storage(Arc::new(error)))?;
     let copy = ReplicaCopy {
         slot,
+        owner_since,
+        holds_since_ms: state.replica_logs.holds_since_ms(),
         entries: (fold.slots.into_iter())
             .map(|(id, record)| (id.as_str().to_owned(), record))
             .collect(),

@@ -68,6 +68,9 @@ pub struct NodeState {
     pub keys: SharedKeys,
     /// The logs of the groups the peers replicate here (`replicated` durability).
     pub replica_logs: Arc<ReplicaLogs>,
+    /// Whether the own slot may be pulled: in `replicated` durability, only once a peer holds
+    /// what this process started with, so no copy shows a group no peer holds.
+    pub slot_shown: Arc<std::sync::atomic::AtomicBool>,
     /// Where those logs' file calls run.
     pub storage: Storage,
 }

@@ -9,8 +9,12 @@
 //! `shard.checkpoint_log_bytes`), the log is folded into one record in a new segment and the
 //! older segments are deleted; keys past their retention are left out of the fold.
 //!
-//! A node restoring its lost slot reads each peer's fold (`GET /slots/{slot}/replica`): every
-//! group the owner acknowledged is in at least one of them.
+//! Each log keeps, in `<slot>/since`, the latest version from which its owner said it shows
+//! only groups a peer held ([`geocount_model::wire::ReplicateBatch::since_version`]); and
+//! `replicas/holds-since` says from when this node holds every group it took (0: always; the
+//! time its data directory replaced a lost one). A node restoring its lost slot reads each
+//! peer's fold with both (`GET /slots/{slot}/replica`): every group the owner acknowledged, or
+//! showed to a copy, is in at least one of them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,10 +24,16 @@ use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescript
 
 use crate::engine::wal::{self, LogRecord, Wal};
 use crate::error::StorageError;
-use crate::storage::{Disk, create_dir_durably};
+use crate::storage::{Disk, create_dir_durably, write_durably};
 
 /// The folder under a data directory that holds the peers' replicated logs.
 pub const REPLICAS_DIR: &str = "replicas";
+
+/// The file in a slot's log folder holding the owner's latest `since_version`.
+const SINCE_FILE: &str = "since";
+
+/// The file in [`REPLICAS_DIR`] saying from when (unix ms) this node holds every group it took.
+const HOLDS_SINCE_FILE: &str = "holds-since";
 
 /// The replicated logs of this node's peers' slots.
 pub struct ReplicaLogs {
@@ -36,6 +46,7 @@ pub struct ReplicaLogs {
     /// The open segment is folded once it is past this and twice the last fold.
     fold_bytes: u64,
     key_retention_ms: u64,
+    holds_since_ms: u64,
 }
 
 /// One peer slot's log.
@@ -43,16 +54,19 @@ struct ReplicaLog {
     wal: Wal,
     /// The bytes of the last fold, 0 before any.
     folded_bytes: u64,
+    /// What its `since` file says.
+    owner_since: Option<u64>,
 }
 
 impl ReplicaLogs {
-    /// The logs under `<data_dir>/replicas` of `peers`' slots.
+    /// The logs under `<data_dir>/replicas` of `peers`' slots, holding every group they took
+    /// since `holds_since_ms` ([`holds_since`]).
     pub fn new(
         disk: Arc<dyn Disk>,
         data_dir: &Path,
         peers: Vec<String>,
-        fold_bytes: u64,
-        key_retention_ms: u64,
+        (fold_bytes, key_retention_ms): (u64, u64),
+        holds_since_ms: u64,
     ) -> Self {
         Self {
             disk,
@@ -61,7 +75,13 @@ impl ReplicaLogs {
             open: Mutex::new(HashMap::new()),
             fold_bytes,
             key_retention_ms,
+            holds_since_ms,
         }
+    }
+
+    /// From when (unix ms) this node holds every group it took (0: always).
+    pub fn holds_since_ms(&self) -> u64 {
+        self.holds_since_ms
     }
 
     /// Whether `slot` may replicate here.
@@ -69,12 +89,13 @@ impl ReplicaLogs {
         self.peers.iter().any(|peer| peer == slot)
     }
 
-    /// Appends `groups` of `slot` in order and fsyncs them: once it returns, they survive
-    /// this node's crash. Blocks on the disk.
+    /// Appends `groups` of `slot`, sent with the owner's `since_version`, in order and fsyncs
+    /// them: once it returns, they survive this node's crash. Blocks on the disk.
     pub fn append(
         &self,
         slot: &str,
         groups: &[LogRecord],
+        since_version: u64,
         now_ms: u64,
     ) -> Result<(), StorageError> {
         let mut open = self.open.lock().expect("replica logs lock");
@@ -83,6 +104,10 @@ impl ReplicaLogs {
             open.insert(slot.to_owned(), log);
         }
         let log = open.get_mut(slot).expect("opened above");
+        if log.owner_since.is_none_or(|held| held < since_version) {
+            write_number(&*self.disk, &self.slot_dir(slot), SINCE_FILE, since_version)?;
+            log.owner_since = Some(since_version);
+        }
         for group in groups {
             log.wal.append(group)?;
         }
@@ -102,6 +127,16 @@ impl ReplicaLogs {
         self.read_fold(&self.slot_dir(slot), now_ms)
     }
 
+    /// The latest `since_version` the log of `slot` took; `None` without a log (or an
+    /// unreadable file). Blocks on the disk.
+    pub fn since(&self, slot: &str) -> Option<u64> {
+        let open = self.open.lock().expect("replica logs lock");
+        match open.get(slot) {
+            Some(log) => log.owner_since,
+            None => read_number(&*self.disk, &self.slot_dir(slot).join(SINCE_FILE)),
+        }
+    }
+
     fn slot_dir(&self, slot: &str) -> PathBuf {
         self.dir.join(slot)
     }
@@ -115,6 +150,7 @@ impl ReplicaLogs {
         Ok(ReplicaLog {
             wal: Wal::create(self.disk.clone(), &dir, newest + 1)?,
             folded_bytes: 0,
+            owner_since: read_number(&*self.disk, &dir.join(SINCE_FILE)),
         })
     }
 
@@ -132,11 +168,7 @@ impl ReplicaLogs {
 
     fn read_fold(&self, dir: &Path, now_ms: u64) -> Result<LogRecord, StorageError> {
         let mut fold = Fold::default();
-        if self
-            .disk
-            .exists(dir)
-            .map_err(|e| StorageError::io(format!("reading {}", dir.display()), e))?
-        {
+        if exists(&*self.disk, dir)? {
             let all = wal::segments(&*self.disk, dir)?;
             for (i, &segment) in all.iter().enumerate() {
                 let scan =
@@ -150,6 +182,42 @@ impl ReplicaLogs {
         }
         Ok(fold.into_record(now_ms.saturating_sub(self.key_retention_ms)))
     }
+}
+
+fn exists(disk: &dyn Disk, path: &Path) -> Result<bool, StorageError> {
+    (disk.exists(path)).map_err(|e| StorageError::io(format!("reading {}", path.display()), e))
+}
+
+/// From when (unix ms) the node of `data_dir` holds every group it takes: read back, or, the
+/// first time, 0 for a new data directory and `now_ms` for one that `replaced_lost` data.
+/// Blocks on the disk.
+pub fn holds_since(
+    disk: &dyn Disk,
+    data_dir: &Path,
+    replaced_lost: bool,
+    now_ms: u64,
+) -> Result<u64, StorageError> {
+    let dir = data_dir.join(REPLICAS_DIR);
+    if let Some(since) = read_number(disk, &dir.join(HOLDS_SINCE_FILE)) {
+        return Ok(since);
+    }
+    // Unknown otherwise (a torn file): from now on, as after a loss.
+    let first = !replaced_lost && !exists(disk, &dir)?;
+    let since = if first { 0 } else { now_ms };
+    create_dir_durably(disk, &dir)
+        .map_err(|e| StorageError::io(format!("creating {}", dir.display()), e))?;
+    write_number(disk, &dir, HOLDS_SINCE_FILE, since)?;
+    Ok(since)
+}
+
+/// The number the file at `path` holds; `None` when it is missing or unreadable.
+fn read_number(disk: &dyn Disk, path: &Path) -> Option<u64> {
+    let text = disk.read(path).ok()?;
+    String::from_utf8(text).ok()?.trim().parse().ok()
+}
+
+fn write_number(disk: &dyn Disk, dir: &Path, name: &str, number: u64) -> Result<(), StorageError> {
+    write_durably(disk, dir, &dir.join(name), format!("{number}\n").as_bytes())
 }
 
 /// Records folded by version.
@@ -226,7 +294,7 @@ mod tests {
 
     fn logs(dir: &Path, fold_bytes: u64) -> ReplicaLogs {
         let peers = vec!["DC_A_VAL_1".to_owned()];
-        ReplicaLogs::new(Arc::new(OsDisk), dir, peers, fold_bytes, 10_000)
+        ReplicaLogs::new(Arc::new(OsDisk), dir, peers, (fold_bytes, 10_000), 0)
     }
 
     fn value_of(fold: &LogRecord, id: &str) -> i64 {
@@ -245,14 +313,14 @@ mod tests {
             let logs = logs(dir.path(), 1 << 20);
             assert!(logs.holds(slot) && !logs.holds("DC_A_VAL_0"));
             let first = [group("a", 1, 10, Some(("k1", 1_000)))];
-            logs.append(slot, &first, 1_000).unwrap();
+            logs.append(slot, &first, 500, 1_000).unwrap();
             // The later group, then the earlier one again (a send repeated after a failure).
             let later = [
                 group("a", 2, 20, Some(("k2", 2_000))),
                 group("b", 5, 21, None),
             ];
-            logs.append(slot, &later, 2_000).unwrap();
-            logs.append(slot, &first, 2_000).unwrap();
+            logs.append(slot, &later, 500, 2_000).unwrap();
+            logs.append(slot, &first, 500, 2_000).unwrap();
         }
         let logs = logs(dir.path(), 1 << 20);
         let fold = logs.fold(slot, 3_000).unwrap();
@@ -267,6 +335,44 @@ mod tests {
         assert_eq!(keys, ["k2"]);
         // A slot never replicated here folds to nothing.
         assert!(logs.fold("DC_A_VAL_2", 3_000).unwrap().is_empty());
+        assert_eq!(logs.since("DC_A_VAL_2"), None);
+    }
+
+    /// A log keeps the latest `since_version` its owner sent, across restarts; a node says
+    /// it holds everything since its data directory began, unless that replaced a lost one.
+    #[test]
+    fn a_log_keeps_its_owners_latest_since_and_the_node_when_it_began() {
+        let dir = tempfile::tempdir().unwrap();
+        let slot = "DC_A_VAL_1";
+        {
+            let logs = logs(dir.path(), 1 << 20);
+            assert_eq!(logs.since(slot), None);
+            logs.append(slot, &[group("a", 1, 10, None)], 0, 1_000)
+                .unwrap();
+            assert_eq!(logs.since(slot), Some(0), "a new slot");
+            logs.append(slot, &[group("a", 2, 20, None)], 15, 2_000)
+                .unwrap();
+            logs.append(slot, &[group("a", 3, 30, None)], 12, 2_500)
+                .unwrap();
+            assert_eq!(logs.since(slot), Some(15), "the latest owner process");
+        }
+        assert_eq!(logs(dir.path(), 1 << 20).since(slot), Some(15), "read back");
+
+        let disk = OsDisk;
+        let fresh = tempfile::tempdir().unwrap();
+        assert_eq!(holds_since(&disk, fresh.path(), false, 5_000).unwrap(), 0);
+        assert_eq!(
+            holds_since(&disk, fresh.path(), true, 9_000).unwrap(),
+            0,
+            "kept"
+        );
+        let replaced = tempfile::tempdir().unwrap();
+        assert_eq!(
+            holds_since(&disk, replaced.path(), true, 5_000).unwrap(),
+            5_000
+        );
+        // Replicas held before the file was: from now on.
+        assert_eq!(holds_since(&disk, dir.path(), false, 7_000).unwrap(), 7_000);
     }
 
     /// A log past its fold threshold is folded into one segment that reads the same.
@@ -278,7 +384,7 @@ mod tests {
         for n in 1..=50u64 {
             let key = format!("k{n}");
             let groups = [group(&format!("c{}", n % 5), n as i64, n, Some((&key, n)))];
-            logs.append(slot, &groups, 100).unwrap();
+            logs.append(slot, &groups, 50, 100).unwrap();
         }
         let slot_dir = dir.path().join(REPLICAS_DIR).join(slot);
         let segments = wal::segments(&OsDisk, &slot_dir).unwrap();

@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::NodeConfig;
-use crate::engine::replication::{GroupReplication, Release};
+use crate::engine::replication::{GroupReplication, Release, Replicated};
 use crate::engine::wal;
 use crate::error::StorageError;
 use crate::storage::Storage;
@@ -81,18 +81,21 @@ enum Report {
 /// A group waiting to be answered.
 struct Pending {
     seq: u64,
-    /// `None` once answered (refused: it still waits for a peer).
-    release: Option<Release>,
+    release: Release,
+    /// Told [`Replicated::Refused`]: it still waits for a peer.
+    refused: bool,
     deadline: Instant,
     held: bool,
 }
 
 impl Replicator {
     /// In `replicated` durability, the replication of the groups of `config`'s slot (its log
-    /// of incarnation `incarnation`) to its datacenter's other shard nodes through `client`.
+    /// of incarnation `incarnation`; every group it shows from `since_version` on a peer
+    /// holds first) to its datacenter's other shard nodes through `client`.
     pub(crate) fn for_node(
         config: &NodeConfig,
         incarnation: u64,
+        since_version: u64,
         client: &HttpClient,
     ) -> Option<Box<dyn GroupReplication>> {
         if config.settings.durability != Durability::Replicated {
@@ -108,18 +111,19 @@ impl Replicator {
             .collect();
         Some(Box::new(Replicator::start(
             &config.slot.to_string(),
-            incarnation,
+            (incarnation, since_version),
             peers,
             client.clone(),
             Duration::from_millis(config.settings.replication_timeout_ms),
         )))
     }
 
-    /// Starts sending the groups of `slot` (whose log is of incarnation `incarnation`) to
-    /// `peers` through `client`; a group no peer holds after `timeout` is refused.
+    /// Starts sending the groups of `slot` (whose log is of incarnation `incarnation`, shown
+    /// from `since_version` on only once held) to `peers` through `client`; a group no peer
+    /// holds after `timeout` is refused.
     pub(crate) fn start(
         slot: &str,
-        incarnation: u64,
+        (incarnation, since_version): (u64, u64),
         peers: Vec<ReplicaPeer>,
         client: HttpClient,
         timeout: Duration,
@@ -137,6 +141,7 @@ impl Replicator {
                 index,
                 url: client.url(peer.address, &format!("/slots/{slot}/replicate")),
                 incarnation,
+                since_version,
                 client: client.clone(),
                 timeout,
                 covered: covered.clone(),
@@ -166,23 +171,29 @@ impl GroupReplication for Replicator {
     }
 
     fn submit(&self, payload: Option<Vec<u8>>, release: Release) {
-        if let Err(mpsc::error::SendError(logged)) = self.logged.send(Logged { payload, release }) {
-            (logged.release)(Err("the node is stopping".to_owned()));
+        if let Err(mpsc::error::SendError(mut logged)) =
+            self.logged.send(Logged { payload, release })
+        {
+            (logged.release)(Replicated::Refused("the node is stopping".to_owned()));
         }
     }
 }
 
 /// Hands `replication` every record of the log in `data_dir`, written before this process
 /// started: a group logged just before a crash may have reached no peer, and a retry of its
-/// writes, answered from its keys, must not be acknowledged on this disk alone. Called before
-/// the commit loop starts, so every later group is answered after them.
+/// writes, answered from its keys, must not be acknowledged on this disk alone. At least one
+/// record goes (an empty one when the log is), carrying this process's `since_version`;
+/// `shown` is set once a peer holds them all: until then no copy may show the slot, which
+/// holds them. Called before the commit loop starts, so every later group is answered after
+/// them.
 pub(crate) async fn resend_log(
     replication: &dyn GroupReplication,
     storage: &Storage,
     data_dir: &Path,
+    shown: Arc<AtomicBool>,
 ) -> Result<(), StorageError> {
     let (disk, dir) = (storage.disk.clone(), data_dir.to_owned());
-    let payloads = storage
+    let mut payloads = storage
         .blocking(move || {
             let all = wal::segments(&*disk, &dir)?;
             let mut payloads = Vec::new();
@@ -203,10 +214,23 @@ pub(crate) async fn resend_log(
             "sending the log written before this start to the peers"
         );
     }
+    let last = match payloads.pop() {
+        Some(last) => last,
+        None => postcard::to_allocvec(&wal::LogRecord::default()).map_err(StorageError::from)?,
+    };
     for payload in payloads {
         // Their writes were answered, or not, by the process that logged them.
-        replication.submit(Some(payload), Box::new(|_| {}));
+        replication.submit(Some(payload), Box::new(|_: Replicated| {}));
     }
+    let release = move |told: Replicated| {
+        if told == Replicated::Held {
+            tracing::info!(
+                "a peer holds the log this process started with: the slot may be pulled"
+            );
+            shown.store(true, Ordering::Release);
+        }
+    };
+    replication.submit(Some(last), Box::new(release));
     Ok(())
 }
 
@@ -232,7 +256,7 @@ impl Coordinator {
         self.failing = vec![None; self.peers.len()];
         loop {
             let deadline = (self.pending.iter())
-                .filter(|p| p.release.is_some() && !p.held)
+                .filter(|p| !p.refused && !p.held)
                 .map(|p| p.deadline)
                 .min();
             tokio::select! {
@@ -259,7 +283,8 @@ impl Coordinator {
         }
         self.pending.push_back(Pending {
             seq,
-            release: Some(release),
+            release,
+            refused: false,
             deadline: Instant::now() + self.timeout,
             held,
         });
@@ -327,11 +352,9 @@ impl Coordinator {
     /// Answers, in order, the groups that every earlier group's peers hold.
     fn release_held(&mut self) {
         while self.pending.front().is_some_and(|p| p.held) {
-            let pending = self.pending.pop_front().expect("a front group");
+            let mut pending = self.pending.pop_front().expect("a front group");
             self.covered.store(pending.seq, Ordering::Release);
-            if let Some(release) = pending.release {
-                release(Ok(()));
-            }
+            (pending.release)(Replicated::Held);
         }
         self.update_gate(None);
     }
@@ -340,7 +363,7 @@ impl Coordinator {
     /// one was just refused); takes them again once none does.
     fn update_gate(&self, reason: Option<&str>) {
         let mut refusing = self.refusing.lock().expect("replication gate lock");
-        let waiting = self.pending.iter().any(|p| p.release.is_none() && !p.held);
+        let waiting = self.pending.iter().any(|p| p.refused && !p.held);
         if !waiting {
             if refusing.take().is_some() {
                 tracing::info!("a peer holds every refused group again: taking writes");
@@ -355,8 +378,9 @@ impl Coordinator {
 }
 
 fn refuse(pending: &mut Pending, reason: &str) {
-    if let Some(release) = pending.release.take() {
-        release(Err(reason.to_owned()));
+    if !pending.refused {
+        pending.refused = true;
+        (pending.release)(Replicated::Refused(reason.to_owned()));
     }
 }
 
@@ -372,6 +396,7 @@ struct PeerSender {
     index: usize,
     url: String,
     incarnation: u64,
+    since_version: u64,
     client: HttpClient,
     timeout: Duration,
     covered: Arc<AtomicU64>,
@@ -431,6 +456,7 @@ impl PeerSender {
     async fn send(&self, batch: &[Arc<Group>]) -> Result<(), String> {
         let body = ReplicateBatch {
             incarnation: self.incarnation,
+            since_version: self.since_version,
             groups: batch.iter().map(|group| group.payload.as_slice()).collect(),
         };
         let body = postcard::to_allocvec(&body).map_err(|e| format!("cannot encode: {e}"))?;

@@ -4,12 +4,13 @@
 //!
 //! A retry of a write acknowledged before the loss must find its key, or be refused. Each
 //! peer's copy says how far it reaches: the slot version up to which it holds every key
-//! ([`crate::peer::keys`]). The restore waits for a copy that reaches the newest version it
-//! restored, or until no peer has handed over a page for the settle. The copies together
-//! reach as far as the furthest of them; when that is short of the restored values (no peer,
-//! every peer lagging, or restarted since the owner last held its keys), the keys that could be
-//! missing are those recorded within the retention before the restore, and the slot refuses
-//! keys it does not hold until they would have expired
+//! ([`crate::peer::keys`]). The restore waits for a copy that reaches the version it needs
+//! (the newest it restored; in `replicated` durability no further than the peers' logs do not
+//! reach, [`crate::startup::replica_restore`]), or until no peer has handed over a page for
+//! the settle. The copies together reach as far as the furthest of them; when that is short
+//! (no peer, every peer lagging, or restarted since the owner last held its keys), the keys
+//! that could be missing are those recorded within the retention before the restore, and the
+//! slot refuses keys it does not hold until they would have expired
 //! ([`crate::engine::idempotency::IdempotencyCache::unknown_until`]).
 
 use std::collections::HashMap;
@@ -33,7 +34,7 @@ pub struct KeysRestored {
 }
 
 impl KeysRestored {
-    /// Whether they hold the key of every write up to `version`, the newest restored.
+    /// Whether they hold the key of every write up to `version`.
     pub fn reach_past(&self, version: u64) -> bool {
         self.reach >= version
     }
@@ -48,9 +49,9 @@ struct Gathered {
     last_page: LastPage,
 }
 
-/// Gathers the slot's keys from `request.key_sources` until the copies reach `version` (the
-/// newest the restore took in), every peer handed its copy over, or `request.settle` passes
-/// with no page from any of them.
+/// Gathers the slot's keys from `request.key_sources` until the copies reach `version` (what
+/// the restore needs), every peer handed its copy over, or `request.settle` passes with no
+/// page from any of them.
 pub async fn restore_keys(request: Arc<RestoreRequest>, version: u64) -> KeysRestored {
     let gathered = Arc::new(Gathered::default());
     let mut asks = JoinSet::new();

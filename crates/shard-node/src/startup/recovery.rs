@@ -18,7 +18,7 @@ use crate::config::RestoreMode;
 use crate::engine::store::{STORE_FILE, Store, StoredState};
 use crate::engine::wal::{self, LogRecord, Wal};
 use crate::error::StorageError;
-use crate::storage::{Disk, create_dir_durably};
+use crate::storage::{Disk, create_dir_durably, write_durably};
 
 /// What a data directory holds, read at startup: plain records, from which the node builds
 /// its tables ([`crate::startup::resume`]).
@@ -172,23 +172,6 @@ pub fn finish_restore(disk: &dyn Disk, data_dir: &Path) -> Result<(), StorageErr
 fn exists(disk: &dyn Disk, path: &Path) -> Result<bool, StorageError> {
     disk.exists(path)
         .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))
-}
-
-/// Writes `bytes` to a new file `path` in `dir`, and syncs it and its directory entry.
-fn write_durably(
-    disk: &dyn Disk,
-    dir: &Path,
-    path: &Path,
-    bytes: &[u8],
-) -> Result<(), StorageError> {
-    disk.open_append(path)
-        .and_then(|mut file| {
-            file.set_len(0)?;
-            file.write_all(bytes)?;
-            file.sync_data()
-        })
-        .and_then(|()| disk.sync_dir(dir))
-        .map_err(|e| StorageError::io(format!("writing {}", path.display()), e))
 }
 
 /// The data directory's incarnation, drawn at `now_ms` and stored durably the first time

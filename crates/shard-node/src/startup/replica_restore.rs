@@ -2,6 +2,13 @@
 //! slot's replicated groups (`GET /slots/{slot}/replica`, [`crate::peer::replica_log`]): each
 //! group the slot acknowledged is in at least one of them, values and keys together. So the
 //! restore waits for every peer's, however long, as it waits for a complete copy.
+//!
+//! A group is shown to the slot's copies only once a peer holds it ([`crate::engine::commit`],
+//! and a restarted node's log before it is pulled), so the logs hold the key of every write a
+//! copy shows, save those of groups made before the owner's latest `since_version` (by a
+//! process that may not have replicated) and those a peer held before its data directory
+//! replaced a lost one: the peers' key copies need reach only that far
+//! ([`ReplicasRestored::keys_needed_through`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +38,17 @@ pub struct ReplicasRestored {
     pub descriptions: Vec<VersionedDescription>,
     /// Each key with its latest record.
     pub keys: HashMap<String, IdempotencyRecord>,
+    /// How far the logs hold every group some copy shows; `None` when no peer holds a log.
+    pub logs_hold: Option<LogsHold>,
+}
+
+/// How far the peers' logs together hold every group of the slot some copy shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogsHold {
+    /// From this slot version on, the owner showed only groups a peer held.
+    pub owner_since: u64,
+    /// Every peer holds every group it took since this time (unix ms, its clock).
+    pub peers_since_ms: u64,
 }
 
 /// Reads the log of the slot of `request` from every peer shard node among
@@ -42,12 +60,25 @@ pub async fn restore_from_replicas(request: Arc<RestoreRequest>) -> ReplicasRest
         asks.spawn(replica_from(request.clone(), source));
     }
     let mut restored = ReplicasRestored::default();
+    let (mut owner_since, mut peers_since_ms) = (None, 0);
     while let Some(done) = asks.join_next().await {
         match done {
-            Ok(copy) => restored.merge(&request, copy),
-            Err(error) => tracing::error!(%error, "a peer's replica task failed"),
+            Ok(copy) => {
+                owner_since = owner_since.max(copy.owner_since);
+                peers_since_ms = peers_since_ms.max(copy.holds_since_ms);
+                restored.merge(&request, copy);
+            }
+            Err(error) => {
+                // Its log unread, the others prove nothing of the groups only it holds.
+                tracing::error!(%error, "a peer's replica task failed");
+                peers_since_ms = u64::MAX;
+            }
         }
     }
+    restored.logs_hold = owner_since.map(|owner_since| LogsHold {
+        owner_since,
+        peers_since_ms,
+    });
     restored
 }
 
@@ -83,6 +114,34 @@ async fn replica_from(request: Arc<RestoreRequest>, source: CopySource) -> Repli
 }
 
 impl ReplicasRestored {
+    /// The slot version the peers' key copies must reach for the keys to be those of every
+    /// write up to `newest` (the newest restored version) at `now_ms`: `newest` without the
+    /// logs; with them, only as far as they do not hold (a peer's data directory that replaced
+    /// a lost one: `skew_ms` beyond it, the owner's clock may have run ahead), and not at all
+    /// where that is past `retention_ms`, its keys expired.
+    pub fn keys_needed_through(
+        &self,
+        newest: u64,
+        now_ms: u64,
+        skew_ms: u64,
+        retention_ms: u64,
+    ) -> u64 {
+        let Some(hold) = self.logs_hold else {
+            return newest;
+        };
+        let expired_before_ms = now_ms.saturating_sub(retention_ms);
+        let expired = |made_ms: u64| made_ms.saturating_add(skew_ms) <= expired_before_ms;
+        let owner = match hold.owner_since {
+            since if expired(since >> 10) => 0,
+            since => since,
+        };
+        let peers = match hold.peers_since_ms {
+            since if since == 0 || expired(since) => 0,
+            since => max_slot_version(since, skew_ms),
+        };
+        newest.min(owner.max(peers))
+    }
+
     /// Adds the keys the peers' logs held to those `keys` holds, keeping each key's latest.
     pub fn add_keys_to(self, keys: &mut KeysRestored) {
         if self.keys.is_empty() {
@@ -130,5 +189,56 @@ impl ReplicasRestored {
         if refused > 0 {
             tracing::warn!(slot = %request.slot, refused, "refused replicated records: invalid ids, or versions beyond the clock");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(owner_since: u64, peers_since_ms: u64) -> ReplicasRestored {
+        ReplicasRestored {
+            logs_hold: Some(LogsHold {
+                owner_since,
+                peers_since_ms,
+            }),
+            ..ReplicasRestored::default()
+        }
+    }
+
+    /// The key copies must reach the newest restored version without the logs; with them,
+    /// the owner's latest `since_version` and a replaced peer's start (the skew beyond), and
+    /// nothing once those are past the retention.
+    #[test]
+    fn the_key_copies_must_reach_as_far_as_the_logs_do_not() {
+        let (now, skew, retention) = (1_000_000, 100, 600_000);
+        let needed =
+            |r: &ReplicasRestored, newest| r.keys_needed_through(newest, now, skew, retention);
+        let newest = max_slot_version(now, 0);
+        assert_eq!(needed(&ReplicasRestored::default(), newest), newest);
+        assert_eq!(
+            needed(&held(0, 0), newest),
+            0,
+            "a new slot, peers that lost nothing"
+        );
+        let restarted = max_slot_version(now - 5_000, 0);
+        assert_eq!(needed(&held(restarted, 0), newest), restarted);
+        let replaced = now - 3_000;
+        assert_eq!(
+            needed(&held(restarted, replaced), newest),
+            max_slot_version(replaced, skew)
+        );
+        assert_eq!(
+            needed(&held(restarted, replaced), 7),
+            7,
+            "never past the newest"
+        );
+        let long_ago = now - retention - skew;
+        assert_eq!(
+            needed(&held(long_ago << 10, long_ago), newest),
+            0,
+            "keys expired"
+        );
+        assert_eq!(needed(&held(0, u64::MAX), newest), newest, "a log unread");
     }
 }

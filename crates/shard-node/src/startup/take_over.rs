@@ -78,13 +78,16 @@ pub(crate) async fn restore_then_take_writes(
         }
     }
     progress.phase("gathering idempotency keys");
-    let mut keys = restore_keys(request.clone(), newest).await;
+    let now_ms = request.clock.now_unix_ms();
+    let needed =
+        replicas.keys_needed_through(newest, now_ms, request.max_clock_skew_ms, key_retention_ms);
+    let mut keys = restore_keys(request.clone(), needed).await;
     replicas.add_keys_to(&mut keys);
     let held = keys.keys.len();
     let unknown_until_ms =
-        (!keys.reach_past(newest)).then(|| request.clock.now_unix_ms() + key_retention_ms);
+        (!keys.reach_past(needed)).then(|| request.clock.now_unix_ms() + key_retention_ms);
     if let Some(until) = unknown_until_ms {
-        tracing::warn!(%slot, keys = held, keys_reach = keys.reach, newest_restored = newest, "the peers' copies of the slot's idempotency keys do not reach its newest restored version: writes with keys it does not hold are refused for shard.idempotency_retention_secs");
+        tracing::warn!(%slot, keys = held, keys_reach = keys.reach, needed, newest_restored = newest, "the peers' copies of the slot's idempotency keys do not reach as far as the restore needs: writes with keys it does not hold are refused for shard.idempotency_retention_secs");
         until_done(&slot, "record that keys may be missing", || {
             let (disk, dir) = (storage.disk.clone(), data_dir.clone());
             storage.blocking(move || recovery::record_unknown_keys(&*disk, &dir, until))

@@ -4,7 +4,7 @@ use std::sync::Mutex as StdMutex;
 
 use super::*;
 
-type Answers = Arc<StdMutex<Vec<(u64, Result<(), String>)>>>;
+type Answers = Arc<StdMutex<Vec<(u64, Replicated)>>>;
 
 /// A coordinator of two peers whose senders go nowhere, and the answers it gives.
 fn coordinator() -> (
@@ -36,7 +36,7 @@ fn log(coordinator: &mut Coordinator, answers: &Answers, n: u64, payload: bool) 
     let answers = answers.clone();
     coordinator.logged(Logged {
         payload: payload.then(|| vec![n as u8]),
-        release: Box::new(move |outcome| answers.lock().unwrap().push((n, outcome))),
+        release: Box::new(move |told| answers.lock().unwrap().push((n, told))),
     });
     coordinator.release_held();
 }
@@ -51,7 +51,9 @@ fn held(coordinator: &mut Coordinator, peer: usize, seqs: &[u64]) {
 
 fn answered(answers: &Answers) -> Vec<(u64, bool)> {
     let answers = answers.lock().unwrap();
-    answers.iter().map(|(n, r)| (*n, r.is_ok())).collect()
+    (answers.iter())
+        .map(|(n, told)| (*n, *told == Replicated::Held))
+        .collect()
 }
 
 /// A group is answered once it and every earlier one are held by some peer, in order, and
@@ -104,7 +106,8 @@ async fn with_every_peer_failing_writes_are_refused_until_one_holds_the_refused_
     log(&mut c, &answers, 2, false);
     assert_eq!(answered(&answers), [(1, false)]);
     held(&mut c, 1, &[1]);
-    assert_eq!(answered(&answers), [(1, false), (2, true)]);
+    // The refused group is told once a peer holds it: then its changes may be shown.
+    assert_eq!(answered(&answers), [(1, false), (1, true), (2, true)]);
     assert!(c.refusing.lock().unwrap().is_none());
 }
 
@@ -122,6 +125,7 @@ async fn a_group_past_its_deadline_is_refused() {
         "{refusal}"
     );
     held(&mut c, 0, &[1]);
+    assert_eq!(answered(&answers), [(1, false), (1, true)]);
     assert!(c.refusing.lock().unwrap().is_none());
     assert!(c.pending.is_empty());
 }
