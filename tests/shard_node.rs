@@ -31,10 +31,9 @@ async fn create_write_and_read_round_trip() {
     let node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
 
-    let (status, created) = api
-        .create(json!({"id": "tweet:1:likes", "numberOfShards": 4}))
+    let created = api
+        .created(json!({"id": "tweet:1:likes", "numberOfShards": 4}))
         .await;
-    assert_eq!(status, 201, "{created}");
     assert_eq!(created["id"], "tweet:1:likes");
     assert_eq!(created["numberOfShards"], 4);
     assert_eq!(created["type"], "sum");
@@ -87,8 +86,7 @@ async fn create_write_and_read_round_trip() {
     // A second create of the same id conflicts; an id-less create generates one.
     let (status, _) = api.create(json!({"id": "tweet:1:likes"})).await;
     assert_eq!(status, 409);
-    let (status, generated) = api.create(json!({})).await;
-    assert_eq!(status, 201);
+    let generated = api.created(json!({})).await;
     let generated_id = generated["id"].as_str().unwrap().to_owned();
     assert_eq!(api.read(&generated_id).await.0, 200);
 
@@ -520,10 +518,8 @@ async fn graceful_shutdown_exits_zero_and_keeps_state() {
     let topology = TestTopology::single(ALONE);
     let mut node = topology.start_shard("USA_0", 0).await;
     let api = node.api();
-    let (status, _) = api
-        .create(json!({"id": "kept", "numberOfShards": 2, "windowSeconds": 60}))
+    api.created(json!({"id": "kept", "numberOfShards": 2, "windowSeconds": 60}))
         .await;
-    assert_eq!(status, 201);
     api.add("kept", 41).await.unwrap();
     api.add("kept", 1).await.unwrap();
     let status = node.terminate();
