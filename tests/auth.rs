@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geocount_model::wire::BatchEntry;
 use geocount_test_support::access::{
-    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, forward, topology,
+    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, assert_refusal_logged, forward, topology,
 };
 use geocount_test_support::api::entry;
 use geocount_test_support::ports::free_addr;
@@ -162,11 +162,7 @@ async fn routes_between_tiers_need_a_proven_process() {
     assert_eq!((code, &body["value"]), (200, &json!(5)), "{body}");
 
     // Each refusal is logged with the peer's address.
-    let line = shard.log_line(REFUSED, Duration::from_secs(5)).await;
-    assert!(
-        line.contains("peer") && line.contains("127.0.0.1:"),
-        "{line}"
-    );
+    assert_refusal_logged(&mut shard, &["peer", "127.0.0.1:"]).await;
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use geocount_model::wire::{Cursor, SlotCopy, SyncPage, SyncRequest};
 use geocount_test_support::access::{
-    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, forward, topology,
+    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, assert_refusal_logged, forward, topology,
 };
 use geocount_test_support::{Api, Method, NodeProcess, TestTopology};
 use serde_json::{Value, json};
@@ -71,11 +71,7 @@ async fn a_shard_node_of_another_datacenter_cannot_forward_writes_into_this_one(
     assert_refused(batch, "DC_ASIA_0_VAL_0", "POST /batch");
     // Nothing changed, and the refusal is a warning naming the caller.
     assert_eq!(value(&shard, "roles:likes").await, json!(5));
-    let line = shard.log_line(REFUSED, Duration::from_secs(5)).await;
-    assert!(
-        line.contains("WARN") && line.contains("DC_ASIA_0_VAL_0"),
-        "{line}"
-    );
+    assert_refusal_logged(&mut shard, &["WARN", "DC_ASIA_0_VAL_0"]).await;
 }
 
 #[tokio::test]
