@@ -3,9 +3,11 @@
 //! datacenter every 50 ms, datacenters → global every 250 ms, pulls time out after 1 s).
 
 use std::collections::HashMap;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use geocount_model::SlotId;
+use geocount_test_support::process::{binary, config_error};
 use geocount_test_support::{Api, TestCluster, TestTopology};
 use serde_json::Value;
 
@@ -446,20 +448,12 @@ async fn a_killed_shard_counts_with_its_last_value_and_grows_stale() {
 #[tokio::test]
 async fn aggregators_refuse_a_bad_configuration_and_stop_on_sigterm() {
     let topology = topology();
-    let output = std::process::Command::new(geocount_test_support::process::binary(
-        "datacenter-aggregator",
-    ))
-    .args([
-        "--config",
-        &topology.path.display().to_string(),
-        "--dc",
-        "MARS",
-    ])
-    .output()
-    .expect("run datacenter-aggregator");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = config_error(
+        Command::new(binary("datacenter-aggregator"))
+            .arg("--config")
+            .arg(&topology.path)
+            .args(["--dc", "MARS"]),
+    );
     let file_and_key = format!(
         "datacenter-aggregator: {}: datacenters:",
         topology.path.display()

@@ -2,15 +2,16 @@
 //! every tier, the process keys between tiers, and the loopback rule. Real binaries on
 //! loopback ports.
 
+use std::process::Command;
 use std::time::Duration;
 
 use geocount_model::wire::BatchEntry;
 use geocount_test_support::access::{
-    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, forward, topology,
+    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, assert_refusal_logged, forward, topology,
 };
 use geocount_test_support::api::entry;
 use geocount_test_support::ports::free_addr;
-use geocount_test_support::process::binary;
+use geocount_test_support::process::{binary, config_error};
 use geocount_test_support::{Api, Method, NodeProcess, TestTopology, eventually};
 use serde_json::{Value, json};
 
@@ -73,10 +74,9 @@ async fn client_tokens_need_their_rights_and_refusals_change_nothing() {
     assert_eq!(reader.read("auth:likes").await.0, 404);
 
     // admin creates; write writes, on either node (forwarded between them with the secret).
-    let (code, body) = admin
-        .create(json!({"id": "auth:likes", "numberOfShards": 2}))
+    admin
+        .created(json!({"id": "auth:likes", "numberOfShards": 2}))
         .await;
-    assert_eq!(code, 201, "{body}");
     for _ in 0..4 {
         assert_eq!(writer.add("auth:likes", 2).await.unwrap().0, 200);
         let (code, body) = shards[1]
@@ -162,11 +162,7 @@ async fn routes_between_tiers_need_a_proven_process() {
     assert_eq!((code, &body["value"]), (200, &json!(5)), "{body}");
 
     // Each refusal is logged with the peer's address.
-    let line = shard.log_line(REFUSED, Duration::from_secs(5)).await;
-    assert!(
-        line.contains("peer") && line.contains("127.0.0.1:"),
-        "{line}"
-    );
+    assert_refusal_logged(&mut shard, &["peer", "127.0.0.1:"]).await;
 }
 
 #[tokio::test]
@@ -242,28 +238,16 @@ fn a_public_address_without_tokens_is_a_config_error() {
     );
     std::fs::write(&path, text).unwrap();
     let config = path.display().to_string();
-    // Runs binary `name`, which must exit 2 with one line on stderr; that line.
-    // (A binary that starts instead is killed after 5 s and fails the test.)
-    let config_error = |name: &str, args: &[&str]| {
-        let mut child = std::process::Command::new(binary(name))
-            .args(["--config", &config])
-            .args(args)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("run the binary");
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let output = child.wait_with_output().unwrap();
-        assert_eq!(output.status.code(), Some(2), "{output:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        stderr
+    // Runs binary `name` on the file, which it must refuse: its one line on stderr.
+    let refused = |name: &str, args: &[&str]| {
+        config_error(
+            Command::new(binary(name))
+                .args(["--config", &config])
+                .args(args),
+        )
     };
     // Slot 1 is on 0.0.0.0: refused, naming the file and the key.
-    let stderr = config_error("shard-node", &["--dc", "USA_0", "--slot", "1"]);
+    let stderr = refused("shard-node", &["--dc", "USA_0", "--slot", "1"]);
     let expected = format!("shard-node: {config}: datacenters[0].shards[1]: {public} ");
     assert!(stderr.starts_with(&expected), "{stderr}");
     assert!(stderr.contains("auth.insecure_public = true"), "{stderr}");
@@ -274,7 +258,7 @@ fn a_public_address_without_tokens_is_a_config_error() {
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str(&tokens);
     std::fs::write(&path, text).unwrap();
-    let stderr = config_error("global-aggregator", &[]);
+    let stderr = refused("global-aggregator", &[]);
     let expected = format!("global-aggregator: {config}: auth.cluster_secret: ");
     assert!(stderr.starts_with(&expected), "{stderr}");
 
@@ -283,7 +267,7 @@ fn a_public_address_without_tokens_is_a_config_error() {
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str(&format!("\n[auth]\ncluster_secret = \"{SECRET}\"\n"));
     std::fs::write(&path, &text).unwrap();
-    let stderr = config_error("shard-node", &["--dc", "USA_0", "--slot", "1"]);
+    let stderr = refused("shard-node", &["--dc", "USA_0", "--slot", "1"]);
     let expected = format!("shard-node: {config}: datacenters[0].shards[1]: {public} ");
     assert!(stderr.starts_with(&expected), "{stderr}");
     assert!(
@@ -292,7 +276,7 @@ fn a_public_address_without_tokens_is_a_config_error() {
     );
     assert!(stderr.contains("clear text"), "{stderr}");
     std::fs::write(&path, text + "insecure_plaintext = true\n").unwrap();
-    let mut node = std::process::Command::new(binary("shard-node"))
+    let mut node = Command::new(binary("shard-node"))
         .args([
             "--config",
             &config,

@@ -5,10 +5,10 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use geocount_test_support::process::binary;
+use geocount_test_support::process::{self, binary};
 use geocount_test_support::{NodeProcess, TestTopology};
 use serde_json::json;
 
@@ -91,31 +91,11 @@ fn record_starts(bytes: &[u8]) -> Vec<usize> {
     starts
 }
 
-/// Runs `shard-node args` until it exits, at most `within` (then kills it and fails).
+/// Runs `shard-node args` (logging at info) until it exits, at most `within` (then kills it
+/// and fails).
 fn run_to_exit(args: &[&str], within: Duration) -> Output {
-    let mut child = Command::new(binary("shard-node"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start shard-node");
-    let deadline = Instant::now() + within;
-    while child.try_wait().expect("poll shard-node").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let output = child.wait_with_output().expect("reap shard-node");
-            panic!(
-                "shard-node {args:?} still running after {within:?}:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-        .wait_with_output()
-        .expect("collect shard-node's output")
+    let mut command = Command::new(binary("shard-node"));
+    process::run_to_exit(command.args(args).env("RUST_LOG", "info"), within)
 }
 
 fn text(bytes: &[u8]) -> String {

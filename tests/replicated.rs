@@ -4,10 +4,12 @@
 //! datacenter of one shard node cannot run it.
 
 use std::collections::HashMap;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use geocount_test_support::process::{binary, config_error};
 use geocount_test_support::{Api, NodeProcess, TestTopology, eventually};
 use serde_json::json;
 
@@ -274,16 +276,12 @@ async fn with_every_peer_stopped_a_write_is_refused() {
 #[tokio::test]
 async fn replicated_in_a_datacenter_of_one_shard_is_a_one_line_config_error() {
     let topology = TestTopology::new(&[("USA_0", 2), ("ASIA_0", 1)], "");
-    let binary = geocount_test_support::process::binary("shard-node");
     let config = topology.path.to_str().unwrap();
-    let output = std::process::Command::new(&binary)
-        .args(["--config", config, "--dc", "USA_0", "--slot", "0"])
-        .env("GEOCOUNT_SHARD__DURABILITY", "replicated")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = config_error(
+        Command::new(binary("shard-node"))
+            .args(["--config", config, "--dc", "USA_0", "--slot", "0"])
+            .env("GEOCOUNT_SHARD__DURABILITY", "replicated"),
+    );
     assert!(
         stderr.contains(config)
             && stderr.contains("shard.durability")

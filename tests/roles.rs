@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use geocount_model::wire::{Cursor, SlotCopy, SyncPage, SyncRequest};
 use geocount_test_support::access::{
-    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, forward, topology,
+    ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, assert_refusal_logged, forward, topology,
 };
 use geocount_test_support::{Api, Method, NodeProcess, TestTopology};
 use serde_json::{Value, json};
@@ -71,11 +71,7 @@ async fn a_shard_node_of_another_datacenter_cannot_forward_writes_into_this_one(
     assert_refused(batch, "DC_ASIA_0_VAL_0", "POST /batch");
     // Nothing changed, and the refusal is a warning naming the caller.
     assert_eq!(value(&shard, "roles:likes").await, json!(5));
-    let line = shard.log_line(REFUSED, Duration::from_secs(5)).await;
-    assert!(
-        line.contains("WARN") && line.contains("DC_ASIA_0_VAL_0"),
-        "{line}"
-    );
+    assert_refusal_logged(&mut shard, &["WARN", "DC_ASIA_0_VAL_0"]).await;
 }
 
 #[tokio::test]
@@ -86,8 +82,7 @@ async fn each_pull_and_copy_is_open_only_to_the_roles_that_need_it() {
     let shard = t.start_shard("USA_0", 0).await;
     let _peer = t.start_shard("USA_0", 1).await;
     let admin = shard.api().with_token(ADMIN);
-    let (code, body) = admin.create(json!({"id": "roles:views"})).await;
-    assert_eq!(code, 201, "{body}");
+    admin.created(json!({"id": "roles:views"})).await;
     assert_eq!(admin.add("roles:views", 4).await.unwrap().0, 200);
     global
         .api()
@@ -197,10 +192,9 @@ async fn the_cluster_replicates_aggregates_and_restores_under_roles() {
         t.start_shard("ASIA_0", 0).await,
     ];
     let admin = shards[0].api().with_token(ADMIN);
-    let (code, body) = admin
-        .create(json!({"id": "roles:total", "numberOfShards": 2}))
+    admin
+        .created(json!({"id": "roles:total", "numberOfShards": 2}))
         .await;
-    assert_eq!(code, 201, "{body}");
     // Round robin over two slots: half of USA's writes are forwarded to the peer.
     for shard in &shards {
         for _ in 0..4 {

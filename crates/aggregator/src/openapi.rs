@@ -49,35 +49,14 @@ pub fn global(max_window_seconds: u32) -> ApiDoc {
 mod tests {
     use super::*;
     use crate::routes::{GLOBAL_ONLY, ROUTES, Route};
-    use geocount_http::Need;
-    use geocount_http::openapi::Callers;
-    use geocount_http::routing::Endpoint;
-
-    /// Checks that `doc` lists exactly `routes`, each with its methods and the callers
-    /// `need` says it takes.
-    fn check(doc: &ApiDoc, routes: &[(&str, Route)], need: impl Fn(Route) -> Need) {
-        let routed = routes.iter().map(|(path, _)| *path);
-        assert_eq!(doc.unmatched_paths(routed), (vec![], vec![]));
-        for (path, route) in routes {
-            let operations = doc.operations(path);
-            let methods: Vec<&str> = operations.iter().map(|(m, _)| m.as_str()).collect();
-            let routed: Vec<&str> = route.methods().iter().map(|m| m.as_str()).collect();
-            assert_eq!(methods, routed, "{path}");
-            for (_, operation) in operations {
-                assert_eq!(operation.callers(), Callers::of(&need(*route)), "{path}");
-            }
-        }
-    }
 
     #[test]
     fn each_document_lists_exactly_its_tiers_routed_operations() {
         let slot = Some("DC_A_VAL_0");
-        check(&datacenter(300), ROUTES, |route| {
+        datacenter(300).assert_routes(ROUTES, |route| {
             crate::datacenter::api::need(route, slot, "A")
         });
         let routes: Vec<(&str, Route)> = ROUTES.iter().chain(GLOBAL_ONLY).copied().collect();
-        check(&global(300), &routes, |route| {
-            crate::global::api::need(route, slot)
-        });
+        global(300).assert_routes(&routes, |route| crate::global::api::need(route, slot));
     }
 }

@@ -6,7 +6,8 @@
 //! drift apart. A document is
 //! rendered for the process serving it ([`ApiDoc::to_json`]): security requirements and their
 //! 401 and 403 answers appear only where its `[auth]` asks for a credential. A test in each
-//! tier checks that its router and its document list the same paths and methods, an
+//! tier checks that its router and its document list the same paths, methods and callers
+//! ([`ApiDoc::assert_routes`]), an
 //! end-to-end test sends a request to every documented operation of every tier and checks it
 //! answers with one of the documented statuses, and `scripts/openapi-check.sh` runs
 //! schemathesis against every tier.
@@ -18,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use crate::access::{Access, Need};
 use crate::roles::{PROCESS_HEADER, PROCESS_KEY_HEADER};
+use crate::routing::Endpoint;
 
 mod parts;
 
@@ -296,6 +298,24 @@ impl ApiDoc {
             .map(str::to_owned)
             .collect();
         (undocumented, unrouted)
+    }
+
+    /// Panics unless the document lists exactly the paths of `routes`, each with the methods
+    /// its route takes and the callers `need` says it takes: each tier's test that its router
+    /// and its document agree.
+    pub fn assert_routes<R: Endpoint>(&self, routes: &[(&str, R)], need: impl Fn(R) -> Need) {
+        let routed = routes.iter().map(|(path, _)| *path);
+        assert_eq!(self.unmatched_paths(routed), (vec![], vec![]));
+        for (path, route) in routes {
+            let operations = self.operations(path);
+            let methods: Vec<&str> = operations.iter().map(|(m, _)| m.as_str()).collect();
+            let routed: Vec<&str> = route.methods().iter().map(|m| m.as_str()).collect();
+            assert_eq!(methods, routed, "{path}");
+            let callers = Callers::of(&need(*route));
+            for (_, operation) in operations {
+                assert_eq!(operation.callers(), callers, "{path}");
+            }
+        }
     }
 
     /// The document as the process with `access` serves it: with client tokens, a bearer

@@ -3,15 +3,16 @@
 //! each process the real tier's `run` on a turmoil host of its own.
 
 use std::collections::BTreeMap;
-use std::future::Future;
+use std::future::{Future, Pending};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use geocount_aggregator::{DatacenterSettings, GlobalSettings};
+use geocount_aggregator::{DatacenterSettings, GlobalSettings, datacenter, global};
 use geocount_model::{Clock, SyncSettings, Topology, partition_of};
+use geocount_net::Connector;
 use rand::Rng;
 use rand::rngs::StdRng;
 use shard_node::{NodeConfig, RestoreMode, StorageError};
@@ -169,33 +170,14 @@ pub fn register_hosts(
     for replica in 0..REPLICAS {
         let config =
             GlobalSettings::from_topology(topology, file, replica).expect("a global replica");
-        let clock_of = clock();
-        tier(sim, global_host(replica), move |listener| {
-            let clock = clock_of.clone();
-            geocount_aggregator::global::run(
-                config.clone(),
-                listener,
-                clock,
-                sim_connector(),
-                never(),
-            )
-        });
+        aggregator(sim, global_host(replica), config, clock(), global::run);
     }
     for dc in DATACENTERS {
         for replica in 0..REPLICAS {
             let config = DatacenterSettings::from_topology(topology, file, dc, replica)
                 .expect("a datacenter aggregator replica");
-            let clock_of = clock();
-            tier(sim, aggregator_host(dc, replica), move |listener| {
-                let clock = clock_of.clone();
-                geocount_aggregator::datacenter::run(
-                    config.clone(),
-                    listener,
-                    clock,
-                    sim_connector(),
-                    never(),
-                )
-            });
+            let host = aggregator_host(dc, replica);
+            aggregator(sim, host, config, clock(), datacenter::run);
         }
         for slot in 0..SHARDS_PER_DATACENTER {
             let data_dir = Some(PathBuf::from(DATA_DIR));
@@ -221,6 +203,30 @@ pub fn register_hosts(
         }
     }
     disks
+}
+
+/// Registers host `name`, an aggregator tier: `run` (global or datacenter) with `config`, the
+/// host's `clock` and the simulated network, serving until the host stops.
+fn aggregator<C, Fut>(
+    sim: &mut Sim<'_>,
+    name: String,
+    config: C,
+    clock: Arc<dyn Clock>,
+    run: impl Fn(C, SimListener, Arc<dyn Clock>, Connector, Pending<()>) -> Fut + Clone + 'static,
+) where
+    C: Clone + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    tier(sim, name, move |listener| {
+        let (config, clock) = (config.clone(), clock.clone());
+        run(
+            config,
+            listener,
+            clock,
+            sim_connector(),
+            std::future::pending(),
+        )
+    });
 }
 
 /// How a tier's `run` ended, as turmoil takes a host's end.

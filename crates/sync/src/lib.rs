@@ -42,4 +42,4 @@ pub use puller::{PullSink, SourceStatus, spawn_puller, worst_staleness};
 pub use serve::{
     MAX_SYNC_REQUEST_BYTES, answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query,
 };
-pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight};
+pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight, slot_page};

@@ -8,7 +8,7 @@ use geocount_model::wire::{SlotEntry, SlotPage};
 use geocount_model::{CounterId, IdTable, Partitions, SlotRecord, counter_id};
 
 use crate::byte_bound::ByteBound;
-use crate::journal::{ChangeJournal, Journaled};
+use crate::journal::{ChangeJournal, Journaled, page_where};
 
 /// How many bytes of a record's sketch or rolling window count as one more entry against a sync
 /// page's limit: a dense sketch (16 KiB) weighs 257 entries, so a page of `page_entries` 50,000
@@ -28,6 +28,26 @@ pub fn record_weight(record: &SlotRecord) -> usize {
     let sketch = record.uniques().map_or(0, |sketch| sketch.encoded_bytes());
     let window = record.window().buckets().len() * WINDOW_BUCKET_BYTES;
     (sketch + window) / RECORD_BYTES_PER_ENTRY
+}
+
+/// The page named `slot_names` of the slot states in `table` changed since `cursor`, only
+/// those of the counters of `partitions` (`None`: all), bounded as [`page_where`] bounds it.
+pub fn slot_page<T: Journaled<Item = SlotEntry>>(
+    table: &T,
+    journal: &ChangeJournal,
+    slot_names: Vec<String>,
+    cursor: geocount_model::wire::Cursor,
+    limit: usize,
+    partitions: Option<&Partitions>,
+) -> SlotPage {
+    let keep = |entry: &SlotEntry| partitions.is_none_or(|p| p.holds(&entry.id));
+    let (entries, next, caught_up) = page_where(table, journal, cursor, limit, keep);
+    SlotPage {
+        slot_names,
+        entries,
+        next,
+        caught_up,
+    }
 }
 
 /// Whether `other` is a newer copy of the slot `current` holds (it would win the merge).
@@ -383,15 +403,8 @@ impl SlotCopies {
         limit: usize,
         partitions: Option<&Partitions>,
     ) -> SlotPage {
-        let keep = |entry: &SlotEntry| partitions.is_none_or(|p| p.holds(&entry.id));
-        let (entries, next, caught_up) =
-            crate::journal::page_where(self, &self.journal, cursor, limit, keep);
-        SlotPage {
-            slot_names: self.slot_names.clone(),
-            entries,
-            next,
-            caught_up,
-        }
+        let names = self.slot_names.clone();
+        slot_page(self, &self.journal, names, cursor, limit, partitions)
     }
 }
 

@@ -1,10 +1,13 @@
-//! The tokens and cluster secret of the access-control tests, and a write marked as forwarded.
+//! The tokens and cluster secret of the access-control tests, a write marked as forwarded, and
+//! the check that a node logged a refused call between tiers.
+
+use std::time::Duration;
 
 use geocount_model::wire::BatchRequest;
 use geocount_net::Answer;
 use hyper::Method;
 
-use crate::{Api, TestTopology};
+use crate::{Api, NodeProcess, TestTopology};
 
 /// A token with the right to read.
 pub const READER: &str = "reader-5f0c2a9e4b7d4c1f8a3e6b2d9c0f7a14";
@@ -34,6 +37,15 @@ pub fn auth_toml(secret: &str) -> String {
 /// A topology of `datacenters` with the `[auth]` section above and [`SECRET`].
 pub fn topology(datacenters: &[(&str, usize)]) -> TestTopology {
     TestTopology::with_extra(datacenters, "restore_timeout_ms = 200", &auth_toml(SECRET))
+}
+
+/// Waits up to 5 s for `node` to log that it refused a call between tiers, and checks that the
+/// line names each of `words`.
+pub async fn assert_refusal_logged(node: &mut NodeProcess, words: &[&str]) {
+    let line = node.log_line(REFUSED, Duration::from_secs(5)).await;
+    for word in words {
+        assert!(line.contains(word), "{word:?} missing in {line}");
+    }
 }
 
 /// A write of `delta` to `id` marked as forwarded, as the JSON write and as a batch.

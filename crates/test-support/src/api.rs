@@ -238,6 +238,13 @@ impl Api {
         (answer.status.as_u16(), answer.json())
     }
 
+    /// `POST /counter` with `body`, which must create the counter (201): its description.
+    pub async fn created(&self, body: Value) -> Value {
+        let (status, created) = self.create(body).await;
+        assert_eq!(status, 201, "{created}");
+        created
+    }
+
     /// `POST /batch` with postcard entries; the decoded answer, or the status and JSON error.
     pub async fn batch(&self, entries: &[BatchEntry<'_>]) -> Result<BatchResponse, (u16, Value)> {
         let entries = entries.to_vec();

@@ -6,7 +6,8 @@
 //!   for one test.
 //! - [`process`]: [`NodeProcess`], a running binary that is killed when dropped (so a failing
 //!   test leaves no process behind), with kill -9, SIGTERM, SIGSTOP and SIGCONT; it runs on the
-//!   launcher's supervisor ([`geocount_cluster::process`]).
+//!   launcher's supervisor ([`geocount_cluster::process`]); and a binary run to its exit
+//!   ([`process::run_to_exit`]), or to its refusal of a configuration ([`process::config_error`]).
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
 //! - [`access`]: the tokens and cluster secret of the access-control tests.
 //! - [`flood`]: one host's idle connections flooding a node, and the tiers still reaching it.

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use geocount_cluster::Member;
@@ -41,6 +41,43 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Runs `command` until it exits, at most `within` (then kills it and fails the test): its
+/// output.
+pub fn run_to_exit(command: &mut Command, within: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the binary");
+    let deadline = Instant::now() + within;
+    while child.try_wait().expect("poll the binary").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("reap the binary");
+            panic!(
+                "{command:?} still running after {within:?}:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+        .wait_with_output()
+        .expect("collect the binary's output")
+}
+
+/// Runs `command`, a binary that must refuse its configuration: it exits with code 2 and one
+/// line on stderr, which is returned. One that starts instead fails the test once it has had
+/// as long as a process has to start.
+pub fn config_error(command: &mut Command) -> String {
+    let output = run_to_exit(command, STARTUP);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{command:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr
 }
 
 /// How long a process may take to become healthy.

@@ -262,6 +262,13 @@ pub struct GlobalConfig {
     pub max_staleness_ms: u64,
 }
 
+/// Replica 0's address `first`, then the other replicas'.
+fn replica_addresses(first: SocketAddr, others: &[SocketAddr]) -> Vec<SocketAddr> {
+    std::iter::once(first)
+        .chain(others.iter().copied())
+        .collect()
+}
+
 /// `addresses` (replica 0 first) with the partitions each holds: `held[r]`, or all of `count`
 /// when `held` is empty.
 fn replicas_with(
@@ -293,9 +300,7 @@ impl GlobalConfig {
 
     /// Where each global aggregator replica listens, replica 0 first.
     pub fn addresses(&self) -> Vec<SocketAddr> {
-        std::iter::once(self.listen)
-            .chain(self.replicas.iter().copied())
-            .collect()
+        replica_addresses(self.listen, &self.replicas)
     }
 }
 
@@ -403,9 +408,7 @@ impl DatacenterConfig {
 
     /// Where each of its aggregator replicas listens, replica 0 first.
     pub fn aggregators(&self) -> Vec<SocketAddr> {
-        std::iter::once(self.aggregator)
-            .chain(self.aggregator_replicas.iter().copied())
-            .collect()
+        replica_addresses(self.aggregator, &self.aggregator_replicas)
     }
 
     /// Its placement ring: which of its slots each counter's writes go to.

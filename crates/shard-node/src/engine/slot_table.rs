@@ -200,15 +200,8 @@ impl SlotTable {
         limit: usize,
         partitions: Option<&Partitions>,
     ) -> SlotPage {
-        let keep = |entry: &SlotEntry| partitions.is_none_or(|p| p.holds(&entry.id));
-        let (entries, next, caught_up) =
-            geocount_sync::page_where(self, &self.journal, cursor, limit, keep);
-        SlotPage {
-            slot_names: vec![slot_name.to_owned()],
-            entries,
-            next,
-            caught_up,
-        }
+        let names = vec![slot_name.to_owned()];
+        geocount_sync::slot_page(self, &self.journal, names, cursor, limit, partitions)
     }
 }
 

@@ -17,21 +17,22 @@ fn record(id: &str, value: i64, version: u64) -> LogRecord {
     }
 }
 
-/// One record of 200,000 counters: a few megabytes.
-fn big_record() -> LogRecord {
+/// Records of `counters` counters each: one spans several sectors.
+fn wide_record(counters: i64, version: u64) -> LogRecord {
     LogRecord {
-        slots: (0..200_000)
+        slots: (0..counters)
             .map(|n| {
-                let id = CounterId::new(format!("counter-{n}")).unwrap();
-                let state = geocount_model::SlotState {
-                    value: n,
-                    version: 1,
-                };
-                (id, state.into())
+                let id = CounterId::new(format!("wide-{n}")).unwrap();
+                (id, geocount_model::SlotState { value: n, version }.into())
             })
             .collect(),
         ..LogRecord::default()
     }
+}
+
+/// One record of 200,000 counters: a few megabytes.
+fn big_record() -> LogRecord {
+    wide_record(200_000, 1)
 }
 
 /// Segment 1 holding records `a` then `b`, synced.
@@ -43,6 +44,16 @@ fn a_then_b(dir: &Path) -> Wal {
     wal
 }
 
+/// Record `a` in segment 1, closed, then `b` in segment 2, synced; the log closed.
+fn a_then_b_across_segments(dir: &Path) {
+    let mut wal = create(dir, 1);
+    wal.append(&record("a", 1, 1)).unwrap();
+    wal.sync().unwrap();
+    assert_eq!(wal.rotate().unwrap(), 1, "segment 1 closed");
+    wal.append(&record("b", 2, 2)).unwrap();
+    wal.sync().unwrap();
+}
+
 /// Rewrites segment 1 in `dir` as `change` leaves its bytes; those bytes.
 fn change_segment_1(dir: &Path, change: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let path = segment_path(dir, 1);
@@ -50,6 +61,10 @@ fn change_segment_1(dir: &Path, change: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     change(&mut bytes);
     fs::write(&path, &bytes).unwrap();
     bytes
+}
+
+fn file_len(dir: &Path, segment: u64) -> u64 {
+    fs::metadata(segment_path(dir, segment)).unwrap().len()
 }
 
 fn replay_all(dir: &Path) -> Result<Vec<LogRecord>, StorageError> {
@@ -61,13 +76,7 @@ fn replay_all(dir: &Path) -> Result<Vec<LogRecord>, StorageError> {
 #[test]
 fn records_round_trip_across_segments() {
     let dir = tempfile::tempdir().unwrap();
-    let mut wal = create(dir.path(), 1);
-    wal.append(&record("a", 1, 1)).unwrap();
-    wal.sync().unwrap();
-    assert_eq!(wal.rotate().unwrap(), 1);
-    wal.append(&record("b", 2, 2)).unwrap();
-    wal.sync().unwrap();
-    drop(wal);
+    a_then_b_across_segments(dir.path());
     assert_eq!(
         replay_all(dir.path()).unwrap(),
         vec![record("a", 1, 1), record("b", 2, 2)]
@@ -98,10 +107,7 @@ fn torn_tail_is_cut_off_and_the_log_stays_usable() {
             vec![record("a", 1, 1)],
             "cut at {cut}"
         );
-        assert_eq!(
-            fs::metadata(segment_path(&torn, 7)).unwrap().len(),
-            first_len
-        );
+        assert_eq!(file_len(&torn, 7), first_len);
         fs::remove_dir_all(&torn).unwrap();
     }
 }
@@ -114,12 +120,7 @@ fn a_flipped_bit_in_the_last_record_is_corruption() {
         let dir = tempfile::tempdir().unwrap();
         let starts = five_records(dir.path(), reserved);
         let last = starts[4];
-        let end = fs::read(segment_path(dir.path(), 1)).unwrap()[last..]
-            .iter()
-            .rposition(|&b| b != 0)
-            .unwrap()
-            + last
-            + 1;
+        let end = record_end(dir.path(), last);
         for (at, bit) in [
             (last, 0),
             (last + 5, 3),
@@ -130,8 +131,7 @@ fn a_flipped_bit_in_the_last_record_is_corruption() {
         ] {
             let dir = tempfile::tempdir().unwrap();
             five_records(dir.path(), reserved);
-            if !reserved && at >= fs::metadata(segment_path(dir.path(), 1)).unwrap().len() as usize
-            {
+            if !reserved && at as u64 >= file_len(dir.path(), 1) {
                 continue;
             }
             assert_refused(dir.path(), last, |bytes| bytes[at] ^= 1 << bit);
@@ -155,21 +155,13 @@ fn a_flipped_bit_lengthening_the_last_record_is_corruption() {
 #[test]
 fn corruption_in_an_older_segment_stops_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let mut wal = create(dir.path(), 1);
-    wal.append(&record("a", 1, 1)).unwrap();
-    wal.rotate().unwrap();
-    wal.append(&record("b", 2, 2)).unwrap();
-    drop(wal);
+    a_then_b_across_segments(dir.path());
     change_segment_1(dir.path(), |bytes| bytes[HEADER_BYTES] ^= 0xff);
     let err = replay_all(dir.path()).unwrap_err();
     assert!(
         matches!(err, StorageError::Corrupt { offset: 0, .. }),
         "{err}"
     );
-}
-
-fn file_len(dir: &Path, segment: u64) -> u64 {
-    fs::metadata(segment_path(dir, segment)).unwrap().len()
 }
 
 /// A crash leaves the open segment with its reserved space: replay reads every record,
@@ -214,19 +206,6 @@ fn segments_reserve_as_they_grow_and_close_at_their_last_record() {
     let records = replay_all(dir.path()).unwrap();
     assert_eq!(records.last(), Some(&record("c", 3, 3)));
     assert_eq!(records.len(), appended + 1);
-}
-
-/// Records of `counters` counters each: one spans several sectors.
-fn wide_record(counters: i64, version: u64) -> LogRecord {
-    LogRecord {
-        slots: (0..counters)
-            .map(|n| {
-                let id = CounterId::new(format!("wide-{n}")).unwrap();
-                (id, geocount_model::SlotState { value: n, version }.into())
-            })
-            .collect(),
-        ..LogRecord::default()
-    }
 }
 
 /// A record torn inside the reserved space (its first sectors written, the rest still zeros)
@@ -281,6 +260,13 @@ fn five_records(dir: &Path, reserved: bool) -> Vec<usize> {
     starts
 }
 
+/// Where the last record of segment 1, starting at `start`, ends: after its last byte that is
+/// not zero (the space reserved after it is zeros).
+fn record_end(dir: &Path, start: usize) -> usize {
+    let bytes = fs::read(segment_path(dir, 1)).unwrap();
+    start + bytes[start..].iter().rposition(|&b| b != 0).unwrap() + 1
+}
+
 /// Changes segment 1 with `damage`, then checks that replay refuses it as corrupt at
 /// `offset` and leaves the file as it was.
 fn assert_refused(dir: &Path, offset: usize, damage: impl FnOnce(&mut Vec<u8>)) {
@@ -314,7 +300,7 @@ fn a_flipped_bit_in_a_middle_length_is_corruption() {
     for (reserved, bit) in [(true, 8), (false, 8), (true, 31), (false, 31)] {
         let dir = tempfile::tempdir().unwrap();
         let starts = five_records(dir.path(), reserved);
-        let len = fs::metadata(segment_path(dir.path(), 1)).unwrap().len();
+        let len = file_len(dir.path(), 1);
         assert_refused(dir.path(), starts[1], |bytes| {
             let field = starts[1]..starts[1] + 4;
             let claimed = u32::from_le_bytes(bytes[field.clone()].try_into().unwrap()) ^ (1 << bit);
@@ -344,12 +330,7 @@ fn a_shortened_middle_length_is_corruption() {
 fn an_undecodable_last_record_is_corruption() {
     let dir = tempfile::tempdir().unwrap();
     let starts = five_records(dir.path(), true);
-    let end = fs::read(segment_path(dir.path(), 1)).unwrap()[starts[4]..]
-        .iter()
-        .rposition(|&b| b != 0)
-        .unwrap()
-        + starts[4]
-        + 1;
+    let end = record_end(dir.path(), starts[4]);
     assert_refused(dir.path(), starts[4], |bytes| {
         // A payload of one byte that is no record, with its checksum.
         bytes[starts[4] + HEADER_BYTES..end].fill(0);
