@@ -101,7 +101,8 @@ async fn settled_total(global: &Api, id: &str, at_least: i64) -> i64 {
 }
 
 /// Six writers keep writing keyed +1s through the three shard nodes of a datacenter while one
-/// node is killed -9 and its data directory wiped at once, with no pause. After its restore,
+/// node is killed -9 and its data directory wiped at once, with no pause, then another. After
+/// the restores,
 /// every counter's global total is at least its acknowledged +1s and at most those plus the
 /// ones whose outcome was unknown; the restored node holds the key of every write it restored
 /// (the peers' logs hold every group a copy showed), so retrying every acknowledged write with
@@ -127,24 +128,28 @@ async fn a_disk_lost_under_load_loses_no_acknowledged_write() {
             writers.push(tokio::spawn(write_until(api, node, writer, stop)));
         }
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    shards[1].kill9();
-    std::fs::remove_dir_all(topology.shard_data_dir("USA_0", 1)).unwrap();
-    shards[1].respawn();
-    shards[1]
-        .wait_for_log(
-            "restored the slot from the datacenter",
-            Duration::from_secs(30),
-        )
-        .await;
-    let unknown_keys = topology
-        .shard_data_dir("USA_0", 1)
-        .join("keys.unknown-until");
-    assert!(
-        !unknown_keys.exists(),
-        "the restore could not vouch for every key: {}",
-        std::fs::read_to_string(&shards[1].log).unwrap_or_default()
-    );
+    // Node 1's disk, then node 2's while node 1's replaced logs are young: each restore
+    // vouches for every key.
+    for lost in [1, 2] {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        shards[lost].kill9();
+        std::fs::remove_dir_all(topology.shard_data_dir("USA_0", lost)).unwrap();
+        shards[lost].respawn();
+        shards[lost]
+            .wait_for_log(
+                "restored the slot from the datacenter",
+                Duration::from_secs(30),
+            )
+            .await;
+        let unknown_keys = topology
+            .shard_data_dir("USA_0", lost)
+            .join("keys.unknown-until");
+        assert!(
+            !unknown_keys.exists(),
+            "node {lost}'s restore could not vouch for every key: {}",
+            std::fs::read_to_string(&shards[lost].log).unwrap_or_default()
+        );
+    }
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.store(true, Ordering::Release);
     let mut sent = Vec::new();
@@ -257,6 +262,27 @@ async fn with_every_peer_stopped_a_write_is_refused() {
         .write_keyed(&ids[1], json!({"delta": 1}), "k-down")
         .await;
     assert_eq!(status, 503, "{body}");
+    // Nor is the slot pulled: what it recovered holds a group no peer holds yet.
+    let pulled = || async {
+        let answer = (api.send(
+            geocount_test_support::Method::POST,
+            "/sync",
+            &[],
+            Vec::new(),
+        ))
+        .await
+        .expect("an answer");
+        (answer.status.as_u16(), answer.json())
+    };
+    let (status, body) = pulled().await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("peer holds"),
+        "{body}"
+    );
 
     // Back with a peer: the refused write's retry applies it at most once.
     shards[1].restart().await;
@@ -269,6 +295,8 @@ async fn with_every_peer_stopped_a_write_is_refused() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(body["value"], 1, "{body}");
+    // Pulled again (an empty body is then refused as malformed, not as unavailable).
+    assert_eq!(pulled().await.0, 400);
 }
 
 /// A datacenter of one shard node has no peer to replicate to: `replicated` there is a

@@ -385,6 +385,9 @@ pub struct ReplicateBatch<'a> {
     /// some peer first: the first version the sender's process could make (0: its slot
     /// started empty and new). Before it are the versions earlier processes made.
     pub since_version: u64,
+    /// The newest slot version the sender had made when it sent this batch: a peer whose data
+    /// directory replaced a lost one holds every group after the first such version it took.
+    pub made_through: u64,
     /// The groups, oldest first, each one record of the sender's write-ahead log (postcard)
     /// as its log holds it; borrowed from the body, never copied byte by byte.
     #[serde(borrow)]
@@ -401,9 +404,10 @@ pub struct ReplicaCopy {
     /// The latest [`ReplicateBatch::since_version`] the peer's log took (`None`: it holds no
     /// log of the slot).
     pub owner_since: Option<u64>,
-    /// From when (unix ms, the peer's clock) the peer holds every group it took: 0 unless its
-    /// data directory replaced a lost one, when it was made then.
-    pub holds_since_ms: u64,
+    /// The slot version after which the peer holds every group it took: 0 unless its data
+    /// directory replaced a lost one, then the [`ReplicateBatch::made_through`] of the first
+    /// batch its log of the slot took (`u64::MAX` without one).
+    pub holds_after: u64,
     /// Each counter's latest record.
     pub entries: Vec<(String, SlotRecord)>,
     /// The latest description of each counter the groups created.

@@ -77,13 +77,8 @@ pub async fn run<L: Listener>(
     // The own slot is shown to pullers once a peer holds what this process starts with.
     let shown = Arc::new(AtomicBool::new(replicator.is_none()));
     if let Some(replicator) = &replicator {
-        resend_log(
-            replicator.as_ref(),
-            &storage,
-            &config.data_dir,
-            shown.clone(),
-        )
-        .await?;
+        let resent = (shown.clone(), last_version);
+        resend_log(replicator.as_ref(), &storage, &config.data_dir, resent).await?;
     }
     let peer_keys = read_peer_keys(&config, &storage, clock.now_unix_ms()).await?;
     let (disk, dir, now_ms) = (

@@ -23,7 +23,8 @@ pub(crate) trait GroupReplication: Send + Sync {
     /// Why writes are refused before they are staged, while a refused group waits for a peer.
     fn refusal(&self) -> Option<String>;
 
-    /// Hands over a group made durable in the own log: `payload` its record as the log holds
-    /// it (`None` when it logged nothing), `release` what is told when a peer holds it.
-    fn submit(&self, payload: Option<Vec<u8>>, release: Release);
+    /// Hands over a group of slot version `version` made durable in the own log: `payload` its
+    /// record as the log holds it (`None` when it logged nothing), `release` what is told when
+    /// a peer holds it.
+    fn submit(&self, version: u64, payload: Option<Vec<u8>>, release: Release);
 }

@@ -33,11 +33,12 @@ pub async fn replicate(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ShardError::bad_request(format!("undecodable replicated group: {e}")))?;
     let count = groups.len();
+    let starts = (batch.since_version, batch.made_through);
     let logs = Arc::clone(&state.replica_logs);
     let (slot, now_ms) = (slot.to_owned(), state.clock.now_unix_ms());
     state
         .storage
-        .blocking(move || logs.append(&slot, &groups, batch.since_version, now_ms))
+        .blocking(move || logs.append(&slot, &groups, starts, now_ms))
         .await
         .map_err(|error| {
             tracing::error!(%error, "cannot log a peer's replicated groups");
@@ -57,17 +58,15 @@ pub async fn replica(state: &NodeState, slot: &str) -> Result<Response, ShardErr
     let (slot, fold) = state
         .storage
         .blocking(move || {
-            let fold = logs
-                .fold(&slot, now_ms)
-                .map(|fold| (fold, logs.since(&slot)));
+            let fold = (logs.fold(&slot, now_ms)).map(|fold| (fold, logs.starts(&slot)));
             (slot, fold)
         })
         .await;
-    let (fold, owner_since) = fold.map_err(|error| ShardError::from_storage(Arc::new(error)))?;
+    let (fold, starts) = fold.map_err(|error| ShardError::from_storage(Arc::new(error)))?;
     let copy = ReplicaCopy {
         slot,
-        owner_since,
-        holds_since_ms: state.replica_logs.holds_since_ms(),
+        owner_since: starts.owner_since,
+        holds_after: starts.holds_after,
         entries: (fold.slots.into_iter())
             .map(|(id, record)| (id.as_str().to_owned(), record))
             .collect(),

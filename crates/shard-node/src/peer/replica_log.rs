@@ -10,11 +10,13 @@
 //! older segments are deleted; keys past their retention are left out of the fold.
 //!
 //! Each log keeps, in `<slot>/since`, the latest version from which its owner said it shows
-//! only groups a peer held ([`geocount_model::wire::ReplicateBatch::since_version`]); and
-//! `replicas/holds-since` says from when this node holds every group it took (0: always; the
-//! time its data directory replaced a lost one). A node restoring its lost slot reads each
-//! peer's fold with both (`GET /slots/{slot}/replica`): every group the owner acknowledged, or
-//! showed to a copy, is in at least one of them.
+//! only groups a peer held ([`geocount_model::wire::ReplicateBatch::since_version`]), and in
+//! `<slot>/holds-after` the version after which it holds every group it took: 0, unless this
+//! node's data directory replaced a lost one (`replicas/holds-since` says when), then the
+//! owner's newest version when the log began
+//! ([`geocount_model::wire::ReplicateBatch::made_through`]: the lost log held nothing newer).
+//! A node restoring its lost slot reads each peer's fold with both (`GET /slots/{slot}/replica`):
+//! every group the owner acknowledged, or showed to a copy, is in at least one of them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,8 +34,21 @@ pub const REPLICAS_DIR: &str = "replicas";
 /// The file in a slot's log folder holding the owner's latest `since_version`.
 const SINCE_FILE: &str = "since";
 
-/// The file in [`REPLICAS_DIR`] saying from when (unix ms) this node holds every group it took.
+/// The file in a slot's log folder holding the version after which it holds every group.
+const HOLDS_AFTER_FILE: &str = "holds-after";
+
+/// The file in [`REPLICAS_DIR`] saying when (unix ms) this node's data directory replaced a
+/// lost one (0: never).
 const HOLDS_SINCE_FILE: &str = "holds-since";
+
+/// What a slot's log says of how much it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogStarts {
+    /// The owner's latest `since_version` (`None`: no log, or an unreadable file).
+    pub owner_since: Option<u64>,
+    /// The slot version after which the log holds every group it took.
+    pub holds_after: u64,
+}
 
 /// The replicated logs of this node's peers' slots.
 pub struct ReplicaLogs {
@@ -54,13 +69,12 @@ struct ReplicaLog {
     wal: Wal,
     /// The bytes of the last fold, 0 before any.
     folded_bytes: u64,
-    /// What its `since` file says.
-    owner_since: Option<u64>,
+    starts: LogStarts,
 }
 
 impl ReplicaLogs {
-    /// The logs under `<data_dir>/replicas` of `peers`' slots, holding every group they took
-    /// since `holds_since_ms` ([`holds_since`]).
+    /// The logs under `<data_dir>/replicas` of `peers`' slots; `holds_since_ms` says when this
+    /// node's data directory replaced a lost one (0: never; [`holds_since`]).
     pub fn new(
         disk: Arc<dyn Disk>,
         data_dir: &Path,
@@ -79,34 +93,30 @@ impl ReplicaLogs {
         }
     }
 
-    /// From when (unix ms) this node holds every group it took (0: always).
-    pub fn holds_since_ms(&self) -> u64 {
-        self.holds_since_ms
-    }
-
     /// Whether `slot` may replicate here.
     pub fn holds(&self, slot: &str) -> bool {
         self.peers.iter().any(|peer| peer == slot)
     }
 
-    /// Appends `groups` of `slot`, sent with the owner's `since_version`, in order and fsyncs
-    /// them: once it returns, they survive this node's crash. Blocks on the disk.
+    /// Appends `groups` of `slot`, sent with the owner's `since_version` and `made_through`,
+    /// in order and fsyncs them: once it returns, they survive this node's crash. Blocks on
+    /// the disk.
     pub fn append(
         &self,
         slot: &str,
         groups: &[LogRecord],
-        since_version: u64,
+        (since_version, made_through): (u64, u64),
         now_ms: u64,
     ) -> Result<(), StorageError> {
         let mut open = self.open.lock().expect("replica logs lock");
         if !open.contains_key(slot) {
-            let log = self.open_log(slot)?;
+            let log = self.open_log(slot, made_through)?;
             open.insert(slot.to_owned(), log);
         }
         let log = open.get_mut(slot).expect("opened above");
-        if log.owner_since.is_none_or(|held| held < since_version) {
+        if (log.starts.owner_since).is_none_or(|held| held < since_version) {
             write_number(&*self.disk, &self.slot_dir(slot), SINCE_FILE, since_version)?;
-            log.owner_since = Some(since_version);
+            log.starts.owner_since = Some(since_version);
         }
         for group in groups {
             log.wal.append(group)?;
@@ -127,13 +137,23 @@ impl ReplicaLogs {
         self.read_fold(&self.slot_dir(slot), now_ms)
     }
 
-    /// The latest `since_version` the log of `slot` took; `None` without a log (or an
-    /// unreadable file). Blocks on the disk.
-    pub fn since(&self, slot: &str) -> Option<u64> {
+    /// What the log of `slot` says of how much it holds. Blocks on the disk.
+    pub fn starts(&self, slot: &str) -> LogStarts {
         let open = self.open.lock().expect("replica logs lock");
         match open.get(slot) {
-            Some(log) => log.owner_since,
-            None => read_number(&*self.disk, &self.slot_dir(slot).join(SINCE_FILE)),
+            Some(log) => log.starts,
+            None => self.read_starts(&self.slot_dir(slot)),
+        }
+    }
+
+    /// The starts the files in `dir` hold; a log unknown here, or of unknown start, holds
+    /// nothing for sure once this node lost its data.
+    fn read_starts(&self, dir: &Path) -> LogStarts {
+        let replaced = self.holds_since_ms != 0;
+        let holds_after = read_number(&*self.disk, &dir.join(HOLDS_AFTER_FILE));
+        LogStarts {
+            owner_since: read_number(&*self.disk, &dir.join(SINCE_FILE)),
+            holds_after: holds_after.unwrap_or(if replaced { u64::MAX } else { 0 }),
         }
     }
 
@@ -141,16 +161,26 @@ impl ReplicaLogs {
         self.dir.join(slot)
     }
 
-    /// Opens the log of `slot`: its torn tail cut off, a fresh segment after the others.
-    fn open_log(&self, slot: &str) -> Result<ReplicaLog, StorageError> {
+    /// Opens the log of `slot`: its torn tail cut off, a fresh segment after the others. A new
+    /// log, begun by a batch sent with `made_through`, says after which version it holds
+    /// every group.
+    fn open_log(&self, slot: &str, made_through: u64) -> Result<ReplicaLog, StorageError> {
         let dir = self.slot_dir(slot);
-        create_dir_durably(&*self.disk, &dir)
-            .map_err(|e| StorageError::io(format!("creating {}", dir.display()), e))?;
+        if !exists(&*self.disk, &dir)? {
+            create_dir_durably(&*self.disk, &dir)
+                .map_err(|e| StorageError::io(format!("creating {}", dir.display()), e))?;
+            let holds_after = if self.holds_since_ms == 0 {
+                0
+            } else {
+                made_through
+            };
+            write_number(&*self.disk, &dir, HOLDS_AFTER_FILE, holds_after)?;
+        }
         let newest = wal::replay(&*self.disk, &dir, |_| {})?;
         Ok(ReplicaLog {
             wal: Wal::create(self.disk.clone(), &dir, newest + 1)?,
             folded_bytes: 0,
-            owner_since: read_number(&*self.disk, &dir.join(SINCE_FILE)),
+            starts: self.read_starts(&dir),
         })
     }
 
@@ -313,14 +343,14 @@ mod tests {
             let logs = logs(dir.path(), 1 << 20);
             assert!(logs.holds(slot) && !logs.holds("DC_A_VAL_0"));
             let first = [group("a", 1, 10, Some(("k1", 1_000)))];
-            logs.append(slot, &first, 500, 1_000).unwrap();
+            logs.append(slot, &first, (500, 10), 1_000).unwrap();
             // The later group, then the earlier one again (a send repeated after a failure).
             let later = [
                 group("a", 2, 20, Some(("k2", 2_000))),
                 group("b", 5, 21, None),
             ];
-            logs.append(slot, &later, 500, 2_000).unwrap();
-            logs.append(slot, &first, 500, 2_000).unwrap();
+            logs.append(slot, &later, (500, 21), 2_000).unwrap();
+            logs.append(slot, &first, (500, 21), 2_000).unwrap();
         }
         let logs = logs(dir.path(), 1 << 20);
         let fold = logs.fold(slot, 3_000).unwrap();
@@ -335,29 +365,63 @@ mod tests {
         assert_eq!(keys, ["k2"]);
         // A slot never replicated here folds to nothing.
         assert!(logs.fold("DC_A_VAL_2", 3_000).unwrap().is_empty());
-        assert_eq!(logs.since("DC_A_VAL_2"), None);
+        assert_eq!(logs.starts("DC_A_VAL_2").owner_since, None);
     }
 
-    /// A log keeps the latest `since_version` its owner sent, across restarts; a node says
-    /// it holds everything since its data directory began, unless that replaced a lost one.
+    /// A log keeps the latest `since_version` its owner sent, across restarts, and holds
+    /// every group it took unless the node's data directory replaced a lost one: then only
+    /// those after the owner's newest version when the log began.
     #[test]
-    fn a_log_keeps_its_owners_latest_since_and_the_node_when_it_began() {
+    fn a_log_keeps_its_owners_latest_since_and_what_it_holds() {
         let dir = tempfile::tempdir().unwrap();
         let slot = "DC_A_VAL_1";
+        let never = LogStarts {
+            owner_since: None,
+            holds_after: 0,
+        };
         {
             let logs = logs(dir.path(), 1 << 20);
-            assert_eq!(logs.since(slot), None);
-            logs.append(slot, &[group("a", 1, 10, None)], 0, 1_000)
+            assert_eq!(logs.starts(slot), never);
+            logs.append(slot, &[group("a", 1, 10, None)], (0, 10), 1_000)
                 .unwrap();
-            assert_eq!(logs.since(slot), Some(0), "a new slot");
-            logs.append(slot, &[group("a", 2, 20, None)], 15, 2_000)
+            logs.append(slot, &[group("a", 2, 20, None)], (15, 20), 2_000)
                 .unwrap();
-            logs.append(slot, &[group("a", 3, 30, None)], 12, 2_500)
+            logs.append(slot, &[group("a", 3, 30, None)], (12, 30), 2_500)
                 .unwrap();
-            assert_eq!(logs.since(slot), Some(15), "the latest owner process");
+            let starts = logs.starts(slot);
+            assert_eq!(starts.owner_since, Some(15), "the latest owner process");
+            assert_eq!(starts.holds_after, 0, "a node that lost nothing");
         }
-        assert_eq!(logs(dir.path(), 1 << 20).since(slot), Some(15), "read back");
+        assert_eq!(logs(dir.path(), 1 << 20).starts(slot).owner_since, Some(15));
 
+        let replaced = tempfile::tempdir().unwrap();
+        let since = holds_since(&OsDisk, replaced.path(), true, 5_000).unwrap();
+        assert_eq!(since, 5_000);
+        let peers = vec![slot.to_owned(), "DC_A_VAL_2".to_owned()];
+        let logs = ReplicaLogs::new(
+            Arc::new(OsDisk),
+            replaced.path(),
+            peers,
+            (1 << 20, 10_000),
+            since,
+        );
+        let unknown = logs.starts("DC_A_VAL_2");
+        assert_eq!(unknown.holds_after, u64::MAX, "a log lost with the disk");
+        logs.append(slot, &[group("a", 4, 40, None)], (15, 44), 6_000)
+            .unwrap();
+        logs.append(slot, &[group("a", 5, 50, None)], (15, 50), 6_500)
+            .unwrap();
+        assert_eq!(
+            logs.starts(slot).holds_after,
+            44,
+            "after its first batch's newest"
+        );
+    }
+
+    /// A node says it holds everything since its data directory began, unless that replaced
+    /// a lost one; it reads back what it said.
+    #[test]
+    fn a_node_says_when_its_data_directory_replaced_a_lost_one() {
         let disk = OsDisk;
         let fresh = tempfile::tempdir().unwrap();
         assert_eq!(holds_since(&disk, fresh.path(), false, 5_000).unwrap(), 0);
@@ -371,8 +435,13 @@ mod tests {
             holds_since(&disk, replaced.path(), true, 5_000).unwrap(),
             5_000
         );
-        // Replicas held before the file was: from now on.
-        assert_eq!(holds_since(&disk, dir.path(), false, 7_000).unwrap(), 7_000);
+        let older = tempfile::tempdir().unwrap();
+        std::fs::create_dir(older.path().join(REPLICAS_DIR)).unwrap();
+        assert_eq!(
+            holds_since(&disk, older.path(), false, 7_000).unwrap(),
+            7_000,
+            "replicas held before the file was"
+        );
     }
 
     /// A log past its fold threshold is folded into one segment that reads the same.
@@ -384,7 +453,7 @@ mod tests {
         for n in 1..=50u64 {
             let key = format!("k{n}");
             let groups = [group(&format!("c{}", n % 5), n as i64, n, Some((&key, n)))];
-            logs.append(slot, &groups, 50, 100).unwrap();
+            logs.append(slot, &groups, (50, n), 100).unwrap();
         }
         let slot_dir = dir.path().join(REPLICAS_DIR).join(slot);
         let segments = wal::segments(&OsDisk, &slot_dir).unwrap();

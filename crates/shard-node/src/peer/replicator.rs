@@ -60,6 +60,8 @@ pub(crate) struct Replicator {
 
 /// A group the commit loop made durable in its own log.
 struct Logged {
+    /// Its slot version.
+    version: u64,
     /// Its record as the log holds it; `None` when it logged nothing (its answers still wait
     /// for every earlier group).
     payload: Option<Vec<u8>>,
@@ -133,6 +135,8 @@ impl Replicator {
         let refusing = Arc::new(Mutex::new(None));
         // Every group up to it is held by some peer: the senders drop those.
         let covered = Arc::new(AtomicU64::new(0));
+        // The newest slot version handed over, sent with each batch.
+        let made_through = Arc::new(AtomicU64::new(0));
         let mut senders = Vec::new();
         for (index, peer) in peers.iter().enumerate() {
             let (groups, groups_rx) = mpsc::unbounded_channel();
@@ -145,6 +149,7 @@ impl Replicator {
                 client: client.clone(),
                 timeout,
                 covered: covered.clone(),
+                made_through: made_through.clone(),
                 reports: reports.clone(),
             };
             tokio::spawn(sender.run(groups_rx));
@@ -153,6 +158,7 @@ impl Replicator {
             peers: peers.into_iter().map(|p| p.name).collect(),
             senders,
             covered,
+            made_through,
             refusing: refusing.clone(),
             timeout,
             next_seq: 1,
@@ -170,10 +176,12 @@ impl GroupReplication for Replicator {
         self.refusing.lock().expect("replication gate lock").clone()
     }
 
-    fn submit(&self, payload: Option<Vec<u8>>, release: Release) {
-        if let Err(mpsc::error::SendError(mut logged)) =
-            self.logged.send(Logged { payload, release })
-        {
+    fn submit(&self, version: u64, payload: Option<Vec<u8>>, release: Release) {
+        if let Err(mpsc::error::SendError(mut logged)) = self.logged.send(Logged {
+            version,
+            payload,
+            release,
+        }) {
             (logged.release)(Replicated::Refused("the node is stopping".to_owned()));
         }
     }
@@ -184,13 +192,13 @@ impl GroupReplication for Replicator {
 /// writes, answered from its keys, must not be acknowledged on this disk alone. At least one
 /// record goes (an empty one when the log is), carrying this process's `since_version`;
 /// `shown` is set once a peer holds them all: until then no copy may show the slot, which
-/// holds them. Called before the commit loop starts, so every later group is answered after
-/// them.
+/// holds them. `last_version` is the newest version recovered. Called before the commit loop
+/// starts, so every later group is answered after them.
 pub(crate) async fn resend_log(
     replication: &dyn GroupReplication,
     storage: &Storage,
     data_dir: &Path,
-    shown: Arc<AtomicBool>,
+    (shown, last_version): (Arc<AtomicBool>, u64),
 ) -> Result<(), StorageError> {
     let (disk, dir) = (storage.disk.clone(), data_dir.to_owned());
     let mut payloads = storage
@@ -220,7 +228,7 @@ pub(crate) async fn resend_log(
     };
     for payload in payloads {
         // Their writes were answered, or not, by the process that logged them.
-        replication.submit(Some(payload), Box::new(|_: Replicated| {}));
+        replication.submit(last_version, Some(payload), Box::new(|_: Replicated| {}));
     }
     let release = move |told: Replicated| {
         if told == Replicated::Held {
@@ -230,7 +238,7 @@ pub(crate) async fn resend_log(
             shown.store(true, Ordering::Release);
         }
     };
-    replication.submit(Some(last), Box::new(release));
+    replication.submit(last_version, Some(last), Box::new(release));
     Ok(())
 }
 
@@ -239,6 +247,7 @@ struct Coordinator {
     peers: Vec<String>,
     senders: Vec<mpsc::UnboundedSender<Arc<Group>>>,
     covered: Arc<AtomicU64>,
+    made_through: Arc<AtomicU64>,
     refusing: Arc<Mutex<Option<String>>>,
     timeout: Duration,
     next_seq: u64,
@@ -271,7 +280,16 @@ impl Coordinator {
         }
     }
 
-    fn logged(&mut self, Logged { payload, release }: Logged) {
+    fn logged(
+        &mut self,
+        Logged {
+            version,
+            payload,
+            release,
+        }: Logged,
+    ) {
+        // Before the group goes: a batch never says less than the groups it carries.
+        self.made_through.fetch_max(version, Ordering::Release);
         let seq = self.next_seq;
         self.next_seq += 1;
         let held = payload.is_none();
@@ -400,6 +418,7 @@ struct PeerSender {
     client: HttpClient,
     timeout: Duration,
     covered: Arc<AtomicU64>,
+    made_through: Arc<AtomicU64>,
     reports: mpsc::UnboundedSender<Report>,
 }
 
@@ -457,6 +476,7 @@ impl PeerSender {
         let body = ReplicateBatch {
             incarnation: self.incarnation,
             since_version: self.since_version,
+            made_through: self.made_through.load(Ordering::Acquire),
             groups: batch.iter().map(|group| group.payload.as_slice()).collect(),
         };
         let body = postcard::to_allocvec(&body).map_err(|e| format!("cannot encode: {e}"))?;

@@ -47,8 +47,8 @@ pub struct ReplicasRestored {
 pub struct LogsHold {
     /// From this slot version on, the owner showed only groups a peer held.
     pub owner_since: u64,
-    /// Every peer holds every group it took since this time (unix ms, its clock).
-    pub peers_since_ms: u64,
+    /// After this slot version every peer holds every group it took.
+    pub peers_hold_after: u64,
 }
 
 /// Reads the log of the slot of `request` from every peer shard node among
@@ -60,24 +60,24 @@ pub async fn restore_from_replicas(request: Arc<RestoreRequest>) -> ReplicasRest
         asks.spawn(replica_from(request.clone(), source));
     }
     let mut restored = ReplicasRestored::default();
-    let (mut owner_since, mut peers_since_ms) = (None, 0);
+    let (mut owner_since, mut peers_hold_after) = (None, 0);
     while let Some(done) = asks.join_next().await {
         match done {
             Ok(copy) => {
                 owner_since = owner_since.max(copy.owner_since);
-                peers_since_ms = peers_since_ms.max(copy.holds_since_ms);
+                peers_hold_after = peers_hold_after.max(copy.holds_after);
                 restored.merge(&request, copy);
             }
             Err(error) => {
                 // Its log unread, the others prove nothing of the groups only it holds.
                 tracing::error!(%error, "a peer's replica task failed");
-                peers_since_ms = u64::MAX;
+                peers_hold_after = u64::MAX;
             }
         }
     }
     restored.logs_hold = owner_since.map(|owner_since| LogsHold {
         owner_since,
-        peers_since_ms,
+        peers_hold_after,
     });
     restored
 }
@@ -116,9 +116,10 @@ async fn replica_from(request: Arc<RestoreRequest>, source: CopySource) -> Repli
 impl ReplicasRestored {
     /// The slot version the peers' key copies must reach for the keys to be those of every
     /// write up to `newest` (the newest restored version) at `now_ms`: `newest` without the
-    /// logs; with them, only as far as they do not hold (a peer's data directory that replaced
-    /// a lost one: `skew_ms` beyond it, the owner's clock may have run ahead), and not at all
-    /// where that is past `retention_ms`, its keys expired.
+    /// logs; with them, only as far as they do not hold (before the owner's `since_version`,
+    /// and up to what a peer whose data directory replaced a lost one may have lost), and not
+    /// at all where those versions were made before `retention_ms` (`skew_ms` more: the
+    /// owner's clock may have run ahead), their keys expired.
     pub fn keys_needed_through(
         &self,
         newest: u64,
@@ -135,9 +136,9 @@ impl ReplicasRestored {
             since if expired(since >> 10) => 0,
             since => since,
         };
-        let peers = match hold.peers_since_ms {
-            since if since == 0 || expired(since) => 0,
-            since => max_slot_version(since, skew_ms),
+        let peers = match hold.peers_hold_after {
+            after if expired(after >> 10) => 0,
+            after => after,
         };
         newest.min(owner.max(peers))
     }
@@ -196,19 +197,19 @@ impl ReplicasRestored {
 mod tests {
     use super::*;
 
-    fn held(owner_since: u64, peers_since_ms: u64) -> ReplicasRestored {
+    fn held(owner_since: u64, peers_hold_after: u64) -> ReplicasRestored {
         ReplicasRestored {
             logs_hold: Some(LogsHold {
                 owner_since,
-                peers_since_ms,
+                peers_hold_after,
             }),
             ..ReplicasRestored::default()
         }
     }
 
     /// The key copies must reach the newest restored version without the logs; with them,
-    /// the owner's latest `since_version` and a replaced peer's start (the skew beyond), and
-    /// nothing once those are past the retention.
+    /// the owner's latest `since_version` and what a replaced peer may have lost, and nothing
+    /// once those versions are past the retention.
     #[test]
     fn the_key_copies_must_reach_as_far_as_the_logs_do_not() {
         let (now, skew, retention) = (1_000_000, 100, 600_000);
@@ -223,22 +224,19 @@ mod tests {
         );
         let restarted = max_slot_version(now - 5_000, 0);
         assert_eq!(needed(&held(restarted, 0), newest), restarted);
-        let replaced = now - 3_000;
-        assert_eq!(
-            needed(&held(restarted, replaced), newest),
-            max_slot_version(replaced, skew)
-        );
+        let replaced = max_slot_version(now - 3_000, 0);
+        assert_eq!(needed(&held(restarted, replaced), newest), replaced);
         assert_eq!(
             needed(&held(restarted, replaced), 7),
             7,
             "never past the newest"
         );
-        let long_ago = now - retention - skew;
+        let long_ago = max_slot_version(now - retention - skew, 0);
+        assert_eq!(needed(&held(long_ago, long_ago), newest), 0, "keys expired");
         assert_eq!(
-            needed(&held(long_ago << 10, long_ago), newest),
-            0,
-            "keys expired"
+            needed(&held(0, u64::MAX), newest),
+            newest,
+            "a log unread or lost"
         );
-        assert_eq!(needed(&held(0, u64::MAX), newest), newest, "a log unread");
     }
 }

@@ -46,6 +46,7 @@ impl CommitLoop {
         let (tell, told) = mpsc::unbounded_channel();
         let replicator = self.replicator.as_ref().expect("replicated durability");
         replicator.submit(
+            self.group_version,
             payload,
             Box::new(move |event| {
                 let _ = tell.send(event);

@@ -23,6 +23,7 @@ fn coordinator() -> (
         peers: vec!["DC_A_VAL_1".into(), "DC_A_VAL_2".into()],
         senders,
         covered: Arc::new(AtomicU64::new(0)),
+        made_through: Arc::new(AtomicU64::new(0)),
         refusing: Arc::new(Mutex::new(None)),
         timeout: Duration::from_millis(50),
         next_seq: 1,
@@ -35,6 +36,7 @@ fn coordinator() -> (
 fn log(coordinator: &mut Coordinator, answers: &Answers, n: u64, payload: bool) {
     let answers = answers.clone();
     coordinator.logged(Logged {
+        version: n,
         payload: payload.then(|| vec![n as u8]),
         release: Box::new(move |told| answers.lock().unwrap().push((n, told))),
     });
