@@ -3,17 +3,32 @@
 
 use std::mem::ManuallyDrop;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
-use redb::{Database, Key, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Key, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    TableDefinition, TableHandle,
+};
 
 use crate::error::StorageError;
 use crate::storage::Disk;
 
 const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records");
 const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
-/// Idempotency records by `(created_at_ms, key)`, so that expired ones go in one range.
-const IDEMPOTENCY: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("idempotency_by_age");
+/// Idempotency keys in blocks: each row holds up to [`KEYS_PER_BLOCK`] keys of one checkpoint,
+/// the postcard encoding of their `(key, record)` list, keyed `(newest created_at_ms in the
+/// block, sequence)`. Keys are never looked up here, only read back whole at startup, so a
+/// checkpoint inserts one row per block rather than one per key. A block is deleted once its
+/// newest key has expired: its older keys linger until then, and startup drops them by time.
+const KEY_BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("idempotency_blocks");
+/// Idempotency records one row each, by `(created_at_ms, key)`: the layout of data directories
+/// written before [`KEY_BLOCKS`]. Still read and expired so that such a directory loses no key,
+/// never written, and deleted once empty.
+const KEYS_BY_AGE: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("idempotency_by_age");
+/// The most keys one block holds, so that a large checkpoint (one retried after failures) is
+/// not encoded into a single huge value.
+const KEYS_PER_BLOCK: usize = 65_536;
 /// Calls `each` with the key and the bytes of every row of `table`, in key order.
 fn each_row<K: Key + 'static>(
     txn: &ReadTransaction,
@@ -129,6 +144,8 @@ pub const STORE_FILE: &str = "store.redb";
 #[derive(Debug)]
 pub struct Store {
     db: ManuallyDrop<Database>,
+    /// Whether the store holds [`KEYS_BY_AGE`].
+    has_keys_by_age: AtomicBool,
 }
 
 /// What the store held at startup.
@@ -138,7 +155,9 @@ pub struct StoredState {
     pub slots: Vec<(CounterId, SlotRecord)>,
     /// Every counter description.
     pub descriptions: Vec<VersionedDescription>,
-    /// Every idempotency record not yet deleted, oldest first.
+    /// Every idempotency record not yet deleted, oldest first (ties by key), each
+    /// `(key, created_at_ms)` once. Some may be past retention: a block goes only with its
+    /// newest key.
     pub idempotency: Vec<(Box<str>, IdempotencyRecord)>,
 }
 
@@ -154,10 +173,15 @@ impl Store {
         let txn = db.begin_write().map_err(store_error)?;
         txn.open_table(SLOTS).map_err(store_error)?;
         txn.open_table(DESCRIPTIONS).map_err(store_error)?;
-        txn.open_table(IDEMPOTENCY).map_err(store_error)?;
+        txn.open_table(KEY_BLOCKS).map_err(store_error)?;
+        let has_keys_by_age = txn
+            .list_tables()
+            .map_err(store_error)?
+            .any(|table| table.name() == KEYS_BY_AGE.name());
         txn.commit().map_err(store_error)?;
         Ok(Self {
             db: ManuallyDrop::new(db),
+            has_keys_by_age: AtomicBool::new(has_keys_by_age),
         })
     }
 
@@ -181,11 +205,31 @@ impl Store {
             state.descriptions.push(postcard::from_bytes(bytes)?);
             Ok(())
         })?;
-        each_row(&txn, IDEMPOTENCY, |(_, key), bytes| {
-            let record = postcard::from_bytes(bytes)?;
-            state.idempotency.push((key.into(), record));
+        let keys = &mut state.idempotency;
+        if self.has_keys_by_age.load(Ordering::Acquire) {
+            each_row(&txn, KEYS_BY_AGE, |(_, key), bytes| {
+                keys.push((key.into(), postcard::from_bytes(bytes)?));
+                Ok(())
+            })?;
+        }
+        each_row(&txn, KEY_BLOCKS, |_, bytes| {
+            let block: Vec<(Box<str>, IdempotencyRecord)> = postcard::from_bytes(bytes)?;
+            keys.extend(block);
             Ok(())
         })?;
+        // The order one row per key gave: by age, then by key. A key written by a checkpoint
+        // whose log segments outlived it (their deletion failed) comes back in a later block;
+        // it is listed once, its latest copy.
+        keys.sort_by(|(a, a_record), (b, b_record)| {
+            (a_record.created_at_ms, a).cmp(&(b_record.created_at_ms, b))
+        });
+        keys.dedup_by(|later, kept| {
+            let same = later.0 == kept.0 && later.1.created_at_ms == kept.1.created_at_ms;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
         Ok(state)
     }
 
@@ -232,20 +276,48 @@ impl Store {
                     .insert(description.description.id.as_str(), bytes.as_slice())
                     .map_err(store_error)?;
             }
-            let mut idempotency = txn.open_table(IDEMPOTENCY).map_err(store_error)?;
+            let mut blocks = txn.open_table(KEY_BLOCKS).map_err(store_error)?;
             if let Some(before) = checkpoint.idempotency_expired_before_ms {
-                idempotency
-                    .retain_in(..(before, ""), |_, _| false)
+                blocks
+                    .retain_in(..(before, 0), |_, _| false)
                     .map_err(store_error)?;
             }
-            for (key, record) in &checkpoint.idempotency_added {
-                let bytes = postcard::to_allocvec(record)?;
-                idempotency
-                    .insert((record.created_at_ms, &**key), bytes.as_slice())
+            for block in checkpoint.idempotency_added.chunks(KEYS_PER_BLOCK) {
+                let newest = block.iter().map(|(_, record)| record.created_at_ms).max();
+                let newest = newest.expect("chunks are not empty");
+                // Blocks of the same newest time are told apart by one more than the highest
+                // sequence among them.
+                let sequence = match blocks
+                    .range((newest, 0)..=(newest, u64::MAX))
+                    .map_err(store_error)?
+                    .next_back()
+                {
+                    Some(row) => row.map_err(store_error)?.0.value().1 + 1,
+                    None => 0,
+                };
+                let bytes = postcard::to_allocvec(block)?;
+                blocks
+                    .insert((newest, sequence), bytes.as_slice())
                     .map_err(store_error)?;
             }
         }
+        let keys_by_age_emptied = match checkpoint.idempotency_expired_before_ms {
+            Some(before) if self.has_keys_by_age.load(Ordering::Acquire) => {
+                let mut by_age = txn.open_table(KEYS_BY_AGE).map_err(store_error)?;
+                by_age
+                    .retain_in(..(before, ""), |_, _| false)
+                    .map_err(store_error)?;
+                by_age.is_empty().map_err(store_error)?
+            }
+            _ => false,
+        };
+        if keys_by_age_emptied {
+            txn.delete_table(KEYS_BY_AGE).map_err(store_error)?;
+        }
         txn.commit().map_err(store_error)?;
+        if keys_by_age_emptied {
+            self.has_keys_by_age.store(false, Ordering::Release);
+        }
         Ok(())
     }
 }
@@ -274,37 +346,191 @@ mod tests {
             .collect()
     }
 
+    fn added(keys: &[(&str, u64)]) -> Checkpoint {
+        Checkpoint {
+            idempotency_added: keys
+                .iter()
+                .map(|&(key, at)| (key.into(), record(at)))
+                .collect(),
+            ..Checkpoint::default()
+        }
+    }
+
+    fn expiring(before: u64) -> Checkpoint {
+        Checkpoint {
+            idempotency_expired_before_ms: Some(before),
+            ..Checkpoint::default()
+        }
+    }
+
+    fn listed(keys: &[(&str, u64)]) -> Vec<(Box<str>, u64)> {
+        keys.iter().map(|&(key, at)| (key.into(), at)).collect()
+    }
+
+    fn block_rows(store: &Store) -> u64 {
+        let txn = store.db.begin_read().unwrap();
+        txn.open_table(KEY_BLOCKS).unwrap().len().unwrap()
+    }
+
     #[test]
-    fn keys_are_listed_oldest_first_and_expire_by_time() {
+    fn keys_of_every_block_are_listed_oldest_first() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(STORE_FILE);
         let store = Store::open(&OsDisk, &path).unwrap();
-        let checkpoint = Checkpoint {
-            idempotency_added: vec![("late".into(), record(200)), ("early".into(), record(100))],
-            ..Checkpoint::default()
-        };
-        store.write(&checkpoint, &NoRows).unwrap();
-        assert_eq!(
-            keys(&store),
-            vec![("early".into(), 100), ("late".into(), 200)]
-        );
+        store
+            .write(
+                &added(&[("late", 200), ("early", 100), ("b", 150)]),
+                &NoRows,
+            )
+            .unwrap();
+        store
+            .write(&added(&[("new", 300), ("a", 150), ("mid", 120)]), &NoRows)
+            .unwrap();
+        let all = listed(&[
+            ("early", 100),
+            ("mid", 120),
+            ("a", 150),
+            ("b", 150),
+            ("late", 200),
+            ("new", 300),
+        ]);
+        assert_eq!(keys(&store), all);
+        assert_eq!(block_rows(&store), 2, "one row per checkpoint");
+        store.close().unwrap();
+        let store = Store::open(&OsDisk, &path).unwrap();
+        assert_eq!(keys(&store), all);
+        store.close().unwrap();
+    }
 
+    #[test]
+    fn a_block_expires_with_its_newest_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&OsDisk, &dir.path().join(STORE_FILE)).unwrap();
+        store
+            .write(&added(&[("late", 200), ("early", 100)]), &NoRows)
+            .unwrap();
+        store.write(&added(&[("new", 300)]), &NoRows).unwrap();
+        // "early" has expired, but its block's newest key has not: it lingers.
+        store.write(&expiring(150), &NoRows).unwrap();
+        assert_eq!(
+            keys(&store),
+            listed(&[("early", 100), ("late", 200), ("new", 300)])
+        );
+        store.write(&expiring(200), &NoRows).unwrap();
+        assert_eq!(block_rows(&store), 2, "200 is not before 200");
+        store.write(&expiring(201), &NoRows).unwrap();
+        assert_eq!(keys(&store), listed(&[("new", 300)]));
+        store.write(&expiring(301), &NoRows).unwrap();
+        assert_eq!(keys(&store), listed(&[]));
+        store.close().unwrap();
+    }
+
+    #[test]
+    fn blocks_of_the_same_newest_time_are_all_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&OsDisk, &dir.path().join(STORE_FILE)).unwrap();
+        // The same segment number too: segments start again at 1 after a restart.
+        for key in ["x", "y", "z"] {
+            let mut checkpoint = added(&[(key, 100)]);
+            checkpoint.through_segment = 1;
+            store.write(&checkpoint, &NoRows).unwrap();
+        }
+        assert_eq!(block_rows(&store), 3);
+        assert_eq!(keys(&store), listed(&[("x", 100), ("y", 100), ("z", 100)]));
+        store.close().unwrap();
+    }
+
+    #[test]
+    fn a_key_written_twice_is_listed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&OsDisk, &dir.path().join(STORE_FILE)).unwrap();
+        store.write(&added(&[("k", 100)]), &NoRows).unwrap();
+        let mut again = added(&[("k", 100), ("j", 100)]);
+        again.idempotency_added[0].1.delta = 7;
+        store.write(&again, &NoRows).unwrap();
+        let stored = store.load().unwrap().idempotency;
+        let deltas: Vec<_> = stored
+            .iter()
+            .map(|(key, record)| (&**key, record.delta))
+            .collect();
+        assert_eq!(deltas, vec![("j", 1), ("k", 7)], "the latest copy is kept");
+        store.close().unwrap();
+    }
+
+    #[test]
+    fn a_large_checkpoint_is_split_into_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&OsDisk, &dir.path().join(STORE_FILE)).unwrap();
+        let count = KEYS_PER_BLOCK + 10;
+        let names: Vec<String> = (0..count).map(|i| format!("{i:08}")).collect();
         let checkpoint = Checkpoint {
-            idempotency_added: vec![("new".into(), record(300))],
-            idempotency_expired_before_ms: Some(101),
+            idempotency_added: names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| (name.as_str().into(), record(i as u64)))
+                .collect(),
             ..Checkpoint::default()
         };
         store.write(&checkpoint, &NoRows).unwrap();
+        assert_eq!(block_rows(&store), 2);
+        assert_eq!(keys(&store).len(), count);
+        // The first block's newest key is KEYS_PER_BLOCK - 1 ms old.
+        store
+            .write(&expiring(KEYS_PER_BLOCK as u64), &NoRows)
+            .unwrap();
+        assert_eq!(keys(&store).len(), 10);
+        store.close().unwrap();
+    }
+
+    #[test]
+    fn keys_stored_one_row_each_are_read_and_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STORE_FILE);
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut table = txn.open_table(KEYS_BY_AGE).unwrap();
+                for (key, at) in [("old", 100), ("older", 50), ("later", 250)] {
+                    let bytes = postcard::to_allocvec(&record(at)).unwrap();
+                    table.insert((at, key), bytes.as_slice()).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        let store = Store::open(&OsDisk, &path).unwrap();
+        store
+            .write(&added(&[("new", 300), ("same", 100)]), &NoRows)
+            .unwrap();
         assert_eq!(
             keys(&store),
-            vec![("late".into(), 200), ("new".into(), 300)]
+            listed(&[
+                ("older", 50),
+                ("old", 100),
+                ("same", 100),
+                ("later", 250),
+                ("new", 300)
+            ])
+        );
+        // One row each: they expire one by one.
+        store.write(&expiring(101), &NoRows).unwrap();
+        assert_eq!(
+            keys(&store),
+            listed(&[("same", 100), ("later", 250), ("new", 300)])
         );
         store.close().unwrap();
         let store = Store::open(&OsDisk, &path).unwrap();
-        assert_eq!(
-            keys(&store),
-            vec![("late".into(), 200), ("new".into(), 300)]
+        assert!(store.has_keys_by_age.load(Ordering::Acquire));
+        store.write(&expiring(251), &NoRows).unwrap();
+        assert_eq!(keys(&store), listed(&[("same", 100), ("new", 300)]));
+        assert!(!store.has_keys_by_age.load(Ordering::Acquire));
+        store.close().unwrap();
+        let store = Store::open(&OsDisk, &path).unwrap();
+        assert!(
+            !store.has_keys_by_age.load(Ordering::Acquire),
+            "the emptied table is gone"
         );
+        assert_eq!(keys(&store), listed(&[("same", 100), ("new", 300)]));
         store.close().unwrap();
     }
 

@@ -73,7 +73,8 @@ pub fn resume(
         descriptions.merge(description);
     }
     // The store lists keys oldest first, the order the cache expires them in; those already
-    // expired are left out, and deleted by the next checkpoint.
+    // expired (a block's older keys linger until its newest expires) are left out, and deleted
+    // by a later checkpoint.
     for (key, record) in stored.idempotency {
         if record.created_at_ms + retention_ms <= now_ms {
             pending.idempotency_expired_before_ms = idempotency.expired_before(now_ms);
@@ -115,4 +116,71 @@ pub fn resume(
             last_version,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::store::{RowSource, STORE_FILE};
+    use crate::storage::OsDisk;
+    use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, SlotState};
+
+    struct NoRows;
+
+    impl RowSource for NoRows {
+        fn visit_rows(&self, _: &[u32], _: &mut dyn FnMut(&str, &SlotRecord)) {}
+    }
+
+    fn record(created_at_ms: u64) -> IdempotencyRecord {
+        IdempotencyRecord {
+            counter: CounterId::new("c").unwrap(),
+            delta: 1,
+            item: None,
+            outcome: SlotState::default(),
+            created_at_ms,
+        }
+    }
+
+    #[test]
+    fn keys_stored_past_retention_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = ShardDefaults::default();
+        let retention_ms = settings.idempotency_retention_secs * 1000;
+        let now_ms = 10 * retention_ms;
+        let disk: Arc<dyn Disk> = Arc::new(OsDisk);
+        let first = recover(
+            disk.clone(),
+            dir.path(),
+            &settings,
+            now_ms,
+            RestoreMode::Empty,
+        );
+        first.unwrap().store.close().unwrap();
+
+        // One block: its older key is past retention, its newest is not.
+        let store = Store::open(&OsDisk, &dir.path().join(STORE_FILE)).unwrap();
+        let checkpoint = Checkpoint {
+            idempotency_added: vec![
+                ("expired".into(), record(now_ms - retention_ms)),
+                ("kept".into(), record(now_ms - retention_ms + 1)),
+            ],
+            ..Checkpoint::default()
+        };
+        store.write(&checkpoint, &NoRows).unwrap();
+        store.close().unwrap();
+
+        let resumed = recover(disk, dir.path(), &settings, now_ms, RestoreMode::Required).unwrap();
+        {
+            let keys = resumed.log.idempotency.read().unwrap();
+            assert_eq!(keys.len(), 1);
+            assert!(keys.get("expired").is_none());
+            assert!(keys.get("kept").is_some());
+        }
+        assert_eq!(
+            resumed.log.pending.idempotency_expired_before_ms,
+            Some(now_ms - retention_ms + 1),
+            "the next checkpoint deletes what has expired"
+        );
+        resumed.store.close().unwrap();
+    }
 }
