@@ -268,7 +268,9 @@ impl Coordinator {
                 .filter(|p| !p.refused && !p.held)
                 .map(|p| p.deadline)
                 .min();
+            // In order: the same run every time under simulation.
             tokio::select! {
+                biased;
                 group = logged.recv() => match group {
                     Some(group) => self.logged(group),
                     None => return,

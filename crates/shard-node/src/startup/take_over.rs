@@ -81,7 +81,9 @@ pub(crate) async fn restore_then_take_writes(
     let now_ms = request.clock.now_unix_ms();
     let needed =
         replicas.keys_needed_through(newest, now_ms, request.max_clock_skew_ms, key_retention_ms);
-    let mut keys = restore_keys(request.clone(), needed).await;
+    // The peers' key copies are taken even when the logs hold every key the restore needs:
+    // until one copy reaches a version, or every peer handed its copy over.
+    let mut keys = restore_keys(request.clone(), needed.max(1)).await;
     replicas.add_keys_to(&mut keys);
     let held = keys.keys.len();
     let unknown_until_ms =

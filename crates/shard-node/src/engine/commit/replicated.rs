@@ -80,7 +80,9 @@ impl CommitLoop {
         let mut replies = Some(replies);
         let mut refusal: Option<String> = None;
         loop {
+            // In order, the replication's word first: the same run every time under simulation.
             tokio::select! {
+                biased;
                 event = told.recv() => match event {
                     Some(Replicated::Held) => {
                         self.install(changes, record, now_ms);
