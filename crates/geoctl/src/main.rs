@@ -133,7 +133,9 @@ enum Sub {
         /// POST /batch with --batch-size writes per request.
         #[arg(long, value_enum, default_value_t = PathArg::Http)]
         path: PathArg,
-        /// Writes per batch (with --path batch).
+        /// Writes per batch (with --path batch). The writes routed to each node wait until
+        /// they fill a batch of N; a node's batch is sent short once its oldest write has
+        /// waited 100 ms, and at the end of the run.
         #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH_SIZE,
               value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_BATCH_SIZE as u64))]
         batch_size: usize,

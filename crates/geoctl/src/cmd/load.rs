@@ -4,7 +4,8 @@
 //! to the counters `<prefix>-0..N` (uniform or Zipf), through the single-write path
 //! (`PATCH /counter/{id}/write`) or the batched path (postcard `POST /batch`), taking turns over
 //! every shard node of every datacenter and sent to the node owning each write's slot, or to
-//! the node whose turn it is ([`crate::load::route`]); at a target rate paced globally
+//! the node whose turn it is ([`crate::load::route`]), each node's batches filled up to the batch
+//! size before they are sent ([`crate::load::fill`]); at a target rate paced globally
 //! ([`crate::load::pacing`]) or as fast as they can. Every write carries its own idempotency
 //! key, and a failed request is retried once with the same keys ([`crate::load::send`]).
 //!
@@ -21,12 +22,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use geocount_model::CounterId;
+use geocount_net::HttpClient;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use crate::cluster::{ClusterClient, counter_path, parse_body, status_error};
 use crate::error::GeoctlError;
 use crate::load::exactness::{Expected, settle};
+use crate::load::fill::{BatchFill, FILL_BOUND};
 use crate::load::pacing::Pacer;
 use crate::load::plot::render_svg;
 use crate::load::probe::{PROBE_INTERVAL, run_probes};
@@ -132,6 +135,8 @@ struct Shared {
     key_prefix: String,
     next_key: AtomicU64,
     pacer: Option<Pacer>,
+    /// Each node's batches filling up (for [`WritePath::Batch`]).
+    fill: Option<BatchFill>,
     clock: RunClock,
     end: Instant,
     live: Live,
@@ -144,27 +149,89 @@ impl Shared {
         format!("{}-{n}", self.key_prefix)
     }
 
-    /// How many writes the next request carries, after waiting until it is due; `None` when
-    /// the run is over.
-    async fn next_request(&self) -> Option<usize> {
+    /// How many writes the next request carries and when they are due (`None`: at once);
+    /// `None` when the run is over.
+    fn next_claim(&self) -> Option<(usize, Option<Instant>)> {
         if Instant::now() >= self.end {
             return None;
         }
         let Some(pacer) = &self.pacer else {
-            return Some(self.per_request);
+            return Some((self.per_request, None));
         };
         let claim = pacer.claim(self.per_request as u64)?;
-        tokio::time::sleep_until((self.clock.start + claim.due).into()).await;
-        Some(claim.count as usize)
+        Some((claim.count as usize, Some(self.clock.start + claim.due)))
     }
 }
 
-/// One worker: sends requests one after another until the run is over.
+/// Sends `writes` to node `node` (its index in the router) and counts them, live too.
+async fn send(
+    shared: &Shared,
+    client: &HttpClient,
+    node: usize,
+    writes: &[PlannedWrite],
+    tally: &mut Tally,
+) {
+    let shard = &shared.router.shards()[node];
+    let failed_before = tally.refused + tally.unknown;
+    let acknowledged = match shared.path {
+        WritePath::Http => {
+            let mut acknowledged = 0;
+            for write in writes {
+                let path = &shared.paths[write.counter];
+                let outcome = send_single(client, shard, path, write, shared.clock, tally).await;
+                acknowledged += u64::from(outcome == WriteOutcome::Acknowledged);
+            }
+            acknowledged
+        }
+        WritePath::Batch => {
+            send_batch(client, shard, &shared.ids, writes, shared.clock, tally).await
+        }
+    };
+    let live = &shared.live;
+    live.acknowledged.fetch_add(acknowledged, Ordering::Relaxed);
+    let failed = tally.refused + tally.unknown - failed_before;
+    live.failed.fetch_add(failed, Ordering::Relaxed);
+}
+
+/// Sends the batches `taken` from the fill.
+async fn send_taken(
+    shared: &Shared,
+    client: &HttpClient,
+    taken: Vec<(usize, Vec<PlannedWrite>)>,
+    tally: &mut Tally,
+) {
+    for (node, writes) in taken {
+        send(shared, client, node, &writes, tally).await;
+    }
+}
+
+/// Waits until `due`, sending meanwhile the batches that waited the fill's bound.
+async fn wait_until(shared: &Shared, client: &HttpClient, due: Instant, tally: &mut Tally) {
+    loop {
+        let stale = shared.fill.as_ref().and_then(BatchFill::next_stale);
+        match (stale, &shared.fill) {
+            (Some(stale), Some(fill)) if stale < due => {
+                tokio::time::sleep_until(stale.into()).await;
+                send_taken(shared, client, fill.take_stale(Instant::now()), tally).await;
+            }
+            _ => {
+                tokio::time::sleep_until(due.into()).await;
+                return;
+            }
+        }
+    }
+}
+
+/// One worker: sends requests one after another until the run is over; the last worker to
+/// stop leaves no batch unsent, as each stopping worker sends what the fill holds.
 async fn worker(shared: Arc<Shared>) -> Tally {
     let mut tally = Tally::default();
     let mut rng = StdRng::from_os_rng();
     let client = shared.cluster.client();
-    while let Some(count) = shared.next_request().await {
+    while let Some((count, due)) = shared.next_claim() {
+        if let Some(due) = due {
+            wait_until(&shared, client, due, &mut tally).await;
+        }
         let writes: Vec<PlannedWrite> = (0..count)
             .map(|_| PlannedWrite {
                 counter: shared.picker.pick(&mut rng),
@@ -172,34 +239,22 @@ async fn worker(shared: Arc<Shared>) -> Tally {
                 key: shared.next_key(),
             })
             .collect();
-        let failed_before = tally.refused + tally.unknown;
-        let mut acknowledged = 0;
-        for (shard, writes) in shared.router.split(writes) {
-            acknowledged += match shared.path {
-                WritePath::Http => {
-                    let write = &writes[0];
-                    let path = &shared.paths[write.counter];
-                    let outcome =
-                        send_single(client, shard, path, write, shared.clock, &mut tally).await;
-                    u64::from(outcome == WriteOutcome::Acknowledged)
-                }
-                WritePath::Batch => {
-                    send_batch(
-                        client,
-                        shard,
-                        &shared.ids,
-                        &writes,
-                        shared.clock,
-                        &mut tally,
-                    )
-                    .await
-                }
-            };
+        let Some(fill) = &shared.fill else {
+            for (node, writes) in shared.router.split(writes) {
+                send(&shared, client, node, &writes, &mut tally).await;
+            }
+            continue;
+        };
+        let now = Instant::now();
+        for (node, group) in shared.router.split(writes) {
+            for batch in fill.add(node, group, now) {
+                send(&shared, client, node, &batch, &mut tally).await;
+            }
         }
-        let live = &shared.live;
-        live.acknowledged.fetch_add(acknowledged, Ordering::Relaxed);
-        let failed = tally.refused + tally.unknown - failed_before;
-        live.failed.fetch_add(failed, Ordering::Relaxed);
+        send_taken(&shared, client, fill.take_stale(Instant::now()), &mut tally).await;
+    }
+    if let Some(fill) = &shared.fill {
+        send_taken(&shared, client, fill.take_all(), &mut tally).await;
     }
     tally
 }
@@ -293,7 +348,8 @@ pub async fn run(
         .map(|i| counter_id(&prefix, i))
         .collect();
     let router = LoadRouter::new(cluster, &ids, options.route);
-    out.write_all(describe(options, &prefix, router.shards().len()).as_bytes())?;
+    let shards = router.shards().len();
+    out.write_all(describe(options, &prefix, shards).as_bytes())?;
     out.flush()?;
 
     let duration = Duration::from_secs(options.duration_secs);
@@ -311,6 +367,8 @@ pub async fn run(
         key_prefix: format!("geoctl-load-{:016x}", rand::random::<u64>()),
         next_key: AtomicU64::new(0),
         pacer: (options.rate > 0).then(|| Pacer::new(options.rate, duration)),
+        fill: (options.path == WritePath::Batch)
+            .then(|| BatchFill::new(shards, options.batch_size, FILL_BOUND)),
         clock: RunClock { start },
         end: start + duration,
         live: Live::default(),

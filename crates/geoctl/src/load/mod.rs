@@ -3,6 +3,7 @@
 //! - [`workload`]: which counter each write goes to (uniform or Zipf) and the deltas;
 //! - [`pacing`]: the shared schedule of a run at a target rate;
 //! - [`route`]: which shard node each write is sent to;
+//! - [`fill`]: filling each node's batches up to the batch size before they are sent;
 //! - [`send`]: sending single writes and batches with idempotency keys and one retry, and
 //!   folding attempts into outcomes;
 //! - [`tally`]: what each worker counts (latency histogram, outcomes, per-counter sums);
@@ -13,6 +14,7 @@
 //! - [`progress`]: the live progress bar.
 
 pub mod exactness;
+pub mod fill;
 pub mod pacing;
 pub mod plot;
 pub mod probe;

@@ -107,12 +107,12 @@ impl LoadRouter {
         self.route
     }
 
-    /// The requests that carry `writes` (at least one): each node with the writes it gets, in
-    /// node order.
-    pub fn split(&self, writes: Vec<PlannedWrite>) -> Vec<(&ShardNode, Vec<PlannedWrite>)> {
+    /// The requests that carry `writes` (at least one): each node (its index in
+    /// [`Self::shards`]) with the writes it gets, in node order.
+    pub fn split(&self, writes: Vec<PlannedWrite>) -> Vec<(usize, Vec<PlannedWrite>)> {
         let turn = self.next_turn.fetch_add(1, Ordering::Relaxed) % self.shards.len();
         if self.route == WriteRoute::Any {
-            return vec![(&self.shards[turn], writes)];
+            return vec![(turn, writes)];
         }
         let dc = &self.datacenters[self.datacenter_of[turn]];
         let mut by_node: Vec<(usize, Vec<PlannedWrite>)> = Vec::new();
@@ -127,9 +127,6 @@ impl LoadRouter {
         }
         by_node.sort_unstable_by_key(|(node, _)| *node);
         by_node
-            .into_iter()
-            .map(|(node, group)| (&self.shards[node], group))
-            .collect()
     }
 }
 
@@ -164,6 +161,7 @@ mod tests {
             assert_eq!(requests.len(), 2, "300 counters cover both USA nodes");
             let mut carried = 0;
             for (node, group) in &requests {
+                let node = &router.shards()[*node];
                 assert_eq!(node.datacenter, "USA_0");
                 for write in group {
                     let owner = usa.slots_for(&ids[write.counter], 1)[0] as usize;
@@ -176,7 +174,7 @@ mod tests {
         // Turn 2 is ASIA's one node: one request with everything.
         let requests = router.split(writes(&ids));
         assert_eq!(requests.len(), 1);
-        assert_eq!(requests[0].0.datacenter, "ASIA_0");
+        assert_eq!(router.shards()[requests[0].0].datacenter, "ASIA_0");
         assert_eq!(requests[0].1.len(), ids.len());
     }
 
@@ -189,7 +187,8 @@ mod tests {
                 let requests = router.split(writes(&ids));
                 assert_eq!(requests.len(), 1);
                 assert_eq!(requests[0].1.len(), ids.len());
-                (requests[0].0.datacenter.clone(), requests[0].0.index)
+                let node = &router.shards()[requests[0].0];
+                (node.datacenter.clone(), node.index)
             })
             .collect();
         let expected: Vec<(String, usize)> =
