@@ -38,7 +38,7 @@ mod replicated;
 mod restore;
 mod stage;
 
-use install::SlotChange;
+use install::{GroupChanges, SlotChange};
 use replicated::{AwaitingPeers, Waited};
 use stage::{Staged, stage_description};
 
@@ -317,10 +317,15 @@ impl CommitLoop {
                 window_seconds: slot.window_seconds,
             });
         }
+        let (keys, key_hashes) = staged.idempotency.into_parts();
         let record = LogRecord {
             slots: logged,
             descriptions: staged.descriptions,
-            idempotency: staged.idempotency.into_iter().collect(),
+            idempotency: keys,
+        };
+        let changes = GroupChanges {
+            slots: changes,
+            key_hashes,
         };
         match self.make_durable(&record) {
             Ok(()) if self.replicator.is_some() && (!record.is_empty() || !replies.is_empty()) => {

@@ -4,7 +4,8 @@
 //! and kept for the configured retention.
 
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::LazyLock;
 
 use geocount_model::wire::{Cursor, KeyPage};
 use geocount_model::{CounterId, SlotState};
@@ -51,14 +52,25 @@ fn key_parts(change: &Change) -> (i64, Option<u64>) {
     }
 }
 
+/// A key's hash: SipHash-1-3 under a random key drawn once per process, so clients cannot
+/// pick keys that pile up in one bucket. A write works it out once, for its lookups in the
+/// group's keys ([`StagedKeys`]) and the cache and for its insert in both; keys are then
+/// compared in full, so two keys with one hash stay apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyHash(u64);
+
+impl KeyHash {
+    pub fn of(key: &str) -> Self {
+        static HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+        Self(HASHER.hash_one(key))
+    }
+}
+
 /// The remembered keys, expiring in the order they were recorded.
 ///
-/// A key is found by a 128-bit keyed hash: two SipHash-1-3 digests under random keys chosen at
-/// startup, so no client can make two keys collide on purpose, and by chance two of even
-/// billions of keys collide with odds under 10^-20. Records are kept in one queue in the order
-/// recorded, which is their store, the age order they expire in, and the change stream the
-/// slot's peers pull ([`IdempotencyCache::page`]); a hash table maps each key's hash to its
-/// record's number in the queue.
+/// Records are kept in one queue in the order recorded, which is their store, the age order
+/// they expire in, and the change stream the slot's peers pull ([`IdempotencyCache::page`]); a
+/// hash table maps each key (by its [`KeyHash`]) to its record's number in the queue.
 #[derive(Debug)]
 pub struct IdempotencyCache {
     /// Records in the order recorded, oldest first. A record whose key was recorded again
@@ -69,7 +81,6 @@ pub struct IdempotencyCache {
     popped: u64,
     /// Each key's latest record number, found by the key's hash.
     index: HashTable<u64>,
-    hashers: [std::hash::RandomState; 2],
     retention_ms: u64,
     /// Drawn at startup: record numbers start again at 0 in every process, so a peer's cursor
     /// from another process starts over.
@@ -90,14 +101,9 @@ struct Held {
     record: IdempotencyRecord,
 }
 
-/// A key's 128-bit hash, as two halves (a `u128` would align every record to 16 bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct KeyHash([u64; 2]);
-
-impl KeyHash {
-    /// The hash the index finds a key by.
-    fn slot(self) -> u64 {
-        self.0[0]
+impl Held {
+    fn is(&self, hash: KeyHash, key: &str) -> bool {
+        self.hash == hash && *self.key == *key
     }
 }
 
@@ -108,7 +114,6 @@ impl IdempotencyCache {
             held: VecDeque::new(),
             popped: 0,
             index: HashTable::new(),
-            hashers: [std::hash::RandomState::new(), std::hash::RandomState::new()],
             retention_ms,
             epoch: rand::random(),
             unknown_until_ms: None,
@@ -116,27 +121,37 @@ impl IdempotencyCache {
         }
     }
 
-    fn hash(&self, key: &str) -> KeyHash {
-        KeyHash(self.hashers.each_ref().map(|hasher| hasher.hash_one(key)))
-    }
-
     /// The record for `key`, if it is still retained.
     pub fn get(&self, key: &str) -> Option<&IdempotencyRecord> {
-        let key = self.hash(key);
+        self.get_hashed(KeyHash::of(key), key)
+    }
+
+    /// The record for `key`, whose hash is `hash`, if it is still retained.
+    pub fn get_hashed(&self, hash: KeyHash, key: &str) -> Option<&IdempotencyRecord> {
         let (held, popped) = (&self.held, self.popped);
         self.index
-            .find(key.slot(), |&number| {
-                held[(number - popped) as usize].hash == key
+            .find(hash.0, |&number| {
+                held[(number - popped) as usize].is(hash, key)
             })
             .map(|&number| &held[(number - popped) as usize].record)
     }
 
     /// Remembers `key`, unless it is already past retention at `now_ms`.
     pub fn insert(&mut self, key: &str, record: IdempotencyRecord, now_ms: u64) {
+        self.insert_hashed(KeyHash::of(key), key, record, now_ms);
+    }
+
+    /// Remembers `key`, whose hash is `hash`, unless it is already past retention at `now_ms`.
+    pub fn insert_hashed(
+        &mut self,
+        hash: KeyHash,
+        key: &str,
+        record: IdempotencyRecord,
+        now_ms: u64,
+    ) {
         if record.created_at_ms + self.retention_ms <= now_ms {
             return;
         }
-        let hash = self.hash(key);
         let number = self.popped + self.held.len() as u64;
         self.held.push_back(Held {
             hash,
@@ -146,9 +161,9 @@ impl IdempotencyCache {
         let (held, popped) = (&self.held, self.popped);
         let record_of = |number: u64| &held[(number - popped) as usize];
         match self.index.entry(
-            hash.slot(),
-            |&earlier| record_of(earlier).hash == hash,
-            |&other| record_of(other).hash.slot(),
+            hash.0,
+            |&earlier| record_of(earlier).is(hash, key),
+            |&other| record_of(other).hash.0,
         ) {
             // The earlier record stays queued, unindexed, until it expires.
             hashbrown::hash_table::Entry::Occupied(mut earlier) => *earlier.get_mut() = number,
@@ -169,7 +184,7 @@ impl IdempotencyCache {
                 break;
             }
             let number = self.popped;
-            if let Ok(indexed) = self.index.find_entry(oldest.hash.slot(), |&n| n == number) {
+            if let Ok(indexed) = self.index.find_entry(oldest.hash.0, |&n| n == number) {
                 indexed.remove();
             }
             self.held.pop_front();
@@ -181,7 +196,7 @@ impl IdempotencyCache {
             self.held.shrink_to(self.held.len() * 3 / 2);
             let (held, popped) = (&self.held, self.popped);
             self.index
-                .shrink_to(0, |&n| held[(n - popped) as usize].hash.slot());
+                .shrink_to(0, |&n| held[(n - popped) as usize].hash.0);
         }
         dropped
     }
@@ -271,6 +286,45 @@ impl IdempotencyCache {
             whole,
             reach: if caught_up && whole { self.reach } else { 0 },
         }
+    }
+}
+
+/// The keys a group records, in the order staged, found by the hash their write worked out.
+#[derive(Debug, Default)]
+pub struct StagedKeys {
+    keys: Vec<(Box<str>, IdempotencyRecord)>,
+    hashes: Vec<KeyHash>,
+    /// Each key's place in `keys`.
+    index: HashTable<usize>,
+}
+
+impl StagedKeys {
+    /// The record staged for `key`, whose hash is `hash`.
+    pub fn get(&self, hash: KeyHash, key: &str) -> Option<&IdempotencyRecord> {
+        let (keys, hashes) = (&self.keys, &self.hashes);
+        self.index
+            .find(hash.0, |&at| hashes[at] == hash && *keys[at].0 == *key)
+            .map(|&at| &keys[at].1)
+    }
+
+    /// Stages `key`, whose hash is `hash`, which is not staged yet.
+    pub fn insert(&mut self, hash: KeyHash, key: Box<str>, record: IdempotencyRecord) {
+        debug_assert!(self.get(hash, &key).is_none(), "{key} staged twice");
+        let hashes = &self.hashes;
+        self.index
+            .insert_unique(hash.0, self.keys.len(), |&at| hashes[at].0);
+        self.keys.push((key, record));
+        self.hashes.push(hash);
+    }
+
+    /// How many keys are staged.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The staged keys with their records, in the order staged, and their hashes in that order.
+    pub fn into_parts(self) -> (Vec<(Box<str>, IdempotencyRecord)>, Vec<KeyHash>) {
+        (self.keys, self.hashes)
     }
 }
 
@@ -428,6 +482,48 @@ mod tests {
             (true, false, 0)
         );
         assert_eq!(cache.page(Cursor::Start, 10, 100).reach, 40);
+    }
+
+    /// Keys whose hashes are equal are still told apart, in the cache and in a group's keys,
+    /// and the group's keys come out in the order staged, each with its hash.
+    #[test]
+    fn keys_of_one_hash_stay_apart() {
+        let same = KeyHash(7);
+        let mut cache = IdempotencyCache::new(1000);
+        cache.insert_hashed(same, "a", record("c", 1, 0), 0);
+        cache.insert_hashed(same, "b", record("c", 2, 0), 0);
+        cache.insert_hashed(same, "a", record("c", 3, 0), 0);
+        assert_eq!(cache.len(), 2);
+        assert!(asks_for(
+            cache.get_hashed(same, "a").unwrap(),
+            "c",
+            &Change::Delta(3)
+        ));
+        assert!(asks_for(
+            cache.get_hashed(same, "b").unwrap(),
+            "c",
+            &Change::Delta(2)
+        ));
+        assert!(cache.get_hashed(same, "x").is_none());
+        assert_eq!(cache.expire(1000), 3);
+        assert!(cache.get_hashed(same, "a").is_none());
+
+        let mut staged = StagedKeys::default();
+        staged.insert(same, "b".into(), record("c", 1, 0));
+        staged.insert(same, "a".into(), record("c", 2, 0));
+        staged.insert(KeyHash::of("z"), "z".into(), record("c", 3, 0));
+        assert_eq!(staged.len(), 3);
+        assert!(asks_for(
+            staged.get(same, "a").unwrap(),
+            "c",
+            &Change::Delta(2)
+        ));
+        assert!(staged.get(same, "z").is_none());
+        assert!(staged.get(KeyHash::of("z"), "z").is_some());
+        let (keys, hashes) = staged.into_parts();
+        let names: Vec<&str> = keys.iter().map(|(key, _)| &**key).collect();
+        assert_eq!(names, ["b", "a", "z"]);
+        assert_eq!(hashes, [same, same, KeyHash::of("z")]);
     }
 
     #[test]

@@ -9,8 +9,18 @@ use geocount_model::{Durability, WindowChange};
 
 use super::CommitLoop;
 use crate::engine::budget::row_bytes;
+use crate::engine::idempotency::KeyHash;
 use crate::engine::wal::LogRecord;
 use crate::error::StorageError;
+
+/// What installing a durable group does besides taking in its log record.
+pub(super) struct GroupChanges {
+    /// How the row of each of the record's counters changes, in the same order.
+    pub(super) slots: Vec<SlotChange>,
+    /// The hash of each of the record's idempotency keys, in the same order (worked out when
+    /// staged).
+    pub(super) key_hashes: Vec<KeyHash>,
+}
 
 /// What installing a durable group does to one counter's row.
 pub(super) struct SlotChange {
@@ -41,22 +51,22 @@ impl CommitLoop {
         Ok(())
     }
 
-    /// Installs a durable group: `changes` says how to change the row of each of
-    /// `record.slots`, in the same order.
-    pub(super) fn install(&mut self, changes: Vec<SlotChange>, record: LogRecord, now_ms: u64) {
+    /// Installs a durable group, with `changes` worked out when it was staged.
+    pub(super) fn install(&mut self, changes: GroupChanges, record: LogRecord, now_ms: u64) {
         {
             // The keys first: a peer's pull that reads the table and then the keys finds the
             // keys of every version it read.
             let mut keys = self.idempotency.write().expect("idempotency lock");
-            for (key, entry) in record.idempotency {
-                keys.insert(&key, entry.clone(), now_ms);
+            debug_assert_eq!(changes.key_hashes.len(), record.idempotency.len());
+            for ((key, entry), hash) in record.idempotency.into_iter().zip(changes.key_hashes) {
+                keys.insert_hashed(hash, &key, entry.clone(), now_ms);
                 self.pending.idempotency_added.push((key, entry));
             }
             keys.reached(self.last_version);
         }
         {
             let mut table = self.shared.table.write().expect("slot table lock");
-            for (change, (id, logged)) in changes.into_iter().zip(record.slots) {
+            for (change, (id, logged)) in changes.slots.into_iter().zip(record.slots) {
                 let row = table.apply_change(
                     change.row,
                     id,

@@ -10,7 +10,7 @@
 
 use tokio::sync::mpsc;
 
-use super::{CommitLoop, Reply, SlotChange, answer, refuse_client_command, refuse_unreplicated};
+use super::{CommitLoop, GroupChanges, Reply, answer, refuse_client_command, refuse_unreplicated};
 use crate::engine::replication::Replicated;
 use crate::engine::wal::LogRecord;
 use crate::engine::write::Command;
@@ -19,7 +19,7 @@ use crate::error::{ShardError, StorageError};
 /// A durable group waiting for a peer to hold it.
 pub(super) struct AwaitingPeers {
     told: mpsc::UnboundedReceiver<Replicated>,
-    changes: Vec<SlotChange>,
+    changes: GroupChanges,
     record: LogRecord,
     replies: Vec<Reply>,
     now_ms: u64,
@@ -37,7 +37,7 @@ impl CommitLoop {
     /// Hands the group just made durable to the replication, as the log holds it.
     pub(super) fn replicate(
         &self,
-        changes: Vec<SlotChange>,
+        changes: GroupChanges,
         record: LogRecord,
         replies: Vec<Reply>,
         now_ms: u64,

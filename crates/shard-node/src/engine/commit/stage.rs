@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 
 use geocount_model::held_bytes::description_bytes;
 use geocount_model::{
-    CounterDescription, CounterId, CounterType, IdempotencyRecord, Recorded, ShardDefaults,
-    SlotRecord, SlotState, UniqueSketch, VersionedDescription, Window, WindowChange,
+    CounterDescription, CounterId, CounterType, Recorded, ShardDefaults, SlotRecord, SlotState,
+    UniqueSketch, VersionedDescription, Window, WindowChange,
 };
 use geocount_sync::DescriptionTable;
 use indexmap::IndexMap;
@@ -16,7 +16,7 @@ use indexmap::IndexMap;
 use super::CommitLoop;
 use crate::engine::budget::{self, row_bytes};
 use crate::engine::hot::changed_description;
-use crate::engine::idempotency::{asks_for, record_of};
+use crate::engine::idempotency::{KeyHash, StagedKeys, asks_for, record_of};
 use crate::engine::key_scope::unscoped;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::write::{Change, WriteRequest};
@@ -59,7 +59,7 @@ pub(super) struct Staged {
     pub(super) descriptions: Vec<VersionedDescription>,
     /// The index in `descriptions` of each counter's latest staged description.
     pub(super) described: HashMap<CounterId, usize>,
-    pub(super) idempotency: HashMap<Box<str>, IdempotencyRecord, foldhash::fast::RandomState>,
+    pub(super) idempotency: StagedKeys,
     /// Counters the group adds to this node's slot (`shard.max_counters`).
     pub(super) new_records: usize,
     /// Descriptions the group creates itself (`shard.max_counters`).
@@ -172,9 +172,13 @@ impl CommitLoop {
         now_ms: u64,
     ) -> Result<SlotState, ShardError> {
         let id = write.id.as_str();
-        if let Some(key) = &write.idempotency_key {
+        let key_hash = write.idempotency_key.as_deref().map(KeyHash::of);
+        if let (Some(key), Some(hash)) = (&write.idempotency_key, key_hash) {
             let keys = self.idempotency.read().expect("idempotency lock");
-            let first = staged.idempotency.get(key).or_else(|| keys.get(key));
+            let first = staged
+                .idempotency
+                .get(hash, key)
+                .or_else(|| keys.get_hashed(hash, key));
             if let Some(first) = first {
                 if asks_for(first, id, &write.change) {
                     self.shared.metrics.idempotent_replays.inc();
@@ -283,9 +287,9 @@ impl CommitLoop {
             // An item for a counter this node has not heard of creates it as unique.
             self.stage_unique_description(&write.id, staged, now_ms);
         }
-        if let Some(key) = write.idempotency_key {
+        if let (Some(key), Some(hash)) = (write.idempotency_key, key_hash) {
             let record = record_of(&write.id, &write.change, next, now_ms);
-            staged.idempotency.insert(key, record);
+            staged.idempotency.insert(hash, key, record);
         }
         Ok(next)
     }
