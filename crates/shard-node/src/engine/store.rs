@@ -323,12 +323,13 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::storage::OsDisk;
     use geocount_model::SlotState;
 
-    fn record(created_at_ms: u64) -> IdempotencyRecord {
+    /// A key's record made at `created_at_ms` (also the startup tests').
+    pub(crate) fn record(created_at_ms: u64) -> IdempotencyRecord {
         IdempotencyRecord {
             counter: CounterId::new("c").unwrap(),
             delta: 1,

@@ -121,24 +121,15 @@ pub fn resume(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::store::tests::record;
     use crate::engine::store::{RowSource, STORE_FILE};
     use crate::storage::OsDisk;
-    use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, SlotState};
+    use geocount_model::SlotRecord;
 
     struct NoRows;
 
     impl RowSource for NoRows {
         fn visit_rows(&self, _: &[u32], _: &mut dyn FnMut(&str, &SlotRecord)) {}
-    }
-
-    fn record(created_at_ms: u64) -> IdempotencyRecord {
-        IdempotencyRecord {
-            counter: CounterId::new("c").unwrap(),
-            delta: 1,
-            item: None,
-            outcome: SlotState::default(),
-            created_at_ms,
-        }
     }
 
     #[test]
