@@ -27,9 +27,15 @@ async fn metric_sum(nodes: &[NodeProcess], name: &str) -> u64 {
     sum
 }
 
-/// Runs `geoctl load` for one second at a modest rate with `route`; its JSON report.
-async fn load(topology: &Path, route: &str, prefix: &str, json: &Path) -> Value {
-    let args: Vec<String> = [
+/// Runs `geoctl load` for one second at a modest rate with `route` and `extra` arguments; its
+/// JSON report.
+async fn load(
+    topology: &Path,
+    (route, extra): (&str, &[&str]),
+    prefix: &str,
+    json: &Path,
+) -> Value {
+    let mut args: Vec<String> = [
         "--config",
         &topology.display().to_string(),
         "load",
@@ -54,6 +60,7 @@ async fn load(topology: &Path, route: &str, prefix: &str, json: &Path) -> Value 
     ]
     .map(str::to_owned)
     .to_vec();
+    args.extend(extra.iter().map(|&a| a.to_owned()));
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(binary("geoctl"))
             .args(&args)
@@ -83,8 +90,9 @@ async fn load_is_exact_and_owner_routing_forwards_nothing() {
     let forwarded = "geocount_shard_writes_forwarded_total";
 
     let json = topology.dir().join("owner.json");
-    let report = load(&topology.path, "owner", "owner", &json).await;
+    let report = load(&topology.path, ("owner", &[]), "owner", &json).await;
     assert_eq!(report["settings"]["route"], "owner", "{report}");
+    assert_eq!(report["settings"]["keyed"], true, "{report}");
     let acknowledged = report["writes"]["acknowledged"].as_u64().unwrap();
     assert!(acknowledged >= 1_000, "{report}");
     assert_eq!(report["writes"]["unknown"], 0, "{report}");
@@ -102,7 +110,7 @@ async fn load_is_exact_and_owner_routing_forwards_nothing() {
     );
 
     let json = topology.dir().join("any.json");
-    let report = load(&topology.path, "any", "any", &json).await;
+    let report = load(&topology.path, ("any", &[]), "any", &json).await;
     let acknowledged = report["writes"]["acknowledged"].as_u64().unwrap();
     assert_eq!(report["exactness"]["mismatches"], Value::Array(vec![]));
     // Each request goes whole to one node, which owns about a third of its writes.
@@ -110,5 +118,27 @@ async fn load_is_exact_and_owner_routing_forwards_nothing() {
     assert!(
         by_any >= acknowledged / 3,
         "{by_any} of {acknowledged} writes forwarded with --route any"
+    );
+
+    // Without keys the writes still land exactly, on the node owning their slot.
+    let json = topology.dir().join("keyless.json");
+    let report = load(
+        &topology.path,
+        ("owner", &["--without-keys"]),
+        "keyless",
+        &json,
+    )
+    .await;
+    assert_eq!(report["settings"]["keyed"], false, "{report}");
+    assert!(
+        report["writes"]["acknowledged"].as_u64().unwrap() >= 1_000,
+        "{report}"
+    );
+    assert_eq!(report["exactness"]["mismatches"], Value::Array(vec![]));
+    let probes = report["visibility_lag"]["probes"].as_u64().unwrap();
+    let by_keyless = metric_sum(&shards, forwarded).await - after_owner - by_any;
+    assert!(
+        by_keyless <= probes,
+        "{by_keyless} writes forwarded with --route owner --without-keys ({probes} probes)"
     );
 }

@@ -203,7 +203,7 @@ async fn flat_out(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let json = cluster_dir.join(format!("flat-{round}.json"));
     let label = format!("cluster, {mode}");
-    shard_load(plan, bin_dir, running, 0, &json, &label).await
+    shard_load(plan, bin_dir, running, (0, &[]), &json, &label).await
 }
 
 /// The node step's rows: each figure in `sync`, then in `replicated` against it.

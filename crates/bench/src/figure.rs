@@ -78,7 +78,8 @@ pub fn show_value(unit: Unit, value: f64) -> String {
         Unit::Bytes => format!("{value:.0} B"),
         Unit::Count => format!("{value:.0}"),
         Unit::Cores => format!("{value:.2} cores"),
-        Unit::Micros => format!("{value:.1} µs"),
+        Unit::Micros if value >= 10.0 => format!("{value:.1} µs"),
+        Unit::Micros => format!("{value:.2} µs"),
     }
 }
 

@@ -2,14 +2,16 @@
 //! `scripts/bench.sh`. It measures Redis (the peer), a bare hyper server (the ceiling for HTTP
 //! on this machine), one geocount shard node, the growth curve, the whole cluster of
 //! `config/local.toml`, memory per counter, a lost slot's restore and global reads while
-//! rankings scan every counter, all on this machine in one go, prints one Markdown table (each
-//! geocount figure beside its peer, as a ratio from the same run) and saves it with every sample
-//! as JSON. The node and cluster steps also put `replicated` durability beside `sync`.
+//! rankings scan every counter, and what idempotency keys cost, all on this machine in one go,
+//! prints one Markdown table (each geocount figure beside its peer, as a ratio from the same
+//! run) and saves it with every sample as JSON. The node and cluster steps also put
+//! `replicated` durability beside `sync`.
 
 mod batch;
 mod cluster;
 mod durability;
 mod figure;
+mod keys;
 mod memory;
 mod procs;
 mod redis;
@@ -82,6 +84,8 @@ enum Step {
     Restore,
     /// Global reads while rankings scan every counter.
     Scan,
+    /// Keyed writes beside keyless ones: a lone node, a pair and the cluster.
+    Keys,
 }
 
 /// Everything the run measured.
@@ -104,6 +108,7 @@ struct Results {
     memory: Option<MemoryFigures>,
     restore: Option<restore::RestoreFigures>,
     scan: Option<scan::ScanFigures>,
+    keys: Option<keys::KeysFigures>,
     /// Steps that failed, with their errors (the others are still reported).
     failures: Vec<String>,
 }
@@ -129,6 +134,7 @@ impl Step {
             Step::Memory => "step 5: memory per counter".to_owned(),
             Step::Restore => "step 6: restoring a lost slot from its datacenter".to_owned(),
             Step::Scan => "step 7: global reads while rankings scan every counter".to_owned(),
+            Step::Keys => "step 8: keyed writes beside keyless ones".to_owned(),
         }
     }
 }
@@ -156,6 +162,7 @@ async fn run_step(
         Step::Memory => results.memory = Some(memory::memory(plan, dir, bin_dir, shape).await?),
         Step::Restore => results.restore = Some(restore::restore(plan, dir, bin_dir).await?),
         Step::Scan => results.scan = Some(scan::scan(plan, dir, bin_dir).await?),
+        Step::Keys => results.keys = Some(keys::keys(plan, dir, bin_dir, shape).await?),
     }
     Ok(())
 }
@@ -484,6 +491,9 @@ fn rows(results: &Results) -> Vec<Row> {
             rows.push(memory::partitioned_row(split, &single, limit));
         }
     }
+    if let Some(figures) = &results.keys {
+        keys::rows(&mut rows, figures);
+    }
     rows
 }
 
@@ -525,6 +535,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         memory: None,
         restore: None,
         scan: None,
+        keys: None,
         failures: Vec::new(),
     };
     let steps = Step::value_variants().iter().filter(|&&step| wants(step));

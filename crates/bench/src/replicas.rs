@@ -107,7 +107,7 @@ async fn on_fresh(
         let mut flat = Vec::new();
         for run in 0..plan.repeats {
             let json = replicas_dir.join(format!("flat-{run}.json"));
-            flat.push(shard_load(plan, bin_dir, &running, 0, &json, &label).await?);
+            flat.push(shard_load(plan, bin_dir, &running, (0, &[]), &json, &label).await?);
         }
         let flat_writes = Figure::new(
             Unit::PerSec,
@@ -117,7 +117,7 @@ async fn on_fresh(
         let mut paced = Vec::new();
         for run in 0..plan.repeats {
             let json = replicas_dir.join(format!("paced-{run}.json"));
-            paced.push(shard_load(plan, bin_dir, &running, rate, &json, &label).await?);
+            paced.push(shard_load(plan, bin_dir, &running, (rate, &[]), &json, &label).await?);
         }
         let lag = paced
             .iter()
@@ -145,13 +145,13 @@ async fn on_fresh(
     result
 }
 
-/// One `geoctl load` at `rate` (0: flat out) over `running`'s shard nodes, with their CPU time
-/// meanwhile.
+/// One `geoctl load` at `rate` (0: flat out) over `running`'s shard nodes, with `extra`
+/// arguments, and their CPU time meanwhile.
 pub(crate) async fn shard_load(
     plan: &Plan,
     bin_dir: &Path,
     running: &Cluster,
-    rate: u64,
+    (rate, extra): (u64, &[&str]),
     json: &Path,
     label: &str,
 ) -> anyhow::Result<Sample> {
@@ -160,7 +160,8 @@ pub(crate) async fn shard_load(
         .map(|p| p.pid)
         .collect();
     let cpu = || -> anyhow::Result<f64> { pids.iter().map(|&pid| cpu_seconds(pid)).sum() };
-    let (geoctl, args) = load_command(plan, bin_dir, running, rate, json);
+    let (geoctl, mut args) = load_command(plan, bin_dir, running, rate, json);
+    args.extend(extra.iter().map(|&a| a.to_owned()));
     let start = cpu()?;
     let load = output(&geoctl, &args, Duration::from_secs(plan.secs + 120));
     // The window skips geoctl's start and the last half second of its writes.

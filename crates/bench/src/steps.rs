@@ -56,6 +56,9 @@ pub struct Plan {
     pub redis_always_requests: [u64; 3],
     /// Counters in the slot the restore step restores.
     pub restore_counters: usize,
+    /// Seconds of each keys-step load: past the shard nodes' default checkpoint interval
+    /// (30 s), so that every run checkpoints while it writes.
+    pub keys_secs: u64,
 }
 
 impl Plan {
@@ -71,6 +74,7 @@ impl Plan {
                 redis_requests: [100_000, 500_000, 1_000_000],
                 redis_always_requests: [30_000, 200_000, 500_000],
                 restore_counters: 1_000_000,
+                keys_secs: 35,
             }
         } else {
             Self {
@@ -82,6 +86,7 @@ impl Plan {
                 redis_requests: [300_000, 2_000_000, 5_000_000],
                 redis_always_requests: [100_000, 1_000_000, 2_000_000],
                 restore_counters: 10_000_000,
+                keys_secs: 35,
             }
         }
     }

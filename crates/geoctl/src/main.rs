@@ -158,6 +158,10 @@ enum Sub {
         /// Also draw writes per second and visibility lag over time to this SVG file.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
+        /// Send the writes without idempotency keys (at least once: a write that may have
+        /// applied is not retried), to measure what keys cost.
+        #[arg(long)]
+        without_keys: bool,
     },
     /// Flood a node as a careless or hostile client would: idle connections held open, or
     /// scans at the global aggregator with probe reads meanwhile (exits 1 if a probe read is
@@ -271,6 +275,7 @@ impl From<Sub> for Command {
                 counter_prefix,
                 json,
                 plot,
+                without_keys,
             } => Command::Load(LoadOptions {
                 duration_secs,
                 rate,
@@ -294,6 +299,7 @@ impl From<Sub> for Command {
                 json,
                 plot,
                 progress: std::io::stdout().is_terminal(),
+                keyed: !without_keys,
             }),
             Sub::Storm {
                 storm,

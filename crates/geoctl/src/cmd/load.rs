@@ -89,6 +89,10 @@ pub struct LoadOptions {
     pub plot: Option<PathBuf>,
     /// Show a progress bar on standard output (when it is a terminal).
     pub progress: bool,
+    /// Send every write with its own idempotency key (exactly once). Without keys a write
+    /// whose first attempt may have applied is not sent again (at least once, at most once
+    /// per attempt): for measuring what keys cost.
+    pub keyed: bool,
 }
 
 impl LoadOptions {
@@ -134,6 +138,7 @@ struct Shared {
     per_request: usize,
     key_prefix: String,
     next_key: AtomicU64,
+    keyed: bool,
     pacer: Option<Pacer>,
     /// Each node's batches filling up (for [`WritePath::Batch`]).
     fill: Option<BatchFill>,
@@ -143,10 +148,14 @@ struct Shared {
 }
 
 impl Shared {
-    /// A key no other write of any run shares: `geoctl-load-<random run id>-<n>`.
-    fn next_key(&self) -> String {
+    /// A key no other write of any run shares: `geoctl-load-<random run id>-<n>` (`None` when
+    /// the writes go without keys).
+    fn next_key(&self) -> Option<String> {
+        if !self.keyed {
+            return None;
+        }
         let n = self.next_key.fetch_add(1, Ordering::Relaxed);
-        format!("{}-{n}", self.key_prefix)
+        Some(format!("{}-{n}", self.key_prefix))
     }
 
     /// How many writes the next request carries and when they are due (`None`: at once);
@@ -306,8 +315,13 @@ fn describe(options: &LoadOptions, prefix: &str, shards: usize) -> String {
         WriteRoute::Owner => "each write to the node owning its slot",
         WriteRoute::Any => "each request whole to the next node",
     };
+    let keys = if options.keyed {
+        ""
+    } else {
+        " without idempotency keys,"
+    };
     format!(
-        "load: {} s {pace}, {path}, {} at a time, {distribution} over {} counters {prefix}-0..{}, turns over {shards} shard nodes, {route}; lag probes {prefix}-probe-* every {} ms\n",
+        "load: {} s {pace}, {path},{keys} {} at a time, {distribution} over {} counters {prefix}-0..{}, turns over {shards} shard nodes, {route}; lag probes {prefix}-probe-* every {} ms\n",
         options.duration_secs,
         options.concurrency,
         grouped(options.counters as u64),
@@ -366,6 +380,7 @@ pub async fn run(
         per_request: options.writes_per_request(),
         key_prefix: format!("geoctl-load-{:016x}", rand::random::<u64>()),
         next_key: AtomicU64::new(0),
+        keyed: options.keyed,
         pacer: (options.rate > 0).then(|| Pacer::new(options.rate, duration)),
         fill: (options.path == WritePath::Batch)
             .then(|| BatchFill::new(shards, options.batch_size, FILL_BOUND)),
@@ -436,6 +451,7 @@ pub async fn run(
         counter_prefix: prefix,
         shard_nodes: shared.router.shards().len(),
         route: shared.router.route().to_string(),
+        keyed: options.keyed,
     };
     let report = assemble(settings, elapsed, &tally, &probes, exactness);
     out.write_all(render(&report).as_bytes())?;
@@ -502,6 +518,7 @@ mod tests {
             json: None,
             plot: None,
             progress: false,
+            keyed: true,
         }
     }
 
@@ -542,6 +559,14 @@ mod tests {
         assert_eq!(
             text,
             "load: 8 s flat out, batches of 1,000 (POST /batch, postcard), 32 at a time, zipf (exponent 1.1) over 1,000 counters p-0..999, turns over 6 shard nodes, each write to the node owning its slot; lag probes p-probe-* every 100 ms\n"
+        );
+        let keyless = LoadOptions {
+            keyed: false,
+            ..options()
+        };
+        assert!(
+            describe(&keyless, "p", 6)
+                .contains("(POST /batch, postcard), without idempotency keys, 32 at a time")
         );
         let any = LoadOptions {
             route: WriteRoute::Any,

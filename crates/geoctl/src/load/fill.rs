@@ -128,7 +128,7 @@ mod tests {
             .map(|n| PlannedWrite {
                 counter: n * 7 % counters,
                 delta: 1,
-                key: format!("k-{n}"),
+                key: Some(format!("k-{n}")),
             })
             .collect()
     }
@@ -163,7 +163,7 @@ mod tests {
         sent.extend(last);
         let keys: BTreeSet<&str> = sent
             .iter()
-            .flat_map(|(_, batch)| batch.iter().map(|w| w.key.as_str()))
+            .flat_map(|(_, batch)| batch.iter().filter_map(|w| w.key.as_deref()))
             .collect();
         assert_eq!(keys.len(), 20_000);
         assert_eq!(sent.iter().map(|(_, b)| b.len()).sum::<usize>(), 20_000);

@@ -184,6 +184,7 @@ mod tests {
             counter_prefix: "p".into(),
             shard_nodes: 1,
             route: "owner".into(),
+            keyed: true,
         };
         let exactness = ExactnessReport {
             counters: 1,

@@ -43,6 +43,8 @@ pub struct LoadSettings {
     /// `owner` (each write to the node owning its slot) or `any` (each request whole to the
     /// node whose turn it is, which forwards what it does not own).
     pub route: String,
+    /// Whether every write carried its own idempotency key.
+    pub keyed: bool,
 }
 
 /// How the writes ended.
@@ -425,6 +427,7 @@ mod tests {
             counter_prefix: "p".into(),
             shard_nodes: 6,
             route: "owner".into(),
+            keyed: true,
         }
     }
 

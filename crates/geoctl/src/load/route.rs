@@ -119,7 +119,8 @@ impl LoadRouter {
         for write in writes {
             let start = write.counter * dc.per_counter;
             let slots = &dc.slots[start..start + dc.per_counter];
-            let node = dc.first_node + Placement::slot_for_key(slots, &write.key) as usize;
+            let node = dc.first_node
+                + Placement::slot_for_key(slots, write.key.as_deref().unwrap_or_default()) as usize;
             match by_node.iter_mut().find(|(n, _)| *n == node) {
                 Some((_, group)) => group.push(write),
                 None => by_node.push((node, vec![write])),
@@ -140,7 +141,7 @@ mod tests {
             .map(|counter| PlannedWrite {
                 counter,
                 delta: 1,
-                key: format!("k-{counter}"),
+                key: Some(format!("k-{counter}")),
             })
             .collect()
     }

@@ -32,8 +32,8 @@ pub struct PlannedWrite {
     pub counter: usize,
     /// The signed change, never 0.
     pub delta: i64,
-    /// Its idempotency key, unique in the run.
-    pub key: String,
+    /// Its idempotency key, unique in the run (`None`: sent without one, at least once).
+    pub key: Option<String>,
 }
 
 /// What one attempt at a write tells.
@@ -148,9 +148,10 @@ impl Fate {
         }
     }
 
-    /// Whether another attempt may settle it.
-    pub fn wants_retry(&self) -> bool {
-        self.retry && !self.applied
+    /// Whether another attempt may settle it. Without a key (`keyed` false) a write that may
+    /// have been applied is not sent again: it could apply twice.
+    pub fn wants_retry(&self, keyed: bool) -> bool {
+        self.retry && !self.applied && (keyed || !self.maybe_applied)
     }
 
     /// The write's outcome after the attempts recorded.
@@ -220,10 +221,10 @@ pub async fn send_single(
         Ok((op, magnitude)) => {
             let url = shard.url(&format!("{counter_path}/write?op={op}"));
             let body = Bytes::from(format!("{{\"delta\":{magnitude}}}"));
-            let headers = [
-                ("content-type", "application/json"),
-                ("idempotency-key", write.key.as_str()),
-            ];
+            let mut headers = vec![("content-type", "application/json")];
+            if let Some(key) = &write.key {
+                headers.push(("idempotency-key", key.as_str()));
+            }
             for attempt in 0..MAX_ATTEMPTS {
                 if attempt > 0 {
                     tally.retried += 1;
@@ -242,7 +243,7 @@ pub async fn send_single(
                     Ok(answer) => answer_attempt(answer),
                     Err(error) => error_attempt(error),
                 });
-                if !fate.wants_retry() {
+                if !fate.wants_retry(write.key.is_some()) {
                     break;
                 }
             }
@@ -264,7 +265,7 @@ pub fn encode_batch(ids: &[String], writes: &[PlannedWrite], which: &[usize]) ->
         .map(|&i| BatchEntry {
             id: &ids[writes[i].counter],
             delta: writes[i].delta,
-            idempotency_key: Some(&writes[i].key),
+            idempotency_key: writes[i].key.as_deref(),
             timestamp: None,
         })
         .collect();
@@ -304,7 +305,7 @@ pub async fn send_batch(
         for (&i, attempt) in pending.iter().zip(attempts) {
             fates[i].record(attempt);
         }
-        pending.retain(|&i| fates[i].wants_retry());
+        pending.retain(|&i| fates[i].wants_retry(writes[i].key.is_some()));
     }
     let at = clock.now();
     let mut acknowledged = 0;
@@ -481,11 +482,15 @@ mod tests {
     fn fates_fold_attempts_into_one_outcome() {
         use Attempt::*;
         assert_eq!(fate(&[Applied]).outcome(), WriteOutcome::Acknowledged);
-        assert!(!fate(&[Applied]).wants_retry());
+        assert!(!fate(&[Applied]).wants_retry(true));
         assert_eq!(fate(&[Refused]).outcome(), WriteOutcome::Refused);
-        assert!(!fate(&[Refused]).wants_retry());
-        assert!(fate(&[Retryable]).wants_retry());
-        assert!(fate(&[Unknown]).wants_retry());
+        assert!(!fate(&[Refused]).wants_retry(true));
+        assert!(fate(&[Retryable]).wants_retry(true));
+        assert!(fate(&[Unknown]).wants_retry(true));
+        // Without a key only a write surely not applied is sent again.
+        assert!(fate(&[Retryable]).wants_retry(false));
+        assert!(!fate(&[Unknown]).wants_retry(false));
+        assert!(!fate(&[Retryable, Unknown]).wants_retry(false));
         // A retry that is applied settles an unknown first attempt (same key: applied once).
         assert_eq!(
             fate(&[Unknown, Applied]).outcome(),
@@ -552,12 +557,12 @@ mod tests {
             PlannedWrite {
                 counter: 1,
                 delta: -3,
-                key: "k-0".into(),
+                key: Some("k-0".into()),
             },
             PlannedWrite {
                 counter: 0,
                 delta: 4,
-                key: "k-1".into(),
+                key: Some("k-1".into()),
             },
         ];
         let bytes = encode_batch(&ids, &writes, &[1]);
@@ -576,5 +581,12 @@ mod tests {
         assert_eq!(batch.entries.len(), 2);
         assert_eq!(batch.entries[0].id, "c-1");
         assert_eq!(batch.entries[0].idempotency_key, Some("k-0"));
+        let keyless = [PlannedWrite {
+            key: None,
+            ..writes[0].clone()
+        }];
+        let bytes = encode_batch(&ids, &keyless, &[0]);
+        let batch: BatchRequest = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(batch.entries[0].idempotency_key, None);
     }
 }
