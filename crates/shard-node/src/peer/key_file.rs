@@ -29,9 +29,16 @@ const HEADER_BYTES: usize = 8;
 const SLACK_RECORDS: u64 = 1024;
 
 /// One record of a key file.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 struct KeyFileRecord {
     keys: Vec<(String, IdempotencyRecord)>,
+    reach: u64,
+}
+
+/// A [`KeyFileRecord`] to write, borrowing its keys (a slice encodes as the `Vec` decodes).
+#[derive(Serialize)]
+struct KeyFileRecordOf<'a> {
+    keys: &'a [(String, IdempotencyRecord)],
     reach: u64,
 }
 
@@ -168,8 +175,8 @@ fn numbers(disk: &dyn Disk, dir: &Path, slot: &str) -> Result<Vec<u64>, StorageE
 }
 
 fn encode(batch: &Unpersisted) -> Vec<u8> {
-    let record = KeyFileRecord {
-        keys: batch.keys.clone(),
+    let record = KeyFileRecordOf {
+        keys: &batch.keys,
         reach: batch.reach,
     };
     let payload = postcard::to_allocvec(&record).expect("a key record encodes");

@@ -7,15 +7,34 @@
 //! until that process's pages catch up, and a page of a peer missing keys of its own sets it
 //! to 0. A restore whose values are newer than the reach may lack keys of their writes.
 
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+
+use foldhash::fast::RandomState;
 use geocount_model::IdempotencyRecord;
 use geocount_model::wire::{Cursor, KeyPage};
-
-use crate::engine::idempotency::IdempotencyCache;
+use hashbrown::HashTable;
 
 /// The keys of one peer slot held here, with their reach.
+///
+/// The copy is read back only in the order taken in ([`PeerKeys::copy_page`]), so the records
+/// are a queue in that order, expiring from the front. The index only lets a key the peer
+/// sends again (a process of the peer that starts its pages over) be held once.
 #[derive(Debug)]
 pub struct PeerKeys {
-    cache: IdempotencyCache,
+    /// Records in the order taken in, oldest first: `held[i]` is record number `popped + i`.
+    /// A record whose key was taken in again later, with another record, is no longer indexed
+    /// and waits here until it expires.
+    held: VecDeque<(Box<str>, IdempotencyRecord)>,
+    /// How many records were ever taken off the front.
+    popped: u64,
+    /// Each key's latest record and the key's [`PeerKeys::hash`]. The record goes by the low
+    /// 32 bits of its number: fewer than 2^32 records are ever held at once, so those bits
+    /// name one.
+    index: HashTable<Indexed>,
+    /// Hashes keys for `index`: seeded per process, as the peer's clients pick the keys.
+    hasher: RandomState,
+    retention_ms: u64,
     reach: u64,
     /// The key epoch of the peer process the last page came from (`None`: none since this
     /// node started).
@@ -24,6 +43,26 @@ pub struct PeerKeys {
     persisted_through: u64,
     /// The reach the key file holds.
     persisted_reach: u64,
+}
+
+/// A key in the index: its latest record's number (low 32 bits) and its hash, kept so that
+/// growing the index reads no key.
+#[derive(Debug, Clone, Copy)]
+struct Indexed {
+    number: u32,
+    hash: u32,
+}
+
+impl Indexed {
+    /// The hash the index files it by, from the kept 32 bits: they are its bucket bits and
+    /// its tag bits alike.
+    fn spread(self) -> u64 {
+        spread(self.hash)
+    }
+}
+
+fn spread(hash: u32) -> u64 {
+    u64::from(hash) << 32 | u64::from(hash)
 }
 
 /// What the key file lacks of a copy: the records it has not got, and the current reach.
@@ -41,7 +80,11 @@ impl PeerKeys {
     /// An empty copy keeping keys for `retention_ms`.
     pub fn new(retention_ms: u64) -> Self {
         Self {
-            cache: IdempotencyCache::new(retention_ms),
+            held: VecDeque::new(),
+            popped: 0,
+            index: HashTable::new(),
+            hasher: RandomState::default(),
+            retention_ms,
             reach: 0,
             owner_epoch: None,
             persisted_through: 0,
@@ -58,8 +101,9 @@ impl PeerKeys {
         now_ms: u64,
     ) -> Self {
         let mut copy = Self::new(retention_ms);
+        copy.held.reserve(keys.len());
         for (key, record) in keys {
-            copy.hold(&key, record, now_ms);
+            copy.hold(key, record, now_ms);
         }
         copy.reach = reach;
         copy.persisted_through = copy.end();
@@ -67,12 +111,13 @@ impl PeerKeys {
         copy
     }
 
-    /// Takes in a pulled page of the peer's keys at `now_ms`; whether the copy changed.
-    pub fn take(&mut self, page: &KeyPage, now_ms: u64) -> bool {
-        self.cache.expire(now_ms);
+    /// Takes in a pulled page of the peer's keys at `now_ms`, its keys and all; whether the
+    /// copy changed.
+    pub fn take(&mut self, page: KeyPage, now_ms: u64) -> bool {
+        self.expire(now_ms);
         let before = (self.end(), self.reach);
-        for (key, record) in &page.keys {
-            self.hold(key, record.clone(), now_ms);
+        for (key, record) in page.keys {
+            self.hold(key, record, now_ms);
         }
         if let Cursor::Seq { epoch, .. } = page.next
             && self.owner_epoch.replace(epoch) != Some(epoch)
@@ -88,17 +133,67 @@ impl PeerKeys {
         (self.end(), self.reach) != before
     }
 
-    /// Holds `record` for `key` unless the same record is held already (a peer's process that
-    /// starts over sends every key again).
-    fn hold(&mut self, key: &str, record: IdempotencyRecord, now_ms: u64) {
-        if self.cache.get(key) != Some(&record) {
-            self.cache.insert(key, record, now_ms);
+    /// Holds `record` for `key` unless it is past retention at `now_ms` or the same record is
+    /// held already (a peer's process that starts over sends every key again).
+    fn hold(&mut self, key: String, record: IdempotencyRecord, now_ms: u64) {
+        if record.created_at_ms + self.retention_ms <= now_ms {
+            return;
+        }
+        let hash = self.hash(&key);
+        let (held, popped) = (&self.held, self.popped);
+        let at = |number: u32| &held[number.wrapping_sub(popped as u32) as usize];
+        let number = self.end() as u32;
+        match self.index.entry(
+            spread(hash),
+            |earlier| earlier.hash == hash && *at(earlier.number).0 == *key,
+            |other| other.spread(),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut earlier) => {
+                if at(earlier.get().number).1 == record {
+                    return;
+                }
+                // The earlier record stays queued, unindexed, until it expires.
+                earlier.get_mut().number = number;
+            }
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(Indexed { number, hash });
+            }
+        }
+        // A decoded key's capacity is its length: boxing it keeps its bytes where they are.
+        self.held.push_back((key.into_boxed_str(), record));
+    }
+
+    /// The 32 bits of `key`'s hash the index keeps.
+    fn hash(&self, key: &str) -> u32 {
+        self.hasher.hash_one(key) as u32
+    }
+
+    /// Forgets the records older than the retention at `now_ms`. The queue is in the order
+    /// the peer recorded them, which is their age order, so it stops at the first record
+    /// still retained.
+    fn expire(&mut self, now_ms: u64) {
+        while let Some((key, oldest)) = self.held.front() {
+            if oldest.created_at_ms + self.retention_ms > now_ms {
+                break;
+            }
+            let number = self.popped as u32;
+            let hash = spread(self.hash(key));
+            if let Ok(indexed) = self.index.find_entry(hash, |n| n.number == number) {
+                indexed.remove();
+            }
+            self.held.pop_front();
+            self.popped += 1;
+        }
+        if self.held.capacity() > 2 * self.held.len() + 1024 {
+            // After a burst of keys has expired, hand the room back.
+            self.held.shrink_to(self.held.len() * 3 / 2);
+            self.index.shrink_to(0, |n| n.spread());
         }
     }
 
     /// The record number after the newest one.
     fn end(&self) -> u64 {
-        self.cache.end()
+        self.popped + self.held.len() as u64
     }
 
     /// The peer's slot version up to which this copy holds every key (0: none).
@@ -108,17 +203,26 @@ impl PeerKeys {
 
     /// How many keys are held.
     pub fn len(&self) -> usize {
-        self.cache.len()
+        self.index.len()
     }
 
-    /// Up to `limit` records from record number `from` on, and the number of the next one
-    /// (`None` past the newest).
+    /// Up to `limit` records from record number `from` on (older ones have expired), oldest
+    /// first, and the number of the next one (`None` past the newest).
     pub fn copy_page(
         &self,
         from: u64,
         limit: usize,
     ) -> (Vec<(String, IdempotencyRecord)>, Option<u64>) {
-        self.cache.copy_page(from, limit)
+        let start = from.clamp(self.popped, self.end());
+        let skip = (start - self.popped) as usize;
+        let keys: Vec<_> = self
+            .held
+            .range(skip..)
+            .take(limit.max(1))
+            .map(|(key, record)| (key.to_string(), record.clone()))
+            .collect();
+        let next = start + keys.len() as u64;
+        (keys, (next < self.end()).then_some(next))
     }
 
     /// What the key file lacks (`None`: nothing), or, with `whole`, every record held.
@@ -128,7 +232,7 @@ impl PeerKeys {
         if !whole && from >= through && self.reach == self.persisted_reach {
             return None;
         }
-        let (keys, _) = self.cache.copy_page(from, usize::MAX);
+        let (keys, _) = self.copy_page(from, usize::MAX);
         Some(Unpersisted {
             keys,
             reach: self.reach,
@@ -176,25 +280,25 @@ mod tests {
     #[test]
     fn the_reach_follows_the_peers_caught_up_pages() {
         let mut copy = PeerKeys::new(1_000);
-        assert!(copy.take(&page(1, &[("a", 5)], false, 0), 20));
+        assert!(copy.take(page(1, &[("a", 5)], false, 0), 20));
         assert_eq!(copy.reach(), 0, "not caught up yet");
-        assert!(copy.take(&page(1, &[("b", 7)], true, 7), 20));
+        assert!(copy.take(page(1, &[("b", 7)], true, 7), 20));
         assert_eq!(copy.reach(), 7);
-        assert!(!copy.take(&page(1, &[], true, 7), 20), "nothing new");
-        assert!(copy.take(&page(2, &[("a", 5)], false, 0), 20));
+        assert!(!copy.take(page(1, &[], true, 7), 20), "nothing new");
+        assert!(copy.take(page(2, &[("a", 5)], false, 0), 20));
         assert_eq!(
             copy.reach(),
             0,
             "a restarted peer's pages have not caught up"
         );
         assert_eq!(copy.len(), 2, "a key sent again is held once");
-        assert!(copy.take(&page(2, &[("c", 9)], true, 9), 20));
+        assert!(copy.take(page(2, &[("c", 9)], true, 9), 20));
         assert_eq!(copy.reach(), 9);
         let missing = KeyPage {
             whole: false,
             ..page(2, &[], true, 0)
         };
-        assert!(copy.take(&missing, 20));
+        assert!(copy.take(missing, 20));
         assert_eq!(copy.reach(), 0, "the peer itself lacks keys");
     }
 
@@ -203,12 +307,12 @@ mod tests {
     #[test]
     fn the_file_gets_what_it_lacks() {
         let mut copy = PeerKeys::new(1_000);
-        copy.take(&page(1, &[("a", 5), ("b", 6)], true, 6), 20);
+        copy.take(page(1, &[("a", 5), ("b", 6)], true, 6), 20);
         let first = copy.unpersisted(false).unwrap();
         assert_eq!((first.keys.len(), first.reach), (2, 6));
         copy.persisted(&first);
         assert!(copy.unpersisted(false).is_none());
-        copy.take(&page(1, &[("c", 8)], true, 8), 20);
+        copy.take(page(1, &[("c", 8)], true, 8), 20);
         let next = copy.unpersisted(false).unwrap();
         assert_eq!(next.keys[0].0, "c");
         assert_eq!((next.keys.len(), next.reach), (1, 8));
@@ -217,5 +321,161 @@ mod tests {
         let back = PeerKeys::recovered(1_000, all.keys, all.reach, 20);
         assert_eq!((back.len(), back.reach()), (3, 8));
         assert!(back.unpersisted(false).is_none());
+    }
+
+    /// A page of `keys` with their own versions and creation times.
+    fn timed(epoch: u64, keys: &[(String, u64, u64)]) -> KeyPage {
+        KeyPage {
+            keys: keys
+                .iter()
+                .map(|(key, version, at)| (key.clone(), record(*version, *at)))
+                .collect(),
+            ..page(epoch, &[], false, 0)
+        }
+    }
+
+    fn names(keys: &[(String, IdempotencyRecord)]) -> Vec<&str> {
+        keys.iter().map(|(key, _)| key.as_str()).collect()
+    }
+
+    /// Keys expire from the front as their time comes, record numbers going on; the keys left
+    /// are still found as the room is handed back, so a key sent again is still held once.
+    #[test]
+    fn keys_expire_in_the_order_taken_in_and_stay_found() {
+        let mut copy = PeerKeys::new(100);
+        let keys: Vec<_> = (0..10_000u64)
+            .map(|n| (format!("order-{n:08}"), n, n / 10))
+            .collect();
+        assert!(copy.take(timed(1, &keys), 0));
+        assert_eq!(
+            copy.len(),
+            10_000,
+            "keys are told apart by their whole bytes"
+        );
+        // Keys created by 499 ms expire; the copy the key file holds needs no change for that.
+        assert!(!copy.take(timed(1, &[]), 599));
+        assert_eq!(copy.len(), 5_000);
+        let (first, next) = copy.copy_page(0, 2);
+        assert_eq!(names(&first), ["order-00005000", "order-00005001"]);
+        assert_eq!(next, Some(5_002));
+        assert_eq!(copy.copy_page(9_999, 10).1, None);
+        assert!(copy.copy_page(20_000, 10).0.is_empty());
+        // A restarted peer sends every key it still holds again, one past the retention here.
+        let mut again = keys[4_999..].to_vec();
+        again.push(("order-late".into(), 1, 1_000));
+        assert!(copy.take(timed(2, &again), 599));
+        assert_eq!(copy.len(), 5_001, "only the new key is taken in");
+        assert_eq!(copy.copy_page(10_000, 10).0[0].0, "order-late");
+        assert!(!copy.take(timed(2, &again), 599), "nothing new");
+        copy.take(timed(2, &[]), 1_099);
+        assert_eq!(copy.len(), 1);
+        copy.take(timed(2, &[]), 1_100);
+        assert_eq!(copy.len(), 0);
+    }
+
+    /// A key taken in again with another record is held once, with its newer record, which
+    /// a restoring peer gets after the older one; each expires in its own time.
+    #[test]
+    fn a_key_taken_in_again_keeps_its_newer_record() {
+        let mut copy = PeerKeys::new(1_000);
+        let key = |version, at| ("a".to_owned(), version, at);
+        assert!(copy.take(timed(1, &[key(5, 0)]), 0));
+        assert!(copy.take(timed(1, &[key(6, 500)]), 500));
+        assert_eq!(copy.len(), 1, "one key, held once");
+        let (both, _) = copy.copy_page(0, 10);
+        let versions: Vec<u64> = both.iter().map(|(_, r)| r.outcome.version).collect();
+        assert_eq!(versions, [5, 6]);
+        assert!(
+            !copy.take(timed(2, &[key(6, 500)]), 500),
+            "the newer one is held"
+        );
+        copy.take(timed(2, &[]), 1_000);
+        assert_eq!(copy.len(), 1, "the newer record stays");
+        assert!(!copy.take(timed(2, &[key(6, 500)]), 1_000));
+        copy.take(timed(2, &[]), 1_500);
+        assert_eq!(copy.len(), 0);
+    }
+}
+
+/// What a held key costs: memory and the time to take it in, measured, not asserted. Run
+/// alone in release: `cargo test -p shard-node --release --lib -- --ignored
+/// peer_keys_cost --nocapture --test-threads=1`.
+#[cfg(test)]
+mod cost {
+    use super::*;
+    use geocount_model::{CounterId, SlotState};
+    use std::time::{Duration, Instant};
+
+    const KEYS: u64 = 1_000_000;
+    const PAGE: u64 = 1_000;
+
+    /// Resident bytes of this process (`/proc/self/statm`).
+    fn resident() -> u64 {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * 4096
+    }
+
+    /// A page of keys as geoctl names them, numbers `first..first + PAGE`.
+    fn page(epoch: u64, first: u64, now: u64) -> KeyPage {
+        let counter = CounterId::new("load-counter-17").unwrap();
+        KeyPage {
+            keys: (first..first + PAGE)
+                .map(|n| {
+                    let record = IdempotencyRecord {
+                        counter: counter.clone(),
+                        delta: 1,
+                        item: None,
+                        outcome: SlotState {
+                            value: n as i64,
+                            version: n + 1,
+                        },
+                        created_at_ms: now,
+                    };
+                    // As decoded: capacity and length alike.
+                    let key = format!("k-1764160000123-{n:06}");
+                    (key.as_str().to_owned(), record)
+                })
+                .collect(),
+            next: Cursor::Seq {
+                epoch,
+                seq: first + PAGE,
+            },
+            caught_up: first + PAGE == KEYS,
+            whole: true,
+            reach: first + PAGE,
+        }
+    }
+
+    /// Takes every key in pages of `epoch`, timing the takes alone.
+    fn take_all(copy: &mut PeerKeys, epoch: u64, now: u64) -> Duration {
+        let mut spent = Duration::ZERO;
+        for first in (0..KEYS).step_by(PAGE as usize) {
+            let page = page(epoch, first, now);
+            let start = Instant::now();
+            copy.take(page, now);
+            spent += start.elapsed();
+        }
+        spent
+    }
+
+    #[test]
+    #[ignore = "a measurement: run alone, in release"]
+    fn peer_keys_cost() {
+        let now = 1_764_160_000_000;
+        let before = resident();
+        let mut copy = PeerKeys::new(3_600_000);
+        let fill = take_all(&mut copy, 1, now);
+        let after = resident();
+        assert_eq!(copy.len(), KEYS as usize);
+        let again = take_all(&mut copy, 2, now);
+        assert_eq!(copy.len(), KEYS as usize);
+        let per_key = |spent: Duration| spent.as_nanos() as f64 / KEYS as f64;
+        println!(
+            "held {KEYS} keys: {:.1} bytes/key resident; take {:.1} ns/key new, {:.1} ns/key sent again",
+            (after - before) as f64 / KEYS as f64,
+            per_key(fill),
+            per_key(again),
+        );
     }
 }

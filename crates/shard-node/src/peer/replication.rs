@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use geocount_model::wire::{Cursor, KeyCopy, Puller, SyncPage, SyncRequest};
+use geocount_model::wire::{Cursor, KeyCopy, KeyPage, Puller, SyncPage, SyncRequest};
 use geocount_model::{Clock, SyncSettings, max_slot_version};
 use geocount_sync::{DescriptionTable, PageFence, PullSink, SlotCopies, SourceStatus};
 use tokio::sync::{Notify, mpsc};
@@ -185,7 +185,7 @@ impl PullSink for PeerSink {
         request
     }
 
-    fn apply(&self, page: SyncPage, sent_at_ms: u64) {
+    fn apply(&self, mut page: SyncPage, sent_at_ms: u64) {
         if self.replicas.is_some() && page.source != self.label.source {
             // A node configured for another slot listens at this peer's address.
             let entries = page.slots.as_ref().map_or(0, |p| p.entries.len());
@@ -221,7 +221,13 @@ impl PullSink for PeerSink {
                 self.incarnation.store(page.incarnation, Ordering::Relaxed);
             }
         }
-        if let (Some(held), Some(keys)) = (&self.keys, &page.keys) {
+        if let (Some(held), Some(keys)) = (&self.keys, &mut page.keys) {
+            // The copy keeps the page's keys as decoded; the rest of the page stays for the
+            // cursor.
+            let keys = KeyPage {
+                keys: std::mem::take(&mut keys.keys),
+                ..*keys
+            };
             let now_ms = self.clock.now_unix_ms();
             if held.lock().expect("keys lock").take(keys, now_ms) {
                 self.keys_changed.notify_one();
