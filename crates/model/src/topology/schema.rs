@@ -449,7 +449,9 @@ pub struct ShardDefaults {
     pub max_batch_entries: usize,
     /// How long an `Idempotency-Key` is remembered, in seconds.
     pub idempotency_retention_secs: u64,
-    /// The log is checkpointed into the store once it grows past this many bytes.
+    /// The log is checkpointed into the store once the counters' changes in it grow past this
+    /// many bytes (idempotency keys not counted: a restart loads them as fast from the log),
+    /// or the whole log past four times as many.
     pub checkpoint_log_bytes: u64,
     /// The log is checkpointed at least this often while writes arrive, in milliseconds.
     pub checkpoint_interval_ms: u64,

@@ -323,11 +323,16 @@ impl CommitLoop {
             descriptions: staged.descriptions,
             idempotency: keys,
         };
-        let changes = GroupChanges {
+        let mut changes = GroupChanges {
             slots: changes,
             key_hashes,
+            encoded_keys: Vec::new(),
         };
-        match self.make_durable(&record) {
+        let durable = self.make_durable(&record);
+        if durable.is_ok() && !record.idempotency.is_empty() {
+            changes.encoded_keys = self.wal.last_keys().to_vec();
+        }
+        match durable {
             Ok(()) if self.replicator.is_some() && (!record.is_empty() || !replies.is_empty()) => {
                 return Some(self.replicate(changes, record, replies, now_ms));
             }

@@ -13,6 +13,7 @@ use hashbrown::HashTable;
 
 pub use geocount_model::IdempotencyRecord;
 
+use crate::engine::key_index::KeyIndex;
 use crate::engine::write::Change;
 
 /// The keys, shared by the commit loop (their only writer) and the sync handler.
@@ -64,13 +65,18 @@ impl KeyHash {
         static HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
         Self(HASHER.hash_one(key))
     }
+
+    /// The 32 bits the cache's index keeps.
+    fn short(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
 }
 
 /// The remembered keys, expiring in the order they were recorded.
 ///
 /// Records are kept in one queue in the order recorded, which is their store, the age order
-/// they expire in, and the change stream the slot's peers pull ([`IdempotencyCache::page`]); a
-/// hash table maps each key (by its [`KeyHash`]) to its record's number in the queue.
+/// they expire in, and the change stream the slot's peers pull ([`IdempotencyCache::page`]); an
+/// index ([`KeyIndex`], by 32 bits of the key's [`KeyHash`]) finds each key's latest record.
 #[derive(Debug)]
 pub struct IdempotencyCache {
     /// Records in the order recorded, oldest first. A record whose key was recorded again
@@ -79,8 +85,8 @@ pub struct IdempotencyCache {
     /// How many records were ever taken off the front: `held[i]` is record number
     /// `popped + i`.
     popped: u64,
-    /// Each key's latest record number, found by the key's hash.
-    index: HashTable<u64>,
+    /// Each key's latest record, by the low 32 bits of its number.
+    index: KeyIndex,
     retention_ms: u64,
     /// Drawn at startup: record numbers start again at 0 in every process, so a peer's cursor
     /// from another process starts over.
@@ -93,18 +99,12 @@ pub struct IdempotencyCache {
     reach: u64,
 }
 
-/// One record, its key and the key's hash.
+/// One record, its key and the 32 bits of the key's hash the index keeps.
 #[derive(Debug)]
 struct Held {
-    hash: KeyHash,
     key: Box<str>,
     record: IdempotencyRecord,
-}
-
-impl Held {
-    fn is(&self, hash: KeyHash, key: &str) -> bool {
-        self.hash == hash && *self.key == *key
-    }
+    hash: u32,
 }
 
 impl IdempotencyCache {
@@ -113,7 +113,7 @@ impl IdempotencyCache {
         Self {
             held: VecDeque::new(),
             popped: 0,
-            index: HashTable::new(),
+            index: KeyIndex::default(),
             retention_ms,
             epoch: rand::random(),
             unknown_until_ms: None,
@@ -128,49 +128,38 @@ impl IdempotencyCache {
 
     /// The record for `key`, whose hash is `hash`, if it is still retained.
     pub fn get_hashed(&self, hash: KeyHash, key: &str) -> Option<&IdempotencyRecord> {
-        let (held, popped) = (&self.held, self.popped);
-        self.index
-            .find(hash.0, |&number| {
-                held[(number - popped) as usize].is(hash, key)
-            })
-            .map(|&number| &held[(number - popped) as usize].record)
+        let number = self.index.find(hash.short(), |n| *self.at(n).key == *key)?;
+        Some(&self.at(number).record)
+    }
+
+    /// The record whose number's low 32 bits are `number`.
+    fn at(&self, number: u32) -> &Held {
+        &self.held[number.wrapping_sub(self.popped as u32) as usize]
     }
 
     /// Remembers `key`, unless it is already past retention at `now_ms`.
     pub fn insert(&mut self, key: &str, record: IdempotencyRecord, now_ms: u64) {
-        self.insert_hashed(KeyHash::of(key), key, record, now_ms);
+        self.insert_hashed(KeyHash::of(key), key.into(), record, now_ms);
     }
 
     /// Remembers `key`, whose hash is `hash`, unless it is already past retention at `now_ms`.
     pub fn insert_hashed(
         &mut self,
         hash: KeyHash,
-        key: &str,
+        key: Box<str>,
         record: IdempotencyRecord,
         now_ms: u64,
     ) {
         if record.created_at_ms + self.retention_ms <= now_ms {
             return;
         }
-        let number = self.popped + self.held.len() as u64;
-        self.held.push_back(Held {
-            hash,
-            key: key.into(),
-            record,
-        });
-        let (held, popped) = (&self.held, self.popped);
-        let record_of = |number: u64| &held[(number - popped) as usize];
-        match self.index.entry(
-            hash.0,
-            |&earlier| record_of(earlier).is(hash, key),
-            |&other| record_of(other).hash.0,
-        ) {
-            // The earlier record stays queued, unindexed, until it expires.
-            hashbrown::hash_table::Entry::Occupied(mut earlier) => *earlier.get_mut() = number,
-            hashbrown::hash_table::Entry::Vacant(vacant) => {
-                vacant.insert(number);
-            }
-        }
+        let number = self.end() as u32;
+        let hash = hash.short();
+        self.held.push_back(Held { key, record, hash });
+        let (held, popped) = (&self.held, self.popped as u32);
+        let key = &*held.back().expect("just queued").key;
+        let is_key = |n: u32| *held[n.wrapping_sub(popped) as usize].key == *key;
+        self.index.index((hash, number), is_key, |_| false);
     }
 
     /// Forgets the records older than the retention at `now_ms`; returns how many it dropped
@@ -183,10 +172,7 @@ impl IdempotencyCache {
             if oldest.record.created_at_ms + self.retention_ms > now_ms {
                 break;
             }
-            let number = self.popped;
-            if let Ok(indexed) = self.index.find_entry(oldest.hash.0, |&n| n == number) {
-                indexed.remove();
-            }
+            self.index.expire(oldest.hash, self.popped as u32);
             self.held.pop_front();
             self.popped += 1;
             dropped += 1;
@@ -194,9 +180,7 @@ impl IdempotencyCache {
         if self.held.capacity() > 2 * self.held.len() + 1024 {
             // After a burst of keys has expired, hand the room back.
             self.held.shrink_to(self.held.len() * 3 / 2);
-            let (held, popped) = (&self.held, self.popped);
-            self.index
-                .shrink_to(0, |&n| held[(n - popped) as usize].hash.0);
+            self.index.shrink();
         }
         dropped
     }
@@ -490,9 +474,9 @@ mod tests {
     fn keys_of_one_hash_stay_apart() {
         let same = KeyHash(7);
         let mut cache = IdempotencyCache::new(1000);
-        cache.insert_hashed(same, "a", record("c", 1, 0), 0);
-        cache.insert_hashed(same, "b", record("c", 2, 0), 0);
-        cache.insert_hashed(same, "a", record("c", 3, 0), 0);
+        cache.insert_hashed(same, "a".into(), record("c", 1, 0), 0);
+        cache.insert_hashed(same, "b".into(), record("c", 2, 0), 0);
+        cache.insert_hashed(same, "a".into(), record("c", 3, 0), 0);
         assert_eq!(cache.len(), 2);
         assert!(asks_for(
             cache.get_hashed(same, "a").unwrap(),

@@ -7,8 +7,9 @@
 //! - [`replication`]: what the commit loop hands its durable groups to in `replicated`
 //!   durability, to be answered once a peer holds them.
 //! - [`slot_table`]: the committed state of the own slot, in memory; reads are served from it.
-//! - [`idempotency`]: the `Idempotency-Key` records a retry is answered from, and
-//!   [`key_scope`]: whose a key is.
+//! - [`idempotency`]: the `Idempotency-Key` records a retry is answered from, found through
+//!   [`key_index`]; [`key_scope`]: whose a key is.
+//! - [`key_blocks`]: the keys of each group as the log encoded them, on their way to the store.
 //! - [`budget`]: the bytes of state held, against their bounds.
 //! - [`hot`]: the counts of writes per counter that spread a hot counter over more slots.
 //! - [`checkpoint`]: the worker that folds closed log segments into the [`store`] (redb).
@@ -18,6 +19,8 @@ pub mod checkpoint;
 pub mod commit;
 pub(crate) mod hot;
 pub(crate) mod idempotency;
+pub(crate) mod key_blocks;
+pub(crate) mod key_index;
 pub mod key_scope;
 pub(crate) mod replication;
 pub mod slot_table;

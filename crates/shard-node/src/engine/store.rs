@@ -11,24 +11,24 @@ use redb::{
     TableDefinition, TableHandle,
 };
 
+use crate::engine::key_blocks::{KeyBlocks, decode_block};
 use crate::error::StorageError;
 use crate::storage::Disk;
 
 const SLOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("slot_records");
 const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descriptions");
-/// Idempotency keys in blocks: each row holds up to [`KEYS_PER_BLOCK`] keys of one checkpoint,
-/// the postcard encoding of their `(key, record)` list, keyed `(newest created_at_ms in the
-/// block, sequence)`. Keys are never looked up here, only read back whole at startup, so a
-/// checkpoint inserts one row per block rather than one per key. A block is deleted once its
+/// Idempotency keys in blocks: each row holds about
+/// [`KEYS_PER_BLOCK`](crate::engine::key_blocks::KEYS_PER_BLOCK) keys of one checkpoint,
+/// as the log encoded them (postcard `(key, record)` lists one after another:
+/// [`crate::engine::key_blocks`]), keyed `(newest created_at_ms in the block, sequence)`.
+/// Keys are never looked up here, only read back whole at startup, so a checkpoint inserts
+/// one row per block rather than one per key. A block is deleted once its
 /// newest key has expired: its older keys linger until then, and startup drops them by time.
 const KEY_BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("idempotency_blocks");
 /// Idempotency records one row each, by `(created_at_ms, key)`: the layout of data directories
 /// written before [`KEY_BLOCKS`]. Still read and expired so that such a directory loses no key,
 /// never written, and deleted once empty.
 const KEYS_BY_AGE: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("idempotency_by_age");
-/// The most keys one block holds, so that a large checkpoint (one retried after failures) is
-/// not encoded into a single huge value.
-const KEYS_PER_BLOCK: usize = 65_536;
 /// Calls `each` with the key and the bytes of every row of `table`, in key order.
 fn each_row<K: Key + 'static>(
     txn: &ReadTransaction,
@@ -54,7 +54,7 @@ pub struct Checkpoint {
     /// Counters created since the previous checkpoint.
     pub descriptions: Vec<VersionedDescription>,
     /// Idempotency keys recorded since the previous checkpoint.
-    pub idempotency_added: Vec<(Box<str>, IdempotencyRecord)>,
+    pub idempotency_added: KeyBlocks,
     /// Every idempotency record created before this time (unix ms) has expired.
     pub idempotency_expired_before_ms: Option<u64>,
     /// The newest log segment whose records this checkpoint holds.
@@ -113,7 +113,7 @@ impl Checkpoint {
             self.rows.mark(row as usize);
         }
         self.descriptions.extend(later.descriptions);
-        self.idempotency_added.extend(later.idempotency_added);
+        self.idempotency_added.absorb(later.idempotency_added);
         self.idempotency_expired_before_ms = self
             .idempotency_expired_before_ms
             .max(later.idempotency_expired_before_ms);
@@ -212,11 +212,7 @@ impl Store {
                 Ok(())
             })?;
         }
-        each_row(&txn, KEY_BLOCKS, |_, bytes| {
-            let block: Vec<(Box<str>, IdempotencyRecord)> = postcard::from_bytes(bytes)?;
-            keys.extend(block);
-            Ok(())
-        })?;
+        each_row(&txn, KEY_BLOCKS, |_, bytes| Ok(decode_block(bytes, keys)?))?;
         // The order one row per key gave: by age, then by key. A key written by a checkpoint
         // whose log segments outlived it (their deletion failed) comes back in a later block;
         // it is listed once, its latest copy.
@@ -282,9 +278,8 @@ impl Store {
                     .retain_in(..(before, 0), |_, _| false)
                     .map_err(store_error)?;
             }
-            for block in checkpoint.idempotency_added.chunks(KEYS_PER_BLOCK) {
-                let newest = block.iter().map(|(_, record)| record.created_at_ms).max();
-                let newest = newest.expect("chunks are not empty");
+            for block in checkpoint.idempotency_added.blocks() {
+                let newest = block.newest_ms;
                 // Blocks of the same newest time are told apart by one more than the highest
                 // sequence among them.
                 let sequence = match blocks
@@ -295,7 +290,7 @@ impl Store {
                     Some(row) => row.map_err(store_error)?.0.value().1 + 1,
                     None => 0,
                 };
-                let bytes = postcard::to_allocvec(block)?;
+                let bytes = &block.bytes;
                 blocks
                     .insert((newest, sequence), bytes.as_slice())
                     .map_err(store_error)?;
@@ -325,6 +320,7 @@ impl Store {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::engine::key_blocks::KEYS_PER_BLOCK;
     use crate::storage::OsDisk;
     use geocount_model::SlotState;
 
@@ -348,13 +344,17 @@ pub(crate) mod tests {
     }
 
     fn added(keys: &[(&str, u64)]) -> Checkpoint {
-        Checkpoint {
-            idempotency_added: keys
-                .iter()
-                .map(|&(key, at)| (key.into(), record(at)))
-                .collect(),
-            ..Checkpoint::default()
-        }
+        let keys: Vec<_> = keys
+            .iter()
+            .map(|&(key, at)| (key.into(), record(at)))
+            .collect();
+        adding(&keys)
+    }
+
+    fn adding(keys: &[(Box<str>, IdempotencyRecord)]) -> Checkpoint {
+        let mut checkpoint = Checkpoint::default();
+        checkpoint.idempotency_added.push(keys);
+        checkpoint
     }
 
     fn expiring(before: u64) -> Checkpoint {
@@ -446,9 +446,9 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&OsDisk, &dir.path().join(STORE_FILE)).unwrap();
         store.write(&added(&[("k", 100)]), &NoRows).unwrap();
-        let mut again = added(&[("k", 100), ("j", 100)]);
-        again.idempotency_added[0].1.delta = 7;
-        store.write(&again, &NoRows).unwrap();
+        let mut again = vec![("k".into(), record(100)), ("j".into(), record(100))];
+        again[0].1.delta = 7;
+        store.write(&adding(&again), &NoRows).unwrap();
         let stored = store.load().unwrap().idempotency;
         let deltas: Vec<_> = stored
             .iter()
@@ -464,14 +464,12 @@ pub(crate) mod tests {
         let store = Store::open(&OsDisk, &dir.path().join(STORE_FILE)).unwrap();
         let count = KEYS_PER_BLOCK + 10;
         let names: Vec<String> = (0..count).map(|i| format!("{i:08}")).collect();
-        let checkpoint = Checkpoint {
-            idempotency_added: names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| (name.as_str().into(), record(i as u64)))
-                .collect(),
-            ..Checkpoint::default()
-        };
+        let added: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.as_str().into(), record(i as u64)))
+            .collect();
+        let checkpoint = adding(&added);
         store.write(&checkpoint, &NoRows).unwrap();
         assert_eq!(block_rows(&store), 2);
         assert_eq!(keys(&store).len(), count);

@@ -71,6 +71,12 @@ pub struct Wal {
     /// failed in this segment).
     reserved: u64,
     buffer: Vec<u8>,
+    /// Where the last appended record's idempotency keys start in `buffer`.
+    keys_at: usize,
+    /// Bytes of this segment's records that are idempotency keys, up to `len` and to
+    /// `synced_len`.
+    key_bytes: u64,
+    synced_key_bytes: u64,
     fsync_failed: bool,
 }
 
@@ -384,6 +390,9 @@ impl Wal {
             synced_len: len,
             reserved: len,
             buffer: Vec::with_capacity(64 * 1024),
+            keys_at: HEADER_BYTES,
+            key_bytes: 0,
+            synced_key_bytes: 0,
             fsync_failed: false,
         };
         wal.reserve_for(0);
@@ -412,7 +421,11 @@ impl Wal {
     pub fn append(&mut self, record: &LogRecord) -> Result<(), StorageError> {
         self.buffer.clear();
         self.buffer.extend_from_slice(&[0; HEADER_BYTES]);
-        postcard::to_io(record, &mut self.buffer)?;
+        // A record's fields one after another, as postcard encodes the record: where its keys
+        // start is then known.
+        postcard::to_io(&(&record.slots, &record.descriptions), &mut self.buffer)?;
+        self.keys_at = self.buffer.len();
+        postcard::to_io(&record.idempotency, &mut self.buffer)?;
         let payload_len = self.buffer.len() - HEADER_BYTES;
         let len = u32::try_from(payload_len).map_err(|_| {
             StorageError::io(
@@ -429,12 +442,19 @@ impl Wal {
             return Err(StorageError::io(self.context("appending to"), e));
         }
         self.len += self.buffer.len() as u64;
+        self.key_bytes += (self.buffer.len() - self.keys_at) as u64;
         Ok(())
     }
 
     /// The encoded record the last successful [`Wal::append`] wrote, without its header.
     pub fn last_payload(&self) -> &[u8] {
         &self.buffer[HEADER_BYTES..]
+    }
+
+    /// The encoded idempotency keys of the record the last successful [`Wal::append`] wrote:
+    /// a postcard `Vec<(Box<str>, IdempotencyRecord)>`.
+    pub fn last_keys(&self) -> &[u8] {
+        &self.buffer[self.keys_at..]
     }
 
     /// Makes every appended record durable. On failure, cuts back the records appended since the
@@ -446,10 +466,12 @@ impl Wal {
         if let Err(e) = self.file.sync_data() {
             self.fsync_failed = true;
             self.len = self.synced_len;
+            self.key_bytes = self.synced_key_bytes;
             self.cut_back();
             return Err(StorageError::io(self.context("syncing"), e));
         }
         self.synced_len = self.len;
+        self.synced_key_bytes = self.key_bytes;
         Ok(())
     }
 
@@ -461,6 +483,7 @@ impl Wal {
             return Err(StorageError::io(self.context("syncing"), e));
         }
         self.synced_len = self.len;
+        self.synced_key_bytes = self.key_bytes;
         Ok(())
     }
 
@@ -490,6 +513,11 @@ impl Wal {
     /// Bytes in the open segment.
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Bytes in the open segment that are idempotency keys (appended since it was opened).
+    pub fn key_bytes(&self) -> u64 {
+        self.key_bytes
     }
 
     /// Whether the open segment is empty.

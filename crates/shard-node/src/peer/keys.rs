@@ -13,7 +13,8 @@ use std::hash::BuildHasher;
 use foldhash::fast::RandomState;
 use geocount_model::IdempotencyRecord;
 use geocount_model::wire::{Cursor, KeyPage};
-use hashbrown::HashTable;
+
+use crate::engine::key_index::KeyIndex;
 
 /// The keys of one peer slot held here, with their reach.
 ///
@@ -28,10 +29,8 @@ pub struct PeerKeys {
     held: VecDeque<(Box<str>, IdempotencyRecord)>,
     /// How many records were ever taken off the front.
     popped: u64,
-    /// Each key's latest record and the key's [`PeerKeys::hash`]. The record goes by the low
-    /// 32 bits of its number: fewer than 2^32 records are ever held at once, so those bits
-    /// name one.
-    index: HashTable<Indexed>,
+    /// Each key's latest record, by the key's [`PeerKeys::hash`].
+    index: KeyIndex,
     /// Hashes keys for `index`: seeded per process, as the peer's clients pick the keys.
     hasher: RandomState,
     retention_ms: u64,
@@ -43,26 +42,6 @@ pub struct PeerKeys {
     persisted_through: u64,
     /// The reach the key file holds.
     persisted_reach: u64,
-}
-
-/// A key in the index: its latest record's number (low 32 bits) and its hash, kept so that
-/// growing the index reads no key.
-#[derive(Debug, Clone, Copy)]
-struct Indexed {
-    number: u32,
-    hash: u32,
-}
-
-impl Indexed {
-    /// The hash the index files it by, from the kept 32 bits: they are its bucket bits and
-    /// its tag bits alike.
-    fn spread(self) -> u64 {
-        spread(self.hash)
-    }
-}
-
-fn spread(hash: u32) -> u64 {
-    u64::from(hash) << 32 | u64::from(hash)
 }
 
 /// What the key file lacks of a copy: the records it has not got, and the current reach.
@@ -82,7 +61,7 @@ impl PeerKeys {
         Self {
             held: VecDeque::new(),
             popped: 0,
-            index: HashTable::new(),
+            index: KeyIndex::default(),
             hasher: RandomState::default(),
             retention_ms,
             reach: 0,
@@ -143,21 +122,9 @@ impl PeerKeys {
         let (held, popped) = (&self.held, self.popped);
         let at = |number: u32| &held[number.wrapping_sub(popped as u32) as usize];
         let number = self.end() as u32;
-        match self.index.entry(
-            spread(hash),
-            |earlier| earlier.hash == hash && *at(earlier.number).0 == *key,
-            |other| other.spread(),
-        ) {
-            hashbrown::hash_table::Entry::Occupied(mut earlier) => {
-                if at(earlier.get().number).1 == record {
-                    return;
-                }
-                // The earlier record stays queued, unindexed, until it expires.
-                earlier.get_mut().number = number;
-            }
-            hashbrown::hash_table::Entry::Vacant(vacant) => {
-                vacant.insert(Indexed { number, hash });
-            }
+        let is_key = |n: u32| *at(n).0 == *key;
+        if !(self.index).index((hash, number), is_key, |earlier| at(earlier).1 == record) {
+            return;
         }
         // A decoded key's capacity is its length: boxing it keeps its bytes where they are.
         self.held.push_back((key.into_boxed_str(), record));
@@ -176,18 +143,14 @@ impl PeerKeys {
             if oldest.created_at_ms + self.retention_ms > now_ms {
                 break;
             }
-            let number = self.popped as u32;
-            let hash = spread(self.hash(key));
-            if let Ok(indexed) = self.index.find_entry(hash, |n| n.number == number) {
-                indexed.remove();
-            }
+            self.index.expire(self.hash(key), self.popped as u32);
             self.held.pop_front();
             self.popped += 1;
         }
         if self.held.capacity() > 2 * self.held.len() + 1024 {
             // After a burst of keys has expired, hand the room back.
             self.held.shrink_to(self.held.len() * 3 / 2);
-            self.index.shrink_to(0, |n| n.spread());
+            self.index.shrink();
         }
     }
 

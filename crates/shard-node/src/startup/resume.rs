@@ -9,7 +9,7 @@ use geocount_sync::DescriptionTable;
 
 use crate::config::RestoreMode;
 use crate::engine::commit::LogState;
-use crate::engine::idempotency::IdempotencyCache;
+use crate::engine::idempotency::{IdempotencyCache, KeyHash};
 use crate::engine::slot_table::SlotTable;
 use crate::engine::store::{Checkpoint, Store};
 use crate::error::StorageError;
@@ -94,9 +94,9 @@ pub fn resume(
             descriptions.merge(description.clone());
             pending.descriptions.push(description);
         }
+        pending.idempotency_added.push(&record.idempotency);
         for (key, entry) in record.idempotency {
-            idempotency.insert(&key, entry.clone(), now_ms);
-            pending.idempotency_added.push((key, entry));
+            idempotency.insert_hashed(KeyHash::of(&key), key, entry, now_ms);
         }
     })?;
     let last_version = table.max_version();
@@ -150,13 +150,11 @@ mod tests {
 
         // One block: its older key is past retention, its newest is not.
         let store = Store::open(&OsDisk, &dir.path().join(STORE_FILE)).unwrap();
-        let checkpoint = Checkpoint {
-            idempotency_added: vec![
-                ("expired".into(), record(now_ms - retention_ms)),
-                ("kept".into(), record(now_ms - retention_ms + 1)),
-            ],
-            ..Checkpoint::default()
-        };
+        let mut checkpoint = Checkpoint::default();
+        checkpoint.idempotency_added.push(&[
+            ("expired".into(), record(now_ms - retention_ms)),
+            ("kept".into(), record(now_ms - retention_ms + 1)),
+        ]);
         store.write(&checkpoint, &NoRows).unwrap();
         store.close().unwrap();
 

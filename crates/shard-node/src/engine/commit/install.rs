@@ -13,6 +13,13 @@ use crate::engine::idempotency::KeyHash;
 use crate::engine::wal::LogRecord;
 use crate::error::StorageError;
 
+/// How many times `checkpoint_log_bytes` the whole log, idempotency keys included, may reach
+/// before a checkpoint. Keys do not count toward `checkpoint_log_bytes` itself: a restart
+/// loads them as fast from the log as from the store, so they do not lengthen its replay the
+/// way counters' changes do, and checkpointing every counter row again as often as keys fill
+/// the log would cost a keyed write several times what its key does.
+const LOG_BYTES_WITH_KEYS: u64 = 4;
+
 /// What installing a durable group does besides taking in its log record.
 pub(super) struct GroupChanges {
     /// How the row of each of the record's counters changes, in the same order.
@@ -20,6 +27,9 @@ pub(super) struct GroupChanges {
     /// The hash of each of the record's idempotency keys, in the same order (worked out when
     /// staged).
     pub(super) key_hashes: Vec<KeyHash>,
+    /// The record's keys as the log encoded them (set once the record is durable), for the
+    /// checkpoint.
+    pub(super) encoded_keys: Vec<u8>,
 }
 
 /// What installing a durable group does to one counter's row.
@@ -58,9 +68,19 @@ impl CommitLoop {
             // keys of every version it read.
             let mut keys = self.idempotency.write().expect("idempotency lock");
             debug_assert_eq!(changes.key_hashes.len(), record.idempotency.len());
+            let count = record.idempotency.len();
+            let newest = record
+                .idempotency
+                .iter()
+                .map(|(_, r)| r.created_at_ms)
+                .max();
+            (self.pending.idempotency_added).push_encoded(
+                &changes.encoded_keys,
+                count,
+                newest.unwrap_or_default(),
+            );
             for ((key, entry), hash) in record.idempotency.into_iter().zip(changes.key_hashes) {
-                keys.insert_hashed(hash, &key, entry.clone(), now_ms);
-                self.pending.idempotency_added.push((key, entry));
+                keys.insert_hashed(hash, key, entry, now_ms);
             }
             keys.reached(self.last_version);
         }
@@ -122,7 +142,11 @@ impl CommitLoop {
             return;
         }
         let settings = &self.shared.settings;
-        let big = self.wal.len() >= settings.checkpoint_log_bytes;
+        let big = log_is_big(
+            self.wal.len(),
+            self.wal.key_bytes(),
+            settings.checkpoint_log_bytes,
+        );
         let old = now_ms.saturating_sub(self.last_checkpoint_ms) >= settings.checkpoint_interval_ms;
         if big || old {
             self.start_checkpoint(now_ms);
@@ -143,5 +167,25 @@ impl CommitLoop {
                 self.fence_if_fsync_failed(&error);
             }
         }
+    }
+}
+
+/// Whether a log of `len` bytes, `key_bytes` of them idempotency keys, is due a checkpoint
+/// under `checkpoint_log_bytes`.
+fn log_is_big(len: u64, key_bytes: u64, checkpoint_log_bytes: u64) -> bool {
+    len - key_bytes >= checkpoint_log_bytes || len >= LOG_BYTES_WITH_KEYS * checkpoint_log_bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_count_toward_the_log_size_only_past_four_times_it() {
+        assert!(!log_is_big(1_000, 0, 2_000));
+        assert!(log_is_big(2_000, 0, 2_000), "changes alone");
+        assert!(!log_is_big(7_999, 7_000, 2_000), "mostly keys, under 4x");
+        assert!(log_is_big(3_000, 900, 2_000), "the changes pass it");
+        assert!(log_is_big(8_000, 7_999, 2_000), "keys: 4x");
     }
 }

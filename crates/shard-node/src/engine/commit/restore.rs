@@ -5,6 +5,7 @@ use geocount_model::{CounterId, IdempotencyRecord, SlotRecord};
 
 use super::CommitLoop;
 use crate::engine::budget::row_bytes;
+use crate::engine::idempotency::KeyHash;
 use crate::engine::wal::LogRecord;
 use crate::error::StorageError;
 
@@ -57,9 +58,9 @@ impl CommitLoop {
         self.wal.sync()?;
         let now_ms = self.shared.clock.now_unix_ms();
         let mut held = self.idempotency.write().expect("idempotency lock");
+        self.pending.idempotency_added.push(&record.idempotency);
         for (key, entry) in record.idempotency {
-            held.insert(&key, entry.clone(), now_ms);
-            self.pending.idempotency_added.push((key, entry));
+            held.insert_hashed(KeyHash::of(&key), key, entry, now_ms);
         }
         held.set_unknown_until(unknown_until_ms);
         // Every key the restore could find is here: while some may be missing

@@ -392,3 +392,43 @@ fn empty_directory_replays_nothing() {
         0
     );
 }
+
+/// A record is written as postcard encodes it whole; its keys' bytes are known apart, and
+/// counted until the segment closes.
+#[test]
+fn the_keys_of_a_record_are_counted_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut wal = create(dir.path(), 1);
+    let mut keyed = record("a", 1, 1);
+    keyed.idempotency = (0..3)
+        .map(|n| {
+            let entry = geocount_model::IdempotencyRecord {
+                counter: CounterId::new("a").unwrap(),
+                delta: 1,
+                item: None,
+                outcome: geocount_model::SlotState {
+                    value: n,
+                    version: 1,
+                },
+                created_at_ms: 5,
+            };
+            (format!("key-{n}").into_boxed_str(), entry)
+        })
+        .collect();
+    wal.append(&record("b", 2, 2)).unwrap();
+    assert_eq!(wal.key_bytes(), 1, "an empty key list is one byte");
+    wal.append(&keyed).unwrap();
+    assert_eq!(wal.last_payload(), postcard::to_allocvec(&keyed).unwrap());
+    assert_eq!(
+        wal.last_keys(),
+        postcard::to_allocvec(&keyed.idempotency).unwrap()
+    );
+    assert_eq!(wal.key_bytes(), 1 + wal.last_keys().len() as u64);
+    wal.sync().unwrap();
+    assert_eq!(
+        replay_all(dir.path()).unwrap(),
+        vec![record("b", 2, 2), keyed]
+    );
+    wal.rotate().unwrap();
+    assert_eq!(wal.key_bytes(), 0);
+}
