@@ -115,17 +115,30 @@ pub fn page_where<T: Journaled>(
     limit: usize,
     keep: impl Fn(&T::Item) -> bool,
 ) -> (Vec<T::Item>, Cursor, bool) {
-    // Appends entry `index`'s items if kept; what it counts against the limit.
-    let take = |index: usize, items: &mut Vec<T::Item>| {
+    let mut items = Vec::new();
+    let (next, caught_up) = walk(table, journal, cursor, limit, |index| {
         let before = items.len();
-        table.items(index, items);
+        table.items(index, &mut items);
         if items[before..].iter().all(&keep) {
             table.weight(index)
         } else {
             items.truncate(before);
             1
         }
-    };
+    });
+    (items, next, caught_up)
+}
+
+/// Walks the entries of `table` changed since `cursor`, handing each index to `take`, which
+/// says what it counts against `limit` (at least one entry is taken); returns the cursor to
+/// ask from next and whether that reaches the newest change.
+pub fn walk<T: Journaled>(
+    table: &T,
+    journal: &ChangeJournal,
+    cursor: Cursor,
+    limit: usize,
+    mut take: impl FnMut(usize) -> usize,
+) -> (Cursor, bool) {
     let epoch = journal.epoch;
     let limit = limit.max(1);
     let full_copy = Cursor::Scan {
@@ -142,7 +155,6 @@ pub fn page_where<T: Journaled>(
         Cursor::Scan { epoch: e, .. } if e == epoch => cursor,
         _ => full_copy,
     };
-    let mut items = Vec::new();
     match cursor {
         Cursor::Scan {
             resume_seq,
@@ -152,7 +164,7 @@ pub fn page_where<T: Journaled>(
             let start = next_index as usize;
             let (mut end, mut weight) = (start, 0);
             while table.latest_seq(end).is_some() && weight < limit {
-                weight += take(end, &mut items);
+                weight += take(end);
                 end += 1;
             }
             let next = if table.latest_seq(end).is_none() {
@@ -169,7 +181,7 @@ pub fn page_where<T: Journaled>(
             };
             // Caught up only if nothing changed since the copy began.
             let caught_up = matches!(next, Cursor::Seq { seq, .. } if seq == journal.seq);
-            (items, next, caught_up)
+            (next, caught_up)
         }
         Cursor::Seq { seq, .. } => {
             let first = journal.first_seq();
@@ -179,16 +191,15 @@ pub fn page_where<T: Journaled>(
             let mut last = seq;
             for (change, &index) in (first + start as u64..).zip(journal.log.range(start..)) {
                 if sent >= limit {
-                    return (items, Cursor::Seq { epoch, seq: last }, false);
+                    return (Cursor::Seq { epoch, seq: last }, false);
                 }
                 last = change;
                 // Only at the entry's latest change, so each entry goes once.
                 if table.latest_seq(index as usize) == Some(change) {
-                    sent += take(index as usize, &mut items);
+                    sent += take(index as usize);
                 }
             }
             (
-                items,
                 Cursor::Seq {
                     epoch,
                     seq: journal.seq,

@@ -11,6 +11,8 @@
 //! - [`slot_copies`]: copies of many slots of many counters ([`SlotCopies`]), as aggregators and
 //!   peers hold them.
 //! - [`descriptions`]: versioned counter descriptions ([`DescriptionTable`]).
+//! - [`encoded`]: slot pages assembled from entries encoded once for every puller
+//!   ([`encoded_slot_page`], [`encode_sync_page`]).
 //! - [`serve`]: answering `POST /sync` and `GET /slots/{slot}/copy` ([`answer_sync`]).
 //! - [`incarnations`]: telling when two processes serve one slot at once ([`SlotIncarnations`]),
 //!   each known by its incarnation and start nonce ([`SlotProcess`]).
@@ -24,6 +26,7 @@
 
 pub mod byte_bound;
 pub mod descriptions;
+pub mod encoded;
 pub mod error;
 pub mod incarnations;
 pub mod journal;
@@ -33,13 +36,17 @@ pub mod slot_copies;
 
 pub use byte_bound::ByteBound;
 pub use descriptions::DescriptionTable;
+pub use encoded::{
+    EncodeItems, EncodedEntries, EncodedRows, SlotEntryRef, encode_sync_page, encoded_slot_page,
+};
 pub use error::SyncError;
 pub use incarnations::{
     Conflict, SlotIncarnations, SlotProcess, incarnation_made_at_ms, new_incarnation,
 };
-pub use journal::{ChangeJournal, Journaled, copy_range, page, page_where};
+pub use journal::{ChangeJournal, Journaled, copy_range, page, page_where, walk};
 pub use puller::{PullSink, SourceStatus, spawn_puller, worst_staleness};
 pub use serve::{
-    MAX_SYNC_REQUEST_BYTES, answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query,
+    MAX_SYNC_REQUEST_BYTES, answer_key_copy, answer_slot_copy, answer_sync, answer_sync_encoded,
+    parse_copy_query,
 };
 pub use slot_copies::{PageFence, PageMerge, SlotCopies, record_weight, slot_page};

@@ -7,6 +7,8 @@ use geocount_model::wire::{KeyCopy, POSTCARD_CONTENT_TYPE, SlotCopy, SyncPage, S
 use geocount_net::{HttpError, Response, bytes_response, error_response};
 use hyper::StatusCode;
 
+use crate::encoded::{EncodedEntries, encode_sync_page};
+
 /// The largest `POST /sync` body read (a request is a few bytes).
 pub const MAX_SYNC_REQUEST_BYTES: usize = 64 * 1024;
 
@@ -16,6 +18,15 @@ pub const MAX_SYNC_REQUEST_BYTES: usize = 64 * 1024;
 pub fn answer_sync(
     body: &[u8],
     build: impl FnOnce(&SyncRequest) -> Result<SyncPage, AccessError>,
+) -> Response {
+    answer_sync_encoded(body, |request| build(request).map(|page| (page, None)))
+}
+
+/// Like [`answer_sync`], with the page's slot entries already encoded
+/// ([`encode_sync_page`]) when `build` hands them beside the page.
+pub fn answer_sync_encoded(
+    body: &[u8],
+    build: impl FnOnce(&SyncRequest) -> Result<(SyncPage, Option<EncodedEntries>), AccessError>,
 ) -> Response {
     let request: SyncRequest = match postcard::from_bytes(body) {
         Ok(request) => request,
@@ -27,7 +38,7 @@ pub fn answer_sync(
         }
     };
     match build(&request) {
-        Ok(page) => postcard_response(&page),
+        Ok((page, entries)) => encoded_response(encode_sync_page(&page, entries.as_ref())),
         Err(refusal) => refusal.to_response(),
     }
 }
@@ -74,7 +85,11 @@ pub fn parse_copy_query(
 }
 
 fn postcard_response(value: &impl serde::Serialize) -> Response {
-    match postcard::to_allocvec(value) {
+    encoded_response(postcard::to_allocvec(value))
+}
+
+fn encoded_response(encoded: postcard::Result<Vec<u8>>) -> Response {
+    match encoded {
         Ok(bytes) => bytes_response(StatusCode::OK, POSTCARD_CONTENT_TYPE, bytes.into()),
         Err(e) => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,

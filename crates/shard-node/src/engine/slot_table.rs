@@ -6,7 +6,9 @@ use std::sync::{Arc, RwLock};
 
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
 use geocount_model::{CounterId, IdTable, Partitions, SlotRecord, SlotState, Window, WindowChange};
-use geocount_sync::{ChangeJournal, Journaled};
+use geocount_sync::{
+    ChangeJournal, EncodeItems, EncodedEntries, EncodedRows, Journaled, SlotEntryRef,
+};
 
 use crate::engine::store::RowSource;
 
@@ -24,6 +26,8 @@ struct Row {
 pub struct SlotTable {
     rows: IdTable<Row>,
     journal: ChangeJournal,
+    /// The recently changed rows' encodings, made at the first pull for every puller.
+    encoded: EncodedRows,
 }
 
 impl SlotTable {
@@ -203,6 +207,27 @@ impl SlotTable {
         let names = vec![slot_name.to_owned()];
         geocount_sync::slot_page(self, &self.journal, names, cursor, limit, partitions)
     }
+
+    /// [`page`](Self::page) with its entries encoded (each changed row once for every puller),
+    /// for [`geocount_sync::encode_sync_page`]; the page's own entry list is empty.
+    pub fn encoded_page(
+        &self,
+        slot_name: &str,
+        cursor: Cursor,
+        limit: usize,
+        partitions: Option<&Partitions>,
+    ) -> (SlotPage, EncodedEntries) {
+        let names = vec![slot_name.to_owned()];
+        geocount_sync::encoded_slot_page(
+            self,
+            &self.journal,
+            &self.encoded,
+            names,
+            cursor,
+            limit,
+            partitions,
+        )
+    }
 }
 
 impl Journaled for SlotTable {
@@ -226,12 +251,96 @@ impl Journaled for SlotTable {
     }
 }
 
+impl EncodeItems for SlotTable {
+    fn id(&self, index: usize) -> &str {
+        self.row(index).0
+    }
+
+    fn encode_items(&self, index: usize, out: &mut Vec<u8>) -> usize {
+        let (id, record) = self.row(index);
+        // The page names the own slot alone, at index 0.
+        SlotEntryRef {
+            slot: 0,
+            id,
+            record,
+        }
+        .encode_into(out);
+        1
+    }
+}
+
 impl RowSource for RwLock<SlotTable> {
     fn visit_rows(&self, rows: &[u32], each: &mut dyn FnMut(&str, &SlotRecord)) {
         let table = self.read().expect("slot table lock");
         for &row in rows {
             let (id, record) = table.row(row as usize);
             each(id, record);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use geocount_model::wire::SyncPage;
+    use geocount_model::{SlotState, UniqueSketch};
+
+    use super::*;
+
+    /// The encoded page of the own slot is the ordinary page's bytes, filtered alike, whether
+    /// its rows are encoded for this pull or taken from an earlier one.
+    #[test]
+    fn encoded_pages_match_the_cloned_ones() {
+        let mut table = SlotTable::default();
+        for n in 0..40_u64 {
+            let state = SlotState {
+                value: n as i64 * 7,
+                version: n + 1,
+            };
+            let record = if n % 5 == 0 {
+                let mut sketch = UniqueSketch::new();
+                sketch.add(&format!("item-{n}"));
+                SlotRecord::unique(state, Box::new(sketch))
+            } else {
+                let mut window = Window::default();
+                window.record(1_700_000_000 + n, 3, 60).unwrap();
+                SlotRecord::sum(state, window)
+            };
+            table.merge(&CounterId::new(format!("c{n}")).unwrap(), &record);
+        }
+        let half = Partitions {
+            count: 2,
+            held: vec![1],
+        };
+        for partitions in [None, Some(&half)] {
+            let mut cursor = Cursor::Start;
+            for _pull in 0..2 {
+                for limit in [3, 1_000] {
+                    let cloned = table.page("dc/s0", cursor, limit, partitions);
+                    let (page, entries) = table.encoded_page("dc/s0", cursor, limit, partitions);
+                    let around = SyncPage {
+                        source: "dc/s0".into(),
+                        slots: Some(page),
+                        load: 9,
+                        ..SyncPage::default()
+                    };
+                    let whole = SyncPage {
+                        slots: Some(cloned.clone()),
+                        ..around.clone()
+                    };
+                    assert_eq!(
+                        geocount_sync::encode_sync_page(&around, Some(&entries)).unwrap(),
+                        postcard::to_allocvec(&whole).unwrap()
+                    );
+                    cursor = cloned.next;
+                }
+                let id = CounterId::new("c3").unwrap();
+                let newer: SlotRecord = SlotState {
+                    value: 1,
+                    version: 1_000,
+                }
+                .into();
+                table.merge(&id, &newer);
+            }
         }
     }
 }

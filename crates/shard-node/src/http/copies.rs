@@ -4,7 +4,7 @@
 
 use geocount_model::wire::{SlotCopy, SyncPage};
 use geocount_net::{Response, read_body};
-use geocount_sync::{answer_key_copy, answer_slot_copy, answer_sync, parse_copy_query};
+use geocount_sync::{answer_key_copy, answer_slot_copy, answer_sync_encoded, parse_copy_query};
 use hyper::Request;
 use hyper::body::Incoming;
 
@@ -21,12 +21,17 @@ pub async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Respo
     }
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let limit = state.sync.page_entries;
-    Ok(answer_sync(&body, |asked| {
-        Ok(SyncPage {
+    Ok(answer_sync_encoded(&body, |asked| {
+        // Each changed row is encoded once for every puller, not cloned into each page.
+        let mut entries = None;
+        let page = SyncPage {
             source: state.slot_name.clone(),
             slots: asked.slots.map(|cursor| {
                 let table = state.table.read().expect("slot table lock");
-                table.page(&state.slot_name, cursor, limit, asked.partitions.as_ref())
+                let (page, encoded) =
+                    table.encoded_page(&state.slot_name, cursor, limit, asked.partitions.as_ref());
+                entries = Some(encoded);
+                page
             }),
             descriptions: asked.descriptions.map(|cursor| {
                 let descriptions = state.descriptions.read().expect("descriptions lock");
@@ -44,7 +49,8 @@ pub async fn sync(state: &NodeState, request: Request<Incoming>) -> Result<Respo
                     state.clock.now_unix_ms(),
                 )
             }),
-        })
+        };
+        Ok((page, entries))
     }))
 }
 
