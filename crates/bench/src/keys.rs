@@ -3,7 +3,11 @@
 //! datacenter of two shard nodes (`replicated`: each node owns one slot and holds the other's)
 //! and the whole cluster of `config/local.toml`'s shape in `sync` and in `replicated`. Each run
 //! lasts long enough for the shard nodes to checkpoint while it writes (counted from their
-//! metrics); the lone node and the pair also give the resident memory each held key costs.
+//! metrics), with keys kept [`STEADY_RETENTION_SECS`] so that they expire as fast as they
+//! arrive for most of the run, as on a node past its first retention period (flat out with
+//! the default 600 s, a node would reach `max_idempotency_keys` within the run). Then the
+//! lone node and the pair under a paced load with the default retention give the resident
+//! memory each held key costs.
 
 use std::path::Path;
 use std::time::Duration;
@@ -20,6 +24,11 @@ use crate::replicas::{Sample, shard_load};
 use crate::steps::{BATCH_SIZE, COUNTERS, MEMORY_SETTLE, Plan, ZIPF_EXPONENT};
 use crate::topo::{self, Tiers};
 
+/// How long the CPU runs keep keys (`shard.idempotency_retention_secs`).
+pub const STEADY_RETENTION_SECS: u64 = 10;
+/// The memory runs' rate: under `max_idempotency_keys` over the run.
+const MEMORY_RATE: u64 = 100_000;
+
 /// The most a keyed write may cost the shard nodes, in CPU, against a keyless one; and the
 /// most the cluster's shard nodes may spend per keyed write against the lone node's.
 const KEYED_RATIO: f64 = 2.0;
@@ -33,11 +42,18 @@ pub struct KeyLoad {
     pub cpu_per_write: Figure,
     /// Checkpoints the shard nodes wrote while geoctl ran.
     pub checkpoints: Figure,
-    /// The shard nodes' resident memory once the load is over and the allocator settled
-    /// (lone node and pair only).
-    pub resident: Option<Figure>,
-    /// Writes acknowledged.
-    pub acknowledged: Figure,
+    /// Writes refused or of unknown outcome, over the runs.
+    pub not_acknowledged: Figure,
+}
+
+/// What held keys cost in memory: keyed against keyless runs of one setup.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldKeys {
+    /// Resident bytes (every shard node, once the allocator settled), keyed minus keyless,
+    /// per key held.
+    pub bytes_per_key: Figure,
+    /// Keys held at the end of each keyed run (writes acknowledged, all within retention).
+    pub keys: Figure,
 }
 
 /// One setup, keyed and keyless.
@@ -54,6 +70,8 @@ pub struct Keyed {
 pub struct KeysFigures {
     /// How long each `geoctl load` wrote, in seconds.
     pub secs: u64,
+    /// How long the CPU runs kept keys, in seconds.
+    pub retention_secs: u64,
     /// One datacenter of one shard node, `sync`.
     pub lone: Keyed,
     /// One datacenter of two shard nodes, `replicated`.
@@ -62,6 +80,12 @@ pub struct KeysFigures {
     pub cluster_sync: Keyed,
     /// The same in `replicated`.
     pub cluster_replicated: Keyed,
+    /// The memory runs' rate, writes per second.
+    pub memory_rate: u64,
+    /// The lone node's keys, held as owner.
+    pub lone_memory: HeldKeys,
+    /// The pair's keys, each held as owner and as peer.
+    pub pair_memory: HeldKeys,
 }
 
 /// Where a setup's loads run.
@@ -81,18 +105,26 @@ impl Setup {
         }
     }
 
-    fn topology(self, data: &Path, shape: &Topology) -> anyhow::Result<String> {
-        match self {
+    /// Its topology, keeping keys `retention_secs` (`None`: the default).
+    fn topology(
+        self,
+        data: &Path,
+        shape: &Topology,
+        retention_secs: Option<u64>,
+    ) -> anyhow::Result<String> {
+        let text = match self {
             Setup::Lone => topo::bench_datacenter(data, 1, Durability::Sync),
             Setup::Pair => topo::bench_datacenter(data, 2, Durability::Replicated),
             Setup::Cluster(mode) => topo::same_shape_with(shape, data, Tiers::ONE, mode),
-        }
-    }
-
-    /// Whether resident memory per key is read: only where every node holds one slot's keys
-    /// as owner and (in the pair) the other's as peer, so the difference is the keys'.
-    fn reads_memory(self) -> bool {
-        matches!(self, Setup::Lone | Setup::Pair)
+        }?;
+        Ok(match retention_secs {
+            Some(secs) => text.replacen(
+                "[shard]\n",
+                &format!("[shard]\nidempotency_retention_secs = {secs}\n"),
+                1,
+            ),
+            None => text,
+        })
     }
 }
 
@@ -107,6 +139,21 @@ pub async fn keys(
         secs: plan.keys_secs,
         ..plan.clone()
     };
+    let runs = |setup: Setup, rate: u64| {
+        let load_plan = &load_plan;
+        async move {
+            let mut samples = [Vec::new(), Vec::new()];
+            for round in 0..plan.repeats {
+                for (n, keyed) in [false, true].into_iter().enumerate() {
+                    let name = format!("keys-{}-{rate}-{round}-{n}", setup.name());
+                    let run_dir = dir.join(name.replace([' ', ','], "-"));
+                    let how = Load { setup, keyed, rate };
+                    samples[n].push(run(load_plan, &run_dir, bin_dir, shape, how).await?);
+                }
+            }
+            anyhow::Ok(samples)
+        }
+    };
     let mut setups = Vec::new();
     for setup in [
         Setup::Lone,
@@ -114,26 +161,34 @@ pub async fn keys(
         Setup::Cluster(Durability::Sync),
         Setup::Cluster(Durability::Replicated),
     ] {
-        let mut samples = [Vec::new(), Vec::new()];
-        for round in 0..plan.repeats {
-            for (n, keyed) in [false, true].into_iter().enumerate() {
-                let run_dir = dir.join(format!("keys-{}-{round}-{n}", setup.name()));
-                let sample = run(&load_plan, &run_dir, bin_dir, shape, setup, keyed).await?;
-                samples[n].push(sample);
-            }
-        }
-        let [keyless, keyed] = samples.map(|runs| figures(&runs, setup.reads_memory()));
+        let [keyless, keyed] = runs(setup, 0).await?.map(|runs| figures(&runs));
         setups.push(Keyed { keyed, keyless });
     }
     let [lone, pair, cluster_sync, cluster_replicated] =
         <[Keyed; 4]>::try_from(setups).expect("four setups");
+    let lone_memory = held_keys(&runs(Setup::Lone, MEMORY_RATE).await?);
+    let pair_memory = held_keys(&runs(Setup::Pair, MEMORY_RATE).await?);
     Ok(KeysFigures {
         secs: plan.keys_secs,
+        retention_secs: STEADY_RETENTION_SECS,
         lone,
         pair,
         cluster_sync,
         cluster_replicated,
+        memory_rate: MEMORY_RATE,
+        lone_memory,
+        pair_memory,
     })
+}
+
+/// One load: where, keyed or not, at what rate (0: flat out, keys kept
+/// [`STEADY_RETENTION_SECS`]; otherwise paced, keys kept the default retention, and resident
+/// memory read after).
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    setup: Setup,
+    keyed: bool,
+    rate: u64,
 }
 
 /// One run's sample, checkpoints and resident bytes.
@@ -148,10 +203,10 @@ async fn run(
     run_dir: &Path,
     bin_dir: &Path,
     shape: &Topology,
-    setup: Setup,
-    keyed: bool,
+    Load { setup, keyed, rate }: Load,
 ) -> anyhow::Result<Run> {
-    let text = setup.topology(&run_dir.join("data"), shape)?;
+    let retention = (rate == 0).then_some(STEADY_RETENTION_SECS);
+    let text = setup.topology(&run_dir.join("data"), shape, retention)?;
     let mut running = topo::start(run_dir, &text, bin_dir, |_| true).await?;
     let result = async {
         // The first pulls settle before the load starts.
@@ -164,10 +219,10 @@ async fn run(
         );
         let extra: &[&str] = if keyed { &[] } else { &["--without-keys"] };
         let json = run_dir.join("load.json");
-        let sample = shard_load(plan, bin_dir, &running, (0, extra), &json, &label).await?;
+        let sample = shard_load(plan, bin_dir, &running, (rate, extra), &json, &label).await?;
         let checkpoints = checkpoints(&running).await? - before;
         let mut resident = 0.0;
-        if setup.reads_memory() {
+        if rate > 0 {
             tokio::time::sleep(MEMORY_SETTLE).await;
             for pid in shard_pids(&running) {
                 resident += resident_bytes(pid)? as f64;
@@ -214,19 +269,41 @@ fn checkpoint_count(text: &str) -> Option<f64> {
         .and_then(|value| value.trim().parse().ok())
 }
 
-fn figures(runs: &[Run], memory: bool) -> KeyLoad {
+fn figures(runs: &[Run]) -> KeyLoad {
     let of = |unit, f: &dyn Fn(&Run) -> f64| Figure::new(unit, runs.iter().map(f).collect());
-    let acknowledged = |run: &Run| {
-        (run.sample.report.pointer("/writes/acknowledged"))
-            .and_then(serde_json::Value::as_f64)
-            .unwrap_or(f64::NAN)
-    };
     KeyLoad {
         writes: of(Unit::PerSec, &|r| r.sample.writes_per_sec),
         cpu_per_write: of(Unit::Micros, &|r| r.sample.micros_per_write),
         checkpoints: of(Unit::Count, &|r| r.checkpoints),
-        resident: memory.then(|| of(Unit::Bytes, &|r| r.resident)),
-        acknowledged: of(Unit::Count, &acknowledged),
+        not_acknowledged: Figure::new(
+            Unit::Count,
+            vec![
+                runs.iter()
+                    .map(|r| count(r, "/writes/refused") + count(r, "/writes/unknown"))
+                    .sum(),
+            ],
+        ),
+    }
+}
+
+/// A count from a run's `geoctl load` report (0 when missing).
+fn count(run: &Run, pointer: &str) -> f64 {
+    (run.sample.report.pointer(pointer))
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or_default()
+}
+
+/// Bytes per held key from the paced runs, keyless then keyed.
+fn held_keys([keyless, keyed]: &[Vec<Run>; 2]) -> HeldKeys {
+    let acknowledged = |run: &Run| count(run, "/writes/acknowledged");
+    let bytes_per_key = keyed
+        .iter()
+        .zip(keyless)
+        .map(|(keyed, keyless)| (keyed.resident - keyless.resident) / acknowledged(keyed).max(1.0))
+        .collect();
+    HeldKeys {
+        bytes_per_key: Figure::new(Unit::Bytes, bytes_per_key),
+        keys: Figure::new(Unit::Count, keyed.iter().map(acknowledged).collect()),
     }
 }
 
@@ -234,8 +311,8 @@ fn figures(runs: &[Run], memory: bool) -> KeyLoad {
 /// against the lone node's; resident bytes per held key.
 pub fn rows(rows: &mut Vec<Row>, figures: &KeysFigures) {
     let load = format!(
-        "geoctl load --path batch --batch-size {BATCH_SIZE} --route owner flat out, Zipf {ZIPF_EXPONENT} over {COUNTERS} counters, {} s",
-        figures.secs
+        "geoctl load --path batch --batch-size {BATCH_SIZE} --route owner flat out, Zipf {ZIPF_EXPONENT} over {COUNTERS} counters, {} s, keys kept {} s",
+        figures.secs, figures.retention_secs
     );
     let setups = [
         (Setup::Lone, &figures.lone),
@@ -277,25 +354,11 @@ pub fn rows(rows: &mut Vec<Row>, figures: &KeysFigures) {
             runs.keyed.checkpoints.clone(),
             Some(Goal::AtLeast(1.0)),
         ));
-        if let (Some(keyed), Some(keyless)) = (&runs.keyed.resident, &runs.keyless.resident) {
-            let per_key = Figure::new(
-                Unit::Bytes,
-                (keyed.samples.iter().zip(&keyless.samples))
-                    .zip(&runs.keyed.acknowledged.samples)
-                    .map(|((keyed, keyless), keys)| (keyed - keyless) / keys.max(1.0))
-                    .collect(),
-            );
-            let held = if matches!(setup, Setup::Pair) {
-                "as owner and as peer"
-            } else {
-                "as owner"
-            };
-            rows.push(Row::alone(
-                format!("keys: {name}, resident bytes per held key {held} (keyed minus keyless, over keys held)"),
-                per_key,
-                None,
-            ));
-        }
+        rows.push(Row::alone(
+            format!("keys: {name}, keyed writes refused or of unknown outcome over the runs"),
+            runs.keyed.not_acknowledged.clone(),
+            Some(Goal::Below(1.0)),
+        ));
     }
     rows.push(Row::against(
         "keys: cluster, sync, shard nodes' CPU per keyed write",
@@ -304,6 +367,21 @@ pub fn rows(rows: &mut Vec<Row>, figures: &KeysFigures) {
         figures.lone.keyed.cpu_per_write.clone(),
         Some(Goal::RatioAtMost(KEYED_RATIO)),
     ));
+    for (setup, held, how) in [
+        (Setup::Lone, &figures.lone_memory, "as owner"),
+        (Setup::Pair, &figures.pair_memory, "as owner and as peer"),
+    ] {
+        rows.push(Row::alone(
+            format!(
+                "keys: {}, --rate {} for {} s, default retention: resident bytes per key held {how} (keyed minus keyless)",
+                setup.name(),
+                figures.memory_rate,
+                figures.secs
+            ),
+            held.bytes_per_key.clone(),
+            None,
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@ pub struct ShardMetrics {
     pub commit_seconds: Histogram,
     /// Counters this node holds.
     pub counters_held: Gauge,
+    /// Idempotency keys this node holds of its own slot (against `shard.max_idempotency_keys`).
+    pub idempotency_keys: Gauge,
     /// Bytes of state this node holds, as `shard.max_state_bytes` counts them.
     pub state_bytes: Gauge,
     /// Bytes in the open log segment.
@@ -78,6 +80,7 @@ impl Default for ShardMetrics {
             group_commit_writes: Histogram::new(exponential_buckets(1.0, 4.0, 10)),
             commit_seconds: Histogram::new(exponential_buckets(0.000_02, 2.0, 16)),
             counters_held: Gauge::default(),
+            idempotency_keys: Gauge::default(),
             state_bytes: Gauge::default(),
             log_bytes: Gauge::default(),
             checkpoints: Counter::default(),
@@ -128,6 +131,11 @@ impl Default for ShardMetrics {
             "counters",
             "Counters held by this node",
             metrics.counters_held.clone(),
+        );
+        registry.register(
+            "idempotency_keys",
+            "Idempotency keys held for the own slot (bounded by shard.max_idempotency_keys)",
+            metrics.idempotency_keys.clone(),
         );
         registry.register(
             "state_bytes",

@@ -132,6 +132,8 @@ impl CommitLoop {
             ByteBudget::recovered(&table, &descriptions, &shared.settings)
         };
         shared.metrics.state_bytes.set(budget.held() as i64);
+        let keys = log.idempotency.read().expect("idempotency lock").len();
+        shared.metrics.idempotency_keys.set(keys as i64);
         Self {
             budget,
             wal: log.wal,
@@ -234,6 +236,7 @@ impl CommitLoop {
             let mut keys = self.idempotency.write().expect("idempotency lock");
             if keys.expire(now_ms) > 0 {
                 self.pending.idempotency_expired_before_ms = keys.expired_before(now_ms);
+                (self.shared.metrics.idempotency_keys).set(keys.len() as i64);
             }
         }
 

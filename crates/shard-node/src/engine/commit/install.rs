@@ -83,6 +83,7 @@ impl CommitLoop {
                 keys.insert_hashed(hash, key, entry, now_ms);
             }
             keys.reached(self.last_version);
+            (self.shared.metrics.idempotency_keys).set(keys.len() as i64);
         }
         {
             let mut table = self.shared.table.write().expect("slot table lock");
