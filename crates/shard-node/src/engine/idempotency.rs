@@ -242,7 +242,7 @@ impl IdempotencyCache {
             .iter()
             .skip(skip)
             .take(limit.max(1))
-            .map(|held| (held.key.to_string(), held.record.clone()))
+            .map(|held| (String::from(&*held.key), held.record.clone()))
             .collect();
         let next = start + keys.len() as u64;
         let more = next < self.popped + self.held.len() as u64;

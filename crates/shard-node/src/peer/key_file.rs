@@ -30,16 +30,29 @@ const SLACK_RECORDS: u64 = 1024;
 
 /// One record of a key file.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
 struct KeyFileRecord {
     keys: Vec<(String, IdempotencyRecord)>,
     reach: u64,
 }
 
-/// A [`KeyFileRecord`] to write, borrowing its keys (a slice encodes as the `Vec` decodes).
+/// A [`KeyFileRecord`] to write, borrowing its keys from where they are held.
 #[derive(Serialize)]
-struct KeyFileRecordOf<'a> {
-    keys: &'a [(String, IdempotencyRecord)],
+struct KeyFileRecordOf<K> {
+    keys: K,
     reach: u64,
+}
+
+/// Held keys, encoded as the sequence a `Vec<(String, IdempotencyRecord)>` decodes.
+struct HeldKeys<I>(I);
+
+impl<'a, I> Serialize for HeldKeys<I>
+where
+    I: ExactSizeIterator<Item = &'a (Box<str>, IdempotencyRecord)> + Clone,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.clone())
+    }
 }
 
 /// The key files of one peer slot.
@@ -113,11 +126,11 @@ impl KeyFile {
                 std::io::Error::other("the copy was not written whole first"),
             )
         })?;
-        file.write_all(&encode(batch))
+        file.write_all(&batch.record)
             .and_then(|()| file.sync_data())
             .map_err(|e| StorageError::io(format!("appending to {}", path.display()), e))?;
         // A record of a reach alone counts too: it grows the file as well.
-        self.written += batch.keys.len() as u64 + 1;
+        self.written += batch.keys + 1;
         Ok(())
     }
 
@@ -129,13 +142,13 @@ impl KeyFile {
         let io = |e| StorageError::io(format!("writing {}", path.display()), e);
         let mut file = self.disk.open_append(&path).map_err(io)?;
         file.set_len(0)
-            .and_then(|()| file.write_all(&encode(all)))
+            .and_then(|()| file.write_all(&all.record))
             .and_then(|()| file.sync_data())
             .and_then(|()| self.disk.sync_dir(&self.dir))
             .map_err(io)?;
         self.number = number;
         self.file = Some(file);
-        self.written = all.keys.len() as u64 + 1;
+        self.written = all.keys + 1;
         for older in numbers(&*self.disk, &self.dir, &self.slot)? {
             if older < number {
                 let old = self::path(&self.dir, &self.slot, older);
@@ -174,17 +187,34 @@ fn numbers(disk: &dyn Disk, dir: &Path, slot: &str) -> Result<Vec<u64>, StorageE
     Ok(found)
 }
 
-fn encode(batch: &Unpersisted) -> Vec<u8> {
+/// A record of `keys`, oldest first, and `reach`, encoded straight from where they are held.
+pub fn encode<'a>(
+    keys: impl ExactSizeIterator<Item = &'a (Box<str>, IdempotencyRecord)> + Clone,
+    reach: u64,
+) -> Vec<u8> {
     let record = KeyFileRecordOf {
-        keys: &batch.keys,
-        reach: batch.reach,
+        keys: HeldKeys(keys),
+        reach,
     };
-    let payload = postcard::to_allocvec(&record).expect("a key record encodes");
-    let mut bytes = Vec::with_capacity(HEADER_BYTES + payload.len());
-    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    bytes.extend_from_slice(&payload);
+    let bytes = postcard::to_extend(&record, vec![0; HEADER_BYTES]).expect("a key record encodes");
+    framed(bytes)
+}
+
+/// `bytes`, a payload after [`HEADER_BYTES`] of room, with its header filled in.
+fn framed(mut bytes: Vec<u8>) -> Vec<u8> {
+    let payload = &bytes[HEADER_BYTES..];
+    let (len, crc) = (payload.len() as u32, crc32fast::hash(payload));
+    bytes[..4].copy_from_slice(&len.to_le_bytes());
+    bytes[4..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
     bytes
+}
+
+/// The keys of the records `bytes` holds, for tests.
+#[cfg(test)]
+pub fn keys_in(bytes: &[u8]) -> Vec<(String, IdempotencyRecord)> {
+    let (keys, _, complete) = decode(bytes);
+    assert!(complete, "whole records");
+    keys
 }
 
 /// The keys of every whole record of `bytes`, the last one's reach, and whether every byte
@@ -218,8 +248,8 @@ mod tests {
     use crate::storage::OsDisk;
     use geocount_model::{CounterId, SlotState};
 
-    fn batch(keys: &[&str], reach: u64) -> Unpersisted {
-        let record = IdempotencyRecord {
+    fn record() -> IdempotencyRecord {
+        IdempotencyRecord {
             counter: CounterId::new("c").unwrap(),
             delta: 1,
             item: None,
@@ -228,15 +258,34 @@ mod tests {
                 version: 1,
             },
             created_at_ms: 10,
-        };
+        }
+    }
+
+    fn batch(keys: &[&str], reach: u64) -> Unpersisted {
+        let keys: Vec<(Box<str>, _)> = (keys.iter()).map(|&key| (key.into(), record())).collect();
         Unpersisted {
-            keys: keys
-                .iter()
-                .map(|key| (key.to_string(), record.clone()))
-                .collect(),
+            record: encode(keys.iter(), reach),
+            keys: keys.len() as u64,
             reach,
             through: 0,
         }
+    }
+
+    /// A record encoded from held keys is the one their owned copy encodes to.
+    #[test]
+    fn held_keys_encode_as_owned_ones() {
+        let held = batch(&["a", "bb", "ccc"], 7);
+        let owned = KeyFileRecord {
+            keys: (["a", "bb", "ccc"].iter())
+                .map(|&key| (key.to_owned(), record()))
+                .collect(),
+            reach: 7,
+        };
+        let mut bytes = vec![0; HEADER_BYTES];
+        bytes.extend(postcard::to_allocvec(&owned).unwrap());
+        assert_eq!(held.record, framed(bytes));
+        let empty = batch(&[], 9);
+        assert_eq!(decode(&empty.record), (Vec::new(), 9, true));
     }
 
     fn names(back: &ReadBack) -> Vec<&str> {

@@ -16,6 +16,8 @@ use geocount_model::wire::{Cursor, KeyPage};
 
 use crate::engine::key_index::KeyIndex;
 
+use crate::peer::key_file;
+
 /// The keys of one peer slot held here, with their reach.
 ///
 /// The copy is read back only in the order taken in ([`PeerKeys::copy_page`]), so the records
@@ -47,9 +49,12 @@ pub struct PeerKeys {
 /// What the key file lacks of a copy: the records it has not got, and the current reach.
 #[derive(Debug)]
 pub struct Unpersisted {
-    /// The records not yet in the file, oldest first.
-    pub keys: Vec<(String, IdempotencyRecord)>,
-    /// The reach to write after them.
+    /// The records not yet in the file, oldest first, and the reach after them, as a record
+    /// of the file ([`key_file::encode`]).
+    pub record: Vec<u8>,
+    /// How many keys `record` holds.
+    pub keys: u64,
+    /// The reach written after them.
     pub reach: u64,
     /// The record number after the last of `keys`.
     pub through: u64,
@@ -182,7 +187,7 @@ impl PeerKeys {
             .held
             .range(skip..)
             .take(limit.max(1))
-            .map(|(key, record)| (key.to_string(), record.clone()))
+            .map(|(key, record)| (String::from(&**key), record.clone()))
             .collect();
         let next = start + keys.len() as u64;
         (keys, (next < self.end()).then_some(next))
@@ -195,9 +200,12 @@ impl PeerKeys {
         if !whole && from >= through && self.reach == self.persisted_reach {
             return None;
         }
-        let (keys, _) = self.copy_page(from, usize::MAX);
+        // Encoded here, where the records are: a copy of them would cost as much again.
+        let skip = (from.clamp(self.popped, through) - self.popped) as usize;
+        let keys = self.held.range(skip..);
         Some(Unpersisted {
-            keys,
+            keys: keys.len() as u64,
+            record: key_file::encode(keys, self.reach),
             reach: self.reach,
             through,
         })
@@ -272,16 +280,17 @@ mod tests {
         let mut copy = PeerKeys::new(1_000);
         copy.take(page(1, &[("a", 5), ("b", 6)], true, 6), 20);
         let first = copy.unpersisted(false).unwrap();
-        assert_eq!((first.keys.len(), first.reach), (2, 6));
+        assert_eq!((first.keys, first.reach), (2, 6));
         copy.persisted(&first);
         assert!(copy.unpersisted(false).is_none());
         copy.take(page(1, &[("c", 8)], true, 8), 20);
         let next = copy.unpersisted(false).unwrap();
-        assert_eq!(next.keys[0].0, "c");
-        assert_eq!((next.keys.len(), next.reach), (1, 8));
+        assert_eq!(names(&key_file::keys_in(&next.record)), ["c"]);
+        assert_eq!((next.keys, next.reach), (1, 8));
         let all = copy.unpersisted(true).unwrap();
-        assert_eq!(all.keys.len(), 3);
-        let back = PeerKeys::recovered(1_000, all.keys, all.reach, 20);
+        let keys = key_file::keys_in(&all.record);
+        assert_eq!((names(&keys), all.keys), (vec!["a", "b", "c"], 3));
+        let back = PeerKeys::recovered(1_000, keys, all.reach, 20);
         assert_eq!((back.len(), back.reach()), (3, 8));
         assert!(back.unpersisted(false).is_none());
     }

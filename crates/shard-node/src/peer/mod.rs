@@ -8,10 +8,12 @@
 //! - [`replicator`]: the owner's side of `replicated` durability: each durable group is sent to
 //!   the peers, and its writes answered once one holds it.
 //! - [`replica_log`]: the peer's side: the groups each peer slot's owner sent, in a log of
-//!   their own, fsynced before the owner is answered, and read back by a restore.
+//!   their own, fsynced before the owner is answered, and read back by a restore;
+//!   [`replica_fold`] folds it.
 
 pub(crate) mod key_file;
 pub(crate) mod keys;
+pub(crate) mod replica_fold;
 pub(crate) mod replica_log;
 pub(crate) mod replication;
 pub(crate) mod replicator;

@@ -22,10 +22,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
-
 use crate::engine::wal::{self, LogRecord, Wal};
 use crate::error::StorageError;
+use crate::peer::replica_fold::{Fold, FoldSize};
 use crate::storage::{Disk, create_dir_durably, write_durably};
 
 /// The folder under a data directory that holds the peers' replicated logs.
@@ -69,6 +68,8 @@ struct ReplicaLog {
     wal: Wal,
     /// The bytes of the last fold, 0 before any.
     folded_bytes: u64,
+    /// How much the last fold held.
+    folded: FoldSize,
     starts: LogStarts,
 }
 
@@ -134,7 +135,8 @@ impl ReplicaLogs {
     pub fn fold(&self, slot: &str, now_ms: u64) -> Result<LogRecord, StorageError> {
         // Appends wait: a fold must not read a segment the append is cutting back.
         let _open = self.open.lock().expect("replica logs lock");
-        self.read_fold(&self.slot_dir(slot), now_ms)
+        let fold = self.read_fold(&self.slot_dir(slot), FoldSize::default())?;
+        Ok(fold.into_record(self.keys_from_ms(now_ms)))
     }
 
     /// What the log of `slot` says of how much it holds. Blocks on the disk.
@@ -180,6 +182,7 @@ impl ReplicaLogs {
         Ok(ReplicaLog {
             wal: Wal::create(self.disk.clone(), &dir, newest + 1)?,
             folded_bytes: 0,
+            folded: FoldSize::default(),
             starts: self.read_starts(&dir),
         })
     }
@@ -189,15 +192,18 @@ impl ReplicaLogs {
     fn fold_log(&self, slot: &str, log: &mut ReplicaLog, now_ms: u64) -> Result<(), StorageError> {
         let dir = self.slot_dir(slot);
         let closed = log.wal.rotate()?;
-        let folded = self.read_fold(&dir, now_ms)?;
-        log.wal.append(&folded)?;
+        let fold = self.read_fold(&dir, log.folded)?;
+        log.folded = fold.size();
+        log.wal
+            .append(&fold.into_record(self.keys_from_ms(now_ms)))?;
         log.wal.sync()?;
         log.folded_bytes = log.wal.len();
         wal::delete_through(&*self.disk, &dir, closed)
     }
 
-    fn read_fold(&self, dir: &Path, now_ms: u64) -> Result<LogRecord, StorageError> {
-        let mut fold = Fold::default();
+    /// Every record of the log in `dir` folded, in a fold with room for `size`.
+    fn read_fold(&self, dir: &Path, size: FoldSize) -> Result<Fold, StorageError> {
+        let mut fold = Fold::with_room(size);
         if exists(&*self.disk, dir)? {
             let all = wal::segments(&*self.disk, dir)?;
             for (i, &segment) in all.iter().enumerate() {
@@ -210,7 +216,12 @@ impl ReplicaLogs {
                 }
             }
         }
-        Ok(fold.into_record(now_ms.saturating_sub(self.key_retention_ms)))
+        Ok(fold)
+    }
+
+    /// Keys created before this are past the retention at `now_ms`.
+    fn keys_from_ms(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.key_retention_ms)
     }
 }
 
@@ -250,55 +261,11 @@ fn write_number(disk: &dyn Disk, dir: &Path, name: &str, number: u64) -> Result<
     write_durably(disk, dir, &dir.join(name), format!("{number}\n").as_bytes())
 }
 
-/// Records folded by version.
-#[derive(Default)]
-struct Fold {
-    slots: HashMap<CounterId, SlotRecord>,
-    descriptions: HashMap<CounterId, VersionedDescription>,
-    keys: HashMap<Box<str>, IdempotencyRecord>,
-}
-
-impl Fold {
-    fn add(&mut self, record: LogRecord) {
-        for (id, logged) in record.slots {
-            self.slots.entry(id).or_default().apply_logged(logged);
-        }
-        for description in record.descriptions {
-            let id = description.description.id.clone();
-            match self.descriptions.get(&id) {
-                Some(kept) if !kept.is_older_than(&description) => {}
-                _ => {
-                    self.descriptions.insert(id, description);
-                }
-            }
-        }
-        for (key, entry) in record.idempotency {
-            match self.keys.get(&key) {
-                Some(kept) if kept.created_at_ms >= entry.created_at_ms => {}
-                _ => {
-                    self.keys.insert(key, entry);
-                }
-            }
-        }
-    }
-
-    /// The fold as one record, without the keys created before `keys_from_ms`.
-    fn into_record(self, keys_from_ms: u64) -> LogRecord {
-        LogRecord {
-            slots: self.slots.into_iter().collect(),
-            descriptions: self.descriptions.into_values().collect(),
-            idempotency: (self.keys.into_iter())
-                .filter(|(_, entry)| entry.created_at_ms >= keys_from_ms)
-                .collect(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::storage::OsDisk;
-    use geocount_model::SlotState;
+    use geocount_model::{CounterId, IdempotencyRecord, SlotState};
 
     fn group(id: &str, value: i64, version: u64, key: Option<(&str, u64)>) -> LogRecord {
         let id = CounterId::new(id).unwrap();

@@ -27,6 +27,7 @@ use geocount_model::Durability;
 use geocount_model::wire::{POSTCARD_CONTENT_TYPE, ReplicateBatch};
 use geocount_net::HttpClient;
 use hyper::Method;
+use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -481,7 +482,7 @@ impl PeerSender {
             made_through: self.made_through.load(Ordering::Acquire),
             groups: batch.iter().map(|group| group.payload.as_slice()).collect(),
         };
-        let body = postcard::to_allocvec(&body).map_err(|e| format!("cannot encode: {e}"))?;
+        let body = encode_batch(&body).map_err(|e| format!("cannot encode: {e}"))?;
         let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
         let sent = self
             .client
@@ -497,6 +498,42 @@ impl PeerSender {
             Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
         }
     }
+}
+
+/// `batch` as postcard encodes it, each group copied at once: a byte string encodes as a
+/// sequence of bytes does (its length, then the bytes), which goes a byte at a time.
+fn encode_batch(batch: &ReplicateBatch<'_>) -> postcard::Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct BatchOf<'a> {
+        incarnation: u64,
+        since_version: u64,
+        made_through: u64,
+        groups: Groups<'a>,
+    }
+    struct Groups<'a>(&'a [&'a [u8]]);
+    impl Serialize for Groups<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_seq(self.0.iter().map(|group| ByteString(group)))
+        }
+    }
+    struct ByteString<'a>(&'a [u8]);
+    impl Serialize for ByteString<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_bytes(self.0)
+        }
+    }
+    let ReplicateBatch {
+        incarnation,
+        since_version,
+        made_through,
+        groups,
+    } = batch;
+    postcard::to_allocvec(&BatchOf {
+        incarnation: *incarnation,
+        since_version: *since_version,
+        made_through: *made_through,
+        groups: Groups(groups),
+    })
 }
 
 #[cfg(test)]
