@@ -396,6 +396,10 @@ impl Disk for ReadOnlyDisk {
         Err(refused("removing", path))
     }
 
+    fn rename(&self, from: &Path, _: &Path) -> io::Result<()> {
+        Err(refused("renaming", from))
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         Err(refused("syncing", dir))
     }

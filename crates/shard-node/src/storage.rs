@@ -32,6 +32,9 @@ pub trait Disk: Send + Sync + fmt::Debug + 'static {
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
     /// Removes the file `path`.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Renames the file `from` to `to`, replacing `to` at once if it exists (not durable
+    /// until [`Disk::sync_dir`]).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes the entries of `dir` (files created or removed) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Opens (or creates) the redb database at `path`.
@@ -152,6 +155,10 @@ impl Disk for OsDisk {
         fs::remove_file(path)
     }
 
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
@@ -263,6 +270,15 @@ impl Storage {
             }
         }
         Worker(finished)
+    }
+
+    /// Starts blocking `work` off the async runtime's threads (as a task with
+    /// [`Workers::Tasks`]), without waiting for it.
+    pub fn detach(&self, work: impl FnOnce() + Send + 'static) {
+        match self.workers {
+            Workers::Threads => drop(tokio::task::spawn_blocking(work)),
+            Workers::Tasks => drop(tokio::spawn(async move { work() })),
+        }
     }
 
     /// Runs blocking `work` off the async runtime's threads (inline with [`Workers::Tasks`]).

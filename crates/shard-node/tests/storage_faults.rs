@@ -59,6 +59,9 @@ impl Disk for FaultyDisk {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         OsDisk.remove_file(path)
     }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        OsDisk.rename(from, to)
+    }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         OsDisk.sync_dir(dir)
     }

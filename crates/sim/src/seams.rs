@@ -121,6 +121,10 @@ impl Disk for SimDisk {
         simfs::remove_file(path)
     }
 
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        simfs::rename(from, to)
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         simfs::sync_dir(dir)
     }

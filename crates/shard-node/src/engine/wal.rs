@@ -370,6 +370,36 @@ fn decode_at(bytes: &[u8], offset: usize) -> Result<(LogRecord, usize), BadRecor
     Ok((record, start + len))
 }
 
+/// `record` as the log writes it, header included: the whole content of a segment holding it
+/// alone.
+pub fn encode(record: &LogRecord) -> Result<Vec<u8>, StorageError> {
+    let mut bytes = Vec::new();
+    encode_into(&mut bytes, record)?;
+    Ok(bytes)
+}
+
+/// Writes `record`, header included, over `buffer`; returns where its keys start.
+fn encode_into(buffer: &mut Vec<u8>, record: &LogRecord) -> Result<usize, StorageError> {
+    buffer.clear();
+    buffer.extend_from_slice(&[0; HEADER_BYTES]);
+    // A record's fields one after another, as postcard encodes the record: where its keys
+    // start is then known.
+    postcard::to_io(&(&record.slots, &record.descriptions), &mut *buffer)?;
+    let keys_at = buffer.len();
+    postcard::to_io(&record.idempotency, &mut *buffer)?;
+    let payload_len = buffer.len() - HEADER_BYTES;
+    let len = u32::try_from(payload_len).map_err(|_| {
+        StorageError::io(
+            "appending to the log",
+            std::io::Error::other("record larger than 4 GiB"),
+        )
+    })?;
+    let crc = crc32fast::hash(&buffer[HEADER_BYTES..]);
+    buffer[0..4].copy_from_slice(&len.to_le_bytes());
+    buffer[4..8].copy_from_slice(&crc.to_le_bytes());
+    Ok(keys_at)
+}
+
 impl Wal {
     /// Creates segment number `segment` in `dir` and opens it for appending.
     pub fn create(disk: Arc<dyn Disk>, dir: &Path, segment: u64) -> Result<Self, StorageError> {
@@ -419,23 +449,7 @@ impl Wal {
     /// Appends a record (not yet durable: see [`Wal::sync`]). On failure the segment is cut back
     /// to where it was, so a refused record can never be replayed.
     pub fn append(&mut self, record: &LogRecord) -> Result<(), StorageError> {
-        self.buffer.clear();
-        self.buffer.extend_from_slice(&[0; HEADER_BYTES]);
-        // A record's fields one after another, as postcard encodes the record: where its keys
-        // start is then known.
-        postcard::to_io(&(&record.slots, &record.descriptions), &mut self.buffer)?;
-        self.keys_at = self.buffer.len();
-        postcard::to_io(&record.idempotency, &mut self.buffer)?;
-        let payload_len = self.buffer.len() - HEADER_BYTES;
-        let len = u32::try_from(payload_len).map_err(|_| {
-            StorageError::io(
-                "appending to the log",
-                std::io::Error::other("record larger than 4 GiB"),
-            )
-        })?;
-        let crc = crc32fast::hash(&self.buffer[HEADER_BYTES..]);
-        self.buffer[0..4].copy_from_slice(&len.to_le_bytes());
-        self.buffer[4..8].copy_from_slice(&crc.to_le_bytes());
+        self.keys_at = encode_into(&mut self.buffer, record)?;
         self.reserve_for(self.buffer.len() as u64);
         if let Err(e) = self.file.write_all(&self.buffer) {
             self.cut_back();

@@ -36,7 +36,7 @@ pub async fn replicate(
     let starts = (batch.since_version, batch.made_through);
     let logs = Arc::clone(&state.replica_logs);
     let (slot, now_ms) = (slot.to_owned(), state.clock.now_unix_ms());
-    state
+    let fold = state
         .storage
         .blocking(move || logs.append(&slot, &groups, starts, now_ms))
         .await
@@ -44,6 +44,15 @@ pub async fn replicate(
             tracing::error!(%error, "cannot log a peer's replicated groups");
             ShardError::from_storage(Arc::new(error))
         })?;
+    if let Some(fold) = fold {
+        // Not awaited: the owner waits for this answer, and a fold can take seconds.
+        let logs = Arc::clone(&state.replica_logs);
+        state.storage.detach(move || {
+            if let Err(error) = logs.fold_closed(fold) {
+                tracing::error!(%error, "cannot fold a peer's replicated log (it keeps its segments)");
+            }
+        });
+    }
     Ok(json_response(
         StatusCode::OK,
         &serde_json::json!({ "groups": count }),

@@ -8,8 +8,9 @@
 //! - [`replicator`]: the owner's side of `replicated` durability: each durable group is sent to
 //!   the peers, and its writes answered once one holds it.
 //! - [`replica_log`]: the peer's side: the groups each peer slot's owner sent, in a log of
-//!   their own, fsynced before the owner is answered, and read back by a restore;
-//!   [`replica_fold`] folds it.
+//!   their own, fsynced before the owner is answered, and read back by a restore.
+//! - [`replica_fold`]: such a log's records merged into one, as a restore reads it and as the
+//!   log is compacted.
 
 pub(crate) mod key_file;
 pub(crate) mod keys;

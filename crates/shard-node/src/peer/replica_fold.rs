@@ -12,7 +12,32 @@ use foldhash::fast::RandomState;
 use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
 use hashbrown::HashTable;
 
-use crate::engine::wal::LogRecord;
+use std::path::Path;
+
+use crate::engine::wal::{self, LogRecord};
+use crate::error::StorageError;
+use crate::storage::Disk;
+
+/// Folds `segments` of the log in `dir` into a fold with room for `size`; only the last of
+/// them may end in a torn record or reserved space (the open segment), any other bad record
+/// is refused. Records fold by version, so the order they are read in does not matter, nor
+/// a record read twice.
+pub(super) fn fold_segments(
+    disk: &dyn Disk,
+    dir: &Path,
+    segments: &[u64],
+    size: FoldSize,
+) -> Result<Fold, StorageError> {
+    let mut fold = Fold::with_room(size);
+    for (i, &segment) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        let scan = wal::scan_segment(disk, dir, segment, last, |record| fold.add(record))?;
+        if let Some(corrupt) = scan.corruption() {
+            return Err(corrupt);
+        }
+    }
+    Ok(fold)
+}
 
 /// How many of each a fold holds: a hint for the next fold of the same log.
 #[derive(Debug, Clone, Copy, Default)]

@@ -4,10 +4,18 @@
 //!
 //! The files are write-ahead log segments ([`crate::engine::wal`]): a checksum per record, a
 //! torn tail cut off at the next open, corruption refused. Records are slot states, so they
-//! fold by version in any order: a group sent twice, or out of order after a failed send,
-//! folds the same. When the open segment grows past twice what the last fold took (and past
-//! `shard.checkpoint_log_bytes`), the log is folded into one record in a new segment and the
-//! older segments are deleted; keys past their retention are left out of the fold.
+//! fold by version in any order ([`super::replica_fold`]): a group sent twice, or out of order
+//! after a failed send, folds the same.
+//!
+//! When the open segment grows past what the last fold took (and past
+//! `shard.checkpoint_log_bytes`), the append closes it and starts the next one, and the
+//! closed segments are folded apart from the appends ([`ReplicaLogs::fold_closed`], one fold
+//! per log at a time): an append never waits for a fold. The fold of segments up to `n` is
+//! written to [`FOLD_TEMP_FILE`], synced, renamed over segment `n`, and the older segments
+//! are deleted; keys past their retention are left out. Each step leaves a log that folds the
+//! same: a crash before the rename leaves the temporary file, removed when the log opens; one
+//! after it leaves older segments beside the fold, which fold into it. A reader lists and reads
+//! the segments while no fold renames or deletes any.
 //!
 //! Each log keeps, in `<slot>/since`, the latest version from which its owner said it shows
 //! only groups a peer held ([`geocount_model::wire::ReplicateBatch::since_version`]), and in
@@ -20,11 +28,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::engine::wal::{self, LogRecord, Wal};
 use crate::error::StorageError;
-use crate::peer::replica_fold::{Fold, FoldSize};
+use crate::peer::replica_fold::{FoldSize, fold_segments};
 use crate::storage::{Disk, create_dir_durably, write_durably};
 
 /// The folder under a data directory that holds the peers' replicated logs.
@@ -35,6 +44,9 @@ const SINCE_FILE: &str = "since";
 
 /// The file in a slot's log folder holding the version after which it holds every group.
 const HOLDS_AFTER_FILE: &str = "holds-after";
+
+/// The file in a slot's log folder a fold is written to before it replaces a segment.
+const FOLD_TEMP_FILE: &str = "fold.tmp";
 
 /// The file in [`REPLICAS_DIR`] saying when (unix ms) this node's data directory replaced a
 /// lost one (0: never).
@@ -55,22 +67,50 @@ pub struct ReplicaLogs {
     dir: PathBuf,
     /// The slots whose owners may replicate here: the datacenter's other slots.
     peers: Vec<String>,
-    /// Open logs, by slot; each opened at its first use.
-    open: Mutex<HashMap<String, ReplicaLog>>,
-    /// The open segment is folded once it is past this and twice the last fold.
+    /// Each slot's log, by slot; held only to find one.
+    slots: Mutex<HashMap<String, Arc<SlotLog>>>,
+    /// The open segment is closed and folded once it is past this and the last fold.
     fold_bytes: u64,
     key_retention_ms: u64,
     holds_since_ms: u64,
 }
 
-/// One peer slot's log.
-struct ReplicaLog {
-    wal: Wal,
+/// One peer slot's log. Locks are taken in field order.
+#[derive(Default)]
+struct SlotLog {
+    /// The open segment, opened at the first append; appends and readers take it in turn.
+    open: Mutex<Option<OpenLog>>,
+    /// Held around a change of the closed segments (a fold's rename and deletes) and around a
+    /// reader's listing and reading of them.
+    files: Mutex<()>,
+    /// Whether a fold of the closed segments is due or under way.
+    folding: AtomicBool,
     /// The bytes of the last fold, 0 before any.
-    folded_bytes: u64,
-    /// How much the last fold held.
-    folded: FoldSize,
+    folded_bytes: AtomicU64,
+    /// How much the last fold held: room for the next one.
+    folded: Mutex<FoldSize>,
+}
+
+struct OpenLog {
+    wal: Wal,
     starts: LogStarts,
+}
+
+/// A fold of a slot's closed segments, due after an append closed the open one: run it with
+/// [`ReplicaLogs::fold_closed`]. Until it is dropped, no other fold of the slot is due.
+#[must_use = "a log grows until its fold runs"]
+pub struct FoldDue {
+    slot: String,
+    log: Arc<SlotLog>,
+    /// The newest closed segment: it and every older one are folded.
+    through: u64,
+    now_ms: u64,
+}
+
+impl Drop for FoldDue {
+    fn drop(&mut self) {
+        self.log.folding.store(false, Ordering::Release);
+    }
 }
 
 impl ReplicaLogs {
@@ -87,7 +127,7 @@ impl ReplicaLogs {
             disk,
             dir: data_dir.join(REPLICAS_DIR),
             peers,
-            open: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
             fold_bytes,
             key_retention_ms,
             holds_since_ms,
@@ -100,32 +140,67 @@ impl ReplicaLogs {
     }
 
     /// Appends `groups` of `slot`, sent with the owner's `since_version` and `made_through`,
-    /// in order and fsyncs them: once it returns, they survive this node's crash. Blocks on
-    /// the disk.
+    /// in order and fsyncs them: once it returns, they survive this node's crash. When the
+    /// open segment is long enough, closes it and returns the fold of the closed segments,
+    /// due now. Blocks on the disk.
     pub fn append(
         &self,
         slot: &str,
         groups: &[LogRecord],
         (since_version, made_through): (u64, u64),
         now_ms: u64,
-    ) -> Result<(), StorageError> {
-        let mut open = self.open.lock().expect("replica logs lock");
-        if !open.contains_key(slot) {
-            let log = self.open_log(slot, made_through)?;
-            open.insert(slot.to_owned(), log);
-        }
-        let log = open.get_mut(slot).expect("opened above");
-        if (log.starts.owner_since).is_none_or(|held| held < since_version) {
+    ) -> Result<Option<FoldDue>, StorageError> {
+        let log = self.slot_log(slot);
+        let mut open = log.open.lock().expect("replica log lock");
+        let open = match &mut *open {
+            Some(open) => open,
+            empty => empty.insert(self.open_log(slot, made_through)?),
+        };
+        if (open.starts.owner_since).is_none_or(|held| held < since_version) {
             write_number(&*self.disk, &self.slot_dir(slot), SINCE_FILE, since_version)?;
-            log.starts.owner_since = Some(since_version);
+            open.starts.owner_since = Some(since_version);
         }
         for group in groups {
-            log.wal.append(group)?;
+            open.wal.append(group)?;
         }
-        log.wal.sync()?;
-        if log.wal.len() > self.fold_bytes.max(2 * log.folded_bytes) {
-            self.fold_log(slot, log, now_ms)?;
+        open.wal.sync()?;
+        let threshold = (self.fold_bytes).max(log.folded_bytes.load(Ordering::Relaxed));
+        if open.wal.len() <= threshold || log.folding.swap(true, Ordering::AcqRel) {
+            return Ok(None);
         }
+        let through =
+            (open.wal.rotate()).inspect_err(|_| log.folding.store(false, Ordering::Release))?;
+        Ok(Some(FoldDue {
+            slot: slot.to_owned(),
+            log: Arc::clone(&log),
+            through,
+            now_ms,
+        }))
+    }
+
+    /// Folds the segments `due` names into one, which replaces the newest of them, and
+    /// deletes the older ones. Appends go on meanwhile. Blocks on the disk.
+    pub fn fold_closed(&self, due: FoldDue) -> Result<(), StorageError> {
+        let dir = self.slot_dir(&due.slot);
+        let disk = &*self.disk;
+        // Closed segments: no one writes them, and only this fold deletes any.
+        let segments = (wal::segments(disk, &dir)?.into_iter())
+            .filter(|&segment| segment <= due.through)
+            .collect::<Vec<_>>();
+        let room = *due.log.folded.lock().expect("replica log fold size lock");
+        let fold = fold_segments(disk, &dir, &segments, room)?;
+        *due.log.folded.lock().expect("replica log fold size lock") = fold.size();
+        let record = fold.into_record(self.keys_from(due.now_ms));
+        let bytes = wal::encode(&record)?;
+        let temp = dir.join(FOLD_TEMP_FILE);
+        write_durably(disk, &dir, &temp, &bytes)?;
+        let _files = due.log.files.lock().expect("replica log files lock");
+        let segment = wal::segment_path(&dir, due.through);
+        disk.rename(&temp, &segment)
+            .and_then(|()| disk.sync_dir(&dir))
+            .map_err(|e| StorageError::io(format!("replacing {}", segment.display()), e))?;
+        wal::delete_through(disk, &dir, due.through - 1)?;
+        (due.log.folded_bytes).store(bytes.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -133,19 +208,39 @@ impl ReplicaLogs {
     /// description of each counter created, and the keys within retention at `now_ms`.
     /// Blocks on the disk.
     pub fn fold(&self, slot: &str, now_ms: u64) -> Result<LogRecord, StorageError> {
-        // Appends wait: a fold must not read a segment the append is cutting back.
-        let _open = self.open.lock().expect("replica logs lock");
-        let fold = self.read_fold(&self.slot_dir(slot), FoldSize::default())?;
-        Ok(fold.into_record(self.keys_from_ms(now_ms)))
+        let log = self.slot_log(slot);
+        // An append must not cut back the open segment as it is read, nor a fold delete any.
+        let _open = log.open.lock().expect("replica log lock");
+        let _files = log.files.lock().expect("replica log files lock");
+        let dir = self.slot_dir(slot);
+        let segments = if exists(&*self.disk, &dir)? {
+            wal::segments(&*self.disk, &dir)?
+        } else {
+            Vec::new()
+        };
+        let room = *log.folded.lock().expect("replica log fold size lock");
+        let fold = fold_segments(&*self.disk, &dir, &segments, room)?;
+        Ok(fold.into_record(self.keys_from(now_ms)))
     }
 
     /// What the log of `slot` says of how much it holds. Blocks on the disk.
     pub fn starts(&self, slot: &str) -> LogStarts {
-        let open = self.open.lock().expect("replica logs lock");
-        match open.get(slot) {
-            Some(log) => log.starts,
+        let log = self.slot_log(slot);
+        let open = log.open.lock().expect("replica log lock");
+        match &*open {
+            Some(open) => open.starts,
             None => self.read_starts(&self.slot_dir(slot)),
         }
+    }
+
+    fn slot_log(&self, slot: &str) -> Arc<SlotLog> {
+        let mut slots = self.slots.lock().expect("replica logs lock");
+        Arc::clone(slots.entry(slot.to_owned()).or_default())
+    }
+
+    /// The oldest a key kept at `now_ms` may be.
+    fn keys_from(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.key_retention_ms)
     }
 
     /// The starts the files in `dir` hold; a log unknown here, or of unknown start, holds
@@ -163,10 +258,10 @@ impl ReplicaLogs {
         self.dir.join(slot)
     }
 
-    /// Opens the log of `slot`: its torn tail cut off, a fresh segment after the others. A new
-    /// log, begun by a batch sent with `made_through`, says after which version it holds
-    /// every group.
-    fn open_log(&self, slot: &str, made_through: u64) -> Result<ReplicaLog, StorageError> {
+    /// Opens the log of `slot`: a fold cut short removed, its torn tail cut off, a fresh
+    /// segment after the others. A new log, begun by a batch sent with `made_through`, says
+    /// after which version it holds every group.
+    fn open_log(&self, slot: &str, made_through: u64) -> Result<OpenLog, StorageError> {
         let dir = self.slot_dir(slot);
         if !exists(&*self.disk, &dir)? {
             create_dir_durably(&*self.disk, &dir)
@@ -178,50 +273,16 @@ impl ReplicaLogs {
             };
             write_number(&*self.disk, &dir, HOLDS_AFTER_FILE, holds_after)?;
         }
+        let temp = dir.join(FOLD_TEMP_FILE);
+        if exists(&*self.disk, &temp)? {
+            (self.disk.remove_file(&temp))
+                .map_err(|e| StorageError::io(format!("removing {}", temp.display()), e))?;
+        }
         let newest = wal::replay(&*self.disk, &dir, |_| {})?;
-        Ok(ReplicaLog {
+        Ok(OpenLog {
             wal: Wal::create(self.disk.clone(), &dir, newest + 1)?,
-            folded_bytes: 0,
-            folded: FoldSize::default(),
             starts: self.read_starts(&dir),
         })
-    }
-
-    /// Folds every segment of `slot`'s log into one record, the first of a new segment, and
-    /// deletes the older ones.
-    fn fold_log(&self, slot: &str, log: &mut ReplicaLog, now_ms: u64) -> Result<(), StorageError> {
-        let dir = self.slot_dir(slot);
-        let closed = log.wal.rotate()?;
-        let fold = self.read_fold(&dir, log.folded)?;
-        log.folded = fold.size();
-        log.wal
-            .append(&fold.into_record(self.keys_from_ms(now_ms)))?;
-        log.wal.sync()?;
-        log.folded_bytes = log.wal.len();
-        wal::delete_through(&*self.disk, &dir, closed)
-    }
-
-    /// Every record of the log in `dir` folded, in a fold with room for `size`.
-    fn read_fold(&self, dir: &Path, size: FoldSize) -> Result<Fold, StorageError> {
-        let mut fold = Fold::with_room(size);
-        if exists(&*self.disk, dir)? {
-            let all = wal::segments(&*self.disk, dir)?;
-            for (i, &segment) in all.iter().enumerate() {
-                let scan =
-                    wal::scan_segment(&*self.disk, dir, segment, i + 1 == all.len(), |record| {
-                        fold.add(record)
-                    })?;
-                if let Some(corrupt) = scan.corruption() {
-                    return Err(corrupt);
-                }
-            }
-        }
-        Ok(fold)
-    }
-
-    /// Keys created before this are past the retention at `now_ms`.
-    fn keys_from_ms(&self, now_ms: u64) -> u64 {
-        now_ms.saturating_sub(self.key_retention_ms)
     }
 }
 
@@ -262,173 +323,4 @@ fn write_number(disk: &dyn Disk, dir: &Path, name: &str, number: u64) -> Result<
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::OsDisk;
-    use geocount_model::{CounterId, IdempotencyRecord, SlotState};
-
-    fn group(id: &str, value: i64, version: u64, key: Option<(&str, u64)>) -> LogRecord {
-        let id = CounterId::new(id).unwrap();
-        let outcome = SlotState { value, version };
-        LogRecord {
-            slots: vec![(id.clone(), outcome.into())],
-            descriptions: Vec::new(),
-            idempotency: key
-                .map(|(key, at)| {
-                    let entry = IdempotencyRecord {
-                        counter: id,
-                        delta: 1,
-                        item: None,
-                        outcome,
-                        created_at_ms: at,
-                    };
-                    (key.into(), entry)
-                })
-                .into_iter()
-                .collect(),
-        }
-    }
-
-    fn logs(dir: &Path, fold_bytes: u64) -> ReplicaLogs {
-        let peers = vec!["DC_A_VAL_1".to_owned()];
-        ReplicaLogs::new(Arc::new(OsDisk), dir, peers, (fold_bytes, 10_000), 0)
-    }
-
-    fn value_of(fold: &LogRecord, id: &str) -> i64 {
-        let id = CounterId::new(id).unwrap();
-        let (_, record) = fold.slots.iter().find(|(i, _)| *i == id).unwrap();
-        record.state.value
-    }
-
-    /// What was appended survives a restart, folds by version whatever the order it came in,
-    /// and keeps each key.
-    #[test]
-    fn appended_groups_survive_a_restart_and_fold_by_version() {
-        let dir = tempfile::tempdir().unwrap();
-        let slot = "DC_A_VAL_1";
-        {
-            let logs = logs(dir.path(), 1 << 20);
-            assert!(logs.holds(slot) && !logs.holds("DC_A_VAL_0"));
-            let first = [group("a", 1, 10, Some(("k1", 1_000)))];
-            logs.append(slot, &first, (500, 10), 1_000).unwrap();
-            // The later group, then the earlier one again (a send repeated after a failure).
-            let later = [
-                group("a", 2, 20, Some(("k2", 2_000))),
-                group("b", 5, 21, None),
-            ];
-            logs.append(slot, &later, (500, 21), 2_000).unwrap();
-            logs.append(slot, &first, (500, 21), 2_000).unwrap();
-        }
-        let logs = logs(dir.path(), 1 << 20);
-        let fold = logs.fold(slot, 3_000).unwrap();
-        assert_eq!(value_of(&fold, "a"), 2);
-        assert_eq!(value_of(&fold, "b"), 5);
-        let mut keys: Vec<&str> = fold.idempotency.iter().map(|(k, _)| &**k).collect();
-        keys.sort_unstable();
-        assert_eq!(keys, ["k1", "k2"]);
-        // Past retention, a key is left out.
-        let fold = logs.fold(slot, 11_500).unwrap();
-        let keys: Vec<&str> = fold.idempotency.iter().map(|(k, _)| &**k).collect();
-        assert_eq!(keys, ["k2"]);
-        // A slot never replicated here folds to nothing.
-        assert!(logs.fold("DC_A_VAL_2", 3_000).unwrap().is_empty());
-        assert_eq!(logs.starts("DC_A_VAL_2").owner_since, None);
-    }
-
-    /// A log keeps the latest `since_version` its owner sent, across restarts, and holds
-    /// every group it took unless the node's data directory replaced a lost one: then only
-    /// those after the owner's newest version when the log began.
-    #[test]
-    fn a_log_keeps_its_owners_latest_since_and_what_it_holds() {
-        let dir = tempfile::tempdir().unwrap();
-        let slot = "DC_A_VAL_1";
-        let never = LogStarts {
-            owner_since: None,
-            holds_after: 0,
-        };
-        {
-            let logs = logs(dir.path(), 1 << 20);
-            assert_eq!(logs.starts(slot), never);
-            logs.append(slot, &[group("a", 1, 10, None)], (0, 10), 1_000)
-                .unwrap();
-            logs.append(slot, &[group("a", 2, 20, None)], (15, 20), 2_000)
-                .unwrap();
-            logs.append(slot, &[group("a", 3, 30, None)], (12, 30), 2_500)
-                .unwrap();
-            let starts = logs.starts(slot);
-            assert_eq!(starts.owner_since, Some(15), "the latest owner process");
-            assert_eq!(starts.holds_after, 0, "a node that lost nothing");
-        }
-        assert_eq!(logs(dir.path(), 1 << 20).starts(slot).owner_since, Some(15));
-
-        let replaced = tempfile::tempdir().unwrap();
-        let since = holds_since(&OsDisk, replaced.path(), true, 5_000).unwrap();
-        assert_eq!(since, 5_000);
-        let peers = vec![slot.to_owned(), "DC_A_VAL_2".to_owned()];
-        let logs = ReplicaLogs::new(
-            Arc::new(OsDisk),
-            replaced.path(),
-            peers,
-            (1 << 20, 10_000),
-            since,
-        );
-        let unknown = logs.starts("DC_A_VAL_2");
-        assert_eq!(unknown.holds_after, u64::MAX, "a log lost with the disk");
-        logs.append(slot, &[group("a", 4, 40, None)], (15, 44), 6_000)
-            .unwrap();
-        logs.append(slot, &[group("a", 5, 50, None)], (15, 50), 6_500)
-            .unwrap();
-        assert_eq!(
-            logs.starts(slot).holds_after,
-            44,
-            "after its first batch's newest"
-        );
-    }
-
-    /// A node says it holds everything since its data directory began, unless that replaced
-    /// a lost one; it reads back what it said.
-    #[test]
-    fn a_node_says_when_its_data_directory_replaced_a_lost_one() {
-        let disk = OsDisk;
-        let fresh = tempfile::tempdir().unwrap();
-        assert_eq!(holds_since(&disk, fresh.path(), false, 5_000).unwrap(), 0);
-        assert_eq!(
-            holds_since(&disk, fresh.path(), true, 9_000).unwrap(),
-            0,
-            "kept"
-        );
-        let replaced = tempfile::tempdir().unwrap();
-        assert_eq!(
-            holds_since(&disk, replaced.path(), true, 5_000).unwrap(),
-            5_000
-        );
-        let older = tempfile::tempdir().unwrap();
-        std::fs::create_dir(older.path().join(REPLICAS_DIR)).unwrap();
-        assert_eq!(
-            holds_since(&disk, older.path(), false, 7_000).unwrap(),
-            7_000,
-            "replicas held before the file was"
-        );
-    }
-
-    /// A log past its fold threshold is folded into one segment that reads the same.
-    #[test]
-    fn a_long_log_is_folded_into_one_segment() {
-        let dir = tempfile::tempdir().unwrap();
-        let slot = "DC_A_VAL_1";
-        let logs = logs(dir.path(), 256);
-        for n in 1..=50u64 {
-            let key = format!("k{n}");
-            let groups = [group(&format!("c{}", n % 5), n as i64, n, Some((&key, n)))];
-            logs.append(slot, &groups, (50, n), 100).unwrap();
-        }
-        let slot_dir = dir.path().join(REPLICAS_DIR).join(slot);
-        let segments = wal::segments(&OsDisk, &slot_dir).unwrap();
-        assert!(segments.len() <= 2, "{segments:?}");
-        let fold = logs.fold(slot, 100).unwrap();
-        assert_eq!(fold.slots.len(), 5);
-        assert_eq!(value_of(&fold, "c0"), 50);
-        assert_eq!(value_of(&fold, "c4"), 49);
-        assert_eq!(fold.idempotency.len(), 50);
-    }
-}
+mod tests;
