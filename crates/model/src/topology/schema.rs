@@ -473,7 +473,7 @@ pub struct ShardDefaults {
     /// descriptions learned from other nodes are never refused (they count towards it).
     pub max_counters: usize,
     /// The most `Idempotency-Key`s a node holds at once (each for `idempotency_retention_secs`,
-    /// about 180 bytes of memory): a write with a new key beyond it is refused (507) until
+    /// about 190 bytes of memory): a write with a new key beyond it is refused (507) until
     /// older keys expire; retries of held keys and writes without a key are never refused.
     pub max_idempotency_keys: usize,
     /// The most bytes one counter's state may hold on a node (its record with its window
