@@ -52,14 +52,20 @@ pub fn spawn_puller(
             let sent_at_ms = clock.now_unix_ms();
             match pull(&client, &url, &sink.request()).await {
                 Ok(page) => {
-                    more = page.slots.as_ref().is_some_and(|p| !p.caught_up)
-                        || page.descriptions.as_ref().is_some_and(|p| !p.caught_up);
+                    more = has_more(&page);
                     sink.apply(page, sent_at_ms);
                 }
                 Err(error) => sink.failed(error.to_string()),
             }
         }
     })
+}
+
+/// Whether the source has more pages than `page`: of slots, descriptions or keys.
+fn has_more(page: &SyncPage) -> bool {
+    page.slots.as_ref().is_some_and(|p| !p.caught_up)
+        || page.descriptions.as_ref().is_some_and(|p| !p.caught_up)
+        || page.keys.as_ref().is_some_and(|p| !p.caught_up)
 }
 
 /// Sends `request` to `url` and decodes the page it answers.
@@ -228,6 +234,28 @@ mod tests {
     use super::*;
     use geocount_model::wire::Cursor;
     use geocount_model::wire::{SlotFreshness, SlotPage};
+
+    /// A page of keys behind the owner's newest is followed at once by the next, as pages of
+    /// slots and descriptions are: otherwise a peer's copy of keys written faster than a page
+    /// per pull interval falls further behind at every pull.
+    #[test]
+    fn keys_behind_are_pulled_again_at_once() {
+        use geocount_model::wire::KeyPage;
+        let keys = |caught_up| KeyPage {
+            keys: Vec::new(),
+            next: Cursor::Start,
+            caught_up,
+            whole: true,
+            reach: 0,
+        };
+        let page = |caught_up| SyncPage {
+            keys: Some(keys(caught_up)),
+            ..SyncPage::default()
+        };
+        assert!(has_more(&page(false)));
+        assert!(!has_more(&page(true)));
+        assert!(!has_more(&SyncPage::default()));
+    }
 
     #[test]
     fn the_worst_staleness_is_never_when_any_is_never() {
