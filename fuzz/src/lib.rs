@@ -147,6 +147,9 @@ pub fn description(id: &str, counter_type: CounterType, shards: u32) -> Versione
             base_number_of_shards: 1,
             window_seconds: WINDOW_SECONDS,
             created_at_ms: NOW_MS - 60_000,
+            generation: Default::default(),
+            deleted: false,
+            expires_at_ms: None,
         },
         version: HlcTimestamp {
             physical_ms: NOW_MS - 60_000,

@@ -37,6 +37,14 @@ pub struct CounterDescription {
     pub window_seconds: u32,
     /// When it was created, in milliseconds since the unix epoch.
     pub created_at_ms: u64,
+    /// The time of its latest reset or delete (zero: never). A slot's record of an older
+    /// generation counts as zero at every tier (docs/architecture.md, "Reset, delete and
+    /// expiry").
+    pub generation: HlcTimestamp,
+    /// Whether it is deleted: a tombstone, kept for `lifecycle.tombstone_retention_secs`.
+    pub deleted: bool,
+    /// When it is deleted by its expiry, in milliseconds since the unix epoch.
+    pub expires_at_ms: Option<u64>,
 }
 
 impl CounterDescription {
@@ -74,9 +82,68 @@ pub struct VersionedDescription {
 }
 
 impl VersionedDescription {
-    /// Whether `other` should replace `self`: a later version wins.
+    /// Whether `other` should replace `self`: a later generation wins, then a later version.
+    /// A change made where a reset or delete had not yet arrived loses to it.
     pub fn is_older_than(&self, other: &VersionedDescription) -> bool {
-        self.version < other.version
+        (self.description.generation, self.version) < (other.description.generation, other.version)
+    }
+
+    /// The tombstone this description becomes once its expiry has passed at `now_ms`: a
+    /// delete of generation `(expiresAtMs, 0, 0)`, which every node makes alike from the same
+    /// description. `None` while it has not expired, and for an expiry at or before its
+    /// generation (a reset or delete after that time superseded it).
+    pub fn expired_at(&self, now_ms: u64) -> Option<VersionedDescription> {
+        let expires = self.description.expires_at_ms?;
+        if expires > now_ms || self.description.deleted {
+            return None;
+        }
+        let generation = HlcTimestamp {
+            physical_ms: expires,
+            logical: 0,
+            node: 0,
+        };
+        if generation <= self.description.generation {
+            return None;
+        }
+        let mut tombstone = self.clone();
+        tombstone.description.generation = generation;
+        tombstone.description.deleted = true;
+        tombstone.description.expires_at_ms = None;
+        Some(tombstone)
+    }
+
+    /// Whether the counter exists at `now_ms`: not deleted, and its expiry not passed.
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        !self.description.deleted && self.expired_at(now_ms).is_none()
+    }
+
+    /// The generation reads count from at `now_ms`: the expiry's once it has passed.
+    pub fn generation_at(&self, now_ms: u64) -> HlcTimestamp {
+        self.expired_at(now_ms)
+            .map_or(self.description.generation, |t| t.description.generation)
+    }
+
+    /// The reset of this counter at `at` (a time of the resetting node's clock, which must
+    /// be after this description's version): every slot's record of an older generation
+    /// counts as zero, and an expiry still to come is kept.
+    pub fn reset(&self, at: HlcTimestamp) -> VersionedDescription {
+        let mut reset = self.clone();
+        reset.description.generation = at;
+        reset.description.deleted = false;
+        reset
+            .description
+            .expires_at_ms
+            .take_if(|expires| *expires <= at.physical_ms);
+        reset.version = at;
+        reset
+    }
+
+    /// The delete of this counter at `at`: a tombstone of generation `at`.
+    pub fn delete(&self, at: HlcTimestamp) -> VersionedDescription {
+        let mut tombstone = self.reset(at);
+        tombstone.description.deleted = true;
+        tombstone.description.expires_at_ms = None;
+        tombstone
     }
 }
 
@@ -92,6 +159,9 @@ mod tests {
             base_number_of_shards: base,
             window_seconds,
             created_at_ms: 0,
+            generation: HlcTimestamp::default(),
+            deleted: false,
+            expires_at_ms: None,
         }
     }
 
@@ -113,5 +183,68 @@ mod tests {
                 "{base} {shards} {window}: {refused}"
             );
         }
+    }
+
+    fn at(physical_ms: u64, node: u32) -> HlcTimestamp {
+        HlcTimestamp {
+            physical_ms,
+            logical: 0,
+            node,
+        }
+    }
+
+    fn versioned(version: HlcTimestamp) -> VersionedDescription {
+        VersionedDescription {
+            description: description(1, 1, 300),
+            version,
+        }
+    }
+
+    #[test]
+    fn a_reset_or_delete_wins_over_a_later_change_made_without_it() {
+        let created = versioned(at(1_000, 1));
+        let reset = created.reset(at(2_000, 2));
+        let mut grown = versioned(at(3_000, 3));
+        grown.description.number_of_shards = 2;
+        assert!(grown.is_older_than(&reset));
+        assert!(!reset.is_older_than(&grown));
+        let deleted = reset.delete(at(2_500, 1));
+        assert!(reset.is_older_than(&deleted));
+        assert!(!deleted.is_live(u64::MAX));
+        assert!(reset.is_live(u64::MAX));
+        // A write after the delete makes it again in the same generation, at a later version.
+        let mut again = deleted.clone();
+        again.description.deleted = false;
+        again.version = at(2_600, 3);
+        assert!(deleted.is_older_than(&again));
+    }
+
+    #[test]
+    fn an_expiry_is_a_delete_every_node_makes_alike() {
+        let mut described = versioned(at(1_000, 1));
+        described.description.expires_at_ms = Some(5_000);
+        assert!(described.is_live(4_999));
+        assert_eq!(described.expired_at(4_999), None);
+        let tombstone = described.expired_at(5_000).unwrap();
+        assert_eq!(tombstone, described.expired_at(9_000).unwrap());
+        assert!(tombstone.description.deleted);
+        assert_eq!(tombstone.description.generation, at(5_000, 0));
+        assert_eq!(described.generation_at(5_000), at(5_000, 0));
+        assert!(described.is_older_than(&tombstone));
+        // A reset after the expiry time drops the expiry; one before keeps it.
+        assert_eq!(
+            described.reset(at(6_000, 2)).description.expires_at_ms,
+            None
+        );
+        let kept = described.reset(at(2_000, 2));
+        assert_eq!(kept.description.expires_at_ms, Some(5_000));
+        assert_eq!(
+            kept.expired_at(5_000).unwrap().description.generation,
+            at(5_000, 0)
+        );
+        // An expiry at or before the latest reset never deletes.
+        let mut stale = described.reset(at(6_000, 2));
+        stale.description.expires_at_ms = Some(5_000);
+        assert!(stale.is_live(10_000));
     }
 }

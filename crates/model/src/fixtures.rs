@@ -45,6 +45,9 @@ pub fn described(id: &str, shards: u32, physical_ms: u64, node: u32) -> Versione
             base_number_of_shards: 1,
             window_seconds: 300,
             created_at_ms: 1,
+            generation: Default::default(),
+            deleted: false,
+            expires_at_ms: None,
         },
         version: HlcTimestamp {
             physical_ms,

@@ -10,8 +10,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ModelError;
 use crate::error::checked_add;
+use crate::{HlcTimestamp, ModelError};
 
 /// The name of one slot: datacenter `datacenter`, shard `index`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -129,6 +129,47 @@ enum Held {
     Window(crate::Window),
     /// A unique counter's sketch. Boxed: most counters are sums, and a sketch is up to 16 KiB.
     Sketch(Box<crate::UniqueSketch>),
+    /// The record of a counter reset or deleted at least once: its generation beside what it
+    /// holds (never itself `Renewed`). Boxed: most counters are never reset, and the record's
+    /// size is part of every tier's memory per counter.
+    Renewed(Box<Renewed>),
+}
+
+/// A [`Held::Renewed`] record's generation and contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Renewed {
+    generation: HlcTimestamp,
+    held: Held,
+}
+
+impl Held {
+    /// What the record holds, past its generation.
+    fn inner(&self) -> &Held {
+        match self {
+            Held::Renewed(renewed) => &renewed.held,
+            held => held,
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut Held {
+        match self {
+            Held::Renewed(renewed) => &mut renewed.held,
+            held => held,
+        }
+    }
+
+    /// `held` in `generation`: boxed only past the zero generation.
+    fn in_generation(held: Held, generation: HlcTimestamp) -> Held {
+        let held = match held {
+            Held::Renewed(renewed) => renewed.held,
+            held => held,
+        };
+        if generation == HlcTimestamp::default() {
+            held
+        } else {
+            Held::Renewed(Box::new(Renewed { generation, held }))
+        }
+    }
 }
 
 impl Default for Held {
@@ -146,6 +187,7 @@ struct WireRecord<'a> {
     state: SlotState,
     window: &'a crate::Window,
     uniques: Option<&'a crate::UniqueSketch>,
+    generation: HlcTimestamp,
 }
 
 /// How a [`SlotRecord`] is read back.
@@ -154,6 +196,7 @@ struct EncodedRecord {
     state: SlotState,
     window: crate::Window,
     uniques: Option<Box<crate::UniqueSketch>>,
+    generation: HlcTimestamp,
 }
 
 impl From<EncodedRecord> for SlotRecord {
@@ -166,7 +209,7 @@ impl From<EncodedRecord> for SlotRecord {
         };
         Self {
             state: encoded.state,
-            held,
+            held: Held::in_generation(held, encoded.generation),
         }
     }
 }
@@ -177,6 +220,7 @@ impl Serialize for SlotRecord {
             state: self.state,
             window: self.window(),
             uniques: self.uniques(),
+            generation: self.generation(),
         }
         .serialize(serializer)
     }
@@ -211,39 +255,77 @@ impl SlotRecord {
 
     /// The hits of the counter's rolling window (empty for a unique counter).
     pub fn window(&self) -> &crate::Window {
-        match &self.held {
+        match self.held.inner() {
             Held::Window(window) => window,
-            Held::Sketch(_) => &NO_WINDOW,
+            _ => &NO_WINDOW,
         }
     }
 
     /// The window, to change it; `None` for a unique counter, which has none.
     pub fn window_mut(&mut self) -> Option<&mut crate::Window> {
-        match &mut self.held {
+        match self.held.inner_mut() {
             Held::Window(window) => Some(window),
-            Held::Sketch(_) => None,
+            _ => None,
         }
     }
 
     /// The distinct items this slot has seen, for a unique counter; `None` for a sum.
     pub fn uniques(&self) -> Option<&crate::UniqueSketch> {
-        match &self.held {
-            Held::Window(_) => None,
+        match self.held.inner() {
             Held::Sketch(sketch) => Some(sketch),
+            _ => None,
         }
     }
 
     /// The sketch, taken out of a unique counter's record; `None` for a sum.
     pub fn into_uniques(self) -> Option<Box<crate::UniqueSketch>> {
-        match self.held {
-            Held::Window(_) => None,
+        let held = match self.held {
+            Held::Renewed(renewed) => renewed.held,
+            held => held,
+        };
+        match held {
             Held::Sketch(sketch) => Some(sketch),
+            _ => None,
         }
     }
 
     /// Makes this a unique counter's record holding `sketch` (any window goes).
     pub fn set_uniques(&mut self, sketch: Box<crate::UniqueSketch>) {
-        self.held = Held::Sketch(sketch);
+        *self.held.inner_mut() = Held::Sketch(sketch);
+    }
+
+    /// The counter's generation this record belongs to: the time of the latest reset or
+    /// delete its slot had applied when it made the record (zero: none).
+    pub fn generation(&self) -> HlcTimestamp {
+        match &self.held {
+            Held::Renewed(renewed) => renewed.generation,
+            _ => HlcTimestamp::default(),
+        }
+    }
+
+    /// Whether this record counts in reads of a counter whose reads count from `generation`:
+    /// a record of an older generation was made before its slot applied that reset or delete.
+    pub fn counts_in(&self, generation: HlcTimestamp) -> bool {
+        self.generation() >= generation
+    }
+
+    /// The owner's record after it applies a reset or delete of `generation` as change number
+    /// `version`: zero, an empty window or sketch (of the same kind), in that generation.
+    pub fn renewed(&self, generation: HlcTimestamp, version: u64) -> SlotRecord {
+        let held = match self.held.inner() {
+            Held::Sketch(_) => Held::Sketch(Box::default()),
+            _ => Held::Window(crate::Window::default()),
+        };
+        SlotRecord {
+            state: SlotState { value: 0, version },
+            held: Held::in_generation(held, generation),
+        }
+    }
+
+    /// Sets this record's generation, keeping what it holds.
+    pub fn set_generation(&mut self, generation: HlcTimestamp) {
+        let held = std::mem::take(&mut self.held);
+        self.held = Held::in_generation(held, generation);
     }
 
     /// Merges another copy of the same slot: the higher version wins. Returns whether `self`
@@ -275,13 +357,26 @@ impl SlotRecord {
             return false;
         }
         self.state = logged.state;
-        match logged.held {
-            Held::Sketch(sketch) => self.held = Held::Sketch(sketch),
+        let generation = logged.generation();
+        if generation != self.generation() {
+            // A record of another generation holds nothing of this one's window.
+            *self = SlotRecord {
+                state: logged.state,
+                held: Held::in_generation(Held::default(), generation),
+            };
+        }
+        let held = match logged.held {
+            Held::Renewed(renewed) => renewed.held,
+            held => held,
+        };
+        match held {
+            Held::Sketch(sketch) => *self.held.inner_mut() = Held::Sketch(sketch),
             Held::Window(buckets) => {
-                if let Held::Window(window) = &mut self.held {
+                if let Held::Window(window) = self.held.inner_mut() {
                     window.set_buckets(&buckets);
                 }
             }
+            Held::Renewed(_) => unreachable!("a generation never holds another"),
         }
         true
     }
@@ -290,10 +385,10 @@ impl SlotRecord {
     /// sketch as change number `version`: the value becomes the slot's estimate. An item that
     /// raises no register changes nothing, the version included; returns whether it changed.
     pub fn add_item(&mut self, hash: u64, version: u64) -> bool {
-        if let Held::Window(_) = self.held {
-            self.held = Held::Sketch(Box::default());
+        if let Held::Window(_) = self.held.inner() {
+            *self.held.inner_mut() = Held::Sketch(Box::default());
         }
-        let Held::Sketch(sketch) = &mut self.held else {
+        let Held::Sketch(sketch) = self.held.inner_mut() else {
             unreachable!("made a sketch above")
         };
         if !sketch.add_hash(hash) {
@@ -380,11 +475,12 @@ mod tests {
     /// wrap to a version that loses every merge without).
     #[test]
     fn the_version_after_the_last_one_never_overflows() {
-        // A `SlotCopy` of slot "" holding counter "" at value 0, version u64::MAX.
+        // A `SlotCopy` of slot "" holding counter "" at value 0, version u64::MAX, generation 0.
         // Then complete: false, complete_as_of_ms: None, source_epoch: 0, next: None,
         // owner_incarnation: 0, partitions: None.
-        const COPY: [u8; 22] = [
-            0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+        const COPY: [u8; 25] = [
+            0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0,
         ];
         let copy: crate::wire::SlotCopy = postcard::from_bytes(&COPY).unwrap();
         let record = &copy.entries[0].1;
@@ -497,9 +593,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
     }
 
-    /// The record travels and is stored as the struct `{state, window, uniques}` it was
-    /// before it held either a window or a sketch: logs, stores and peers of older builds read
-    /// it unchanged.
+    /// The record travels and is stored as the struct `{state, window, uniques, generation}`.
     #[test]
     fn records_keep_their_wire_shape() {
         let mut window = crate::Window::default();
@@ -511,8 +605,8 @@ mod tests {
             },
             window,
         );
-        // value 1 (zigzag 2), version 1, one bucket (3, zigzag 1), no sketch.
-        let bytes = [2, 1, 1, 3, 2, 0];
+        // value 1 (zigzag 2), version 1, one bucket (3, zigzag 1), no sketch, generation 0.
+        let bytes = [2, 1, 1, 3, 2, 0, 0, 0, 0];
         assert_eq!(postcard::to_allocvec(&sum).unwrap(), bytes);
         assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), sum);
 
@@ -530,5 +624,47 @@ mod tests {
         let read = postcard::from_bytes::<SlotRecord>(&both).unwrap();
         assert_eq!(read.uniques(), unique.uniques());
         assert!(read.window().buckets().is_empty());
+    }
+
+    #[test]
+    fn a_renewed_record_keeps_its_generation_and_size() {
+        let generation = HlcTimestamp {
+            physical_ms: 7,
+            logical: 1,
+            node: 2,
+        };
+        let mut window = crate::Window::default();
+        window.record(3, 5, 60).unwrap();
+        let old = SlotRecord::sum(
+            SlotState {
+                value: 5,
+                version: 10,
+            },
+            window,
+        );
+        assert!(old.counts_in(HlcTimestamp::default()));
+        assert!(!old.counts_in(generation));
+        let renewed = old.renewed(generation, 11);
+        assert_eq!(
+            renewed.state,
+            SlotState {
+                value: 0,
+                version: 11
+            }
+        );
+        assert_eq!(renewed.generation(), generation);
+        assert!(renewed.window().buckets().is_empty());
+        assert!(renewed.counts_in(generation));
+        let bytes = postcard::to_allocvec(&renewed).unwrap();
+        assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), renewed);
+        // Replaying the renewed record over the old one drops the old window.
+        let mut replayed = old.clone();
+        assert!(replayed.apply_logged(renewed.clone()));
+        assert_eq!(replayed, renewed);
+        let mut unique = SlotRecord::default();
+        unique.add_item(crate::unique::hash_item("a"), 1);
+        let unique = unique.renewed(generation, 2);
+        assert_eq!(unique.uniques().map(|s| s.count()), Some(0));
+        assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
     }
 }

@@ -190,6 +190,9 @@ fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
             base_number_of_shards: 1,
             window_seconds: 300,
             created_at_ms: now,
+            generation: Default::default(),
+            deleted: false,
+            expires_at_ms: None,
         },
         version: HlcTimestamp {
             physical_ms,

@@ -79,6 +79,9 @@ pub fn parse_create(
         base_number_of_shards: number_of_shards,
         window_seconds,
         created_at_ms: now_ms,
+        generation: Default::default(),
+        deleted: false,
+        expires_at_ms: None,
     })
 }
 

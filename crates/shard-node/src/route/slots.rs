@@ -272,6 +272,9 @@ mod tests {
                 base_number_of_shards: base,
                 window_seconds: 300,
                 created_at_ms: 0,
+                generation: Default::default(),
+                deleted: false,
+                expires_at_ms: None,
             },
             version: HlcTimestamp {
                 physical_ms: at,

@@ -307,6 +307,9 @@ impl CommitLoop {
                 base_number_of_shards: settings.default_number_of_shards,
                 window_seconds: settings.default_window_seconds,
                 created_at_ms: now_ms,
+                generation: Default::default(),
+                deleted: false,
+                expires_at_ms: None,
             },
             version: self.shared.hlc.now(),
         });
@@ -378,6 +381,9 @@ impl CommitLoop {
                 base_number_of_shards: shared.settings.default_number_of_shards,
                 window_seconds: shared.settings.default_window_seconds,
                 created_at_ms: now_ms,
+                generation: Default::default(),
+                deleted: false,
+                expires_at_ms: None,
             };
             let description = changed_description(current, defaults, &change);
             tracing::info!(counter = %change.id, shards = change.number_of_shards, "changing a counter's slot count");
