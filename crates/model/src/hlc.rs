@@ -48,6 +48,11 @@ impl Hlc {
         }
     }
 
+    /// The node id its timestamps end in.
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+
     /// A timestamp later than every one this clock made or observed.
     pub fn now(&self) -> HlcTimestamp {
         let wall = self.clock.now_unix_ms();

@@ -112,6 +112,7 @@ fn write(ids: &[CounterId], n: usize) -> WriteRequest {
         change: Change::Delta(1),
         idempotency_key: None,
         timestamp_secs: SystemClock.now_unix_secs(),
+        ttl_secs: None,
     }
 }
 

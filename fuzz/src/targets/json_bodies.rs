@@ -23,9 +23,10 @@ pub fn run(data: &[u8]) -> bool {
         assert_eq!(back, description);
     }
     for (sign, signed) in [(1, false), (-1, false), (1, true)] {
-        let Ok((change, timestamp)) = parse_write(data, sign, signed, &settings, NOW_SECS) else {
+        let Ok(write) = parse_write(data, sign, signed, &settings, NOW_SECS) else {
             continue;
         };
+        let (change, timestamp) = (write.change, write.timestamp_secs);
         decoded = true;
         assert!(timestamp <= NOW_SECS + settings.max_future_skew_secs);
         for mut record in [SlotRecord::default(), sum_record(i64::MAX - 1, 3)] {

@@ -34,13 +34,14 @@ use crate::health::NodeHealth;
 use crate::metrics::ShardMetrics;
 
 mod install;
+mod lifecycle;
 mod replicated;
 mod restore;
 mod stage;
 
 use install::{GroupChanges, SlotChange};
 use replicated::{AwaitingPeers, Waited};
-use stage::{Staged, stage_description};
+use stage::Staged;
 
 /// A group stops gathering at this many writes, bounding one log record's size.
 const MAX_GROUP_WRITES: usize = 200_000;
@@ -240,7 +241,10 @@ impl CommitLoop {
             }
         }
 
-        let mut staged = Staged::default();
+        let mut staged = Staged {
+            now_ms,
+            ..Staged::default()
+        };
         let mut replies = Vec::with_capacity(group.len());
         let mut writes = 0u64;
         // Kept until the group is durable, to be staged again if it is refused.
@@ -251,7 +255,7 @@ impl CommitLoop {
             let descriptions = Arc::clone(&self.shared.descriptions);
             let descriptions = descriptions.read().expect("descriptions lock");
             for description in &learned {
-                stage_description(&descriptions, &mut staged, description.clone());
+                self.stage_learned(&table, &descriptions, &mut staged, description.clone());
             }
             for command in group {
                 match command {
@@ -273,11 +277,16 @@ impl CommitLoop {
                             self.stage_create(&table, &descriptions, &mut staged, description);
                         replies.push(Reply::Create(reply, result));
                     }
+                    Command::Lifecycle { id, change, reply } => {
+                        let result =
+                            self.stage_lifecycle(&table, &descriptions, &mut staged, &id, change);
+                        replies.push(Reply::Create(reply, result));
+                    }
                     Command::Describe(newly_learned) => {
                         for description in newly_learned {
                             self.shared.hlc.observe(description.version);
                             learned.push(description.clone());
-                            stage_description(&descriptions, &mut staged, description);
+                            self.stage_learned(&table, &descriptions, &mut staged, description);
                         }
                     }
                     Command::Tick
@@ -308,10 +317,11 @@ impl CommitLoop {
             if !slot.changed {
                 continue;
             }
-            let change = match slot.sketch {
+            let mut change = match slot.sketch {
                 Some(sketch) => SlotRecord::unique(slot.state, sketch),
                 None => SlotRecord::sum(slot.state, slot.window.changed()),
             };
+            change.set_generation(slot.generation);
             logged.push((id, change));
             changes.push(SlotChange {
                 row: slot.row,
@@ -417,7 +427,7 @@ fn refuse_client_command(
             let _ = reply.send(writes.iter().map(|_| Err(refusal())).collect());
             None
         }
-        Command::Create { reply, .. } => {
+        Command::Create { reply, .. } | Command::Lifecycle { reply, .. } => {
             let _ = reply.send(Err(refusal()));
             None
         }

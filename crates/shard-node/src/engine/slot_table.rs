@@ -122,6 +122,10 @@ impl SlotTable {
         let index = match row {
             Some(index) => {
                 let record = &mut self.rows[index].record;
+                if record.generation() != logged.generation() {
+                    // A reset or delete reached the slot: nothing of the older generation stays.
+                    *record = record.renewed(logged.generation(), logged.state.version);
+                }
                 record.state = logged.state;
                 if let Some(sketch) = logged.into_uniques() {
                     record.set_uniques(sketch);

@@ -53,6 +53,30 @@ pub struct WriteRequest {
     pub idempotency_key: Option<Box<str>>,
     /// When the hit happened, in unix seconds (kept for rolling windows).
     pub timestamp_secs: u64,
+    /// Sets the counter's expiry this many seconds ahead, in the same group as the write,
+    /// when it has none (increment with expiry).
+    pub ttl_secs: Option<u32>,
+}
+
+/// A change of a counter's life: what `DELETE /counter/{id}`, `POST /counter/{id}/reset` and
+/// `PATCH /counter/{id}` ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LifecycleChange {
+    /// Every slot counts from zero once it learns of it.
+    Reset,
+    /// The counter is gone; a later write makes it again from zero.
+    Delete,
+    /// Deleted at this time (unix ms), or never (`None`).
+    Expire(Option<u64>),
+    /// Deleted at this time (unix ms) unless it has an expiry already; made with the defaults
+    /// and this type when it is unknown or gone. What a node does before it forwards a write
+    /// carrying `ttlSeconds` to another slot: the expiry is durable before the write.
+    ExpireUnlessSet {
+        /// When it is deleted.
+        expires_at_ms: u64,
+        /// The forwarded write's counter type.
+        counter_type: CounterType,
+    },
 }
 
 /// The answer to each write of a [`Command::Write`], in order.
@@ -72,6 +96,16 @@ pub enum Command {
     Create {
         /// The new counter.
         description: CounterDescription,
+        /// Where the result goes.
+        reply: oneshot::Sender<Result<CounterDescription, ShardError>>,
+    },
+    /// Reset, delete or change the expiry of a counter; answered with its new description
+    /// once durable.
+    Lifecycle {
+        /// The counter.
+        id: CounterId,
+        /// What happens to it.
+        change: LifecycleChange,
         /// Where the result goes.
         reply: oneshot::Sender<Result<CounterDescription, ShardError>>,
     },

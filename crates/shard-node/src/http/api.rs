@@ -35,14 +35,14 @@ use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
 use crate::engine::key_scope::KeyScope;
-use crate::engine::write::{Command, WriteRequest};
+use crate::engine::write::{Command, LifecycleChange, WriteRequest};
 use crate::error::ShardError;
 use crate::http::requests::{
     parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
 };
 use crate::http::routes::{Route, need};
 use crate::http::state::NodeState;
-use crate::http::{copies, replicas};
+use crate::http::{copies, lifecycle, replicas};
 use crate::route::forward;
 use crate::route::forward::FORWARDED_HEADER;
 use crate::startup::restore::RestoreReport;
@@ -52,7 +52,14 @@ use geocount_http::routing::{self, Endpoint, RequestError, Routed, TokenName, Wi
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
     let need = |routed: &Routed<Route>, request: &Request<Incoming>| {
         let slot = routed.slot.as_deref();
-        need(routed.route, slot, is_forwarded(request), &state.datacenter)
+        let forwarded = is_forwarded(request);
+        need(
+            routed.route,
+            request.method(),
+            slot,
+            forwarded,
+            &state.datacenter,
+        )
     };
     routing::answer(
         &state.routes,
@@ -77,7 +84,12 @@ async fn dispatch(
     }
     if let (
         Some(conflict),
-        Route::Write | Route::Increment | Route::Batch | Route::BatchItems | Route::Create,
+        Route::Write
+        | Route::Increment
+        | Route::Batch
+        | Route::BatchItems
+        | Route::Create
+        | Route::Reset,
     ) = (state.health.conflict(), route)
     {
         return Err(ShardError::SlotServedTwice(conflict));
@@ -85,6 +97,13 @@ async fn dispatch(
     match (route, request.method().clone(), id, slot) {
         (Route::Create, Method::POST, _, _) => create(state, request).await,
         (Route::Counter, Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
+        (Route::Counter, Method::DELETE, Some(id), _) => {
+            lifecycle::change(state, id, LifecycleChange::Delete).await
+        }
+        (Route::Counter, Method::PATCH, Some(id), _) => lifecycle::expire(state, id, request).await,
+        (Route::Reset, Method::POST, Some(id), _) => {
+            lifecycle::change(state, id, LifecycleChange::Reset).await
+        }
         (Route::Write, Method::PATCH, Some(id), _) => write(state, id, request).await,
         (Route::Increment, Method::POST, Some(id), _) => increment(state, id, request).await,
         (Route::Batch, Method::POST, _, _) => batch(state, request, parse_batch).await,
@@ -200,11 +219,23 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
         .cloned();
     let descriptions = state.descriptions.read().expect("descriptions lock");
     let description = descriptions.get(id.as_str());
+    let now_ms = state.clock.now_unix_ms();
+    if description.is_some_and(|d| !d.is_live(now_ms)) {
+        return Err(ShardError::NotFound(id.to_string()));
+    }
     // A counter described (created here or elsewhere) but not yet written here reads as 0.
     let record = match record {
         Some(record) => record,
         None if description.is_some() => SlotRecord::default(),
         None => return Err(ShardError::NotFound(id.to_string())),
+    };
+    // A record of an older generation than the latest reset's was wiped by it.
+    let generation = description.map(|d| d.generation_at(now_ms));
+    let record = match generation {
+        Some(generation) if !record.counts_in(generation) => {
+            record.renewed(generation, record.state.version)
+        }
+        _ => record,
     };
     let unique = description.map_or(record.uniques().is_some(), |d| {
         d.description.counter_type == CounterType::Unique
@@ -275,12 +306,13 @@ async fn write_body(
     let forwarded = is_forwarded(&request);
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let now_secs = state.clock.now_unix_secs();
-    let (change, timestamp_secs) = parse_write(&body, sign, signed, &state.settings, now_secs)?;
+    let parsed = parse_write(&body, sign, signed, &state.settings, now_secs)?;
     let write = WriteRequest {
         id,
-        change,
+        change: parsed.change,
         idempotency_key: key,
-        timestamp_secs,
+        timestamp_secs: parsed.timestamp_secs,
+        ttl_secs: parsed.ttl_secs,
     };
     write_one(state, write, forwarded).await
 }

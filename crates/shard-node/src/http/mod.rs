@@ -14,6 +14,7 @@
 
 pub(crate) mod api;
 pub(crate) mod copies;
+pub(crate) mod lifecycle;
 pub(crate) mod openapi;
 pub(crate) mod replicas;
 pub mod requests;

@@ -100,7 +100,36 @@ fn write_body(delta: Value) -> Value {
         "timestamp": {"type": "integer", "nullable": true, "minimum": 0, "maximum": u64::MAX,
                       "description": "unix seconds (default: now; at most shard.max_future_skew_secs \
                                       ahead of the node's clock, else 422)"},
+        "ttlSeconds": ttl_seconds("when the counter has no expiry, it expires this many seconds \
+                                   after the write (set in the write's own log record)"),
     }})
+}
+
+/// A time to live in seconds, or null.
+fn ttl_seconds(description: &str) -> Value {
+    json!({"type": "integer", "nullable": true, "minimum": 1, "maximum": u32::MAX,
+           "description": description})
+}
+
+/// The answer of an operation changing a counter's life: its new description.
+fn lifecycle_answer(operation: Operation) -> Operation {
+    operation
+        .param(id_param())
+        .json_answer(
+            200,
+            "the counter's new description",
+            json!({"type": "object"}),
+        )
+        .errors(&[
+            (400, "a bad id or body"),
+            (
+                404,
+                "a counter this node has not heard of, or one deleted or expired",
+            ),
+            (413, "a body too large"),
+            (503, "storage failed"),
+            (507, "the disk is full"),
+        ])
 }
 
 /// The document of this tier's HTTP API, as a node with `settings` serves it; `access` says
@@ -134,6 +163,7 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
                     "numberOfShards": nullable(integer(1, MAX_SHARDS_PER_COUNTER.into())),
                     "windowSeconds": nullable(integer(1, max_window.into())),
                     "type": {"type": "string", "nullable": true, "enum": ["sum", "unique", null]},
+                    "ttlSeconds": ttl_seconds("deleted this many seconds after it is made"),
                 }}),
                 json!({"id": "openapi-example", "numberOfShards": 2, "windowSeconds": 300}),
             )
@@ -159,8 +189,38 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
             .json_answer(200, "the slot's value and version", slot_answer())
             .errors(&[
                 (400, "a bad id or query (window on a unique counter too)"),
-                (404, "a counter this node has never seen"),
+                (
+                    404,
+                    "a counter this node has never seen, or one deleted or expired",
+                ),
             ]),
+    )
+    .operation(
+        "/counter/{id}",
+        "delete",
+        lifecycle_answer(Operation::new(
+            "delete a counter everywhere (admin): a later write makes it again from zero",
+        )),
+    )
+    .operation(
+        "/counter/{id}",
+        "patch",
+        lifecycle_answer(
+            Operation::new("set or clear a counter's expiry (admin)").json_body(
+                json!({"type": "object", "additionalProperties": false,
+                       "required": ["ttlSeconds"], "properties": {
+                    "ttlSeconds": ttl_seconds("deleted this many seconds from now; null: never"),
+                }}),
+                json!({"ttlSeconds": 3600}),
+            ),
+        ),
+    )
+    .operation(
+        "/counter/{id}/reset",
+        "post",
+        lifecycle_answer(Operation::new(
+            "reset a counter to zero everywhere (admin): later writes count from zero",
+        )),
     )
     .operation(
         "/counter/{id}/write",
@@ -300,6 +360,10 @@ mod tests {
     #[test]
     fn the_document_lists_exactly_the_routed_operations_and_their_callers() {
         let doc = api(&ShardDefaults::default());
-        doc.assert_routes(ROUTES, |route| need(route, Some("DC_A_VAL_1"), false, "A"));
+        // Every method of a route is called by the same kind of caller (the rights differ).
+        let get = hyper::Method::GET;
+        doc.assert_routes(ROUTES, |route| {
+            need(route, &get, Some("DC_A_VAL_1"), false, "A")
+        });
     }
 }

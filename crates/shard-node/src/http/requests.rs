@@ -35,12 +35,13 @@ struct CreateBody {
     window_seconds: Option<u32>,
     #[serde(rename = "type")]
     counter_type: Option<CounterType>,
+    ttl_seconds: Option<u32>,
 }
 
 /// The description a `POST /counter` body asks for (`{"id"?, "numberOfShards"?,
-/// "windowSeconds"?, "type"?}`, empty for every default), created at `now_ms`: a random id when
-/// none is given, the defaults of `settings`, and 400 for a malformed body, a bad id or a
-/// count or window out of range.
+/// "windowSeconds"?, "type"?, "ttlSeconds"?}`, empty for every default), created at `now_ms`: a
+/// random id when none is given, the defaults of `settings`, and 400 for a malformed body, a
+/// bad id or a count, window or time to live out of range.
 pub fn parse_create(
     body: &[u8],
     settings: &ShardDefaults,
@@ -72,6 +73,10 @@ pub fn parse_create(
             "windowSeconds must be 1 to {max_window}, got {window_seconds}"
         )));
     }
+    let expires_at_ms = body
+        .ttl_seconds
+        .map(|ttl| expiry_of(ttl, now_ms))
+        .transpose()?;
     Ok(CounterDescription {
         id,
         counter_type: body.counter_type.unwrap_or_default(),
@@ -81,8 +86,45 @@ pub fn parse_create(
         created_at_ms: now_ms,
         generation: Default::default(),
         deleted: false,
-        expires_at_ms: None,
+        expires_at_ms,
     })
+}
+
+/// When a counter given `ttl_secs` at `now_ms` expires: 400 for 0 (a counter that would be
+/// gone before it is made).
+pub fn expiry_of(ttl_secs: u32, now_ms: u64) -> Result<u64, ShardError> {
+    if ttl_secs == 0 {
+        return Err(ShardError::bad_request(
+            "ttlSeconds must be at least 1 (DELETE /counter/{id} deletes at once)".into(),
+        ));
+    }
+    Ok(now_ms + u64::from(ttl_secs) * 1000)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ExpiryBody {
+    /// Required, and may be `null`: an absent field is not a request to persist.
+    #[serde(deserialize_with = "present")]
+    ttl_seconds: Option<u32>,
+}
+
+/// A field that must be present, `null` or a value.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    Option::<u32>::deserialize(d)
+}
+
+/// The expiry a `PATCH /counter/{id}` body asks for (`{"ttlSeconds": n}` or `{"ttlSeconds":
+/// null}` for none), at `now_ms`: 400 for anything else.
+pub fn parse_expiry(body: &[u8], now_ms: u64) -> Result<Option<u64>, ShardError> {
+    let body: ExpiryBody = serde_json::from_slice(body).map_err(|e| {
+        ShardError::bad_request(format!(
+            "the body must be {{\"ttlSeconds\": seconds or null}}: {e}"
+        ))
+    })?;
+    body.ttl_seconds
+        .map(|ttl| expiry_of(ttl, now_ms))
+        .transpose()
 }
 
 /// The sign of a `PATCH /counter/{id}/write` from its query's `op`: 1 for `INCREMENT`, -1 for
@@ -105,11 +147,12 @@ pub fn parse_write_op(query: Option<&str>) -> Result<i64, ShardError> {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct WriteBody {
     delta: Option<i64>,
     item: Option<String>,
     timestamp: Option<u64>,
+    ttl_seconds: Option<u32>,
 }
 
 impl WriteBody {
@@ -142,21 +185,40 @@ impl WriteBody {
     }
 }
 
-/// The change and timestamp of a single write's JSON body (`{"delta"?, "timestamp"?}` or
-/// `{"item", "timestamp"?}`, empty for a delta of 1 now): the delta (default 1) times `sign`,
-/// which must be above 0 unless `signed` (then it must not be 0); the timestamp checked against
-/// `now_secs` with `settings.max_future_skew_secs`, `now_secs` when absent.
+/// What a single write's JSON body asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedWrite {
+    /// The delta or item.
+    pub change: Change,
+    /// When the hit happened, in unix seconds.
+    pub timestamp_secs: u64,
+    /// The expiry the write sets when its counter has none.
+    pub ttl_secs: Option<u32>,
+}
+
+/// The change, timestamp and time to live of a single write's JSON body (`{"delta"?,
+/// "timestamp"?, "ttlSeconds"?}` or `{"item", "timestamp"?, "ttlSeconds"?}`, empty for a delta of
+/// 1 now): the delta (default 1) times `sign`, which must be above 0 unless `signed` (then it
+/// must not be 0); the timestamp checked against `now_secs` with
+/// `settings.max_future_skew_secs`, `now_secs` when absent; a time to live of at least 1.
 pub fn parse_write(
     body: &[u8],
     sign: i64,
     signed: bool,
     settings: &ShardDefaults,
     now_secs: u64,
-) -> Result<(Change, u64), ShardError> {
+) -> Result<ParsedWrite, ShardError> {
     let body: WriteBody = json_body(body)?;
     let change = body.change(sign, signed)?;
     let timestamp_secs = write_timestamp(settings, body.timestamp, now_secs)?;
-    Ok((change, timestamp_secs))
+    if let Some(ttl) = body.ttl_seconds {
+        expiry_of(ttl, 0)?;
+    }
+    Ok(ParsedWrite {
+        change,
+        timestamp_secs,
+        ttl_secs: body.ttl_seconds,
+    })
 }
 
 /// A write's timestamp: its own, refused when more than `settings.max_future_skew_secs` ahead
@@ -269,6 +331,7 @@ fn checked_writes(
             change,
             idempotency_key: key,
             timestamp_secs: write_timestamp(settings, entry.timestamp(), now_secs)?,
+            ttl_secs: None,
         })
     };
     Ok(entries.iter().map(|entry| check(entry)).collect())
@@ -341,15 +404,18 @@ mod tests {
 
     #[test]
     fn write_bodies_are_checked_like_the_handlers_did() {
-        let (change, at) = parse_write(b"", -1, false, &settings(), NOW).unwrap();
-        assert_eq!((change, at), (Change::Delta(-1), NOW));
+        let parsed = |body: &[u8], sign, signed| {
+            let write = parse_write(body, sign, signed, &settings(), NOW).unwrap();
+            (write.change, write.timestamp_secs)
+        };
+        assert_eq!(parsed(b"", -1, false), (Change::Delta(-1), NOW));
         // Whitespace alone is no JSON body.
         assert!(parse_write(b" \n", -1, false, &settings(), NOW).is_err());
         let body = br#"{"delta": 5, "timestamp": 1800000060}"#;
-        let (change, at) = parse_write(body, 1, false, &settings(), NOW).unwrap();
-        assert_eq!((change, at), (Change::Delta(5), NOW + 60));
-        let (change, _) = parse_write(br#"{"delta": -5}"#, 1, true, &settings(), NOW).unwrap();
-        assert_eq!(change, Change::Delta(-5));
+        assert_eq!(parsed(body, 1, false), (Change::Delta(5), NOW + 60));
+        assert_eq!(parsed(br#"{"delta": -5}"#, 1, true).0, Change::Delta(-5));
+        let with_ttl = parse_write(br#"{"ttlSeconds": 60}"#, 1, false, &settings(), NOW);
+        assert_eq!(with_ttl.unwrap().ttl_secs, Some(60));
         // i64::MIN is refused as a non-positive delta before any sign is applied.
         let min = br#"{"delta": -9223372036854775808}"#;
         assert!(parse_write(min, -1, false, &settings(), NOW).is_err());
@@ -361,6 +427,9 @@ mod tests {
             (br#"{"item": ""}"#, 1, false),
             (br#"{"delta": 1, "timestamp": 1800000061}"#, 1, false),
             (br#"{"delta": 9223372036854775808}"#, 1, false),
+            (br#"{"ttlSeconds": 0}"#, 1, false),
+            (br#"{"ttlSeconds": -1}"#, 1, false),
+            (br#"{"ttl_seconds": 5}"#, 1, false),
         ] {
             assert!(
                 parse_write(bad, sign, signed, &settings(), NOW).is_err(),
@@ -450,5 +519,27 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn expiry_bodies_need_a_time_to_live_or_null() {
+        assert_eq!(
+            parse_expiry(br#"{"ttlSeconds": 10}"#, 5).unwrap(),
+            Some(10_005)
+        );
+        assert_eq!(parse_expiry(br#"{"ttlSeconds": null}"#, 5).unwrap(), None);
+        for bad in [
+            &b""[..],
+            b"{}",
+            br#"{"ttlSeconds": 0}"#,
+            br#"{"ttlSeconds": "1"}"#,
+            br#"{"ttlSeconds": 1, "x": 2}"#,
+            br#"{"ttlSeconds": 4294967296}"#,
+        ] {
+            assert!(parse_expiry(bad, 5).is_err(), "{bad:?}");
+        }
+        let created = parse_create(br#"{"ttlSeconds": 2}"#, &settings(), 5).unwrap();
+        assert_eq!(created.expires_at_ms, Some(2_005));
+        assert!(parse_create(br#"{"ttlSeconds": 0}"#, &settings(), 5).is_err());
     }
 }

@@ -12,6 +12,8 @@ pub enum Route {
     Create,
     /// `/counter/{id}`
     Counter,
+    /// `/counter/{id}/reset`
+    Reset,
     /// `/counter/{id}/write`
     Write,
     /// `/counters/{id}/increment`
@@ -44,6 +46,7 @@ pub enum Route {
 pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("/counter", Route::Create),
     ("/counter/{id}", Route::Counter),
+    ("/counter/{id}/reset", Route::Reset),
     ("/counter/{id}/write", Route::Write),
     ("/counters/{id}/increment", Route::Increment),
     ("/batch", Route::Batch),
@@ -59,18 +62,22 @@ pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("/openapi.json", Route::OpenApi),
 ];
 
+/// `/counter/{id}`: read, change the expiry, delete.
+const COUNTER: &[Method] = &[Method::DELETE, Method::GET, Method::PATCH];
+
 impl Endpoint for Route {
     fn methods(self) -> &'static [Method] {
         match self {
+            Route::Counter => COUNTER,
             Route::Write => PATCH,
-            Route::Create
+            Route::Reset
+            | Route::Create
             | Route::Increment
             | Route::Batch
             | Route::BatchItems
             | Route::Sync
             | Route::Replicate => POST,
-            Route::Counter
-            | Route::Route
+            Route::Route
             | Route::SlotCopy
             | Route::KeyCopy
             | Route::Replica
@@ -88,16 +95,24 @@ impl Endpoint for Route {
 /// the mark alone must not let a client skip it. `/sync` is pulled by this datacenter's
 /// aggregator and its shard nodes (peers), a slot's copy only by the node of that slot, which
 /// restores it; only the node of a slot sends its groups to be replicated, and reads them back.
-pub(crate) fn need(route: Route, slot: Option<&str>, forwarded: bool, datacenter: &str) -> Need {
+/// A counter is read with the read right, and deleted, reset or given an expiry with admin.
+pub(crate) fn need(
+    route: Route,
+    method: &Method,
+    slot: Option<&str>,
+    forwarded: bool,
+    datacenter: &str,
+) -> Need {
     let shards = || Allow::ShardsOf(datacenter.to_owned());
     match route {
+        Route::Counter if method != Method::GET => Need::Right(Right::Admin),
         Route::Write | Route::Increment | Route::Batch | Route::BatchItems if forwarded => {
             Need::Tier(vec![shards()])
         }
         Route::Write | Route::Increment | Route::Batch | Route::BatchItems => {
             Need::Right(Right::Write)
         }
-        Route::Create => Need::Right(Right::Admin),
+        Route::Create | Route::Reset => Need::Right(Right::Admin),
         Route::Counter | Route::Route => Need::Right(Right::Read),
         Route::Sync => Need::Tier(vec![Allow::AggregatorOf(datacenter.to_owned()), shards()]),
         // Only the slot's own node asks for its copies: to restore them.

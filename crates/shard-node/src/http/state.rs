@@ -5,13 +5,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use geocount_http::Access;
-use geocount_model::{Clock, ShardDefaults, SyncSettings};
+use geocount_model::{Clock, CounterDescription, CounterId, ShardDefaults, SyncSettings};
 use geocount_sync::{DescriptionTable, SlotCopies};
 use tokio::sync::mpsc;
 
 use crate::engine::idempotency::SharedKeys;
 use crate::engine::slot_table::SharedSlotTable;
-use crate::engine::write::{Command, WriteRequest, WriteResults};
+use crate::engine::write::{Command, LifecycleChange, WriteRequest, WriteResults};
 use crate::error::ShardError;
 use crate::health::NodeHealth;
 use crate::http::routes::Route;
@@ -91,6 +91,18 @@ impl NodeState {
         answer.await.map_err(|_| self.stopped())
     }
 
+    /// Resets, deletes or changes the expiry of counter `id`: its new description, once
+    /// durable.
+    pub async fn change_life(
+        &self,
+        id: CounterId,
+        change: LifecycleChange,
+    ) -> Result<CounterDescription, ShardError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.send(Command::Lifecycle { id, change, reply }).await?;
+        answer.await.map_err(|_| self.stopped())?
+    }
+
     /// The refusal of a request the stopping node can no longer take.
     pub fn stopped(&self) -> ShardError {
         ShardError::Unavailable("the node is shutting down".into())
@@ -119,6 +131,18 @@ impl LocalNode for NodeState {
         writes: Vec<WriteRequest>,
     ) -> impl Future<Output = Result<WriteResults, ShardError>> + Send {
         NodeState::submit(self, writes)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_unix_ms()
+    }
+
+    fn change_life(
+        &self,
+        id: CounterId,
+        change: LifecycleChange,
+    ) -> impl Future<Output = Result<CounterDescription, ShardError>> + Send {
+        NodeState::change_life(self, id, change)
     }
 
     fn stopped(&self) -> ShardError {

@@ -12,16 +12,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use geocount_model::SlotState;
 use geocount_model::wire::{
     BatchEntry, BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry,
     POSTCARD_CONTENT_TYPE,
 };
+use geocount_model::{CounterDescription, CounterId, SlotState};
 use geocount_net::{ClientError, HttpError};
 use geocount_sync::DescriptionTable;
 use hyper::Method;
 
-use crate::engine::write::{Change, WriteRequest, WriteResults};
+use crate::engine::write::{Change, LifecycleChange, WriteRequest, WriteResults};
 use crate::error::ShardError;
 use crate::metrics::ShardMetrics;
 use crate::route::slots::WriteRouter;
@@ -41,11 +41,20 @@ pub trait LocalNode: Send + Sync + 'static {
     fn metrics(&self) -> &ShardMetrics;
     /// The own slot's name.
     fn slot_name(&self) -> &str;
+    /// The node's clock, in unix milliseconds.
+    fn now_ms(&self) -> u64;
     /// Applies `writes` to this node's slot: answered once they are durable (or refused).
     fn submit(
         &self,
         writes: Vec<WriteRequest>,
     ) -> impl Future<Output = Result<WriteResults, ShardError>> + Send;
+    /// Resets, deletes or changes the expiry of a counter here: its new description, once
+    /// durable.
+    fn change_life(
+        &self,
+        id: CounterId,
+        change: LifecycleChange,
+    ) -> impl Future<Output = Result<CounterDescription, ShardError>> + Send;
     /// The refusal of a request the stopping node can no longer take.
     fn stopped(&self) -> ShardError;
 }
@@ -75,6 +84,15 @@ pub async fn apply_one<N: LocalNode>(
         }
     };
     if target != node.router().own_slot() {
+        if let Some(ttl_secs) = write.ttl_secs {
+            // The expiry is made durable here before the write goes: no counter the write
+            // makes is ever without it. The slot taking the write sets it in the same group.
+            let change = LifecycleChange::ExpireUnlessSet {
+                expires_at_ms: node.now_ms() + u64::from(ttl_secs) * 1000,
+                counter_type: write.change.counter_type(),
+            };
+            node.change_life(write.id.clone(), change).await?;
+        }
         // `None`: the target was unreachable before anything was sent, so the write is taken here.
         if let Some(applied) = forward_one(node, target, &write).await? {
             return Ok(applied);

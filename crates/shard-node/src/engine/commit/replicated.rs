@@ -137,7 +137,12 @@ impl CommitLoop {
                 let _ = reply.send(Err(StorageError::io("restoring the slot", waiting)));
                 true
             }
-            Some(Command::Tick | Command::Write { .. } | Command::Create { .. }) => true,
+            Some(
+                Command::Tick
+                | Command::Write { .. }
+                | Command::Create { .. }
+                | Command::Lifecycle { .. },
+            ) => true,
         }
     }
 }

@@ -7,13 +7,14 @@ use std::sync::atomic::Ordering;
 
 use geocount_model::held_bytes::description_bytes;
 use geocount_model::{
-    CounterDescription, CounterId, CounterType, Recorded, ShardDefaults, SlotRecord, SlotState,
-    UniqueSketch, VersionedDescription, Window, WindowChange,
+    CounterDescription, CounterId, CounterType, HlcTimestamp, Recorded, ShardDefaults, SlotRecord,
+    SlotState, UniqueSketch, VersionedDescription, Window, WindowChange,
 };
 use geocount_sync::DescriptionTable;
 use indexmap::IndexMap;
 
 use super::CommitLoop;
+use super::lifecycle::default_description;
 use crate::engine::budget::{self, row_bytes};
 use crate::engine::hot::changed_description;
 use crate::engine::idempotency::{KeyHash, StagedKeys, asks_for, record_of};
@@ -49,11 +50,31 @@ pub(super) struct StagedSlot {
     pub(super) bytes: u64,
     /// Whether the counter has a description (known or staged).
     pub(super) described: bool,
+    /// The counter's generation the staged record is in.
+    pub(super) generation: HlcTimestamp,
+    /// Whether the staged record starts from zero: its committed record is of an older
+    /// generation than the one its description counts from.
+    pub(super) renewed: bool,
+}
+
+impl StagedSlot {
+    /// Starts the staged record again from zero in `generation`, as change number `version`:
+    /// what the group staged of the older generation is wiped, as a reset wipes it anywhere.
+    pub(super) fn renew(&mut self, generation: HlcTimestamp, version: u64, unique: bool) {
+        self.generation = generation;
+        self.renewed = true;
+        self.state = SlotState { value: 0, version };
+        self.window = WindowChange::default();
+        self.sketch = unique.then(Box::default);
+        self.changed = true;
+    }
 }
 
 /// The changes a group makes, before they are durable.
 #[derive(Default)]
 pub(super) struct Staged {
+    /// The node's clock when the group began: expiries are judged by it.
+    pub(super) now_ms: u64,
     /// Indexed so that a counter's later writes in the group find it with one hash.
     pub(super) slots: IndexMap<CounterId, StagedSlot, foldhash::fast::RandomState>,
     pub(super) descriptions: Vec<VersionedDescription>,
@@ -116,13 +137,25 @@ impl Staged {
         let described = self.description(id).or_else(|| descriptions.get(id));
         let committed_bytes = committed.map_or(0, |record| row_bytes(id, record));
         let description = described.map_or(0, |_| description_bytes(id) as u64);
+        let held_generation = committed.map(SlotRecord::generation).unwrap_or_default();
+        let generation = described
+            .map(|d| d.generation_at(self.now_ms))
+            .unwrap_or_default()
+            .max(held_generation);
+        let renewed = generation > held_generation;
+        let base = committed.filter(|_| !renewed);
         let slot = StagedSlot {
             row,
-            state: committed.map(|record| record.state).unwrap_or_default(),
-            window: committed.map_or_else(WindowChange::default, |record| {
+            state: SlotState {
+                value: base.map_or(0, |record| record.state.value),
+                version: committed.map_or(0, |record| record.state.version),
+            },
+            window: base.map_or_else(WindowChange::default, |record| {
                 WindowChange::new(record.window())
             }),
-            sketch: None,
+            sketch: committed
+                .filter(|record| renewed && record.uniques().is_some())
+                .map(|_| Box::default()),
             changed: false,
             known: known_type(described, committed),
             window_seconds: described.map_or(settings.default_window_seconds, |d| {
@@ -132,6 +165,8 @@ impl Staged {
             committed_bytes,
             bytes: committed_bytes + description,
             described: described.is_some(),
+            generation,
+            renewed,
         };
         let (at, _) = self.slots.insert_full(counter.clone(), slot);
         &mut self.slots[at]
@@ -172,6 +207,7 @@ impl CommitLoop {
         now_ms: u64,
     ) -> Result<SlotState, ShardError> {
         let id = write.id.as_str();
+        self.recreate_if_gone(descriptions, staged, &write);
         let key_hash = write.idempotency_key.as_deref().map(KeyHash::of);
         if let (Some(key), Some(hash)) = (&write.idempotency_key, key_hash) {
             let keys = self.idempotency.read().expect("idempotency lock");
@@ -217,7 +253,11 @@ impl CommitLoop {
         if adds_record {
             check_room(limit, held_records)?;
         }
-        let committed = slot.row.map(|row| table.row(row).1);
+        // A renewed slot counts from zero: nothing of its committed record is a base.
+        let committed = slot
+            .row
+            .filter(|_| !slot.renewed)
+            .map(|row| table.row(row).1);
         let version = self.group_version;
         let mut creates_unique = false;
         let bytes_before = slot.bytes;
@@ -287,6 +327,9 @@ impl CommitLoop {
             // An item for a counter this node has not heard of creates it as unique.
             self.stage_unique_description(&write.id, staged, now_ms);
         }
+        if let Some(ttl_secs) = write.ttl_secs {
+            self.stage_expiry_of_write(descriptions, staged, &write, ttl_secs);
+        }
         if let (Some(key), Some(hash)) = (write.idempotency_key, key_hash) {
             let record = record_of(&write.id, &write.change, next, now_ms);
             staged.idempotency.insert(hash, key, record);
@@ -300,31 +343,25 @@ impl CommitLoop {
         let settings = &self.shared.settings;
         staged.new_descriptions += 1;
         staged.stage_description(VersionedDescription {
-            description: CounterDescription {
-                id: id.clone(),
-                counter_type: CounterType::Unique,
-                number_of_shards: settings.default_number_of_shards,
-                base_number_of_shards: settings.default_number_of_shards,
-                window_seconds: settings.default_window_seconds,
-                created_at_ms: now_ms,
-                generation: Default::default(),
-                deleted: false,
-                expires_at_ms: None,
-            },
+            description: default_description(settings, id, CounterType::Unique, now_ms),
             version: self.shared.hlc.now(),
         });
     }
 
     pub(super) fn stage_create(
-        &self,
+        &mut self,
         table: &SlotTable,
         descriptions: &DescriptionTable,
         staged: &mut Staged,
         description: CounterDescription,
     ) -> Result<CounterDescription, ShardError> {
         let id = description.id.as_str();
+        let known = staged.description(id).or_else(|| descriptions.get(id));
+        if let Some(gone) = known.filter(|known| !known.is_live(staged.now_ms)).cloned() {
+            return Ok(self.make_again(table, descriptions, staged, &gone, description));
+        }
         let exists = table.contains(id)
-            || descriptions.get(id).is_some()
+            || known.is_some()
             || staged.slots.get(id).is_some_and(|slot| slot.changed)
             || staged.description(id).is_some();
         if exists {
@@ -374,17 +411,7 @@ impl CommitLoop {
             if staged.is_unique(table, descriptions, &change.id) {
                 continue;
             }
-            let defaults = CounterDescription {
-                id,
-                counter_type: Default::default(),
-                number_of_shards: shared.settings.default_number_of_shards,
-                base_number_of_shards: shared.settings.default_number_of_shards,
-                window_seconds: shared.settings.default_window_seconds,
-                created_at_ms: now_ms,
-                generation: Default::default(),
-                deleted: false,
-                expires_at_ms: None,
-            };
+            let defaults = default_description(&shared.settings, &id, CounterType::Sum, now_ms);
             let description = changed_description(current, defaults, &change);
             tracing::info!(counter = %change.id, shards = change.number_of_shards, "changing a counter's slot count");
             shared.metrics.shard_count_changes.inc();
@@ -393,18 +420,5 @@ impl CommitLoop {
                 version: shared.hlc.now(),
             });
         }
-    }
-}
-
-/// Stages a learned description if it is newer than what is known.
-pub(super) fn stage_description(
-    descriptions: &DescriptionTable,
-    staged: &mut Staged,
-    description: VersionedDescription,
-) {
-    let id = description.description.id.as_str();
-    let known = staged.description(id).or_else(|| descriptions.get(id));
-    if known.is_none_or(|k| k.is_older_than(&description)) {
-        staged.stage_description(description);
     }
 }

@@ -1,10 +1,10 @@
-use geocount_model::{CounterId, SystemClock};
+use geocount_model::{CounterId, HlcTimestamp, SlotState, SystemClock};
 
 use super::*;
 use crate::engine::idempotency::IdempotencyCache;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::store::{STORE_FILE, Store};
-use crate::engine::write::{Change, WriteRequest};
+use crate::engine::write::{Change, LifecycleChange, WriteRequest};
 use crate::storage::{OsDisk, Storage, Workers};
 
 /// A commit loop on a fresh data directory `dir` (an empty store and log on the OS disk, its
@@ -63,6 +63,7 @@ async fn an_item_after_a_delta_in_the_same_group_is_the_wrong_type() {
         change,
         idempotency_key: None,
         timestamp_secs: now_secs,
+        ttl_secs: None,
     };
     let (delta_reply, delta_answer) = oneshot::channel();
     let (item_reply, item_answer) = oneshot::channel();
@@ -88,4 +89,163 @@ async fn an_item_after_a_delta_in_the_same_group_is_the_wrong_type() {
     let record = table.get_record("fresh").unwrap();
     assert_eq!(record.state.value, 5);
     assert!(record.uniques().is_none(), "still a sum");
+}
+
+/// A running commit loop, asked one command at a time (each its own group).
+struct Running {
+    commands: mpsc::Sender<Command>,
+    table: SharedSlotTable,
+    descriptions: Arc<RwLock<DescriptionTable>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (commit, table) = commit_loop(dir.path());
+        let descriptions = commit.shared.descriptions.clone();
+        let (commands, receiver) = mpsc::channel(8);
+        tokio::spawn(commit.run(receiver));
+        Self {
+            commands,
+            table,
+            descriptions,
+            _dir: dir,
+        }
+    }
+
+    async fn write(&self, id: &str, delta: i64, ttl_secs: Option<u32>) -> SlotState {
+        let (reply, answer) = oneshot::channel();
+        let writes = vec![WriteRequest {
+            id: CounterId::new(id).unwrap(),
+            change: Change::Delta(delta),
+            idempotency_key: None,
+            timestamp_secs: SystemClock.now_unix_ms() / 1000,
+            ttl_secs,
+        }];
+        self.commands
+            .send(Command::Write { writes, reply })
+            .await
+            .unwrap();
+        answer.await.unwrap().pop().unwrap().unwrap()
+    }
+
+    async fn change(
+        &self,
+        id: &str,
+        change: LifecycleChange,
+    ) -> Result<CounterDescription, ShardError> {
+        let (reply, answer) = oneshot::channel();
+        let id = CounterId::new(id).unwrap();
+        let command = Command::Lifecycle { id, change, reply };
+        self.commands.send(command).await.unwrap();
+        answer.await.unwrap()
+    }
+
+    async fn learn(&self, description: VersionedDescription) {
+        self.commands
+            .send(Command::Describe(vec![description]))
+            .await
+            .unwrap();
+        // A write after it is staged in a later group.
+        self.write("barrier", 1, None).await;
+    }
+
+    fn record(&self, id: &str) -> SlotRecord {
+        self.table.read().unwrap().get_record(id).cloned().unwrap()
+    }
+
+    fn description(&self, id: &str) -> VersionedDescription {
+        self.descriptions.read().unwrap().get(id).cloned().unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_reset_wipes_what_the_slot_held_and_later_writes_count_from_zero() {
+    let node = Running::start();
+    assert_eq!(node.write("c", 5, None).await.value, 5);
+    let reset = node.change("c", LifecycleChange::Reset).await.unwrap();
+    assert!(reset.generation > Default::default());
+    let record = node.record("c");
+    assert_eq!(record.state.value, 0);
+    assert_eq!(record.generation(), reset.generation);
+    assert!(record.window().buckets().is_empty());
+    assert_eq!(node.write("c", 3, None).await.value, 3);
+    assert_eq!(node.record("c").generation(), reset.generation);
+    // Unknown here: nothing to reset.
+    let unknown = node.change("never", LifecycleChange::Reset).await;
+    assert!(
+        matches!(unknown, Err(ShardError::NotFound(_))),
+        "{unknown:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_write_after_a_delete_makes_the_counter_again_from_zero() {
+    let node = Running::start();
+    node.write("c", 5, None).await;
+    let deleted = node.change("c", LifecycleChange::Delete).await.unwrap();
+    assert!(deleted.deleted);
+    assert!(!node.description("c").is_live(u64::MAX));
+    let again = node.change("c", LifecycleChange::Reset).await;
+    assert!(
+        matches!(again, Err(ShardError::NotFound(_))),
+        "gone: {again:?}"
+    );
+    assert_eq!(node.write("c", 2, None).await.value, 2);
+    let made = node.description("c");
+    assert!(made.is_live(SystemClock.now_unix_ms()));
+    assert_eq!(made.description.generation, deleted.generation);
+    assert_eq!(node.record("c").generation(), deleted.generation);
+}
+
+#[tokio::test]
+async fn a_newer_generation_learned_from_another_node_renews_the_slot() {
+    let node = Running::start();
+    node.write("c", 5, None).await;
+    let mut reset = geocount_model::fixtures::described("c", 1, 1, 9);
+    reset.description.generation = HlcTimestamp {
+        physical_ms: SystemClock.now_unix_ms(),
+        logical: 0,
+        node: 9,
+    };
+    node.learn(reset.clone()).await;
+    let record = node.record("c");
+    assert_eq!(record.state.value, 0);
+    assert_eq!(record.generation(), reset.description.generation);
+    // The same description again changes nothing.
+    let version = record.state.version;
+    node.learn(reset).await;
+    assert_eq!(node.record("c").state.version, version);
+}
+
+#[tokio::test]
+async fn a_write_with_a_time_to_live_sets_the_expiry_only_when_there_is_none() {
+    let node = Running::start();
+    let before = SystemClock.now_unix_ms();
+    node.write("c", 1, Some(60)).await;
+    let expires = node.description("c").description.expires_at_ms.unwrap();
+    assert!((before + 60_000..=SystemClock.now_unix_ms() + 60_000).contains(&expires));
+    node.write("c", 1, Some(5)).await;
+    assert_eq!(
+        node.description("c").description.expires_at_ms,
+        Some(expires)
+    );
+    // Cleared, then set by the next write again.
+    let cleared = node
+        .change("c", LifecycleChange::Expire(None))
+        .await
+        .unwrap();
+    assert_eq!(cleared.expires_at_ms, None);
+    node.write("c", 1, Some(5)).await;
+    assert!(node.description("c").description.expires_at_ms.unwrap() < expires);
+    // An expiry in the past: gone, and the next write counts from zero.
+    let now = SystemClock.now_unix_ms();
+    node.change("c", LifecycleChange::Expire(Some(now - 1)))
+        .await
+        .unwrap();
+    assert_eq!(node.write("c", 4, None).await.value, 4);
+    let made = node.description("c");
+    assert!(made.is_live(SystemClock.now_unix_ms()));
+    assert_eq!(made.description.generation.physical_ms, now - 1);
 }
