@@ -7,6 +7,7 @@
 //!   - [`cmd::create`]: `POST /counter` through a random shard node;
 //!   - [`cmd::incr`]: one write through a random shard node;
 //!   - [`cmd::lag`]: measure how long a write takes to show at the global aggregator;
+//!   - [`cmd::lifecycle`]: delete or reset a counter, or set its expiry;
 //!   - [`cmd::load`]: drive writes at the cluster and measure throughput, latency, lag under
 //!     load, and that the global totals are exact;
 //!   - [`cmd::storm`]: flood a node with idle connections, or the global aggregator with
@@ -47,6 +48,8 @@ pub enum Command {
     Incr(cmd::incr::IncrOptions),
     /// Measure visibility lag.
     Lag(cmd::lag::LagOptions),
+    /// Delete or reset a counter, or set its expiry.
+    Life(cmd::lifecycle::LifecycleOptions),
     /// Drive writes at the cluster and measure it.
     Load(cmd::load::LoadOptions),
     /// Flood a node with connections or scans.
@@ -67,6 +70,7 @@ pub async fn run(
         Command::Create(options) => cmd::create::run(&cluster, options, out).await,
         Command::Incr(options) => cmd::incr::run(&cluster, options, out).await,
         Command::Lag(options) => cmd::lag::run(&cluster, options, out).await.map(drop),
+        Command::Life(options) => cmd::lifecycle::run(&cluster, options, out).await,
         Command::Load(options) => cmd::load::run(&cluster, options, out).await.map(drop),
         Command::Storm(options) => cmd::storm::run(&cluster, options, out).await,
     }?;

@@ -1,4 +1,4 @@
-//! `geoctl [--config FILE] get|create|incr|lag|load|storm ...`: parses flags and calls the library.
+//! `geoctl [--config FILE] get|create|incr|delete|reset|expire|lag|load|storm ...`: parses flags and calls the library.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -11,6 +11,7 @@ use geoctl::cmd::create::CreateOptions;
 use geoctl::cmd::get::GetOptions;
 use geoctl::cmd::incr::IncrOptions;
 use geoctl::cmd::lag::{DEFAULT_CONCURRENCY, DEFAULT_SAMPLES, LagOptions};
+use geoctl::cmd::lifecycle::{LifeChange, LifecycleOptions};
 use geoctl::cmd::load::{
     DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY as DEFAULT_LOAD_CONCURRENCY, DEFAULT_COUNTERS,
     DEFAULT_DURATION_SECS, DEFAULT_ZIPF_EXPONENT, LoadOptions, MAX_BATCH_SIZE,
@@ -83,6 +84,32 @@ enum Sub {
         /// An idempotency key: a retry with the same key and delta is applied at most once.
         #[arg(long, value_name = "IDEMPOTENCY_KEY")]
         key: Option<String>,
+    },
+    /// Delete a counter everywhere (DELETE /counter/{id} through a random shard node; the admin
+    /// right). Each slot drops what it applied before it learns of the delete; a later write
+    /// makes the counter again from zero.
+    Delete {
+        /// The counter's id.
+        id: String,
+    },
+    /// Reset a counter to zero everywhere (POST /counter/{id}/reset; the admin right). Each
+    /// slot counts from zero once it learns of the reset.
+    Reset {
+        /// The counter's id.
+        id: String,
+    },
+    /// Delete a counter this many seconds from now, or never (PATCH /counter/{id}; the admin
+    /// right).
+    Expire {
+        /// The counter's id.
+        id: String,
+        /// Seconds from now until it is deleted.
+        #[arg(value_parser = clap::value_parser!(u32).range(1..),
+              required_unless_present = "never", conflicts_with = "never")]
+        seconds: Option<u32>,
+        /// Clear its expiry instead.
+        #[arg(long)]
+        never: bool,
     },
     /// Measure visibility lag: write +1 to fresh counters through random shard nodes and time
     /// how long each takes to show at the global aggregator.
@@ -249,6 +276,18 @@ impl From<Sub> for Command {
             }),
             Sub::Create { id, shards } => Command::Create(CreateOptions { id, shards }),
             Sub::Incr { id, delta, key } => Command::Incr(IncrOptions { id, delta, key }),
+            Sub::Delete { id } => Command::Life(LifecycleOptions {
+                id,
+                change: LifeChange::Delete,
+            }),
+            Sub::Reset { id } => Command::Life(LifecycleOptions {
+                id,
+                change: LifeChange::Reset,
+            }),
+            Sub::Expire { id, seconds, .. } => Command::Life(LifecycleOptions {
+                id,
+                change: LifeChange::Expire(seconds),
+            }),
             Sub::Lag {
                 samples,
                 concurrency,
