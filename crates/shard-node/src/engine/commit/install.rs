@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use geocount_model::held_bytes::description_bytes;
-use geocount_model::{Durability, WindowChange};
+use geocount_model::{CounterId, Durability, WindowChange};
 
 use super::CommitLoop;
 use crate::engine::budget::row_bytes;
@@ -85,6 +85,7 @@ impl CommitLoop {
             keys.reached(self.last_version);
             (self.shared.metrics.idempotency_keys).set(keys.len() as i64);
         }
+        let mut rows = Vec::with_capacity(record.slots.len());
         {
             let mut table = self.shared.table.write().expect("slot table lock");
             for (change, (id, logged)) in changes.slots.into_iter().zip(record.slots) {
@@ -99,6 +100,7 @@ impl CommitLoop {
                 self.budget
                     .changed(change.committed_bytes, row_bytes(id, installed));
                 self.pending.rows.mark(row);
+                rows.push(row);
             }
             self.shared.metrics.counters_held.set(table.len() as i64);
         }
@@ -113,11 +115,55 @@ impl CommitLoop {
                 }
             }
         }
+        {
+            // A row the group wiped for a delete holds nothing: it goes, when it may.
+            let table = self.shared.table.read().expect("slot table lock");
+            let descriptions = self.shared.descriptions.read().expect("descriptions lock");
+            for row in rows {
+                let (id, installed) = table.row(row);
+                if super::gone(&descriptions, id, installed, now_ms) {
+                    self.doomed
+                        .push(CounterId::new(id).expect("a held id is valid"));
+                }
+            }
+        }
         self.shared
             .metrics
             .state_bytes
             .set(self.budget.held() as i64);
         self.pending.descriptions.extend(record.descriptions);
+    }
+
+    /// Drops the rows of deleted counters, unless a checkpoint is running (it names the rows
+    /// it writes by index, and a removal moves a row). A counter written again since keeps its
+    /// row. Each row dropped is deleted from the store by the next checkpoint.
+    pub(super) fn drop_gone_rows(&mut self, now_ms: u64) {
+        if self.doomed.is_empty() || self.shared.checkpointer.is_busy() {
+            return;
+        }
+        let mut table = self.shared.table.write().expect("slot table lock");
+        let descriptions = self.shared.descriptions.read().expect("descriptions lock");
+        for id in std::mem::take(&mut self.doomed) {
+            let Some(record) = table.get_record(id.as_str()) else {
+                continue;
+            };
+            if !super::gone(&descriptions, id.as_str(), record, now_ms) {
+                continue;
+            }
+            let bytes = row_bytes(id.as_str(), record);
+            if let Some((_, moved)) = table.remove(id.as_str()) {
+                self.budget.changed(bytes, 0);
+                if let Some(moved) = moved {
+                    self.pending.rows.mark(moved);
+                }
+                self.pending.removed.push(id);
+            }
+        }
+        self.shared.metrics.counters_held.set(table.len() as i64);
+        self.shared
+            .metrics
+            .state_bytes
+            .set(self.budget.held() as i64);
     }
 
     /// In async durability, fsyncs once the flush interval has passed since the last fsync.

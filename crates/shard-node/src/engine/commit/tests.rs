@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use geocount_model::{CounterId, HlcTimestamp, SlotState, SystemClock};
 
 use super::*;
@@ -248,4 +250,43 @@ async fn a_write_with_a_time_to_live_sets_the_expiry_only_when_there_is_none() {
     let made = node.description("c");
     assert!(made.is_live(SystemClock.now_unix_ms()));
     assert_eq!(made.description.generation.physical_ms, now - 1);
+}
+
+#[tokio::test]
+async fn a_deleted_or_expired_counter_leaves_the_slot_table() {
+    let node = Running::start();
+    for id in ["a", "b", "c"] {
+        node.write(id, 5, None).await;
+    }
+    node.change("a", LifecycleChange::Delete).await.unwrap();
+    // The next group drops the row (no checkpoint runs in between here).
+    node.write("barrier", 1, None).await;
+    let table = || {
+        node.table
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(id, r)| (id.to_owned(), r.state.value))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    assert!(!table().contains_key("a"), "{:?}", table());
+    assert_eq!(table().get("c"), Some(&5), "the moved row kept its record");
+    // Written again: a new row from zero.
+    assert_eq!(node.write("a", 2, None).await.value, 2);
+    assert_eq!(table().get("a"), Some(&2));
+
+    let soon = SystemClock.now_unix_ms() + 100;
+    node.change("b", LifecycleChange::Expire(Some(soon)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    node.write("barrier", 1, None).await;
+    node.write("barrier", 1, None).await;
+    assert!(!table().contains_key("b"), "{:?}", table());
+    let tombstone = node.description("b");
+    assert!(
+        tombstone.description.deleted,
+        "the expiry became a tombstone"
+    );
+    assert_eq!(tombstone.description.generation.physical_ms, soon);
 }
