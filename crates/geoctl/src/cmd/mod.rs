@@ -7,3 +7,4 @@ pub mod incr;
 pub mod lag;
 pub mod load;
 pub mod storm;
+pub mod sum;
