@@ -11,8 +11,9 @@
 //! - [`merge`]: the one path a pulled page takes into the replica ([`merge_pulled`]).
 //! - [`top`]: the top-K index beside the copies, fed by what each merge changed, and answering
 //!   a ranking over it ([`with_ranked`]).
-//! - [`scans`]: rankings that scan every counter, without holding up merges and reads
+//! - [`scans`]: rankings and sums that scan every counter, without holding up merges and reads
 //!   ([`Scans`]).
+//! - [`sums`]: sums over the counters with an id prefix ([`SumScan`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //! - [`pulling`]: the pullers that feed a replica, one per source ([`start_pulling`]).
 //! - [`serve`]: answering `POST /sync` from the replica ([`serve_sync`]).
@@ -23,6 +24,7 @@ pub mod pulling;
 pub mod scans;
 pub mod serve;
 pub mod source;
+pub mod sums;
 pub mod top;
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -42,6 +44,7 @@ pub use pulling::{Pullers, ReplicaSink, spawn_pullers, start_pulling};
 pub use scans::{SCAN_RETRY_AFTER_SECS, Scans, ScansBusy};
 pub use serve::serve_sync;
 pub use source::{PullSource, SourceFence, SourceKind};
+pub use sums::{Sum, SumScan, Sums};
 pub use top::{RANK_CHUNK, with_ranked};
 
 /// An aggregator's copy of the tier below it.

@@ -117,10 +117,11 @@ pub struct HttpSettings {
     /// A request's whole body must arrive within this many milliseconds of the handler starting
     /// to read it; a slower one is answered 408 and nothing of it is applied.
     pub body_read_timeout_ms: u64,
-    /// The most rankings that scan every counter (a `/topk` over any window but the live
-    /// trending one, or one the kept leaders cannot answer) an aggregator runs at once, each
-    /// on a thread of its own; one more is answered 429 with `Retry-After`, so scans cannot
-    /// take every core from reads and merges (1 to [`MAX_CONCURRENT_SCANS`]).
+    /// The most rankings and sums that scan every counter (a `/topk` over any window but the
+    /// live trending one, or one the kept leaders cannot answer; every `/aggregate`) an
+    /// aggregator runs at once, each on a thread of its own; one more is answered 429 with
+    /// `Retry-After`, so scans cannot take every core from reads and merges (1 to
+    /// [`MAX_CONCURRENT_SCANS`]).
     pub max_concurrent_scans: usize,
 }
 
