@@ -103,6 +103,49 @@ impl DescriptionTable {
             .collect()
     }
 
+    /// Drops the tombstones of counters deleted (or expired) more than `retention_ms` before
+    /// `now_ms`; returns their ids. The last description moves into each one's index and is
+    /// journaled again there, so pullers see it moved; they drop the same tombstones by their
+    /// own clocks.
+    pub fn purge_tombstones(&mut self, now_ms: u64, retention_ms: u64) -> Vec<CounterId> {
+        self.purge_tombstones_where(now_ms, retention_ms, |_| true)
+    }
+
+    /// [`Self::purge_tombstones`], of the counters `may_go` accepts only.
+    pub fn purge_tombstones_where(
+        &mut self,
+        now_ms: u64,
+        retention_ms: u64,
+        may_go: impl Fn(&str) -> bool,
+    ) -> Vec<CounterId> {
+        let old = |d: &VersionedDescription| {
+            d.description.deleted
+                && d.description
+                    .generation
+                    .physical_ms
+                    .saturating_add(retention_ms)
+                    <= now_ms
+                && may_go(d.description.id.as_str())
+        };
+        let mut purged = Vec::new();
+        let mut index = 0;
+        while index < self.entries.len() {
+            if !old(&self.entries[index].0) {
+                index += 1;
+                continue;
+            }
+            let (id, _) = self.entries.swap_remove_index(index).expect("in range");
+            if index < self.entries.len() {
+                self.entries[index].1 = self.journal.record(index);
+            }
+            purged.push(id);
+        }
+        if self.entries.len() * 4 < self.entries.capacity() {
+            self.entries.shrink_to_fit();
+        }
+        purged
+    }
+
     /// The latest version held, if any.
     pub fn latest_version(&self) -> Option<HlcTimestamp> {
         self.entries.values().map(|(d, _)| d.version).max()
@@ -241,6 +284,45 @@ mod tests {
     use super::*;
     use geocount_model::CounterId;
     use geocount_model::fixtures::FixedClock;
+
+    #[test]
+    fn old_tombstones_go_and_a_puller_still_gets_every_description() {
+        let mut table = DescriptionTable::default();
+        for n in 0..10 {
+            table.merge(geocount_model::fixtures::described(
+                &format!("c{n}"),
+                1,
+                10,
+                1,
+            ));
+        }
+        let page = table.page(Cursor::Start, 100);
+        let cursor = page.next;
+        for (n, at) in [(2, 1_000), (5, 5_000)] {
+            let id = format!("c{n}");
+            let at = HlcTimestamp {
+                physical_ms: at,
+                logical: 0,
+                node: 1,
+            };
+            let tombstone = table.get(&id).unwrap().delete(at);
+            table.merge(tombstone);
+        }
+        assert!(table.purge_tombstones(1_500, 1_000).is_empty());
+        let purged = table.purge_tombstones(2_000, 1_000);
+        assert_eq!(purged, vec![CounterId::new("c2").unwrap()]);
+        assert_eq!(table.len(), 9);
+        assert!(table.get("c2").is_none());
+        // The moved description is sent again at its new index, with the other tombstone.
+        let page = table.page(cursor, 100);
+        let ids: Vec<&str> = page
+            .items
+            .iter()
+            .map(|d| d.description.id.as_str())
+            .collect();
+        assert!(ids.contains(&"c9") && ids.contains(&"c5"), "{ids:?}");
+        assert!(table.get("c9").is_some());
+    }
 
     #[test]
     fn expiries_come_due_by_time_and_leave_once_replaced() {

@@ -329,6 +329,11 @@ pub struct SyncSettings {
     /// A copy's version or a description's timestamp more than this ahead of this process's
     /// clock is refused (milliseconds): taken in, it would win over every later change.
     pub max_clock_skew_ms: u64,
+    /// How long every tier keeps a deleted counter's tombstone, in seconds from the delete
+    /// (or the expiry). While it is kept, no copy of the counter's older writes can bring it
+    /// back; a region cut off from the global tier for longer than this may, when it heals
+    /// (docs/operations.md, "Deleted counters").
+    pub tombstone_retention_secs: u64,
 }
 
 impl Default for SyncSettings {
@@ -341,6 +346,7 @@ impl Default for SyncSettings {
             timeout_ms: 1_000,
             page_entries: 50_000,
             max_clock_skew_ms: 60_000,
+            tombstone_retention_secs: 7 * 24 * 3_600,
         }
     }
 }

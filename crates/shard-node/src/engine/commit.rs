@@ -78,6 +78,8 @@ pub struct CommitContext {
     pub metrics: Arc<ShardMetrics>,
     /// Health, for `/healthz`.
     pub health: Arc<NodeHealth>,
+    /// How long a deleted counter's tombstone is kept (`sync.tombstone_retention_secs`).
+    pub tombstone_retention_ms: u64,
 }
 
 /// What the commit loop resumes from: what startup read of the log and the store.
@@ -119,6 +121,8 @@ pub struct CommitLoop {
     /// Deleted counters whose rows go once no checkpoint is running (a running one names the
     /// rows it writes by index).
     doomed: Vec<CounterId>,
+    /// When tombstones past their retention were last looked for.
+    last_purge_ms: u64,
 }
 
 impl CommitLoop {
@@ -162,6 +166,7 @@ impl CommitLoop {
             learned_unlogged: Vec::new(),
             replicator: None,
             doomed,
+            last_purge_ms: 0,
             shared,
         }
     }
@@ -207,6 +212,7 @@ impl CommitLoop {
             let now_ms = self.shared.clock.now_unix_ms();
             self.flush_if_due(now_ms);
             self.drop_gone_rows(now_ms);
+            self.purge_tombstones_if_due(now_ms);
             self.checkpoint_if_due(now_ms);
         }
         self.stop(true).await;

@@ -20,6 +20,10 @@ use crate::error::StorageError;
 /// the log would cost a keyed write several times what its key does.
 const LOG_BYTES_WITH_KEYS: u64 = 4;
 
+/// How often the commit loop looks for tombstones past their retention (a scan of every
+/// description), at most: as often as the retention itself when that is shorter.
+const TOMBSTONE_PURGE_INTERVAL_MS: u64 = 60_000;
+
 /// What installing a durable group does besides taking in its log record.
 pub(super) struct GroupChanges {
     /// How the row of each of the record's counters changes, in the same order.
@@ -131,7 +135,49 @@ impl CommitLoop {
             .metrics
             .state_bytes
             .set(self.budget.held() as i64);
+        if !self.pending.purged.is_empty() {
+            // A counter made again after its tombstone went is written, not deleted.
+            let made: std::collections::HashSet<&str> = (record.descriptions.iter())
+                .map(|d| d.description.id.as_str())
+                .collect();
+            self.pending.purged.retain(|id| !made.contains(id.as_str()));
+        }
         self.pending.descriptions.extend(record.descriptions);
+    }
+
+    /// Drops tombstones older than `sync.tombstone_retention_secs`, at most once a minute, and
+    /// only of counters whose row here is gone: a row left would count again without its
+    /// tombstone. The next checkpoint deletes them from the store.
+    pub(super) fn purge_tombstones_if_due(&mut self, now_ms: u64) {
+        let retention_ms = self.shared.tombstone_retention_ms;
+        let interval_ms = TOMBSTONE_PURGE_INTERVAL_MS.min(retention_ms);
+        if now_ms.saturating_sub(self.last_purge_ms) < interval_ms {
+            return;
+        }
+        self.last_purge_ms = now_ms;
+        let purged = {
+            let table = self.shared.table.read().expect("slot table lock");
+            let mut descriptions = self.shared.descriptions.write().expect("descriptions lock");
+            let purged =
+                descriptions.purge_tombstones_where(now_ms, retention_ms, |id| !table.contains(id));
+            for id in &purged {
+                self.budget
+                    .changed(description_bytes(id.as_str()) as u64, 0);
+            }
+            purged
+        };
+        if purged.is_empty() {
+            return;
+        }
+        tracing::info!(
+            count = purged.len(),
+            "dropped tombstones past their retention"
+        );
+        let ids: std::collections::HashSet<&str> = purged.iter().map(|id| id.as_str()).collect();
+        self.pending
+            .descriptions
+            .retain(|d| !ids.contains(d.description.id.as_str()));
+        self.pending.purged.extend(purged);
     }
 
     /// Drops the rows of deleted counters, unless a checkpoint is running (it names the rows

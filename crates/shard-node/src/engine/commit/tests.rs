@@ -11,7 +11,7 @@ use crate::storage::{OsDisk, Storage, Workers};
 
 /// A commit loop on a fresh data directory `dir` (an empty store and log on the OS disk, its
 /// checkpointer a task), and the table it installs into.
-fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
+fn commit_loop(dir: &std::path::Path, retention_ms: u64) -> (CommitLoop, SharedSlotTable) {
     let storage = Storage {
         disk: Arc::new(OsDisk),
         workers: Workers::Tasks,
@@ -48,6 +48,7 @@ fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
         load: Arc::new(AtomicU64::new(0)),
         metrics,
         health: Arc::new(NodeHealth::default()),
+        tombstone_retention_ms: retention_ms,
     };
     (CommitLoop::new(log, context), table)
 }
@@ -57,7 +58,7 @@ fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
 #[tokio::test]
 async fn an_item_after_a_delta_in_the_same_group_is_the_wrong_type() {
     let dir = tempfile::tempdir().unwrap();
-    let (commit, table) = commit_loop(dir.path());
+    let (commit, table) = commit_loop(dir.path(), WEEK_MS);
     let (commands, receiver) = mpsc::channel(8);
     let now_secs = SystemClock.now_unix_ms() / 1000;
     let write = |change| WriteRequest {
@@ -93,6 +94,8 @@ async fn an_item_after_a_delta_in_the_same_group_is_the_wrong_type() {
     assert!(record.uniques().is_none(), "still a sum");
 }
 
+const WEEK_MS: u64 = 604_800_000;
+
 /// A running commit loop, asked one command at a time (each its own group).
 struct Running {
     commands: mpsc::Sender<Command>,
@@ -103,8 +106,12 @@ struct Running {
 
 impl Running {
     fn start() -> Self {
+        Self::keeping_tombstones(WEEK_MS)
+    }
+
+    fn keeping_tombstones(retention_ms: u64) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let (commit, table) = commit_loop(dir.path());
+        let (commit, table) = commit_loop(dir.path(), retention_ms);
         let descriptions = commit.shared.descriptions.clone();
         let (commands, receiver) = mpsc::channel(8);
         tokio::spawn(commit.run(receiver));
@@ -289,4 +296,18 @@ async fn a_deleted_or_expired_counter_leaves_the_slot_table() {
         "the expiry became a tombstone"
     );
     assert_eq!(tombstone.description.generation.physical_ms, soon);
+}
+
+#[tokio::test]
+async fn a_tombstone_goes_after_its_retention_once_its_row_is_gone() {
+    let node = Running::keeping_tombstones(0);
+    node.write("c", 5, None).await;
+    node.change("c", LifecycleChange::Delete).await.unwrap();
+    node.write("barrier", 1, None).await;
+    assert!(node.descriptions.read().unwrap().get("c").is_none());
+    assert_eq!(
+        node.write("c", 1, None).await.value,
+        1,
+        "made again from zero"
+    );
 }
