@@ -130,9 +130,8 @@ fn read(
             now_ms,
         )
     };
-    let reading = reading.ok_or_else(|| AggregatorError::CounterNotFound {
-        id: id.to_string(),
-        held_by: "this datacenter",
+    let reading = reading.map_err(|presence| {
+        AggregatorError::not_found(id.to_string(), presence, "this datacenter")
     })?;
     Ok(state.core.answer(&reading))
 }
@@ -145,7 +144,9 @@ async fn rank(
 ) -> Result<Response, AggregatorError> {
     let asked = state.core.asked(route, &ranking, |_, _| Ok(false))?;
     let lists = (state.core)
-        .rank(ranking.at_ms, |replica| trends::ranking(replica, &asked))
+        .rank(ranking.at_ms, |replica| {
+            trends::ranking(replica, &asked, ranking.at_ms)
+        })
         .await?;
     let list = asked.list();
     let answer = {

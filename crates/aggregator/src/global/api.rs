@@ -115,7 +115,7 @@ async fn rank(
     let asked = (state.core).asked(route, &ranking, |key, value| staleness.take(key, value))?;
     let freshness = staleness.freshness(state.settings.max_staleness_ms);
     let datacenters = state.layout.names.len();
-    let ask = |replica: &_| trends::rankings(replica, datacenters, &asked);
+    let ask = |replica: &_| trends::rankings(replica, datacenters, &asked, ranking.at_ms);
     let lists = state.core.rank(ranking.at_ms, ask).await?;
     let list = asked.list();
     let answer = {
@@ -149,10 +149,11 @@ fn read(
     match gathered.answer(id.as_str(), &state.layout.names, &query) {
         GlobalRead::Counter(reading) => Ok(state.core.answer(&reading)),
         GlobalRead::Stale(refusal) => Err(AggregatorError::Stale(Box::new(refusal))),
-        GlobalRead::NotFound => Err(AggregatorError::CounterNotFound {
-            id: id.to_string(),
-            held_by: "any datacenter",
-        }),
+        GlobalRead::NotFound(presence) => Err(AggregatorError::not_found(
+            id.to_string(),
+            presence,
+            "any datacenter",
+        )),
     }
 }
 

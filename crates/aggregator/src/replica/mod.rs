@@ -36,13 +36,16 @@ use geocount_sync::{
 };
 use serde::Serialize;
 
+use crate::lifecycle::Life;
+
 pub use merge::{PageIntake, merge_pulled};
 pub use metrics::ReplicaMetrics;
 pub use pulling::{Pullers, ReplicaSink, spawn_pullers, start_pulling};
 pub use scans::{SCAN_RETRY_AFTER_SECS, Scans, ScansBusy};
 pub use serve::serve_sync;
 pub use source::{PullSource, SourceFence, SourceKind};
-pub use top::{RANK_CHUNK, with_ranked};
+use top::Expiries;
+pub use top::{RANK_CHUNK, RankedAt, with_ranked};
 
 /// An aggregator's copy of the tier below it.
 #[derive(Debug)]
@@ -71,6 +74,8 @@ pub struct Replica {
     /// lock of its own, so ranking needs only shared access to the replica: reads and sync
     /// pages are served meanwhile, and only merges wait.
     top: Option<Mutex<TopIndex>>,
+    /// The expiries still to come, each marking its counter for `top` once passed.
+    expiries: Mutex<Expiries>,
 }
 
 /// What a replica has heard of one slot since its process started.
@@ -154,6 +159,11 @@ impl HeldCounter<'_> {
         }
     }
 
+    /// How the lifecycle rule reads it at `now_ms`: whether it exists, and which records count.
+    pub fn life(&self, now_ms: u64) -> Life {
+        Life::of(self.description, self.copies.unwrap_or_default(), now_ms)
+    }
+
     /// The counter's window length: its description's, else `default_window_seconds`.
     pub fn window_seconds(&self, default_window_seconds: u32) -> u32 {
         self.description
@@ -195,6 +205,7 @@ impl Replica {
             refusals: Refusals::default(),
             partitions: None,
             top: None,
+            expiries: Mutex::default(),
         }
     }
 

@@ -45,16 +45,16 @@ impl Scans {
         }
     }
 
-    /// The lists `ask` ranks at `now` (unix seconds), given `replica` with its top-K index
-    /// current ([`with_ranked`]). A scan `ask` leaves runs off the runtime, a run of counters
-    /// per hold of the read lock, or is refused when `max` are under way.
+    /// The lists `ask` ranks at `now_ms`, given `replica` with its top-K index current
+    /// ([`with_ranked`]). A scan `ask` leaves runs off the runtime, a run of counters per hold
+    /// of the read lock, or is refused when `max` are under way.
     pub async fn rank(
         &self,
         replica: &SharedReplica,
-        now: u64,
+        now_ms: u64,
         ask: impl FnOnce(&Replica) -> Answer,
     ) -> Result<Vec<Vec<Ranked>>, ScansBusy> {
-        let scan = match with_ranked(replica, now, ask) {
+        let scan = match with_ranked(replica, now_ms, ask) {
             Answer::Ready(lists) => return Ok(lists),
             Answer::Scan(scan) => scan,
         };
@@ -65,7 +65,7 @@ impl Scans {
             .map_err(|_| ScansBusy(self.max))?;
         let replica = replica.clone();
         let scanned = tokio::task::spawn_blocking(move || {
-            let lists = scan_in_runs(&replica, scan);
+            let lists = scan_in_runs(&replica, scan, now_ms);
             drop(permit);
             lists
         });
@@ -76,11 +76,15 @@ impl Scans {
     }
 }
 
-/// Runs `scan` over `replica`'s copies, holding the read lock for [`SCAN_RUN`] counters at a
-/// time. Each counter is ranked as it stood when its run was visited.
-pub fn scan_in_runs(replica: &SharedReplica, mut scan: Scan) -> Vec<Vec<Ranked>> {
-    while !scan.visit(&*replica.read().expect("replica lock"), SCAN_RUN) {}
-    scan.finish()
+/// Runs `scan` over `replica`'s copies as they rank at `now_ms`, holding the read lock for
+/// [`SCAN_RUN`] counters at a time. Each counter is ranked as it stood when its run was visited.
+pub fn scan_in_runs(replica: &SharedReplica, mut scan: Scan, now_ms: u64) -> Vec<Vec<Ranked>> {
+    loop {
+        let held = replica.read().expect("replica lock");
+        if scan.visit(&held.ranked_at(now_ms), SCAN_RUN) {
+            return scan.finish();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -113,7 +117,14 @@ mod tests {
     fn ask(window: Option<WindowQuery>) -> impl FnOnce(&Replica) -> Answer {
         move |replica: &Replica| {
             let mut index = replica.top_index().unwrap();
-            index.rank(&[Scope::All], "", 3, None, window, replica)
+            index.rank(
+                &[Scope::All],
+                "",
+                3,
+                None,
+                window,
+                &replica.ranked_at(1_000_000),
+            )
         }
     }
 
@@ -124,18 +135,18 @@ mod tests {
         let scans = Scans::new(1);
         let past = Some(WindowQuery { seconds: 60, at: 1 });
         assert_eq!(
-            scans.rank(&replica, 1_000, ask(past)).await,
+            scans.rank(&replica, 1_000_000, ask(past)).await,
             Ok(vec![vec![]])
         );
         let held = scans.permits.clone().try_acquire_owned().unwrap();
         assert_eq!(
-            scans.rank(&replica, 1_000, ask(past)).await,
+            scans.rank(&replica, 1_000_000, ask(past)).await,
             Err(ScansBusy(1))
         );
-        let top = scans.rank(&replica, 1_000, ask(None)).await.unwrap();
+        let top = scans.rank(&replica, 1_000_000, ask(None)).await.unwrap();
         let ids: Vec<&str> = top[0].iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["c03071", "c03070", "c03069"]);
         drop(held);
-        assert!(scans.rank(&replica, 1_000, ask(past)).await.is_ok());
+        assert!(scans.rank(&replica, 1_000_000, ask(past)).await.is_ok());
     }
 }
