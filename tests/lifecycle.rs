@@ -177,6 +177,34 @@ async fn a_reset_and_a_delete_while_a_region_is_cut_off_converge_by_the_rule() {
         let (_, want) = [(0, 2), (1, 3), (2, 4)][dc];
         reads(&aggregator, reset, "", 200, Some(want)).await;
     }
+    // A sum over the prefix counts both by the same rule.
+    let (status, sum) = global
+        .get_json("/aggregate?prefix=life:&max_staleness_ms=3000")
+        .await;
+    assert_eq!(status, 200, "{sum}");
+    assert_eq!(
+        (sum["sum"].as_i64(), sum["counters"].as_u64()),
+        (Some(16), Some(2)),
+        "{sum}"
+    );
+    // Deleted again: it leaves the sum.
+    expect(
+        &asia,
+        Method::DELETE,
+        &format!("/counter/{deleted}"),
+        "",
+        200,
+    )
+    .await;
+    reads(&global, deleted, fresh, 404, None).await;
+    let (_, sum) = global
+        .get_json("/aggregate?prefix=life:&max_staleness_ms=3000")
+        .await;
+    assert_eq!(
+        (sum["sum"].as_i64(), sum["counters"].as_u64()),
+        (Some(9), Some(1)),
+        "{sum}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

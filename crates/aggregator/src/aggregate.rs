@@ -99,16 +99,18 @@ impl SumAnswer {
 }
 
 impl Core {
-    /// The sums of the counters `query` asks for, slot `s` counting in group `slot_groups[s]`
-    /// of `groups`: a scan of every counter, refused past `http.max_concurrent_scans`.
+    /// The sums of the counters `query` asks for as they read at `now_ms`, slot `s` counting
+    /// in group `slot_groups[s]` of `groups`: a scan of every counter, refused past
+    /// `http.max_concurrent_scans`.
     pub async fn sum(
         &self,
         query: &AggregateQuery,
+        now_ms: u64,
         slot_groups: Vec<usize>,
         groups: usize,
     ) -> Result<Sums, ScansBusy> {
         let scan = SumScan::new(&query.prefix, query.window, slot_groups, groups);
-        self.scans.run(&self.replica, scan).await
+        self.scans.run(&self.replica, scan, now_ms).await
     }
 
     /// `answer`, this replica's sum asked by `request`, as the reply: as it is when another

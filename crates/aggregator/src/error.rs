@@ -5,6 +5,7 @@ use geocount_http::routing::RequestError;
 use geocount_net::{HttpError, Response, bytes_response, json_response};
 use hyper::StatusCode;
 
+use crate::lifecycle::Presence;
 use crate::parts::{DatacenterRanking, DatacenterSum, StaleRead};
 
 /// Everything an aggregator refuses.
@@ -20,6 +21,14 @@ pub enum AggregatorError {
         id: String,
         /// Whose slots: `this datacenter` or `any datacenter`.
         held_by: &'static str,
+    },
+    /// A counter deleted, or whose expiry has passed.
+    #[error("counter {id:?} {}", gone_as(*.expired_at_ms))]
+    CounterGone {
+        /// The counter asked for.
+        id: String,
+        /// When it expired (unix ms); `None`: it was deleted.
+        expired_at_ms: Option<u64>,
     },
     /// `GET /slots/{slot}/copy` for a slot the tier does not hold.
     #[error("slot {slot:?} is not a slot of {held_by}")]
@@ -81,11 +90,40 @@ pub enum AggregatorError {
     },
 }
 
+impl AggregatorError {
+    /// The 404 of counter `id`, which does not exist (`presence`): never heard of by
+    /// `held_by`'s slots, deleted or expired.
+    pub fn not_found(id: String, presence: Presence, held_by: &'static str) -> Self {
+        match presence {
+            Presence::Deleted => AggregatorError::CounterGone {
+                id,
+                expired_at_ms: None,
+            },
+            Presence::Expired(at_ms) => AggregatorError::CounterGone {
+                id,
+                expired_at_ms: Some(at_ms),
+            },
+            Presence::Exists | Presence::Unknown => {
+                AggregatorError::CounterNotFound { id, held_by }
+            }
+        }
+    }
+}
+
+/// How a counter that is gone went.
+fn gone_as(expired_at_ms: Option<u64>) -> String {
+    match expired_at_ms {
+        Some(at_ms) => format!("expired at {at_ms} (unix ms)"),
+        None => "is deleted".to_owned(),
+    }
+}
+
 impl HttpError for AggregatorError {
     fn status(&self) -> StatusCode {
         match self {
             AggregatorError::Request(error) => error.status(),
             AggregatorError::CounterNotFound { .. }
+            | AggregatorError::CounterGone { .. }
             | AggregatorError::UnknownSlot { .. }
             | AggregatorError::NoTrendingPrefix(_) => StatusCode::NOT_FOUND,
             AggregatorError::Stale(_)

@@ -16,6 +16,8 @@
 //! Modules, leaves first:
 //! - [`settings`]: what both tiers read from the topology ([`Settings`]) and [`SlotGroups`].
 //! - [`routes`]: the endpoints both tiers route ([`routes::Route`]).
+//! - [`lifecycle`]: the rule every read goes by: whether a counter exists (reset, delete,
+//!   expiry) and which of its records count ([`lifecycle::Life`]).
 //! - [`answers`]: the parts of an answer both tiers give alike: a counter's total, a ranking.
 //! - [`parts`]: each datacenter's part of a global answer and a stale read's 503 body.
 //! - [`replica`]: what an aggregator holds of the tier below ([`replica::Replica`]): its copies,
@@ -42,6 +44,7 @@ pub mod answers;
 pub mod datacenter;
 pub mod error;
 pub mod global;
+pub mod lifecycle;
 pub mod openapi;
 pub mod parts;
 pub mod process;

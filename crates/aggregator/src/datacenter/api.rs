@@ -139,9 +139,8 @@ fn read(
             now_ms,
         )
     };
-    let reading = reading.ok_or_else(|| AggregatorError::CounterNotFound {
-        id: id.to_string(),
-        held_by: "this datacenter",
+    let reading = reading.map_err(|presence| {
+        AggregatorError::not_found(id.to_string(), presence, "this datacenter")
     })?;
     Ok(state.core.answer(&reading))
 }
@@ -154,7 +153,9 @@ async fn rank(
 ) -> Result<Response, AggregatorError> {
     let asked = state.core.asked(route, &ranking, |_, _| Ok(false))?;
     let lists = (state.core)
-        .rank(ranking.at_ms, |replica| trends::ranking(replica, &asked))
+        .rank(ranking.at_ms, |replica| {
+            trends::ranking(replica, &asked, ranking.at_ms)
+        })
         .await?;
     let list = asked.list();
     let answer = {
@@ -171,7 +172,10 @@ async fn aggregate(
 ) -> Result<Response, AggregatorError> {
     let query = parse_aggregate_query(asked.query(), asked.at_ms / 1000, |_, _| Ok(false))?;
     let slots = state.slot_names.len();
-    let sums = state.core.sum(&query, vec![0; slots], 1).await?;
+    let sums = state
+        .core
+        .sum(&query, asked.at_ms, vec![0; slots], 1)
+        .await?;
     let staleness_ms = {
         let replica = state.core.replica.read().expect("replica lock");
         worst_staleness(slot_staleness(&replica, slots, now_ms))

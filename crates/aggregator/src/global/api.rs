@@ -120,7 +120,7 @@ async fn rank(
     let asked = (state.core).asked(route, &ranking, |key, value| staleness.take(key, value))?;
     let freshness = staleness.freshness(state.settings.max_staleness_ms);
     let datacenters = state.layout.names.len();
-    let ask = |replica: &_| trends::rankings(replica, datacenters, &asked);
+    let ask = |replica: &_| trends::rankings(replica, datacenters, &asked, ranking.at_ms);
     let lists = state.core.rank(ranking.at_ms, ask).await?;
     let list = asked.list();
     let answer = {
@@ -145,7 +145,10 @@ async fn aggregate(
     let freshness = staleness.freshness(state.settings.max_staleness_ms);
     let layout = &state.layout;
     let slot_groups = layout.slot_datacenters.clone();
-    let sums = (state.core.sum(&query, slot_groups, layout.names.len())).await?;
+    let sums = (state
+        .core
+        .sum(&query, asked.at_ms, slot_groups, layout.names.len()))
+    .await?;
     let readings = {
         let replica = state.core.replica.read().expect("replica lock");
         empty_readings(&replica, layout, now_ms)
@@ -177,10 +180,11 @@ fn read(
     match gathered.answer(id.as_str(), &state.layout.names, &query) {
         GlobalRead::Counter(reading) => Ok(state.core.answer(&reading)),
         GlobalRead::Stale(refusal) => Err(AggregatorError::Stale(Box::new(refusal))),
-        GlobalRead::NotFound => Err(AggregatorError::CounterNotFound {
-            id: id.to_string(),
-            held_by: "any datacenter",
-        }),
+        GlobalRead::NotFound(presence) => Err(AggregatorError::not_found(
+            id.to_string(),
+            presence,
+            "any datacenter",
+        )),
     }
 }
 

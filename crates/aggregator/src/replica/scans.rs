@@ -33,8 +33,9 @@ pub struct ScansBusy(pub usize);
 pub trait InRuns: Send + 'static {
     /// What the scan finds.
     type Found: Send + 'static;
-    /// Visits up to `max` more counters of `replica`; returns whether every counter is visited.
-    fn visit(&mut self, replica: &Replica, max: usize) -> bool;
+    /// Visits up to `max` more counters of `replica` as they read at `now_ms` (the lifecycle
+    /// rule); returns whether every counter is visited.
+    fn visit(&mut self, replica: &Replica, now_ms: u64, max: usize) -> bool;
     /// What the scan found once every counter is visited.
     fn finish(self) -> Self::Found;
 }
@@ -42,8 +43,8 @@ pub trait InRuns: Send + 'static {
 impl InRuns for Scan {
     type Found = Vec<Vec<Ranked>>;
 
-    fn visit(&mut self, replica: &Replica, max: usize) -> bool {
-        Scan::visit(self, replica, max)
+    fn visit(&mut self, replica: &Replica, now_ms: u64, max: usize) -> bool {
+        Scan::visit(self, &replica.ranked_at(now_ms), max)
     }
 
     fn finish(self) -> Self::Found {
@@ -68,26 +69,27 @@ impl Scans {
         }
     }
 
-    /// The lists `ask` ranks at `now` (unix seconds), given `replica` with its top-K index
-    /// current ([`with_ranked`]). A scan `ask` leaves runs as [`Scans::run`] runs it.
+    /// The lists `ask` ranks at `now_ms`, given `replica` with its top-K index current
+    /// ([`with_ranked`]). A scan `ask` leaves runs as [`Scans::run`] runs it.
     pub async fn rank(
         &self,
         replica: &SharedReplica,
-        now: u64,
+        now_ms: u64,
         ask: impl FnOnce(&Replica) -> Answer,
     ) -> Result<Vec<Vec<Ranked>>, ScansBusy> {
-        match with_ranked(replica, now, ask) {
+        match with_ranked(replica, now_ms, ask) {
             Answer::Ready(lists) => Ok(lists),
-            Answer::Scan(scan) => self.run(replica, scan).await,
+            Answer::Scan(scan) => self.run(replica, scan, now_ms).await,
         }
     }
 
-    /// What `scan` finds over `replica`, run off the runtime a run of counters per hold of the
-    /// read lock; refused when `max` scans are under way.
+    /// What `scan` finds over `replica` as it reads at `now_ms`, run off the runtime a run of
+    /// counters per hold of the read lock; refused when `max` scans are under way.
     pub async fn run<S: InRuns>(
         &self,
         replica: &SharedReplica,
         scan: S,
+        now_ms: u64,
     ) -> Result<S::Found, ScansBusy> {
         let permit = self
             .permits
@@ -96,7 +98,7 @@ impl Scans {
             .map_err(|_| ScansBusy(self.max))?;
         let replica = replica.clone();
         let scanned = tokio::task::spawn_blocking(move || {
-            let found = scan_in_runs(&replica, scan);
+            let found = scan_in_runs(&replica, scan, now_ms);
             drop(permit);
             found
         });
@@ -107,10 +109,10 @@ impl Scans {
     }
 }
 
-/// Runs `scan` over `replica`'s copies, holding the read lock for [`SCAN_RUN`] counters at a
-/// time. Each counter is visited as it stood when its run was visited.
-pub fn scan_in_runs<S: InRuns>(replica: &SharedReplica, mut scan: S) -> S::Found {
-    while !scan.visit(&replica.read().expect("replica lock"), SCAN_RUN) {}
+/// Runs `scan` over `replica`'s copies as they read at `now_ms`, holding the read lock for
+/// [`SCAN_RUN`] counters at a time. Each counter is visited as it stood when its run was visited.
+pub fn scan_in_runs<S: InRuns>(replica: &SharedReplica, mut scan: S, now_ms: u64) -> S::Found {
+    while !scan.visit(&replica.read().expect("replica lock"), now_ms, SCAN_RUN) {}
     scan.finish()
 }
 
@@ -144,7 +146,14 @@ mod tests {
     fn ask(window: Option<WindowQuery>) -> impl FnOnce(&Replica) -> Answer {
         move |replica: &Replica| {
             let mut index = replica.top_index().unwrap();
-            index.rank(&[Scope::All], "", 3, None, window, replica)
+            index.rank(
+                &[Scope::All],
+                "",
+                3,
+                None,
+                window,
+                &replica.ranked_at(1_000_000),
+            )
         }
     }
 
@@ -155,18 +164,18 @@ mod tests {
         let scans = Scans::new(1);
         let past = Some(WindowQuery { seconds: 60, at: 1 });
         assert_eq!(
-            scans.rank(&replica, 1_000, ask(past)).await,
+            scans.rank(&replica, 1_000_000, ask(past)).await,
             Ok(vec![vec![]])
         );
         let held = scans.permits.clone().try_acquire_owned().unwrap();
         assert_eq!(
-            scans.rank(&replica, 1_000, ask(past)).await,
+            scans.rank(&replica, 1_000_000, ask(past)).await,
             Err(ScansBusy(1))
         );
-        let top = scans.rank(&replica, 1_000, ask(None)).await.unwrap();
+        let top = scans.rank(&replica, 1_000_000, ask(None)).await.unwrap();
         let ids: Vec<&str> = top[0].iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["c03071", "c03070", "c03069"]);
         drop(held);
-        assert!(scans.rank(&replica, 1_000, ask(past)).await.is_ok());
+        assert!(scans.rank(&replica, 1_000_000, ask(past)).await.is_ok());
     }
 }

@@ -13,7 +13,7 @@ use geocount_ranking::RankedCounters;
 use serde::{Deserialize, Serialize};
 
 use super::scans::InRuns;
-use super::{HeldCounter, Replica};
+use super::{HeldCounter, RankedAt, Replica};
 
 /// Counters added up: the sum of their values and how many they are.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,12 +78,12 @@ impl SumScan {
         }
     }
 
-    fn visit_one(&mut self, replica: &Replica, index: usize) {
-        let id = replica.id(index);
+    fn visit_one(&mut self, counters: &RankedAt<'_>, replica: &Replica, index: usize) {
+        let id = counters.id(index);
         if !id.starts_with(self.prefix.as_str()) {
             return;
         }
-        let records = replica.records(index);
+        let records = counters.records(index);
         let counter = HeldCounter {
             copies: Some(records),
             description: replica.descriptions.get(id),
@@ -91,9 +91,13 @@ impl SumScan {
         if counter.is_unique() {
             return;
         }
+        // A deleted or expired counter is left out; a reset one counts its new records.
+        let Some(from) = counters.counts_from(index) else {
+            return;
+        };
         self.parts.iter_mut().for_each(|part| *part = None);
         let mut value = 0;
-        for (slot, record) in records {
+        for (slot, record) in records.iter().filter(|(_, r)| r.counts_in(from)) {
             let slot_value = WindowQuery::value_of(self.window.as_ref(), record);
             value += slot_value;
             let group = self.slot_groups.get(usize::from(*slot));
@@ -115,13 +119,14 @@ impl InRuns for SumScan {
     type Found = Sums;
 
     /// Counters added after the scan passed their index are not visited.
-    fn visit(&mut self, replica: &Replica, max: usize) -> bool {
-        let end = self.next.saturating_add(max).min(replica.len());
+    fn visit(&mut self, replica: &Replica, now_ms: u64, max: usize) -> bool {
+        let counters = replica.ranked_at(now_ms);
+        let end = self.next.saturating_add(max).min(counters.len());
         for index in self.next..end {
-            self.visit_one(replica, index);
+            self.visit_one(&counters, replica, index);
         }
         self.next = end;
-        end >= replica.len()
+        end >= counters.len()
     }
 
     fn finish(self) -> Sums {
@@ -212,7 +217,7 @@ mod tests {
         }
         let whole = SumScan::new("a:", None, vec![0, 0, 1], 2).run_whole(&replica);
         let shared = replica.shared();
-        let runs = scan_in_runs(&shared, SumScan::new("a:", None, vec![0, 0, 1], 2));
+        let runs = scan_in_runs(&shared, SumScan::new("a:", None, vec![0, 0, 1], 2), 0);
         assert_eq!(runs, whole);
         assert_eq!(whole.all.counters, 2 + 3 * SCAN_RUN as u64);
     }
@@ -223,14 +228,14 @@ mod tests {
         let replica = replica().shared();
         let scans = Scans::new(1);
         let scan = || SumScan::new("a:", None, vec![0, 0, 1], 2);
-        let hold = scans.run(&replica, SlowScan);
+        let hold = scans.run(&replica, SlowScan, 0);
         let (held, refused) = tokio::join!(hold, async {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            scans.run(&replica, scan()).await
+            scans.run(&replica, scan(), 0).await
         });
         assert!(held.is_ok());
         assert_eq!(refused, Err(super::super::ScansBusy(1)));
-        assert!(scans.run(&replica, scan()).await.is_ok(), "free again");
+        assert!(scans.run(&replica, scan(), 0).await.is_ok(), "free again");
     }
 
     /// A scan that takes a while, to hold a permit.
@@ -238,7 +243,7 @@ mod tests {
 
     impl InRuns for SlowScan {
         type Found = ();
-        fn visit(&mut self, _: &Replica, _: usize) -> bool {
+        fn visit(&mut self, _: &Replica, _: u64, _: usize) -> bool {
             std::thread::sleep(std::time::Duration::from_millis(300));
             true
         }
@@ -248,7 +253,7 @@ mod tests {
     impl SumScan {
         /// Every counter of `replica` visited at once.
         fn run_whole(mut self, replica: &Replica) -> Sums {
-            self.visit(replica, usize::MAX);
+            self.visit(replica, 0, usize::MAX);
             self.finish()
         }
     }

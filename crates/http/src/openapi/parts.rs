@@ -95,7 +95,10 @@ impl ApiDoc {
             .window_params(max_window_seconds);
         let mut errors = vec![
             (400, "a bad id or query (window on a unique counter too)"),
-            (404, "a counter no part has reported"),
+            (
+                404,
+                "a counter no part has reported, or one deleted or expired",
+            ),
         ];
         if global {
             read = read.staleness_params();
@@ -105,6 +108,8 @@ impl ApiDoc {
             "id": {"type": "string"},
             "value": {"type": "integer", "description": "the sum, or a unique counter's estimate"},
             "standard_error": {"type": "number", "description": "unique counters only"},
+            "expiresAtMs": {"type": "integer", "minimum": 0,
+                            "description": "when the counter expires (unix ms), if it has an expiry"},
             "window": {"$ref": "#/components/schemas/Window"},
             "staleness_ms": {"type": "integer", "nullable": true,
                              "description": "the stalest part's; null if one was never complete"},
