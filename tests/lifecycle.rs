@@ -136,8 +136,7 @@ async fn a_reset_and_a_delete_while_a_region_is_cut_off_converge_by_the_rule() {
     // are of the older generation.
     reads(&global, deleted, partial, 404, None).await;
     reads(&usa_aggregator, deleted, "", 404, None).await;
-    let body = reads(&global, reset, partial, 200, Some(0)).await;
-    assert_eq!(body["complete"], false, "ASIA_0 is stale: {body}");
+    reads(&global, reset, partial, 200, Some(0)).await;
 
     // Writes after the connected slots learned count from zero; one makes the deleted
     // counter again.
@@ -261,6 +260,7 @@ async fn counters_expire_everywhere_and_a_write_can_set_its_own_expiry() {
     // An expiry cleared before it passes: the counter stays.
     usa.created(json!({"id": "life:kept"})).await;
     add(&usa, "life:kept", 1).await;
+    reads(&eu, "life:kept", "", 200, None).await;
     let path = "/counter/life:kept";
     let set = expect(&eu, Method::PATCH, path, r#"{"ttlSeconds": 1}"#, 200).await;
     assert!(set["expiresAtMs"].as_u64().is_some(), "{set}");
