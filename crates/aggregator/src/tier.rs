@@ -86,6 +86,7 @@ pub fn start(
         // Set while nothing has yielded to the pullers yet, so the first page merged obeys them.
         let mut held = replica.write().expect("replica lock");
         held.max_clock_skew_ms = settings.sync.max_clock_skew_ms;
+        held.tombstone_retention_ms = settings.sync.tombstone_retention_secs.saturating_mul(1_000);
         held.set_byte_bound(tier.byte_bound_key, settings.max_state_bytes);
         held.partitions = settings.partitions.filter();
         // What the pullers merged already is indexed too.

@@ -391,6 +391,13 @@ fn start_pulls(
         ));
         sources.push(aggregator);
     }
+    let retention = Duration::from_secs(config.sync.tombstone_retention_secs);
+    pullers.push(tokio::spawn(crate::peer::reclaim::keep_reclaiming(
+        replicas.clone(),
+        engine.descriptions.clone(),
+        clock.clone(),
+        retention,
+    )));
     Pulls {
         replicas,
         sources,

@@ -16,11 +16,13 @@
 //! - [`sums`]: sums over the counters with an id prefix ([`SumScan`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //! - [`pulling`]: the pullers that feed a replica, one per source ([`start_pulling`]).
+//! - [`reclaim`]: deleted counters' copies and old tombstones handed back ([`reclaim::reclaim`]).
 //! - [`serve`]: answering `POST /sync` from the replica ([`serve_sync`]).
 
 pub mod merge;
 pub mod metrics;
 pub mod pulling;
+pub mod reclaim;
 pub mod scans;
 pub mod serve;
 pub mod source;
@@ -69,6 +71,8 @@ pub struct Replica {
     fences: Vec<SourceFence>,
     /// How far ahead of this process's clock a copy's version may be (`sync.max_clock_skew_ms`).
     pub max_clock_skew_ms: u64,
+    /// How long a deleted counter's tombstone is kept (`sync.tombstone_retention_secs`).
+    pub tombstone_retention_ms: u64,
     /// Pulled entries refused past the copies' byte bound, and the setting that bounds them.
     refusals: Refusals,
     /// The partitions this replica holds, when not all (its sources send only theirs).
@@ -114,6 +118,9 @@ impl SlotHeard {
 
 /// How far ahead of a process's clock a copy's version may be when no setting says otherwise.
 pub const DEFAULT_MAX_CLOCK_SKEW_MS: u64 = 60_000;
+
+/// How long a tombstone is kept when no setting says otherwise (7 days).
+pub const DEFAULT_TOMBSTONE_RETENTION_MS: u64 = 7 * 24 * 3_600 * 1_000;
 
 /// A [`Replica`] shared by the pullers and the HTTP handlers.
 pub type SharedReplica = Arc<RwLock<Replica>>;
@@ -205,6 +212,7 @@ impl Replica {
                 .collect(),
             fences,
             max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
+            tombstone_retention_ms: DEFAULT_TOMBSTONE_RETENTION_MS,
             refusals: Refusals::default(),
             partitions: None,
             top: None,
@@ -294,7 +302,7 @@ impl Replica {
             entries,
             complete: heard.complete_as_of_ms.is_some() && !heard.is_incomplete(),
             complete_as_of_ms: heard.complete_as_of_ms.filter(|_| !heard.is_incomplete()),
-            source_epoch: self.copies.epoch(),
+            source_epoch: self.copies.copy_epoch(),
             next,
             owner_incarnation: heard.owner_incarnation,
             partitions: self.partitions.clone(),

@@ -115,6 +115,8 @@ pub struct TopIndex {
     /// Whether `pending` is in ranking order (highest index first): the ranker ranks a few
     /// counters per call, so it sorts again only after new marks.
     pending_sorted: bool,
+    /// The live rankings' trending bound it was made with ([`LiveRanking::hold_from`]).
+    hold_from: Option<i128>,
 }
 
 /// Counter `index`'s index in a [`RankKey`].
@@ -151,7 +153,24 @@ impl TopIndex {
             pending: Vec::new(),
             pending_bits: Vec::new(),
             pending_sorted: true,
+            hold_from: live.hold_from,
         }
+    }
+
+    /// An index with this one's settings and live window over a table of `counters` counters
+    /// whose indices changed (some were removed, others moved into their places), every one
+    /// marked: ranked again from their copies, it ranks what this one would.
+    pub fn renumbered(&self, counters: usize) -> Self {
+        let live = LiveRanking {
+            seconds: self.live.seconds,
+            now: self.live.now,
+            hold_from: self.hold_from,
+        };
+        let mut index = Self::with_leaders(self.slot_groups.clone(), live, self.keep);
+        for counter in 0..counters {
+            index.mark(counter);
+        }
+        index
     }
 
     /// Marks counter `index` as changed: [`TopIndex::rank_pending`] will move it.

@@ -430,7 +430,7 @@ pub(crate) fn gone(
     now_ms: u64,
 ) -> bool {
     descriptions.get(id).is_some_and(|described| {
-        !described.is_live(now_ms) && record.generation() <= described.generation_at(now_ms)
+        !described.is_live(now_ms) && record.wiped_by(described.generation_at(now_ms))
     })
 }
 

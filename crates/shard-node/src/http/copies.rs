@@ -104,7 +104,7 @@ fn slot_copy(
             entries,
             complete: complete_as_of_ms.is_some(),
             complete_as_of_ms,
-            source_epoch: replicas.epoch(),
+            source_epoch: replicas.copy_epoch(),
             next,
             owner_incarnation: peer.map_or(0, |p| p.incarnation()),
             partitions: None,
