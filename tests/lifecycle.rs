@@ -289,6 +289,53 @@ async fn counters_expire_everywhere_and_a_write_can_set_its_own_expiry() {
     reads(&global, "life:kept", fresh, 200, Some(1)).await;
 }
 
+/// `request` with an `Idempotency-Key`; its status and JSON.
+async fn keyed(api: &Api, method: Method, path: &str, body: &str, key: &str) -> (u16, Value) {
+    let headers = [("Idempotency-Key", key)];
+    let answer = api
+        .send(method, path, &headers, body.to_owned())
+        .await
+        .unwrap();
+    (answer.status.as_u16(), answer.json())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_delete_or_reset_retried_through_another_node_applies_once() {
+    let topology = TestTopology::new(&[("USA_0", 2)], "");
+    let cluster = TestCluster::start(topology).await;
+    let (one, two) = (cluster.shards[0][0].api(), cluster.shards[0][1].api());
+    let global = cluster.global.api();
+    let fresh = "max_staleness_ms=3000";
+    add(&one, "life:keyed", 5).await;
+    reads(&two, "life:keyed", "", 200, None).await;
+    let path = "/counter/life:keyed";
+    let (status, first) = keyed(&one, Method::DELETE, path, "", "del-1").await;
+    assert_eq!(status, 200, "{first}");
+    // Written again after the delete, then the delete retried through the other node: it is
+    // answered as the first was, and the counter made again stays.
+    reads(&two, "life:keyed", "", 404, None).await;
+    add(&two, "life:keyed", 2).await;
+    reads(&global, "life:keyed", fresh, 200, Some(2)).await;
+    let (status, again) = keyed(&two, Method::DELETE, path, "", "del-1").await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["generation"], first["generation"], "{again}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reads(&global, "life:keyed", fresh, 200, Some(2)).await;
+    // The same key for a reset is refused: it was used for the delete.
+    let reset = format!("{path}/reset");
+    let (status, refused) = keyed(&one, Method::POST, &reset, "", "del-1").await;
+    assert_eq!(status, 422, "{refused}");
+    // A keyed reset, retried: applied once.
+    let (status, _) = keyed(&two, Method::POST, &reset, "", "reset-1").await;
+    assert_eq!(status, 200);
+    reads(&global, "life:keyed", fresh, 200, Some(0)).await;
+    add(&one, "life:keyed", 4).await;
+    let (status, _) = keyed(&one, Method::POST, &reset, "", "reset-1").await;
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reads(&global, "life:keyed", fresh, 200, Some(4)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_counter_stays_deleted_through_a_lost_disk() {
     let topology = TestTopology::new(&[("USA_0", 2)], "restore_timeout_ms = 300");

@@ -303,9 +303,28 @@ impl CommitLoop {
                             self.stage_create(&table, &descriptions, &mut staged, description);
                         replies.push(Reply::Create(reply, result));
                     }
-                    Command::Lifecycle { id, change, reply } => {
-                        let result =
-                            self.stage_lifecycle(&table, &descriptions, &mut staged, &id, change);
+                    Command::Lifecycle {
+                        id,
+                        change,
+                        key,
+                        reply,
+                    } => {
+                        let result = match key {
+                            Some((key, asked)) => self.stage_keyed_lifecycle(
+                                (&table, &descriptions),
+                                &mut staged,
+                                &id,
+                                change,
+                                (key, asked),
+                            ),
+                            None => self.stage_lifecycle(
+                                &table,
+                                &descriptions,
+                                &mut staged,
+                                &id,
+                                change,
+                            ),
+                        };
                         replies.push(Reply::Create(reply, result));
                     }
                     Command::Describe(newly_learned) => {

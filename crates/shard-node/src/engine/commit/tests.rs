@@ -144,11 +144,42 @@ impl Running {
         id: &str,
         change: LifecycleChange,
     ) -> Result<CounterDescription, ShardError> {
+        self.change_keyed(id, change, None).await
+    }
+
+    async fn change_keyed(
+        &self,
+        id: &str,
+        change: LifecycleChange,
+        key: Option<(&str, (i64, u64))>,
+    ) -> Result<CounterDescription, ShardError> {
         let (reply, answer) = oneshot::channel();
         let id = CounterId::new(id).unwrap();
-        let command = Command::Lifecycle { id, change, reply };
+        let key = key.map(|(key, asked)| (key.into(), asked));
+        let command = Command::Lifecycle {
+            id,
+            change,
+            key,
+            reply,
+        };
         self.commands.send(command).await.unwrap();
         answer.await.unwrap()
+    }
+
+    async fn write_keyed(&self, id: &str, delta: i64, key: &str) -> SlotState {
+        let (reply, answer) = oneshot::channel();
+        let writes = vec![WriteRequest {
+            id: CounterId::new(id).unwrap(),
+            change: Change::Delta(delta),
+            idempotency_key: Some(key.into()),
+            timestamp_secs: SystemClock.now_unix_ms() / 1000,
+            ttl_secs: None,
+        }];
+        self.commands
+            .send(Command::Write { writes, reply })
+            .await
+            .unwrap();
+        answer.await.unwrap().pop().unwrap().unwrap()
     }
 
     async fn learn(&self, description: VersionedDescription) {
@@ -310,4 +341,48 @@ async fn a_tombstone_goes_after_its_retention_once_its_row_is_gone() {
         1,
         "made again from zero"
     );
+}
+
+#[tokio::test]
+async fn a_keyed_reset_retried_is_answered_without_wiping_again() {
+    let node = Running::start();
+    node.write("c", 5, None).await;
+    let reset = Some(("\u{1f}r-1", (1, 0)));
+    let first = node
+        .change_keyed("c", LifecycleChange::Reset, reset)
+        .await
+        .unwrap();
+    node.write("c", 3, None).await;
+    let again = node
+        .change_keyed("c", LifecycleChange::Reset, reset)
+        .await
+        .unwrap();
+    assert_eq!(again.generation, first.generation, "applied once");
+    assert_eq!(node.record("c").state.value, 3, "the write after it stays");
+    // The same key for another change is refused, and changes nothing.
+    let delete = Some(("\u{1f}r-1", (2, 0)));
+    let refused = node
+        .change_keyed("c", LifecycleChange::Delete, delete)
+        .await;
+    assert!(
+        matches!(refused, Err(ShardError::IdempotencyKeyReused { .. })),
+        "{refused:?}"
+    );
+    assert!(node.description("c").is_live(SystemClock.now_unix_ms()));
+}
+
+/// A keyed write retried after its counter was deleted is answered as the first was; it does
+/// not make the counter again, as a write applied would.
+#[tokio::test]
+async fn a_keyed_retry_does_not_make_a_deleted_counter_again() {
+    let node = Running::start();
+    assert_eq!(node.write_keyed("c", 5, "\u{1f}w-1").await.value, 5);
+    node.change("c", LifecycleChange::Delete).await.unwrap();
+    assert_eq!(
+        node.write_keyed("c", 5, "\u{1f}w-1").await.value,
+        5,
+        "the first answer"
+    );
+    let held = node.description("c");
+    assert!(held.description.deleted, "still deleted: {held:?}");
 }
