@@ -269,6 +269,30 @@ async fn counters_expire_everywhere_and_a_write_can_set_its_own_expiry() {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     reads(&global, "life:kept", fresh, 200, Some(1)).await;
 
+    // A unique counter's reset empties its sketches: an item counted before counts again.
+    usa.created(json!({"id": "life:uniq", "type": "unique"}))
+        .await;
+    for item in ["a", "b", "c"] {
+        let body = Some(json!({ "item": item }));
+        let (status, answer) = usa
+            .write("life:uniq", "INCREMENT", body, None)
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{answer}");
+    }
+    let counted = reads(&global, "life:uniq", fresh, 200, None).await;
+    assert!(counted["value"].as_i64() >= Some(2), "{counted}");
+    reads(&eu, "life:uniq", "", 200, None).await;
+    expect(&eu, Method::POST, "/counter/life:uniq/reset", "", 200).await;
+    reads(&global, "life:uniq", fresh, 200, Some(0)).await;
+    let body = Some(json!({ "item": "a" }));
+    let (status, answer) = eu
+        .write("life:uniq", "INCREMENT", body, None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{answer}");
+    reads(&global, "life:uniq", fresh, 200, Some(1)).await;
+
     // Bad input changes nothing and is a JSON 4xx.
     for (method, path, body, want) in [
         (Method::PATCH, path, r#"{"ttlSeconds": 0}"#, 400),
