@@ -260,7 +260,7 @@ async fn bad_input_is_refused_with_a_json_error_and_changes_nothing() {
         ),
         (Method::POST, "/counter", "not json", 400),
         (Method::POST, "/batch", "\u{ff}garbage", 400),
-        (Method::DELETE, "/counter/c", "", 405),
+        (Method::PUT, "/counter/c", "", 405),
         (Method::GET, "/no/such/endpoint", "", 404),
     ];
     for (method, path, body, status) in refusals {
