@@ -193,6 +193,7 @@ fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
             generation: Default::default(),
             deleted: false,
             expires_at_ms: None,
+            history: Vec::new(),
         },
         version: HlcTimestamp {
             physical_ms,

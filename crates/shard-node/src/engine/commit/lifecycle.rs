@@ -33,6 +33,10 @@ pub(super) fn default_description(
         generation: HlcTimestamp::default(),
         deleted: false,
         expires_at_ms: None,
+        history: match counter_type {
+            CounterType::Sum => settings.default_history_levels(),
+            CounterType::Unique => Vec::new(),
+        },
     }
 }
 
