@@ -13,6 +13,7 @@ pub fn datacenter(max_window_seconds: u32) -> ApiDoc {
          datacenter's counters.",
     )
     .aggregator_read(false, max_window_seconds)
+    .aggregator_history(false)
     .rankings(false)
     .replication(true)
     .health_and_metrics(
@@ -28,6 +29,7 @@ pub fn global(max_window_seconds: u32) -> ApiDoc {
          stale datacenter unless allow_partial=true; ranks the world's counters.",
     )
     .aggregator_read(true, max_window_seconds)
+    .aggregator_history(true)
     .rankings(true)
     .operation(
         "/datacenters",

@@ -42,6 +42,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Command {
     /// Read a counter from the global aggregator.
     Get(cmd::get::GetOptions),
+    /// Read a counter's history from the global aggregator.
+    History(cmd::history::HistoryOptions),
     /// Create a counter.
     Create(cmd::create::CreateOptions),
     /// Write to a counter once.
@@ -67,6 +69,7 @@ pub async fn run(
     let cluster = ClusterClient::load(config, REQUEST_TIMEOUT)?.with_token(token)?;
     match command {
         Command::Get(options) => cmd::get::run(&cluster, options, out).await,
+        Command::History(options) => cmd::history::run(&cluster, options, out).await,
         Command::Create(options) => cmd::create::run(&cluster, options, out).await,
         Command::Incr(options) => cmd::incr::run(&cluster, options, out).await,
         Command::Lag(options) => cmd::lag::run(&cluster, options, out).await.map(drop),

@@ -260,13 +260,14 @@ fn merges_keep_the_top_index_up_to_date() {
 /// on the index alone is tested with it (`geocount_ranking::index`).
 #[test]
 fn a_bucket_at_the_end_of_time_does_not_hang_the_live_window() {
-    // A `SyncPage` from slot DC_A_VAL_0: counter `#a` with buckets up to second u64::MAX.
-    const PAGE: [u8; 113] = [
+    // A `SyncPage` from slot DC_A_VAL_0: counter `#a` with buckets up to second u64::MAX (one
+    // zero more for its record's empty history).
+    const PAGE: [u8; 114] = [
         1, 65, 1, 3, 10, 68, 67, 95, 65, 95, 86, 65, 76, 95, 48, 10, 68, 67, 95, 65, 65, 86, 95,
         95, 76, 49, 10, 68, 67, 95, 66, 95, 86, 65, 76, 95, 48, 3, 0, 2, 35, 97, 20, 5, 3, 184,
         162, 167, 218, 6, 4, 246, 163, 167, 218, 6, 236, 255, 163, 167, 218, 6, 255, 255, 255, 255,
         255, 255, 255, 255, 255, 1, 247, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 94, 0, 0, 0, 45, 1, 40, 0, 35,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 94, 0, 0, 0, 45, 1, 40, 0, 35,
         // The page's source incarnation.
         0,
     ];
