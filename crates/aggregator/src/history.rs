@@ -146,7 +146,7 @@ impl Range {
         let buckets = rollup.buckets.buckets();
         let start = buckets.partition_point(|(second, _)| *second < lowest);
         for &(second, hits) in buckets[start..].iter().take_while(|(s, _)| *s <= self.to) {
-            if (second - self.from) % self.step == 0 {
+            if (second - self.from).is_multiple_of(self.step) {
                 points[((second - self.from) / self.step) as usize] += i128::from(hits);
             }
         }
@@ -237,12 +237,15 @@ fn levels_of(counter: &HeldCounter<'_>) -> Vec<HistoryLevel> {
     levels
 }
 
+/// The copies of a counter's slots that count in a read, by slot index.
+pub type Counting<'a> = Vec<(u16, &'a SlotRecord)>;
+
 /// The counter's range asked by `query` and its counting copies, or why there is none.
 fn resolve<'a>(
     counter: &HeldCounter<'a>,
     query: &HistoryQuery,
     now_ms: u64,
-) -> Result<(Range, Vec<(u16, &'a SlotRecord)>), Unanswered> {
+) -> Result<(Range, Counting<'a>), Unanswered> {
     let copies = counting(counter, now_ms).ok_or(Unanswered::NotFound)?;
     if counter.is_unique() {
         return Err(Unanswered::Bad(RequestError::BadRequest(
@@ -287,7 +290,7 @@ pub fn datacenter_history(
     for (_, record) in copies {
         range.add(record, &mut values);
     }
-    let staleness = worst_staleness(slot_staleness(replica, slots, now_ms).into_iter());
+    let staleness = worst_staleness(slot_staleness(replica, slots, now_ms));
     Ok(DatacenterHistory {
         id: id.to_owned(),
         points: Points::of(range, values),

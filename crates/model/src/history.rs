@@ -70,7 +70,7 @@ pub fn check_levels_within(
         if step == 0 {
             return Err(format!("history[{n}].stepSeconds must be at least 1"));
         }
-        if keep < step || keep % step != 0 {
+        if keep < step || !keep.is_multiple_of(step) {
             return Err(format!(
                 "history[{n}].keepSeconds ({keep}) must be a multiple of stepSeconds ({step}) of at least one step"
             ));
@@ -323,5 +323,112 @@ mod tests {
         full.record(&base, 60, i64::MAX).unwrap();
         assert!(full.check(&base, 61, 1).is_err());
         assert!(full.check(&base, 120, 1).is_ok());
+    }
+
+    fn record_level(step: u32, keep: u32) -> HistoryLevel {
+        HistoryLevel {
+            step_seconds: step,
+            keep_seconds: keep,
+        }
+    }
+
+    /// A record keeping history: `value` hits at `second` in its window and each level.
+    fn with_history(
+        second: u64,
+        value: i64,
+        version: u64,
+    ) -> (crate::SlotRecord, Vec<RollupChange>) {
+        let levels = [record_level(60, 600), record_level(3_600, 7_200)];
+        let mut record = crate::SlotRecord::default();
+        let changes: Vec<RollupChange> = levels
+            .iter()
+            .map(|level| {
+                let base = record.rollup(level.step_seconds).map(|r| r.buckets.clone());
+                let base = base.unwrap_or_default();
+                let mut change = RollupChange::new(*level, &base);
+                change.record(&base, second, value).unwrap();
+                change
+            })
+            .collect();
+        record.apply_history(&changes);
+        record.state = crate::SlotState { value, version };
+        (record, changes)
+    }
+
+    #[test]
+    fn history_rides_in_the_record_which_stays_thirty_two_bytes() {
+        let t = 1_800_000_000;
+        let (record, changes) = with_history(t + 61, 5, 10);
+        assert_eq!(std::mem::size_of::<crate::SlotRecord>(), 32);
+        assert_eq!(record.history().len(), 2);
+        assert_eq!(record.rollup(60).unwrap().at(t + 60), 5);
+        assert_eq!(record.rollup(3_600).unwrap().at(t), 5);
+        assert!(record.rollup(1).is_none());
+        // It travels and is stored whole.
+        let bytes = postcard::to_allocvec(&record).unwrap();
+        assert_eq!(
+            postcard::from_bytes::<crate::SlotRecord>(&bytes).unwrap(),
+            record
+        );
+        let json = serde_json::to_string(&record).unwrap();
+        assert!(
+            json.contains(r#""history":[{"step":60,"keep":600"#),
+            "{json}"
+        );
+        // It merges by version with the rest of the record.
+        let mut older = crate::SlotRecord::from(crate::SlotState {
+            value: 1,
+            version: 9,
+        });
+        assert!(older.merge(&record));
+        assert_eq!(older, record);
+        assert!(!older.merge(&crate::SlotRecord::default()));
+        // A logged change carries the changed buckets and replays to the same record.
+        let logged_history: Vec<Rollup> = changes.iter().map(RollupChange::logged).collect();
+        let mut logged = crate::SlotRecord::from(record.state);
+        logged.set_history(logged_history);
+        let mut replayed = crate::SlotRecord::default();
+        assert!(replayed.apply_logged(logged.clone()));
+        assert_eq!(replayed, record);
+        assert!(!replayed.apply_logged(logged), "not newer");
+        // A reset wipes it, and a record without history or generation is unboxed again.
+        let generation = crate::HlcTimestamp {
+            physical_ms: 7,
+            logical: 0,
+            node: 1,
+        };
+        let renewed = record.renewed(generation, 11);
+        assert!(renewed.history().is_empty());
+        let mut replayed_reset = record.clone();
+        assert!(replayed_reset.apply_logged(renewed.clone()));
+        assert_eq!(replayed_reset, renewed);
+        let mut dropped = record.clone();
+        dropped.apply_history(&[]);
+        assert!(dropped.history().is_empty());
+    }
+
+    #[test]
+    fn old_steps_expire_in_the_owners_record_and_in_a_replayed_one() {
+        let t = 1_800_000_000;
+        let (mut owner, _) = with_history(t, 1, 1);
+        let mut replayed = owner.clone();
+        // Twenty minutes on: the minute level (600 s) drops the first minute.
+        let base = owner.rollup(60).unwrap().buckets.clone();
+        let mut change = RollupChange::new(record_level(60, 600), &base);
+        change.record(&base, t + 1_200, 2).unwrap();
+        owner.apply_history(std::slice::from_ref(&change));
+        owner.state = crate::SlotState {
+            value: 3,
+            version: 2,
+        };
+        assert_eq!(
+            *owner.rollup(60).unwrap().buckets.buckets(),
+            [(t + 1_200, 2)]
+        );
+        assert_eq!(owner.history().len(), 1, "the change names one level");
+        let mut logged = crate::SlotRecord::from(owner.state);
+        logged.set_history(vec![change.logged()]);
+        assert!(replayed.apply_logged(logged));
+        assert_eq!(replayed, owner);
     }
 }
