@@ -9,11 +9,11 @@
 //!   `from` to as far back as the level keeps (`keepSeconds / stepSeconds` points). At most
 //!   [`MAX_POINTS`] points; `from` after `to` is 400.
 //! - A point is the sum of the slots' buckets of that step which their owner still keeps.
-//! - Records of an older generation than the counter's count zero, and a deleted counter is
-//!   not found, as in every read (docs/architecture.md, "Reset, delete and expiry").
+//! - Copies count by the lifecycle rule ([`crate::lifecycle`]), as in every read: one wiped by
+//!   a reset or delete counts zero, and a deleted or expired counter is not found.
 
 use geocount_http::routing::RequestError;
-use geocount_model::{HistoryLevel, HlcTimestamp, SlotRecord};
+use geocount_model::{HistoryLevel, SlotRecord};
 use geocount_sync::worst_staleness;
 use serde::Serialize;
 
@@ -22,6 +22,8 @@ use crate::global::layout::Layout;
 use crate::global::query::StalenessKeys;
 use crate::global::read::{CounterReading, GlobalRead, answer_read};
 use crate::global::staleness::empty_readings;
+use crate::lifecycle::Presence;
+use crate::parts::StaleRead;
 use crate::replica::{HeldCounter, Replica};
 
 /// The most points one history read answers.
@@ -195,33 +197,10 @@ impl Points {
 /// Why a history read has no answer (besides a stale global read).
 #[derive(Debug)]
 pub enum Unanswered {
-    /// No slot holds it, or it is deleted.
-    NotFound,
+    /// No slot holds it, or it is deleted or expired (as said).
+    NotFound(Presence),
     /// A bad query for this counter.
     Bad(RequestError),
-}
-
-/// The counter's copies that count in its reads at `now_ms`, or `None` when it is deleted: a
-/// record counts when its generation is at least the counter's (the largest of its
-/// description's and of every record's).
-pub fn counting<'a>(counter: &HeldCounter<'a>, now_ms: u64) -> Option<Vec<(u16, &'a SlotRecord)>> {
-    if counter.description.is_some_and(|d| !d.is_live(now_ms)) {
-        return None;
-    }
-    let copies = counter.copies.unwrap_or_default();
-    let described = counter
-        .description
-        .map(|d| d.generation_at(now_ms))
-        .unwrap_or_default();
-    let generation = (copies.iter())
-        .map(|(_, record)| record.generation())
-        .fold(described, HlcTimestamp::max);
-    Some(
-        (copies.iter())
-            .filter(|(_, record)| record.counts_in(generation))
-            .map(|(slot, record)| (*slot, record))
-            .collect(),
-    )
 }
 
 /// The counter's levels: its description's, else those its copies keep (by rising step).
@@ -237,16 +216,21 @@ fn levels_of(counter: &HeldCounter<'_>) -> Vec<HistoryLevel> {
     levels
 }
 
-/// The copies of a counter's slots that count in a read, by slot index.
-pub type Counting<'a> = Vec<(u16, &'a SlotRecord)>;
+/// The copies of a counter's slots that count in a read, with their slot index.
+pub type Counting<'a> = Vec<&'a (u16, SlotRecord)>;
 
-/// The counter's range asked by `query` and its counting copies, or why there is none.
+/// The counter's range asked by `query` and the copies that count by the lifecycle rule, or
+/// why there is none.
 fn resolve<'a>(
     counter: &HeldCounter<'a>,
     query: &HistoryQuery,
     now_ms: u64,
 ) -> Result<(Range, Counting<'a>), Unanswered> {
-    let copies = counting(counter, now_ms).ok_or(Unanswered::NotFound)?;
+    let life = counter.life(now_ms);
+    if !life.exists() {
+        return Err(Unanswered::NotFound(life.presence));
+    }
+    let copies = life.counting(counter.copies.unwrap_or_default()).collect();
     if counter.is_unique() {
         return Err(Unanswered::Bad(RequestError::BadRequest(
             "a unique counter keeps no history".into(),
@@ -282,9 +266,6 @@ pub fn datacenter_history(
     now_ms: u64,
 ) -> Result<DatacenterHistory, Unanswered> {
     let counter = replica.counter(id);
-    if counter.copies.is_none() {
-        return Err(Unanswered::NotFound);
-    }
     let (range, copies) = resolve(&counter, query, now_ms)?;
     let mut values = vec![0i128; range.len()];
     for (_, record) in copies {
@@ -317,8 +298,10 @@ pub struct GlobalHistory {
 pub enum GlobalHistoryRead {
     /// 200.
     History(Box<GlobalHistory>),
-    /// 503, or 404 (as [`GlobalRead`] has them).
-    Unanswered(GlobalRead),
+    /// 503: stale datacenters and no partial answer allowed.
+    Stale(StaleRead),
+    /// 404: as for `GET /counter/{id}`.
+    NotFound(Presence),
     /// 400.
     Bad(RequestError),
 }
@@ -335,24 +318,16 @@ pub fn global_history(
 ) -> GlobalHistoryRead {
     let counter = replica.counter(id);
     let mut readings = empty_readings(replica, layout, now_ms);
-    let held = counter.copies.is_some();
-    let resolved = if held {
-        Some(resolve(&counter, query, now_ms))
-    } else {
-        None
-    };
-    let (range, values) = match resolved {
+    let life = counter.life(now_ms);
+    let (range, values) = match life.exists().then(|| resolve(&counter, query, now_ms)) {
         Some(Err(Unanswered::Bad(refusal))) => return GlobalHistoryRead::Bad(refusal),
-        Some(Err(Unanswered::NotFound)) => {
-            return GlobalHistoryRead::Unanswered(GlobalRead::NotFound);
-        }
         Some(Ok((range, copies))) => {
             let mut values = vec![0i128; range.len()];
             let mut part = vec![0i128; range.len()];
             for (slot, record) in copies {
                 part.iter_mut().for_each(|v| *v = 0);
                 range.add(record, &mut part);
-                let dc = layout.slot_datacenters[usize::from(slot)];
+                let dc = layout.slot_datacenters[usize::from(*slot)];
                 readings[dc].value += part.iter().sum::<i128>();
                 for (value, hits) in values.iter_mut().zip(&part) {
                     *value += hits;
@@ -360,17 +335,20 @@ pub fn global_history(
             }
             (Some(range), values)
         }
-        None => (None, Vec::new()),
+        Some(Err(Unanswered::NotFound(_))) | None => (None, Vec::new()),
     };
-    let answer = answer_read(
+    let mut answer = answer_read(
         id,
         &layout.names,
-        held,
+        life.exists(),
         readings,
         None,
         freshness.max_staleness_ms,
         freshness.allow_partial,
     );
+    if let GlobalRead::NotFound(presence) = &mut answer {
+        *presence = life.presence;
+    }
     match (answer, range) {
         (GlobalRead::Counter(reading), Some(range)) => {
             GlobalHistoryRead::History(Box::new(GlobalHistory {
@@ -382,7 +360,8 @@ pub fn global_history(
         (GlobalRead::Counter(_), None) => GlobalHistoryRead::Bad(RequestError::BadRequest(
             "no datacenter has reported the counter yet, so its history levels are unknown".into(),
         )),
-        (other, _) => GlobalHistoryRead::Unanswered(other),
+        (GlobalRead::Stale(refusal), _) => GlobalHistoryRead::Stale(refusal),
+        (GlobalRead::NotFound(presence), _) => GlobalHistoryRead::NotFound(presence),
     }
 }
 

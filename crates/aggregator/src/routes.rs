@@ -15,6 +15,8 @@ pub enum Route {
     TopK,
     /// `/trending`
     Trending,
+    /// `/aggregate`
+    Aggregate,
     /// `/datacenters` (the global tier only)
     Datacenters,
     /// `/sync`
@@ -35,6 +37,7 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/counter/{id}/history", Route::History),
     ("/topk", Route::TopK),
     ("/trending", Route::Trending),
+    ("/aggregate", Route::Aggregate),
     ("/sync", Route::Sync),
     ("/slots/{slot}/copy", Route::SlotCopy),
     ("/healthz", Route::Health),
@@ -53,6 +56,7 @@ impl Endpoint for Route {
             | Route::History
             | Route::TopK
             | Route::Trending
+            | Route::Aggregate
             | Route::Datacenters
             | Route::SlotCopy
             | Route::Health

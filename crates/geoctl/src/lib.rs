@@ -4,6 +4,8 @@
 //!   picking shard nodes at random ([`ClusterClient`]), encoding ids in paths, reading answers.
 //! - [`cmd`]: one module per subcommand:
 //!   - [`cmd::get`]: read a counter from the global aggregator and summarize it per datacenter;
+//!   - [`cmd::sum`]: the sum over the counters with an id prefix at the global aggregator, per
+//!     datacenter;
 //!   - [`cmd::create`]: `POST /counter` through a random shard node;
 //!   - [`cmd::incr`]: one write through a random shard node;
 //!   - [`cmd::lag`]: measure how long a write takes to show at the global aggregator;
@@ -34,7 +36,7 @@ use std::time::Duration;
 pub use cluster::ClusterClient;
 pub use error::GeoctlError;
 
-/// How long `get`, `create` and `incr` wait for an answer.
+/// How long `get`, `sum`, `create` and `incr` wait for an answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One subcommand with its options.
@@ -44,6 +46,8 @@ pub enum Command {
     Get(cmd::get::GetOptions),
     /// Read a counter's history from the global aggregator.
     History(cmd::history::HistoryOptions),
+    /// Sum the counters with an id prefix at the global aggregator.
+    Sum(cmd::sum::SumOptions),
     /// Create a counter.
     Create(cmd::create::CreateOptions),
     /// Write to a counter once.
@@ -70,6 +74,7 @@ pub async fn run(
     match command {
         Command::Get(options) => cmd::get::run(&cluster, options, out).await,
         Command::History(options) => cmd::history::run(&cluster, options, out).await,
+        Command::Sum(options) => cmd::sum::run(&cluster, options, out).await,
         Command::Create(options) => cmd::create::run(&cluster, options, out).await,
         Command::Incr(options) => cmd::incr::run(&cluster, options, out).await,
         Command::Lag(options) => cmd::lag::run(&cluster, options, out).await.map(drop),

@@ -1,4 +1,4 @@
-//! `geoctl [--config FILE] get|history|create|incr|delete|reset|expire|lag|load|storm ...`: parses flags and calls the library.
+//! `geoctl [--config FILE] get|history|sum|create|incr|delete|reset|expire|lag|load|storm ...`: parses flags and calls the library.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ use geoctl::cmd::load::{
     DEFAULT_DURATION_SECS, DEFAULT_ZIPF_EXPONENT, LoadOptions, MAX_BATCH_SIZE,
 };
 use geoctl::cmd::storm::{StormKind, StormOptions};
+use geoctl::cmd::sum::SumOptions;
 use geoctl::load::route::WriteRoute;
 use geoctl::load::workload::{KeyDistribution, WritePath};
 
@@ -75,6 +76,29 @@ enum Sub {
         /// The last step, unix seconds [default: now].
         #[arg(long, value_name = "T2")]
         to: Option<u64>,
+        /// Count a datacenter as stale when its data is older than this (milliseconds)
+        /// [default: the global aggregator's `max_staleness_ms`].
+        #[arg(long, value_name = "N")]
+        max_staleness_ms: Option<u64>,
+        /// Answer with stale datacenters' last known values rather than refusing.
+        #[arg(long)]
+        allow_partial: bool,
+        /// Print the global aggregator's JSON answer as it came.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sum the sum counters whose id starts with PREFIX at the global aggregator (unique
+    /// counters are left out): the sum, how many counters it adds, whether it is complete, its
+    /// staleness and each datacenter's part. Exits 1 when stale datacenters refuse it.
+    Sum {
+        /// The id prefix (empty: every counter).
+        prefix: String,
+        /// Sum the hits of the last S seconds rather than all-time totals.
+        #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..))]
+        window: Option<u32>,
+        /// The window's end, unix seconds [default: now].
+        #[arg(long, value_name = "T", requires = "window")]
+        at: Option<u64>,
         /// Count a datacenter as stale when its data is older than this (milliseconds)
         /// [default: the global aggregator's `max_staleness_ms`].
         #[arg(long, value_name = "N")]
@@ -314,6 +338,21 @@ impl From<Sub> for Command {
                 step,
                 from,
                 to,
+                max_staleness_ms,
+                allow_partial,
+                json,
+            }),
+            Sub::Sum {
+                prefix,
+                window,
+                at,
+                max_staleness_ms,
+                allow_partial,
+                json,
+            } => Command::Sum(SumOptions {
+                prefix,
+                window,
+                at,
                 max_staleness_ms,
                 allow_partial,
                 json,

@@ -22,6 +22,29 @@ pub struct IdempotencyRecord {
 }
 
 impl IdempotencyRecord {
+    /// The record of a keyed change of `counter`'s life (a reset, delete or expiry), in the
+    /// shape of a write's that no write has (delta 0, no item): `change` is which change it
+    /// was and its argument (a time to live), kept in `outcome`.
+    pub fn of_life_change(counter: CounterId, change: (i64, u64), created_at_ms: u64) -> Self {
+        Self {
+            counter,
+            delta: 0,
+            item: None,
+            outcome: SlotState {
+                value: change.0,
+                version: change.1,
+            },
+            created_at_ms,
+        }
+    }
+
+    /// The change of a counter's life this records (as given to
+    /// [`IdempotencyRecord::of_life_change`]), if it records one rather than a write.
+    pub fn life_change(&self) -> Option<(i64, u64)> {
+        (self.delta == 0 && self.item.is_none())
+            .then_some((self.outcome.value, self.outcome.version))
+    }
+
     /// Whether a retry asks for the same write: to `counter`, adding `delta` (with no item) or
     /// the item hashed to `item`.
     pub fn matches(&self, counter: &str, delta: i64, item: Option<u64>) -> bool {
@@ -34,9 +57,10 @@ impl IdempotencyRecord {
 
     /// The first write, as a refusal names it: `delta 5`, or `an item`.
     pub fn describe_write(&self) -> String {
-        match self.item {
-            Some(_) => "an item".to_owned(),
-            None => format!("delta {}", self.delta),
+        match (self.item, self.life_change()) {
+            (Some(_), _) => "an item".to_owned(),
+            (None, Some(_)) => "a reset, delete or expiry".to_owned(),
+            (None, None) => format!("delta {}", self.delta),
         }
     }
 }

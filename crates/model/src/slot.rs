@@ -380,6 +380,23 @@ impl SlotRecord {
         }
     }
 
+    /// Whether the record holds nothing a read counts: a zero value, no hits, no items (what an
+    /// owner logs when it applies a reset or delete).
+    pub fn holds_nothing(&self) -> bool {
+        self.state.value == 0
+            && self.window().buckets().is_empty()
+            && self.uniques().is_none_or(|sketch| sketch.count() == 0)
+    }
+
+    /// Whether this record, of a counter deleted in `generation`, can go with nothing lost:
+    /// it is of an older generation (the delete wiped it), or it is the zero record its slot
+    /// logged on learning of the delete. A record of the delete's generation that holds writes
+    /// was made after its slot learned of it: the counter was made again, and its description
+    /// saying so may not have arrived yet.
+    pub fn wiped_by(&self, generation: HlcTimestamp) -> bool {
+        self.generation() < generation || (self.generation() == generation && self.holds_nothing())
+    }
+
     /// Sets this record's generation, keeping what it holds.
     pub fn set_generation(&mut self, generation: HlcTimestamp) {
         let (held, _, history) = std::mem::take(&mut self.held).into_parts();

@@ -265,6 +265,7 @@ fn start_engine(
             load: load.clone(),
             metrics: metrics.clone(),
             health: health.clone(),
+            tombstone_retention_ms: config.sync.tombstone_retention_secs.saturating_mul(1_000),
         },
     );
     let commit_loop = match replicator {
@@ -390,6 +391,13 @@ fn start_pulls(
         ));
         sources.push(aggregator);
     }
+    let retention = Duration::from_secs(config.sync.tombstone_retention_secs);
+    pullers.push(tokio::spawn(crate::peer::reclaim::keep_reclaiming(
+        replicas.clone(),
+        engine.descriptions.clone(),
+        clock.clone(),
+        retention,
+    )));
     Pulls {
         replicas,
         sources,

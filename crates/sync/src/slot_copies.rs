@@ -183,6 +183,8 @@ pub struct SlotCopies {
     slot_index: HashMap<String, u16>,
     counters: IdTable<CounterCopies>,
     journal: ChangeJournal,
+    /// How many counters were removed ([`SlotCopies::copy_epoch`]).
+    removals: u64,
     /// Bytes held ([`geocount_model::held_bytes`]): each counter's id and each copy's record;
     /// a merge that would pass the bound is refused.
     bytes: ByteBound,
@@ -201,8 +203,34 @@ impl SlotCopies {
             slot_index,
             counters: IdTable::default(),
             journal: ChangeJournal::default(),
+            removals: 0,
             bytes: ByteBound::default(),
         }
+    }
+
+    /// Removes counter `id` with its copies (a deleted counter's, once nothing of it counts):
+    /// the last counter moves into its table index and is journaled again there, so pullers
+    /// see it moved; they drop the removed one by its tombstone, not by a message. Returns the
+    /// removed counter's index and the index the moved one now has, if one moved.
+    pub fn remove(&mut self, id: &str) -> Option<(usize, Option<usize>)> {
+        let index = self.counters.get_index_of(id)?;
+        let ((id, copies), moved) = self.counters.swap_remove(index);
+        let held = (copies.slots.iter())
+            .map(|(_, r)| record_bytes(r) as u64)
+            .sum::<u64>();
+        self.bytes.changed(held + id_bytes(id.as_str()) as u64, 0);
+        if let Some(moved) = moved {
+            self.counters[moved].latest_seq = self.journal.record(moved);
+        }
+        self.removals += 1;
+        Some((index, moved))
+    }
+
+    /// What a copy page names as its source: the journal's epoch, changed by every removal, so
+    /// a restore that paged across one (a counter may have moved to a page it had passed) pages
+    /// this source again.
+    pub fn copy_epoch(&self) -> u64 {
+        self.journal.epoch().wrapping_add(self.removals)
     }
 
     /// Bounds the bytes held: from now on, a merge that would take them past `max_bytes` is
@@ -347,8 +375,9 @@ impl SlotCopies {
     }
 
     /// One page of every counter's record in slot `slot`: the counters from table index
-    /// `from`, at most `limit` of them looked at, and where the next page starts. Counters are
-    /// only ever added, so pages taken one after another miss none that was held at the first.
+    /// `from`, at most `limit` of them looked at, and where the next page starts. Pages taken
+    /// one after another under one [`SlotCopies::copy_epoch`] miss none that was held at the
+    /// first.
     pub fn copy_page(
         &self,
         slot: u16,
@@ -373,8 +402,13 @@ impl SlotCopies {
         self.counters.get(id).map(|c| &*c.slots)
     }
 
-    /// The counter at table index `index`, with its copies. Counters are only ever added, so
-    /// an index keeps naming the same counter.
+    /// Counter `id`'s table index, if held.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.counters.get_index_of(id)
+    }
+
+    /// The counter at table index `index`, with its copies. An index keeps naming the same
+    /// counter until one is removed ([`SlotCopies::remove`]).
     pub fn get_index(&self, index: usize) -> Option<(&str, &[(u16, SlotRecord)])> {
         (self.counters.get_index(index)).map(|(id, copies)| (id.as_str(), &*copies.slots))
     }
@@ -444,6 +478,35 @@ mod tests {
 
     fn state(value: i64, version: u64) -> SlotRecord {
         geocount_model::SlotState { value, version }.into()
+    }
+
+    #[test]
+    fn a_removed_counter_frees_its_bytes_and_the_moved_one_is_pulled_again() {
+        let mut copies = SlotCopies::new(vec!["A".into(), "B".into()]);
+        for n in 0..5 {
+            let id = CounterId::new(format!("c{n}")).unwrap();
+            copies.merge(0, &id, &state(n, 1));
+            copies.merge(1, &id, &state(n, 1));
+        }
+        let page = copies.page(Cursor::Start, 100);
+        let (held, epoch) = (copies.bytes().held(), copies.copy_epoch());
+        assert_eq!(copies.remove("c1"), Some((1, Some(1))));
+        assert_eq!(copies.remove("nope"), None);
+        assert!(copies.bytes().held() < held);
+        assert_ne!(
+            copies.copy_epoch(),
+            epoch,
+            "copies paged across it page again"
+        );
+        assert_eq!(copies.get("c4").map(<[_]>::len), Some(2));
+        assert_eq!(copies.index_of("c4"), Some(1));
+        let later = copies.page(page.next, 100);
+        let ids: Vec<&str> = later.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["c4", "c4"], "the moved counter, at its new index");
+        while let Some((id, _)) = copies.get_index(0).map(|(id, c)| (id.to_owned(), c.len())) {
+            copies.remove(&id);
+        }
+        assert_eq!(copies.bytes().held(), 0);
     }
 
     #[test]

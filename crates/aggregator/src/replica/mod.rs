@@ -11,18 +11,22 @@
 //! - [`merge`]: the one path a pulled page takes into the replica ([`merge_pulled`]).
 //! - [`top`]: the top-K index beside the copies, fed by what each merge changed, and answering
 //!   a ranking over it ([`with_ranked`]).
-//! - [`scans`]: rankings that scan every counter, without holding up merges and reads
+//! - [`scans`]: rankings and sums that scan every counter, without holding up merges and reads
 //!   ([`Scans`]).
+//! - [`sums`]: sums over the counters with an id prefix ([`SumScan`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //! - [`pulling`]: the pullers that feed a replica, one per source ([`start_pulling`]).
+//! - [`reclaim`]: deleted counters' copies and old tombstones handed back ([`reclaim::reclaim`]).
 //! - [`serve`]: answering `POST /sync` from the replica ([`serve_sync`]).
 
 pub mod merge;
 pub mod metrics;
 pub mod pulling;
+pub mod reclaim;
 pub mod scans;
 pub mod serve;
 pub mod source;
+pub mod sums;
 pub mod top;
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -36,13 +40,17 @@ use geocount_sync::{
 };
 use serde::Serialize;
 
+use crate::lifecycle::Life;
+
 pub use merge::{PageIntake, merge_pulled};
 pub use metrics::ReplicaMetrics;
 pub use pulling::{Pullers, ReplicaSink, spawn_pullers, start_pulling};
 pub use scans::{SCAN_RETRY_AFTER_SECS, Scans, ScansBusy};
 pub use serve::serve_sync;
 pub use source::{PullSource, SourceFence, SourceKind};
-pub use top::{RANK_CHUNK, with_ranked};
+pub use sums::{Sum, SumScan, Sums};
+use top::Expiries;
+pub use top::{RANK_CHUNK, RankedAt, with_ranked};
 
 /// An aggregator's copy of the tier below it.
 #[derive(Debug)]
@@ -63,6 +71,8 @@ pub struct Replica {
     fences: Vec<SourceFence>,
     /// How far ahead of this process's clock a copy's version may be (`sync.max_clock_skew_ms`).
     pub max_clock_skew_ms: u64,
+    /// How long a deleted counter's tombstone is kept (`sync.tombstone_retention_secs`).
+    pub tombstone_retention_ms: u64,
     /// Pulled entries refused past the copies' byte bound, and the setting that bounds them.
     refusals: Refusals,
     /// The partitions this replica holds, when not all (its sources send only theirs).
@@ -71,6 +81,8 @@ pub struct Replica {
     /// lock of its own, so ranking needs only shared access to the replica: reads and sync
     /// pages are served meanwhile, and only merges wait.
     top: Option<Mutex<TopIndex>>,
+    /// The expiries still to come, each marking its counter for `top` once passed.
+    expiries: Mutex<Expiries>,
 }
 
 /// What a replica has heard of one slot since its process started.
@@ -106,6 +118,9 @@ impl SlotHeard {
 
 /// How far ahead of a process's clock a copy's version may be when no setting says otherwise.
 pub const DEFAULT_MAX_CLOCK_SKEW_MS: u64 = 60_000;
+
+/// How long a tombstone is kept when no setting says otherwise (7 days).
+pub const DEFAULT_TOMBSTONE_RETENTION_MS: u64 = 7 * 24 * 3_600 * 1_000;
 
 /// A [`Replica`] shared by the pullers and the HTTP handlers.
 pub type SharedReplica = Arc<RwLock<Replica>>;
@@ -154,6 +169,11 @@ impl HeldCounter<'_> {
         }
     }
 
+    /// How the lifecycle rule reads it at `now_ms`: whether it exists, and which records count.
+    pub fn life(&self, now_ms: u64) -> Life {
+        Life::of(self.description, self.copies.unwrap_or_default(), now_ms)
+    }
+
     /// The counter's window length: its description's, else `default_window_seconds`.
     pub fn window_seconds(&self, default_window_seconds: u32) -> u32 {
         self.description
@@ -192,9 +212,11 @@ impl Replica {
                 .collect(),
             fences,
             max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
+            tombstone_retention_ms: DEFAULT_TOMBSTONE_RETENTION_MS,
             refusals: Refusals::default(),
             partitions: None,
             top: None,
+            expiries: Mutex::default(),
         }
     }
 
@@ -280,7 +302,7 @@ impl Replica {
             entries,
             complete: heard.complete_as_of_ms.is_some() && !heard.is_incomplete(),
             complete_as_of_ms: heard.complete_as_of_ms.filter(|_| !heard.is_incomplete()),
-            source_epoch: self.copies.epoch(),
+            source_epoch: self.copies.copy_epoch(),
             next,
             owner_incarnation: heard.owner_incarnation,
             partitions: self.partitions.clone(),

@@ -14,6 +14,11 @@ use geocount_sync::{PageMerge, PullSink, spawn_puller};
 use super::merge::merge_pulled;
 use super::metrics::{PullCounters, ReplicaMetrics};
 use super::source::PullSource;
+
+/// How often a replica looks for deleted counters' copies and old tombstones to hand back (a
+/// pass over every counter under the read lock), at most: as often as the tombstone retention
+/// when that is shorter.
+const RECLAIM_INTERVAL_MS: u64 = 60_000;
 use super::top::RANK_CHUNK;
 use super::{Replica, SharedReplica};
 
@@ -79,20 +84,30 @@ impl Pullers {
     /// Also, every [`geocount_ranking::RANK_INTERVAL`] until the pullers stop, moves the live window
     /// of `replica`'s top-K index on to `clock`'s second and ranks the counters merges marked,
     /// a chunk at a time: rankings then never wait for more than an interval's changes, and
-    /// only hits timestamped ahead of the clock wait to enter the live window.
+    /// only hits timestamped ahead of the clock wait to enter the live window. Once a minute it
+    /// hands back deleted counters' memory ([`super::reclaim`]).
     pub fn keep_ranked(&mut self, replica: &SharedReplica, clock: Arc<dyn Clock>) {
         let replica = replica.clone();
         self.0.push(tokio::spawn(async move {
             let mut ticks = tokio::time::interval(geocount_ranking::RANK_INTERVAL);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_reclaim_ms = clock.now_unix_ms();
             loop {
                 ticks.tick().await;
-                let now = clock.now_unix_secs();
-                replica.read().expect("replica lock").advance_live(now);
+                let now_ms = clock.now_unix_ms();
+                let retention_ms = replica.read().expect("replica lock").tombstone_retention_ms;
+                if now_ms.saturating_sub(last_reclaim_ms) >= RECLAIM_INTERVAL_MS.min(retention_ms) {
+                    last_reclaim_ms = now_ms;
+                    let reclaimed = super::reclaim::reclaim(&replica, now_ms);
+                    if reclaimed != Default::default() {
+                        tracing::info!(?reclaimed, "handed back deleted counters");
+                    }
+                }
+                replica.read().expect("replica lock").advance_live(now_ms);
                 while !replica
                     .read()
                     .expect("replica lock")
-                    .rank_pending(RANK_CHUNK)
+                    .rank_pending(RANK_CHUNK, now_ms)
                 {
                     tokio::task::yield_now().await;
                 }

@@ -9,3 +9,4 @@ pub mod lag;
 pub mod lifecycle;
 pub mod load;
 pub mod storm;
+pub mod sum;

@@ -43,6 +43,12 @@ impl KeyScope {
     }
 }
 
+/// The scope (token name) of a scoped key.
+pub fn scope_of(key: &str) -> &str {
+    key.rsplit_once(KEY_SCOPE_SEPARATOR)
+        .map_or("", |(scope, _)| scope)
+}
+
 /// Refuses a client's `Idempotency-Key` that is empty, longer than
 /// [`MAX_IDEMPOTENCY_KEY_BYTES`], or holds the scope separator.
 pub fn check_client_key(key: &str) -> Result<(), ShardError> {

@@ -24,6 +24,30 @@ pub enum Change {
     },
 }
 
+impl LifecycleChange {
+    /// What a retry with the same `Idempotency-Key` must ask again: which change, and for an
+    /// expiry the time to live it was asked with (`u64::MAX`: none), not the time it gave.
+    pub fn asked(request: &LifecycleRequest) -> (i64, u64) {
+        match request {
+            LifecycleRequest::Reset => (1, 0),
+            LifecycleRequest::Delete => (2, 0),
+            LifecycleRequest::Expire(ttl) => (3, ttl.map_or(u64::MAX, u64::from)),
+        }
+    }
+}
+
+/// A change of a counter's life as a client asks it, before this node's clock turns a time to
+/// live into a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LifecycleRequest {
+    /// `POST /counter/{id}/reset`.
+    Reset,
+    /// `DELETE /counter/{id}`.
+    Delete,
+    /// `PATCH /counter/{id}` with `{"ttlSeconds": n | null}`.
+    Expire(Option<u32>),
+}
+
 impl Change {
     /// An item change, hashed.
     pub fn item(item: &str) -> Self {
@@ -106,6 +130,9 @@ pub enum Command {
         id: CounterId,
         /// What happens to it.
         change: LifecycleChange,
+        /// Its `Idempotency-Key` (scoped) and what a retry must ask again to be answered
+        /// without applying ([`LifecycleChange::asked`]).
+        key: Option<(Box<str>, (i64, u64))>,
         /// Where the result goes.
         reply: oneshot::Sender<Result<CounterDescription, ShardError>>,
     },

@@ -35,7 +35,7 @@ use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
 use crate::engine::key_scope::KeyScope;
-use crate::engine::write::{Command, LifecycleChange, WriteRequest};
+use crate::engine::write::{Command, LifecycleRequest, WriteRequest};
 use crate::error::ShardError;
 use crate::http::requests::{
     parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
@@ -98,11 +98,13 @@ async fn dispatch(
         (Route::Create, Method::POST, _, _) => create(state, request).await,
         (Route::Counter, Method::GET, Some(id), _) => read(state, &id, request.uri().query()),
         (Route::Counter, Method::DELETE, Some(id), _) => {
-            lifecycle::change(state, id, LifecycleChange::Delete).await
+            lifecycle::change(state, id, LifecycleRequest::Delete, request).await
         }
-        (Route::Counter, Method::PATCH, Some(id), _) => lifecycle::expire(state, id, request).await,
+        (Route::Counter, Method::PATCH, Some(id), _) => {
+            lifecycle::change(state, id, LifecycleRequest::Expire(None), request).await
+        }
         (Route::Reset, Method::POST, Some(id), _) => {
-            lifecycle::change(state, id, LifecycleChange::Reset).await
+            lifecycle::change(state, id, LifecycleRequest::Reset, request).await
         }
         (Route::Write, Method::PATCH, Some(id), _) => write(state, id, request).await,
         (Route::Increment, Method::POST, Some(id), _) => increment(state, id, request).await,
@@ -146,15 +148,22 @@ fn served_while_restoring(route: Route, slot: Option<&str>, state: &NodeState) -
 }
 
 /// Whether another node forwarded this write here: it is applied here, never sent on.
-fn is_forwarded(request: &Request<Incoming>) -> bool {
+pub(super) fn is_forwarded(request: &Request<Incoming>) -> bool {
     request.headers().contains_key(FORWARDED_HEADER)
 }
 
+/// On a change of a counter's life another node forwarded: the scope (token name) of its
+/// `Idempotency-Key`, sent apart from the key.
+pub(super) const KEY_SCOPE_HEADER: &str = "x-geocount-key-scope";
+
 /// Whose the request's idempotency keys are: the token that sent it, or the node that
-/// forwarded it (its keys come scoped already).
+/// forwarded it (its keys come scoped already, or with their scope in [`KEY_SCOPE_HEADER`]).
 fn key_scope(request: &Request<Incoming>) -> KeyScope {
     if is_forwarded(request) {
-        return KeyScope::Forwarded;
+        return match request.headers().get(KEY_SCOPE_HEADER) {
+            Some(scope) => KeyScope::Token(String::from_utf8_lossy(scope.as_bytes()).into()),
+            None => KeyScope::Forwarded,
+        };
     }
     KeyScope::Token(
         request
@@ -164,7 +173,7 @@ fn key_scope(request: &Request<Incoming>) -> KeyScope {
     )
 }
 
-fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, ShardError> {
+pub(super) fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, ShardError> {
     let Some(value) = request.headers().get("idempotency-key") else {
         return Ok(None);
     };

@@ -111,24 +111,34 @@ fn ttl_seconds(description: &str) -> Value {
            "description": description})
 }
 
-/// The answer of an operation changing a counter's life: its new description.
-fn lifecycle_answer(operation: Operation) -> Operation {
+/// The answer of an operation changing a counter's life: its new description. It takes an
+/// `Idempotency-Key` (`key`) as a write does.
+fn lifecycle_answer(operation: Operation, key: &Value) -> Operation {
     operation
         .param(id_param())
+        .param(key.clone())
         .json_answer(
             200,
             "the counter's new description",
             json!({"type": "object"}),
         )
         .errors(&[
-            (400, "a bad id or body"),
+            (400, "a bad id, body or Idempotency-Key"),
             (
                 404,
                 "a counter this node has not heard of, or one deleted or expired",
             ),
             (413, "a body too large"),
-            (503, "storage failed"),
-            (507, "the disk is full"),
+            (422, "an Idempotency-Key used for another write or change"),
+            (
+                503,
+                "storage failed, or the node the Idempotency-Key picks is unreachable",
+            ),
+            (504, "the forward's outcome is unknown"),
+            (
+                507,
+                "the disk is full, or the node holds its limit of idempotency keys",
+            ),
         ])
 }
 
@@ -208,9 +218,12 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
     .operation(
         "/counter/{id}",
         "delete",
-        lifecycle_answer(Operation::new(
-            "delete a counter everywhere (admin): a later write makes it again from zero",
-        )),
+        lifecycle_answer(
+            Operation::new(
+                "delete a counter everywhere (admin): a later write makes it again from zero",
+            ),
+            &key,
+        ),
     )
     .operation(
         "/counter/{id}",
@@ -223,14 +236,18 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
                 }}),
                 json!({"ttlSeconds": 3600}),
             ),
+            &key,
         ),
     )
     .operation(
         "/counter/{id}/reset",
         "post",
-        lifecycle_answer(Operation::new(
-            "reset a counter to zero everywhere (admin): later writes count from zero",
-        )),
+        lifecycle_answer(
+            Operation::new(
+                "reset a counter to zero everywhere (admin): later writes count from zero",
+            ),
+            &key,
+        ),
     )
     .operation(
         "/counter/{id}/write",

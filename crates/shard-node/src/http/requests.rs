@@ -156,17 +156,23 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Err
     Option::<u32>::deserialize(d)
 }
 
-/// The expiry a `PATCH /counter/{id}` body asks for (`{"ttlSeconds": n}` or `{"ttlSeconds":
-/// null}` for none), at `now_ms`: 400 for anything else.
-pub fn parse_expiry(body: &[u8], now_ms: u64) -> Result<Option<u64>, ShardError> {
+/// The time to live a `PATCH /counter/{id}` body asks for (`{"ttlSeconds": n}`, n >= 1, or
+/// `{"ttlSeconds": null}` for none): 400 for anything else.
+pub fn parse_ttl(body: &[u8]) -> Result<Option<u32>, ShardError> {
     let body: ExpiryBody = serde_json::from_slice(body).map_err(|e| {
         ShardError::bad_request(format!(
             "the body must be {{\"ttlSeconds\": seconds or null}}: {e}"
         ))
     })?;
-    body.ttl_seconds
-        .map(|ttl| expiry_of(ttl, now_ms))
-        .transpose()
+    if let Some(ttl) = body.ttl_seconds {
+        expiry_of(ttl, 0)?;
+    }
+    Ok(body.ttl_seconds)
+}
+
+/// The expiry a `PATCH /counter/{id}` body asks for ([`parse_ttl`]) at `now_ms`.
+pub fn parse_expiry(body: &[u8], now_ms: u64) -> Result<Option<u64>, ShardError> {
+    Ok(parse_ttl(body)?.map(|ttl| now_ms + u64::from(ttl) * 1000))
 }
 
 /// The sign of a `PATCH /counter/{id}/write` from its query's `op`: 1 for `INCREMENT`, -1 for

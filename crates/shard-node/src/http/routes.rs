@@ -104,8 +104,12 @@ pub(crate) fn need(
     datacenter: &str,
 ) -> Need {
     let shards = || Allow::ShardsOf(datacenter.to_owned());
+    let changes_life =
+        matches!(route, Route::Reset) || (matches!(route, Route::Counter) && method != Method::GET);
     match route {
-        Route::Counter if method != Method::GET => Need::Right(Right::Admin),
+        // A keyed change of a counter's life goes to the node its key picks, as a keyed write.
+        _ if changes_life && forwarded => Need::Tier(vec![shards()]),
+        _ if changes_life => Need::Right(Right::Admin),
         Route::Write | Route::Increment | Route::Batch | Route::BatchItems if forwarded => {
             Need::Tier(vec![shards()])
         }

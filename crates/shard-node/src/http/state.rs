@@ -97,9 +97,16 @@ impl NodeState {
         &self,
         id: CounterId,
         change: LifecycleChange,
+        key: Option<(Box<str>, (i64, u64))>,
     ) -> Result<CounterDescription, ShardError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.send(Command::Lifecycle { id, change, reply }).await?;
+        let command = Command::Lifecycle {
+            id,
+            change,
+            key,
+            reply,
+        };
+        self.send(command).await?;
         answer.await.map_err(|_| self.stopped())?
     }
 
@@ -142,7 +149,7 @@ impl LocalNode for NodeState {
         id: CounterId,
         change: LifecycleChange,
     ) -> impl Future<Output = Result<CounterDescription, ShardError>> + Send {
-        NodeState::change_life(self, id, change)
+        NodeState::change_life(self, id, change, None)
     }
 
     fn stopped(&self) -> ShardError {

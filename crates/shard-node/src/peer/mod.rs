@@ -11,9 +11,11 @@
 //!   their own, fsynced before the owner is answered, and read back by a restore.
 //! - [`replica_fold`]: such a log's records merged into one, as a restore reads it and as the
 //!   log is compacted.
+//! - [`reclaim`]: deleted counters' copies of the peers' slots handed back.
 
 pub(crate) mod key_file;
 pub(crate) mod keys;
+pub(crate) mod reclaim;
 pub(crate) mod replica_fold;
 pub(crate) mod replica_log;
 pub(crate) mod replication;

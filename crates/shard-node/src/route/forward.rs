@@ -393,6 +393,20 @@ fn check_type(descriptions: &DescriptionTable, write: &WriteRequest) -> Result<(
 }
 
 impl WriteRouter {
+    /// Sends any request to slot `slot`'s node: a change of a counter's life that the node of
+    /// its `Idempotency-Key` makes.
+    pub async fn send(
+        &self,
+        slot: u32,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<geocount_net::Answer, ClientError> {
+        let url = self.client.url(self.address(slot), path);
+        self.client.send(method, &url, headers, body).await
+    }
+
     /// Sends an encoded batch to `path` (`/batch` or `/batch/items`) of slot `slot`'s node,
     /// marked as forwarded.
     pub async fn forward(

@@ -6,39 +6,17 @@
 //! and every later write of the slot carries it.
 
 use geocount_model::{
-    CounterDescription, CounterId, CounterType, HlcTimestamp, ShardDefaults, VersionedDescription,
+    CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord,
+    VersionedDescription,
 };
 use geocount_sync::DescriptionTable;
 
 use super::CommitLoop;
-use super::stage::{Staged, known_type};
+use super::stage::{Staged, default_description, key_reused, known_type};
+use crate::engine::idempotency::KeyHash;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::write::{LifecycleChange, WriteRequest};
 use crate::error::ShardError;
-
-/// A new counter's description with the topology's defaults, in the zero generation.
-pub(super) fn default_description(
-    settings: &ShardDefaults,
-    id: &CounterId,
-    counter_type: CounterType,
-    now_ms: u64,
-) -> CounterDescription {
-    CounterDescription {
-        id: id.clone(),
-        counter_type,
-        number_of_shards: settings.default_number_of_shards,
-        base_number_of_shards: settings.default_number_of_shards,
-        window_seconds: settings.default_window_seconds,
-        created_at_ms: now_ms,
-        generation: HlcTimestamp::default(),
-        deleted: false,
-        expires_at_ms: None,
-        history: match counter_type {
-            CounterType::Sum => settings.default_history_levels(),
-            CounterType::Unique => Vec::new(),
-        },
-    }
-}
 
 impl CommitLoop {
     /// Stages a description learned from another node if it is newer than what is known, and
@@ -166,6 +144,36 @@ impl CommitLoop {
         let description = next.description.clone();
         staged.stage_description(next);
         self.renew_if_behind(table, descriptions, staged, id);
+        Ok(description)
+    }
+
+    /// [`Self::stage_lifecycle`] of a change carrying an `Idempotency-Key` (scoped) and what it
+    /// asked: a retry is answered with the counter's description as it stands, without
+    /// applying again; the same key used for another write or change is 422.
+    pub(super) fn stage_keyed_lifecycle(
+        &mut self,
+        (table, descriptions): (&SlotTable, &DescriptionTable),
+        staged: &mut Staged,
+        id: &CounterId,
+        change: LifecycleChange,
+        (key, asked): (Box<str>, (i64, u64)),
+    ) -> Result<CounterDescription, ShardError> {
+        let hash = KeyHash::of(&key);
+        if let Some(first) = self.first_with_key(staged, hash, &key, staged.now_ms)? {
+            if first.counter == *id && first.life_change() == Some(asked) {
+                self.shared.metrics.idempotent_replays.inc();
+                let known = staged
+                    .description(id.as_str())
+                    .or_else(|| descriptions.get(id.as_str()));
+                return known
+                    .map(|known| known.description.clone())
+                    .ok_or_else(|| ShardError::NotFound(id.to_string()));
+            }
+            return Err(key_reused(&key, &first));
+        }
+        let description = self.stage_lifecycle(table, descriptions, staged, id, change)?;
+        let record = IdempotencyRecord::of_life_change(id.clone(), asked, staged.now_ms);
+        staged.idempotency.insert(hash, key, record);
         Ok(description)
     }
 

@@ -7,14 +7,14 @@ use std::sync::atomic::Ordering;
 
 use geocount_model::held_bytes::description_bytes;
 use geocount_model::{
-    CounterDescription, CounterId, CounterType, HlcTimestamp, Recorded, RollupChange,
-    ShardDefaults, SlotRecord, SlotState, UniqueSketch, VersionedDescription, Window, WindowChange,
+    CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, Recorded,
+    RollupChange, ShardDefaults, SlotRecord, SlotState, UniqueSketch, VersionedDescription, Window,
+    WindowChange,
 };
 use geocount_sync::DescriptionTable;
 use indexmap::IndexMap;
 
 use super::CommitLoop;
-use super::lifecycle::default_description;
 use crate::engine::budget::{self, row_bytes};
 use crate::engine::hot::changed_description;
 use crate::engine::idempotency::{KeyHash, StagedKeys, asks_for, record_of};
@@ -209,6 +209,40 @@ pub(super) fn known_type(
     })
 }
 
+/// A new counter's description with the topology's defaults, in the zero generation.
+pub(super) fn default_description(
+    settings: &ShardDefaults,
+    id: &CounterId,
+    counter_type: CounterType,
+    now_ms: u64,
+) -> CounterDescription {
+    CounterDescription {
+        id: id.clone(),
+        counter_type,
+        number_of_shards: settings.default_number_of_shards,
+        base_number_of_shards: settings.default_number_of_shards,
+        window_seconds: settings.default_window_seconds,
+        created_at_ms: now_ms,
+        generation: HlcTimestamp::default(),
+        deleted: false,
+        expires_at_ms: None,
+        history: match counter_type {
+            CounterType::Sum => settings.default_history_levels(),
+            CounterType::Unique => Vec::new(),
+        },
+    }
+}
+
+/// The refusal of a write or change whose key `key` was first used for `first`, another one.
+/// Only a request of the same token can meet its key: the refusal shows its own.
+pub(super) fn key_reused(key: &str, first: &IdempotencyRecord) -> ShardError {
+    ShardError::IdempotencyKeyReused {
+        key: unscoped(key).to_owned(),
+        counter: first.counter.to_string(),
+        write: first.describe_write(),
+    }
+}
+
 /// Refuses (507) what would make this node hold more than `limit` counters, given that it
 /// holds `held` (in its slot, or as descriptions it knows).
 pub(super) fn check_room(limit: usize, held: usize) -> Result<(), ShardError> {
@@ -219,6 +253,38 @@ pub(super) fn check_room(limit: usize, held: usize) -> Result<(), ShardError> {
 }
 
 impl CommitLoop {
+    /// What key `key` (hashed `hash`) was first used for, in this group or before; `None` for a
+    /// new key, refused (503) while keys the node may have lost could still be retried, and
+    /// (507) past `shard.max_idempotency_keys`.
+    pub(super) fn first_with_key(
+        &self,
+        staged: &Staged,
+        hash: KeyHash,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Option<IdempotencyRecord>, ShardError> {
+        let keys = self.idempotency.read().expect("idempotency lock");
+        let first = staged
+            .idempotency
+            .get(hash, key)
+            .or_else(|| keys.get_hashed(hash, key));
+        if let Some(first) = first {
+            return Ok(Some(first.clone()));
+        }
+        if let Some(until) = keys.unknown_until(now_ms) {
+            let retry_secs = until.saturating_sub(now_ms).div_ceil(1000);
+            return Err(ShardError::KeysUnknown {
+                retry_secs: u32::try_from(retry_secs).unwrap_or(u32::MAX),
+            });
+        }
+        // A new key: held for the whole retention, so bounded.
+        let limit = self.shared.settings.max_idempotency_keys;
+        if keys.len() + staged.idempotency.len() >= limit {
+            return Err(ShardError::IdempotencyKeyLimit { limit });
+        }
+        Ok(None)
+    }
+
     pub(super) fn stage_write(
         &mut self,
         table: &SlotTable,
@@ -228,38 +294,18 @@ impl CommitLoop {
         now_ms: u64,
     ) -> Result<SlotState, ShardError> {
         let id = write.id.as_str();
-        self.recreate_if_gone(descriptions, staged, &write);
         let key_hash = write.idempotency_key.as_deref().map(KeyHash::of);
-        if let (Some(key), Some(hash)) = (&write.idempotency_key, key_hash) {
-            let keys = self.idempotency.read().expect("idempotency lock");
-            let first = staged
-                .idempotency
-                .get(hash, key)
-                .or_else(|| keys.get_hashed(hash, key));
-            if let Some(first) = first {
-                if asks_for(first, id, &write.change) {
-                    self.shared.metrics.idempotent_replays.inc();
-                    return Ok(first.outcome);
-                }
-                // Only a write of the same token can meet its key: the refusal shows its own.
-                return Err(ShardError::IdempotencyKeyReused {
-                    key: unscoped(key).to_owned(),
-                    counter: first.counter.to_string(),
-                    write: first.describe_write(),
-                });
+        if let (Some(key), Some(hash)) = (&write.idempotency_key, key_hash)
+            && let Some(first) = self.first_with_key(staged, hash, key, now_ms)?
+        {
+            if asks_for(&first, id, &write.change) {
+                self.shared.metrics.idempotent_replays.inc();
+                return Ok(first.outcome);
             }
-            if let Some(until) = keys.unknown_until(now_ms) {
-                let retry_secs = until.saturating_sub(now_ms).div_ceil(1000);
-                return Err(ShardError::KeysUnknown {
-                    retry_secs: u32::try_from(retry_secs).unwrap_or(u32::MAX),
-                });
-            }
-            // A new key: held for the whole retention, so bounded.
-            let limit = self.shared.settings.max_idempotency_keys;
-            if keys.len() + staged.idempotency.len() >= limit {
-                return Err(ShardError::IdempotencyKeyLimit { limit });
-            }
+            return Err(key_reused(key, &first));
         }
+        // Only a write applied, not a retry answered, makes a deleted counter again.
+        self.recreate_if_gone(descriptions, staged, &write);
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
         let held_descriptions = descriptions.len() + staged.new_descriptions;
