@@ -150,6 +150,7 @@ pub fn description(id: &str, counter_type: CounterType, shards: u32) -> Versione
             generation: Default::default(),
             deleted: false,
             expires_at_ms: None,
+            history: Vec::new(),
         },
         version: HlcTimestamp {
             physical_ms: NOW_MS - 60_000,

@@ -34,6 +34,7 @@
 //! - [`datacenter`]: the datacenter tier ([`DatacenterSettings`], [`datacenter::run`]).
 //! - [`global`]: the global tier, with its staleness rules, `allow_partial` and
 //!   `GET /datacenters` ([`GlobalSettings`], [`global::run`]).
+//! - [`history`]: `GET /counter/{id}/history` at both tiers.
 //! - [`process`]: what the two binaries (`datacenter-aggregator`, `global-aggregator`) share.
 //!
 //! The pull loop and the tables it fills are `geocount_sync`'s; rankings are
@@ -44,6 +45,7 @@ pub mod answers;
 pub mod datacenter;
 pub mod error;
 pub mod global;
+pub mod history;
 pub mod lifecycle;
 pub mod openapi;
 pub mod parts;

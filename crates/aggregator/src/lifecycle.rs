@@ -123,6 +123,7 @@ mod tests {
                 generation: HlcTimestamp::default(),
                 deleted: false,
                 expires_at_ms,
+                history: Vec::new(),
             },
             version: at(1_000, 1),
         }

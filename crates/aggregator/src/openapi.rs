@@ -13,6 +13,7 @@ pub fn datacenter(max_window_seconds: u32) -> ApiDoc {
          datacenter's counters and sums them over an id prefix.",
     )
     .aggregator_read(false, max_window_seconds)
+    .aggregator_history(false)
     .rankings(false)
     .aggregate(false)
     .replication(true)
@@ -30,6 +31,7 @@ pub fn global(max_window_seconds: u32) -> ApiDoc {
          an id prefix.",
     )
     .aggregator_read(true, max_window_seconds)
+    .aggregator_history(true)
     .rankings(true)
     .aggregate(true)
     .operation(

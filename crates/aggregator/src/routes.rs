@@ -9,6 +9,8 @@ use hyper::Method;
 pub enum Route {
     /// `/counter/{id}`
     Counter,
+    /// `/counter/{id}/history`
+    History,
     /// `/topk`
     TopK,
     /// `/trending`
@@ -32,6 +34,7 @@ pub enum Route {
 /// Every path both tiers answer, with its route (their OpenAPI documents list the same).
 pub const ROUTES: &[(&str, Route)] = &[
     ("/counter/{id}", Route::Counter),
+    ("/counter/{id}/history", Route::History),
     ("/topk", Route::TopK),
     ("/trending", Route::Trending),
     ("/aggregate", Route::Aggregate),
@@ -50,6 +53,7 @@ impl Endpoint for Route {
         match self {
             Route::Sync => POST,
             Route::Counter
+            | Route::History
             | Route::TopK
             | Route::Trending
             | Route::Aggregate

@@ -44,6 +44,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Command {
     /// Read a counter from the global aggregator.
     Get(cmd::get::GetOptions),
+    /// Read a counter's history from the global aggregator.
+    History(cmd::history::HistoryOptions),
     /// Sum the counters with an id prefix at the global aggregator.
     Sum(cmd::sum::SumOptions),
     /// Create a counter.
@@ -71,6 +73,7 @@ pub async fn run(
     let cluster = ClusterClient::load(config, REQUEST_TIMEOUT)?.with_token(token)?;
     match command {
         Command::Get(options) => cmd::get::run(&cluster, options, out).await,
+        Command::History(options) => cmd::history::run(&cluster, options, out).await,
         Command::Sum(options) => cmd::sum::run(&cluster, options, out).await,
         Command::Create(options) => cmd::create::run(&cluster, options, out).await,
         Command::Incr(options) => cmd::incr::run(&cluster, options, out).await,

@@ -1,4 +1,4 @@
-//! `geoctl [--config FILE] get|sum|create|incr|delete|reset|expire|lag|load|storm ...`: parses flags and calls the library.
+//! `geoctl [--config FILE] get|history|sum|create|incr|delete|reset|expire|lag|load|storm ...`: parses flags and calls the library.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use geoctl::Command;
 use geoctl::cmd::create::CreateOptions;
 use geoctl::cmd::get::GetOptions;
+use geoctl::cmd::history::HistoryOptions;
 use geoctl::cmd::incr::IncrOptions;
 use geoctl::cmd::lag::{DEFAULT_CONCURRENCY, DEFAULT_SAMPLES, LagOptions};
 use geoctl::cmd::lifecycle::{LifeChange, LifecycleOptions};
@@ -49,6 +50,32 @@ enum Sub {
     Get {
         /// The counter's id.
         id: String,
+        /// Count a datacenter as stale when its data is older than this (milliseconds)
+        /// [default: the global aggregator's `max_staleness_ms`].
+        #[arg(long, value_name = "N")]
+        max_staleness_ms: Option<u64>,
+        /// Answer with stale datacenters' last known values rather than refusing.
+        #[arg(long)]
+        allow_partial: bool,
+        /// Print the global aggregator's JSON answer as it came.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read a counter's history from the global aggregator: one value per step of one of its
+    /// history levels, then the total and each datacenter's part. Exits 1 when the counter is
+    /// not found, keeps no level of the step, or stale datacenters refuse the read.
+    History {
+        /// The counter's id.
+        id: String,
+        /// The step, in seconds: one of the counter's history levels.
+        #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..))]
+        step: u32,
+        /// The first step, unix seconds [default: as far back as the level keeps].
+        #[arg(long, value_name = "T1")]
+        from: Option<u64>,
+        /// The last step, unix seconds [default: now].
+        #[arg(long, value_name = "T2")]
+        to: Option<u64>,
         /// Count a datacenter as stale when its data is older than this (milliseconds)
         /// [default: the global aggregator's `max_staleness_ms`].
         #[arg(long, value_name = "N")]
@@ -294,6 +321,23 @@ impl From<Sub> for Command {
                 json,
             } => Command::Get(GetOptions {
                 id,
+                max_staleness_ms,
+                allow_partial,
+                json,
+            }),
+            Sub::History {
+                id,
+                step,
+                from,
+                to,
+                max_staleness_ms,
+                allow_partial,
+                json,
+            } => Command::History(HistoryOptions {
+                id,
+                step,
+                from,
+                to,
                 max_staleness_ms,
                 allow_partial,
                 json,

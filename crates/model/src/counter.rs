@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::history::{HistoryLevel, check_levels};
 use crate::{CounterId, HlcTimestamp, ModelError};
 
 /// The most slots a counter may be spread over.
@@ -48,12 +49,17 @@ pub struct CounterDescription {
     /// When it is deleted by its expiry, in milliseconds since the unix epoch.
     #[serde(default)]
     pub expires_at_ms: Option<u64>,
+    /// The rollups kept beyond its window, by rising step (a sum counter's only; none: no
+    /// history).
+    #[serde(default)]
+    pub history: Vec<HistoryLevel>,
 }
 
 impl CounterDescription {
     /// Checks what a description must satisfy wherever it comes from: `1 <=
     /// baseNumberOfShards <= numberOfShards <= MAX_SHARDS_PER_COUNTER` (growth never takes a
-    /// counter under its base) and a window of at least a second. A node checks the
+    /// counter under its base), a window of at least a second, and history levels as
+    /// [`check_levels`] has them, on a sum counter only. A node checks the
     /// descriptions it learns from others with it: one with no slots or an empty window would
     /// refuse every write or count no hit in any window.
     pub fn check(&self) -> Result<(), ModelError> {
@@ -71,6 +77,15 @@ impl CounterDescription {
                 self.id
             )));
         }
+        if !self.history.is_empty() && self.counter_type == CounterType::Unique {
+            return Err(ModelError::InvalidDescription(format!(
+                "counter {}: a unique counter keeps no history",
+                self.id
+            )));
+        }
+        check_levels(&self.history).map_err(|message| {
+            ModelError::InvalidDescription(format!("counter {}: {message}", self.id))
+        })?;
         Ok(())
     }
 }
@@ -165,7 +180,23 @@ mod tests {
             generation: HlcTimestamp::default(),
             deleted: false,
             expires_at_ms: None,
+            history: Vec::new(),
         }
+    }
+
+    #[test]
+    fn history_is_checked_and_only_for_sums() {
+        let mut d = description(1, 1, 300);
+        d.history = vec![HistoryLevel {
+            step_seconds: 60,
+            keep_seconds: 3_600,
+        }];
+        assert!(d.check().is_ok());
+        d.history[0].keep_seconds = 90;
+        assert!(d.check().unwrap_err().to_string().contains("multiple"));
+        d.history[0].keep_seconds = 3_600;
+        d.counter_type = CounterType::Unique;
+        assert!(d.check().unwrap_err().to_string().contains("unique"));
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub fn described(id: &str, shards: u32, physical_ms: u64, node: u32) -> Versione
             generation: Default::default(),
             deleted: false,
             expires_at_ms: None,
+            history: Vec::new(),
         },
         version: HlcTimestamp {
             physical_ms,

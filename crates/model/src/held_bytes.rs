@@ -15,6 +15,10 @@ pub const RECORD_BYTES: usize = 64;
 /// One bucket of a rolling window: its second and its hits.
 pub const BUCKET_BYTES: usize = 16;
 
+/// One level of a slot's history beside its buckets (its step, keep and bucket list), and the
+/// box its record's history and generation share.
+pub const ROLLUP_BYTES: usize = 32;
+
 /// One register set in a sparse sketch: `(register, rank)`, padded.
 pub const SPARSE_REGISTER_BYTES: usize = 4;
 
@@ -62,10 +66,25 @@ pub fn record_bytes_of(window_buckets: usize, sketch: usize) -> usize {
     RECORD_BYTES + window_bytes(window_buckets) + sketch
 }
 
-/// `record`, as held: its window's buckets or its sketch.
+/// A history of `levels` levels holding `buckets` buckets in all, beyond its record.
+pub fn history_bytes(levels: usize, buckets: usize) -> usize {
+    levels
+        .saturating_mul(ROLLUP_BYTES)
+        .saturating_add(buckets.saturating_mul(BUCKET_BYTES))
+}
+
+/// The most a slot's history of `levels` holds, every bucket of every level filled.
+pub fn full_history_bytes(levels: &[crate::HistoryLevel]) -> usize {
+    let buckets = levels.iter().map(|level| level.buckets() as usize).sum();
+    history_bytes(levels.len(), buckets)
+}
+
+/// `record`, as held: its window's buckets or its sketch, and its history.
 pub fn record_bytes(record: &SlotRecord) -> usize {
     let sketch = record.uniques().map_or(0, held_sketch_bytes);
-    record_bytes_of(record.window().buckets().len(), sketch)
+    let history = record.history();
+    let buckets = history.iter().map(|r| r.buckets.buckets().len()).sum();
+    record_bytes_of(record.window().buckets().len(), sketch) + history_bytes(history.len(), buckets)
 }
 
 /// Counter id `id` as a table key.

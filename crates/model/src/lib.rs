@@ -21,6 +21,8 @@
 //! - [`partition`]: partitions of the counter space, which aggregators may hold a share of
 //!   ([`Partitions`]).
 //! - [`window`]: per-second hit buckets of a rolling window ([`Window`]).
+//! - [`history`]: rollups kept beyond the window, one per level a description asks for
+//!   ([`HistoryLevel`], [`Rollup`]).
 //! - [`unique`]: the HyperLogLog sketch of a unique counter's slot ([`UniqueSketch`]).
 //! - [`topology`]: the TOML topology file every binary and script reads ([`Topology`]).
 //! - [`access`]: its `[auth]` section: client tokens and their rights, the cluster secret
@@ -48,6 +50,7 @@ pub mod error;
 pub mod fixtures;
 pub mod hash;
 pub mod held_bytes;
+pub mod history;
 pub mod hlc;
 pub mod id_table;
 pub mod idempotency;
@@ -66,6 +69,7 @@ pub use clock::{Clock, OffsetClock, SystemClock};
 pub use counter::{CounterDescription, CounterType, MAX_SHARDS_PER_COUNTER, VersionedDescription};
 pub use counter_id::CounterId;
 pub use error::ModelError;
+pub use history::{HistoryLevel, Rollup, RollupChange};
 pub use hlc::{Hlc, HlcTimestamp};
 pub use id_table::IdTable;
 pub use idempotency::IdempotencyRecord;

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::checked_add;
+use crate::history::{Rollup, RollupChange};
 use crate::{HlcTimestamp, ModelError};
 
 /// The name of one slot: datacenter `datacenter`, shard `index`.
@@ -129,45 +130,64 @@ enum Held {
     Window(crate::Window),
     /// A unique counter's sketch. Boxed: most counters are sums, and a sketch is up to 16 KiB.
     Sketch(Box<crate::UniqueSketch>),
-    /// The record of a counter reset or deleted at least once: its generation beside what it
-    /// holds (never itself `Renewed`). Boxed: most counters are never reset, and the record's
-    /// size is part of every tier's memory per counter.
-    Renewed(Box<Renewed>),
+    /// The record of a counter reset or deleted at least once, or keeping history: its
+    /// generation and rollups beside what it holds (never itself `Extended`). Boxed: most
+    /// counters are never reset and keep no history, and the record's size is part of every
+    /// tier's memory per counter.
+    Extended(Box<Extra>),
 }
 
-/// A [`Held::Renewed`] record's generation and contents.
+/// A [`Held::Extended`] record's generation, rollups and contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Renewed {
+struct Extra {
     generation: HlcTimestamp,
+    history: Vec<Rollup>,
     held: Held,
 }
 
 impl Held {
-    /// What the record holds, past its generation.
+    /// What the record holds, past its generation and history.
     fn inner(&self) -> &Held {
         match self {
-            Held::Renewed(renewed) => &renewed.held,
+            Held::Extended(extra) => &extra.held,
             held => held,
         }
     }
 
     fn inner_mut(&mut self) -> &mut Held {
         match self {
-            Held::Renewed(renewed) => &mut renewed.held,
+            Held::Extended(extra) => &mut extra.held,
             held => held,
         }
     }
 
-    /// `held` in `generation`: boxed only past the zero generation.
-    fn in_generation(held: Held, generation: HlcTimestamp) -> Held {
-        let held = match held {
-            Held::Renewed(renewed) => renewed.held,
-            held => held,
-        };
-        if generation == HlcTimestamp::default() {
+    /// What it holds, its generation and its rollups.
+    fn into_parts(self) -> (Held, HlcTimestamp, Vec<Rollup>) {
+        match self {
+            Held::Extended(extra) => {
+                let Extra {
+                    generation,
+                    history,
+                    held,
+                } = *extra;
+                (held, generation, history)
+            }
+            held => (held, HlcTimestamp::default(), Vec::new()),
+        }
+    }
+
+    /// `held` in `generation` with `history`: boxed only past the zero generation or with
+    /// history.
+    fn from_parts(held: Held, generation: HlcTimestamp, history: Vec<Rollup>) -> Held {
+        let (held, _, _) = held.into_parts();
+        if generation == HlcTimestamp::default() && history.is_empty() {
             held
         } else {
-            Held::Renewed(Box::new(Renewed { generation, held }))
+            Held::Extended(Box::new(Extra {
+                generation,
+                history,
+                held,
+            }))
         }
     }
 }
@@ -188,6 +208,7 @@ struct WireRecord<'a> {
     window: &'a crate::Window,
     uniques: Option<&'a crate::UniqueSketch>,
     generation: HlcTimestamp,
+    history: &'a [Rollup],
 }
 
 /// How a [`SlotRecord`] is read back.
@@ -197,19 +218,20 @@ struct EncodedRecord {
     window: crate::Window,
     uniques: Option<Box<crate::UniqueSketch>>,
     generation: HlcTimestamp,
+    history: Vec<Rollup>,
 }
 
 impl From<EncodedRecord> for SlotRecord {
-    /// A record carrying a sketch is a unique counter's: a window beside it (no owner writes
-    /// one) is dropped, as no read of a unique counter would count it.
+    /// A record carrying a sketch is a unique counter's: a window or history beside it (no
+    /// owner writes one) is dropped, as no read of a unique counter would count it.
     fn from(encoded: EncodedRecord) -> Self {
-        let held = match encoded.uniques {
-            Some(sketch) => Held::Sketch(sketch),
-            None => Held::Window(encoded.window),
+        let (held, history) = match encoded.uniques {
+            Some(sketch) => (Held::Sketch(sketch), Vec::new()),
+            None => (Held::Window(encoded.window), encoded.history),
         };
         Self {
             state: encoded.state,
-            held: Held::in_generation(held, encoded.generation),
+            held: Held::from_parts(held, encoded.generation, history),
         }
     }
 }
@@ -221,6 +243,7 @@ impl Serialize for SlotRecord {
             window: self.window(),
             uniques: self.uniques(),
             generation: self.generation(),
+            history: self.history(),
         }
         .serialize(serializer)
     }
@@ -279,11 +302,7 @@ impl SlotRecord {
 
     /// The sketch, taken out of a unique counter's record; `None` for a sum.
     pub fn into_uniques(self) -> Option<Box<crate::UniqueSketch>> {
-        let held = match self.held {
-            Held::Renewed(renewed) => renewed.held,
-            held => held,
-        };
-        match held {
+        match self.held.into_parts().0 {
             Held::Sketch(sketch) => Some(sketch),
             _ => None,
         }
@@ -298,8 +317,46 @@ impl SlotRecord {
     /// delete its slot had applied when it made the record (zero: none).
     pub fn generation(&self) -> HlcTimestamp {
         match &self.held {
-            Held::Renewed(renewed) => renewed.generation,
+            Held::Extended(extra) => extra.generation,
             _ => HlcTimestamp::default(),
+        }
+    }
+
+    /// The slot's rollups of the counter's history, one per level (none for most counters).
+    pub fn history(&self) -> &[Rollup] {
+        match &self.held {
+            Held::Extended(extra) => &extra.history,
+            _ => &[],
+        }
+    }
+
+    /// The slot's rollup of the history level of step `step`, if it keeps one.
+    pub fn rollup(&self, step: u32) -> Option<&Rollup> {
+        self.history().iter().find(|rollup| rollup.step == step)
+    }
+
+    /// Sets the slot's rollups, keeping the rest.
+    pub fn set_history(&mut self, history: Vec<Rollup>) {
+        let (held, generation, _) = std::mem::take(&mut self.held).into_parts();
+        self.held = Held::from_parts(held, generation, history);
+    }
+
+    /// Installs a group's hits to the history ([`crate::history::apply_changes`]): its levels
+    /// become those of `changes`.
+    pub fn apply_history(&mut self, changes: &[RollupChange]) {
+        match &mut self.held {
+            Held::Extended(extra) => {
+                crate::history::apply_changes(&mut extra.history, changes);
+                if extra.history.is_empty() && extra.generation == HlcTimestamp::default() {
+                    self.held = std::mem::take(&mut self.held).into_parts().0;
+                }
+            }
+            _ if changes.is_empty() => {}
+            _ => {
+                let mut history = Vec::with_capacity(changes.len());
+                crate::history::apply_changes(&mut history, changes);
+                self.set_history(history);
+            }
         }
     }
 
@@ -310,7 +367,8 @@ impl SlotRecord {
     }
 
     /// The owner's record after it applies a reset or delete of `generation` as change number
-    /// `version`: zero, an empty window or sketch (of the same kind), in that generation.
+    /// `version`: zero, an empty window or sketch (of the same kind) and no history, in that
+    /// generation.
     pub fn renewed(&self, generation: HlcTimestamp, version: u64) -> SlotRecord {
         let held = match self.held.inner() {
             Held::Sketch(_) => Held::Sketch(Box::default()),
@@ -318,7 +376,7 @@ impl SlotRecord {
         };
         SlotRecord {
             state: SlotState { value: 0, version },
-            held: Held::in_generation(held, generation),
+            held: Held::from_parts(held, generation, Vec::new()),
         }
     }
 
@@ -341,8 +399,8 @@ impl SlotRecord {
 
     /// Sets this record's generation, keeping what it holds.
     pub fn set_generation(&mut self, generation: HlcTimestamp) {
-        let held = std::mem::take(&mut self.held);
-        self.held = Held::in_generation(held, generation);
+        let (held, _, history) = std::mem::take(&mut self.held).into_parts();
+        self.held = Held::from_parts(held, generation, history);
     }
 
     /// Merges another copy of the same slot: the higher version wins. Returns whether `self`
@@ -367,34 +425,32 @@ impl SlotRecord {
     }
 
     /// Replays a logged change of this slot: if it is newer, takes its state, sets the window
-    /// buckets it carries and takes its sketch. Returns whether `self` changed.
+    /// and rollup buckets it carries and takes its sketch. Returns whether `self` changed.
     pub fn apply_logged(&mut self, logged: SlotRecord) -> bool {
         let mut state = self.state;
         if !state.merge(logged.state) {
             return false;
         }
         self.state = logged.state;
-        let generation = logged.generation();
-        if generation != self.generation() {
-            // A record of another generation holds nothing of this one's window.
-            *self = SlotRecord {
-                state: logged.state,
-                held: Held::in_generation(Held::default(), generation),
-            };
-        }
-        let held = match logged.held {
-            Held::Renewed(renewed) => renewed.held,
-            held => held,
+        let (logged_held, generation, logged_history) = logged.held.into_parts();
+        let (mut held, mut history) = if generation == self.generation() {
+            let (held, _, history) = std::mem::take(&mut self.held).into_parts();
+            (held, history)
+        } else {
+            // A record of another generation holds nothing of this one's window or history.
+            (Held::default(), Vec::new())
         };
-        match held {
-            Held::Sketch(sketch) => *self.held.inner_mut() = Held::Sketch(sketch),
+        match logged_held {
+            Held::Sketch(sketch) => held = Held::Sketch(sketch),
             Held::Window(buckets) => {
-                if let Held::Window(window) = self.held.inner_mut() {
+                if let Held::Window(window) = &mut held {
                     window.set_buckets(&buckets);
                 }
             }
-            Held::Renewed(_) => unreachable!("a generation never holds another"),
+            Held::Extended(_) => unreachable!("parts never hold another"),
         }
+        crate::history::apply_logged(&mut history, &logged_history);
+        self.held = Held::from_parts(held, generation, history);
         true
     }
 
@@ -492,12 +548,12 @@ mod tests {
     /// wrap to a version that loses every merge without).
     #[test]
     fn the_version_after_the_last_one_never_overflows() {
-        // A `SlotCopy` of slot "" holding counter "" at value 0, version u64::MAX, generation 0.
-        // Then complete: false, complete_as_of_ms: None, source_epoch: 0, next: None,
-        // owner_incarnation: 0, partitions: None.
-        const COPY: [u8; 25] = [
+        // A `SlotCopy` of slot "" holding counter "" at value 0, version u64::MAX, generation 0,
+        // no history. Then complete: false, complete_as_of_ms: None, source_epoch: 0, next:
+        // None, owner_incarnation: 0, partitions: None.
+        const COPY: [u8; 26] = [
             0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-            0, 0,
+            0, 0, 0,
         ];
         let copy: crate::wire::SlotCopy = postcard::from_bytes(&COPY).unwrap();
         let record = &copy.entries[0].1;
@@ -610,7 +666,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
     }
 
-    /// The record travels and is stored as the struct `{state, window, uniques, generation}`.
+    /// The record travels and is stored as the struct `{state, window, uniques, generation,
+    /// history}`.
     #[test]
     fn records_keep_their_wire_shape() {
         let mut window = crate::Window::default();
@@ -622,8 +679,9 @@ mod tests {
             },
             window,
         );
-        // value 1 (zigzag 2), version 1, one bucket (3, zigzag 1), no sketch, generation 0.
-        let bytes = [2, 1, 1, 3, 2, 0, 0, 0, 0];
+        // value 1 (zigzag 2), version 1, one bucket (3, zigzag 1), no sketch, generation 0, no
+        // history.
+        let bytes = [2, 1, 1, 3, 2, 0, 0, 0, 0, 0];
         assert_eq!(postcard::to_allocvec(&sum).unwrap(), bytes);
         assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), sum);
 
@@ -683,5 +741,14 @@ mod tests {
         let unique = unique.renewed(generation, 2);
         assert_eq!(unique.uniques().map(|s| s.count()), Some(0));
         assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
+    }
+
+    /// What history adds to a record (docs/architecture.md, "Memory per counter"): one box
+    /// shared with the generation, a rollup per level, 16 bytes per bucket.
+    #[test]
+    fn the_history_box_and_rollups_have_their_stated_sizes() {
+        assert_eq!(std::mem::size_of::<Extra>(), 56);
+        assert_eq!(std::mem::size_of::<Rollup>(), 24);
+        assert_eq!(std::mem::size_of::<(u64, i64)>(), 16);
     }
 }

@@ -22,9 +22,9 @@ pub use crate::error::TopologyError;
 pub use durability::Durability;
 pub use partitions::MAX_PARTITIONS;
 pub use schema::{
-    AggregatorSettings, DatacenterConfig, GlobalConfig, HttpSettings, MAX_CONCURRENT_SCANS,
-    MAX_VIRTUAL_NODES, MAX_WAN_DELAY_MS, MIN_COUNTER_BYTES, MemorySettings, RegionLink, Selection,
-    ShardDefaults, SyncSettings, Topology, TrendingConfig, WanSettings,
+    AggregatorSettings, DatacenterConfig, GlobalConfig, HistoryLevelConfig, HttpSettings,
+    MAX_CONCURRENT_SCANS, MAX_VIRTUAL_NODES, MAX_WAN_DELAY_MS, MIN_COUNTER_BYTES, MemorySettings,
+    RegionLink, Selection, ShardDefaults, SyncSettings, Topology, TrendingConfig, WanSettings,
 };
 
 #[cfg(test)]

@@ -280,6 +280,13 @@ impl Window {
         self.buckets.normalize();
     }
 
+    /// Drops the buckets that fell out of a window of `length` seconds back from the newest
+    /// (what [`apply`](Self::apply) drops; a replayed rollup knows its length).
+    pub fn expire(&mut self, length: u32) {
+        let change = WindowChange::new(self);
+        self.apply(&change, length);
+    }
+
     /// Sets the bucket of each `(second, hits)` to `hits`, keeping the buckets in order.
     fn set_each(&mut self, buckets: &[(u64, i64)]) {
         for &(second, hits) in buckets {
@@ -353,6 +360,17 @@ impl WindowChange {
     /// How many buckets the change adds to its base window (before any expire).
     pub fn added(&self) -> usize {
         self.added
+    }
+
+    /// The hits of `second` with this change applied to `base`.
+    pub fn hits_at(&self, base: &Window, second: u64) -> i64 {
+        match self.buckets.iter().find(|(s, _)| *s == second) {
+            Some((_, hits)) => *hits,
+            None => {
+                let held = base.buckets();
+                bucket_of(&held, second).map_or(0, |at| held[at].1)
+            }
+        }
     }
 
     /// Whether recording a hit at `second` against `base` would add a bucket: a second

@@ -23,10 +23,13 @@ pub const WINDOW_BUCKET_BYTES: usize = 16;
 
 /// How many entries' worth `record` counts for against a page's limit beyond its counter's 1:
 /// none for a record of a few bytes, one more per [`RECORD_BYTES_PER_ENTRY`] of its sketch and
-/// of its window's buckets.
+/// of its window's and history's buckets.
 pub fn record_weight(record: &SlotRecord) -> usize {
     let sketch = record.uniques().map_or(0, |sketch| sketch.encoded_bytes());
-    let window = record.window().buckets().len() * WINDOW_BUCKET_BYTES;
+    let history: usize = (record.history().iter())
+        .map(|rollup| rollup.buckets.buckets().len())
+        .sum();
+    let window = (record.window().buckets().len() + history) * WINDOW_BUCKET_BYTES;
     (sketch + window) / RECORD_BYTES_PER_ENTRY
 }
 

@@ -4,6 +4,7 @@
 //! | route | does |
 //! |---|---|
 //! | `GET /counter/{id}` | the datacenter's sum (a unique counter's estimate), with every slot's value, version and staleness |
+//! | `GET /counter/{id}/history?step=S&from=T1&to=T2` | one sum over the datacenter's slots per step of one of the counter's history levels |
 //! | `GET /topk?k=K&prefix=P[&window=S&at=T]` | the datacenter's K highest sum counters with ids starting with P, all-time or in the window |
 //! | `GET /trending?prefix=P` | the counters with a configured prefix at or over its threshold in `[trending] window_seconds` |
 //! | `GET /aggregate?prefix=P[&window=S&at=T]` | the datacenter's sum and number of the sum counters with ids starting with P (unique counters left out) |
@@ -32,6 +33,7 @@ use super::state::{DatacenterState, freshness, read_counter, slot_staleness};
 use super::trends;
 use crate::aggregate::SumAnswer;
 use crate::error::AggregatorError;
+use crate::history::{HistoryQuery, Unanswered, datacenter_history};
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{ROUTES, Route};
@@ -44,7 +46,7 @@ use crate::tier::Held;
 /// which restores it.
 pub fn need(route: Route, slot: Option<&str>, datacenter: &str) -> Need {
     match route {
-        Route::Counter | Route::TopK | Route::Trending | Route::Aggregate => {
+        Route::Counter | Route::History | Route::TopK | Route::Trending | Route::Aggregate => {
             Need::Right(Right::Read)
         }
         Route::Sync => Need::Tier(vec![Allow::Global, Allow::ShardsOf(datacenter.to_owned())]),
@@ -87,6 +89,10 @@ async fn dispatch(
         (Route::Counter, &Method::GET, Some(id), _) => {
             core.held_here(id.as_str(), &request)?;
             read(state, &id, query, now_ms)
+        }
+        (Route::History, &Method::GET, Some(id), _) => {
+            core.held_here(id.as_str(), &request)?;
+            history(state, &id, query, now_ms)
         }
         (Route::TopK | Route::Trending, &Method::GET, _, _) => {
             let ranking = RankingRequest::new(request.uri().path(), &request, now_ms)?;
@@ -143,6 +149,36 @@ fn read(
         AggregatorError::not_found(id.to_string(), presence, "this datacenter")
     })?;
     Ok(state.core.answer(&reading))
+}
+
+fn history(
+    state: &DatacenterState,
+    id: &CounterId,
+    query: Option<&str>,
+    now_ms: u64,
+) -> Result<Response, AggregatorError> {
+    let asked = HistoryQuery::parse(query, |_, _| Ok(false))?;
+    let answer = {
+        let replica = state.core.replica.read().expect("replica lock");
+        let slots = state.slot_names.len();
+        datacenter_history(
+            &replica,
+            &state.datacenter,
+            slots,
+            id.as_str(),
+            &asked,
+            now_ms,
+        )
+    };
+    match answer {
+        Ok(history) => Ok(state.core.answer(&history)),
+        Err(Unanswered::Bad(refusal)) => Err(refusal.into()),
+        Err(Unanswered::NotFound(presence)) => Err(AggregatorError::not_found(
+            id.to_string(),
+            presence,
+            "this datacenter",
+        )),
+    }
 }
 
 async fn rank(

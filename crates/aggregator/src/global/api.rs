@@ -6,6 +6,7 @@
 //! | `GET /counter/{id}?max_staleness_ms=N&allow_partial=B` | the sum over datacenters (a unique counter's estimate of the union of every slot), or 503 naming the stale ones |
 //! | `GET /topk?k=K&prefix=P[&window=S&at=T]&max_staleness_ms=N&allow_partial=B` | the world's K highest sum counters with ids starting with P (from every slot held here), with each datacenter's own top K |
 //! | `GET /trending?prefix=P&max_staleness_ms=N&allow_partial=B` | the counters with a configured prefix at or over its threshold in `[trending] window_seconds`, worldwide and per datacenter |
+//! | `GET /counter/{id}/history?step=S&from=T1&to=T2&max_staleness_ms=N&allow_partial=B` | one sum over datacenters per step of one of the counter's history levels, or 503 naming the stale ones |
 //! | `GET /aggregate?prefix=P[&window=S&at=T]&max_staleness_ms=N&allow_partial=B` | the sum and the number of the sum counters with ids starting with P, worldwide and per datacenter (unique counters left out) |
 //! | `GET /datacenters` | each datacenter's aggregator, freshness, counters and last error |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for datacenter aggregators pulling descriptions |
@@ -35,6 +36,7 @@ use super::read::{self, GlobalRead};
 use super::staleness::empty_readings;
 use super::{sums, trends};
 use crate::error::AggregatorError;
+use crate::history::{GlobalHistoryRead, global_history, parse_global};
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{GLOBAL_ONLY, ROUTES, Route};
@@ -46,9 +48,12 @@ use crate::tier::Held;
 /// that slot, which restores it.
 pub fn need(route: Route, slot: Option<&str>) -> Need {
     match route {
-        Route::Counter | Route::TopK | Route::Trending | Route::Aggregate | Route::Datacenters => {
-            Need::Right(Right::Read)
-        }
+        Route::Counter
+        | Route::History
+        | Route::TopK
+        | Route::Trending
+        | Route::Aggregate
+        | Route::Datacenters => Need::Right(Right::Read),
         Route::Sync => Need::Tier(vec![Allow::Aggregators]),
         Route::SlotCopy => Need::Tier(Allow::slot_owner(slot, None)),
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
@@ -80,6 +85,10 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 let query =
                     ReadQuery::parse(query, state.settings.max_staleness_ms, now_ms / 1000)?;
                 read(state, &id, query, now_ms)
+            }
+            (Route::History, &Method::GET, Some(id)) => {
+                core.held_here(id.as_str(), &request)?;
+                history(state, &id, query, now_ms)
             }
             (route @ (Route::TopK | Route::Trending), &Method::GET, _) => {
                 let ranking = RankingRequest::new(request.uri().path(), &request, now_ms)?;
@@ -181,6 +190,30 @@ fn read(
         GlobalRead::Counter(reading) => Ok(state.core.answer(&reading)),
         GlobalRead::Stale(refusal) => Err(AggregatorError::Stale(Box::new(refusal))),
         GlobalRead::NotFound(presence) => Err(AggregatorError::not_found(
+            id.to_string(),
+            presence,
+            "any datacenter",
+        )),
+    }
+}
+
+fn history(
+    state: &GlobalState,
+    id: &CounterId,
+    query: Option<&str>,
+    now_ms: u64,
+) -> Result<Response, AggregatorError> {
+    let (asked, freshness) = parse_global(query, state.settings.max_staleness_ms)?;
+    let answer = {
+        let replica = state.core.replica.read().expect("replica lock");
+        let layout = &state.layout;
+        global_history(&replica, layout, id.as_str(), &asked, freshness, now_ms)
+    };
+    match answer {
+        GlobalHistoryRead::History(history) => Ok(state.core.answer(&history)),
+        GlobalHistoryRead::Bad(refusal) => Err(refusal.into()),
+        GlobalHistoryRead::Stale(refusal) => Err(AggregatorError::Stale(Box::new(refusal))),
+        GlobalHistoryRead::NotFound(presence) => Err(AggregatorError::not_found(
             id.to_string(),
             presence,
             "any datacenter",

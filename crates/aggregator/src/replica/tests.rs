@@ -193,6 +193,7 @@ fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
             generation: Default::default(),
             deleted: false,
             expires_at_ms: None,
+            history: Vec::new(),
         },
         version: HlcTimestamp {
             physical_ms,
@@ -264,13 +265,13 @@ fn merges_keep_the_top_index_up_to_date() {
 #[test]
 fn a_bucket_at_the_end_of_time_does_not_hang_the_live_window() {
     // A `SyncPage` from slot DC_A_VAL_0: counter `#a` with buckets up to second u64::MAX, its
-    // records of generation zero.
-    const PAGE: [u8; 104] = [
+    // records of generation zero and without history (the page's last fields all zero).
+    const PAGE: [u8; 107] = [
         1, 65, 1, 3, 10, 68, 67, 95, 65, 95, 86, 65, 76, 95, 48, 10, 68, 67, 95, 65, 65, 86, 95,
         95, 76, 49, 10, 68, 67, 95, 66, 95, 86, 65, 76, 95, 48, 3, 0, 2, 35, 97, 20, 5, 3, 184,
         162, 167, 218, 6, 4, 246, 163, 167, 218, 6, 236, 255, 163, 167, 218, 6, 255, 255, 255, 255,
         255, 255, 255, 255, 255, 1, 119, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
     ];
     let page: SyncPage = postcard::from_bytes(&PAGE).unwrap();
     let names = ["DC_A_VAL_0", "DC_A_VAL_1", "DC_B_VAL_0"].map(str::to_owned);

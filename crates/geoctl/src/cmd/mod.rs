@@ -3,6 +3,7 @@
 
 pub mod create;
 pub mod get;
+pub mod history;
 pub mod incr;
 pub mod lag;
 pub mod lifecycle;

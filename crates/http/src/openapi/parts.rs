@@ -124,6 +124,76 @@ impl ApiDoc {
         )
     }
 
+    /// Adds an aggregator's `GET /counter/{id}/history`; `global` adds the global
+    /// aggregator's staleness parameters, refusal and datacenter parts.
+    pub fn aggregator_history(self, global: bool) -> Self {
+        let scope = if global {
+            "the counter's history: one value per step of one of its history levels, summed \
+             over every datacenter"
+        } else {
+            "the counter's history: one value per step of one of its history levels, summed \
+             over the datacenter's slots"
+        };
+        let mut read = Operation::new(scope)
+            .param(id_param())
+            .param(required_query_param(
+                "step",
+                integer(1, u64::from(u32::MAX)),
+                "the step, in seconds: one of the counter's history levels (else 400)",
+                "60",
+            ))
+            .param(query_param(
+                "from",
+                integer(0, u64::MAX),
+                "the first step, unix seconds, taken to its step's start (default: as far back \
+                 as the level keeps)",
+            ))
+            .param(query_param(
+                "to",
+                integer(0, u64::MAX),
+                "the last step, unix seconds, taken to its step's start (default: now)",
+            ));
+        let mut errors = vec![
+            (
+                400,
+                "a bad id or query: a step the counter keeps no level of, from after to, more \
+                 than 10000 points, a unique counter",
+            ),
+            (404, "a counter no part has reported, or a deleted one"),
+        ];
+        let point = json!({"type": "object", "properties": {
+            "at": {"type": "integer", "description": "the step's start, unix seconds"},
+            "value": {"type": "integer", "description": "the hits in that step"},
+        }});
+        let mut properties = json!({
+            "id": {"type": "string"},
+            "step": {"type": "integer"},
+            "from": {"type": "integer", "description": "the first step's start"},
+            "to": {"type": "integer", "description": "the last step's start"},
+            "points": {"type": "array", "items": point, "description": "one per step, oldest first"},
+            "staleness_ms": {"type": "integer", "nullable": true,
+                             "description": "the stalest part's; null if one was never complete"},
+            "complete": {"type": "boolean"},
+        });
+        if global {
+            read = read.staleness_params();
+            errors.push((503, "stale datacenters, named (unless allow_partial=true)"));
+            properties["value"] =
+                json!({"type": "integer", "description": "the sum of the points"});
+            properties["datacenters"] = json!({"type": "object",
+                "description": "each datacenter's sum of the points and its staleness"});
+        } else {
+            properties["datacenter"] = json!({"type": "string"});
+        }
+        let answer = json!({"type": "object", "properties": properties});
+        self.operation(
+            "/counter/{id}/history",
+            "get",
+            read.json_answer(200, "the points and how fresh they are", answer)
+                .errors(&errors),
+        )
+    }
+
     /// Adds an aggregator's `/topk` and `/trending`; `global` adds the global aggregator's
     /// staleness parameters and refusals.
     pub fn rankings(self, global: bool) -> Self {

@@ -425,6 +425,37 @@ impl DatacenterConfig {
     }
 }
 
+/// One level of `shard.default_history`: the TOML form of a [`crate::HistoryLevel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryLevelConfig {
+    /// The length of one bucket, in seconds.
+    pub step_seconds: u32,
+    /// How far back from the newest bucket buckets are kept, in seconds (a multiple of
+    /// `step_seconds`).
+    pub keep_seconds: u32,
+}
+
+impl From<HistoryLevelConfig> for crate::HistoryLevel {
+    fn from(level: HistoryLevelConfig) -> Self {
+        crate::HistoryLevel {
+            step_seconds: level.step_seconds,
+            keep_seconds: level.keep_seconds,
+        }
+    }
+}
+
+impl ShardDefaults {
+    /// The history levels of a sum counter created without `history`.
+    pub fn default_history_levels(&self) -> Vec<crate::HistoryLevel> {
+        self.default_history
+            .iter()
+            .copied()
+            .map(Into::into)
+            .collect()
+    }
+}
+
 /// Settings of every shard node, with defaults for a production deployment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -447,6 +478,14 @@ pub struct ShardDefaults {
     pub default_window_seconds: u32,
     /// The longest `windowSeconds` a counter may be created with.
     pub max_window_seconds: u32,
+    /// The history levels of a sum counter created without `history` (by `POST /counter` or
+    /// by a write), e.g. `[{ step_seconds = 60, keep_seconds = 172800 }]`; default none.
+    pub default_history: Vec<HistoryLevelConfig>,
+    /// The most history levels a counter may keep (at most 8).
+    pub max_history_levels: usize,
+    /// The most buckets one history level may keep (`keepSeconds / stepSeconds`, at most
+    /// 100,000); each bucket a slot holds costs 16 bytes at every tier.
+    pub max_history_buckets: u32,
     /// A write timestamped more than this many seconds ahead of the node's clock is refused
     /// (422), so one client with a bad clock cannot push every window into the future.
     pub max_future_skew_secs: u64,
@@ -504,6 +543,9 @@ impl Default for ShardDefaults {
             default_number_of_shards: 1,
             default_window_seconds: 300,
             max_window_seconds: 3_600,
+            default_history: Vec::new(),
+            max_history_levels: 4,
+            max_history_buckets: 4_096,
             max_future_skew_secs: 60,
             max_body_bytes: 8 * 1024 * 1024,
             max_batch_entries: 100_000,

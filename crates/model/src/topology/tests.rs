@@ -303,3 +303,46 @@ fn slot_out_of_range_and_unknown_dc() {
     assert_eq!(key, "datacenters");
     assert!(msg.contains("USA_0, ASIA_0"));
 }
+
+#[test]
+fn default_history_is_none_and_checked_against_its_limits() {
+    let t = load(GOOD).unwrap();
+    assert!(t.shard.default_history.is_empty());
+    assert_eq!(
+        (t.shard.max_history_levels, t.shard.max_history_buckets),
+        (4, 4_096)
+    );
+    let t = load_with(
+        "shard",
+        "default_history = [{ step_seconds = 60, keep_seconds = 7200 }]",
+    )
+    .unwrap();
+    assert_eq!(
+        t.shard.default_history_levels(),
+        [crate::HistoryLevel {
+            step_seconds: 60,
+            keep_seconds: 7_200
+        }]
+    );
+    let err = refused(
+        "shard",
+        "default_history = [{ step_seconds = 60, keep_seconds = 90 }]",
+    );
+    assert_eq!(err.key, "shard.default_history");
+    assert!(err.message.contains("keep_seconds (90)"), "{err}");
+    let err = refused(
+        "shard",
+        "max_history_buckets = 10\ndefault_history = [{ step_seconds = 1, keep_seconds = 60 }]",
+    );
+    assert!(err.message.contains("at most 10"), "{err}");
+    assert_refused_at(
+        "shard",
+        "max_history_levels = 9",
+        "shard.max_history_levels",
+    );
+    assert_refused_at(
+        "shard",
+        "max_history_buckets = 100001",
+        "shard.max_history_buckets",
+    );
+}

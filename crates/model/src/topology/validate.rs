@@ -254,6 +254,39 @@ impl Topology {
                 ));
             }
         }
+        if shard.max_history_levels > crate::history::MAX_HISTORY_LEVELS {
+            return Err((
+                "shard.max_history_levels".into(),
+                format!(
+                    "{} is more than {}",
+                    shard.max_history_levels,
+                    crate::history::MAX_HISTORY_LEVELS
+                ),
+            ));
+        }
+        if shard.max_history_buckets > crate::history::MAX_HISTORY_BUCKETS {
+            return Err((
+                "shard.max_history_buckets".into(),
+                format!(
+                    "{} is more than {}",
+                    shard.max_history_buckets,
+                    crate::history::MAX_HISTORY_BUCKETS
+                ),
+            ));
+        }
+        let levels = shard.default_history_levels();
+        crate::history::check_levels_within(
+            &levels,
+            shard.max_history_levels,
+            shard.max_history_buckets,
+        )
+        .map_err(|message| {
+            // The levels' own names are the TOML keys here.
+            let message = message
+                .replace("stepSeconds", "step_seconds")
+                .replace("keepSeconds", "keep_seconds");
+            ("shard.default_history".to_owned(), message)
+        })?;
         if shard.max_body_bytes < 1024 {
             return Err((
                 "shard.max_body_bytes".into(),

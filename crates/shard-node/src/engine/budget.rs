@@ -7,9 +7,9 @@
 //! estimates of [`geocount_model::held_bytes`].
 
 use geocount_model::held_bytes::{
-    description_bytes, id_bytes, record_bytes, record_bytes_of, sketch_bytes_after,
+    description_bytes, history_bytes, id_bytes, record_bytes, record_bytes_of, sketch_bytes_after,
 };
-use geocount_model::{ShardDefaults, SlotRecord, UniqueSketch, Window, WindowChange};
+use geocount_model::{RollupChange, ShardDefaults, SlotRecord, UniqueSketch, Window, WindowChange};
 use geocount_sync::DescriptionTable;
 
 use crate::engine::slot_table::SlotTable;
@@ -54,6 +54,25 @@ pub fn sum_bytes_after(id: &str, base: &Window, hit: Hit<'_>, described: bool) -
     let new = hit.change.would_add(base, hit.second, hit.length);
     let buckets = base.buckets().len() + hit.change.added() + usize::from(new);
     counter_bytes(id, record_bytes_of(buckets, 0), described)
+}
+
+/// What a sum counter's history holds once a hit at `second` is staged in every level of
+/// `changes` against the committed record `committed` (buckets about to expire still counted).
+pub fn history_bytes_after(
+    changes: &[RollupChange],
+    committed: Option<&SlotRecord>,
+    second: u64,
+) -> u64 {
+    let buckets = (changes.iter())
+        .map(|change| {
+            let step = change.level.step_seconds;
+            let base = committed.and_then(|record| record.rollup(step));
+            let base = base.map_or(&Window::EMPTY, |rollup| &rollup.buckets);
+            let new = change.would_add(base, second);
+            base.buckets().len() + change.buckets.added() + usize::from(new)
+        })
+        .sum();
+    history_bytes(changes.len(), buckets) as u64
 }
 
 /// What unique counter `id` holds once the item with hash `hash` is added to its sketch

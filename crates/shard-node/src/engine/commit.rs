@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use geocount_model::{
-    Clock, CounterDescription, CounterId, Hlc, Placement, ShardDefaults, SlotRecord,
+    Clock, CounterDescription, CounterId, Hlc, Placement, RollupChange, ShardDefaults, SlotRecord,
     VersionedDescription, next_slot_version,
 };
 use geocount_sync::DescriptionTable;
@@ -364,7 +364,11 @@ impl CommitLoop {
             }
             let mut change = match slot.sketch {
                 Some(sketch) => SlotRecord::unique(slot.state, sketch),
-                None => SlotRecord::sum(slot.state, slot.window.changed()),
+                None => {
+                    let mut change = SlotRecord::sum(slot.state, slot.window.changed());
+                    change.set_history(slot.history.iter().map(RollupChange::logged).collect());
+                    change
+                }
             };
             change.set_generation(slot.generation);
             logged.push((id, change));
@@ -373,6 +377,7 @@ impl CommitLoop {
                 committed_bytes: slot.committed_bytes,
                 window: slot.window,
                 window_seconds: slot.window_seconds,
+                history: slot.history,
             });
         }
         let (keys, key_hashes) = staged.idempotency.into_parts();

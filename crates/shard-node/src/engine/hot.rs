@@ -233,6 +233,7 @@ mod tests {
                 generation: Default::default(),
                 deleted: false,
                 expires_at_ms: None,
+                history: Vec::new(),
             },
             version: HlcTimestamp {
                 physical_ms: 1,

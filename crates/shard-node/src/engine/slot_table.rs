@@ -5,7 +5,9 @@
 use std::sync::{Arc, RwLock};
 
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage};
-use geocount_model::{CounterId, IdTable, Partitions, SlotRecord, SlotState, Window, WindowChange};
+use geocount_model::{
+    CounterId, IdTable, Partitions, RollupChange, SlotRecord, SlotState, Window, WindowChange,
+};
 use geocount_sync::{
     ChangeJournal, EncodeItems, EncodedEntries, EncodedRows, Journaled, SlotEntryRef,
 };
@@ -112,8 +114,9 @@ impl SlotTable {
     }
 
     /// Installs a change the commit loop staged and logged, in place: `logged` carries the new
-    /// state and sketch, `window` the hits to apply to the row's window of `window_seconds`.
-    /// `row` is counter `id`'s row, `None` for a counter new to the node. Returns the row.
+    /// state and sketch, `window` the hits to apply to the row's window of `window_seconds`,
+    /// `history` those to each level of a sum's history (its levels become these). `row` is
+    /// counter `id`'s row, `None` for a counter new to the node. Returns the row.
     pub fn apply_change(
         &mut self,
         row: Option<usize>,
@@ -121,6 +124,7 @@ impl SlotTable {
         logged: SlotRecord,
         window: &WindowChange,
         window_seconds: u32,
+        history: &[RollupChange],
     ) -> usize {
         let index = match row {
             Some(index) => {
@@ -134,6 +138,7 @@ impl SlotTable {
                     record.set_uniques(sketch);
                 } else if let Some(held) = record.window_mut() {
                     held.apply(window, window_seconds);
+                    record.apply_history(history);
                 }
                 index
             }
@@ -143,6 +148,8 @@ impl SlotTable {
                     // The log carries the changed buckets; a new row's window is just those.
                     *held = Window::default();
                     held.apply(window, window_seconds);
+                    record.set_history(Vec::new());
+                    record.apply_history(history);
                 }
                 self.insert_row(id, record)
             }

@@ -174,6 +174,16 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
                     "windowSeconds": nullable(integer(1, max_window.into())),
                     "type": {"type": "string", "nullable": true, "enum": ["sum", "unique", null]},
                     "ttlSeconds": ttl_seconds("deleted this many seconds after it is made"),
+                    "history": {"type": "array", "nullable": true,
+                        "maxItems": settings.max_history_levels,
+                        "description": "rollups kept beyond the window, by rising step (a sum \
+                            counter's only; default shard.default_history); keepSeconds a \
+                            multiple of stepSeconds, at most shard.max_history_buckets steps",
+                        "items": {"type": "object", "additionalProperties": false,
+                                  "required": ["stepSeconds", "keepSeconds"], "properties": {
+                            "stepSeconds": integer(1, u32::MAX.into()),
+                            "keepSeconds": integer(1, u32::MAX.into()),
+                        }}},
                 }}),
                 json!({"id": "openapi-example", "numberOfShards": 2, "windowSeconds": 300}),
             )

@@ -5,9 +5,12 @@
 //! The handlers of [`super::api`] call these, and so do the fuzz targets of `fuzz/`: every byte
 //! a client sends is refused here with an error (400, 413 or 422), never a panic.
 
+use geocount_model::held_bytes::full_history_bytes;
 use geocount_model::unique::validate_item;
 use geocount_model::wire::{BatchEntry, BatchRequest, ItemBatchRequest, ItemEntry};
-use geocount_model::{CounterDescription, CounterId, CounterType, ModelError, ShardDefaults};
+use geocount_model::{
+    CounterDescription, CounterId, CounterType, HistoryLevel, ModelError, ShardDefaults,
+};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -36,12 +39,13 @@ struct CreateBody {
     #[serde(rename = "type")]
     counter_type: Option<CounterType>,
     ttl_seconds: Option<u32>,
+    history: Option<Vec<HistoryLevel>>,
 }
 
 /// The description a `POST /counter` body asks for (`{"id"?, "numberOfShards"?,
-/// "windowSeconds"?, "type"?, "ttlSeconds"?}`, empty for every default), created at `now_ms`: a
-/// random id when none is given, the defaults of `settings`, and 400 for a malformed body, a
-/// bad id or a count, window or time to live out of range.
+/// "windowSeconds"?, "type"?, "ttlSeconds"?, "history"?}`, empty for every default), created
+/// at `now_ms`: a random id when none is given, the defaults of `settings`, and 400 for a
+/// malformed body, a bad id or a count, window, time to live or history out of range.
 pub fn parse_create(
     body: &[u8],
     settings: &ShardDefaults,
@@ -77,9 +81,11 @@ pub fn parse_create(
         .ttl_seconds
         .map(|ttl| expiry_of(ttl, now_ms))
         .transpose()?;
+    let counter_type = body.counter_type.unwrap_or_default();
+    let history = history_of(body.history, counter_type, settings)?;
     Ok(CounterDescription {
         id,
-        counter_type: body.counter_type.unwrap_or_default(),
+        counter_type,
         number_of_shards,
         base_number_of_shards: number_of_shards,
         window_seconds,
@@ -87,7 +93,43 @@ pub fn parse_create(
         generation: Default::default(),
         deleted: false,
         expires_at_ms,
+        history,
     })
+}
+
+/// The history levels a create asks for (`None`: the defaults of a sum, none for a unique
+/// counter): 400 past `shard.max_history_levels` or `shard.max_history_buckets`, for a unique
+/// counter's, and for levels whose buckets alone, all filled, would not fit
+/// `shard.max_counter_bytes`.
+fn history_of(
+    asked: Option<Vec<HistoryLevel>>,
+    counter_type: CounterType,
+    settings: &ShardDefaults,
+) -> Result<Vec<HistoryLevel>, ShardError> {
+    let levels = match (asked, counter_type) {
+        (None, CounterType::Sum) => return Ok(settings.default_history_levels()),
+        (None, CounterType::Unique) => return Ok(Vec::new()),
+        (Some(levels), CounterType::Unique) if !levels.is_empty() => {
+            return Err(ShardError::bad_request(
+                "a unique counter keeps no history: leave history out".into(),
+            ));
+        }
+        (Some(levels), _) => levels,
+    };
+    geocount_model::history::check_levels_within(
+        &levels,
+        settings.max_history_levels,
+        settings.max_history_buckets,
+    )
+    .map_err(ShardError::bad_request)?;
+    let full = full_history_bytes(&levels) as u64;
+    if full > settings.max_counter_bytes {
+        return Err(ShardError::bad_request(format!(
+            "history would hold up to {full} bytes per slot, above shard.max_counter_bytes ({})",
+            settings.max_counter_bytes
+        )));
+    }
+    Ok(levels)
 }
 
 /// When a counter given `ttl_secs` at `now_ms` expires: 400 for 0 (a counter that would be
@@ -547,5 +589,54 @@ mod tests {
         let created = parse_create(br#"{"ttlSeconds": 2}"#, &settings(), 5).unwrap();
         assert_eq!(created.expires_at_ms, Some(2_005));
         assert!(parse_create(br#"{"ttlSeconds": 0}"#, &settings(), 5).is_err());
+    }
+
+    #[test]
+    fn a_create_takes_history_within_the_limits_or_the_defaults() {
+        let minutes = geocount_model::HistoryLevel {
+            step_seconds: 60,
+            keep_seconds: 7_200,
+        };
+        let body = br#"{"history": [{"stepSeconds": 60, "keepSeconds": 7200}]}"#;
+        assert_eq!(
+            parse_create(body, &settings(), 5).unwrap().history,
+            [minutes]
+        );
+        assert!(
+            parse_create(b"", &settings(), 5)
+                .unwrap()
+                .history
+                .is_empty()
+        );
+        let mut defaults = settings();
+        defaults.default_history = vec![geocount_model::topology::HistoryLevelConfig {
+            step_seconds: 60,
+            keep_seconds: 7_200,
+        }];
+        assert_eq!(parse_create(b"", &defaults, 5).unwrap().history, [minutes]);
+        let unique = parse_create(br#"{"type": "unique"}"#, &defaults, 5).unwrap();
+        assert!(unique.history.is_empty(), "a unique counter keeps none");
+        assert!(
+            parse_create(br#"{"history": []}"#, &defaults, 5)
+                .unwrap()
+                .history
+                .is_empty()
+        );
+        for (bad, says) in [
+            (&br#"{"history": [{"stepSeconds": 60, "keepSeconds": 90}]}"#[..], "multiple"),
+            (br#"{"history": [{"stepSeconds": 1, "keepSeconds": 5000}]}"#, "at most 4096"),
+            (br#"{"history": [{"stepSeconds": 60}]}"#, "keepSeconds"),
+            (
+                br#"{"type": "unique", "history": [{"stepSeconds": 60, "keepSeconds": 60}]}"#,
+                "unique",
+            ),
+            (
+                br#"{"history": [{"stepSeconds": 1, "keepSeconds": 4096}, {"stepSeconds": 2, "keepSeconds": 8192}]}"#,
+                "shard.max_counter_bytes",
+            ),
+        ] {
+            let refused = parse_create(bad, &settings(), 5).unwrap_err().to_string();
+            assert!(refused.contains(says), "{refused}");
+        }
     }
 }

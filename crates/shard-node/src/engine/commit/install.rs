@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use geocount_model::held_bytes::description_bytes;
-use geocount_model::{CounterId, Durability, WindowChange};
+use geocount_model::{CounterId, Durability, RollupChange, WindowChange};
 
 use super::CommitLoop;
 use crate::engine::budget::row_bytes;
@@ -42,6 +42,7 @@ pub(super) struct SlotChange {
     pub(super) committed_bytes: u64,
     pub(super) window: WindowChange,
     pub(super) window_seconds: u32,
+    pub(super) history: Vec<RollupChange>,
 }
 
 impl CommitLoop {
@@ -99,6 +100,7 @@ impl CommitLoop {
                     logged,
                     &change.window,
                     change.window_seconds,
+                    &change.history,
                 );
                 let (id, installed) = table.row(row);
                 self.budget

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 use geocount_model::held_bytes::description_bytes;
 use geocount_model::{
     CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, Recorded,
-    ShardDefaults, SlotRecord, SlotState, UniqueSketch, VersionedDescription, Window, WindowChange,
+    RollupChange, ShardDefaults, SlotRecord, SlotState, UniqueSketch, VersionedDescription, Window,
+    WindowChange,
 };
 use geocount_sync::DescriptionTable;
 use indexmap::IndexMap;
@@ -32,6 +33,9 @@ pub(super) struct StagedSlot {
     pub(super) state: SlotState,
     /// The group's hits to the counter's window.
     pub(super) window: WindowChange,
+    /// The group's hits to each level of the counter's history (its levels as of the
+    /// counter's first change in the group).
+    pub(super) history: Vec<RollupChange>,
     /// A unique counter's sketch as of this group, copied at its first item that changes it.
     pub(super) sketch: Option<Box<UniqueSketch>>,
     /// Whether a write of the group changed the slot (an item may change nothing).
@@ -64,6 +68,9 @@ impl StagedSlot {
         self.renewed = true;
         self.state = SlotState { value: 0, version };
         self.window = WindowChange::default();
+        for change in &mut self.history {
+            *change = RollupChange::new(change.level, &Window::EMPTY);
+        }
         self.sketch = unique.then(Box::default);
         self.changed = true;
     }
@@ -143,6 +150,13 @@ impl Staged {
             .max(held_generation);
         let renewed = generation > held_generation;
         let base = committed.filter(|_| !renewed);
+        let levels = match described {
+            Some(d) => d.description.history.clone(),
+            None => settings.default_history_levels(),
+        };
+        let history = (levels.into_iter())
+            .map(|level| RollupChange::new(level, rollup_base(base, level.step_seconds)))
+            .collect();
         let slot = StagedSlot {
             row,
             state: SlotState {
@@ -152,6 +166,7 @@ impl Staged {
             window: base.map_or_else(WindowChange::default, |record| {
                 WindowChange::new(record.window())
             }),
+            history,
             sketch: committed
                 .filter(|record| renewed && record.uniques().is_some())
                 .map(|_| Box::default()),
@@ -170,6 +185,13 @@ impl Staged {
         let (at, _) = self.slots.insert_full(counter.clone(), slot);
         &mut self.slots[at]
     }
+}
+
+/// The committed buckets of the history level of step `step` in `record` (none: empty).
+pub(super) fn rollup_base(record: Option<&SlotRecord>, step: u32) -> &Window {
+    record
+        .and_then(|record| record.rollup(step))
+        .map_or(&Window::EMPTY, |rollup| &rollup.buckets)
 }
 
 /// A counter's type as this node knows it: its description's, else that of its record here (a
@@ -204,6 +226,10 @@ pub(super) fn default_description(
         generation: HlcTimestamp::default(),
         deleted: false,
         expires_at_ms: None,
+        history: match counter_type {
+            CounterType::Sum => settings.default_history_levels(),
+            CounterType::Unique => Vec::new(),
+        },
     }
 }
 
@@ -310,13 +336,24 @@ impl CommitLoop {
                 let base = committed.map_or(&empty, |record| record.window());
                 let (second, length) = (write.timestamp_secs, slot.window_seconds);
                 let hit = budget::Hit::new(&slot.window, second, length);
-                let after = budget::sum_bytes_after(id, base, hit, slot.described);
+                let after = budget::sum_bytes_after(id, base, hit, slot.described)
+                    + budget::history_bytes_after(&slot.history, committed, second);
                 self.budget.check(id, slot.bytes, after, grown)?;
+                // Every level's step takes the hit too: refused before any changes if one
+                // would overflow.
+                for change in &slot.history {
+                    let level_base = rollup_base(committed, change.level.step_seconds);
+                    change.check(level_base, second, *delta)?;
+                }
                 let recorded =
                     slot.window
                         .record(base, write.timestamp_secs, *delta, slot.window_seconds)?;
                 if recorded == Recorded::TooOld {
                     self.shared.metrics.window_too_old.inc();
+                }
+                for change in &mut slot.history {
+                    let level_base = rollup_base(committed, change.level.step_seconds);
+                    change.record(level_base, second, *delta)?;
                 }
                 slot.state = next;
                 slot.bytes = slot.bytes.max(after);

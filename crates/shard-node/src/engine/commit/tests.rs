@@ -290,6 +290,120 @@ async fn a_write_with_a_time_to_live_sets_the_expiry_only_when_there_is_none() {
     assert_eq!(made.description.generation.physical_ms, now - 1);
 }
 
+impl Running {
+    async fn write_at(&self, id: &str, delta: i64, timestamp_secs: u64) -> SlotState {
+        let (reply, answer) = oneshot::channel();
+        let writes = vec![WriteRequest {
+            id: CounterId::new(id).unwrap(),
+            change: Change::Delta(delta),
+            idempotency_key: None,
+            timestamp_secs,
+            ttl_secs: None,
+        }];
+        let command = Command::Write { writes, reply };
+        self.commands.send(command).await.unwrap();
+        answer.await.unwrap().pop().unwrap().unwrap()
+    }
+
+    async fn create(&self, description: CounterDescription) {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Create { description, reply };
+        self.commands.send(command).await.unwrap();
+        answer.await.unwrap().unwrap();
+    }
+
+    /// The table a restart would rebuild from the log alone (a copy of it, replayed).
+    fn replayed(&self) -> SlotTable {
+        let copy = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(self._dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "log") {
+                std::fs::copy(&path, copy.path().join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        let mut table = SlotTable::default();
+        crate::engine::wal::replay(&OsDisk, copy.path(), |record| {
+            for (id, slot) in record.slots {
+                table.apply_logged(id, slot);
+            }
+        })
+        .unwrap();
+        table
+    }
+}
+
+/// Hits spread over hours land in their minute's and hour's buckets (the window keeps none
+/// of the old ones), old steps expire, the log replays to the same rollups, and a reset
+/// wipes them.
+#[tokio::test]
+async fn deltas_land_in_every_history_level_and_replay_from_the_log() {
+    let node = Running::start();
+    let mut description = geocount_model::fixtures::described("h", 1, 1, 1).description;
+    description.history = vec![
+        geocount_model::HistoryLevel {
+            step_seconds: 60,
+            keep_seconds: 3_600,
+        },
+        geocount_model::HistoryLevel {
+            step_seconds: 3_600,
+            keep_seconds: 6 * 3_600,
+        },
+    ];
+    node.create(description).await;
+    let now = SystemClock.now_unix_ms() / 1000;
+    let hour = now - now % 3_600;
+    // Three hours back, then two, then this hour; then one too old for the hours kept.
+    for (at, delta) in [
+        (hour - 3 * 3_600 + 5, 2),
+        (hour - 2 * 3_600 + 70, 3),
+        (hour - 2 * 3_600 + 75, 4),
+        (hour, 1),
+        (hour - 7 * 3_600, 100),
+    ] {
+        node.write_at("h", delta, at).await;
+    }
+    let record = node.record("h");
+    assert_eq!(record.state.value, 110, "the total counts every hit");
+    let hours = record.rollup(3_600).unwrap();
+    assert_eq!(
+        *hours.buckets.buckets(),
+        [(hour - 3 * 3_600, 2), (hour - 2 * 3_600, 7), (hour, 1)]
+    );
+    let minutes = record.rollup(60).unwrap();
+    assert_eq!(
+        *minutes.buckets.buckets(),
+        [(hour, 1)],
+        "minutes older than an hour before the newest expired"
+    );
+    assert!(record.window().buckets().len() <= 1);
+    // A replayed window keeps expired buckets until its next hit (reads skip them); the
+    // rollups know their keep and expire on replay.
+    let replayed = node.replayed();
+    let replayed = replayed.get_record("h").unwrap();
+    assert_eq!(
+        (replayed.state, replayed.history()),
+        (record.state, record.history())
+    );
+
+    node.change("h", LifecycleChange::Reset).await.unwrap();
+    let record = node.record("h");
+    assert!(
+        record
+            .history()
+            .iter()
+            .all(|r| r.buckets.buckets().is_empty())
+    );
+    node.write_at("h", 5, hour + 1).await;
+    let record = node.record("h");
+    assert_eq!(record.rollup(3_600).unwrap().at(hour), 5);
+    let replayed = node.replayed();
+    let replayed = replayed.get_record("h").unwrap();
+    assert_eq!(
+        (replayed.state, replayed.history()),
+        (record.state, record.history())
+    );
+}
+
 #[tokio::test]
 async fn a_deleted_or_expired_counter_leaves_the_slot_table() {
     let node = Running::start();
