@@ -6,7 +6,7 @@
 # Usage: scripts/bench.sh [--quick] [geocount-bench flags...]
 #   --quick                      one short repeat of each figure (a few minutes); default: three
 #                                repeats of 10 s runs, the full growth curve (~15 minutes)
-#   --steps redis,ceiling,node,curve,cluster,memory,restore,scan,keys   only these steps
+#   --steps redis,ceiling,node,curve,cluster,memory,restore,scan,keys,reclaim   only these steps
 #   --curve 1000,1000000         the growth curve at these counter counts only
 #
 # Needs redis-server, redis-benchmark (redis-tools) and wrk: installed from Debian's packages

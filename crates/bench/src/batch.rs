@@ -51,8 +51,17 @@ impl Connection {
 
     /// `GET path`: the status and the body.
     pub async fn get(&mut self, path: &str) -> anyhow::Result<(u16, Bytes)> {
+        self.call(Method::GET, path).await
+    }
+
+    /// `DELETE path`: the status and the body.
+    pub async fn delete(&mut self, path: &str) -> anyhow::Result<(u16, Bytes)> {
+        self.call(Method::DELETE, path).await
+    }
+
+    async fn call(&mut self, method: Method, path: &str) -> anyhow::Result<(u16, Bytes)> {
         let request = Request::builder()
-            .method(Method::GET)
+            .method(method)
             .uri(path)
             .header(hyper::header::HOST, self.address.to_string())
             .body(Full::new(Bytes::new()))?;

@@ -2,7 +2,8 @@
 //! `scripts/bench.sh`. It measures Redis (the peer), a bare hyper server (the ceiling for HTTP
 //! on this machine), one geocount shard node, the growth curve, the whole cluster of
 //! `config/local.toml`, memory per counter, a lost slot's restore and global reads while
-//! rankings scan every counter, and what idempotency keys cost, all on this machine in one go,
+//! rankings scan every counter, what idempotency keys cost, and the memory of deleted counters
+//! handed back at every tier, all on this machine in one go,
 //! prints one Markdown table (each geocount figure beside its peer, as a ratio from the same
 //! run) and saves it with every sample as JSON. The node and cluster steps also put
 //! `replicated` durability beside `sync`.
@@ -14,6 +15,7 @@ mod figure;
 mod keys;
 mod memory;
 mod procs;
+mod reclaim;
 mod redis;
 mod replicas;
 mod restore;
@@ -86,6 +88,8 @@ enum Step {
     Scan,
     /// Keyed writes beside keyless ones: a lone node, a pair and the cluster.
     Keys,
+    /// Counters created and deleted: resident memory back to the start at every tier.
+    Reclaim,
 }
 
 /// Everything the run measured.
@@ -109,6 +113,7 @@ struct Results {
     restore: Option<restore::RestoreFigures>,
     scan: Option<scan::ScanFigures>,
     keys: Option<keys::KeysFigures>,
+    reclaim: Option<reclaim::ReclaimFigures>,
     /// Steps that failed, with their errors (the others are still reported).
     failures: Vec<String>,
 }
@@ -135,6 +140,9 @@ impl Step {
             Step::Restore => "step 6: restoring a lost slot from its datacenter".to_owned(),
             Step::Scan => "step 7: global reads while rankings scan every counter".to_owned(),
             Step::Keys => "step 8: keyed writes beside keyless ones".to_owned(),
+            Step::Reclaim => {
+                "step 9: counters created and deleted, memory handed back at every tier".to_owned()
+            }
         }
     }
 }
@@ -163,6 +171,7 @@ async fn run_step(
         Step::Restore => results.restore = Some(restore::restore(plan, dir, bin_dir).await?),
         Step::Scan => results.scan = Some(scan::scan(plan, dir, bin_dir).await?),
         Step::Keys => results.keys = Some(keys::keys(plan, dir, bin_dir, shape).await?),
+        Step::Reclaim => results.reclaim = Some(reclaim::reclaim(plan, dir, bin_dir).await?),
     }
     Ok(())
 }
@@ -494,6 +503,9 @@ fn rows(results: &Results) -> Vec<Row> {
     if let Some(figures) = &results.keys {
         keys::rows(&mut rows, figures);
     }
+    if let Some(figures) = &results.reclaim {
+        reclaim::rows(&mut rows, figures);
+    }
     rows
 }
 
@@ -536,6 +548,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         restore: None,
         scan: None,
         keys: None,
+        reclaim: None,
         failures: Vec::new(),
     };
     let steps = Step::value_variants().iter().filter(|&&step| wants(step));

@@ -59,6 +59,8 @@ pub struct Plan {
     /// Seconds of each keys-step load: past the shard nodes' default checkpoint interval
     /// (30 s), so that every run checkpoints while it writes.
     pub keys_secs: u64,
+    /// Counters the reclaim step creates and deletes.
+    pub reclaim_counters: usize,
 }
 
 impl Plan {
@@ -75,6 +77,7 @@ impl Plan {
                 redis_always_requests: [30_000, 200_000, 500_000],
                 restore_counters: 1_000_000,
                 keys_secs: 35,
+                reclaim_counters: 200_000,
             }
         } else {
             Self {
@@ -87,6 +90,7 @@ impl Plan {
                 redis_always_requests: [100_000, 1_000_000, 2_000_000],
                 restore_counters: 10_000_000,
                 keys_secs: 35,
+                reclaim_counters: 1_000_000,
             }
         }
     }

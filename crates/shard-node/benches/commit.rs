@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use geocount_model::{Clock, CounterId, Hlc, Placement, ShardDefaults, SystemClock};
+use geocount_sync::SlotCopies;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shard_node::Storage;
@@ -54,6 +55,7 @@ impl Node {
         let context = CommitContext {
             table: table.clone(),
             descriptions: Arc::new(RwLock::new(recovered.descriptions)),
+            peer_copies: Arc::new(RwLock::new(SlotCopies::new(vec!["DC_BENCH_VAL_0".into()]))),
             checkpointer: Checkpointer::spawn(
                 &storage,
                 recovered.store,

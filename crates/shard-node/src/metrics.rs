@@ -26,6 +26,10 @@ pub struct ShardMetrics {
     pub commit_seconds: Histogram,
     /// Counters this node holds.
     pub counters_held: Gauge,
+    /// Counters of which this node holds a copy of a peer's slot; set when scraped.
+    pub peer_counters: Gauge,
+    /// Counter descriptions this node holds, tombstones included; set when scraped.
+    pub descriptions_held: Gauge,
     /// Idempotency keys this node holds of its own slot (against `shard.max_idempotency_keys`).
     pub idempotency_keys: Gauge,
     /// Bytes of state this node holds, as `shard.max_state_bytes` counts them.
@@ -80,6 +84,8 @@ impl Default for ShardMetrics {
             group_commit_writes: Histogram::new(exponential_buckets(1.0, 4.0, 10)),
             commit_seconds: Histogram::new(exponential_buckets(0.000_02, 2.0, 16)),
             counters_held: Gauge::default(),
+            peer_counters: Gauge::default(),
+            descriptions_held: Gauge::default(),
             idempotency_keys: Gauge::default(),
             state_bytes: Gauge::default(),
             log_bytes: Gauge::default(),
@@ -131,6 +137,16 @@ impl Default for ShardMetrics {
             "counters",
             "Counters held by this node",
             metrics.counters_held.clone(),
+        );
+        registry.register(
+            "peer_counters",
+            "Counters with a copy of a peer's slot held here",
+            metrics.peer_counters.clone(),
+        );
+        registry.register(
+            "descriptions",
+            "Counter descriptions held, tombstones included",
+            metrics.descriptions_held.clone(),
         );
         registry.register(
             "idempotency_keys",

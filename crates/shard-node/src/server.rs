@@ -192,6 +192,8 @@ struct Engine {
     ticker: tokio::task::JoinHandle<()>,
     table: SharedSlotTable,
     descriptions: Arc<RwLock<DescriptionTable>>,
+    /// The copies of the peers' slots, filled by the pulls.
+    replicas: Arc<RwLock<SlotCopies>>,
     keys: SharedKeys,
     load: Arc<AtomicU64>,
     metrics: Arc<ShardMetrics>,
@@ -231,6 +233,7 @@ fn start_engine(
     let health = Arc::new(NodeHealth::default());
     let table: SharedSlotTable = Arc::new(RwLock::new(resumed.table));
     let descriptions = Arc::new(RwLock::new(resumed.descriptions));
+    let replicas = Arc::new(RwLock::new(SlotCopies::new(config.slot_names())));
     metrics
         .counters_held
         .set(table.read().expect("slot table lock").len() as i64);
@@ -256,6 +259,7 @@ fn start_engine(
         CommitContext {
             table: table.clone(),
             descriptions: descriptions.clone(),
+            peer_copies: replicas.clone(),
             checkpointer,
             settings: settings.clone(),
             clock: clock.clone(),
@@ -299,6 +303,7 @@ fn start_engine(
         ticker,
         table,
         descriptions,
+        replicas,
         keys,
         load,
         metrics,
@@ -333,7 +338,7 @@ fn start_pulls(
     storage: &Storage,
 ) -> Pulls {
     let slot_names = config.slot_names();
-    let replicas = Arc::new(RwLock::new(SlotCopies::new(slot_names.clone())));
+    let replicas = engine.replicas.clone();
     let clock = &engine.clock;
     let mut sources = Vec::new();
     let mut peers = Vec::new();

@@ -143,6 +143,9 @@ impl DescriptionTable {
         if self.entries.len() * 4 < self.entries.capacity() {
             self.entries.shrink_to_fit();
         }
+        if !purged.is_empty() {
+            self.journal.fit(self.entries.len());
+        }
         purged
     }
 

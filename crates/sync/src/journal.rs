@@ -28,6 +28,9 @@ pub struct ChangeJournal {
 /// The default number of changes a journal remembers.
 pub const DEFAULT_JOURNAL_CAPACITY: usize = 1 << 20;
 
+/// The changes [`ChangeJournal::fit`] keeps however few entries the table holds.
+pub const FIT_FLOOR: usize = 1 << 10;
+
 impl Default for ChangeJournal {
     fn default() -> Self {
         Self::with_capacity(DEFAULT_JOURNAL_CAPACITY)
@@ -59,6 +62,22 @@ impl ChangeJournal {
     }
 
     /// The sequence number of the oldest change remembered (`seq + 1` when none is).
+    /// Keeps only the latest `max(2 × held, FIT_FLOOR)` changes of a table now holding `held`
+    /// entries, and hands back the rest of the log's memory: a table emptied by removals would
+    /// otherwise keep the changes of every entry it once held. A puller further behind than
+    /// that gets a full copy, `held` entries, no more than it would have replayed.
+    pub fn fit(&mut self, held: usize) {
+        let keep = held.saturating_mul(2).max(FIT_FLOOR);
+        if self.log.len() > keep {
+            self.log.drain(..self.log.len() - keep);
+            // Every change up to the one before the first kept is gone.
+            self.floor = self.first_seq() - 1;
+        }
+        if self.log.capacity() > 4 * keep {
+            self.log.shrink_to(keep);
+        }
+    }
+
     fn first_seq(&self) -> u64 {
         self.seq + 1 - self.log.len() as u64
     }
@@ -327,6 +346,27 @@ mod tests {
         };
         let (_, next, _) = page(&rows, &rows.journal, foreign, 100);
         assert!(matches!(next, Cursor::Seq { epoch, .. } if epoch == rows.journal.epoch()));
+    }
+
+    #[test]
+    fn a_fitted_journal_keeps_the_latest_changes_and_hands_back_the_rest() {
+        let count = 4 * FIT_FLOOR as u64;
+        let mut rows = rows_set_once(count, DEFAULT_JOURNAL_CAPACITY);
+        rows.journal.fit(rows.rows.len());
+        assert_eq!(rows.journal.log.len(), count as usize, "2 × held is more");
+        rows.journal.fit(10);
+        assert_eq!(rows.journal.log.len(), FIT_FLOOR);
+        assert!(rows.journal.log.capacity() <= 4 * FIT_FLOOR);
+        // The oldest change kept is `count - FIT_FLOOR + 1`: a cursor one before it pages on.
+        let kept = at(&rows, count - FIT_FLOOR as u64);
+        let (items, _, caught_up) = page(&rows, &rows.journal, kept, usize::MAX);
+        assert!(caught_up);
+        assert_eq!(items.len(), FIT_FLOOR);
+        // One older, and the changes it needs are gone: a full copy.
+        let gone = at(&rows, count - FIT_FLOOR as u64 - 1);
+        let mut copy = std::collections::HashMap::new();
+        pull_all(&rows, gone, 1_000, &mut copy);
+        assert_eq!(copy.len(), count as usize);
     }
 
     #[test]

@@ -222,6 +222,7 @@ impl SlotCopies {
         if let Some(moved) = moved {
             self.counters[moved].latest_seq = self.journal.record(moved);
         }
+        self.journal.fit(self.counters.len());
         self.removals += 1;
         Some((index, moved))
     }

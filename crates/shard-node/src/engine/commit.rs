@@ -17,7 +17,7 @@ use geocount_model::{
     Clock, CounterDescription, CounterId, Hlc, Placement, RollupChange, ShardDefaults, SlotRecord,
     VersionedDescription, next_slot_version,
 };
-use geocount_sync::DescriptionTable;
+use geocount_sync::{DescriptionTable, SlotCopies};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::budget::ByteBudget;
@@ -60,6 +60,9 @@ pub struct CommitContext {
     pub table: SharedSlotTable,
     /// The known descriptions (the loop is their only writer).
     pub descriptions: Arc<RwLock<DescriptionTable>>,
+    /// The copies of the peers' slots held here: a tombstone goes only once no copy of its
+    /// counter is held either, or the copy would count again without it.
+    pub peer_copies: Arc<RwLock<SlotCopies>>,
     /// Writes the closed log segments into the store.
     pub checkpointer: Checkpointer,
     /// Shard settings.

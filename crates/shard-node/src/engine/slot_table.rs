@@ -167,6 +167,7 @@ impl SlotTable {
         if let Some(moved) = moved {
             self.journal_change(moved);
         }
+        self.journal.fit(self.rows.len());
         self.removals += 1;
         Some((index, moved))
     }

@@ -127,6 +127,11 @@ async fn dispatch(
         )),
         (Route::Metrics, Method::GET, _, _) => {
             let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));
+            let held = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            let peers = state.replicas.read().expect("replicas lock").len();
+            state.metrics.peer_counters.set(held(peers));
+            let descriptions = state.descriptions.read().expect("descriptions lock").len();
+            state.metrics.descriptions_held.set(held(descriptions));
             Ok(routing::metrics_response(state.metrics.scrape(staleness)))
         }
         _ => Err(RequestError::method_not_allowed(&request, route.methods()).into()),

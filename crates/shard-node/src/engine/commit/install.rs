@@ -148,8 +148,9 @@ impl CommitLoop {
     }
 
     /// Drops tombstones older than `sync.tombstone_retention_secs`, at most once a minute, and
-    /// only of counters whose row here is gone: a row left would count again without its
-    /// tombstone. The next checkpoint deletes them from the store.
+    /// only of counters whose row here is gone and of which no peer's copy is held: either
+    /// would count again without its tombstone. The next checkpoint deletes them from the
+    /// store.
     pub(super) fn purge_tombstones_if_due(&mut self, now_ms: u64) {
         let retention_ms = self.shared.tombstone_retention_ms;
         let interval_ms = TOMBSTONE_PURGE_INTERVAL_MS.min(retention_ms);
@@ -159,9 +160,11 @@ impl CommitLoop {
         self.last_purge_ms = now_ms;
         let purged = {
             let table = self.shared.table.read().expect("slot table lock");
+            let peers = self.shared.peer_copies.read().expect("replicas lock");
             let mut descriptions = self.shared.descriptions.write().expect("descriptions lock");
-            let purged =
-                descriptions.purge_tombstones_where(now_ms, retention_ms, |id| !table.contains(id));
+            let purged = descriptions.purge_tombstones_where(now_ms, retention_ms, |id| {
+                !table.contains(id) && peers.index_of(id).is_none()
+            });
             for id in &purged {
                 self.budget
                     .changed(description_bytes(id.as_str()) as u64, 0);

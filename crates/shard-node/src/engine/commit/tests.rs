@@ -39,6 +39,10 @@ fn commit_loop(dir: &std::path::Path, retention_ms: u64) -> (CommitLoop, SharedS
     let context = CommitContext {
         table: table.clone(),
         descriptions: Arc::new(RwLock::new(DescriptionTable::default())),
+        peer_copies: Arc::new(RwLock::new(SlotCopies::new(vec![
+            "DC_T_VAL_0".into(),
+            "DC_T_VAL_1".into(),
+        ]))),
         checkpointer,
         settings,
         clock: clock.clone(),
@@ -101,6 +105,7 @@ struct Running {
     commands: mpsc::Sender<Command>,
     table: SharedSlotTable,
     descriptions: Arc<RwLock<DescriptionTable>>,
+    peer_copies: Arc<RwLock<SlotCopies>>,
     _dir: tempfile::TempDir,
 }
 
@@ -113,12 +118,14 @@ impl Running {
         let dir = tempfile::tempdir().unwrap();
         let (commit, table) = commit_loop(dir.path(), retention_ms);
         let descriptions = commit.shared.descriptions.clone();
+        let peer_copies = commit.shared.peer_copies.clone();
         let (commands, receiver) = mpsc::channel(8);
         tokio::spawn(commit.run(receiver));
         Self {
             commands,
             table,
             descriptions,
+            peer_copies,
             _dir: dir,
         }
     }
@@ -499,4 +506,26 @@ async fn a_keyed_retry_does_not_make_a_deleted_counter_again() {
     );
     let held = node.description("c");
     assert!(held.description.deleted, "still deleted: {held:?}");
+}
+
+#[tokio::test]
+async fn a_tombstone_stays_while_a_copy_of_a_peers_slot_holds_the_counter() {
+    let node = Running::keeping_tombstones(0);
+    let id = CounterId::new("p").unwrap();
+    let record: SlotRecord = SlotState {
+        value: 3,
+        version: 1,
+    }
+    .into();
+    node.peer_copies.write().unwrap().merge(1, &id, &record);
+    node.write("p", 5, None).await;
+    node.change("p", LifecycleChange::Delete).await.unwrap();
+    node.write("barrier", 1, None).await;
+    assert!(
+        node.description("p").description.deleted,
+        "kept while the peer's copy is held"
+    );
+    node.peer_copies.write().unwrap().remove("p");
+    node.write("barrier", 1, None).await;
+    assert!(node.descriptions.read().unwrap().get("p").is_none());
 }
