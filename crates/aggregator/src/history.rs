@@ -11,20 +11,16 @@
 //! - A point is the sum of the slots' buckets of that step which their owner still keeps.
 //! - Copies count by the lifecycle rule ([`crate::lifecycle`]), as in every read: one wiped by
 //!   a reset or delete counts zero, and a deleted or expired counter is not found.
+//!
+//! What both tiers share is here; each tier's answer is its own (`datacenter/history.rs`,
+//! `global/history.rs`).
 
 use geocount_http::routing::RequestError;
 use geocount_model::{HistoryLevel, SlotRecord};
-use geocount_sync::worst_staleness;
 use serde::Serialize;
 
-use crate::datacenter::state::slot_staleness;
-use crate::global::layout::Layout;
-use crate::global::query::StalenessKeys;
-use crate::global::read::{CounterReading, GlobalRead, answer_read};
-use crate::global::staleness::empty_readings;
 use crate::lifecycle::Presence;
-use crate::parts::StaleRead;
-use crate::replica::{HeldCounter, Replica};
+use crate::replica::HeldCounter;
 
 /// The most points one history read answers.
 pub const MAX_POINTS: u64 = 10_000;
@@ -130,7 +126,7 @@ pub struct Range {
 
 impl Range {
     /// How many points.
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         ((self.to - self.from) / self.step + 1) as usize
     }
 
@@ -178,7 +174,7 @@ pub struct Points {
 }
 
 impl Points {
-    fn of(range: Range, values: Vec<i128>) -> Self {
+    pub(crate) fn of(range: Range, values: Vec<i128>) -> Self {
         let points = (values.into_iter().enumerate())
             .map(|(n, value)| Point {
                 at: range.from + n as u64 * range.step,
@@ -204,7 +200,7 @@ pub enum Unanswered {
 }
 
 /// The counter's levels: its description's, else those its copies keep (by rising step).
-fn levels_of(counter: &HeldCounter<'_>) -> Vec<HistoryLevel> {
+pub(crate) fn levels_of(counter: &HeldCounter<'_>) -> Vec<HistoryLevel> {
     if let Some(described) = counter.description {
         return described.description.history.clone();
     }
@@ -221,7 +217,7 @@ pub type Counting<'a> = Vec<&'a (u16, SlotRecord)>;
 
 /// The counter's range asked by `query` and the copies that count by the lifecycle rule, or
 /// why there is none.
-fn resolve<'a>(
+pub(crate) fn resolve<'a>(
     counter: &HeldCounter<'a>,
     query: &HistoryQuery,
     now_ms: u64,
@@ -238,141 +234,6 @@ fn resolve<'a>(
     }
     let range = (query.resolve(&levels_of(counter), now_ms / 1000)).map_err(Unanswered::Bad)?;
     Ok((range, copies))
-}
-
-/// The datacenter tier's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DatacenterHistory {
-    /// The counter's id.
-    pub id: String,
-    /// The steps and their sums over the datacenter's slots.
-    #[serde(flatten)]
-    pub points: Points,
-    /// This datacenter.
-    pub datacenter: String,
-    /// The datacenter's staleness (`None` if any slot was never heard).
-    pub staleness_ms: Option<u64>,
-    /// Whether every slot was heard.
-    pub complete: bool,
-}
-
-/// Counter `id`'s history as one datacenter's `replica` holds it (slots named `slot_names`).
-pub fn datacenter_history(
-    replica: &Replica,
-    datacenter: &str,
-    slots: usize,
-    id: &str,
-    query: &HistoryQuery,
-    now_ms: u64,
-) -> Result<DatacenterHistory, Unanswered> {
-    let counter = replica.counter(id);
-    let (range, copies) = resolve(&counter, query, now_ms)?;
-    let mut values = vec![0i128; range.len()];
-    for (_, record) in copies {
-        range.add(record, &mut values);
-    }
-    let staleness = worst_staleness(slot_staleness(replica, slots, now_ms));
-    Ok(DatacenterHistory {
-        id: id.to_owned(),
-        points: Points::of(range, values),
-        datacenter: datacenter.to_owned(),
-        staleness_ms: staleness,
-        complete: staleness.is_some(),
-    })
-}
-
-/// The global tier's answer: the world's points, and the read's total over them with each
-/// datacenter's part and staleness as `GET /counter/{id}` gives them.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GlobalHistory {
-    /// The steps and their sums over every datacenter.
-    #[serde(flatten)]
-    pub points: Points,
-    /// `value`: the sum of the points; each datacenter's part is its sum of them.
-    #[serde(flatten)]
-    pub reading: CounterReading,
-}
-
-/// What a global history read answers.
-#[derive(Debug)]
-pub enum GlobalHistoryRead {
-    /// 200.
-    History(Box<GlobalHistory>),
-    /// 503: stale datacenters and no partial answer allowed.
-    Stale(StaleRead),
-    /// 404: as for `GET /counter/{id}`.
-    NotFound(Presence),
-    /// 400.
-    Bad(RequestError),
-}
-
-/// Counter `id`'s history at the global tier: `query` with the staleness keys in `staleness`
-/// (default bound `max_staleness_ms`), datacenters laid out in `layout`.
-pub fn global_history(
-    replica: &Replica,
-    layout: &Layout,
-    id: &str,
-    query: &HistoryQuery,
-    freshness: crate::global::staleness::Freshness,
-    now_ms: u64,
-) -> GlobalHistoryRead {
-    let counter = replica.counter(id);
-    let mut readings = empty_readings(replica, layout, now_ms);
-    let life = counter.life(now_ms);
-    let (range, values) = match life.exists().then(|| resolve(&counter, query, now_ms)) {
-        Some(Err(Unanswered::Bad(refusal))) => return GlobalHistoryRead::Bad(refusal),
-        Some(Ok((range, copies))) => {
-            let mut values = vec![0i128; range.len()];
-            let mut part = vec![0i128; range.len()];
-            for (slot, record) in copies {
-                part.iter_mut().for_each(|v| *v = 0);
-                range.add(record, &mut part);
-                let dc = layout.slot_datacenters[usize::from(*slot)];
-                readings[dc].value += part.iter().sum::<i128>();
-                for (value, hits) in values.iter_mut().zip(&part) {
-                    *value += hits;
-                }
-            }
-            (Some(range), values)
-        }
-        Some(Err(Unanswered::NotFound(_))) | None => (None, Vec::new()),
-    };
-    let mut answer = answer_read(
-        id,
-        &layout.names,
-        life.exists(),
-        readings,
-        None,
-        freshness.max_staleness_ms,
-        freshness.allow_partial,
-    );
-    if let GlobalRead::NotFound(presence) = &mut answer {
-        *presence = life.presence;
-    }
-    match (answer, range) {
-        (GlobalRead::Counter(reading), Some(range)) => {
-            GlobalHistoryRead::History(Box::new(GlobalHistory {
-                points: Points::of(range, values),
-                reading,
-            }))
-        }
-        // Held nowhere but a stale datacenter may hold it: a partial answer has no levels.
-        (GlobalRead::Counter(_), None) => GlobalHistoryRead::Bad(RequestError::BadRequest(
-            "no datacenter has reported the counter yet, so its history levels are unknown".into(),
-        )),
-        (GlobalRead::Stale(refusal), _) => GlobalHistoryRead::Stale(refusal),
-        (GlobalRead::NotFound(presence), _) => GlobalHistoryRead::NotFound(presence),
-    }
-}
-
-/// Parses a global history read's query: the history keys and the staleness keys.
-pub fn parse_global(
-    query: Option<&str>,
-    default_max_staleness_ms: u64,
-) -> Result<(HistoryQuery, crate::global::staleness::Freshness), RequestError> {
-    let mut staleness = StalenessKeys::default();
-    let asked = HistoryQuery::parse(query, |key, value| staleness.take(key, value))?;
-    Ok((asked, staleness.freshness(default_max_staleness_ms)))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //!
 //! - `schema`: the sections and keys, their defaults and bounds, and the lookups the binaries
 //!   make in a loaded topology.
+//! - `shard`: the `[shard]` section, every shard node's settings.
 //! - `durability`: when a shard node acknowledges a write, and the shard count it needs.
 //! - `validate`: what serde cannot check (names, sizes, duplicate addresses, bounds, the WAN).
 //! - `partitions`: which partitions of the counter space each aggregator replica holds.
@@ -16,16 +17,18 @@ mod durability;
 mod load;
 mod partitions;
 mod schema;
+mod shard;
 mod validate;
 
 pub use crate::error::TopologyError;
 pub use durability::Durability;
 pub use partitions::MAX_PARTITIONS;
 pub use schema::{
-    AggregatorSettings, DatacenterConfig, GlobalConfig, HistoryLevelConfig, HttpSettings,
-    MAX_CONCURRENT_SCANS, MAX_VIRTUAL_NODES, MAX_WAN_DELAY_MS, MIN_COUNTER_BYTES, MemorySettings,
-    RegionLink, Selection, ShardDefaults, SyncSettings, Topology, TrendingConfig, WanSettings,
+    AggregatorSettings, DatacenterConfig, GlobalConfig, HttpSettings, MAX_CONCURRENT_SCANS,
+    MAX_VIRTUAL_NODES, MAX_WAN_DELAY_MS, MIN_COUNTER_BYTES, MemorySettings, RegionLink, Selection,
+    SyncSettings, Topology, TrendingConfig, WanSettings,
 };
+pub use shard::{HistoryLevelConfig, ShardDefaults};
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@
 //! by its slot, and `global`.
 
 pub mod api;
+pub mod history;
 pub mod state;
 pub mod trends;
 

@@ -36,7 +36,7 @@ use super::read::{self, GlobalRead};
 use super::staleness::empty_readings;
 use super::{sums, trends};
 use crate::error::AggregatorError;
-use crate::history::{GlobalHistoryRead, global_history, parse_global};
+use crate::global::history::{GlobalHistoryRead, global_history, parse_global};
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{GLOBAL_ONLY, ROUTES, Route};

@@ -23,6 +23,7 @@
 
 pub mod api;
 pub mod datacenters;
+pub mod history;
 pub mod layout;
 pub mod query;
 pub mod read;
