@@ -27,11 +27,14 @@ fn id(n: usize) -> String {
     }
 }
 
+/// The time rankings are made at: the end of the live window the replicas rank (unix ms).
+const NOW_MS: u64 = 1_000_000;
+
 /// Merges `page` into `replica` whole and ranks every counter it changed.
 fn merge_all(replica: &mut Replica, page: &SlotPage) {
     let fence = PageFence::open(replica.copies().slot_names().len());
     replica.merge_entries(&page.slot_names, &page.entries, &fence);
-    replica.rank_pending(usize::MAX);
+    replica.rank_pending(usize::MAX, NOW_MS);
 }
 
 /// Counters held by the global aggregator in [`global_page`].
@@ -101,7 +104,7 @@ fn merge_pages(
             |page| {
                 let changed =
                     (replica.merge_entries(&page.slot_names, &page.entries, &fence)).changed;
-                replica.rank_pending(usize::MAX);
+                replica.rank_pending(usize::MAX, NOW_MS);
                 black_box(changed)
             },
             criterion::BatchSize::LargeInput,

@@ -17,6 +17,9 @@ pub struct Total {
     /// For a unique counter: the relative standard error of `value`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub standard_error: Option<f64>,
+    /// When the counter expires (unix ms), if its description says.
+    #[serde(rename = "expiresAtMs", skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
 }
 
 /// The answer to `GET /topk`: the counters ranked, with what was asked.

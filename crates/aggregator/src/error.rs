@@ -5,7 +5,8 @@ use geocount_http::routing::RequestError;
 use geocount_net::{HttpError, Response, bytes_response, json_response};
 use hyper::StatusCode;
 
-use crate::parts::{DatacenterRanking, StaleRead};
+use crate::lifecycle::Presence;
+use crate::parts::{DatacenterRanking, DatacenterSum, StaleRead};
 
 /// Everything an aggregator refuses.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,14 @@ pub enum AggregatorError {
         id: String,
         /// Whose slots: `this datacenter` or `any datacenter`.
         held_by: &'static str,
+    },
+    /// A counter deleted, or whose expiry has passed.
+    #[error("counter {id:?} {}", gone_as(*.expired_at_ms))]
+    CounterGone {
+        /// The counter asked for.
+        id: String,
+        /// When it expired (unix ms); `None`: it was deleted.
+        expired_at_ms: Option<u64>,
     },
     /// `GET /slots/{slot}/copy` for a slot the tier does not hold.
     #[error("slot {slot:?} is not a slot of {held_by}")]
@@ -43,6 +52,10 @@ pub enum AggregatorError {
     /// answer allowed.
     #[error("{}", .0.error)]
     StaleRanking(Box<StaleRead<DatacenterRanking>>),
+    /// A global `/aggregate` with datacenters staler than it allows, and no partial answer
+    /// allowed.
+    #[error("{}", .0.error)]
+    StaleSum(Box<StaleRead<DatacenterSum>>),
     /// A read of a counter in partitions this replica does not hold: 307 to one that does.
     #[error("counter {id:?} is in a partition this replica does not hold: read it at {location}")]
     Elsewhere {
@@ -51,9 +64,9 @@ pub enum AggregatorError {
         /// The same read at a replica that holds it.
         location: String,
     },
-    /// Another replica refused its part of a ranking (a stale read's 503, a busy 429): its
-    /// answer, passed on.
-    #[error("a replica holding other partitions refused its part of the ranking ({status})")]
+    /// Another replica refused its part of a ranking or a sum (a stale read's 503, a busy
+    /// 429): its answer, passed on.
+    #[error("a replica holding other partitions refused its part of the answer ({status})")]
     PartRefused {
         /// Its status.
         status: StatusCode,
@@ -64,8 +77,11 @@ pub enum AggregatorError {
     /// total beyond what JSON numbers carry).
     #[error("cannot encode this replica's part of the ranking: {0}")]
     Encode(#[from] serde_json::Error),
-    /// No replica holding a group of partitions answered its part of a ranking.
-    #[error("no replica holding partitions {partitions} answered its part of the ranking: {last}")]
+    /// Another replica answered its part of a sum with a body that is not one.
+    #[error("a replica holding other partitions answered its part of the sum unreadably: {0}")]
+    BadPart(serde_json::Error),
+    /// No replica holding a group of partitions answered its part of a ranking or a sum.
+    #[error("no replica holding partitions {partitions} answered its part of the answer: {last}")]
     PartitionsUnreachable {
         /// The partitions.
         partitions: String,
@@ -74,20 +90,51 @@ pub enum AggregatorError {
     },
 }
 
+impl AggregatorError {
+    /// The 404 of counter `id`, which does not exist (`presence`): never heard of by
+    /// `held_by`'s slots, deleted or expired.
+    pub fn not_found(id: String, presence: Presence, held_by: &'static str) -> Self {
+        match presence {
+            Presence::Deleted => AggregatorError::CounterGone {
+                id,
+                expired_at_ms: None,
+            },
+            Presence::Expired(at_ms) => AggregatorError::CounterGone {
+                id,
+                expired_at_ms: Some(at_ms),
+            },
+            Presence::Exists | Presence::Unknown => {
+                AggregatorError::CounterNotFound { id, held_by }
+            }
+        }
+    }
+}
+
+/// How a counter that is gone went.
+fn gone_as(expired_at_ms: Option<u64>) -> String {
+    match expired_at_ms {
+        Some(at_ms) => format!("expired at {at_ms} (unix ms)"),
+        None => "is deleted".to_owned(),
+    }
+}
+
 impl HttpError for AggregatorError {
     fn status(&self) -> StatusCode {
         match self {
             AggregatorError::Request(error) => error.status(),
             AggregatorError::CounterNotFound { .. }
+            | AggregatorError::CounterGone { .. }
             | AggregatorError::UnknownSlot { .. }
             | AggregatorError::NoTrendingPrefix(_) => StatusCode::NOT_FOUND,
             AggregatorError::Stale(_)
             | AggregatorError::StaleRanking(_)
+            | AggregatorError::StaleSum(_)
             | AggregatorError::PartitionsUnreachable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             AggregatorError::Elsewhere { .. } => StatusCode::TEMPORARY_REDIRECT,
             AggregatorError::PartRefused { status, .. } => *status,
             AggregatorError::ScansBusy(_) => StatusCode::TOO_MANY_REQUESTS,
             AggregatorError::Encode(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            AggregatorError::BadPart(_) => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -101,6 +148,7 @@ impl HttpError for AggregatorError {
         match self {
             AggregatorError::Stale(refusal) => json_response(self.status(), refusal),
             AggregatorError::StaleRanking(refusal) => json_response(self.status(), refusal),
+            AggregatorError::StaleSum(refusal) => json_response(self.status(), refusal),
             AggregatorError::Elsewhere { location, .. } => {
                 let mut response = geocount_net::error_answer(self);
                 if let Ok(value) = hyper::header::HeaderValue::from_str(location) {

@@ -16,18 +16,21 @@
 //! Modules, leaves first:
 //! - [`settings`]: what both tiers read from the topology ([`Settings`]) and [`SlotGroups`].
 //! - [`routes`]: the endpoints both tiers route ([`routes::Route`]).
+//! - [`lifecycle`]: the rule every read goes by: whether a counter exists (reset, delete,
+//!   expiry) and which of its records count ([`lifecycle::Life`]).
 //! - [`answers`]: the parts of an answer both tiers give alike: a counter's total, a ranking.
 //! - [`parts`]: each datacenter's part of a global answer and a stale read's 503 body.
 //! - [`replica`]: what an aggregator holds of the tier below ([`replica::Replica`]): its copies,
 //!   the one path a pulled page takes into them, the pullers that feed it, the top-K index
-//!   beside the copies, ranking scans and metrics.
+//!   beside the copies, ranking and sum scans and metrics.
 //! - [`error`]: every refusal and its HTTP status ([`AggregatorError`]).
 //! - [`openapi`]: the OpenAPI document each tier serves at `GET /openapi.json`.
 //! - [`tier`]: what both tiers run alike: the pullers, the top-K index, and the answers that
 //!   do not depend on the tier (metrics, slot copies, `POST /sync`, ranking scans).
 //! - [`ranking`]: what a ranking asks of a replica, and how replicas ask each other for parts.
 //! - [`spread`]: partitions held by the tier's other replicas: reads redirected there, and
-//!   rankings merged from every group's part.
+//!   rankings and sums merged from every group's part.
+//! - [`aggregate`]: sums over an id prefix (`GET /aggregate`) at both tiers.
 //! - [`datacenter`]: the datacenter tier ([`DatacenterSettings`], [`datacenter::run`]).
 //! - [`global`]: the global tier, with its staleness rules, `allow_partial` and
 //!   `GET /datacenters` ([`GlobalSettings`], [`global::run`]).
@@ -36,10 +39,12 @@
 //! The pull loop and the tables it fills are `geocount_sync`'s; rankings are
 //! `geocount_ranking`'s.
 
+pub mod aggregate;
 pub mod answers;
 pub mod datacenter;
 pub mod error;
 pub mod global;
+pub mod lifecycle;
 pub mod openapi;
 pub mod parts;
 pub mod process;

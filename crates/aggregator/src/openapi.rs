@@ -10,10 +10,11 @@ pub fn datacenter(max_window_seconds: u32) -> ApiDoc {
     ApiDoc::new(
         "geocount datacenter aggregator",
         "Sums the slots of one datacenter's shard nodes, with each slot's staleness; ranks the \
-         datacenter's counters.",
+         datacenter's counters and sums them over an id prefix.",
     )
     .aggregator_read(false, max_window_seconds)
     .rankings(false)
+    .aggregate(false)
     .replication(true)
     .health_and_metrics(
         "health, with each shard's staleness, byte bound and entries refused ahead of the clock",
@@ -25,10 +26,12 @@ pub fn global(max_window_seconds: u32) -> ApiDoc {
     ApiDoc::new(
         "geocount global aggregator",
         "Sums the datacenters, with each datacenter's staleness; refuses (503) an answer with a \
-         stale datacenter unless allow_partial=true; ranks the world's counters.",
+         stale datacenter unless allow_partial=true; ranks the world's counters and sums them over \
+         an id prefix.",
     )
     .aggregator_read(true, max_window_seconds)
     .rankings(true)
+    .aggregate(true)
     .operation(
         "/datacenters",
         "get",

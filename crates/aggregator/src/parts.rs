@@ -41,3 +41,16 @@ pub struct DatacenterRanking {
     /// Whether its aggregator ever answered.
     pub heard: bool,
 }
+
+/// One datacenter's sum over an id prefix (`GET /aggregate`): its slots alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DatacenterSum {
+    /// The sum of its sum counters with the prefix (its last known values when stale).
+    pub sum: i128,
+    /// How many of those counters its slots hold.
+    pub counters: u64,
+    /// Its staleness (`None`: never complete).
+    pub staleness_ms: Option<u64>,
+    /// Whether its aggregator ever answered.
+    pub heard: bool,
+}

@@ -68,14 +68,15 @@ impl Asked {
     }
 }
 
-/// The query key by which a replica asks another for its own part of a ranking. Its value is
-/// the asker's clock (unix ms), so that every part ranks the same window.
+/// The query key by which a replica asks another for its own part of a ranking or a sum. Its
+/// value is the asker's clock (unix ms), so that every part counts the same window.
 pub const PART_KEY: &str = "part_of_ms";
 
-/// A ranking asked of this replica, as the tier's other replicas are asked for their parts.
+/// A ranking (or a sum, `GET /aggregate`) asked of this replica, as the tier's other replicas
+/// are asked for their parts.
 #[derive(Debug, Clone)]
 pub struct RankingRequest {
-    /// `/topk` or `/trending`.
+    /// `/topk`, `/trending` or `/aggregate`.
     pub path: String,
     /// The query, less [`PART_KEY`].
     pub query: Option<String>,

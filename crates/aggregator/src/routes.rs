@@ -13,6 +13,8 @@ pub enum Route {
     TopK,
     /// `/trending`
     Trending,
+    /// `/aggregate`
+    Aggregate,
     /// `/datacenters` (the global tier only)
     Datacenters,
     /// `/sync`
@@ -32,6 +34,7 @@ pub const ROUTES: &[(&str, Route)] = &[
     ("/counter/{id}", Route::Counter),
     ("/topk", Route::TopK),
     ("/trending", Route::Trending),
+    ("/aggregate", Route::Aggregate),
     ("/sync", Route::Sync),
     ("/slots/{slot}/copy", Route::SlotCopy),
     ("/healthz", Route::Health),
@@ -49,6 +52,7 @@ impl Endpoint for Route {
             Route::Counter
             | Route::TopK
             | Route::Trending
+            | Route::Aggregate
             | Route::Datacenters
             | Route::SlotCopy
             | Route::Health

@@ -1,8 +1,8 @@
 //! Partitions held by other replicas of the tier. A read of a counter this replica does not
-//! hold is redirected to the first replica that does; a ranking asks one replica of each other
-//! group of partitions for its own part and merges the parts. The merge is exact: partitions
-//! are disjoint, so each part ranks counters no other part holds, and the best K of the union
-//! are among the best K of each part.
+//! hold is redirected to the first replica that does; a ranking or a sum asks one replica of
+//! each other group of partitions for its own part and merges the parts. The merge is exact:
+//! partitions are disjoint, so each part ranks or sums counters no other part holds, and the
+//! best K of the union are among the best K of each part.
 
 use std::cmp::Ordering;
 use std::net::SocketAddr;
@@ -74,15 +74,21 @@ impl Core {
         if ranking.part_of.is_some() || self.settings.partitions.is_all() {
             return Ok(self.answer(answer));
         }
-        let parts = self.parts(ranking).await?;
+        let parts: Vec<Value> = (self.parts(ranking).await?.iter())
+            .map(|body| serde_json::from_slice(body).unwrap_or(Value::Null))
+            .collect();
         let local = serde_json::to_value(answer)?;
         Ok(self.answer(&merge(local, &parts, list)))
     }
 
-    /// The parts of `ranking` that the other groups hold: one replica of each asked in turn
-    /// until one answers. A part refused (a stale read's 503, a busy 429) is the answer; no
-    /// replica of a group answering is a 503 naming it.
-    async fn parts(&self, ranking: &RankingRequest) -> Result<Vec<Value>, AggregatorError> {
+    /// The parts of `ranking` (a ranking or a sum) that the other groups hold, as their JSON
+    /// bodies: one replica of each asked in turn until one answers. A part refused (a stale
+    /// read's 503, a busy 429) is the answer; no replica of a group answering is a 503 naming
+    /// it.
+    pub async fn parts(
+        &self,
+        ranking: &RankingRequest,
+    ) -> Result<Vec<bytes::Bytes>, AggregatorError> {
         let mut query = ranking.query.clone().unwrap_or_default();
         if !query.is_empty() {
             query.push('&');
@@ -104,7 +110,7 @@ impl Core {
                     .send(Method::GET, &url, &headers, Default::default());
                 match sent.await {
                     Ok(answer) if answer.status == StatusCode::OK => {
-                        answered = Some(answer.json());
+                        answered = Some(answer.body);
                         break;
                     }
                     Ok(answer) => {

@@ -113,12 +113,13 @@ pub fn start(
     (core, pullers)
 }
 
-/// The rankings of what `asked` asks, one per scope of `scopes`, from `replica`'s index; or
-/// the scan that finds them.
-pub fn rank(replica: &Replica, scopes: &[Scope], asked: &Asked) -> Answer {
+/// The rankings of what `asked` asks at `now_ms`, one per scope of `scopes`, from `replica`'s
+/// index; or the scan that finds them.
+pub fn rank(replica: &Replica, scopes: &[Scope], asked: &Asked, now_ms: u64) -> Answer {
     let mut index = replica.top_index().expect("indexed at start");
     let (prefix, k, min_value, window) = asked.ranking();
-    index.rank(scopes, prefix, k, min_value, window, replica)
+    let counters = replica.ranked_at(now_ms);
+    index.rank(scopes, prefix, k, min_value, window, &counters)
 }
 
 /// Serves `listener` with `handler` until `shutdown` completes; then stops the pullers and
@@ -250,7 +251,7 @@ impl Core {
         now_ms: u64,
         ask: impl FnOnce(&Replica) -> Answer,
     ) -> Result<Vec<Vec<Ranked>>, ScansBusy> {
-        self.scans.rank(&self.replica, now_ms / 1000, ask).await
+        self.scans.rank(&self.replica, now_ms, ask).await
     }
 
     /// What the ranking `ranking` asks at route `route` (`/topk` or `/trending`); query keys

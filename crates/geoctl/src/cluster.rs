@@ -116,14 +116,42 @@ impl ClusterClient {
     /// has heard every datacenter). The URL that answered and its answer; when none answers
     /// better, the last 503, else the last failure.
     pub async fn get_global(&self, id: &str, path: &str) -> Result<(String, Answer), ClientError> {
+        let replicas = self.topology.global.replicas_of(self.topology.partitions);
+        let holders = (replicas.into_iter())
+            .filter(|(_, held)| held.holds(id))
+            .map(|(address, _)| address);
+        self.get_first(holders, path, &[StatusCode::SERVICE_UNAVAILABLE])
+            .await
+    }
+
+    /// `GET <path>`, a read any global aggregator replica answers whole (it asks the replicas
+    /// holding other partitions for their parts): replica 0 first, then the next one whenever
+    /// a replica does not answer, answers 503 (stale) or 429 (its scans are busy; each
+    /// replica bounds its own). Answers as [`ClusterClient::get_global`] does.
+    pub async fn get_any_global(&self, path: &str) -> Result<(String, Answer), ClientError> {
+        let replicas = self.topology.global.replicas_of(self.topology.partitions);
+        let next_on = [
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::TOO_MANY_REQUESTS,
+        ];
+        let addresses = replicas.into_iter().map(|(address, _)| address);
+        self.get_first(addresses, path, &next_on).await
+    }
+
+    /// `GET <path>` at each of `replicas` in turn until one answers with another status than
+    /// `next_on`; else the last such answer, else the last failure.
+    async fn get_first(
+        &self,
+        replicas: impl IntoIterator<Item = SocketAddr>,
+        path: &str,
+        next_on: &[StatusCode],
+    ) -> Result<(String, Answer), ClientError> {
         let mut unavailable = None;
         let mut failure = None;
-        let replicas = self.topology.global.replicas_of(self.topology.partitions);
-        let holders = replicas.into_iter().filter(|(_, held)| held.holds(id));
-        for (address, _) in holders {
+        for address in replicas {
             let url = self.client.url(address, path);
             match self.client.get(&url).await {
-                Ok(answer) if answer.status == StatusCode::SERVICE_UNAVAILABLE => {
+                Ok(answer) if next_on.contains(&answer.status) => {
                     unavailable = Some((url, answer));
                 }
                 Ok(answer) => return Ok((url, answer)),

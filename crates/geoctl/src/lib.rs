@@ -4,9 +4,12 @@
 //!   picking shard nodes at random ([`ClusterClient`]), encoding ids in paths, reading answers.
 //! - [`cmd`]: one module per subcommand:
 //!   - [`cmd::get`]: read a counter from the global aggregator and summarize it per datacenter;
+//!   - [`cmd::sum`]: the sum over the counters with an id prefix at the global aggregator, per
+//!     datacenter;
 //!   - [`cmd::create`]: `POST /counter` through a random shard node;
 //!   - [`cmd::incr`]: one write through a random shard node;
 //!   - [`cmd::lag`]: measure how long a write takes to show at the global aggregator;
+//!   - [`cmd::lifecycle`]: delete or reset a counter, or set its expiry;
 //!   - [`cmd::load`]: drive writes at the cluster and measure throughput, latency, lag under
 //!     load, and that the global totals are exact;
 //!   - [`cmd::storm`]: flood a node with idle connections, or the global aggregator with
@@ -33,7 +36,7 @@ use std::time::Duration;
 pub use cluster::ClusterClient;
 pub use error::GeoctlError;
 
-/// How long `get`, `create` and `incr` wait for an answer.
+/// How long `get`, `sum`, `create` and `incr` wait for an answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One subcommand with its options.
@@ -41,12 +44,16 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Command {
     /// Read a counter from the global aggregator.
     Get(cmd::get::GetOptions),
+    /// Sum the counters with an id prefix at the global aggregator.
+    Sum(cmd::sum::SumOptions),
     /// Create a counter.
     Create(cmd::create::CreateOptions),
     /// Write to a counter once.
     Incr(cmd::incr::IncrOptions),
     /// Measure visibility lag.
     Lag(cmd::lag::LagOptions),
+    /// Delete or reset a counter, or set its expiry.
+    Life(cmd::lifecycle::LifecycleOptions),
     /// Drive writes at the cluster and measure it.
     Load(cmd::load::LoadOptions),
     /// Flood a node with connections or scans.
@@ -64,9 +71,11 @@ pub async fn run(
     let cluster = ClusterClient::load(config, REQUEST_TIMEOUT)?.with_token(token)?;
     match command {
         Command::Get(options) => cmd::get::run(&cluster, options, out).await,
+        Command::Sum(options) => cmd::sum::run(&cluster, options, out).await,
         Command::Create(options) => cmd::create::run(&cluster, options, out).await,
         Command::Incr(options) => cmd::incr::run(&cluster, options, out).await,
         Command::Lag(options) => cmd::lag::run(&cluster, options, out).await.map(drop),
+        Command::Life(options) => cmd::lifecycle::run(&cluster, options, out).await,
         Command::Load(options) => cmd::load::run(&cluster, options, out).await.map(drop),
         Command::Storm(options) => cmd::storm::run(&cluster, options, out).await,
     }?;

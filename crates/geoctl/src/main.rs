@@ -1,4 +1,4 @@
-//! `geoctl [--config FILE] get|create|incr|lag|load|storm ...`: parses flags and calls the library.
+//! `geoctl [--config FILE] get|sum|create|incr|delete|reset|expire|lag|load|storm ...`: parses flags and calls the library.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -11,11 +11,13 @@ use geoctl::cmd::create::CreateOptions;
 use geoctl::cmd::get::GetOptions;
 use geoctl::cmd::incr::IncrOptions;
 use geoctl::cmd::lag::{DEFAULT_CONCURRENCY, DEFAULT_SAMPLES, LagOptions};
+use geoctl::cmd::lifecycle::{LifeChange, LifecycleOptions};
 use geoctl::cmd::load::{
     DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY as DEFAULT_LOAD_CONCURRENCY, DEFAULT_COUNTERS,
     DEFAULT_DURATION_SECS, DEFAULT_ZIPF_EXPONENT, LoadOptions, MAX_BATCH_SIZE,
 };
 use geoctl::cmd::storm::{StormKind, StormOptions};
+use geoctl::cmd::sum::SumOptions;
 use geoctl::load::route::WriteRoute;
 use geoctl::load::workload::{KeyDistribution, WritePath};
 
@@ -58,6 +60,29 @@ enum Sub {
         #[arg(long)]
         json: bool,
     },
+    /// Sum the sum counters whose id starts with PREFIX at the global aggregator (unique
+    /// counters are left out): the sum, how many counters it adds, whether it is complete, its
+    /// staleness and each datacenter's part. Exits 1 when stale datacenters refuse it.
+    Sum {
+        /// The id prefix (empty: every counter).
+        prefix: String,
+        /// Sum the hits of the last S seconds rather than all-time totals.
+        #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..))]
+        window: Option<u32>,
+        /// The window's end, unix seconds [default: now].
+        #[arg(long, value_name = "T", requires = "window")]
+        at: Option<u64>,
+        /// Count a datacenter as stale when its data is older than this (milliseconds)
+        /// [default: the global aggregator's `max_staleness_ms`].
+        #[arg(long, value_name = "N")]
+        max_staleness_ms: Option<u64>,
+        /// Answer with stale datacenters' last known values rather than refusing.
+        #[arg(long)]
+        allow_partial: bool,
+        /// Print the global aggregator's JSON answer as it came.
+        #[arg(long)]
+        json: bool,
+    },
     /// Create a counter (POST /counter to a random shard node) and print its description.
     Create {
         /// The new counter's id.
@@ -83,6 +108,32 @@ enum Sub {
         /// An idempotency key: a retry with the same key and delta is applied at most once.
         #[arg(long, value_name = "IDEMPOTENCY_KEY")]
         key: Option<String>,
+    },
+    /// Delete a counter everywhere (DELETE /counter/{id} through a random shard node; the admin
+    /// right). Each slot drops what it applied before it learns of the delete; a later write
+    /// makes the counter again from zero.
+    Delete {
+        /// The counter's id.
+        id: String,
+    },
+    /// Reset a counter to zero everywhere (POST /counter/{id}/reset; the admin right). Each
+    /// slot counts from zero once it learns of the reset.
+    Reset {
+        /// The counter's id.
+        id: String,
+    },
+    /// Delete a counter this many seconds from now, or never (PATCH /counter/{id}; the admin
+    /// right).
+    Expire {
+        /// The counter's id.
+        id: String,
+        /// Seconds from now until it is deleted.
+        #[arg(value_parser = clap::value_parser!(u32).range(1..),
+              required_unless_present = "never", conflicts_with = "never")]
+        seconds: Option<u32>,
+        /// Clear its expiry instead.
+        #[arg(long)]
+        never: bool,
     },
     /// Measure visibility lag: write +1 to fresh counters through random shard nodes and time
     /// how long each takes to show at the global aggregator.
@@ -247,8 +298,35 @@ impl From<Sub> for Command {
                 allow_partial,
                 json,
             }),
+            Sub::Sum {
+                prefix,
+                window,
+                at,
+                max_staleness_ms,
+                allow_partial,
+                json,
+            } => Command::Sum(SumOptions {
+                prefix,
+                window,
+                at,
+                max_staleness_ms,
+                allow_partial,
+                json,
+            }),
             Sub::Create { id, shards } => Command::Create(CreateOptions { id, shards }),
             Sub::Incr { id, delta, key } => Command::Incr(IncrOptions { id, delta, key }),
+            Sub::Delete { id } => Command::Life(LifecycleOptions {
+                id,
+                change: LifeChange::Delete,
+            }),
+            Sub::Reset { id } => Command::Life(LifecycleOptions {
+                id,
+                change: LifeChange::Reset,
+            }),
+            Sub::Expire { id, seconds, .. } => Command::Life(LifecycleOptions {
+                id,
+                change: LifeChange::Expire(seconds),
+            }),
             Sub::Lag {
                 samples,
                 concurrency,

@@ -11,7 +11,8 @@
 //!   answering the result ([`routing::answer`]), the refusals any route can give
 //!   ([`RequestError`]), `GET /metrics`, rolling-window queries ([`WindowQuery`]) and JSON
 //!   objects whose keys keep their order ([`Named`]).
-//! - [`top_query`]: the queries of `GET /topk` and `GET /trending` ([`TopQuery`]).
+//! - [`top_query`]: the queries of `GET /topk`, `GET /trending` ([`TopQuery`]) and
+//!   `GET /aggregate` ([`AggregateQuery`]).
 //! - [`tls`]: a tier's TLS as its topology's `[tls]` says ([`tls::tier_tls`]).
 //! - [`openapi`]: the OpenAPI documents every tier serves at `GET /openapi.json`, built from
 //!   shared parts ([`ApiDoc`]) and rendered for the serving process's `[auth]`.
@@ -27,4 +28,6 @@ pub use access::{Access, AccessError, Caller, Need, TierRefusal};
 pub use openapi::{ApiDoc, Operation};
 pub use roles::{Allow, PROCESS_HEADER, PROCESS_KEY_HEADER, ProcessKeys};
 pub use routing::{Named, RequestError, WindowQuery};
-pub use top_query::{TopQuery, parse_top_query, parse_trending_query};
+pub use top_query::{
+    AggregateQuery, TopQuery, parse_aggregate_query, parse_top_query, parse_trending_query,
+};

@@ -1,8 +1,8 @@
 //! OpenAPI 3 documents of the tiers' HTTP APIs, served by each tier at `GET /openapi.json`.
 //!
 //! Each tier lists its operations with [`ApiDoc::operation`]; the parts several tiers share
-//! (`/sync`, `/slots/{slot}/copy`, `/healthz`, `/metrics`, the aggregators' reads and rankings:
-//! `parts`; parameters and the error body: here) are built once, so the documents cannot
+//! (`/sync`, `/slots/{slot}/copy`, `/healthz`, `/metrics`, the aggregators' reads, rankings and
+//! sums: `parts`; parameters and the error body: here) are built once, so the documents cannot
 //! drift apart. A document is
 //! rendered for the process serving it ([`ApiDoc::to_json`]): security requirements and their
 //! 401 and 403 answers appear only where its `[auth]` asks for a credential. A test in each

@@ -1,5 +1,6 @@
-//! The queries of `GET /topk` and `GET /trending`, shared by both aggregators. Like every read's
-//! query, unknown keys, repeated keys and bad values are refused with 400.
+//! The queries of `GET /topk`, `GET /trending` and `GET /aggregate`, shared by both
+//! aggregators. Like every read's query, unknown keys, repeated keys and bad values are refused
+//! with 400.
 
 use serde::Serialize;
 
@@ -77,6 +78,43 @@ pub fn parse_trending_query(
     prefix.ok_or_else(|| RequestError::BadRequest("prefix is required".into()))
 }
 
+/// A `/aggregate` query: `prefix=P[&window=S[&at=T]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AggregateQuery {
+    /// Sum the counters whose id starts with this (empty: every counter).
+    pub prefix: String,
+    /// Sum the hits in this window rather than all-time totals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowQuery>,
+}
+
+/// Parses a `/aggregate` query: `prefix` (required; no id starts with a prefix longer than an
+/// id or holding a control character, so such a prefix is refused), `window` and `at` (default
+/// `now_secs`) here; any other key goes to `other`, which returns whether it took it.
+pub fn parse_aggregate_query(
+    query: Option<&str>,
+    now_secs: u64,
+    mut other: impl FnMut(&str, &str) -> Result<bool, RequestError>,
+) -> Result<AggregateQuery, RequestError> {
+    let mut prefix = None;
+    let window = parse_read_query(query, now_secs, |key, value| match key {
+        "prefix" => {
+            if !value.is_empty() {
+                geocount_model::counter_id::validate(value).map_err(|error| {
+                    RequestError::BadRequest(format!("prefix {value:?} begins no id: {error}"))
+                })?;
+            }
+            prefix = Some(value.to_owned());
+            Ok(true)
+        }
+        _ => other(key, value),
+    })?;
+    let prefix = prefix.ok_or_else(|| {
+        RequestError::BadRequest("prefix is required (prefix= sums every counter)".into())
+    })?;
+    Ok(AggregateQuery { prefix, window })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +171,46 @@ mod tests {
         ] {
             assert!(parse_trending_query(Some(bad), none).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn aggregate_queries_need_a_prefix_an_id_could_start_with() {
+        let none = |_: &str, _: &str| Ok(false);
+        assert_eq!(
+            parse_aggregate_query(Some("prefix=item%3A"), 77, none).unwrap(),
+            AggregateQuery {
+                prefix: "item:".into(),
+                window: None
+            }
+        );
+        let every = parse_aggregate_query(Some("prefix=&window=60&at=50"), 77, none).unwrap();
+        assert_eq!(every.prefix, "");
+        assert_eq!(
+            every.window,
+            Some(WindowQuery {
+                seconds: 60,
+                at: 50
+            })
+        );
+        let long = format!("prefix={}", "a".repeat(257));
+        for bad in [
+            "",
+            "window=60",
+            "prefix=a&prefix=b",
+            "prefix=a%0Ab",
+            long.as_str(),
+            "prefix=a&k=3",
+            "prefix=a&window=0",
+            "prefix=a&at=5",
+        ] {
+            assert!(parse_aggregate_query(Some(bad), 77, none).is_err(), "{bad}");
+        }
+        let mut seen = false;
+        parse_aggregate_query(Some("prefix=a&max_staleness_ms=5"), 77, |key, _| {
+            seen = key == "max_staleness_ms";
+            Ok(seen)
+        })
+        .unwrap();
+        assert!(seen);
     }
 }

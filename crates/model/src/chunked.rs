@@ -60,6 +60,33 @@ impl<T> ChunkedVec<T> {
         self.len += 1;
     }
 
+    /// Takes the last element out; a chunk left empty is freed.
+    pub fn pop(&mut self) -> Option<T> {
+        let last = self.chunks.last_mut()?;
+        let value = last.pop()?;
+        if last.is_empty() {
+            self.chunks.pop();
+            if self.chunks.len() * 4 < self.chunks.capacity() {
+                self.chunks.shrink_to_fit();
+            }
+        }
+        self.len -= 1;
+        Some(value)
+    }
+
+    /// Takes element `index` out, putting the last element in its place.
+    ///
+    /// # Panics
+    /// If `index` is out of bounds.
+    pub fn swap_remove(&mut self, index: usize) -> T {
+        assert!(index < self.len, "swap_remove of {index} in {}", self.len);
+        let last = self.pop().expect("not empty");
+        if index == self.len {
+            return last;
+        }
+        std::mem::replace(&mut self[index], last)
+    }
+
     /// The entry at `index`, if there is one.
     pub fn get(&self, index: usize) -> Option<&T> {
         self.chunks
@@ -90,6 +117,23 @@ impl<T> IndexMut<usize> for ChunkedVec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn removing_moves_the_last_element_and_frees_empty_chunks() {
+        let mut held = ChunkedVec::default();
+        for n in 0..CHUNK + 2 {
+            held.push(n);
+        }
+        assert_eq!(held.swap_remove(3), 3);
+        assert_eq!(held[3], CHUNK + 1);
+        assert_eq!(held.len(), CHUNK + 1);
+        assert_eq!(held.swap_remove(CHUNK), CHUNK);
+        assert_eq!((held.len(), held.chunks.len()), (CHUNK, 1));
+        while held.pop().is_some() {}
+        assert!(held.is_empty() && held.chunks.is_empty());
+        held.push(7);
+        assert_eq!(held[0], 7);
+    }
 
     #[test]
     fn entries_keep_their_index_across_chunks() {

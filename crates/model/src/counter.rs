@@ -40,10 +40,13 @@ pub struct CounterDescription {
     /// The time of its latest reset or delete (zero: never). A slot's record of an older
     /// generation counts as zero at every tier (docs/architecture.md, "Reset, delete and
     /// expiry").
+    #[serde(default)]
     pub generation: HlcTimestamp,
     /// Whether it is deleted: a tombstone, kept for `lifecycle.tombstone_retention_secs`.
+    #[serde(default)]
     pub deleted: bool,
     /// When it is deleted by its expiry, in milliseconds since the unix epoch.
+    #[serde(default)]
     pub expires_at_ms: Option<u64>,
 }
 

@@ -1,6 +1,6 @@
-//! A table keyed by counter id whose entries keep their index for good (none is ever removed):
-//! what a shard node's slot table and every tier's slot copies are built on, so a change journal
-//! can name an entry by its index.
+//! A table keyed by counter id whose entries keep their index until one is removed (the last
+//! entry then takes the removed one's index): what a shard node's slot table and every tier's
+//! slot copies are built on, so a change journal can name an entry by its index.
 //!
 //! `indexmap::IndexMap` does the same but keeps each entry's 8-byte hash beside it and indexes
 //! entries with `usize`s; this table keeps no hash (an id is hashed again when the index grows,
@@ -96,6 +96,35 @@ impl<V> IdTable<V> {
         }
     }
 
+    /// Takes the entry at `index` out; the last entry moves into its place. Returns the removed
+    /// entry, and the index the moved entry now has (`None` when the removed one was last), which
+    /// a journaled table records as a change of that entry.
+    ///
+    /// # Panics
+    /// If there is no entry at `index`.
+    pub fn swap_remove(&mut self, index: usize) -> ((CounterId, V), Option<usize>) {
+        let last = self.entries.len() - 1;
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        let hash = hasher.hash_one(entries[index].0.as_str());
+        if let Ok(held) = self.index.find_entry(hash, |&held| held as usize == index) {
+            held.remove();
+        }
+        let moved = (index != last).then(|| {
+            let hash = hasher.hash_one(entries[last].0.as_str());
+            if let Some(held) = self.index.find_mut(hash, |&held| held as usize == last) {
+                *held = index as u32;
+            }
+            index
+        });
+        let removed = self.entries.swap_remove(index);
+        if self.index.len() * 4 < self.index.capacity() {
+            let (entries, hasher) = (&self.entries, &self.hasher);
+            self.index
+                .shrink_to_fit(|&held| hasher.hash_one(entries[held as usize].0.as_str()));
+        }
+        (removed, moved)
+    }
+
     /// The id and value at `index`, if there is one.
     pub fn get_index(&self, index: usize) -> Option<(&CounterId, &V)> {
         self.entries.get(index).map(|(id, value)| (id, value))
@@ -151,6 +180,26 @@ mod tests {
         assert_eq!(table.get("counter-100000"), None);
         assert!(table.get_index(100_000).is_none());
         assert!(table.values().copied().eq(0..100_000));
+    }
+
+    #[test]
+    fn a_removed_entry_gives_its_index_to_the_last_one() {
+        let mut table = IdTable::default();
+        for n in 0..1_000u32 {
+            table.insert(id(&format!("c-{n}")), n);
+        }
+        let ((gone, value), moved) = table.swap_remove(10);
+        assert_eq!((gone.as_str(), value, moved), ("c-10", 10, Some(10)));
+        assert_eq!(table.get_index_of("c-999"), Some(10));
+        assert_eq!(table.get("c-10"), None);
+        let ((gone, _), moved) = table.swap_remove(table.len() - 1);
+        assert_eq!((gone.as_str(), moved), ("c-998", None));
+        while !table.is_empty() {
+            table.swap_remove(0);
+        }
+        assert_eq!(table.get("c-999"), None);
+        assert_eq!(table.insert(id("again"), 1), 0);
+        assert_eq!(table.get("again"), Some(&1));
     }
 
     #[test]

@@ -17,5 +17,5 @@ pub mod ranked;
 pub mod scan;
 
 pub use index::{Answer, LEADERS, LiveRanking, RANK_INTERVAL, TopIndex};
-pub use ranked::{Ranked, RankedCounters, Scope};
+pub use ranked::{Counted, Ranked, RankedCounters, Scope};
 pub use scan::Scan;

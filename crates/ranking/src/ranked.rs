@@ -1,7 +1,7 @@
 //! What every ranking shares: its scopes, its answers, the counters it ranks, and the hits of a
 //! window. Both the kept index ([`crate::index`]) and full scans ([`crate::scan`]) build on it.
 
-use geocount_model::{SlotRecord, Window};
+use geocount_model::{HlcTimestamp, SlotRecord, Window};
 use serde::Serialize;
 
 use geocount_http::routing::WindowQuery;
@@ -37,6 +37,62 @@ pub trait RankedCounters {
     fn id(&self, index: usize) -> &str;
     /// Counter `index`'s copies, `(slot index, state)` (empty when out of range).
     fn records(&self, index: usize) -> &[(u16, SlotRecord)];
+    /// The generation counter `index`'s records count from: one of an older generation reads
+    /// as 0 with no hits (a reset or delete wiped it). `None` when the counter does not exist
+    /// (deleted or expired): it ranks nowhere. By default every record counts.
+    fn counts_from(&self, index: usize) -> Option<HlcTimestamp> {
+        let _ = index;
+        Some(HlcTimestamp::default())
+    }
+}
+
+/// The window a record that does not count reads as: no hits.
+static NO_HITS: Window = Window::EMPTY;
+
+/// A counter's copies as a ranking counts them ([`RankedCounters::counts_from`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Counted<'a> {
+    /// Its copies, `(slot index, record)`.
+    pub records: &'a [(u16, SlotRecord)],
+    /// The generation its records count from; `None`: it does not exist, and counts nothing.
+    pub from: Option<HlcTimestamp>,
+}
+
+impl<'a> Counted<'a> {
+    /// `records`, every one counting.
+    pub fn all(records: &'a [(u16, SlotRecord)]) -> Self {
+        Self {
+            records,
+            from: Some(HlcTimestamp::default()),
+        }
+    }
+
+    /// Counter `index` of `counters`, as its records count.
+    pub fn of<C: RankedCounters + ?Sized>(counters: &'a C, index: usize) -> Self {
+        Self {
+            records: counters.records(index),
+            from: counters.counts_from(index),
+        }
+    }
+
+    /// Whether they are a unique counter's (they carry a sketch): ranked nowhere.
+    pub(crate) fn is_unique(&self) -> bool {
+        is_unique(self.records)
+    }
+
+    /// Each copy's slot, total and window as they count: a record of an older generation reads
+    /// as 0 with no hits; a counter that does not exist has none.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u16, i64, &'a Window)> + use<'a> {
+        let from = self.from;
+        let records = if from.is_some() { self.records } else { &[] };
+        records.iter().map(move |(slot, record)| {
+            if from.is_some_and(|from| record.counts_in(from)) {
+                (*slot, record.state.value, record.window())
+            } else {
+                (*slot, 0, &NO_HITS)
+            }
+        })
+    }
 }
 
 /// Whether counter copies `slots` are a unique counter's (they carry a sketch).

@@ -6,7 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::ranked::{Ranked, RankedCounters, hits_in, is_unique};
+use crate::ranked::{Counted, Ranked, RankedCounters, hits_in};
 use geocount_http::routing::WindowQuery;
 
 /// What a scan ranks counters by.
@@ -84,26 +84,26 @@ impl Scan {
     pub fn visit(&mut self, counters: &impl RankedCounters, max: usize) -> bool {
         let end = self.next.saturating_add(max).min(counters.len());
         for index in self.next..end {
-            self.visit_one(counters.id(index), counters.records(index));
+            self.visit_one(counters.id(index), Counted::of(counters, index));
         }
         self.next = end;
         end >= counters.len()
     }
 
-    fn visit_one(&mut self, id: &str, records: &[(u16, geocount_model::SlotRecord)]) {
-        if !id.starts_with(self.prefix.as_str()) || is_unique(records) {
+    fn visit_one(&mut self, id: &str, counted: Counted<'_>) {
+        if !id.starts_with(self.prefix.as_str()) || counted.is_unique() {
             return;
         }
         let parts = &mut self.parts;
         parts.iter_mut().for_each(|p| *p = None);
-        for (slot, record) in records {
+        for (slot, total, hits) in counted.iter() {
             let value = match self.measure {
-                Measure::AllTime => Some(i128::from(record.state.value)),
-                Measure::Hits(window) => hits_in(record.window(), window),
+                Measure::AllTime => Some(i128::from(total)),
+                Measure::Hits(window) => hits_in(hits, window),
             };
             if let Some(value) = value {
                 add_part(&mut parts[0], value);
-                if let Some(Some(g)) = self.slot_rankings.get(usize::from(*slot)) {
+                if let Some(Some(g)) = self.slot_rankings.get(usize::from(slot)) {
                     add_part(&mut parts[*g], value);
                 }
             }

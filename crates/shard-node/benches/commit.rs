@@ -69,6 +69,7 @@ impl Node {
             load: Arc::new(AtomicU64::new(0)),
             metrics,
             health: Arc::new(NodeHealth::default()),
+            tombstone_retention_ms: 604_800_000,
         };
         let commit_loop = CommitLoop::new(recovered.log, context);
         let (commands, receiver) = mpsc::channel(1024);

@@ -265,6 +265,7 @@ fn start_engine(
             load: load.clone(),
             metrics: metrics.clone(),
             health: health.clone(),
+            tombstone_retention_ms: config.sync.tombstone_retention_secs.saturating_mul(1_000),
         },
     );
     let commit_loop = match replicator {

@@ -2,6 +2,8 @@
 
 use geocount_model::wire::{Cursor, DescriptionPage};
 use geocount_model::{CounterId, Hlc, HlcTimestamp, Partitions, VersionedDescription};
+use std::collections::BTreeSet;
+
 use indexmap::IndexMap;
 
 use crate::journal::{ChangeJournal, Journaled};
@@ -12,16 +14,29 @@ pub struct DescriptionTable {
     /// Looked up on every write a shard node takes, hence foldhash like the slot tables.
     entries: IndexMap<CounterId, (VersionedDescription, u64), foldhash::fast::RandomState>,
     journal: ChangeJournal,
+    /// The live descriptions with an expiry, by when it passes: what [`Self::due_expiries`]
+    /// looks at, so a node need not scan every description to find the ones that expired.
+    expiring: BTreeSet<(u64, CounterId)>,
 }
 
 impl DescriptionTable {
     /// Merges a description; returns whether it replaced what was known.
     pub fn merge(&mut self, description: VersionedDescription) -> bool {
         let id = description.description.id.as_str();
+        if let Some(at) = expiry_of(&description) {
+            let known = self.entries.get(id).map(|(known, _)| known);
+            if known.is_none_or(|known| known.is_older_than(&description)) {
+                self.expiring
+                    .insert((at, description.description.id.clone()));
+            }
+        }
         match self.entries.get_full_mut(id) {
             Some((index, _, (current, seq))) => {
                 if !current.is_older_than(&description) {
                     return false;
+                }
+                if let Some(at) = expiry_of(current) {
+                    self.expiring.remove(&(at, current.description.id.clone()));
                 }
                 *current = description;
                 *seq = self.journal.record(index);
@@ -75,6 +90,60 @@ impl DescriptionTable {
     fn is_news(&self, description: &VersionedDescription) -> bool {
         self.get(description.description.id.as_str())
             .is_none_or(|known| known.is_older_than(description))
+    }
+
+    /// The tombstones of the descriptions whose expiry has passed at `now_ms`
+    /// ([`VersionedDescription::expired_at`]), soonest first: what a node merges (and a shard
+    /// node logs) to turn an expiry into the delete every node makes of it alike.
+    pub fn due_expiries(&self, now_ms: u64) -> Vec<VersionedDescription> {
+        self.expiring
+            .iter()
+            .take_while(|(at, _)| *at <= now_ms)
+            .filter_map(|(_, id)| self.get(id.as_str())?.expired_at(now_ms))
+            .collect()
+    }
+
+    /// Drops the tombstones of counters deleted (or expired) more than `retention_ms` before
+    /// `now_ms`; returns their ids. The last description moves into each one's index and is
+    /// journaled again there, so pullers see it moved; they drop the same tombstones by their
+    /// own clocks.
+    pub fn purge_tombstones(&mut self, now_ms: u64, retention_ms: u64) -> Vec<CounterId> {
+        self.purge_tombstones_where(now_ms, retention_ms, |_| true)
+    }
+
+    /// [`Self::purge_tombstones`], of the counters `may_go` accepts only.
+    pub fn purge_tombstones_where(
+        &mut self,
+        now_ms: u64,
+        retention_ms: u64,
+        may_go: impl Fn(&str) -> bool,
+    ) -> Vec<CounterId> {
+        let old = |d: &VersionedDescription| {
+            d.description.deleted
+                && d.description
+                    .generation
+                    .physical_ms
+                    .saturating_add(retention_ms)
+                    <= now_ms
+                && may_go(d.description.id.as_str())
+        };
+        let mut purged = Vec::new();
+        let mut index = 0;
+        while index < self.entries.len() {
+            if !old(&self.entries[index].0) {
+                index += 1;
+                continue;
+            }
+            let (id, _) = self.entries.swap_remove_index(index).expect("in range");
+            if index < self.entries.len() {
+                self.entries[index].1 = self.journal.record(index);
+            }
+            purged.push(id);
+        }
+        if self.entries.len() * 4 < self.entries.capacity() {
+            self.entries.shrink_to_fit();
+        }
+        purged
     }
 
     /// The latest version held, if any.
@@ -134,6 +203,12 @@ impl DescriptionTable {
             caught_up,
         }
     }
+}
+
+/// When `description`'s expiry passes, if it is live with one.
+fn expiry_of(description: &VersionedDescription) -> Option<u64> {
+    let described = &description.description;
+    described.expires_at_ms.filter(|_| !described.deleted)
 }
 
 /// What a table takes in from a pulled page of descriptions.
@@ -209,6 +284,68 @@ mod tests {
     use super::*;
     use geocount_model::CounterId;
     use geocount_model::fixtures::FixedClock;
+
+    #[test]
+    fn old_tombstones_go_and_a_puller_still_gets_every_description() {
+        let mut table = DescriptionTable::default();
+        for n in 0..10 {
+            table.merge(geocount_model::fixtures::described(
+                &format!("c{n}"),
+                1,
+                10,
+                1,
+            ));
+        }
+        let page = table.page(Cursor::Start, 100);
+        let cursor = page.next;
+        for (n, at) in [(2, 1_000), (5, 5_000)] {
+            let id = format!("c{n}");
+            let at = HlcTimestamp {
+                physical_ms: at,
+                logical: 0,
+                node: 1,
+            };
+            let tombstone = table.get(&id).unwrap().delete(at);
+            table.merge(tombstone);
+        }
+        assert!(table.purge_tombstones(1_500, 1_000).is_empty());
+        let purged = table.purge_tombstones(2_000, 1_000);
+        assert_eq!(purged, vec![CounterId::new("c2").unwrap()]);
+        assert_eq!(table.len(), 9);
+        assert!(table.get("c2").is_none());
+        // The moved description is sent again at its new index, with the other tombstone.
+        let page = table.page(cursor, 100);
+        let ids: Vec<&str> = page
+            .items
+            .iter()
+            .map(|d| d.description.id.as_str())
+            .collect();
+        assert!(ids.contains(&"c9") && ids.contains(&"c5"), "{ids:?}");
+        assert!(table.get("c9").is_some());
+    }
+
+    #[test]
+    fn expiries_come_due_by_time_and_leave_once_replaced() {
+        let mut table = DescriptionTable::default();
+        let mut soon = geocount_model::fixtures::described("soon", 1, 10, 1);
+        soon.description.expires_at_ms = Some(1_000);
+        let mut later = geocount_model::fixtures::described("later", 1, 10, 1);
+        later.description.expires_at_ms = Some(2_000);
+        table.merge(soon.clone());
+        table.merge(later.clone());
+        assert!(table.due_expiries(999).is_empty());
+        let due = table.due_expiries(1_500);
+        assert_eq!(due, vec![soon.expired_at(1_500).unwrap()]);
+        // The tombstone replaces it: nothing more is due for it.
+        table.merge(due[0].clone());
+        assert!(table.due_expiries(1_500).is_empty());
+        // An expiry cleared is no longer due.
+        let mut kept = later.clone();
+        kept.description.expires_at_ms = None;
+        kept.version.physical_ms += 1;
+        table.merge(kept);
+        assert!(table.due_expiries(5_000).is_empty());
+    }
 
     fn described(shards: u32, physical_ms: u64, node: u32) -> VersionedDescription {
         geocount_model::fixtures::described("c", shards, physical_ms, node)

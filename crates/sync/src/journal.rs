@@ -80,7 +80,7 @@ pub trait Journaled {
     type Item;
 
     /// The sequence number of entry `index`'s latest change; `None` past the last entry
-    /// (indices are `0..len`, never reused).
+    /// (indices are `0..len`; an entry moved to another index is journaled again there).
     fn latest_seq(&self, index: usize) -> Option<u64>;
 
     /// Appends what a page carries for entry `index`.

@@ -370,6 +370,11 @@ impl SlotCopies {
         self.counters.get(id).map(|c| &*c.slots)
     }
 
+    /// Counter `id`'s table index, if held.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.counters.get_index_of(id)
+    }
+
     /// The counter at table index `index`, with its copies. Counters are only ever added, so
     /// an index keeps naming the same counter.
     pub fn get_index(&self, index: usize) -> Option<(&str, &[(u16, SlotRecord)])> {

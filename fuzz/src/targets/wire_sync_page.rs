@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::{
-    NOW_MS, NOW_SECS, TRENDING_THRESHOLD, WINDOW_SECONDS, drive_record, empty_datacenter_replica,
+    NOW_MS, TRENDING_THRESHOLD, WINDOW_SECONDS, drive_record, empty_datacenter_replica,
     empty_replica, global_layout, round_trip, slot_names, windows,
 };
 use geocount_aggregator::datacenter;
@@ -75,7 +75,12 @@ fn serve_and_advance(
             }
         }
     }
-    for later in [NOW_SECS + 1, NOW_SECS + 299, NOW_SECS + 10_000, u64::MAX] {
+    for later in [
+        NOW_MS + 1_000,
+        NOW_MS + 299_000,
+        NOW_MS + 10_000_000,
+        u64::MAX,
+    ] {
         replica.rank_all(later);
     }
 }
@@ -104,12 +109,12 @@ fn asked(prefix: &str) -> Vec<Asked> {
         .collect()
 }
 
-/// The lists `ask` ranks at [`NOW_SECS`], as `Scans::rank` finds them: from the top-K index
+/// The lists `ask` ranks at [`NOW_MS`], as `Scans::rank` finds them: from the top-K index
 /// brought up to date, or by a scan of every counter a run at a time.
 fn rank(shared: &SharedReplica, ask: impl FnOnce(&Replica) -> Answer) -> Vec<Vec<Ranked>> {
-    match with_ranked(shared, NOW_SECS, ask) {
+    match with_ranked(shared, NOW_MS, ask) {
         Answer::Ready(lists) => lists,
-        Answer::Scan(scan) => scan_in_runs(shared, scan),
+        Answer::Scan(scan) => scan_in_runs(shared, scan, NOW_MS),
     }
 }
 
@@ -127,14 +132,16 @@ fn datacenter_reads(shared: &SharedReplica) {
                 if window_allowed(&counter, window) {
                     let reading =
                         datacenter::state::read_counter(&replica, "A", &names, id, window, NOW_MS);
-                    let _ = json_response(StatusCode::OK, &reading);
+                    if let Ok(reading) = reading {
+                        let _ = json_response(StatusCode::OK, &reading);
+                    }
                 }
             }
         }
     }
     for asked in asked("") {
         let lists = rank(shared, |replica| {
-            datacenter::trends::ranking(replica, &asked)
+            datacenter::trends::ranking(replica, &asked, NOW_MS)
         });
         let replica = shared.read().expect("replica lock");
         let answer = datacenter::trends::answer(&replica, names.len(), (asked, lists), NOW_MS);
@@ -171,7 +178,7 @@ fn global_reads(shared: &SharedReplica) {
                         GlobalRead::Stale(refusal) => {
                             let _ = json_response(StatusCode::SERVICE_UNAVAILABLE, &refusal);
                         }
-                        GlobalRead::NotFound => {}
+                        GlobalRead::NotFound(_) => {}
                     }
                 }
             }
@@ -180,7 +187,7 @@ fn global_reads(shared: &SharedReplica) {
     let datacenters = layout.names.len();
     for asked in asked("#") {
         let lists = rank(shared, |replica| {
-            trends::rankings(replica, datacenters, &asked)
+            trends::rankings(replica, datacenters, &asked, NOW_MS)
         });
         let replica = shared.read().expect("replica lock");
         for freshness in freshnesses {

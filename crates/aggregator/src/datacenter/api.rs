@@ -6,6 +6,7 @@
 //! | `GET /counter/{id}` | the datacenter's sum (a unique counter's estimate), with every slot's value, version and staleness |
 //! | `GET /topk?k=K&prefix=P[&window=S&at=T]` | the datacenter's K highest sum counters with ids starting with P, all-time or in the window |
 //! | `GET /trending?prefix=P` | the counters with a configured prefix at or over its threshold in `[trending] window_seconds` |
+//! | `GET /aggregate?prefix=P[&window=S&at=T]` | the datacenter's sum and number of the sum counters with ids starting with P (unique counters left out) |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for the global aggregator |
 //! | `GET /slots/{slot}/copy` | postcard [`SlotCopy`] of one slot, for a shard node restoring it |
 //! | `GET /healthz`, `GET /metrics` | health with each slot's staleness, Prometheus text |
@@ -19,15 +20,17 @@
 use std::sync::Arc;
 
 use geocount_http::routing::{self, Endpoint, Named, RequestError, Routed};
-use geocount_http::{Allow, Need};
+use geocount_http::{Allow, Need, parse_aggregate_query};
 use geocount_model::{CounterId, Right};
 use geocount_net::Response;
+use geocount_sync::worst_staleness;
 use hyper::body::Incoming;
 use hyper::{Method, Request};
 use serde::Serialize;
 
-use super::state::{DatacenterState, freshness, read_counter};
+use super::state::{DatacenterState, freshness, read_counter, slot_staleness};
 use super::trends;
+use crate::aggregate::SumAnswer;
 use crate::error::AggregatorError;
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
@@ -41,7 +44,9 @@ use crate::tier::Held;
 /// which restores it.
 pub fn need(route: Route, slot: Option<&str>, datacenter: &str) -> Need {
     match route {
-        Route::Counter | Route::TopK | Route::Trending => Need::Right(Right::Read),
+        Route::Counter | Route::TopK | Route::Trending | Route::Aggregate => {
+            Need::Right(Right::Read)
+        }
         Route::Sync => Need::Tier(vec![Allow::Global, Allow::ShardsOf(datacenter.to_owned())]),
         Route::SlotCopy => Need::Tier(Allow::slot_owner(slot, Some(datacenter))),
         // Not routed at this tier: the router answers 404 first.
@@ -87,6 +92,10 @@ async fn dispatch(
             let ranking = RankingRequest::new(request.uri().path(), &request, now_ms)?;
             rank(state, route, ranking, now_ms).await
         }
+        (Route::Aggregate, &Method::GET, _, _) => {
+            let asked = RankingRequest::new(request.uri().path(), &request, now_ms)?;
+            aggregate(state, asked, now_ms).await
+        }
         (Route::Sync, &Method::POST, _, _) => {
             let freshness = |replica: &_| freshness(replica, &state.slot_names, now_ms);
             Ok(core
@@ -130,9 +139,8 @@ fn read(
             now_ms,
         )
     };
-    let reading = reading.ok_or_else(|| AggregatorError::CounterNotFound {
-        id: id.to_string(),
-        held_by: "this datacenter",
+    let reading = reading.map_err(|presence| {
+        AggregatorError::not_found(id.to_string(), presence, "this datacenter")
     })?;
     Ok(state.core.answer(&reading))
 }
@@ -145,7 +153,9 @@ async fn rank(
 ) -> Result<Response, AggregatorError> {
     let asked = state.core.asked(route, &ranking, |_, _| Ok(false))?;
     let lists = (state.core)
-        .rank(ranking.at_ms, |replica| trends::ranking(replica, &asked))
+        .rank(ranking.at_ms, |replica| {
+            trends::ranking(replica, &asked, ranking.at_ms)
+        })
         .await?;
     let list = asked.list();
     let answer = {
@@ -153,6 +163,25 @@ async fn rank(
         trends::answer(&replica, state.slot_names.len(), (asked, lists), now_ms)
     };
     state.core.reply_ranking(&answer, list, &ranking).await
+}
+
+async fn aggregate(
+    state: &DatacenterState,
+    asked: RankingRequest,
+    now_ms: u64,
+) -> Result<Response, AggregatorError> {
+    let query = parse_aggregate_query(asked.query(), asked.at_ms / 1000, |_, _| Ok(false))?;
+    let slots = state.slot_names.len();
+    let sums = state
+        .core
+        .sum(&query, asked.at_ms, vec![0; slots], 1)
+        .await?;
+    let staleness_ms = {
+        let replica = state.core.replica.read().expect("replica lock");
+        worst_staleness(slot_staleness(&replica, slots, now_ms))
+    };
+    let answer = SumAnswer::new(query, sums.all, staleness_ms, staleness_ms.is_some());
+    state.core.reply_sum(answer, &asked).await
 }
 
 fn health(state: &DatacenterState, now_ms: u64) -> Response {

@@ -7,6 +7,8 @@
 //! - A counter's value is the sum of its slots' copies; a slot holding no copy counts 0.
 //! - A unique counter's value is the estimate of the union of its slots' sketches (each slot's
 //!   own value is its sketch's estimate), with the estimate's relative standard error.
+//! - Copies count by the lifecycle rule ([`crate::lifecycle`]): one wiped by a reset or delete
+//!   reads as 0 / empty, and a counter deleted or expired is not found.
 
 use geocount_http::routing::{Named, WindowQuery};
 use geocount_model::UniqueSketch;
@@ -16,6 +18,7 @@ use geocount_sync::worst_staleness;
 use serde::Serialize;
 
 use crate::answers::Total;
+use crate::lifecycle::Presence;
 use crate::replica::Replica;
 use crate::tier::Core;
 
@@ -83,8 +86,8 @@ pub struct CounterReading {
 }
 
 /// Counter `id` as this datacenter holds it at `now_ms` (running totals, or the hits in
-/// `window`; for a unique counter the estimate of its slots' union, `window` aside), or `None`
-/// when no slot holds it.
+/// `window`; for a unique counter the estimate of its slots' union, `window` aside), or why
+/// it does not exist then: never heard of, deleted or expired.
 pub fn read_counter(
     replica: &Replica,
     datacenter: &str,
@@ -92,14 +95,20 @@ pub fn read_counter(
     id: &str,
     window: Option<&WindowQuery>,
     now_ms: u64,
-) -> Option<CounterReading> {
+) -> Result<CounterReading, Presence> {
     let counter = replica.counter(id);
-    let copies = counter.copies?;
+    let life = counter.life(now_ms);
+    if !life.exists() {
+        return Err(life.presence);
+    }
+    let copies = counter.copies.unwrap_or_default();
     let unique = counter.is_unique();
     let mut held = vec![(0i128, 0u64); slot_names.len()];
     for (slot, record) in copies {
         if let Some(held) = held.get_mut(usize::from(*slot)) {
+            // A copy wiped by a reset reads as 0, at the version held.
             let value = match (record.uniques(), unique) {
+                _ if !life.counts(record) => 0,
                 (Some(sketch), true) => i128::from(sketch.count()),
                 (None, true) => 0,
                 (_, false) => WindowQuery::value_of(window, record),
@@ -108,7 +117,8 @@ pub fn read_counter(
         }
     }
     let (value, standard_error) = if unique {
-        let union = UniqueSketch::union_of(copies.iter().filter_map(|(_, r)| r.uniques()));
+        let counting = life.counting(copies);
+        let union = UniqueSketch::union_of(counting.filter_map(|(_, r)| r.uniques()));
         (i128::from(union.count()), Some(STANDARD_ERROR))
     } else {
         (held.iter().map(|(value, _)| value).sum(), None)
@@ -128,11 +138,12 @@ pub fn read_counter(
         })
         .collect();
     let datacenter_staleness = worst_staleness(staleness.iter().copied());
-    Some(CounterReading {
+    Ok(CounterReading {
         total: Total {
             id: id.to_owned(),
             value,
             standard_error,
+            expires_at_ms: life.expires_at_ms,
         },
         datacenter: datacenter.to_owned(),
         staleness_ms: datacenter_staleness,
@@ -222,7 +233,10 @@ mod tests {
         assert_eq!(reading.total.value, 2 * i128::from(i64::MAX), "no overflow");
         assert!(reading.complete);
         assert_eq!(reading.staleness_ms, Some(500), "the worst slot");
-        assert!(read_counter(&replica, "A", &names(), "unknown", None, 1_500).is_none());
+        assert_eq!(
+            read_counter(&replica, "A", &names(), "unknown", None, 1_500).unwrap_err(),
+            Presence::Unknown
+        );
     }
 
     #[test]
@@ -266,6 +280,154 @@ mod tests {
         assert_eq!(reading.total.standard_error, Some(STANDARD_ERROR));
         let sum = read_counter(&replica, "A", &names(), "c", None, 1_500).unwrap();
         assert_eq!(sum.total.standard_error, None);
+    }
+
+    /// A record of `value` at `version`, of `generation`, with `hits` at second 1_000.
+    fn record(
+        value: i64,
+        version: u64,
+        generation: geocount_model::HlcTimestamp,
+    ) -> geocount_model::SlotRecord {
+        let mut record =
+            geocount_model::SlotRecord::from(geocount_model::SlotState { value, version });
+        (record.window_mut().unwrap().record(1_000, value, 300)).unwrap();
+        record.set_generation(generation);
+        record
+    }
+
+    #[test]
+    fn reads_count_only_records_of_the_counters_generation() {
+        use geocount_model::fixtures::described;
+        use geocount_model::{CounterId, HlcTimestamp};
+        let at = |physical_ms| HlcTimestamp {
+            physical_ms,
+            logical: 0,
+            node: 2,
+        };
+        let mut replica = replica();
+        let c = CounterId::new("c").unwrap();
+        let zero = HlcTimestamp::default();
+        replica.merge(0, &c, &record(5, 2, zero));
+        replica.merge(1, &c, &record(7, 2, zero));
+        let window = WindowQuery {
+            seconds: 60,
+            at: 1_000,
+        };
+        let read = |replica: &Replica, window: Option<&WindowQuery>, now_ms| {
+            read_counter(replica, "A", &names(), "c", window, now_ms)
+        };
+        assert_eq!(read(&replica, None, 2_000).unwrap().total.value, 12);
+        // A reset wipes both; the copies read as 0 at the versions held.
+        let created = described("c", 2, 1_000, 1);
+        replica.descriptions.merge(created.reset(at(1_500)));
+        let reading = read(&replica, None, 2_000).unwrap();
+        assert_eq!(reading.total.value, 0);
+        assert_eq!(reading.slots.0[1].1.value, 0);
+        assert_eq!(reading.slots.0[1].1.version, 2);
+        assert_eq!(read(&replica, Some(&window), 2_000).unwrap().total.value, 0);
+        // A record of the new generation counts, its window too.
+        replica.merge(1, &c, &record(3, 3, at(1_500)));
+        assert_eq!(read(&replica, None, 2_000).unwrap().total.value, 3);
+        assert_eq!(read(&replica, Some(&window), 2_000).unwrap().total.value, 3);
+        // Deleted: not found, saying so.
+        replica.descriptions.merge(created.delete(at(1_600)));
+        let gone = read(&replica, None, 2_000).unwrap_err();
+        assert_eq!(gone, Presence::Deleted);
+        let refusal = crate::AggregatorError::not_found("c".into(), gone, "this datacenter");
+        assert_eq!(refusal.to_string(), "counter \"c\" is deleted");
+        assert_eq!(geocount_net::HttpError::status(&refusal), 404);
+    }
+
+    #[test]
+    fn a_counter_expires_by_the_clock_and_its_reads_show_when() {
+        use geocount_model::fixtures::described;
+        use geocount_model::{CounterId, HlcTimestamp};
+        let mut replica = replica();
+        let mut expiring = described("c", 2, 1_000, 1);
+        expiring.description.expires_at_ms = Some(5_000);
+        replica.descriptions.merge(expiring);
+        // Described, never written: it reads 0.
+        let reading = read_counter(&replica, "A", &names(), "c", None, 2_000).unwrap();
+        assert_eq!(
+            (reading.total.value, reading.total.expires_at_ms),
+            (0, Some(5_000))
+        );
+        let json = serde_json::to_value(&reading).unwrap();
+        assert_eq!(json["expiresAtMs"], 5_000);
+        let c = CounterId::new("c").unwrap();
+        replica.merge(0, &c, &record(4, 2, HlcTimestamp::default()));
+        let reading = read_counter(&replica, "A", &names(), "c", None, 4_999).unwrap();
+        assert_eq!(reading.total.value, 4);
+        let gone = read_counter(&replica, "A", &names(), "c", None, 5_000).unwrap_err();
+        assert_eq!(gone, Presence::Expired(5_000));
+        let refusal = crate::AggregatorError::not_found("c".into(), gone, "this datacenter");
+        assert_eq!(
+            refusal.to_string(),
+            "counter \"c\" expired at 5000 (unix ms)"
+        );
+        // No expiry: none shown.
+        replica.merge(
+            0,
+            &CounterId::new("d").unwrap(),
+            &record(1, 2, HlcTimestamp::default()),
+        );
+        let json =
+            serde_json::to_value(read_counter(&replica, "A", &names(), "d", None, 5_000).unwrap())
+                .unwrap();
+        assert!(json.get("expiresAtMs").is_none(), "{json}");
+    }
+
+    #[test]
+    fn a_record_of_a_newer_generation_than_the_description_wipes_the_older_ones() {
+        use geocount_model::fixtures::described;
+        use geocount_model::{CounterId, HlcTimestamp};
+        let mut replica = replica();
+        replica.descriptions.merge(described("c", 2, 1_000, 1));
+        let c = CounterId::new("c").unwrap();
+        replica.merge(0, &c, &record(5, 2, HlcTimestamp::default()));
+        let reset = HlcTimestamp {
+            physical_ms: 1_500,
+            logical: 0,
+            node: 2,
+        };
+        replica.merge(1, &c, &record(1, 3, reset));
+        let reading = read_counter(&replica, "A", &names(), "c", None, 2_000).unwrap();
+        assert_eq!(reading.total.value, 1);
+        assert_eq!(reading.slots.0[0].1.value, 0);
+    }
+
+    #[test]
+    fn a_unique_counter_reset_unions_only_its_new_sketches() {
+        use geocount_model::fixtures::described;
+        use geocount_model::{CounterId, CounterType, HlcTimestamp, SlotRecord, SlotState};
+        let mut replica = replica();
+        let mut created = described("u", 2, 1_000, 1);
+        created.description.counter_type = CounterType::Unique;
+        let reset_at = HlcTimestamp {
+            physical_ms: 1_500,
+            logical: 0,
+            node: 2,
+        };
+        replica.descriptions.merge(created.reset(reset_at));
+        let u = CounterId::new("u").unwrap();
+        for (slot, items, generation) in
+            [(0, 0..1_000, HlcTimestamp::default()), (1, 0..10, reset_at)]
+        {
+            let mut record = SlotRecord::from(SlotState {
+                value: 0,
+                version: 1,
+            });
+            for n in items {
+                record.add_item(geocount_model::unique::hash_item(&format!("user-{n}")), 2);
+            }
+            record.set_generation(generation);
+            replica.merge(slot, &u, &record);
+        }
+        let reading = read_counter(&replica, "A", &names(), "u", None, 2_000).unwrap();
+        assert_eq!(reading.slots.0[0].1.value, 0, "wiped by the reset");
+        let new = reading.slots.0[1].1.value;
+        assert!((9..=11).contains(&new), "{reading:?}");
+        assert_eq!(reading.total.value, new);
     }
 
     #[test]

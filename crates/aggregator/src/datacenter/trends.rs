@@ -16,9 +16,9 @@ use crate::answers::Ranking;
 use crate::ranking::Asked;
 use crate::replica::Replica;
 
-/// The datacenter's ranking of what `asked` asks, or the scan that finds it.
-pub fn ranking(replica: &Replica, asked: &Asked) -> Answer {
-    crate::tier::rank(replica, &[Scope::All], asked)
+/// The datacenter's ranking of what `asked` asks at `now_ms`, or the scan that finds it.
+pub fn ranking(replica: &Replica, asked: &Asked, now_ms: u64) -> Answer {
+    crate::tier::rank(replica, &[Scope::All], asked, now_ms)
 }
 
 /// The answer to `asked` from `lists` ([`ranking`]), with the staleness of the datacenter's

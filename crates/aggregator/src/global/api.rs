@@ -6,6 +6,7 @@
 //! | `GET /counter/{id}?max_staleness_ms=N&allow_partial=B` | the sum over datacenters (a unique counter's estimate of the union of every slot), or 503 naming the stale ones |
 //! | `GET /topk?k=K&prefix=P[&window=S&at=T]&max_staleness_ms=N&allow_partial=B` | the world's K highest sum counters with ids starting with P (from every slot held here), with each datacenter's own top K |
 //! | `GET /trending?prefix=P&max_staleness_ms=N&allow_partial=B` | the counters with a configured prefix at or over its threshold in `[trending] window_seconds`, worldwide and per datacenter |
+//! | `GET /aggregate?prefix=P[&window=S&at=T]&max_staleness_ms=N&allow_partial=B` | the sum and the number of the sum counters with ids starting with P, worldwide and per datacenter (unique counters left out) |
 //! | `GET /datacenters` | each datacenter's aggregator, freshness, counters and last error |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for datacenter aggregators pulling descriptions |
 //! | `GET /healthz`, `GET /metrics` | health with each datacenter's staleness, Prometheus text |
@@ -19,7 +20,7 @@
 use std::sync::Arc;
 
 use geocount_http::routing::{self, Endpoint, Named, RequestError, Routed};
-use geocount_http::{Allow, Need};
+use geocount_http::{Allow, Need, parse_aggregate_query};
 use geocount_model::role::GLOBAL_PROCESS;
 use geocount_model::{CounterId, Right};
 use geocount_net::Response;
@@ -32,7 +33,7 @@ use super::datacenters::{DatacenterStatus, datacenter_statuses};
 use super::query::{ReadQuery, StalenessKeys};
 use super::read::{self, GlobalRead};
 use super::staleness::empty_readings;
-use super::trends;
+use super::{sums, trends};
 use crate::error::AggregatorError;
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
@@ -45,7 +46,7 @@ use crate::tier::Held;
 /// that slot, which restores it.
 pub fn need(route: Route, slot: Option<&str>) -> Need {
     match route {
-        Route::Counter | Route::TopK | Route::Trending | Route::Datacenters => {
+        Route::Counter | Route::TopK | Route::Trending | Route::Aggregate | Route::Datacenters => {
             Need::Right(Right::Read)
         }
         Route::Sync => Need::Tier(vec![Allow::Aggregators]),
@@ -84,6 +85,10 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 let ranking = RankingRequest::new(request.uri().path(), &request, now_ms)?;
                 rank(state, route, ranking, now_ms).await
             }
+            (Route::Aggregate, &Method::GET, _) => {
+                let asked = RankingRequest::new(request.uri().path(), &request, now_ms)?;
+                aggregate(state, asked, now_ms).await
+            }
             (Route::Datacenters, &Method::GET, _) => Ok(datacenters(state, now_ms)),
             (Route::Sync, &Method::POST, _) => {
                 let answer = core.sync(request, GLOBAL_PROCESS, now_ms, |_| Vec::new());
@@ -115,7 +120,7 @@ async fn rank(
     let asked = (state.core).asked(route, &ranking, |key, value| staleness.take(key, value))?;
     let freshness = staleness.freshness(state.settings.max_staleness_ms);
     let datacenters = state.layout.names.len();
-    let ask = |replica: &_| trends::rankings(replica, datacenters, &asked);
+    let ask = |replica: &_| trends::rankings(replica, datacenters, &asked, ranking.at_ms);
     let lists = state.core.rank(ranking.at_ms, ask).await?;
     let list = asked.list();
     let answer = {
@@ -125,6 +130,32 @@ async fn rank(
     match answer {
         Ok(answer) => state.core.reply_ranking(&answer, list, &ranking).await,
         Err(refusal) => Err(AggregatorError::StaleRanking(Box::new(refusal))),
+    }
+}
+
+async fn aggregate(
+    state: &GlobalState,
+    asked: RankingRequest,
+    now_ms: u64,
+) -> Result<Response, AggregatorError> {
+    let mut staleness = StalenessKeys::default();
+    let query = parse_aggregate_query(asked.query(), asked.at_ms / 1000, |key, value| {
+        staleness.take(key, value)
+    })?;
+    let freshness = staleness.freshness(state.settings.max_staleness_ms);
+    let layout = &state.layout;
+    let slot_groups = layout.slot_datacenters.clone();
+    let sums = (state
+        .core
+        .sum(&query, asked.at_ms, slot_groups, layout.names.len()))
+    .await?;
+    let readings = {
+        let replica = state.core.replica.read().expect("replica lock");
+        empty_readings(&replica, layout, now_ms)
+    };
+    match sums::answer(&layout.names, &readings, (query, sums), freshness) {
+        Ok(answer) => state.core.reply_sum(answer, &asked).await,
+        Err(refusal) => Err(AggregatorError::StaleSum(Box::new(refusal))),
     }
 }
 
@@ -149,10 +180,11 @@ fn read(
     match gathered.answer(id.as_str(), &state.layout.names, &query) {
         GlobalRead::Counter(reading) => Ok(state.core.answer(&reading)),
         GlobalRead::Stale(refusal) => Err(AggregatorError::Stale(Box::new(refusal))),
-        GlobalRead::NotFound => Err(AggregatorError::CounterNotFound {
-            id: id.to_string(),
-            held_by: "any datacenter",
-        }),
+        GlobalRead::NotFound(presence) => Err(AggregatorError::not_found(
+            id.to_string(),
+            presence,
+            "any datacenter",
+        )),
     }
 }
 

@@ -13,6 +13,8 @@
 //! - [`read`]: a counter's read: the sum over datacenters, complete or partial.
 //! - [`trends`]: the world's and each datacenter's top-K and trending counters under the same
 //!   staleness rules.
+//! - [`sums`]: the world's and each datacenter's sum over an id prefix under the same
+//!   staleness rules.
 //! - [`datacenters`]: `GET /datacenters`.
 //! - [`api`]: its routes and who may call them.
 //!
@@ -25,6 +27,7 @@ pub mod layout;
 pub mod query;
 pub mod read;
 pub mod staleness;
+pub mod sums;
 pub mod trends;
 
 use std::net::SocketAddr;

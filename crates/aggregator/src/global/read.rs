@@ -5,6 +5,8 @@
 //!   stale datacenter counts with its last known values.
 //! - A unique counter's value is the estimate of the union of every slot's sketch (a
 //!   datacenter's part: of its slots' union), under the same staleness rules.
+//! - Copies count by the lifecycle rule ([`crate::lifecycle`]): one wiped by a reset or delete
+//!   reads as 0 / empty, and a counter deleted or expired is held by no slot.
 //! - A counter no slot holds is not found only when no datacenter is stale: a stale one may
 //!   hold it.
 //!
@@ -21,14 +23,16 @@ use super::layout::Layout;
 use super::query::ReadQuery;
 use super::staleness::{empty_readings, named, stale_datacenters, stale_reasons};
 use crate::answers::Total;
+use crate::lifecycle::{Life, Presence};
 use crate::parts::{DatacenterReading, StaleRead};
 use crate::replica::{HeldCounter, Replica};
 
-/// A counter's parts, gathered from the replica for a read: whether any slot holds it, each
-/// datacenter's reading, and for a unique counter the union of every slot's sketch.
+/// A counter's parts, gathered from the replica for a read: whether it exists and when it
+/// expires, each datacenter's reading, and for a unique counter the union of every slot's
+/// sketch.
 #[derive(Debug, Clone)]
 pub struct Gathered {
-    held: bool,
+    life: Life,
     readings: Vec<DatacenterReading>,
     union: Option<UniqueSketch>,
 }
@@ -42,18 +46,19 @@ pub fn gather(
     window: Option<&WindowQuery>,
     now_ms: u64,
 ) -> Gathered {
+    let life = counter.life(now_ms);
+    let copies = counter.copies.unwrap_or_default();
     if counter.is_unique() {
-        let (held, readings, union) =
-            read_unique_datacenters(replica, layout, counter.copies, now_ms);
+        let (readings, union) = read_unique_datacenters(replica, layout, copies, &life, now_ms);
         Gathered {
-            held,
+            life,
             readings,
             union: Some(union),
         }
     } else {
-        let (held, readings) = read_datacenters(replica, layout, counter.copies, window, now_ms);
+        let readings = read_datacenters(replica, layout, copies, &life, window, now_ms);
         Gathered {
-            held,
+            life,
             readings,
             union: None,
         }
@@ -66,49 +71,56 @@ impl Gathered {
         let mut answer = answer_read(
             id,
             names,
-            self.held,
+            self.life.exists(),
             self.readings,
             self.union.as_ref(),
             query.max_staleness_ms,
             query.allow_partial,
         );
-        if let GlobalRead::Counter(reading) = &mut answer {
-            reading.window = query.window;
+        match &mut answer {
+            GlobalRead::Counter(reading) => {
+                reading.window = query.window;
+                reading.total.expires_at_ms = self.life.expires_at_ms;
+            }
+            GlobalRead::NotFound(presence) => *presence = self.life.presence,
+            GlobalRead::Stale(_) => {}
         }
         answer
     }
 }
 
 /// A counter whose slots' `copies` the replica holds, per datacenter at `now_ms` (datacenters
-/// in order): running totals, or hits in `window`; and whether any slot holds it.
+/// in order): running totals, or hits in `window`, of the copies that count by `life`.
 pub fn read_datacenters(
     replica: &Replica,
     layout: &Layout,
-    copies: Option<&[(u16, SlotRecord)]>,
+    copies: &[(u16, SlotRecord)],
+    life: &Life,
     window: Option<&WindowQuery>,
     now_ms: u64,
-) -> (bool, Vec<DatacenterReading>) {
+) -> Vec<DatacenterReading> {
     let mut readings = empty_readings(replica, layout, now_ms);
-    for (slot, record) in copies.unwrap_or_default() {
+    for (slot, record) in life.counting(copies) {
         let dc = layout.slot_datacenters[usize::from(*slot)];
         readings[dc].value += WindowQuery::value_of(window, record);
     }
-    (copies.is_some(), readings)
+    readings
 }
 
 /// A unique counter whose slots' `copies` the replica holds, per datacenter at `now_ms`
 /// (datacenters in order): each datacenter's value is the estimate of the union of its slots'
-/// sketches. Also whether any slot holds it, and the union of every slot's sketch: the world's
-/// distinct items.
+/// sketches that count by `life`. Also the union of every such sketch: the world's distinct
+/// items.
 pub fn read_unique_datacenters(
     replica: &Replica,
     layout: &Layout,
-    copies: Option<&[(u16, SlotRecord)]>,
+    copies: &[(u16, SlotRecord)],
+    life: &Life,
     now_ms: u64,
-) -> (bool, Vec<DatacenterReading>, UniqueSketch) {
+) -> (Vec<DatacenterReading>, UniqueSketch) {
     let mut readings = empty_readings(replica, layout, now_ms);
     let mut unions = vec![UniqueSketch::new(); readings.len()];
-    for (slot, record) in copies.unwrap_or_default() {
+    for (slot, record) in life.counting(copies) {
         if let Some(sketch) = record.uniques() {
             unions[layout.slot_datacenters[usize::from(*slot)]].union_with(sketch);
         }
@@ -116,7 +128,7 @@ pub fn read_unique_datacenters(
     for (reading, union) in readings.iter_mut().zip(&unions) {
         reading.value = i128::from(union.count());
     }
-    (copies.is_some(), readings, UniqueSketch::union_of(&unions))
+    (readings, UniqueSketch::union_of(&unions))
 }
 
 /// The answer to a global read.
@@ -144,8 +156,9 @@ pub enum GlobalRead {
     Counter(CounterReading),
     /// 503: stale datacenters and no partial answer allowed.
     Stale(StaleRead),
-    /// 404: no slot holds the counter and no datacenter is stale.
-    NotFound,
+    /// 404: no slot holds the counter (or it is deleted or expired, as said) and no
+    /// datacenter is stale.
+    NotFound(Presence),
 }
 
 /// Applies the staleness rules to counter `id`'s per-datacenter readings (`held`: whether any
@@ -162,7 +175,7 @@ pub fn answer_read(
 ) -> GlobalRead {
     let stale = stale_datacenters(&readings, max_staleness_ms);
     if stale.is_empty() && !held {
-        return GlobalRead::NotFound;
+        return GlobalRead::NotFound(Presence::Unknown);
     }
     if !stale.is_empty() && !allow_partial {
         return GlobalRead::Stale(StaleRead {
@@ -180,6 +193,7 @@ pub fn answer_read(
             id: id.to_owned(),
             value,
             standard_error,
+            expires_at_ms: None,
         },
         complete: stale.is_empty(),
         staleness_ms: worst_staleness(readings.iter().map(|r| r.staleness_ms)),
@@ -257,12 +271,19 @@ mod tests {
             ..SyncPage::default()
         };
         replica.sources[0].advance(&caught_up, 1_000, 1_000);
-        let (held, readings) =
-            read_datacenters(&replica, &layout(), replica.copies().get("c"), None, 1_400);
-        assert!(held);
+        let c = replica.counter("c");
+        let readings = read_datacenters(
+            &replica,
+            &layout(),
+            c.copies.unwrap(),
+            &c.life(1_400),
+            None,
+            1_400,
+        );
+        assert!(c.life(1_400).exists());
         assert_eq!(readings[0], reading(5, Some(400), true));
         assert_eq!(readings[1], reading(100, None, false));
-        assert!(!read_datacenters(&replica, &layout(), replica.copies().get("e"), None, 1_400).0);
+        assert!(!replica.counter("e").life(1_400).exists());
 
         let t = geocount_test_support::TestTopology::new(&[("USA_0", 1), ("ASIA_0", 1)], "");
         let settings = GlobalSettings {
@@ -310,8 +331,15 @@ mod tests {
             }
             replica.merge(slot, &CounterId::new("u").unwrap(), &record);
         }
-        let (held, readings, union) =
-            read_unique_datacenters(&replica, &layout(), replica.copies().get("u"), 1_400);
+        let u = replica.counter("u");
+        let (readings, union) = read_unique_datacenters(
+            &replica,
+            &layout(),
+            u.copies.unwrap(),
+            &u.life(1_400),
+            1_400,
+        );
+        let held = u.life(1_400).exists();
         assert!(held);
         let off = |value: i128, truth: f64| (value as f64 - truth).abs() / truth;
         assert!(off(readings[0].value, 30_000.0) < 0.03, "{readings:?}");
@@ -329,8 +357,13 @@ mod tests {
         );
         assert_eq!(answer.total.standard_error, Some(STANDARD_ERROR));
         assert!(!answer.complete, "neither datacenter was ever complete");
-        let (_, readings, _) =
-            read_unique_datacenters(&replica, &layout(), replica.copies().get("u"), 1_400);
+        let (readings, _) = read_unique_datacenters(
+            &replica,
+            &layout(),
+            u.copies.unwrap(),
+            &u.life(1_400),
+            1_400,
+        );
         let refused = answer_read(
             "u",
             &names()[..2],
@@ -341,6 +374,83 @@ mod tests {
             false,
         );
         assert!(matches!(refused, GlobalRead::Stale(_)));
+    }
+
+    /// Both datacenters complete as of 1_000.
+    fn fresh(replica: &mut Replica) {
+        use geocount_model::wire::Cursor;
+        let caught_up = SyncPage {
+            slots: Some(SlotPage {
+                next: Cursor::Seq { epoch: 1, seq: 1 },
+                caught_up: true,
+                ..Default::default()
+            }),
+            ..SyncPage::default()
+        };
+        for source in 0..2 {
+            replica.sources[source].advance(&caught_up, 1_000, 1_000);
+        }
+    }
+
+    #[test]
+    fn the_world_counts_only_records_of_the_counters_generation() {
+        use geocount_model::fixtures::described;
+        use geocount_model::{HlcTimestamp, SlotRecord, SlotState};
+        let mut replica = two_datacenter_replica();
+        fresh(&mut replica);
+        let c = CounterId::new("c").unwrap();
+        let record = |value, version, generation| {
+            let mut record = SlotRecord::from(SlotState { value, version });
+            record.set_generation(generation);
+            record
+        };
+        for slot in [0, 2] {
+            replica.merge(slot, &c, &record(5, 1, HlcTimestamp::default()));
+        }
+        let query = ReadQuery {
+            max_staleness_ms: 10_000,
+            allow_partial: false,
+            window: None,
+        };
+        let read = |replica: &Replica, now_ms| {
+            let counter = replica.counter("c");
+            gather(replica, &layout(), &counter, None, now_ms).answer("c", &names()[..2], &query)
+        };
+        let GlobalRead::Counter(reading) = read(&replica, 1_500) else {
+            panic!("fresh and held");
+        };
+        assert_eq!(reading.total.value, 10);
+        let reset_at = HlcTimestamp {
+            physical_ms: 1_200,
+            logical: 0,
+            node: 2,
+        };
+        let mut created = described("c", 1, 1_000, 1);
+        created.description.expires_at_ms = Some(9_000);
+        replica.descriptions.merge(created.reset(reset_at));
+        replica.merge(2, &c, &record(4, 2, reset_at));
+        let GlobalRead::Counter(reading) = read(&replica, 1_500) else {
+            panic!("reset, not deleted");
+        };
+        assert_eq!(reading.total.value, 4);
+        assert_eq!(reading.datacenters.0[0].1.value, 0, "USA's record is wiped");
+        assert_eq!(reading.total.expires_at_ms, Some(9_000));
+        assert_eq!(
+            read(&replica, 9_000),
+            GlobalRead::NotFound(Presence::Expired(9_000))
+        );
+        replica.descriptions.merge(created.delete(HlcTimestamp {
+            physical_ms: 1_300,
+            ..reset_at
+        }));
+        assert_eq!(
+            read(&replica, 1_500),
+            GlobalRead::NotFound(Presence::Deleted)
+        );
+        // A stale datacenter may hold a newer generation: the staleness rules still apply.
+        let GlobalRead::Stale(_) = read(&replica, 20_000) else {
+            panic!("stale datacenters refuse");
+        };
     }
 
     #[test]
@@ -397,7 +507,7 @@ mod tests {
         let fresh = vec![reading(0, Some(1), true); 3];
         assert_eq!(
             answer_read("c", &names(), false, fresh, None, 1000, false),
-            GlobalRead::NotFound
+            GlobalRead::NotFound(Presence::Unknown)
         );
         let one_stale = vec![
             reading(0, Some(1), true),

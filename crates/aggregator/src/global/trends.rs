@@ -34,13 +34,13 @@ pub struct GlobalRanking {
     pub datacenters: Named<DatacenterRanking>,
 }
 
-/// The world's ranking, then each of `datacenters`' of what `asked` asks; or the scan that
-/// finds them.
-pub fn rankings(replica: &Replica, datacenters: usize, asked: &Asked) -> Answer {
+/// The world's ranking, then each of `datacenters`' of what `asked` asks at `now_ms`; or the
+/// scan that finds them.
+pub fn rankings(replica: &Replica, datacenters: usize, asked: &Asked, now_ms: u64) -> Answer {
     let scopes: Vec<Scope> = std::iter::once(Scope::All)
         .chain((0..datacenters).map(Scope::Group))
         .collect();
-    crate::tier::rank(replica, &scopes, asked)
+    crate::tier::rank(replica, &scopes, asked, now_ms)
 }
 
 /// The answer to `asked` from `lists` (the world's, then each datacenter's, as [`rankings`]

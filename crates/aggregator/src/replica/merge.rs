@@ -59,6 +59,7 @@ pub fn merge_pulled(
         .map(|p| replica.descriptions.apply_page(p, now_ms, skew_ms))
         .unwrap_or_default();
     intake.warn_refused(&page.source);
+    replica.note_descriptions(&intake.taken, now_ms);
     replica.sources[source].advance(page, sent_at_ms, now_ms);
     Ok(PageIntake {
         merge,

@@ -11,8 +11,9 @@
 //! - [`merge`]: the one path a pulled page takes into the replica ([`merge_pulled`]).
 //! - [`top`]: the top-K index beside the copies, fed by what each merge changed, and answering
 //!   a ranking over it ([`with_ranked`]).
-//! - [`scans`]: rankings that scan every counter, without holding up merges and reads
+//! - [`scans`]: rankings and sums that scan every counter, without holding up merges and reads
 //!   ([`Scans`]).
+//! - [`sums`]: sums over the counters with an id prefix ([`SumScan`]).
 //! - [`metrics`]: the metrics every aggregator exports ([`ReplicaMetrics`]).
 //! - [`pulling`]: the pullers that feed a replica, one per source ([`start_pulling`]).
 //! - [`serve`]: answering `POST /sync` from the replica ([`serve_sync`]).
@@ -23,6 +24,7 @@ pub mod pulling;
 pub mod scans;
 pub mod serve;
 pub mod source;
+pub mod sums;
 pub mod top;
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -36,13 +38,17 @@ use geocount_sync::{
 };
 use serde::Serialize;
 
+use crate::lifecycle::Life;
+
 pub use merge::{PageIntake, merge_pulled};
 pub use metrics::ReplicaMetrics;
 pub use pulling::{Pullers, ReplicaSink, spawn_pullers, start_pulling};
 pub use scans::{SCAN_RETRY_AFTER_SECS, Scans, ScansBusy};
 pub use serve::serve_sync;
 pub use source::{PullSource, SourceFence, SourceKind};
-pub use top::{RANK_CHUNK, with_ranked};
+pub use sums::{Sum, SumScan, Sums};
+use top::Expiries;
+pub use top::{RANK_CHUNK, RankedAt, with_ranked};
 
 /// An aggregator's copy of the tier below it.
 #[derive(Debug)]
@@ -71,6 +77,8 @@ pub struct Replica {
     /// lock of its own, so ranking needs only shared access to the replica: reads and sync
     /// pages are served meanwhile, and only merges wait.
     top: Option<Mutex<TopIndex>>,
+    /// The expiries still to come, each marking its counter for `top` once passed.
+    expiries: Mutex<Expiries>,
 }
 
 /// What a replica has heard of one slot since its process started.
@@ -154,6 +162,11 @@ impl HeldCounter<'_> {
         }
     }
 
+    /// How the lifecycle rule reads it at `now_ms`: whether it exists, and which records count.
+    pub fn life(&self, now_ms: u64) -> Life {
+        Life::of(self.description, self.copies.unwrap_or_default(), now_ms)
+    }
+
     /// The counter's window length: its description's, else `default_window_seconds`.
     pub fn window_seconds(&self, default_window_seconds: u32) -> u32 {
         self.description
@@ -195,6 +208,7 @@ impl Replica {
             refusals: Refusals::default(),
             partitions: None,
             top: None,
+            expiries: Mutex::default(),
         }
     }
 

@@ -87,12 +87,12 @@ impl Pullers {
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
-                let now = clock.now_unix_secs();
-                replica.read().expect("replica lock").advance_live(now);
+                let now_ms = clock.now_unix_ms();
+                replica.read().expect("replica lock").advance_live(now_ms);
                 while !replica
                     .read()
                     .expect("replica lock")
-                    .rank_pending(RANK_CHUNK)
+                    .rank_pending(RANK_CHUNK, now_ms)
                 {
                     tokio::task::yield_now().await;
                 }

@@ -5,5 +5,7 @@ pub mod create;
 pub mod get;
 pub mod incr;
 pub mod lag;
+pub mod lifecycle;
 pub mod load;
 pub mod storm;
+pub mod sum;

@@ -1,11 +1,12 @@
-//! The operations several tiers share: replication, probes, and the aggregators' reads and
-//! rankings.
+//! The operations several tiers share: replication, probes, and the aggregators' reads,
+//! rankings and sums.
 
 use serde_json::json;
 
 use super::{ApiDoc, Operation, id_param, integer, path_param, query_param, required_query_param};
 use crate::routing::METRICS_CONTENT_TYPE;
 use crate::top_query::MAX_K;
+use geocount_model::counter_id::MAX_COUNTER_ID_BYTES;
 
 impl ApiDoc {
     /// Adds `/sync` and, with `slot_copies`, `/slots/{slot}/copy`: the replication routes a tier
@@ -94,7 +95,10 @@ impl ApiDoc {
             .window_params(max_window_seconds);
         let mut errors = vec![
             (400, "a bad id or query (window on a unique counter too)"),
-            (404, "a counter no part has reported"),
+            (
+                404,
+                "a counter no part has reported, or one deleted or expired",
+            ),
         ];
         if global {
             read = read.staleness_params();
@@ -104,6 +108,8 @@ impl ApiDoc {
             "id": {"type": "string"},
             "value": {"type": "integer", "description": "the sum, or a unique counter's estimate"},
             "standard_error": {"type": "number", "description": "unique counters only"},
+            "expiresAtMs": {"type": "integer", "minimum": 0,
+                            "description": "when the counter expires (unix ms), if it has an expiry"},
             "window": {"$ref": "#/components/schemas/Window"},
             "staleness_ms": {"type": "integer", "nullable": true,
                              "description": "the stalest part's; null if one was never complete"},
@@ -189,5 +195,76 @@ impl ApiDoc {
                 .json_answer(200, "the trending counters", trending_answer)
                 .errors(&trending_errors),
         )
+    }
+
+    /// Adds an aggregator's `/aggregate`; `global` adds the global aggregator's staleness
+    /// parameters, refusals and each datacenter's sum.
+    pub fn aggregate(self, global: bool) -> Self {
+        let mut sum = Operation::new(
+            "the sum and the number of the sum counters whose id starts with prefix, by all-time \
+             total or by hits in a window (unique counters left out)",
+        )
+        .param(required_query_param(
+            "prefix",
+            json!({"type": "string", "maxLength": MAX_COUNTER_ID_BYTES}),
+            "only ids starting with this (empty: every counter); one holding a control \
+             character is refused with 400",
+            "#",
+        ))
+        // A sum's window is no counter's: any length is taken.
+        .window_params(u32::MAX);
+        let mut errors = vec![
+            (400, "a bad or unknown query key, or no prefix"),
+            (
+                429,
+                "a sum scans every counter: refused while http.max_concurrent_scans are under way (Retry-After)",
+            ),
+        ];
+        if global {
+            sum = sum.staleness_params();
+            errors.push((503, "stale datacenters, named (unless allow_partial=true)"));
+        }
+        let answer = json!({"type": "object", "properties": {
+            "prefix": {"type": "string"},
+            "sum": {"type": "integer", "description": "may be beyond 64 bits"},
+            "counters": {"type": "integer", "description": "the sum counters added"},
+            "window": {"$ref": "#/components/schemas/Window"},
+            "staleness_ms": {"type": "integer", "nullable": true},
+            "complete": {"type": "boolean"},
+            "datacenters": {"type": "object", "description": "global: each datacenter's sum"},
+        }});
+        self.operation(
+            "/aggregate",
+            "get",
+            sum.json_answer(200, "the sum", answer).errors(&errors),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Access;
+    use serde_json::Value;
+
+    #[test]
+    fn sums_take_the_staleness_keys_and_refuse_stale_reads_at_the_global_tier_only() {
+        let sums = |global| {
+            let doc = ApiDoc::new("t", "d").aggregate(global);
+            doc.to_json(&Access::default())["paths"]["/aggregate"]["get"].clone()
+        };
+        let (global, datacenter) = (sums(true), sums(false));
+        assert!(global["responses"]["503"].is_object());
+        assert!(datacenter["responses"]["503"].is_null());
+        assert!(datacenter["responses"]["429"].is_object());
+        let names = |op: &Value| -> Vec<String> {
+            (op["parameters"].as_array().unwrap().iter())
+                .map(|p| p["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(names(&datacenter), ["prefix", "window", "at"]);
+        let staleness = ["max_staleness_ms", "allow_partial"];
+        assert_eq!(names(&global)[3..], staleness);
+        assert_eq!(datacenter["parameters"][0]["required"], true);
     }
 }

@@ -117,10 +117,11 @@ pub struct HttpSettings {
     /// A request's whole body must arrive within this many milliseconds of the handler starting
     /// to read it; a slower one is answered 408 and nothing of it is applied.
     pub body_read_timeout_ms: u64,
-    /// The most rankings that scan every counter (a `/topk` over any window but the live
-    /// trending one, or one the kept leaders cannot answer) an aggregator runs at once, each
-    /// on a thread of its own; one more is answered 429 with `Retry-After`, so scans cannot
-    /// take every core from reads and merges (1 to [`MAX_CONCURRENT_SCANS`]).
+    /// The most rankings and sums that scan every counter (a `/topk` over any window but the
+    /// live trending one, or one the kept leaders cannot answer; every `/aggregate`) an
+    /// aggregator runs at once, each on a thread of its own; one more is answered 429 with
+    /// `Retry-After`, so scans cannot take every core from reads and merges (1 to
+    /// [`MAX_CONCURRENT_SCANS`]).
     pub max_concurrent_scans: usize,
 }
 
@@ -328,6 +329,11 @@ pub struct SyncSettings {
     /// A copy's version or a description's timestamp more than this ahead of this process's
     /// clock is refused (milliseconds): taken in, it would win over every later change.
     pub max_clock_skew_ms: u64,
+    /// How long every tier keeps a deleted counter's tombstone, in seconds from the delete
+    /// (or the expiry). While it is kept, no copy of the counter's older writes can bring it
+    /// back; a region cut off from the global tier for longer than this may, when it heals
+    /// (docs/operations.md, "Deleted counters").
+    pub tombstone_retention_secs: u64,
 }
 
 impl Default for SyncSettings {
@@ -340,6 +346,7 @@ impl Default for SyncSettings {
             timeout_ms: 1_000,
             page_entries: 50_000,
             max_clock_skew_ms: 60_000,
+            tombstone_retention_secs: 7 * 24 * 3_600,
         }
     }
 }

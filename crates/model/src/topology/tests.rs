@@ -144,6 +144,11 @@ fn the_clock_skew_bound_defaults_to_a_minute_and_must_be_positive() {
     let set = load_with("sync", "max_clock_skew_ms = 5000").unwrap();
     assert_eq!(set.sync.max_clock_skew_ms, 5_000);
     assert_refused_at("sync", "max_clock_skew_ms = 0", "sync.max_clock_skew_ms");
+    assert_eq!(load(GOOD).unwrap().sync.tombstone_retention_secs, 604_800);
+    let set = load_with("sync", "tombstone_retention_secs = 60").unwrap();
+    assert_eq!(set.sync.tombstone_retention_secs, 60);
+    let key = "sync.tombstone_retention_secs";
+    assert_refused_at("sync", "tombstone_retention_secs = 0", key);
 }
 
 #[test]

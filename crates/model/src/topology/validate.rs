@@ -170,6 +170,10 @@ impl Topology {
             ("sync.page_entries", self.sync.page_entries as u64),
             ("sync.max_clock_skew_ms", self.sync.max_clock_skew_ms),
             (
+                "sync.tombstone_retention_secs",
+                self.sync.tombstone_retention_secs,
+            ),
+            (
                 "trending.window_seconds",
                 self.trending.window_seconds.into(),
             ),

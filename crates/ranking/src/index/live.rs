@@ -6,11 +6,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use foldhash::fast::RandomState;
 use geocount_http::routing::WindowQuery;
-use geocount_model::SlotRecord;
 
 use super::leaders::{ABSENT, Leaders, SHRINK_PAST, key_of};
 use super::{TopIndex, add};
-use crate::ranked::{RankedCounters, in_window, is_unique, sum_hits};
+use crate::ranked::{Counted, RankedCounters, in_window, sum_hits};
 
 /// The live window: hits in `(now - seconds, now]`, its leaders ranked like the all-time ones.
 #[derive(Debug)]
@@ -117,7 +116,7 @@ impl TopIndex {
             self.live.filed.remove(&index);
             live.clear();
             live.resize(r, ABSENT);
-            let change = self.live_of(counters.records(index as usize), &mut live);
+            let change = self.live_of(Counted::of(counters, index as usize), &mut live);
             for (leaders, hits) in self.live.rankings.iter_mut().zip(&live) {
                 leaders.set(index, key_of(*hits, index), self.keep);
             }
@@ -131,23 +130,23 @@ impl TopIndex {
         }
     }
 
-    /// Writes the live hits of a counter with copies `slots` into `live` (per ranking, all
-    /// [`ABSENT`] before; a unique counter has none), and returns when they next change after
-    /// the live window's end.
-    pub(super) fn live_of(&self, slots: &[(u16, SlotRecord)], live: &mut [i128]) -> LiveChange {
+    /// Writes the live hits of a counter with copies `counted` into `live` (per ranking, all
+    /// [`ABSENT`] before; a unique counter, or one that does not exist, has none), and returns
+    /// when they next change after the live window's end.
+    pub(super) fn live_of(&self, counted: Counted<'_>, live: &mut [i128]) -> LiveChange {
         let mut change = LiveChange::default();
-        if is_unique(slots) {
+        if counted.is_unique() {
             return change;
         }
         let window = self.live_window();
         let earliest = |a: Option<u64>, b: u64| Some(a.map_or(b, |a| a.min(b)));
-        for (slot, record) in slots {
-            let buckets = record.window().buckets();
+        for (slot, _, window_of_slot) in counted.iter() {
+            let buckets = window_of_slot.buckets();
             let (start, end) = in_window(&buckets, window);
             if start < end {
                 let hits = sum_hits(&buckets[start..end]);
                 add(&mut live[0], hits);
-                if let Some(g) = self.group_ranking(*slot) {
+                if let Some(g) = self.group_ranking(slot) {
                     add(&mut live[g], hits);
                 }
                 let leaves = buckets[start].0.saturating_add(u64::from(window.seconds));

@@ -38,7 +38,9 @@
 //!   run a run of counters at a time, without holding the index or the copies meanwhile.
 //!
 //! Unique counters (whose copies carry a sketch) are left out: their values are estimates of
-//! distinct items, not sums. Ties rank by id ascending.
+//! distinct items, not sums. A counter's records count from the generation
+//! [`RankedCounters::counts_from`] gives (one wiped by a reset reads as 0 with no hits), and a
+//! counter deleted or expired ranks nowhere. Ties rank by id ascending.
 //!
 //! Merges only mark a counter as changed ([`TopIndex::mark`]); [`TopIndex::rank_pending`] moves
 //! the marked counters, each once however often it changed since. Aggregators rank what is
@@ -65,7 +67,7 @@ use leaders::{ABSENT, Leaders, RankKey, SHRINK_PAST, key_of, offer, walk};
 pub use live::LiveRanking;
 use live::LiveWindow;
 
-use crate::ranked::{Ranked, RankedCounters, Scope, is_unique};
+use crate::ranked::{Counted, Ranked, RankedCounters, Scope};
 use crate::scan::{Measure, Scan};
 
 /// What [`TopIndex::rank`] answers: the lists, or a scan that finishes them.
@@ -185,7 +187,7 @@ impl TopIndex {
             };
             let index = index as usize;
             self.pending_bits[index / 64] &= !(1u64 << (index % 64));
-            self.update(index, counters.records(index));
+            self.update_counted(index, Counted::of(counters, index));
         }
         if self.pending.is_empty() && self.pending.capacity() > SHRINK_PAST {
             // A burst of merges marked many; hand their room back.
@@ -222,31 +224,37 @@ impl TopIndex {
         self.slot_groups.get(usize::from(slot)).map(|g| g + 1)
     }
 
-    /// Writes the all-time totals of a counter with copies `slots` into `totals` (per ranking,
-    /// all [`ABSENT`] before); a unique counter has none.
-    fn totals_of(&self, slots: &[(u16, SlotRecord)], totals: &mut [i128]) {
-        if is_unique(slots) {
+    /// Writes the all-time totals of a counter with copies `counted` into `totals` (per
+    /// ranking, all [`ABSENT`] before); a unique counter, or one that does not exist, has none.
+    fn totals_of(&self, counted: Counted<'_>, totals: &mut [i128]) {
+        if counted.is_unique() {
             return;
         }
-        for (slot, record) in slots {
-            let value = i128::from(record.state.value);
+        for (slot, value, _) in counted.iter() {
+            let value = i128::from(value);
             add(&mut totals[0], value);
-            if let Some(g) = self.group_ranking(*slot) {
+            if let Some(g) = self.group_ranking(slot) {
                 add(&mut totals[g], value);
             }
         }
     }
 
-    /// Counter `index` now has the copies `slots`: recomputes its totals and moves it among
-    /// the leaders of each ranking. O(slots + log leaders per ranking it leads).
+    /// Counter `index` now has the copies `slots`, every one counting: [`TopIndex::update_counted`].
     pub fn update(&mut self, index: usize, slots: &[(u16, SlotRecord)]) {
+        self.update_counted(index, Counted::all(slots));
+    }
+
+    /// Counter `index` now has the copies `counted`: recomputes its totals and moves it among
+    /// the leaders of each ranking (out of all of them when it does not exist). O(slots + log
+    /// leaders per ranking it leads).
+    pub fn update_counted(&mut self, index: usize, counted: Counted<'_>) {
         let key = key_index(index);
         let r = self.rankings.len();
         let mut totals = std::mem::take(&mut self.scratch);
         totals.clear();
         totals.resize(2 * r, ABSENT);
-        self.totals_of(slots, &mut totals[..r]);
-        let change = self.live_of(slots, &mut totals[r..]);
+        self.totals_of(counted, &mut totals[..r]);
+        let change = self.live_of(counted, &mut totals[r..]);
         let (all_time, live) = totals.split_at(r);
         for (leaders, total) in self.rankings.iter_mut().zip(all_time) {
             leaders.set(key, key_of(*total, key), self.keep);
@@ -408,11 +416,11 @@ impl TopIndex {
         for index in 0..counters.len() {
             let key = key_index(index);
             totals.fill(ABSENT);
-            let records = counters.records(index);
+            let counted = Counted::of(counters, index);
             if live {
-                self.live_of(records, &mut totals);
+                self.live_of(counted, &mut totals);
             } else {
-                self.totals_of(records, &mut totals);
+                self.totals_of(counted, &mut totals);
             }
             let ranked = best.iter_mut().zip(&mut full).zip(&mut held).zip(&holds);
             for ((((best, full), held), hold), total) in ranked.zip(&totals) {
@@ -445,7 +453,7 @@ impl TopIndex {
             joined.dedup();
             for index in joined {
                 totals.fill(ABSENT);
-                let change = self.live_of(counters.records(index as usize), &mut totals);
+                let change = self.live_of(Counted::of(counters, index as usize), &mut totals);
                 self.refile(index, change);
             }
         }

@@ -5,6 +5,8 @@ use std::cmp::Reverse;
 
 use super::*;
 
+mod generations;
+
 #[test]
 fn rank_keys_order_by_total_descending_then_index() {
     let extremes = [-(1i128 << 95), -(1 << 79), -1, 0, 1, 1 << 64, (1 << 95) - 1];
@@ -50,11 +52,12 @@ fn ids(ranked: &[Ranked]) -> Vec<(&str, i128)> {
     ranked.iter().map(|r| (r.id.as_str(), r.value)).collect()
 }
 
-/// Counters `(id, slots)` by index.
+/// Counters `(id, slots)` by index, and the generation some count from.
 #[derive(Default)]
 struct Counters {
     records: Vec<Vec<(u16, SlotRecord)>>,
     ids: Vec<String>,
+    from: HashMap<usize, Option<geocount_model::HlcTimestamp>>,
 }
 
 impl RankedCounters for Counters {
@@ -68,6 +71,10 @@ impl RankedCounters for Counters {
 
     fn records(&self, index: usize) -> &[(u16, SlotRecord)] {
         self.records.get(index).map_or(&[], Vec::as_slice)
+    }
+
+    fn counts_from(&self, index: usize) -> Option<geocount_model::HlcTimestamp> {
+        (self.from.get(&index).copied()).unwrap_or(Some(Default::default()))
     }
 }
 
@@ -115,7 +122,7 @@ impl Table {
             Some((_, r)) => *r = record,
             None => copies.push((slot, record)),
         }
-        self.index.update(n, copies);
+        self.index.update_counted(n, Counted::of(&self.counters, n));
     }
 
     fn all_time(&mut self, scope: Scope, prefix: &str, k: usize) -> Vec<Ranked> {

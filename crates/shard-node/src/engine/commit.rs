@@ -14,8 +14,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use geocount_model::{
-    Clock, CounterDescription, Hlc, Placement, ShardDefaults, SlotRecord, VersionedDescription,
-    next_slot_version,
+    Clock, CounterDescription, CounterId, Hlc, Placement, ShardDefaults, SlotRecord,
+    VersionedDescription, next_slot_version,
 };
 use geocount_sync::DescriptionTable;
 use tokio::sync::{mpsc, oneshot};
@@ -78,6 +78,8 @@ pub struct CommitContext {
     pub metrics: Arc<ShardMetrics>,
     /// Health, for `/healthz`.
     pub health: Arc<NodeHealth>,
+    /// How long a deleted counter's tombstone is kept (`sync.tombstone_retention_secs`).
+    pub tombstone_retention_ms: u64,
 }
 
 /// What the commit loop resumes from: what startup read of the log and the store.
@@ -116,6 +118,11 @@ pub struct CommitLoop {
     /// In `replicated` durability: where each durable group goes before its writes are
     /// answered.
     replicator: Option<Box<dyn GroupReplication>>,
+    /// Deleted counters whose rows go once no checkpoint is running (a running one names the
+    /// rows it writes by index).
+    doomed: Vec<CounterId>,
+    /// When tombstones past their retention were last looked for.
+    last_purge_ms: u64,
 }
 
 impl CommitLoop {
@@ -135,6 +142,16 @@ impl CommitLoop {
         shared.metrics.state_bytes.set(budget.held() as i64);
         let keys = log.idempotency.read().expect("idempotency lock").len();
         shared.metrics.idempotency_keys.set(keys as i64);
+        // Rows of counters deleted before the last stop, in the store or the log.
+        let doomed = {
+            let table = shared.table.read().expect("slot table lock");
+            let descriptions = shared.descriptions.read().expect("descriptions lock");
+            table
+                .iter()
+                .filter(|(id, record)| gone(&descriptions, id, record, now))
+                .map(|(id, _)| CounterId::new(id).expect("a held id is valid"))
+                .collect()
+        };
         Self {
             budget,
             wal: log.wal,
@@ -148,6 +165,8 @@ impl CommitLoop {
             fenced: None,
             learned_unlogged: Vec::new(),
             replicator: None,
+            doomed,
+            last_purge_ms: 0,
             shared,
         }
     }
@@ -192,6 +211,8 @@ impl CommitLoop {
             }
             let now_ms = self.shared.clock.now_unix_ms();
             self.flush_if_due(now_ms);
+            self.drop_gone_rows(now_ms);
+            self.purge_tombstones_if_due(now_ms);
             self.checkpoint_if_due(now_ms);
         }
         self.stop(true).await;
@@ -256,6 +277,11 @@ impl CommitLoop {
             let descriptions = descriptions.read().expect("descriptions lock");
             for description in &learned {
                 self.stage_learned(&table, &descriptions, &mut staged, description.clone());
+            }
+            // An expiry that passed is the delete every node makes alike: logged here, it
+            // wipes this slot's record and travels as a tombstone.
+            for tombstone in descriptions.due_expiries(now_ms) {
+                self.stage_learned(&table, &descriptions, &mut staged, tombstone);
             }
             for command in group {
                 match command {
@@ -393,6 +419,19 @@ impl CommitLoop {
         }
         self.shared.checkpointer.finish().await;
     }
+}
+
+/// Whether counter `id`'s row here belongs to a deleted or expired counter, and to a generation
+/// the delete wiped: it holds nothing any read counts, and goes.
+pub(crate) fn gone(
+    descriptions: &DescriptionTable,
+    id: &str,
+    record: &SlotRecord,
+    now_ms: u64,
+) -> bool {
+    descriptions.get(id).is_some_and(|described| {
+        !described.is_live(now_ms) && record.generation() <= described.generation_at(now_ms)
+    })
 }
 
 fn answer(replies: Vec<Reply>, metrics: &ShardMetrics) {

@@ -28,6 +28,9 @@ pub struct SlotTable {
     journal: ChangeJournal,
     /// The recently changed rows' encodings, made at the first pull for every puller.
     encoded: EncodedRows,
+    /// How many rows were removed: a copy paged across a removal may miss the row that moved,
+    /// so copy pages name it beside the process ([`SlotTable::copy_epoch`]).
+    removals: u64,
 }
 
 impl SlotTable {
@@ -147,6 +150,26 @@ impl SlotTable {
         self.journal_change(index)
     }
 
+    /// Drops counter `id`'s row (a deleted counter's, once its slot has applied the delete):
+    /// the last row takes its index and is journaled again there, so pullers see it at its new
+    /// index; pullers drop the removed one by the counter's tombstone, not by a message. Returns
+    /// the row's index and, when another row moved into it, that index.
+    pub fn remove(&mut self, id: &str) -> Option<(usize, Option<usize>)> {
+        let index = self.rows.get_index_of(id)?;
+        let (_, moved) = self.rows.swap_remove(index);
+        if let Some(moved) = moved {
+            self.journal_change(moved);
+        }
+        self.removals += 1;
+        Some((index, moved))
+    }
+
+    /// What a copy page of this table served by process `incarnation` names as its source: it
+    /// changes whenever a row is removed, so a restore that paged across a removal pages again.
+    pub fn copy_epoch(&self, incarnation: u64) -> u64 {
+        incarnation.wrapping_add(self.removals)
+    }
+
     fn insert_row(&mut self, id: CounterId, record: SlotRecord) -> usize {
         let row = Row {
             record,
@@ -163,7 +186,7 @@ impl SlotTable {
     /// Row `index`: its counter id and record.
     ///
     /// # Panics
-    /// If there is no such row (rows are never removed, so an index once returned stays valid).
+    /// If there is no such row (an index stays valid until a row is removed).
     pub fn row(&self, index: usize) -> (&str, &SlotRecord) {
         let (id, row) = self
             .rows
@@ -187,7 +210,7 @@ impl SlotTable {
     }
 
     /// One page of a copy of the slot: the rows from `from`, at most `limit` of them, and where
-    /// the next page starts (rows are never removed, so pages miss none held at the first).
+    /// the next page starts.
     pub fn copy_page(&self, from: u64, limit: usize) -> (Vec<(String, SlotRecord)>, Option<u64>) {
         let (range, next) = geocount_sync::copy_range(from, limit, self.rows.len());
         let entries = range
@@ -276,9 +299,12 @@ impl EncodeItems for SlotTable {
 impl RowSource for RwLock<SlotTable> {
     fn visit_rows(&self, rows: &[u32], each: &mut dyn FnMut(&str, &SlotRecord)) {
         let table = self.read().expect("slot table lock");
+        // A row listed before rows were removed may be past the end: the row that held its
+        // index then was listed again at its new one.
         for &row in rows {
-            let (id, record) = table.row(row as usize);
-            each(id, record);
+            if let Some((id, row)) = table.rows.get_index(row as usize) {
+                each(id.as_str(), &row.record);
+            }
         }
     }
 }

@@ -53,6 +53,12 @@ pub struct Checkpoint {
     pub rows: ChangedRows,
     /// Counters created since the previous checkpoint.
     pub descriptions: Vec<VersionedDescription>,
+    /// Rows dropped since the previous checkpoint (deleted counters): deleted from the store
+    /// before the changed rows are written, so a counter made again after is kept.
+    pub removed: Vec<CounterId>,
+    /// Tombstones dropped past `sync.tombstone_retention_secs` since the previous checkpoint:
+    /// deleted from the store before the descriptions are written.
+    pub purged: Vec<CounterId>,
     /// Idempotency keys recorded since the previous checkpoint.
     pub idempotency_added: KeyBlocks,
     /// Every idempotency record created before this time (unix ms) has expired.
@@ -102,6 +108,8 @@ impl Checkpoint {
     /// Whether the checkpoint would write nothing.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+            && self.removed.is_empty()
+            && self.purged.is_empty()
             && self.descriptions.is_empty()
             && self.idempotency_added.is_empty()
             && self.idempotency_expired_before_ms.is_none()
@@ -113,6 +121,8 @@ impl Checkpoint {
             self.rows.mark(row as usize);
         }
         self.descriptions.extend(later.descriptions);
+        self.removed.extend(later.removed);
+        self.purged.extend(later.purged);
         self.idempotency_added.absorb(later.idempotency_added);
         self.idempotency_expired_before_ms = self
             .idempotency_expired_before_ms
@@ -234,6 +244,9 @@ impl Store {
         let txn = self.db.begin_write().map_err(store_error)?;
         {
             let mut slots = txn.open_table(SLOTS).map_err(store_error)?;
+            for id in &checkpoint.removed {
+                slots.remove(id.as_str()).map_err(store_error)?;
+            }
             // Each chunk is encoded under the read lock into one buffer: (id end, record end)
             // offsets, then inserted without it.
             let mut buffer = Vec::new();
@@ -266,6 +279,9 @@ impl Store {
                 }
             }
             let mut descriptions = txn.open_table(DESCRIPTIONS).map_err(store_error)?;
+            for id in &checkpoint.purged {
+                descriptions.remove(id.as_str()).map_err(store_error)?;
+            }
             for description in &checkpoint.descriptions {
                 let bytes = postcard::to_allocvec(description)?;
                 descriptions

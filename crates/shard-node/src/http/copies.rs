@@ -79,17 +79,14 @@ fn slot_copy(
 ) -> Result<Response, ShardError> {
     let copy = if slot == state.slot_name {
         // The owner holds its slot whole by definition.
-        let (entries, next) = state
-            .table
-            .read()
-            .expect("slot table lock")
-            .copy_page(from, limit);
+        let table = state.table.read().expect("slot table lock");
+        let (entries, next) = table.copy_page(from, limit);
         SlotCopy {
             slot: slot.to_owned(),
             entries,
             complete: true,
             complete_as_of_ms: Some(state.clock.now_unix_ms()),
-            source_epoch: state.incarnation,
+            source_epoch: table.copy_epoch(state.incarnation),
             next,
             owner_incarnation: state.incarnation,
             partitions: None,

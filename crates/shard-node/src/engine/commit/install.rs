@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use geocount_model::held_bytes::description_bytes;
-use geocount_model::{Durability, WindowChange};
+use geocount_model::{CounterId, Durability, WindowChange};
 
 use super::CommitLoop;
 use crate::engine::budget::row_bytes;
@@ -19,6 +19,10 @@ use crate::error::StorageError;
 /// way counters' changes do, and checkpointing every counter row again as often as keys fill
 /// the log would cost a keyed write several times what its key does.
 const LOG_BYTES_WITH_KEYS: u64 = 4;
+
+/// How often the commit loop looks for tombstones past their retention (a scan of every
+/// description), at most: as often as the retention itself when that is shorter.
+const TOMBSTONE_PURGE_INTERVAL_MS: u64 = 60_000;
 
 /// What installing a durable group does besides taking in its log record.
 pub(super) struct GroupChanges {
@@ -85,6 +89,7 @@ impl CommitLoop {
             keys.reached(self.last_version);
             (self.shared.metrics.idempotency_keys).set(keys.len() as i64);
         }
+        let mut rows = Vec::with_capacity(record.slots.len());
         {
             let mut table = self.shared.table.write().expect("slot table lock");
             for (change, (id, logged)) in changes.slots.into_iter().zip(record.slots) {
@@ -99,6 +104,7 @@ impl CommitLoop {
                 self.budget
                     .changed(change.committed_bytes, row_bytes(id, installed));
                 self.pending.rows.mark(row);
+                rows.push(row);
             }
             self.shared.metrics.counters_held.set(table.len() as i64);
         }
@@ -113,11 +119,97 @@ impl CommitLoop {
                 }
             }
         }
+        {
+            // A row the group wiped for a delete holds nothing: it goes, when it may.
+            let table = self.shared.table.read().expect("slot table lock");
+            let descriptions = self.shared.descriptions.read().expect("descriptions lock");
+            for row in rows {
+                let (id, installed) = table.row(row);
+                if super::gone(&descriptions, id, installed, now_ms) {
+                    self.doomed
+                        .push(CounterId::new(id).expect("a held id is valid"));
+                }
+            }
+        }
         self.shared
             .metrics
             .state_bytes
             .set(self.budget.held() as i64);
+        if !self.pending.purged.is_empty() {
+            // A counter made again after its tombstone went is written, not deleted.
+            let made: std::collections::HashSet<&str> = (record.descriptions.iter())
+                .map(|d| d.description.id.as_str())
+                .collect();
+            self.pending.purged.retain(|id| !made.contains(id.as_str()));
+        }
         self.pending.descriptions.extend(record.descriptions);
+    }
+
+    /// Drops tombstones older than `sync.tombstone_retention_secs`, at most once a minute, and
+    /// only of counters whose row here is gone: a row left would count again without its
+    /// tombstone. The next checkpoint deletes them from the store.
+    pub(super) fn purge_tombstones_if_due(&mut self, now_ms: u64) {
+        let retention_ms = self.shared.tombstone_retention_ms;
+        let interval_ms = TOMBSTONE_PURGE_INTERVAL_MS.min(retention_ms);
+        if now_ms.saturating_sub(self.last_purge_ms) < interval_ms {
+            return;
+        }
+        self.last_purge_ms = now_ms;
+        let purged = {
+            let table = self.shared.table.read().expect("slot table lock");
+            let mut descriptions = self.shared.descriptions.write().expect("descriptions lock");
+            let purged =
+                descriptions.purge_tombstones_where(now_ms, retention_ms, |id| !table.contains(id));
+            for id in &purged {
+                self.budget
+                    .changed(description_bytes(id.as_str()) as u64, 0);
+            }
+            purged
+        };
+        if purged.is_empty() {
+            return;
+        }
+        tracing::info!(
+            count = purged.len(),
+            "dropped tombstones past their retention"
+        );
+        let ids: std::collections::HashSet<&str> = purged.iter().map(|id| id.as_str()).collect();
+        self.pending
+            .descriptions
+            .retain(|d| !ids.contains(d.description.id.as_str()));
+        self.pending.purged.extend(purged);
+    }
+
+    /// Drops the rows of deleted counters, unless a checkpoint is running (it names the rows
+    /// it writes by index, and a removal moves a row). A counter written again since keeps its
+    /// row. Each row dropped is deleted from the store by the next checkpoint.
+    pub(super) fn drop_gone_rows(&mut self, now_ms: u64) {
+        if self.doomed.is_empty() || self.shared.checkpointer.is_busy() {
+            return;
+        }
+        let mut table = self.shared.table.write().expect("slot table lock");
+        let descriptions = self.shared.descriptions.read().expect("descriptions lock");
+        for id in std::mem::take(&mut self.doomed) {
+            let Some(record) = table.get_record(id.as_str()) else {
+                continue;
+            };
+            if !super::gone(&descriptions, id.as_str(), record, now_ms) {
+                continue;
+            }
+            let bytes = row_bytes(id.as_str(), record);
+            if let Some((_, moved)) = table.remove(id.as_str()) {
+                self.budget.changed(bytes, 0);
+                if let Some(moved) = moved {
+                    self.pending.rows.mark(moved);
+                }
+                self.pending.removed.push(id);
+            }
+        }
+        self.shared.metrics.counters_held.set(table.len() as i64);
+        self.shared
+            .metrics
+            .state_bytes
+            .set(self.budget.held() as i64);
     }
 
     /// In async durability, fsyncs once the flush interval has passed since the last fsync.

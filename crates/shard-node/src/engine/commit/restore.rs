@@ -22,7 +22,9 @@ impl CommitLoop {
         };
         self.wal.append(&record)?;
         self.wal.sync()?;
+        let now_ms = self.shared.clock.now_unix_ms();
         let mut table = self.shared.table.write().expect("slot table lock");
+        let descriptions = self.shared.descriptions.read().expect("descriptions lock");
         for (id, slot) in record.slots {
             self.last_version = self.last_version.max(slot.state.version);
             let before = table
@@ -32,6 +34,11 @@ impl CommitLoop {
                 let (id, merged) = table.row(row);
                 self.budget.changed(before, row_bytes(id, merged));
                 self.pending.rows.mark(row);
+                // A copy older than a delete: nothing of it counts, and the row goes.
+                if super::gone(&descriptions, id, merged, now_ms) {
+                    self.doomed
+                        .push(CounterId::new(id).expect("a held id is valid"));
+                }
             }
         }
         self.shared.metrics.counters_held.set(table.len() as i64);

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use geocount_model::{CounterId, HlcTimestamp, SlotState, SystemClock};
 
 use super::*;
@@ -9,7 +11,7 @@ use crate::storage::{OsDisk, Storage, Workers};
 
 /// A commit loop on a fresh data directory `dir` (an empty store and log on the OS disk, its
 /// checkpointer a task), and the table it installs into.
-fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
+fn commit_loop(dir: &std::path::Path, retention_ms: u64) -> (CommitLoop, SharedSlotTable) {
     let storage = Storage {
         disk: Arc::new(OsDisk),
         workers: Workers::Tasks,
@@ -46,6 +48,7 @@ fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
         load: Arc::new(AtomicU64::new(0)),
         metrics,
         health: Arc::new(NodeHealth::default()),
+        tombstone_retention_ms: retention_ms,
     };
     (CommitLoop::new(log, context), table)
 }
@@ -55,7 +58,7 @@ fn commit_loop(dir: &std::path::Path) -> (CommitLoop, SharedSlotTable) {
 #[tokio::test]
 async fn an_item_after_a_delta_in_the_same_group_is_the_wrong_type() {
     let dir = tempfile::tempdir().unwrap();
-    let (commit, table) = commit_loop(dir.path());
+    let (commit, table) = commit_loop(dir.path(), WEEK_MS);
     let (commands, receiver) = mpsc::channel(8);
     let now_secs = SystemClock.now_unix_ms() / 1000;
     let write = |change| WriteRequest {
@@ -91,6 +94,8 @@ async fn an_item_after_a_delta_in_the_same_group_is_the_wrong_type() {
     assert!(record.uniques().is_none(), "still a sum");
 }
 
+const WEEK_MS: u64 = 604_800_000;
+
 /// A running commit loop, asked one command at a time (each its own group).
 struct Running {
     commands: mpsc::Sender<Command>,
@@ -101,8 +106,12 @@ struct Running {
 
 impl Running {
     fn start() -> Self {
+        Self::keeping_tombstones(WEEK_MS)
+    }
+
+    fn keeping_tombstones(retention_ms: u64) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let (commit, table) = commit_loop(dir.path());
+        let (commit, table) = commit_loop(dir.path(), retention_ms);
         let descriptions = commit.shared.descriptions.clone();
         let (commands, receiver) = mpsc::channel(8);
         tokio::spawn(commit.run(receiver));
@@ -248,4 +257,57 @@ async fn a_write_with_a_time_to_live_sets_the_expiry_only_when_there_is_none() {
     let made = node.description("c");
     assert!(made.is_live(SystemClock.now_unix_ms()));
     assert_eq!(made.description.generation.physical_ms, now - 1);
+}
+
+#[tokio::test]
+async fn a_deleted_or_expired_counter_leaves_the_slot_table() {
+    let node = Running::start();
+    for id in ["a", "b", "c"] {
+        node.write(id, 5, None).await;
+    }
+    node.change("a", LifecycleChange::Delete).await.unwrap();
+    // The next group drops the row (no checkpoint runs in between here).
+    node.write("barrier", 1, None).await;
+    let table = || {
+        node.table
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(id, r)| (id.to_owned(), r.state.value))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    assert!(!table().contains_key("a"), "{:?}", table());
+    assert_eq!(table().get("c"), Some(&5), "the moved row kept its record");
+    // Written again: a new row from zero.
+    assert_eq!(node.write("a", 2, None).await.value, 2);
+    assert_eq!(table().get("a"), Some(&2));
+
+    let soon = SystemClock.now_unix_ms() + 100;
+    node.change("b", LifecycleChange::Expire(Some(soon)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    node.write("barrier", 1, None).await;
+    node.write("barrier", 1, None).await;
+    assert!(!table().contains_key("b"), "{:?}", table());
+    let tombstone = node.description("b");
+    assert!(
+        tombstone.description.deleted,
+        "the expiry became a tombstone"
+    );
+    assert_eq!(tombstone.description.generation.physical_ms, soon);
+}
+
+#[tokio::test]
+async fn a_tombstone_goes_after_its_retention_once_its_row_is_gone() {
+    let node = Running::keeping_tombstones(0);
+    node.write("c", 5, None).await;
+    node.change("c", LifecycleChange::Delete).await.unwrap();
+    node.write("barrier", 1, None).await;
+    assert!(node.descriptions.read().unwrap().get("c").is_none());
+    assert_eq!(
+        node.write("c", 1, None).await.value,
+        1,
+        "made again from zero"
+    );
 }
