@@ -113,6 +113,9 @@ pub struct Ledger {
     pub writers_done: usize,
     /// When the last fault healed (set by the driver).
     pub healed_at: Option<Duration>,
+    /// When the last fault before the counters' last lifecycle changes healed (set by the
+    /// driver; `healed_at` when the run has no faults after them).
+    pub first_healed_at: Option<Duration>,
     /// What a lost disk may have lost (set by the driver), if anything.
     pub may_lose: Option<MayLose>,
     /// When the observer started watching: the later of the heal and the last acknowledgement.

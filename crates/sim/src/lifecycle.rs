@@ -181,14 +181,15 @@ impl Admin {
         // An expiry set by the last change passes by then on every clock.
         let expired = now() + Duration::from_secs(TTL_SECS) + max_clock_skew;
         wait_for(&self.ledger, |l| {
-            l.first_batches_done == writers && l.healed_at.is_some()
+            l.first_batches_done == writers && l.first_healed_at.is_some()
         })
         .await;
         if let Some(wait) = expired.checked_sub(now()) {
             tokio::time::sleep(wait).await;
         }
-        // Every node's description of each counter is the same one, so the last change, made
-        // at any node, is newer than every earlier one everywhere.
+        // Every node's description of each counter is the same one (all 404, or all of one
+        // generation, and every answer a read's), so the last change, made at any node, is
+        // newer than every earlier one everywhere.
         let deadline = now() + SETTLE_WITHIN;
         self.until(
             deadline,
@@ -196,7 +197,8 @@ impl Admin {
             |views| {
                 let mut disagreeing = None;
                 for (counter, views) in views {
-                    if views.iter().any(|view| view != &views[0]) {
+                    let unknown = views.iter().any(|view| matches!(view, View::Unknown(_)));
+                    if unknown || views.iter().any(|view| view != &views[0]) {
                         disagreeing = Some(format!("{counter}: {views:?}"));
                     }
                 }

@@ -86,7 +86,8 @@ pub enum Scenario {
     /// carrying one) at shard nodes of either datacenter while clients write, a shard node
     /// crashes or loses its disk (`replicated` durability), and tiers are partitioned; then, the
     /// faults healed, each counter's last change (a reset, a delete or an expiry), and writes
-    /// again once every slot has learned of it ([`crate::lifecycle`]). The rule every tier
+    /// again once every slot has learned of it ([`crate::lifecycle`]), while a shard node
+    /// holding the counters crashes or loses its disk once more. The rule every tier
     /// reads by: a reset or delete wipes, in each slot, the writes it applied before it learned
     /// of it and none after; an expiry is a delete at its time, by each tier's clock. So at the
     /// end every tier agrees on which counters exist, a counter last deleted or expired and not
@@ -298,6 +299,11 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         topology.shard.durability = Durability::Replicated;
     }
     let events = scenario.plan(&mut rng, &topology);
+    // Timed from when every slot learned of the counters' last changes.
+    let after_last_changes = match lifecycle {
+        true => plan::after_last_changes(&mut rng, &topology),
+        false => Vec::new(),
+    };
     let mut bound =
         cluster::staleness_bound(&topology.sync, MAX_LATENCY) + workload::OBSERVE_EVERY * 2;
     if loses_disk {
@@ -337,12 +343,27 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     );
 
     let mut pending = events.iter().peekable();
-    let mut applied = Vec::with_capacity(events.len());
+    let mut later = after_last_changes.iter().peekable();
+    let mut applied = Vec::with_capacity(events.len() + after_last_changes.len());
+    let healed = |ledger: &SharedLedger, at, later_too: bool| {
+        let mut ledger = ledger.borrow_mut();
+        ledger.first_healed_at.get_or_insert(at);
+        if later_too {
+            ledger.healed_at = Some(at);
+        }
+    };
     if pending.peek().is_none() {
-        ledger.borrow_mut().healed_at = Some(Duration::ZERO);
+        healed(&ledger, Duration::ZERO, later.peek().is_none());
     }
     loop {
-        while let Some(event) = pending.next_if(|event| event.at <= sim.elapsed()) {
+        loop {
+            let now = sim.elapsed();
+            let since = ledger.borrow().quiet.as_ref().map(|quiet| quiet.since);
+            let Some(event) = (pending.next_if(|event| event.at <= now))
+                .or_else(|| since.and_then(|since| later.next_if(|event| since + event.at <= now)))
+            else {
+                break;
+            };
             apply(&mut sim, &disks, &event.fault);
             if let Fault::LoseDisk(host) = &event.fault
                 && scenario == Scenario::LostDiskSync
@@ -360,7 +381,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
                 fault: event.fault.clone(),
             });
             if pending.peek().is_none() {
-                ledger.borrow_mut().healed_at = Some(sim.elapsed());
+                healed(&ledger, sim.elapsed(), later.peek().is_none());
             }
         }
         match sim.step() {

@@ -236,6 +236,34 @@ impl Scenario {
     }
 }
 
+/// The faults of a lifecycle run while the clients write again after the counters' last
+/// changes, each at a time since every slot learned of them: a shard node holding the counters
+/// crashes, or loses its disk, and restarts; it must come back counting in the generation of
+/// those changes, with every write acknowledged in it.
+pub(super) fn after_last_changes(rng: &mut StdRng, topology: &Topology) -> Vec<Event> {
+    let ms =
+        |rng: &mut StdRng, low: u64, high: u64| Duration::from_millis(rng.random_range(low..=high));
+    let dc = pick(rng, &DATACENTERS);
+    let holding = slots_holding_counters(topology, dc);
+    let shard = cluster::shard_host(dc, holding[rng.random_range(0..holding.len())]);
+    let down = ms(rng, 0, 300);
+    let mut events = vec![Event {
+        at: down,
+        fault: Fault::Crash(shard.clone()),
+    }];
+    if rng.random_bool(0.5) {
+        events.push(Event {
+            at: down,
+            fault: Fault::LoseDisk(shard.clone()),
+        });
+    }
+    events.push(Event {
+        at: down + ms(rng, 50, 500),
+        fault: Fault::Bounce(shard),
+    });
+    events
+}
+
 /// The slots of datacenter `dc` that take keyed writes of [`COUNTERS`] (with the default
 /// placement, each datacenter's three counters all land on one of its two slots: losing the
 /// other would restore nothing).
