@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
+use geocount_model::HlcTimestamp;
+
 use crate::cluster::DATACENTERS;
 
 /// The counters every client writes (each has one slot per datacenter, wherever placement puts
@@ -46,6 +48,57 @@ pub struct MayLose {
     pub window: Duration,
 }
 
+/// A change of a counter's life (`Scenario::Lifecycle`), as the admin client makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// `POST /counter/{id}/reset`.
+    Reset,
+    /// `DELETE /counter/{id}`.
+    Delete,
+    /// `PATCH /counter/{id}` with a short `ttlSeconds`.
+    Expire,
+    /// `PATCH /counter/{id}` with `{"ttlSeconds": null}`.
+    KeepForever,
+    /// A write carrying a short `ttlSeconds` (the expiry is set when the counter has none).
+    WriteWithTtl,
+}
+
+/// One change the admin client sent, and how it was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    /// When it was sent (simulated time since the start).
+    pub at: Duration,
+    /// The datacenter of the shard node it was sent to (an index into [`DATACENTERS`]).
+    pub datacenter: usize,
+    /// The counter.
+    pub counter: &'static str,
+    /// What.
+    pub change: Change,
+    /// The answer's status; `None` for no answer.
+    pub status: Option<u16>,
+}
+
+/// What the last change of a counter's life left of it, as its answer said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// Reset: it exists, counting from this generation.
+    Live(HlcTimestamp),
+    /// Deleted, or already gone (deleted or expired) when the change came.
+    Gone,
+    /// Given an expiry at these unix milliseconds: gone once every clock has passed it.
+    Expiring(u64),
+}
+
+/// The writes after the last changes of the counters' lives: every slot had learned of them
+/// before the first was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quiet {
+    /// When every slot had learned of them.
+    pub since: Duration,
+    /// The counters written again.
+    pub counters: Vec<&'static str>,
+}
+
 /// What one run's clients and driver recorded.
 #[derive(Debug, Default)]
 pub struct Ledger {
@@ -60,6 +113,9 @@ pub struct Ledger {
     pub writers_done: usize,
     /// When the last fault healed (set by the driver).
     pub healed_at: Option<Duration>,
+    /// When the last fault before the counters' last lifecycle changes healed (set by the
+    /// driver; `healed_at` when the run has no faults after them).
+    pub first_healed_at: Option<Duration>,
     /// What a lost disk may have lost (set by the driver), if anything.
     pub may_lose: Option<MayLose>,
     /// When the observer started watching: the later of the heal and the last acknowledgement.
@@ -79,6 +135,20 @@ pub struct Ledger {
     /// Requests refused because their slot was restored without a whole copy of its keys
     /// (503 until the retention has passed since the restore), then retried.
     pub keys_unknown_refusals: u64,
+    /// Whether the admin client has created every counter (writers of a lifecycle run wait
+    /// for it, so that each counter has a description everywhere).
+    pub counters_created: bool,
+    /// Writers done with their first batch of writes (before the last lifecycle changes).
+    pub first_batches_done: usize,
+    /// The lifecycle changes the admin client made, in order.
+    pub changes: Vec<Changed>,
+    /// What the last change of each counter's life left of it.
+    pub left: BTreeMap<&'static str, Left>,
+    /// The writes after the last lifecycle changes, once every slot has learned of them: only
+    /// those count in the totals.
+    pub quiet: Option<Quiet>,
+    /// Why the admin client could not finish, if it could not.
+    pub lifecycle_error: Option<String>,
 }
 
 /// A total per counter.
@@ -94,10 +164,9 @@ impl Ledger {
     /// The sum of the acknowledged deltas per counter: in datacenter `dc`, or everywhere.
     pub fn expected(&self, dc: Option<usize>) -> Totals {
         let mut totals: Totals = COUNTERS.iter().map(|&c| (c, 0)).collect();
-        for ack in self
-            .acks
-            .iter()
+        for ack in (self.acks.iter())
             .filter(|a| dc.is_none_or(|dc| a.datacenter == dc))
+            .filter(|a| a.sent >= self.counted_from())
         {
             *totals.entry(ack.counter).or_default() += ack.delta;
         }
@@ -128,7 +197,27 @@ impl Ledger {
 
     /// The outcome-unknown writes of `counter` in datacenter `dc`.
     fn unknown_of(&self, dc: usize, counter: &str) -> impl Iterator<Item = &Write> {
-        (self.unknown.iter()).filter(move |w| w.datacenter == dc && w.counter == counter)
+        (self.unknown.iter())
+            .filter(move |w| w.datacenter == dc && w.counter == counter)
+            .filter(|w| w.sent >= self.counted_from())
+    }
+
+    /// Writes sent before this count nothing: the counters' last lifecycle changes wiped them
+    /// (zero when nothing changed a counter's life).
+    fn counted_from(&self) -> Duration {
+        self.quiet
+            .as_ref()
+            .map_or(Duration::ZERO, |quiet| quiet.since)
+    }
+
+    /// Whether each counter must exist at every tier, by what the last change of its life left
+    /// and whether it was written again after it; empty when no counter's life changed (then
+    /// a tier that has not heard of a counter shows 0).
+    pub fn existence(&self) -> BTreeMap<&'static str, bool> {
+        let again = |counter| (self.quiet.iter()).any(|q| q.counters.contains(&counter));
+        (self.left.iter())
+            .map(|(&counter, left)| (counter, again(counter) || matches!(left, Left::Live(_))))
+            .collect()
     }
 
     /// The acknowledged writes of `counter` in datacenter `dc` that [`Ledger::may_lose`]

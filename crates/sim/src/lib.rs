@@ -10,11 +10,13 @@
 //! [`cluster`] builds two datacenters of two shard nodes, two replicas of each aggregation
 //! tier and two partitions; [`workload`] writes through them with idempotency keys and watches
 //! every tier; [`ledger`] records what the clients saw and what the tiers may show for it;
-//! [`scenario`] draws a fault plan from a seed, runs it, and checks the invariants. The same
+//! [`scenario`] draws a fault plan from a seed, runs it, and checks the invariants;
+//! [`lifecycle`] resets, deletes and expires counters among the faults of one of them. The same
 //! seed always gives the same run.
 
 pub mod cluster;
 pub mod ledger;
+pub mod lifecycle;
 pub mod scenario;
 pub mod seams;
 pub mod workload;

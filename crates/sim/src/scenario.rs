@@ -12,13 +12,19 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use turmoil::{Builder, Sim};
 
-use crate::cluster::{self, DATACENTERS, REPLICAS, SHARDS_PER_DATACENTER};
-use crate::ledger::{COUNTERS, Ledger, Lost, MayLose, SharedLedger};
+use crate::cluster::{self, DATACENTERS, SHARDS_PER_DATACENTER};
+use crate::ledger::{COUNTERS, Changed, Ledger, Left, Lost, MayLose, Quiet, SharedLedger};
+use crate::lifecycle;
 use crate::seams::DiskLoss;
 use crate::workload::{self, Writing};
 
+mod plan;
+
 /// Writes per datacenter in every run.
 const WRITES_PER_DATACENTER: usize = 40;
+/// Writes per datacenter in a lifecycle run while its faults go on, and after the last changes.
+const LIFECYCLE_WRITES: usize = 30;
+const LIFECYCLE_WRITES_AGAIN: usize = 8;
 /// The longest pause between two writes of a client.
 const MAX_WRITE_GAP: Duration = Duration::from_millis(80);
 /// One-way latency of every link outside faults: uniform in 1..=10 ms per message, so
@@ -76,6 +82,18 @@ pub enum Scenario {
     /// only those: each counter's part may lack only its last writes acknowledged within
     /// [`loss_window`] before the loss.
     LostDiskSync,
+    /// Counters reset, deleted and expiring (`PATCH` with a short `ttlSeconds`, and writes
+    /// carrying one) at shard nodes of either datacenter while clients write, a shard node
+    /// crashes or loses its disk (`replicated` durability), and tiers are partitioned; then, the
+    /// faults healed, each counter's last change (a reset, a delete or an expiry), and writes
+    /// again once every slot has learned of it ([`crate::lifecycle`]), while a shard node
+    /// holding the counters crashes or loses its disk once more. The rule every tier
+    /// reads by: a reset or delete wipes, in each slot, the writes it applied before it learned
+    /// of it and none after; an expiry is a delete at its time, by each tier's clock. So at the
+    /// end every tier agrees on which counters exist, a counter last deleted or expired and not
+    /// written again reads 404 everywhere, and every other's value is exactly the sum of the
+    /// writes acknowledged after every slot learned of its last change: none of those lost.
+    Lifecycle,
 }
 
 impl fmt::Display for Scenario {
@@ -87,6 +105,7 @@ impl fmt::Display for Scenario {
             Scenario::AggregatorCrash => "aggregator_crash",
             Scenario::LostDisk => "lost_disk",
             Scenario::LostDiskSync => "lost_disk_sync",
+            Scenario::Lifecycle => "lifecycle",
         })
     }
 }
@@ -153,6 +172,12 @@ pub struct Report {
     pub restoring_refusals: u64,
     /// Of those, refused because their slot was restored without a whole copy of its keys.
     pub keys_unknown_refusals: u64,
+    /// The changes of counters' lives made (`Scenario::Lifecycle`), in order.
+    pub changes: Vec<Changed>,
+    /// What the last change of each counter's life left of it.
+    pub left: BTreeMap<&'static str, Left>,
+    /// The counters written again after their last changes, and since when writes counted.
+    pub quiet: Option<Quiet>,
     /// The world's total of each counter: the sum of its acknowledged deltas.
     pub totals: BTreeMap<&'static str, i64>,
     /// When the observer started: the later of the last heal and the last acknowledgement.
@@ -179,221 +204,9 @@ pub struct Violation {
     pub reason: String,
 }
 
-impl Scenario {
-    /// The faults of a run on `topology`, drawn from `rng`; the last one heals.
-    fn plan(self, rng: &mut StdRng, topology: &Topology) -> Vec<Event> {
-        let ms = |rng: &mut StdRng, low: u64, high: u64| {
-            Duration::from_millis(rng.random_range(low..=high))
-        };
-        let mut events = Vec::new();
-        let mut at = ms(rng, 200, 800);
-        match self {
-            Scenario::Partition => {
-                for _ in 0..rng.random_range(1..=2) {
-                    let dc = pick(rng, &DATACENTERS);
-                    let kind = rng.random_range(0..3);
-                    // The whole datacenter cut off (every replica from every replica), or one
-                    // replica of its aggregator from one global replica.
-                    let pairs: Vec<(String, String)> = if rng.random_bool(0.5) {
-                        let globals = cluster::global_hosts();
-                        (cluster::aggregator_hosts(dc).into_iter())
-                            .flat_map(|a| globals.iter().map(move |g| (a.clone(), g.clone())))
-                            .collect()
-                    } else {
-                        let replica = |rng: &mut StdRng| rng.random_range(0..REPLICAS);
-                        let aggregator = cluster::aggregator_host(dc, replica(rng));
-                        vec![(aggregator, cluster::global_host(replica(rng)))]
-                    };
-                    let heal = at + ms(rng, 300, 1_500);
-                    for (aggregator, global) in pairs {
-                        let cut = match kind {
-                            0 => Fault::Partition(aggregator.clone(), global.clone()),
-                            1 => Fault::PartitionOneway(aggregator.clone(), global.clone()),
-                            _ => Fault::PartitionOneway(global.clone(), aggregator.clone()),
-                        };
-                        events.push(Event { at, fault: cut });
-                        events.push(Event {
-                            at: heal,
-                            fault: Fault::Repair(aggregator, global),
-                        });
-                    }
-                    at = heal + ms(rng, 100, 600);
-                }
-                events.sort_by_key(|event| event.at);
-            }
-            Scenario::Crash => {
-                for _ in 0..rng.random_range(1..=2) {
-                    let dc = pick(rng, &DATACENTERS);
-                    let shard = cluster::shard_host(dc, rng.random_range(0..SHARDS_PER_DATACENTER));
-                    events.push(Event {
-                        at,
-                        fault: Fault::Crash(shard.clone()),
-                    });
-                    at += ms(rng, 50, 1_500);
-                    events.push(Event {
-                        at,
-                        fault: Fault::Bounce(shard),
-                    });
-                    at += ms(rng, 100, 800);
-                }
-            }
-            Scenario::Delay => {
-                for _ in 0..rng.random_range(2..=4) {
-                    let (a, b) = inter_tier_link(rng);
-                    let (fault, heal, lasts) = match rng.random_range(0..4) {
-                        0 => (
-                            Fault::Latency(a.clone(), b.clone(), ms(rng, 100, 800)),
-                            Fault::Latency(a, b, MAX_LATENCY),
-                            ms(rng, 200, 1_500),
-                        ),
-                        1 => (
-                            Fault::Hold(a.clone(), b.clone()),
-                            Fault::Release(a, b),
-                            ms(rng, 50, 1_000),
-                        ),
-                        2 => (
-                            Fault::Partition(a.clone(), b.clone()),
-                            Fault::Repair(a, b),
-                            ms(rng, 20, 400),
-                        ),
-                        // A shard node's answers to its datacenter's client are lost: writes
-                        // are applied but not acknowledged, and come back as keyed retries.
-                        _ => {
-                            let dc = pick(rng, &DATACENTERS);
-                            let slot = rng.random_range(0..SHARDS_PER_DATACENTER);
-                            let (shard, client) = (cluster::shard_host(dc, slot), client_host(dc));
-                            (
-                                Fault::PartitionOneway(shard.clone(), client.clone()),
-                                Fault::Repair(shard, client),
-                                ms(rng, 20, 400),
-                            )
-                        }
-                    };
-                    events.push(Event { at, fault });
-                    events.push(Event {
-                        at: at + lasts,
-                        fault: heal,
-                    });
-                    at += ms(rng, 100, 600);
-                }
-                events.sort_by_key(|event| event.at);
-            }
-            Scenario::AggregatorCrash => {
-                let mut aggregators: Vec<String> = DATACENTERS
-                    .iter()
-                    .flat_map(|dc| cluster::aggregator_hosts(dc))
-                    .collect();
-                aggregators.extend(cluster::global_hosts());
-                // When each crashed aggregator is back: it crashes again only after that.
-                let mut back_at: BTreeMap<String, Duration> = BTreeMap::new();
-                for _ in 0..rng.random_range(1..=3) {
-                    let host = aggregators[rng.random_range(0..aggregators.len())].clone();
-                    let after_back = back_at.get(&host).map(|&back| back + ms(rng, 20, 300));
-                    let crash = at.max(after_back.unwrap_or_default());
-                    let back = crash + ms(rng, 50, 1_500);
-                    events.push(Event {
-                        at: crash,
-                        fault: Fault::Crash(host.clone()),
-                    });
-                    events.push(Event {
-                        at: back,
-                        fault: Fault::Bounce(host.clone()),
-                    });
-                    back_at.insert(host, back);
-                    // Often before the last one is back: crashes overlap.
-                    at += ms(rng, 0, 700);
-                }
-                events.sort_by_key(|event| event.at);
-            }
-            Scenario::LostDisk | Scenario::LostDiskSync => {
-                let dc = pick(rng, &DATACENTERS);
-                let holding = slots_holding_counters(topology, dc);
-                let slot = holding[rng.random_range(0..holding.len())];
-                let lost = cluster::shard_host(dc, slot);
-                let peer = cluster::shard_host(dc, (slot + 1) % SHARDS_PER_DATACENTER);
-                // Crashed with it, and restarted before it: none, every replica of the
-                // datacenter aggregator, or those and the peer (then only the global
-                // aggregator's replicas, and the peer's disk, hold the slot whole).
-                let with = match rng.random_range(0..3) {
-                    0 => vec![],
-                    1 => cluster::aggregator_hosts(dc),
-                    _ => [cluster::aggregator_hosts(dc), vec![peer]].concat(),
-                };
-                let back = at + ms(rng, 100, 800);
-                for host in with {
-                    events.push(Event {
-                        at,
-                        fault: Fault::Crash(host.clone()),
-                    });
-                    events.push(Event {
-                        at: at + ms(rng, 20, 100),
-                        fault: Fault::Bounce(host),
-                    });
-                }
-                events.push(Event {
-                    at,
-                    fault: Fault::Crash(lost.clone()),
-                });
-                events.push(Event {
-                    at,
-                    fault: Fault::LoseDisk(lost.clone()),
-                });
-                events.push(Event {
-                    at: back,
-                    fault: Fault::Bounce(lost),
-                });
-                events.sort_by_key(|event| event.at);
-            }
-        }
-        events
-    }
-}
-
-/// The slots of datacenter `dc` that take keyed writes of [`COUNTERS`] (with the default
-/// placement, each datacenter's three counters all land on one of its two slots: losing the
-/// other would restore nothing).
-fn slots_holding_counters(topology: &Topology, dc: &str) -> Vec<usize> {
-    let datacenter = topology
-        .datacenters
-        .iter()
-        .find(|d| d.name == dc)
-        .expect("a datacenter of the topology");
-    let placement = datacenter.placement(topology.shard.virtual_nodes);
-    let shards = topology.shard.default_number_of_shards;
-    let mut slots: Vec<usize> = COUNTERS
-        .iter()
-        .flat_map(|counter| placement.slots_for(counter, shards))
-        .map(|slot| slot as usize)
-        .collect();
-    slots.sort_unstable();
-    slots.dedup();
-    slots
-}
-
 /// The host name of datacenter `dc`'s writing client.
 fn client_host(dc: &str) -> String {
     format!("client-{dc}")
-}
-
-fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
-    from[rng.random_range(0..from.len())]
-}
-
-/// A link between two tiers, or between two shard nodes of a datacenter (writes are forwarded
-/// there): the hosts at its ends.
-fn inter_tier_link(rng: &mut StdRng) -> (String, String) {
-    let dc = pick(rng, &DATACENTERS);
-    let shard =
-        |rng: &mut StdRng| cluster::shard_host(dc, rng.random_range(0..SHARDS_PER_DATACENTER));
-    let replica = |rng: &mut StdRng| rng.random_range(0..REPLICAS);
-    match rng.random_range(0..3) {
-        0 => (
-            cluster::aggregator_host(dc, replica(rng)),
-            cluster::global_host(replica(rng)),
-        ),
-        1 => (shard(rng), cluster::aggregator_host(dc, replica(rng))),
-        _ => (cluster::shard_host(dc, 0), cluster::shard_host(dc, 1)),
-    }
 }
 
 /// The counters whose keyed writes shard node `host` takes, with its datacenter's index.
@@ -455,6 +268,9 @@ fn apply(sim: &mut Sim<'_>, disks: &BTreeMap<String, DiskLoss>, fault: &Fault) {
 /// `sync` disk loss only, the counter's last writes acknowledged within [`loss_window`] before
 /// it: nothing else acknowledged was lost, and nothing (retried or replayed) was counted twice.
 /// After a `replicated` disk loss, no write is refused for keys the restore could not find.
+/// In [`Scenario::Lifecycle`] only the writes after the counters' last lifecycle changes count,
+/// and every tier must show a counter last deleted or expired, and not written again, as gone
+/// (404), every other as existing ([`crate::ledger::Ledger::existence`]).
 pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     let violation = |reason: String| Violation {
         scenario,
@@ -471,16 +287,23 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         .tick_duration(TICK)
         .build();
     let mut topology = cluster::topology(&sim);
-    let loses_disk = matches!(scenario, Scenario::LostDisk | Scenario::LostDiskSync);
+    let lifecycle = scenario == Scenario::Lifecycle;
+    let loses_disk = matches!(scenario, Scenario::LostDisk | Scenario::LostDiskSync) || lifecycle;
     if loses_disk {
         // A slot restored without a whole copy of its keys refuses new keys for the
         // retention: short here, so the writers get through within the run.
         topology.shard.idempotency_retention_secs = LOST_KEYS_RETENTION_SECS;
     }
-    if scenario == Scenario::LostDisk {
+    // A lost disk loses nothing acknowledged, neither writes nor changes of counters' lives.
+    if matches!(scenario, Scenario::LostDisk | Scenario::Lifecycle) {
         topology.shard.durability = Durability::Replicated;
     }
     let events = scenario.plan(&mut rng, &topology);
+    // Timed from when every slot learned of the counters' last changes.
+    let after_last_changes = match lifecycle {
+        true => plan::after_last_changes(&mut rng, &topology),
+        false => Vec::new(),
+    };
     let mut bound =
         cluster::staleness_bound(&topology.sync, MAX_LATENCY) + workload::OBSERVE_EVERY * 2;
     if loses_disk {
@@ -489,11 +312,16 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     let disks = cluster::register_hosts(&mut sim, &topology, &mut rng, MAX_CLOCK_SKEW_MS);
 
     let ledger: SharedLedger = Rc::new(RefCell::new(Ledger::default()));
+    let (writes, again) = match lifecycle {
+        true => (LIFECYCLE_WRITES, LIFECYCLE_WRITES_AGAIN),
+        false => (WRITES_PER_DATACENTER, 0),
+    };
     let writing = Writing {
-        writes: WRITES_PER_DATACENTER,
+        writes,
         max_gap: MAX_WRITE_GAP,
         retention: Duration::from_secs(topology.shard.idempotency_retention_secs),
-        retry_acknowledged: loses_disk,
+        retry_acknowledged: loses_disk && !lifecycle,
+        again,
     };
     for (datacenter, name) in DATACENTERS.iter().enumerate() {
         let client_seed = rng.random();
@@ -503,18 +331,39 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
             workload::writer(datacenter, writing, client_seed, ledger),
         );
     }
+    if lifecycle {
+        let plan = lifecycle::Plan::draw(&mut rng);
+        let skew = Duration::from_millis(MAX_CLOCK_SKEW_MS);
+        let admin = lifecycle::admin(plan, DATACENTERS.len(), skew, ledger.clone());
+        sim.client("admin", admin);
+    }
     sim.client(
         "observer",
         workload::observer(DATACENTERS.len(), bound * 3, ledger.clone()),
     );
 
     let mut pending = events.iter().peekable();
-    let mut applied = Vec::with_capacity(events.len());
+    let mut later = after_last_changes.iter().peekable();
+    let mut applied = Vec::with_capacity(events.len() + after_last_changes.len());
+    let healed = |ledger: &SharedLedger, at, later_too: bool| {
+        let mut ledger = ledger.borrow_mut();
+        ledger.first_healed_at.get_or_insert(at);
+        if later_too {
+            ledger.healed_at = Some(at);
+        }
+    };
     if pending.peek().is_none() {
-        ledger.borrow_mut().healed_at = Some(Duration::ZERO);
+        healed(&ledger, Duration::ZERO, later.peek().is_none());
     }
     loop {
-        while let Some(event) = pending.next_if(|event| event.at <= sim.elapsed()) {
+        loop {
+            let now = sim.elapsed();
+            let since = ledger.borrow().quiet.as_ref().map(|quiet| quiet.since);
+            let Some(event) = (pending.next_if(|event| event.at <= now))
+                .or_else(|| since.and_then(|since| later.next_if(|event| since + event.at <= now)))
+            else {
+                break;
+            };
             apply(&mut sim, &disks, &event.fault);
             if let Fault::LoseDisk(host) = &event.fault
                 && scenario == Scenario::LostDiskSync
@@ -532,7 +381,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
                 fault: event.fault.clone(),
             });
             if pending.peek().is_none() {
-                ledger.borrow_mut().healed_at = Some(sim.elapsed());
+                healed(&ledger, sim.elapsed(), later.peek().is_none());
             }
         }
         match sim.step() {
@@ -546,6 +395,9 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     if let Some(error) = ledger.protocol_errors.first() {
         return Err(violation(format!("a write was refused: {error}")));
     }
+    if let Some(error) = &ledger.lifecycle_error {
+        return Err(violation(error.clone()));
+    }
     // In `replicated`, no copy shows a write before a peer's log holds it with its key: the
     // restore vouches for every key, and refuses none.
     if scenario == Scenario::LostDisk && ledger.keys_unknown_refusals > 0 {
@@ -554,7 +406,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
             ledger.keys_unknown_refusals
         )));
     }
-    let written = WRITES_PER_DATACENTER * DATACENTERS.len();
+    let written = (writes + again) * DATACENTERS.len();
     let answered = ledger.acks.len() + ledger.unknown.len();
     if answered != written {
         return Err(violation(format!(
@@ -589,6 +441,9 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         requests: writes.map(|w| u64::from(w.attempts)).sum(),
         restoring_refusals: ledger.restoring_refusals,
         keys_unknown_refusals: ledger.keys_unknown_refusals,
+        changes: ledger.changes.clone(),
+        left: ledger.left.clone(),
+        quiet: ledger.quiet.clone(),
         totals: ledger.expected(None),
         settled_at,
         convergence,

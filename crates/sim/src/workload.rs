@@ -3,7 +3,7 @@
 //! keys, and, once the faults have healed, watch every tier until it shows totals the run
 //! allows ([`observer`]). Both record into the run's [`crate::ledger::Ledger`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,7 +16,7 @@ use crate::cluster::{
     DATACENTERS, SHARDS_PER_DATACENTER, aggregator_host, aggregator_partitions, base_url,
     global_host, global_partitions, holds, shard_host,
 };
-use crate::ledger::{Allowed, COUNTERS, SharedLedger, Shown, Write};
+use crate::ledger::{Allowed, COUNTERS, Ledger, SharedLedger, Shown, Write};
 use crate::seams::sim_connector;
 
 /// How long a client waits for an answer before it retries (longer than a forward's timeout,
@@ -43,10 +43,21 @@ pub struct Writing {
     /// Whether to send every acknowledged write again with its key once all are written
     /// (within the retention): each must be answered 200 and change nothing.
     pub retry_acknowledged: bool,
+    /// Writes made again after the last changes of the counters' lives (`Scenario::Lifecycle`;
+    /// zero for none): the client first waits for the counters to be created, and after its
+    /// first `writes` for every slot to learn of those changes ([`crate::ledger::Quiet`]).
+    pub again: usize,
 }
 
 fn now() -> Duration {
     turmoil::sim_elapsed().expect("inside the simulation")
+}
+
+/// Waits until `ready` holds of the ledger, looking every [`OBSERVE_EVERY`].
+pub async fn wait_for(ledger: &SharedLedger, ready: impl Fn(&Ledger) -> bool) {
+    while !ready(&ledger.borrow()) {
+        tokio::time::sleep(OBSERVE_EVERY).await;
+    }
 }
 
 /// One keyed write, as a client sends it.
@@ -73,7 +84,8 @@ enum Outcome {
 /// Writes `writing.writes` random deltas to [`COUNTERS`] through the shard nodes of datacenter
 /// `datacenter`, each with its own idempotency key, retrying each (against the next node of the
 /// same datacenter) until it is acknowledged or its key's retention is nearly over; then, if
-/// asked, sends every acknowledged write again with its key.
+/// asked, sends every acknowledged write again with its key; then, if asked, writes
+/// `writing.again` more to the counters written again after their last lifecycle changes.
 pub async fn writer(
     datacenter: usize,
     writing: Writing,
@@ -86,119 +98,157 @@ pub async fn writer(
     let shards: Vec<String> = (0..SHARDS_PER_DATACENTER)
         .map(|slot| base_url(turmoil::lookup(shard_host(dc, slot))))
         .collect();
-    let retry_within = writing.retention.saturating_sub(RETENTION_MARGIN);
-    let mut acknowledged = Vec::new();
-    for n in 0..writing.writes {
-        tokio::time::sleep(writing.max_gap.mul_f64(rng.random::<f64>())).await;
-        let counter = COUNTERS[rng.random_range(0..COUNTERS.len())];
-        let delta: i64 = match rng.random_range(0..4) {
-            0 => -rng.random_range(1..=5),
-            _ => rng.random_range(1..=9),
-        };
-        let (op, magnitude) = if delta < 0 {
-            ("DECREMENT", -delta)
-        } else {
-            ("INCREMENT", delta)
-        };
-        let request = Request {
-            counter,
-            delta,
-            key: format!("{dc}-{n}"),
-            url_path: format!("/counter/{counter}/write?op={op}"),
-            body: Bytes::from(format!("{{\"delta\": {magnitude}}}")),
-            first_sent: now(),
-        };
-        let (outcome, attempts) =
-            send_until_answered(&client, &shards, &request, retry_within, &mut rng, &ledger).await;
-        let write = |sent| Write {
-            datacenter,
-            counter,
-            delta,
-            attempts,
-            sent,
-            at: now(),
-        };
-        match outcome {
-            Outcome::Acknowledged { sent } => {
-                ledger.borrow_mut().acks.push(write(sent));
-                acknowledged.push(request);
-            }
-            Outcome::GaveUp { sent } => ledger.borrow_mut().unknown.push(write(sent)),
-            Outcome::Refused => {}
-        }
+    let batch = Batch {
+        datacenter,
+        client: &client,
+        shards: &shards,
+        max_gap: writing.max_gap,
+        retry_within: writing.retention.saturating_sub(RETENTION_MARGIN),
+        ledger: &ledger,
+    };
+    if writing.again > 0 {
+        wait_for(&ledger, |l| l.counters_created).await;
     }
+    let acknowledged = batch.write(0..writing.writes, &COUNTERS, &mut rng).await;
     if writing.retry_acknowledged {
         for request in &acknowledged {
-            if now() >= request.first_sent + retry_within {
+            if now() >= request.first_sent + batch.retry_within {
                 continue;
             }
-            let (outcome, _) =
-                send_until_answered(&client, &shards, request, retry_within, &mut rng, &ledger)
-                    .await;
+            let (outcome, _) = batch.send_until_answered(request, &mut rng).await;
             if let Outcome::Acknowledged { .. } = outcome {
                 ledger.borrow_mut().retried += 1;
             }
+        }
+    }
+    if writing.again > 0 {
+        ledger.borrow_mut().first_batches_done += 1;
+        wait_for(&ledger, |l| l.quiet.is_some()).await;
+        let quiet = ledger.borrow().quiet.clone().expect("waited for");
+        if !quiet.counters.is_empty() {
+            let again = writing.writes..writing.writes + writing.again;
+            batch.write(again, &quiet.counters, &mut rng).await;
         }
     }
     ledger.borrow_mut().writers_done += 1;
     Ok(())
 }
 
-/// Sends `request` until a node answers it 200 or 4xx, or until `retry_within` has passed since
-/// its first request; returns how it ended and how many requests it took.
-async fn send_until_answered(
-    client: &HttpClient,
-    shards: &[String],
-    request: &Request,
+/// How a writing client sends its writes.
+struct Batch<'a> {
+    datacenter: usize,
+    client: &'a HttpClient,
+    /// The base URLs of its datacenter's shard nodes.
+    shards: &'a [String],
+    max_gap: Duration,
+    /// How long after its first request a write is retried.
     retry_within: Duration,
-    rng: &mut StdRng,
-    ledger: &SharedLedger,
-) -> (Outcome, u32) {
-    let headers = [
-        ("idempotency-key", request.key.as_str()),
-        ("content-type", "application/json"),
-    ];
-    let mut node = rng.random_range(0..shards.len());
-    let mut attempts = 0u32;
-    loop {
-        let sent = now();
-        if attempts > 0 && sent >= request.first_sent + retry_within {
-            return (Outcome::GaveUp { sent }, attempts);
+    ledger: &'a SharedLedger,
+}
+
+impl Batch<'_> {
+    /// Writes writes number `numbers` (each keyed by its number) to random ones of `counters`,
+    /// each after a random pause, recording each in the ledger; returns the acknowledged ones.
+    async fn write(
+        &self,
+        numbers: std::ops::Range<usize>,
+        counters: &[&'static str],
+        rng: &mut StdRng,
+    ) -> Vec<Request> {
+        let dc = DATACENTERS[self.datacenter];
+        let mut acknowledged = Vec::new();
+        for n in numbers {
+            tokio::time::sleep(self.max_gap.mul_f64(rng.random::<f64>())).await;
+            let counter = counters[rng.random_range(0..counters.len())];
+            let delta: i64 = match rng.random_range(0..4) {
+                0 => -rng.random_range(1..=5),
+                _ => rng.random_range(1..=9),
+            };
+            let (op, magnitude) = if delta < 0 {
+                ("DECREMENT", -delta)
+            } else {
+                ("INCREMENT", delta)
+            };
+            let request = Request {
+                counter,
+                delta,
+                key: format!("{dc}-{n}"),
+                url_path: format!("/counter/{counter}/write?op={op}"),
+                body: Bytes::from(format!("{{\"delta\": {magnitude}}}")),
+                first_sent: now(),
+            };
+            let (outcome, attempts) = self.send_until_answered(&request, rng).await;
+            let write = |sent| Write {
+                datacenter: self.datacenter,
+                counter,
+                delta,
+                attempts,
+                sent,
+                at: now(),
+            };
+            match outcome {
+                Outcome::Acknowledged { sent } => {
+                    self.ledger.borrow_mut().acks.push(write(sent));
+                    acknowledged.push(request);
+                }
+                Outcome::GaveUp { sent } => self.ledger.borrow_mut().unknown.push(write(sent)),
+                Outcome::Refused => {}
+            }
         }
-        attempts += 1;
-        let url = format!("{}{}", shards[node], request.url_path);
-        match client
-            .send(Method::PATCH, &url, &headers, request.body.clone())
-            .await
-        {
-            Ok(answer) if answer.status == StatusCode::OK => {
-                return (Outcome::Acknowledged { sent }, attempts);
+        acknowledged
+    }
+
+    /// Sends `request` until a node answers it 200 or 4xx, or until `retry_within` has passed
+    /// since its first request; returns how it ended and how many requests it took.
+    async fn send_until_answered(&self, request: &Request, rng: &mut StdRng) -> (Outcome, u32) {
+        let (client, shards, ledger) = (self.client, self.shards, self.ledger);
+        let retry_within = self.retry_within;
+        let headers = [
+            ("idempotency-key", request.key.as_str()),
+            ("content-type", "application/json"),
+        ];
+        let mut node = rng.random_range(0..shards.len());
+        let mut attempts = 0u32;
+        loop {
+            let sent = now();
+            if attempts > 0 && sent >= request.first_sent + retry_within {
+                return (Outcome::GaveUp { sent }, attempts);
             }
-            Ok(answer) if answer.status.is_client_error() => {
-                let error = format!(
-                    "{}: {} {:+} answered {}: {}",
-                    request.key,
-                    request.counter,
-                    request.delta,
-                    answer.status,
-                    String::from_utf8_lossy(&answer.body)
-                );
-                ledger.borrow_mut().protocol_errors.push(error);
-                return (Outcome::Refused, attempts);
-            }
-            // A node restoring its lost slot takes no writes until the slot is durable; any
-            // other refusal (503/504/500), no answer, or a cut connection leaves the outcome
-            // unknown, and the key makes the retry safe.
-            answer => {
-                if answer.as_ref().is_ok_and(restoring) {
-                    ledger.borrow_mut().restoring_refusals += 1;
+            attempts += 1;
+            let url = format!("{}{}", shards[node], request.url_path);
+            match client
+                .send(Method::PATCH, &url, &headers, request.body.clone())
+                .await
+            {
+                Ok(answer) if answer.status == StatusCode::OK => {
+                    return (Outcome::Acknowledged { sent }, attempts);
                 }
-                if answer.as_ref().is_ok_and(keys_unknown) {
-                    ledger.borrow_mut().keys_unknown_refusals += 1;
+                Ok(answer) if answer.status.is_client_error() => {
+                    let error = format!(
+                        "{}: {} {:+} answered {}: {}",
+                        request.key,
+                        request.counter,
+                        request.delta,
+                        answer.status,
+                        String::from_utf8_lossy(&answer.body)
+                    );
+                    ledger.borrow_mut().protocol_errors.push(error);
+                    return (Outcome::Refused, attempts);
                 }
-                node = (node + 1) % shards.len();
-                let backoff = Duration::from_millis(rng.random_range(20..=150));
-                tokio::time::sleep(backoff).await;
+                // A node restoring its lost slot takes no writes until the slot is durable; any
+                // other refusal (503/504/500), no answer, or a cut connection leaves the outcome
+                // unknown, and the key makes the retry safe.
+                answer => {
+                    if answer.as_ref().is_ok_and(restoring) {
+                        ledger.borrow_mut().restoring_refusals += 1;
+                    }
+                    if answer.as_ref().is_ok_and(keys_unknown) {
+                        ledger.borrow_mut().keys_unknown_refusals += 1;
+                    }
+                    node = (node + 1) % shards.len();
+                    let backoff = Duration::from_millis(rng.random_range(20..=150));
+                    tokio::time::sleep(backoff).await;
+                }
             }
         }
     }
@@ -223,23 +273,18 @@ fn keys_unknown(answer: &Answer) -> bool {
 /// tier every [`OBSERVE_EVERY`] until all agree on totals the run allows ([`Ledger::allowed`]:
 /// the shard nodes' own slots and every replica of each datacenter aggregator holding the
 /// counter their datacenter's part, every global replica holding it the world's sum and each
-/// datacenter's part, answering as fresh), or `give_up_after` passes.
+/// datacenter's part, answering as fresh) and on which counters exist
+/// ([`Ledger::existence`]), or `give_up_after` passes.
 pub async fn observer(
     writers: usize,
     give_up_after: Duration,
     ledger: SharedLedger,
 ) -> turmoil::Result {
-    loop {
-        let ready = {
-            let ledger = ledger.borrow();
-            ledger.writers_done == writers && ledger.healed_at.is_some()
-        };
-        if ready {
-            break;
-        }
-        tokio::time::sleep(OBSERVE_EVERY).await;
-    }
-    let (settled_at, allowed) = {
+    wait_for(&ledger, |l| {
+        l.writers_done == writers && l.healed_at.is_some()
+    })
+    .await;
+    let (settled_at, allowed, existence) = {
         let mut ledger = ledger.borrow_mut();
         let last = (ledger.acks.iter().chain(&ledger.unknown))
             .map(|w| w.at)
@@ -247,11 +292,11 @@ pub async fn observer(
             .unwrap_or_default();
         let settled = last.max(ledger.healed_at.expect("checked above"));
         ledger.settled_at = Some(settled);
-        (settled, ledger.allowed())
+        (settled, ledger.allowed(), ledger.existence())
     };
     let client = HttpClient::with_connector(CLIENT_TIMEOUT, sim_connector());
     while now() < settled_at + give_up_after {
-        match compare(&client, &allowed).await {
+        match compare(&client, &allowed, &existence).await {
             Ok(shown) => {
                 let mut ledger = ledger.borrow_mut();
                 ledger.converged_at = Some(now());
@@ -265,60 +310,40 @@ pub async fn observer(
     Ok(())
 }
 
-/// What the tiers show when every one of them agrees on totals `allowed` allows; `Err` names
-/// the first tier whose answer does not.
-async fn compare(client: &HttpClient, allowed: &Allowed) -> Result<Shown, String> {
+/// What the tiers show when every one of them agrees on totals `allowed` allows, and shows
+/// each counter `existence` names as existing (200) or gone (404) as it says; `Err` names the
+/// first tier whose answer does not. A counter `existence` does not name may be unheard of at
+/// a tier (404: 0). Each shard node answers its own slot, as durable as its disk made it.
+async fn compare(
+    client: &HttpClient,
+    allowed: &Allowed,
+    existence: &BTreeMap<&'static str, bool>,
+) -> Result<Shown, String> {
+    // The shard nodes first, so that a mismatch names the tier that differs from the rule.
     let mut shown = Shown::new();
     for counter in COUNTERS {
-        let mut agreed: Option<Vec<i64>> = None;
-        for (replica, held) in global_partitions().iter().enumerate() {
-            if !holds(held, counter) {
-                continue;
-            }
-            let global = base_url(turmoil::lookup(global_host(replica)));
-            let what = format!("global@{replica} {counter}");
-            let answer = read(client, &format!("{global}/counter/{counter}"), &what).await?;
-            let parts: Vec<i64> = (DATACENTERS.iter())
-                .map(|dc| value(&answer["datacenters"][*dc]["value"]))
-                .collect();
-            for ((d, dc), part) in DATACENTERS.iter().enumerate().zip(&parts) {
-                let values = &allowed[&(d, counter)];
-                if !values.contains(part) {
-                    return Err(format!(
-                        "{what} part {dc}: {part} (want {})",
-                        one_of(values)
-                    ));
-                }
-            }
-            expect(&what, &answer["value"], parts.iter().sum())?;
-            match &agreed {
-                Some(other) if *other != parts => {
-                    return Err(format!(
-                        "{what}: parts {parts:?}, another replica {other:?}"
-                    ));
-                }
-                Some(_) => {}
-                None => agreed = Some(parts),
-            }
-        }
-        let parts = agreed.expect("some global replica holds every partition");
-        for (d, part) in parts.into_iter().enumerate() {
-            shown.insert((d, counter), part);
-        }
-    }
-    for (d, dc) in DATACENTERS.iter().enumerate() {
-        for counter in COUNTERS {
-            let part = shown[&(d, counter)];
-            // Each shard node answers its own slot, as durable as its disk made it.
+        let exists = existence.get(counter).copied();
+        for (d, dc) in DATACENTERS.iter().enumerate() {
             let mut sum = 0;
             for slot in 0..SHARDS_PER_DATACENTER {
                 let shard = base_url(turmoil::lookup(shard_host(dc, slot)));
                 let what = format!("{dc} shard {slot} {counter}");
-                let answer = read(client, &format!("{shard}/counter/{counter}"), &what).await?;
-                sum += value(&answer["value"]);
+                let url = format!("{shard}/counter/{counter}");
+                sum += value(&read(client, &url, &what, exists).await?["value"]);
             }
-            let what = format!("{dc} shards' own slots of {counter}");
-            expect(&what, &serde_json::Value::from(sum), part)?;
+            let values = &allowed[&(d, counter)];
+            if exists != Some(false) && !values.contains(&sum) {
+                return Err(format!(
+                    "{dc} shards' own slots of {counter}: {sum} (want {})",
+                    one_of(values)
+                ));
+            }
+            shown.insert((d, counter), sum);
+        }
+    }
+    for counter in COUNTERS {
+        let exists = existence.get(counter).copied();
+        for (d, dc) in DATACENTERS.iter().enumerate() {
             for (replica, held) in aggregator_partitions(dc).iter().enumerate() {
                 if !holds(held, counter) {
                     continue;
@@ -326,11 +351,30 @@ async fn compare(client: &HttpClient, allowed: &Allowed) -> Result<Shown, String
                 let aggregator = base_url(turmoil::lookup(aggregator_host(dc, replica)));
                 let what = format!("{dc} aggregator@{replica} {counter}");
                 let url = format!("{aggregator}/counter/{counter}");
-                let answer = read(client, &url, &what).await?;
-                expect(&what, &answer["value"], part)?;
+                let answer = read(client, &url, &what, exists).await?;
+                expect(&what, &answer["value"], shown[&(d, counter)])?;
             }
         }
+        for (replica, held) in global_partitions().iter().enumerate() {
+            if !holds(held, counter) {
+                continue;
+            }
+            let global = base_url(turmoil::lookup(global_host(replica)));
+            let what = format!("global@{replica} {counter}");
+            let url = format!("{global}/counter/{counter}");
+            let answer = read(client, &url, &what, exists).await?;
+            let mut sum = 0;
+            for (d, dc) in DATACENTERS.iter().enumerate() {
+                let part = shown[&(d, counter)];
+                let value = &answer["datacenters"][*dc]["value"];
+                expect(&format!("{what} part {dc}"), value, part)?;
+                sum += part;
+            }
+            expect(&what, &answer["value"], sum)?;
+        }
     }
+    // A counter gone everywhere has no part to show.
+    shown.retain(|(_, counter), _| existence.get(counter) != Some(&false));
     Ok(shown)
 }
 
@@ -357,13 +401,28 @@ fn value(json: &serde_json::Value) -> i64 {
     json.as_i64().unwrap_or(0)
 }
 
-/// A read's JSON: a 200's, or `Null` for a 404 (a counter no one has reported: 0). Anything
+/// A read's JSON: a 200's, or `Null` for a 404 (a counter no one has reported: 0). A 200 of
+/// a counter `exists` says is gone, or a 404 of one it says exists, is a mismatch; anything
 /// else is not converged (a stale global aggregator answers 503): `Err` names `what` was read.
-async fn read(client: &HttpClient, url: &str, what: &str) -> Result<serde_json::Value, String> {
+async fn read(
+    client: &HttpClient,
+    url: &str,
+    what: &str,
+    exists: Option<bool>,
+) -> Result<serde_json::Value, String> {
     match client.get(url).await {
-        Ok(answer) if answer.status == StatusCode::OK => Ok(answer.json()),
-        Ok(answer) if answer.status == StatusCode::NOT_FOUND => Ok(serde_json::Value::Null),
-        Ok(answer) => Err(format!("{what}: answered {}", answer.status)),
+        Ok(answer) if answer.status == StatusCode::OK && exists != Some(false) => Ok(answer.json()),
+        Ok(answer) if answer.status == StatusCode::NOT_FOUND && exists != Some(true) => {
+            Ok(serde_json::Value::Null)
+        }
+        Ok(answer) => {
+            let want = match exists {
+                Some(true) => " (want it to exist)",
+                Some(false) => " (want 404: deleted or expired)",
+                None => "",
+            };
+            Err(format!("{what}: answered {}{want}", answer.status))
+        }
         Err(error) => Err(format!("{what}: {error}")),
     }
 }

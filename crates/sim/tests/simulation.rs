@@ -90,6 +90,7 @@ scenarios! {
     aggregator_crash: AggregatorCrash,
     lost_disk: LostDisk,
     lost_disk_sync: LostDiskSync,
+    lifecycle: Lifecycle,
 }
 
 /// The same seed twice gives the same run: the same faults at the same instants, the same

@@ -4,7 +4,7 @@
 //! | route | does |
 //! |---|---|
 //! | `POST /counter` | create a counter (`{"id"?, "numberOfShards"?, "windowSeconds"?, "type"?}`) |
-//! | `GET /counter/{id}` | this slot's `{id, slot, value, version}` |
+//! | `GET /counter/{id}` | this slot's `{id, slot, value, version, generation}` |
 //! | `PATCH /counter/{id}/write?op=INCREMENT\|DECREMENT` | write `{"delta"?: n > 0, "timestamp"?}`, or `{"item", "timestamp"?}` (INCREMENT) to a unique counter |
 //! | `POST /counters/{id}/increment` | write `{"delta"?: n ≠ 0, "timestamp"?}` or `{"item", "timestamp"?}` |
 //! | `POST /batch` | many writes, postcard [`BatchRequest`](geocount_model::wire::BatchRequest) → [`BatchResponse`] (or [`BatchSummary`] with `Prefer: return=minimal`) |
@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE};
-use geocount_model::{CounterId, CounterType, ShardDefaults, SlotRecord, SlotState};
+use geocount_model::{CounterId, CounterType, HlcTimestamp, ShardDefaults, SlotRecord, SlotState};
 use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
 use geocount_net::{Response, bytes_response, json_response, prefers_minimal_return, read_body};
 use hyper::body::Incoming;
@@ -208,9 +208,19 @@ struct SlotAnswer<'a> {
     version: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     standard_error: Option<f64>,
+    /// A read's: the generation the slot's record counts in (the latest reset or delete it
+    /// applied), which tells whether it has learned of one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generation: Option<HlcTimestamp>,
 }
 
-fn slot_answer(slot_name: &str, id: &CounterId, slot: SlotState, unique: bool) -> Response {
+fn slot_answer(
+    slot_name: &str,
+    id: &CounterId,
+    slot: SlotState,
+    unique: bool,
+    generation: Option<HlcTimestamp>,
+) -> Response {
     json_response(
         StatusCode::OK,
         &SlotAnswer {
@@ -219,6 +229,7 @@ fn slot_answer(slot_name: &str, id: &CounterId, slot: SlotState, unique: bool) -
             value: slot.value,
             version: slot.version,
             standard_error: unique.then_some(STANDARD_ERROR),
+            generation,
         },
     )
 }
@@ -262,10 +273,18 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
             value: record.uniques().map_or(0, |sketch| sketch.count()),
             version: record.state.version,
         };
-        return Ok(slot_answer(&state.slot_name, id, slot, true));
+        let generation = Some(record.generation());
+        return Ok(slot_answer(&state.slot_name, id, slot, true, generation));
     }
     let Some(window) = window else {
-        return Ok(slot_answer(&state.slot_name, id, record.state, false));
+        let generation = Some(record.generation());
+        return Ok(slot_answer(
+            &state.slot_name,
+            id,
+            record.state,
+            false,
+            generation,
+        ));
     };
     let window_seconds = description.map_or(state.settings.default_window_seconds, |d| {
         d.description.window_seconds
@@ -277,6 +296,7 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
         slot: &'a str,
         value: i128,
         version: u64,
+        generation: HlcTimestamp,
         window: WindowQuery,
     }
     Ok(json_response(
@@ -286,6 +306,7 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
             slot: &state.slot_name,
             value: WindowQuery::value_of(Some(&window), &record),
             version: record.state.version,
+            generation: record.generation(),
             window,
         },
     ))
@@ -341,7 +362,7 @@ async fn write_one(
     let id = write.id.clone();
     let unique = write.change.counter_type() == CounterType::Unique;
     let applied = forward::apply_one(state, write, forwarded).await?;
-    Ok(slot_answer(applied.slot, &id, applied.state, unique))
+    Ok(slot_answer(applied.slot, &id, applied.state, unique, None))
 }
 
 /// How a batch body of one kind becomes its checked writes.

@@ -19,6 +19,14 @@ fn slot_answer() -> Value {
                                                      estimate of its distinct items"},
         "version": {"type": "integer"},
         "standard_error": {"type": "number", "description": "unique counters only"},
+        "generation": {"type": "object", "description": "reads only: the generation the slot's \
+                                                         record counts in (its latest reset or \
+                                                         delete; zero: none)",
+                       "properties": {
+            "physical_ms": {"type": "integer"},
+            "logical": {"type": "integer"},
+            "node": {"type": "integer"},
+        }},
         "window": {"$ref": "#/components/schemas/Window"},
     }})
 }

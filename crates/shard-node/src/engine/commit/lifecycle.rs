@@ -20,7 +20,10 @@ use crate::error::ShardError;
 
 impl CommitLoop {
     /// Stages a description learned from another node if it is newer than what is known, and
-    /// renews this node's slot of the counter if it brings a newer generation.
+    /// renews this node's slot of the counter if it brings a newer generation. One whose
+    /// expiry has passed here is staged as its tombstone, as an expiry passing on a held one
+    /// is: a slot renewed for an expiry logs the delete that carries its generation, so that
+    /// the descriptions learned after it (in the same group too) are weighed against it.
     pub(super) fn stage_learned(
         &mut self,
         table: &SlotTable,
@@ -28,6 +31,7 @@ impl CommitLoop {
         staged: &mut Staged,
         description: VersionedDescription,
     ) {
+        let description = description.expired_at(staged.now_ms).unwrap_or(description);
         let id = description.description.id.clone();
         let known = staged
             .description(id.as_str())

@@ -267,6 +267,36 @@ async fn a_newer_generation_learned_from_another_node_renews_the_slot() {
 }
 
 #[tokio::test]
+async fn a_description_learned_after_its_expiry_is_its_tombstone() {
+    let node = Running::start();
+    node.write("c", 5, None).await;
+    let now = SystemClock.now_unix_ms();
+    let at = |ago: u64, logical| HlcTimestamp {
+        physical_ms: now - ago,
+        logical,
+        node: 9,
+    };
+    let mut expiring = geocount_model::fixtures::described("c", 1, now - 3_000, 9);
+    expiring.description.expires_at_ms = Some(now - 1_000);
+    // Deleted elsewhere before its expiry passed there, then written again: all learned here
+    // in one page, after the expiry passed on this node's clock.
+    let deleted = expiring.delete(at(2_000, 0));
+    let mut again = deleted.clone();
+    again.description.deleted = false;
+    again.version = at(2_000, 1);
+    let page = vec![expiring.clone(), deleted, again];
+    node.commands.send(Command::Describe(page)).await.unwrap();
+    node.write("barrier", 1, None).await;
+    let tombstone = expiring.expired_at(now).unwrap();
+    assert_eq!(node.description("c"), tombstone);
+    // The slot counts in the generation its description carries, which travels from here.
+    assert_eq!(node.write("c", 2, None).await.value, 2);
+    let generation = tombstone.description.generation;
+    assert_eq!(node.description("c").description.generation, generation);
+    assert_eq!(node.record("c").generation(), generation);
+}
+
+#[tokio::test]
 async fn a_write_with_a_time_to_live_sets_the_expiry_only_when_there_is_none() {
     let node = Running::start();
     let before = SystemClock.now_unix_ms();
