@@ -317,6 +317,15 @@ pub fn status_error(url: &str, answer: &Answer) -> GeoctlError {
     }
 }
 
+/// Writes `answer`'s body to `out` as it came, ending in a newline: what `--json` prints.
+pub fn write_raw(out: &mut dyn std::io::Write, answer: &Answer) -> Result<(), GeoctlError> {
+    out.write_all(&answer.body)?;
+    if !answer.body.ends_with(b"\n") {
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
 /// The body of a successful answer parsed as `T`.
 pub fn parse_body<T: DeserializeOwned>(url: &str, answer: &Answer) -> Result<T, GeoctlError> {
     serde_json::from_slice(&answer.body).map_err(|e| GeoctlError::BadAnswer {

@@ -12,7 +12,7 @@ use std::io::Write;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use crate::cluster::{ClusterClient, counter_path, parse_body, status_error};
+use crate::cluster::{ClusterClient, counter_path, parse_body, status_error, write_raw};
 use crate::error::GeoctlError;
 
 /// What `geoctl get` was asked.
@@ -118,13 +118,7 @@ pub async fn run(
         read_query(options.max_staleness_ms, options.allow_partial)
     );
     let (url, answer) = cluster.get_global(&options.id, &path).await?;
-    let raw = |out: &mut dyn Write| -> Result<(), GeoctlError> {
-        out.write_all(&answer.body)?;
-        if !answer.body.ends_with(b"\n") {
-            out.write_all(b"\n")?;
-        }
-        Ok(())
-    };
+    let raw = |out: &mut dyn Write| write_raw(out, &answer);
     match answer.status.as_u16() {
         200 if options.json => raw(out),
         200 => {

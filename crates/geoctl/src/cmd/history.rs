@@ -14,7 +14,7 @@ use super::get::{
     DatacenterPart, GlobalReading, Ordered, StaleRefusal, read_query, render_reading,
     render_refusal,
 };
-use crate::cluster::{ClusterClient, counter_path, parse_body, status_error};
+use crate::cluster::{ClusterClient, counter_path, parse_body, status_error, write_raw};
 use crate::error::GeoctlError;
 
 /// What `geoctl history` was asked.
@@ -90,13 +90,7 @@ pub async fn run(
     let (url, answer) = cluster
         .get_global(&options.id, &history_path(options))
         .await?;
-    let raw = |out: &mut dyn Write| -> Result<(), GeoctlError> {
-        out.write_all(&answer.body)?;
-        if !answer.body.ends_with(b"\n") {
-            out.write_all(b"\n")?;
-        }
-        Ok(())
-    };
+    let raw = |out: &mut dyn Write| write_raw(out, &answer);
     match answer.status.as_u16() {
         200 if options.json => raw(out),
         200 => {

@@ -15,7 +15,7 @@ use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Deserialize;
 
 use super::get::{DatacenterPart, Ordered, describe_staleness};
-use crate::cluster::{ClusterClient, parse_body, status_error};
+use crate::cluster::{ClusterClient, parse_body, status_error, write_raw};
 use crate::error::GeoctlError;
 
 /// What `geoctl sum` was asked.
@@ -116,13 +116,7 @@ pub async fn run(
     out: &mut dyn Write,
 ) -> Result<(), GeoctlError> {
     let (url, answer) = cluster.get_any_global(&sum_path(options)).await?;
-    let raw = |out: &mut dyn Write| -> Result<(), GeoctlError> {
-        out.write_all(&answer.body)?;
-        if !answer.body.ends_with(b"\n") {
-            out.write_all(b"\n")?;
-        }
-        Ok(())
-    };
+    let raw = |out: &mut dyn Write| write_raw(out, &answer);
     match answer.status.as_u16() {
         200 if options.json => raw(out),
         200 => {
