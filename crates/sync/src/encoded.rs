@@ -84,7 +84,38 @@ struct Slots {
     held: usize,
 }
 
+impl EncodedRows {
+    /// Drops the encoding of change `seq` if the cache holds it: its row was removed or changed
+    /// again, and no pull will ask for it (kept, it would hold memory until a later change
+    /// takes its slot, which an idle table never makes).
+    pub fn forget(&mut self, seq: u64) {
+        self.inner
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .forget(seq);
+    }
+
+    /// Bytes of encodings held.
+    pub fn held_bytes(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .held
+    }
+}
+
 impl Slots {
+    fn forget(&mut self, seq: u64) {
+        if self.slots.is_empty() || seq == 0 {
+            return;
+        }
+        let slot = &mut self.slots[(seq % CACHED_CHANGES as u64) as usize];
+        if slot.0 == seq {
+            self.held -= slot.2.len();
+            *slot = Default::default();
+        }
+    }
+
     /// Appends the encoding of the entry whose latest change is `seq`, from the cache or from
     /// `encode` (cached if `seq` is among the last changes before `newest`); returns how many
     /// items it holds.

@@ -163,6 +163,7 @@ impl SlotTable {
     /// the row's index and, when another row moved into it, that index.
     pub fn remove(&mut self, id: &str) -> Option<(usize, Option<usize>)> {
         let index = self.rows.get_index_of(id)?;
+        self.encoded.forget(self.rows[index].latest_seq);
         let (_, moved) = self.rows.swap_remove(index);
         if let Some(moved) = moved {
             self.journal_change(moved);
@@ -187,6 +188,8 @@ impl SlotTable {
     }
 
     fn journal_change(&mut self, index: usize) -> usize {
+        // The row's previous change is pulled no more: its encoding would only hold memory.
+        self.encoded.forget(self.rows[index].latest_seq);
         self.rows[index].latest_seq = self.journal.record(index);
         index
     }
@@ -380,5 +383,36 @@ mod tests {
                 table.merge(&id, &newer);
             }
         }
+    }
+
+    /// Encodings pulled once are dropped with their rows: a table emptied by removals holds
+    /// none, and a row changed again drops its older one.
+    #[test]
+    fn removed_and_changed_rows_hand_their_encodings_back() {
+        let mut table = SlotTable::default();
+        let ids: Vec<CounterId> = (0..50)
+            .map(|n| CounterId::new(format!("c{n}")).unwrap())
+            .collect();
+        for (n, id) in ids.iter().enumerate() {
+            let state = SlotState {
+                value: n as i64,
+                version: 1,
+            };
+            table.merge(id, &state.into());
+        }
+        table.encoded_page("dc/s0", Cursor::Start, 1_000, None);
+        let full = table.encoded.held_bytes();
+        assert!(full > 0);
+        let changed: SlotRecord = SlotState {
+            value: 9,
+            version: 2,
+        }
+        .into();
+        table.merge(&ids[0], &changed);
+        assert!(table.encoded.held_bytes() < full);
+        for id in &ids {
+            table.remove(id.as_str());
+        }
+        assert_eq!(table.encoded.held_bytes(), 0);
     }
 }

@@ -37,6 +37,12 @@ const SECTOR_BYTES: usize = 512;
 /// of what was reserved.
 pub const RESERVE_BYTES: u64 = 8 << 20;
 
+/// The encoding buffer's first capacity.
+const BUFFER_START_BYTES: usize = 64 << 10;
+
+/// The most capacity the encoding buffer keeps whatever the records' sizes.
+const BUFFER_KEPT_BYTES: usize = 1 << 20;
+
 /// What one committed group changed.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogRecord {
@@ -419,7 +425,7 @@ impl Wal {
             len,
             synced_len: len,
             reserved: len,
-            buffer: Vec::with_capacity(64 * 1024),
+            buffer: Vec::with_capacity(BUFFER_START_BYTES),
             keys_at: HEADER_BYTES,
             key_bytes: 0,
             synced_key_bytes: 0,
@@ -450,6 +456,12 @@ impl Wal {
     /// to where it was, so a refused record can never be replayed.
     pub fn append(&mut self, record: &LogRecord) -> Result<(), StorageError> {
         self.keys_at = encode_into(&mut self.buffer, record)?;
+        if self.buffer.capacity() > (4 * self.buffer.len()).max(BUFFER_KEPT_BYTES) {
+            // One large group (a burst of batches) must not hold its buffer through quiet
+            // hours: a buffer four times larger than its record hands the rest back.
+            self.buffer
+                .shrink_to((2 * self.buffer.len()).max(BUFFER_START_BYTES));
+        }
         self.reserve_for(self.buffer.len() as u64);
         if let Err(e) = self.file.write_all(&self.buffer) {
             self.cut_back();

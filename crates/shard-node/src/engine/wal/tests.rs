@@ -432,3 +432,22 @@ fn the_keys_of_a_record_are_counted_apart() {
     wal.rotate().unwrap();
     assert_eq!(wal.key_bytes(), 0);
 }
+
+/// A burst's large record does not keep its buffer: the next small record hands it back, and
+/// the log still reads both.
+#[test]
+fn a_large_record_hands_its_buffer_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut wal = create(dir.path(), 1);
+    wal.append(&big_record()).unwrap();
+    assert!(wal.buffer.capacity() > BUFFER_KEPT_BYTES);
+    wal.append(&record("a", 1, 2)).unwrap();
+    assert!(wal.buffer.capacity() <= BUFFER_KEPT_BYTES);
+    assert_eq!(
+        wal.last_payload(),
+        &encode(&record("a", 1, 2)).unwrap()[HEADER_BYTES..]
+    );
+    wal.sync().unwrap();
+    drop(wal);
+    assert_eq!(replay_all(dir.path()).unwrap().len(), 2);
+}
