@@ -18,6 +18,7 @@ use crate::http::routes::Route;
 use crate::metrics::ShardMetrics;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
+use crate::read::world::WorldView;
 use crate::route::forward::LocalNode;
 use crate::route::slots::WriteRouter;
 use crate::startup::restore::RestoreProgress;
@@ -73,6 +74,8 @@ pub struct NodeState {
     pub slot_shown: Arc<std::sync::atomic::AtomicBool>,
     /// Where those logs' file calls run.
     pub storage: Storage,
+    /// Counters' world values: this datacenter's slots here, the others' from the global tier.
+    pub world: Arc<WorldView>,
 }
 
 impl NodeState {
