@@ -124,4 +124,13 @@ async fn world_reads_add_the_other_datacenters_to_this_one_as_it_is_now() {
     assert!(refused["error"].as_str().is_some(), "{refused}");
     let (status, body) = world(&usa, &peer).await;
     assert_eq!(status, 503, "{body}");
+    let metrics = usa.metrics().await.expect("metrics");
+    for name in [
+        "geocount_shard_world_fetches_total",
+        "geocount_shard_world_refused_total",
+    ] {
+        let count =
+            (metrics.lines()).find_map(|line| line.strip_prefix(name)?.trim().parse::<u64>().ok());
+        assert!(count > Some(0), "{name} in\n{metrics}");
+    }
 }

@@ -24,6 +24,7 @@ use hyper::Method;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ShardError;
+use crate::metrics::ShardMetrics;
 
 /// The most counters one `POST /parts` asks for; more go in several calls.
 const MAX_ASKED: usize = 4_096;
@@ -42,6 +43,8 @@ pub struct GlobalTier {
     pub replicas: Vec<(SocketAddr, Partitions)>,
     /// The client, with this node's credentials.
     pub client: HttpClient,
+    /// The node's metrics: calls made, reads refused.
+    pub metrics: Arc<ShardMetrics>,
 }
 
 /// One counter's parts and the unix ms they were fetched at.
@@ -84,6 +87,7 @@ type Cache = Mutex<HashMap<CounterId, (u64, Arc<HeldParts>)>>;
 /// The other datacenters' parts, cached, and the way to the fetcher.
 pub struct OtherParts {
     cache: Arc<Cache>,
+    metrics: Arc<ShardMetrics>,
     asks: mpsc::Sender<Ask>,
     refresh_ms: u64,
     clock: Arc<dyn Clock>,
@@ -93,6 +97,7 @@ impl OtherParts {
     /// Starts the fetcher of `tier`'s parts; parts older than `refresh_ms` are asked again.
     pub fn start(tier: GlobalTier, refresh_ms: u64, clock: Arc<dyn Clock>) -> Self {
         let cache = Arc::new(Cache::default());
+        let metrics = tier.metrics.clone();
         let (asks, waiting) = mpsc::channel(ASK_QUEUE);
         let fetcher = Fetcher {
             tier,
@@ -104,6 +109,7 @@ impl OtherParts {
         tokio::spawn(fetcher.run(waiting));
         Self {
             cache,
+            metrics,
             asks,
             refresh_ms,
             clock,
@@ -143,6 +149,8 @@ impl OtherParts {
                     .unwrap_or_else(|_| vec![Err(stopped()); at.len()]),
                 Err(_) => vec![Err(stopped()); at.len()],
             };
+            let refused = answers.iter().filter(|answer| answer.is_err()).count();
+            self.metrics.world_refused.inc_by(refused as u64);
             for (n, answer) in at.into_iter().zip(answers) {
                 found[n] = Some(answer.map_err(ShardError::from));
             }
@@ -289,6 +297,7 @@ impl Fetcher {
         body: Bytes,
         count: usize,
     ) -> Result<Vec<Result<HeldParts, Miss>>, String> {
+        self.tier.metrics.world_fetches.inc();
         let url = self.tier.client.url(address, "/parts");
         let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
         let answer = (self.tier.client)
