@@ -6,8 +6,9 @@
 //! counters go to one fetcher task, which takes every request waiting when it starts a round
 //! and asks the global tier once for all their distinct counters (`POST /parts`, postcard), so
 //! many readers' misses cost one call. A counter goes to the global replicas holding its
-//! partition, the one that answered last first, the next when one cannot be reached. A stale
-//! or unreachable answer is an error for that read and is not cached.
+//! partition, the one that answered last first, the next when one cannot be reached or finds
+//! another datacenter stale. A stale or unreachable answer is an error for that read and is not
+//! cached.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -275,18 +276,23 @@ impl Fetcher {
         };
         let first = self.preferred.load(Ordering::Relaxed);
         let mut failures = Vec::new();
+        // A replica that finds another datacenter stale: another replica may be fresher.
+        let mut stale = None;
         for turn in 0..addresses.len() {
-            let address = addresses[(first + turn) % addresses.len()];
+            let at = (first + turn) % addresses.len();
+            let address = addresses[at];
             match self.ask_one(address, body.clone(), count).await {
+                Ok(parts) if parts.iter().any(|p| matches!(p, Err(Miss::Stale(_)))) => {
+                    stale.get_or_insert(parts);
+                }
                 Ok(parts) => {
-                    self.preferred
-                        .store((first + turn) % addresses.len(), Ordering::Relaxed);
+                    self.preferred.store(at, Ordering::Relaxed);
                     return parts;
                 }
                 Err(why) => failures.push(format!("{address}: {why}")),
             }
         }
-        vec![Err(Miss::Unreachable(failures.join("; "))); count]
+        stale.unwrap_or_else(|| vec![Err(Miss::Unreachable(failures.join("; "))); count])
     }
 
     /// One `POST /parts` to `address`: each of the `count` counters' parts, or why the
