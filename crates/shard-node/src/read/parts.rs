@@ -340,3 +340,47 @@ impl Fetcher {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::SystemClock;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn readers_waiting_at_once_share_one_call_and_failures_are_not_cached() {
+        // Nothing listens there: every call fails at once.
+        let closed: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let metrics = Arc::new(ShardMetrics::default());
+        let tier = GlobalTier {
+            datacenter: "USA_0".into(),
+            replicas: vec![(closed, Partitions::all(1)), (closed, Partitions::all(1))],
+            client: HttpClient::new(Duration::from_secs(1)),
+            metrics: metrics.clone(),
+        };
+        let parts = Arc::new(OtherParts::start(tier, 60_000, Arc::new(SystemClock)));
+        let readers: Vec<_> = (0..50)
+            .map(|n| {
+                let parts = parts.clone();
+                let id = CounterId::new(format!("c{}", n % 10)).unwrap();
+                tokio::spawn(async move { parts.get(&[(id, HlcTimestamp::default())]).await })
+            })
+            .collect();
+        for reader in readers {
+            let answers = reader.await.unwrap();
+            assert!(
+                matches!(&answers[..], [Err(ShardError::Unreachable(_))]),
+                "{answers:?}"
+            );
+        }
+        // Two replicas tried per round; the 50 readers waited in few rounds.
+        let calls = metrics.world_fetches.get();
+        assert!((2..=10).contains(&calls), "{calls} calls");
+        assert_eq!(metrics.world_refused.get(), 50);
+        // A failure is not kept: the next read asks again.
+        let id = CounterId::new("c0").unwrap();
+        let again = parts.get(&[(id, HlcTimestamp::default())]).await;
+        assert!(matches!(&again[..], [Err(ShardError::Unreachable(_))]));
+        assert_eq!(metrics.world_fetches.get(), calls + 2);
+    }
+}
