@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use geocount_model::{
-    AuthConfig, DatacenterConfig, HttpSettings, ShardDefaults, SlotId, SyncSettings, Topology,
-    TopologyError,
+    AuthConfig, DatacenterConfig, HttpSettings, Partitions, ShardDefaults, SlotId, SyncSettings,
+    Topology, TopologyError,
 };
 
 /// Everything a shard node needs to run.
@@ -23,6 +23,11 @@ pub struct NodeConfig {
     pub datacenter: DatacenterConfig,
     /// Every global aggregator replica: sources of a restore.
     pub global: Vec<SocketAddr>,
+    /// Every global aggregator replica with the partitions it holds, replica 0 first: where a
+    /// world read asks for the other datacenters' parts of a counter.
+    pub global_tier: Vec<(SocketAddr, Partitions)>,
+    /// How many datacenters the topology has (with no other, a world read is answered here).
+    pub datacenter_count: usize,
     /// How often to pull peers and descriptions.
     pub sync: SyncSettings,
     /// Limits of its HTTP listener (`[http]`).
@@ -90,6 +95,8 @@ impl NodeConfig {
             },
             datacenter,
             global: topology.global.addresses(),
+            global_tier: topology.global.replicas_of(topology.partitions),
+            datacenter_count: topology.datacenters.len(),
             sync: topology.sync.clone(),
             http: topology.http.clone(),
             huge_pages: topology.memory.huge_pages,

@@ -15,6 +15,9 @@
 //! - [`peer`]: the committed write reaches the datacenter's other nodes as they pull this
 //!   node's slot (served by [`http`]); this node pulls theirs in turn (its replicas, so that a
 //!   peer that loses its disk can restore from them) and the counters' descriptions.
+//! - [`read`]: a counter's world value, as Redis reads and `GET /counter/{id}/world` answer
+//!   it: this datacenter's slots as this node holds them, the others' as the global tier
+//!   reports them.
 //! - [`startup`]: before the first write, the node rebuilds from its store and log exactly what
 //!   was acknowledged, or restores a lost disk's slot from its datacenter's copies.
 //!
@@ -34,6 +37,7 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub(crate) mod peer;
+pub mod read;
 pub(crate) mod route;
 pub(crate) mod server;
 pub mod startup;

@@ -31,6 +31,8 @@ use crate::peer::keys::PeerKeys;
 use crate::peer::replica_log::{ReplicaLogs, holds_since};
 use crate::peer::replication::PeerSink;
 use crate::peer::replicator::{Replicator, resend_log};
+use crate::read::parts::{GlobalTier, OtherParts};
+use crate::read::world::{LocalSlots, WorldView};
 use crate::route::slots::{RouterSetup, WriteRouter};
 use crate::startup::restore::{CopySource, RestoreProgress, RestoreRequest};
 use crate::startup::resume::{self, Resumed};
@@ -428,6 +430,7 @@ fn node_state(
     (incarnation, nonce): (u64, u64),
 ) -> NodeState {
     let settings = &config.settings;
+    let world = world_view(config, engine, pulls, client.clone(), restore.clone());
     let router = WriteRouter::new(RouterSetup {
         placement: config.datacenter.placement(settings.virtual_nodes),
         own_slot: config.slot.index,
@@ -463,7 +466,37 @@ fn node_state(
         replica_logs: engine.replica_logs.clone(),
         slot_shown: engine.shown.clone(),
         storage: engine.storage.clone(),
+        world: Arc::new(world),
     }
+}
+
+/// The world reads of the node: its datacenter's slots as it holds them and, with other
+/// datacenters, their parts as the global tier reports them (asked with `client`).
+fn world_view(
+    config: &NodeConfig,
+    engine: &Engine,
+    pulls: &Pulls,
+    client: HttpClient,
+    restore: Arc<RestoreProgress>,
+) -> WorldView {
+    let local = LocalSlots {
+        table: engine.table.clone(),
+        own_slot: config.slot.index as u16,
+        copies: pulls.replicas.clone(),
+        descriptions: engine.descriptions.clone(),
+        restore,
+    };
+    let others = (config.datacenter_count > 1).then(|| {
+        let tier = GlobalTier {
+            datacenter: config.datacenter.name.clone(),
+            replicas: config.global_tier.clone(),
+            client,
+            metrics: engine.metrics.clone(),
+        };
+        let refresh_ms = config.settings.world_refresh_ms;
+        OtherParts::start(tier, refresh_ms, engine.clock.clone())
+    });
+    WorldView::new(local, others, engine.clock.clone())
 }
 
 /// Starts restoring the slot from `copy_sources` (its keys from those of them that are peers)

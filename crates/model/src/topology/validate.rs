@@ -109,6 +109,7 @@ impl Topology {
                 shard.async_flush_interval_ms,
             ),
             ("shard.replication_timeout_ms", shard.replication_timeout_ms),
+            ("shard.world_refresh_ms", shard.world_refresh_ms),
             (
                 "shard.default_number_of_shards",
                 shard.default_number_of_shards.into(),
