@@ -106,6 +106,21 @@ pub fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
     parse_vm_rss(&status).with_context(|| format!("no VmRSS for process {pid}"))
 }
 
+/// Process `pid`'s resident bytes of anonymous memory (its heap and stacks: `RssAnon`) and of
+/// mapped files (its binary's and libraries' pages read so far: `RssFile`).
+pub fn resident_parts(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("cannot read the status of process {pid}"))?;
+    let field = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    };
+    let anon = field("RssAnon:").with_context(|| format!("no RssAnon for process {pid}"))?;
+    let file = field("RssFile:").with_context(|| format!("no RssFile for process {pid}"))?;
+    Ok((anon, file))
+}
+
 fn parse_vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

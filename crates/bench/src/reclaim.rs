@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::batch::{self, Connection};
 use crate::figure::{Figure, Goal, Row, Unit};
-use crate::procs::resident_bytes;
+use crate::procs::{resident_bytes, resident_parts};
 use crate::steps::{MEMORY_SETTLE, Plan};
 use crate::topo;
 
@@ -74,6 +74,10 @@ pub struct ProcessMemory {
     pub peak: u64,
     /// The last reading.
     pub end: u64,
+    /// Its resident anonymous and file-backed bytes at the start (`RssAnon`, `RssFile`).
+    pub start_parts: (u64, u64),
+    /// The same at the end.
+    pub end_parts: (u64, u64),
     /// What it held at the start, with every counter, and at the end.
     pub holdings: [Holding; 3],
 }
@@ -183,6 +187,12 @@ impl Readings {
             *peak = (*peak).max(*now);
         }
         Ok(now)
+    }
+
+    fn parts(&self) -> anyhow::Result<Vec<(u64, u64)>> {
+        (self.watched.iter())
+            .map(|w| resident_parts(w.pid))
+            .collect()
     }
 
     async fn holdings(&self) -> anyhow::Result<Vec<Holding>> {
@@ -322,6 +332,7 @@ async fn measure(counters: usize, running: &Cluster) -> anyhow::Result<ReclaimFi
     let start_holdings = readings.holdings().await?;
     readings.peaks.fill(0);
     let start = readings.resident()?;
+    let start_parts = readings.parts()?;
     println!("  warm-up of {WARM_UP} counters created, deleted and gone; start read");
 
     let owners = by_owner(running, "d", counters);
@@ -360,6 +371,7 @@ async fn measure(counters: usize, running: &Cluster) -> anyhow::Result<ReclaimFi
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    let end_parts = readings.parts()?;
     let processes: Vec<ProcessMemory> = (readings.watched.iter().enumerate())
         .map(|(i, w)| ProcessMemory {
             name: w.name.clone(),
@@ -367,6 +379,8 @@ async fn measure(counters: usize, running: &Cluster) -> anyhow::Result<ReclaimFi
             held: held[i],
             peak: readings.peaks[i],
             end: end[i],
+            start_parts: start_parts[i],
+            end_parts: end_parts[i],
             holdings: [start_holdings[i], full[i], end_holdings[i]],
         })
         .collect();
@@ -379,6 +393,13 @@ async fn measure(counters: usize, running: &Cluster) -> anyhow::Result<ReclaimFi
             mib(p.peak),
             mib(p.end),
             p.ratio()
+        );
+        println!(
+            "    of it, heap and stacks (RssAnon) {} → {}, mapped files (RssFile) {} → {}",
+            mib(p.start_parts.0),
+            mib(p.end_parts.0),
+            mib(p.start_parts.1),
+            mib(p.end_parts.1),
         );
     }
     match memory_back_secs {
@@ -506,6 +527,8 @@ mod tests {
             held: 300,
             peak: 400,
             end: 105,
+            start_parts: (80, 20),
+            end_parts: (82, 23),
             holdings: [base; 3],
         };
         assert!((p.ratio() - 1.05).abs() < 1e-9);

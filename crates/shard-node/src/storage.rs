@@ -44,7 +44,7 @@ pub trait Disk: Send + Sync + fmt::Debug + 'static {
 /// The store's page cache. redb's default (1 GiB) would keep a copy of every checkpointed
 /// record in the node's memory beside the slot table; the store is read only at startup and
 /// written by checkpoints, whose pages the operating system's cache serves well enough.
-pub const STORE_CACHE_BYTES: usize = 16 << 20;
+pub const STORE_CACHE_BYTES: usize = 1 << 20;
 
 /// A file opened for appending: a log segment. Writes go after the last byte written, not
 /// after space [reserved](AppendFile::reserve) ahead of them.
