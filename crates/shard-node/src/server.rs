@@ -56,6 +56,28 @@ pub async fn run<L: Listener>(
     storage: Storage,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
+    let resp: Option<L> = None;
+    run_with_resp(
+        config,
+        (listener, resp),
+        clock,
+        connector,
+        storage,
+        shutdown,
+    )
+    .await
+}
+
+/// [`run`], also serving the Redis protocol on `resp` when given (the listener bound at the
+/// node's `resp` address) until the HTTP side has drained.
+pub async fn run_with_resp<L: Listener, R: Listener>(
+    config: NodeConfig,
+    (listener, resp): (L, Option<R>),
+    clock: Arc<dyn Clock>,
+    connector: Connector,
+    storage: Storage,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StorageError> {
     let resumed = recover(&config, &storage, clock.now_unix_ms()).await?;
     let restore_pending = resumed.restore_pending;
     let incarnation = resumed.incarnation;
@@ -122,6 +144,11 @@ pub async fn run<L: Listener>(
     let restorer = restore
         .is_restoring()
         .then(|| start_restore(&config, &state, copy_sources, client));
+    let (stop_resp, stopping) = tokio::sync::watch::channel(false);
+    let resp = resp.map(|resp| {
+        let settings = config.resp_settings.clone();
+        tokio::spawn(crate::resp::serve(resp, state.clone(), settings, stopping))
+    });
     serve_with_limits(
         listener,
         geocount_http::routing::serve_limits(&config.http),
@@ -129,6 +156,10 @@ pub async fn run<L: Listener>(
         shutdown,
     )
     .await;
+    let _ = stop_resp.send(true);
+    if let Some(resp) = resp {
+        let _ = resp.await;
+    }
 
     if let Some(restorer) = restorer {
         restorer.abort();
