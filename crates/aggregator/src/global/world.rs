@@ -138,3 +138,86 @@ fn parts_of(
         staleness_ms: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::{PullSource, Replica, SourceKind};
+    use geocount_model::fixtures::described;
+    use geocount_model::{CounterId, SlotRecord, SlotState};
+
+    /// USA_0 (slots 0 and 1) and ASIA_0 (slot 2).
+    fn layout() -> Layout {
+        Layout {
+            names: vec!["USA_0".into(), "ASIA_0".into()],
+            slot_datacenters: vec![0, 0, 1],
+            source_datacenters: vec![0, 1],
+            source_addresses: vec!["127.0.0.1:2".into(), "127.0.0.1:3".into()],
+        }
+    }
+
+    fn replica() -> Replica {
+        let sources: Vec<PullSource> = ["USA_0", "ASIA_0"]
+            .into_iter()
+            .map(|name| PullSource {
+                name: name.into(),
+                answers_as: name.into(),
+                kind: SourceKind::Aggregator,
+                address: "127.0.0.1:1".into(),
+                interval: std::time::Duration::from_millis(250),
+                first: geocount_model::wire::SyncRequest::from_start(true, true),
+                delivers: Vec::new(),
+            })
+            .collect();
+        let slots = ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"].map(String::from);
+        Replica::new(slots.to_vec(), &sources)
+    }
+
+    fn at(physical_ms: u64) -> HlcTimestamp {
+        HlcTimestamp {
+            physical_ms,
+            logical: 0,
+            node: 2,
+        }
+    }
+
+    fn record(value: i64, version: u64, generation: HlcTimestamp) -> SlotRecord {
+        let mut record = SlotRecord::from(SlotState { value, version });
+        record.set_generation(generation);
+        record
+    }
+
+    #[test]
+    fn the_parts_leave_the_asker_out_and_count_from_the_newer_generation() {
+        let mut replica = replica();
+        let c = CounterId::new("c").unwrap();
+        for (slot, value) in [(0, 5), (1, 7), (2, 100)] {
+            replica.merge(slot, &c, &record(value, 1, HlcTimestamp::default()));
+        }
+        let parts = |replica: &Replica, asker, from| {
+            parts_of(&replica.counter("c"), &layout(), asker, from, 2_000)
+        };
+        let asia = parts(&replica, 1, HlcTimestamp::default());
+        assert_eq!((asia.value, asia.presence), (12, PartsPresence::Exists));
+        assert_eq!(asia.sketch, None);
+        let usa = parts(&replica, 0, HlcTimestamp::default());
+        assert_eq!(usa.value, 100);
+        // A reset the asker knows and this replica does not: older records count as nothing.
+        let reset = parts(&replica, 1, at(1_500));
+        assert_eq!(
+            (reset.value, reset.from, reset.presence),
+            (0, at(1_500), PartsPresence::Unknown)
+        );
+        replica.merge(0, &c, &record(3, 2, at(1_500)));
+        assert_eq!(parts(&replica, 1, at(1_500)).value, 3);
+        // Deleted here: gone, whatever the records.
+        let created = described("c", 1, 1_000, 1);
+        replica.descriptions.merge(created.delete(at(1_800)));
+        let gone = parts(&replica, 1, at(1_500));
+        assert_eq!((gone.value, gone.presence), (0, PartsPresence::Gone));
+        assert_eq!(
+            parts(&replica, 1, at(1_900)).presence,
+            PartsPresence::Unknown
+        );
+    }
+}

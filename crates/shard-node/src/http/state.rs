@@ -5,7 +5,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use geocount_http::Access;
-use geocount_model::{Clock, CounterDescription, CounterId, ShardDefaults, SyncSettings};
+use geocount_model::{
+    Clock, CounterDescription, CounterId, ShardDefaults, SlotState, SyncSettings,
+};
 use geocount_sync::{DescriptionTable, SlotCopies};
 use tokio::sync::mpsc;
 
@@ -157,5 +159,11 @@ impl LocalNode for NodeState {
 
     fn stopped(&self) -> ShardError {
         NodeState::stopped(self)
+    }
+
+    fn acknowledged(&self, id: &CounterId, slot: u32, state: SlotState) {
+        if let Ok(slot) = u16::try_from(slot) {
+            self.world.acknowledged(id, slot, state);
+        }
     }
 }

@@ -69,10 +69,13 @@ impl From<Miss> for ShardError {
     }
 }
 
+/// One counter's parts as the fetcher hands them over: with the unix ms they were fetched at.
+type Handed = Result<(u64, Arc<HeldParts>), Miss>;
+
 /// One reader's counters (with the generation it counts from) and where to answer.
 struct Ask {
     counters: Vec<(CounterId, HlcTimestamp)>,
-    reply: oneshot::Sender<Vec<Result<(u64, Arc<HeldParts>), Miss>>>,
+    reply: oneshot::Sender<Vec<Handed>>,
 }
 
 /// Cached parts: the unix ms they were fetched at, and the parts.
@@ -196,7 +199,7 @@ impl Fetcher {
     }
 
     /// Caches the parts fetched at `at_ms`, dropping those due for a refresh when too many.
-    fn keep(&self, fetched: &HashMap<CounterId, Result<(u64, Arc<HeldParts>), Miss>>, at_ms: u64) {
+    fn keep(&self, fetched: &HashMap<CounterId, Handed>, at_ms: u64) {
         let mut cache = self.cache.lock().expect("parts cache lock");
         if cache.len() + fetched.len() > MAX_CACHED {
             let refresh_ms = self.refresh_ms;

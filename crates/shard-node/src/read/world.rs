@@ -12,12 +12,18 @@
 //! request so the other parts count from it too. A counter deleted or expired at `G` (by this
 //! node's description or the global aggregator's) answers `Ok(None)`, as does one nobody
 //! knows.
+//!
+//! A sum counter's write this node forwarded to a peer's slot counts here as the peer
+//! acknowledged it until this node's copy of that slot is as new ([`WorldView::acknowledged`]),
+//! so read-your-writes holds for those too; a unique counter's forwarded items count once the
+//! copy has them (the peer pull, `sync.peer_ms`).
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 
 use geocount_model::VersionedDescription;
 use geocount_model::wire::{HeldParts, PartsPresence};
-use geocount_model::{Clock, CounterId, CounterType, HlcTimestamp, UniqueSketch};
+use geocount_model::{Clock, CounterId, CounterType, HlcTimestamp, SlotState, UniqueSketch};
 use geocount_sync::{DescriptionTable, SlotCopies};
 
 use super::parts::OtherParts;
@@ -59,9 +65,15 @@ pub struct LocalSlots {
     pub restore: Arc<RestoreProgress>,
 }
 
+/// Beyond this many forwarded writes not yet in the copies, the oldest knowledge is dropped.
+const MAX_ACKNOWLEDGED: usize = 1 << 16;
+
 /// Answers world reads.
 pub struct WorldView {
     local: LocalSlots,
+    /// A peer slot's state after a sum write this node forwarded to it, by counter and slot,
+    /// until this node's copy of the slot is as new.
+    acknowledged: Mutex<HashMap<(CounterId, u16), SlotState>>,
     /// The other datacenters' parts; `None` when the topology has no other datacenter.
     others: Option<OtherParts>,
     clock: Arc<dyn Clock>,
@@ -90,8 +102,22 @@ impl WorldView {
     pub fn new(local: LocalSlots, others: Option<OtherParts>, clock: Arc<dyn Clock>) -> Self {
         Self {
             local,
+            acknowledged: Mutex::default(),
             others,
             clock,
+        }
+    }
+
+    /// Notes that peer slot `slot` acknowledged a sum write of counter `id`, its state after
+    /// it `state`: world reads here count it until the copy of the slot is as new.
+    pub fn acknowledged(&self, id: &CounterId, slot: u16, state: SlotState) {
+        let mut acknowledged = self.acknowledged.lock().expect("acknowledged lock");
+        if acknowledged.len() >= MAX_ACKNOWLEDGED {
+            acknowledged.clear();
+        }
+        let known = acknowledged.entry((id.clone(), slot)).or_insert(state);
+        if state.version > known.version {
+            *known = state;
         }
     }
 
@@ -156,22 +182,43 @@ impl WorldView {
         let table = self.local.table.read().expect("slot table lock");
         let copies = self.local.copies.read().expect("replicas lock");
         let descriptions = self.local.descriptions.read().expect("descriptions lock");
+        let mut acknowledged = self.acknowledged.lock().expect("acknowledged lock");
         ids.iter()
             .map(|id| {
+                let description = descriptions.get(id.as_str()).cloned();
+                let described = description.as_ref().map(|d| d.generation_at(now_ms));
                 let mut slots: Vec<SlotPart> = table
                     .get_record(id.as_str())
                     .map(part)
                     .into_iter()
                     .collect();
                 let peers = copies.get(id.as_str()).unwrap_or_default();
-                slots.extend(
-                    peers
-                        .iter()
-                        .filter(|(slot, _)| *slot != own)
-                        .map(|(_, r)| part(r)),
-                );
-                let description = descriptions.get(id.as_str()).cloned();
-                let described = description.as_ref().map(|d| d.generation_at(now_ms));
+                let peers = peers.iter().filter(|(slot, _)| *slot != own);
+                for (slot, record) in peers.clone() {
+                    let mut part = part(record);
+                    let key = (id.clone(), *slot);
+                    match acknowledged.get(&key) {
+                        Some(ack) if ack.version > record.state.version => part.value = ack.value,
+                        Some(_) => drop(acknowledged.remove(&key)),
+                        None => {}
+                    }
+                    slots.push(part);
+                }
+                if !acknowledged.is_empty() {
+                    // Acknowledged by a peer whose slot's copy does not hold the counter yet.
+                    let copied = |slot: u16| peers.clone().any(|(s, _)| *s == slot);
+                    for slot in (0..copies.slot_names().len() as u16).filter(|s| *s != own) {
+                        if let Some(ack) = acknowledged.get(&(id.clone(), slot))
+                            && !copied(slot)
+                        {
+                            slots.push(SlotPart {
+                                generation: described.unwrap_or_default(),
+                                value: ack.value,
+                                sketch: None,
+                            });
+                        }
+                    }
+                }
                 let newest = slots.iter().map(|s| s.generation).max();
                 Local {
                     from: described.max(newest).unwrap_or_default(),
