@@ -3,9 +3,10 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use geocount_model::role::replica_name;
 use geocount_model::{
-    AuthConfig, DatacenterConfig, HttpSettings, Partitions, ShardDefaults, SlotId, SyncSettings,
-    Topology, TopologyError,
+    AuthConfig, DatacenterConfig, HttpSettings, Partitions, RespSettings, ShardDefaults, SlotId,
+    SyncSettings, Topology, TopologyError,
 };
 
 /// Everything a shard node needs to run.
@@ -32,6 +33,10 @@ pub struct NodeConfig {
     pub sync: SyncSettings,
     /// Limits of its HTTP listener (`[http]`).
     pub http: HttpSettings,
+    /// Where it serves the Redis protocol (`datacenters[i].resp[n]`), if anywhere.
+    pub resp: Option<SocketAddr>,
+    /// Limits of its RESP listener (`[resp]`).
+    pub resp_settings: RespSettings,
     /// Whether its heap may use transparent huge pages (`memory.huge_pages`).
     pub huge_pages: bool,
     /// Client tokens and the cluster secret (`[auth]`).
@@ -84,6 +89,7 @@ impl NodeConfig {
             .datacenter(datacenter)
             .expect("shard_address found the datacenter")
             .clone();
+        let resp = datacenter.resp_address(slot.index);
         Ok(Self {
             slot,
             listen,
@@ -99,10 +105,17 @@ impl NodeConfig {
             datacenter_count: topology.datacenters.len(),
             sync: topology.sync.clone(),
             http: topology.http.clone(),
+            resp,
+            resp_settings: topology.resp.clone(),
             huge_pages: topology.memory.huge_pages,
             auth: topology.auth.clone(),
             certificates: topology.tls.is_some(),
             restore: RestoreMode::default(),
         })
     }
+}
+
+/// The name of replica `replica` of datacenter `datacenter`'s aggregator, as a source.
+pub(crate) fn aggregator_source(datacenter: &str, replica: usize) -> String {
+    replica_name(&format!("aggregator {datacenter}"), replica)
 }

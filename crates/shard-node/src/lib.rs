@@ -5,6 +5,8 @@
 //! - [`http`]: the request's path picks its route and what the caller must be allowed; the
 //!   handler decodes and checks the body, query and keys into the [`engine::write`] vocabulary
 //!   every later stage names a write with.
+//! - [`resp`]: the Redis protocol beside [`http`] on the node's `resp` address: the same
+//!   writes, lifecycle changes and access rights in Redis's commands and words.
 //! - [`route`]: the slot the write goes to (consistent hashing over the datacenter's slots); a
 //!   write for another node's slot is forwarded there, one for this node's goes to the commit
 //!   loop.
@@ -38,6 +40,7 @@ pub mod http;
 pub mod metrics;
 pub(crate) mod peer;
 pub mod read;
+pub(crate) mod resp;
 pub(crate) mod route;
 pub(crate) mod server;
 pub mod startup;
@@ -45,5 +48,5 @@ pub mod storage;
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};
-pub use server::run;
+pub use server::{run, run_with_resp};
 pub use storage::{AppendFile, Disk, OsDisk, Storage, Workers};

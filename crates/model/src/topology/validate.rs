@@ -13,6 +13,7 @@ impl Topology {
     /// Every check, in the order their errors are reported: the first failing key is named.
     pub(super) fn validate(&self) -> Result<(), (String, String)> {
         self.validate_datacenters()?;
+        self.validate_resp()?;
         self.validate_positive()?;
         self.validate_bounds()?;
         self.validate_partitions()?;
@@ -95,6 +96,9 @@ impl Topology {
             }
             for (n, shard) in dc.shards.iter().enumerate() {
                 claim(*shard, format!("datacenters[{i}].shards[{n}]"))?;
+            }
+            for (n, resp) in dc.resp.iter().enumerate() {
+                claim(*resp, format!("datacenters[{i}].resp[{n}]"))?;
             }
         }
         Ok(())
