@@ -31,6 +31,8 @@ use crate::peer::keys::PeerKeys;
 use crate::peer::replica_log::{ReplicaLogs, holds_since};
 use crate::peer::replication::PeerSink;
 use crate::peer::replicator::{Replicator, resend_log};
+use crate::read::parts::{GlobalTier, OtherParts};
+use crate::read::world::{LocalSlots, WorldView};
 use crate::route::slots::{RouterSetup, WriteRouter};
 use crate::startup::restore::{CopySource, RestoreProgress, RestoreRequest};
 use crate::startup::resume::{self, Resumed};
@@ -49,6 +51,28 @@ const COMMAND_QUEUE: usize = 16_384;
 pub async fn run<L: Listener>(
     config: NodeConfig,
     listener: L,
+    clock: Arc<dyn Clock>,
+    connector: Connector,
+    storage: Storage,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StorageError> {
+    let resp: Option<L> = None;
+    run_with_resp(
+        config,
+        (listener, resp),
+        clock,
+        connector,
+        storage,
+        shutdown,
+    )
+    .await
+}
+
+/// [`run`], also serving the Redis protocol on `resp` when given (the listener bound at the
+/// node's `resp` address) until the HTTP side has drained.
+pub async fn run_with_resp<L: Listener, R: Listener>(
+    config: NodeConfig,
+    (listener, resp): (L, Option<R>),
     clock: Arc<dyn Clock>,
     connector: Connector,
     storage: Storage,
@@ -120,6 +144,11 @@ pub async fn run<L: Listener>(
     let restorer = restore
         .is_restoring()
         .then(|| start_restore(&config, &state, copy_sources, client));
+    let (stop_resp, stopping) = tokio::sync::watch::channel(false);
+    let resp = resp.map(|resp| {
+        let settings = config.resp_settings.clone();
+        tokio::spawn(crate::resp::serve(resp, state.clone(), settings, stopping))
+    });
     serve_with_limits(
         listener,
         geocount_http::routing::serve_limits(&config.http),
@@ -127,6 +156,10 @@ pub async fn run<L: Listener>(
         shutdown,
     )
     .await;
+    let _ = stop_resp.send(true);
+    if let Some(resp) = resp {
+        let _ = resp.await;
+    }
 
     if let Some(restorer) = restorer {
         restorer.abort();
@@ -428,6 +461,7 @@ fn node_state(
     (incarnation, nonce): (u64, u64),
 ) -> NodeState {
     let settings = &config.settings;
+    let world = world_view(config, engine, pulls, client.clone(), restore.clone());
     let router = WriteRouter::new(RouterSetup {
         placement: config.datacenter.placement(settings.virtual_nodes),
         own_slot: config.slot.index,
@@ -463,7 +497,36 @@ fn node_state(
         replica_logs: engine.replica_logs.clone(),
         slot_shown: engine.shown.clone(),
         storage: engine.storage.clone(),
+        world: Arc::new(world),
     }
+}
+
+/// The world reads of the node: its datacenter's slots as it holds them and, with other
+/// datacenters, their parts as the global tier reports them (asked with `client`).
+fn world_view(
+    config: &NodeConfig,
+    engine: &Engine,
+    pulls: &Pulls,
+    client: HttpClient,
+    restore: Arc<RestoreProgress>,
+) -> WorldView {
+    let local = LocalSlots {
+        table: engine.table.clone(),
+        own_slot: config.slot.index as u16,
+        copies: pulls.replicas.clone(),
+        descriptions: engine.descriptions.clone(),
+        restore,
+    };
+    let others = (config.datacenter_count > 1).then(|| {
+        let tier = GlobalTier {
+            datacenter: config.datacenter.name.clone(),
+            replicas: config.global_tier.clone(),
+            client,
+        };
+        let refresh_ms = config.settings.world_refresh_ms;
+        OtherParts::start(tier, refresh_ms, engine.clock.clone())
+    });
+    WorldView::new(local, others, engine.clock.clone())
 }
 
 /// Starts restoring the slot from `copy_sources` (its keys from those of them that are peers)
