@@ -11,12 +11,15 @@
 //!
 //! Refusals are mapped onto Redis's error words in [`refusal`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use geocount_model::{CounterId, CounterType, ModelError};
 use geocount_net::HttpError;
 use geocount_resp::{Reply, words};
+
+use geocount_model::wire::EntryOutcome;
 
 use crate::engine::write::{Change, Command, LifecycleChange, WriteRequest};
 use crate::error::ShardError;
@@ -100,41 +103,100 @@ fn bulk_value(value: Option<WorldValue>) -> Reply {
     }
 }
 
-/// `INCR`, `INCRBY`, `DECR`, `DECRBY`: adds `delta` to counter `key` (a sum counter, made at
-/// its first write), durable before the reply; replies the world total read right after, which
-/// counts the write. `INCRBY key 0` writes nothing and replies the total.
-pub(crate) async fn incr(state: Arc<NodeState>, key: Bytes, delta: i64) -> Reply {
-    let id = match counter_id(&key).and_then(|id| check_node(&state, true).map(|()| id)) {
-        Ok(id) => id,
-        Err(error) => return refusal(&error, false),
-    };
-    let applied = if delta == 0 {
-        None
+/// `INCR`, `INCRBY`, `DECR`, `DECRBY` pipelined on one connection, in order: each adds its
+/// delta to its counter (a sum counter, made at its first write), all of them as one batch
+/// through forwarding and the commit loop (`POST /batch`'s path), durable before the replies.
+/// Each reply is the counter's world total read right after the batch, less the deltas of the
+/// same counter applied after it in the batch: what the increments one by one would have
+/// answered. `INCRBY key 0` writes nothing.
+pub(crate) async fn incr(state: Arc<NodeState>, increments: Vec<(Bytes, i64)>) -> Vec<Reply> {
+    if let Err(error) = check_node(&state, true) {
+        return vec![refusal(&error, false); increments.len()];
+    }
+    let now_secs = state.clock.now_unix_secs();
+    let ids: Vec<Result<CounterId, ShardError>> =
+        increments.iter().map(|(key, _)| counter_id(key)).collect();
+    // The writes, and for each increment its position among them (`None`: nothing written).
+    let mut writes = Vec::with_capacity(increments.len());
+    let mut positions = Vec::with_capacity(increments.len());
+    for (id, (_, delta)) in ids.iter().zip(&increments) {
+        match id {
+            Ok(id) if *delta != 0 => {
+                positions.push(Some(writes.len()));
+                writes.push(Ok(WriteRequest {
+                    id: id.clone(),
+                    change: Change::Delta(*delta),
+                    idempotency_key: None,
+                    timestamp_secs: now_secs,
+                    ttl_secs: None,
+                }));
+            }
+            _ => positions.push(None),
+        }
+    }
+    let outcomes = if writes.is_empty() {
+        Vec::new()
     } else {
-        let write = WriteRequest {
-            id: id.clone(),
-            change: Change::Delta(delta),
-            idempotency_key: None,
-            timestamp_secs: state.clock.now_unix_secs(),
-            ttl_secs: None,
-        };
-        match forward::apply_one(&*state, write, false).await {
-            Ok(applied) => Some(applied.state.value),
-            Err(error) => return refusal(&error, false),
+        match forward::apply_batch(&state, writes, false).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => return vec![refusal(&error, false); increments.len()],
         }
     };
-    match (world_value(&state, &id).await, applied) {
-        (Ok(Some(WorldValue::Sum(total))), _) => Reply::number(total),
-        (Ok(Some(WorldValue::Unique(_))), None) => Reply::error(words::WRONGTYPE),
-        (Ok(_), None) => Reply::Integer(0),
-        // Deleted again between the write and the read: the write's own slot is all there is.
-        (Ok(_), Some(slot_value)) => Reply::Integer(slot_value),
-        (Err(error), None) => refusal(&error, false),
-        (Err(error), Some(_)) => Reply::error(format!(
-            "ERR the increment was applied and is durable, but the counter's world value cannot \
-             be answered ({error}): do not retry it"
-        )),
+    let valid: Vec<CounterId> = ids.iter().flatten().cloned().collect();
+    let mut totals = state.world.values(&valid).await.into_iter();
+    let mut replies: Vec<Reply> = Vec::with_capacity(increments.len());
+    // Each increment's total, from the last one back: the deltas applied after it, by counter.
+    let mut later: HashMap<&str, i128> = HashMap::new();
+    let totals: Vec<Option<Result<Option<WorldValue>, ShardError>>> = ids
+        .iter()
+        .map(|id| id.as_ref().ok().map(|_| totals.next().unwrap_or(Ok(None))))
+        .collect();
+    for (((id, (_, delta)), position), total) in ids
+        .iter()
+        .zip(&increments)
+        .zip(&positions)
+        .zip(totals)
+        .rev()
+    {
+        let id = match id {
+            Ok(id) => id,
+            Err(error) => {
+                replies.push(refusal(error, false));
+                continue;
+            }
+        };
+        let applied = match position.map(|p| &outcomes[p]) {
+            None => None,
+            Some(EntryOutcome::Applied { value, .. }) => Some(*value),
+            Some(EntryOutcome::Refused { status, error }) => {
+                let error = ShardError::PassedOn {
+                    status: *status,
+                    error: error.clone(),
+                };
+                replies.push(refusal(&error, false));
+                continue;
+            }
+        };
+        let after = later.get(id.as_str()).copied().unwrap_or(0);
+        if applied.is_some() {
+            *later.entry(id.as_str()).or_default() += i128::from(*delta);
+        }
+        let total = total.unwrap_or(Ok(None));
+        replies.push(match (total, applied) {
+            (Ok(Some(WorldValue::Sum(total))), _) => Reply::number(total - after),
+            (Ok(Some(WorldValue::Unique(_))), None) => Reply::error(words::WRONGTYPE),
+            (Ok(_), None) => Reply::Integer(0),
+            // Deleted again between the write and the read: the write's own slot is all there is.
+            (Ok(_), Some(slot_value)) => Reply::Integer(slot_value),
+            (Err(error), None) => refusal(&error, false),
+            (Err(error), Some(_)) => Reply::error(format!(
+                "ERR the increment was applied and is durable, but the counter's world value \
+                 cannot be answered ({error}): do not retry it"
+            )),
+        });
     }
+    replies.reverse();
+    replies
 }
 
 /// `PFADD key element...`: adds each element to unique counter `key` (made at its first
@@ -343,30 +405,54 @@ pub(crate) async fn ttl(state: Arc<NodeState>, key: Bytes, millis: bool) -> Repl
     Reply::Integer(i64::try_from(left).unwrap_or(i64::MAX))
 }
 
-/// `GET key` (`multi` false) and `MGET key...`: each counter's world value as a bulk string
-/// (a unique counter's estimate), nil where no live counter has the key.
-pub(crate) async fn get(state: Arc<NodeState>, keys: Vec<Bytes>, multi: bool) -> Reply {
-    if let Err(error) = check_node(&state, false) {
-        return refusal(&error, false);
-    }
+/// The world value of each key: `Ok(None)` where no live counter has it (a key that is no
+/// counter id included).
+async fn values_of(
+    state: &NodeState,
+    keys: &[Bytes],
+) -> Vec<Result<Option<WorldValue>, ShardError>> {
     let ids: Vec<Option<CounterId>> = keys.iter().map(|key| counter_id(key).ok()).collect();
     let valid: Vec<CounterId> = ids.iter().flatten().cloned().collect();
     let mut values = state.world.values(&valid).await.into_iter();
-    let mut replies = Vec::with_capacity(ids.len());
-    for id in &ids {
-        let reply = match id.as_ref().map(|_| values.next().unwrap_or(Ok(None))) {
-            None => Reply::Nil,
-            Some(Ok(value)) => bulk_value(value),
-            // One refused read refuses the command, as a stale answer must not pass for one.
-            Some(Err(error)) => return refusal(&error, false),
-        };
-        replies.push(reply);
+    ids.iter()
+        .map(|id| match id {
+            Some(_) => values.next().unwrap_or(Ok(None)),
+            None => Ok(None),
+        })
+        .collect()
+}
+
+/// Consecutive `GET key`s of one connection, read at once: each counter's world value as a
+/// bulk string (a unique counter's estimate), nil where no live counter has the key, an error
+/// where the read is refused.
+pub(crate) async fn get_each(state: Arc<NodeState>, keys: Vec<Bytes>) -> Vec<Reply> {
+    if let Err(error) = check_node(&state, false) {
+        return vec![refusal(&error, false); keys.len()];
     }
-    if multi {
-        Reply::Array(replies)
-    } else {
-        replies.pop().unwrap_or(Reply::Nil)
+    let values = values_of(&state, &keys).await;
+    values
+        .into_iter()
+        .map(|value| match value {
+            Ok(value) => bulk_value(value),
+            Err(error) => refusal(&error, false),
+        })
+        .collect()
+}
+
+/// `MGET key...`: each counter's value as `GET` answers it, in an array; one refused read
+/// refuses the command, so a stale answer never passes for one.
+pub(crate) async fn mget(state: Arc<NodeState>, keys: Vec<Bytes>) -> Reply {
+    if let Err(error) = check_node(&state, false) {
+        return refusal(&error, false);
     }
+    let mut replies = Vec::with_capacity(keys.len());
+    for value in values_of(&state, &keys).await {
+        match value {
+            Ok(value) => replies.push(bulk_value(value)),
+            Err(error) => return refusal(&error, false),
+        }
+    }
+    Reply::Array(replies)
 }
 
 /// `PFCOUNT key`: the unique counter's world estimate, 0 when no live counter has the key.
