@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use geocount_model::role::replica_name;
 use geocount_model::{
     AuthConfig, DatacenterConfig, HttpSettings, Partitions, RespSettings, ShardDefaults, SlotId,
     SyncSettings, Topology, TopologyError,
@@ -112,4 +113,9 @@ impl NodeConfig {
             restore: RestoreMode::default(),
         })
     }
+}
+
+/// The name of replica `replica` of datacenter `datacenter`'s aggregator, as a source.
+pub(crate) fn aggregator_source(datacenter: &str, replica: usize) -> String {
+    replica_name(&format!("aggregator {datacenter}"), replica)
 }

@@ -6,7 +6,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_http::Access;
-use geocount_model::role::{GLOBAL_PROCESS, replica_name};
 use geocount_model::wire::Puller;
 use geocount_model::{Clock, Durability, Hlc, next_slot_version};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
@@ -56,16 +55,8 @@ pub async fn run<L: Listener>(
     storage: Storage,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StorageError> {
-    let resp: Option<L> = None;
-    run_with_resp(
-        config,
-        (listener, resp),
-        clock,
-        connector,
-        storage,
-        shutdown,
-    )
-    .await
+    let resp = (listener, None::<L>);
+    run_with_resp(config, resp, clock, connector, storage, shutdown).await
 }
 
 /// [`run`], also serving the Redis protocol on `resp` when given (the listener bound at the
@@ -127,7 +118,7 @@ pub async fn run_with_resp<L: Listener, R: Listener>(
         nonce,
     };
     let pulls = start_pulls(&config, &engine, me, &client, peer_keys, &storage);
-    let copy_sources = copy_sources(&config);
+    let copy_sources = crate::startup::restore::copy_sources(&config);
     let restore = Arc::new(RestoreProgress::new(restore_pending, &copy_sources));
     let state = Arc::new(node_state(
         &config,
@@ -144,11 +135,7 @@ pub async fn run_with_resp<L: Listener, R: Listener>(
     let restorer = restore
         .is_restoring()
         .then(|| start_restore(&config, &state, copy_sources, client));
-    let (stop_resp, stopping) = tokio::sync::watch::channel(false);
-    let resp = resp.map(|resp| {
-        let settings = config.resp_settings.clone();
-        tokio::spawn(crate::resp::serve(resp, state.clone(), settings, stopping))
-    });
+    let resp = crate::resp::Server::start(resp, &state, &config.resp_settings);
     serve_with_limits(
         listener,
         geocount_http::routing::serve_limits(&config.http),
@@ -156,10 +143,7 @@ pub async fn run_with_resp<L: Listener, R: Listener>(
         shutdown,
     )
     .await;
-    let _ = stop_resp.send(true);
-    if let Some(resp) = resp {
-        let _ = resp.await;
-    }
+    resp.stop().await;
 
     if let Some(restorer) = restorer {
         restorer.abort();
@@ -409,7 +393,7 @@ fn start_pulls(
     for (n, address) in config.datacenter.aggregators().iter().enumerate() {
         let aggregator = Arc::new(
             PeerSink::new(
-                &aggregator_source(&config.datacenter.name, n),
+                &crate::config::aggregator_source(&config.datacenter.name, n),
                 None,
                 engine.descriptions.clone(),
                 engine.commands.clone(),
@@ -442,11 +426,6 @@ fn start_pulls(
         peers,
         pullers,
     }
-}
-
-/// The name of replica `replica` of datacenter `datacenter`'s aggregator, as a source.
-fn aggregator_source(datacenter: &str, replica: usize) -> String {
-    replica_name(&format!("aggregator {datacenter}"), replica)
 }
 
 /// What the handlers share: the engine's tables and queue, the pulled copies, the write
@@ -561,43 +540,6 @@ fn start_restore(
         config.settings.idempotency_retention_secs * 1000,
         config.settings.durability == Durability::Replicated,
     ))
-}
-
-/// Every process that holds a copy of the node's slot: each replica of its datacenter
-/// aggregator and of the global aggregator, and its peers.
-fn copy_sources(config: &NodeConfig) -> Vec<CopySource> {
-    let aggregators = config.datacenter.aggregators().into_iter().enumerate();
-    let mut sources: Vec<CopySource> = aggregators
-        .map(|(n, address)| CopySource {
-            name: aggregator_source(&config.datacenter.name, n),
-            address,
-        })
-        .collect();
-    sources.extend(
-        config
-            .global
-            .iter()
-            .enumerate()
-            .map(|(n, address)| CopySource {
-                name: replica_name(GLOBAL_PROCESS, n),
-                address: *address,
-            }),
-    );
-    let names = config.slot_names();
-    sources.extend(
-        config
-            .datacenter
-            .shards
-            .iter()
-            .zip(names)
-            .enumerate()
-            .filter(|(n, _)| *n as u32 != config.slot.index)
-            .map(|(_, (address, name))| CopySource {
-                name,
-                address: *address,
-            }),
-    );
-    sources
 }
 
 async fn tick(commands: mpsc::Sender<Command>, every: Duration) {

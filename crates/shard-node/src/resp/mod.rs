@@ -74,9 +74,38 @@ impl Default for Stats {
     }
 }
 
+/// The Redis protocol's listener, serving beside the HTTP one.
+pub(crate) struct Server {
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Serves `listener`, if any, for `state` within `settings`.
+    pub fn start<L: Listener>(
+        listener: Option<L>,
+        state: &Arc<NodeState>,
+        settings: &RespSettings,
+    ) -> Self {
+        let (stop, stopping) = watch::channel(false);
+        let task = listener.map(|listener| {
+            tokio::spawn(serve(listener, state.clone(), settings.clone(), stopping))
+        });
+        Self { stop, task }
+    }
+
+    /// Stops accepting and drops the open connections.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task {
+            let _ = task.await;
+        }
+    }
+}
+
 /// Serves the Redis protocol on `listener` until `stop` turns true; then the open connections
 /// are dropped (the HTTP side has drained by then, and the commit loop flushes after).
-pub(crate) async fn serve<L: Listener>(
+async fn serve<L: Listener>(
     mut listener: L,
     state: Arc<NodeState>,
     settings: RespSettings,
