@@ -6,12 +6,12 @@ INCR, INCRBY, DECR, DECRBY, GET, MGET, PFADD, PFCOUNT, DEL, UNLINK, EXPIRE, PEXP
 PERSIST, unknown commands, wrong arity; valid and invalid arguments, the i64 overflow edges;
 single commands and pipelines) and sends each to both servers, step by step, comparing every
 reply as a value (parsed by the `redis` client's own RESP parser; error replies as their whole
-line). The only differences allowed are the entries of ALLOWED, each citing the docs/api.md
+line). The only differences allowed are the entries of allowed.py, each citing the docs/api.md
 wording it relies on; the script checks that docs/api.md still says it.
 
 The Redis side should run with `--databases 1` (geocount has one database, so `SELECT 1` is
 Redis's own "DB index is out of range" on both). Every sequence writes its own keys (a random
-run prefix, the sequence number), so sequences are independent and one replays alone with
+run prefix, the seed, the sequence number), so sequences are independent and one replays alone with
 `--only`. Expiry times are 1000 s or more (or none, or in the past), so nothing expires while
 the test runs; TTL and PTTL replies are compared within a small tolerance (the two servers
 take each command a few milliseconds apart).
@@ -30,9 +30,7 @@ import re
 import sys
 import threading
 import time
-import unicodedata
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass
 
 try:
     import redis
@@ -47,6 +45,9 @@ except ImportError:
         file=sys.stderr,
     )
     sys.exit(2)
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+from allowed import ALLOWED, Closed, Difference, Err, Model, explain
 
 I64_MAX = 2**63 - 1
 I64_MIN = -(2**63)
@@ -70,26 +71,6 @@ class Raw3(_RESP3Parser):
     @classmethod
     def parse_error(cls, response):
         return ResponseError(response)
-
-
-@dataclass(frozen=True)
-class Err:
-    """An error reply: its whole line, e.g. `ERR value is not an integer or out of range`."""
-
-    text: str
-
-    def __repr__(self):
-        return f"error {self.text!r}"
-
-
-@dataclass(frozen=True)
-class Closed:
-    """The server closed the connection (or stopped answering) instead of replying."""
-
-    why: str
-
-    def __repr__(self):
-        return f"connection closed ({self.why})"
 
 
 def parse_addr(text):
@@ -170,18 +151,6 @@ INVALID_INTEGERS = [
 UNKNOWN_COMMANDS = [b"FOO", b"INCRX", b"GETT", b"XYZZY", b"geocount", b"INCR_BY", b"PF"]
 
 
-def valid_counter_id(key: bytes) -> bool:
-    """Whether geocount takes `key` as a counter id."""
-    if not 1 <= len(key) <= 256:
-        return False
-    try:
-        text = key.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    # Rust's char::is_control: the Unicode general category Cc.
-    return not any(unicodedata.category(ch) == "Cc" for ch in text)
-
-
 @dataclass
 class Step:
     """One write to both servers: a single command, or a pipeline of several."""
@@ -194,9 +163,10 @@ class Step:
 
 
 class Generator:
-    def __init__(self, seed, index, prefix):
+    def __init__(self, seed, index, prefix, pipelines=0.3):
         self.rng = random.Random(f"{seed}:{index}")
-        base = f"{prefix}{index}:"
+        self.pipelines = pipelines
+        base = f"{prefix}{seed}:{index}:"
         self.sum_keys = [f"{base}n{i}".encode() for i in range(3)]
         self.unique_keys = [f"{base}u{i}".encode() for i in range(2)]
         # Valid ids of other shapes: spaces, punctuation, multi-byte UTF-8, 256 bytes.
@@ -351,94 +321,14 @@ class Generator:
         ])
 
     def sequence(self):
-        """Steps of one or several commands; about a third of the commands go in pipelines."""
+        """Steps of one or several commands (a pipeline in `pipelines` of the steps)."""
         steps = []
         for _ in range(self.rng.randint(1, 12)):
-            if self.rng.random() < 0.3:
+            if self.rng.random() < self.pipelines:
                 steps.append(Step([self.command() for _ in range(self.rng.randint(2, 10))]))
             else:
                 steps.append(Step([self.command()]))
         return steps
-
-
-# ---------------------------------------------------------------------------------------------
-# The model: what each key holds (from Redis's replies), for the allow-list
-
-
-@dataclass
-class Model:
-    kinds: dict = field(default_factory=dict)
-
-    def kind(self, key):
-        return self.kinds.get(key)
-
-    def apply(self, command, reply):
-        """Follows Redis's reply to `command` (keys never expire during a run)."""
-        name = command[0].upper()
-        if isinstance(reply, (Err, Closed)):
-            return
-        if name in (b"INCR", b"INCRBY", b"DECR", b"DECRBY"):
-            self.kinds[command[1]] = "sum"
-        elif name == b"PFADD":
-            self.kinds.setdefault(command[1], "unique")
-        elif name in (b"DEL", b"UNLINK"):
-            for key in command[1:]:
-                self.kinds.pop(key, None)
-        elif name in (b"EXPIRE", b"PEXPIRE") and reply == 1:
-            try:
-                if int(command[2]) <= 0:
-                    self.kinds.pop(command[1], None)
-            except ValueError:
-                pass
-
-
-# ---------------------------------------------------------------------------------------------
-# What may differ
-
-
-@dataclass
-class Difference:
-    """A reply pair to compare, with what the model knew before the command."""
-
-    command: list
-    redis: object
-    geocount: object
-    kinds: dict
-
-    @property
-    def name(self):
-        return self.command[0].upper()
-
-    @property
-    def keys(self):
-        return key_arguments(self.command)
-
-
-def key_arguments(command):
-    name = command[0].upper()
-    if name in (b"MGET", b"DEL", b"UNLINK", b"PFCOUNT"):
-        return command[1:]
-    if name in KEYED and len(command) > 1:
-        return command[1:2]
-    return []
-
-
-KEYED = {b"INCR", b"INCRBY", b"DECR", b"DECRBY", b"GET", b"PFADD", b"EXPIRE", b"PEXPIRE",
-         b"TTL", b"PTTL", b"PERSIST"}
-
-
-@dataclass
-class Allowed:
-    """A documented difference: `docs` is the docs/api.md wording it relies on."""
-
-    name: str
-    docs: str
-    applies: Callable[[Difference], bool]
-
-
-# The documented differences between geocount and one Redis. Each entry quotes docs/api.md
-# ("Redis protocol"); the script refuses to run when that wording is gone.
-ALLOWED: list = []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,7 +382,7 @@ class Run:
         self.fatal = None
 
     def sequence(self, redis_side, geo_side, seed, index):
-        steps = Generator(seed, index, self.args.prefix).sequence()
+        steps = Generator(seed, index, self.args.prefix, self.args.pipelines).sequence()
         model = Model()
         commands = pipelines = 0
         allowed = {}
@@ -502,15 +392,16 @@ class Run:
             commands += len(step.commands)
             pipelines += step.pipelined
             for p, (command, a, b) in enumerate(zip(step.commands, expected, actual)):
-                if not same(command, a, b):
-                    difference = Difference(command, a, b, dict(model.kinds))
-                    entry = next((e for e in ALLOWED if e.applies(difference)), None)
-                    if entry is None:
+                differ = not same(command, a, b)
+                if differ:
+                    names = explain(Difference(command, a, b, model.kinds, model.diverged))
+                    if names is None:
                         self.found(Mismatch(seed, index, s, p, steps, command, a, b))
                         self.count(commands, pipelines, allowed)
                         return
-                    allowed[entry.name] = allowed.get(entry.name, 0) + 1
-                model.apply(command, a)
+                    for name in names:
+                        allowed[name] = allowed.get(name, 0) + 1
+                model.apply(command, a, b, differ)
             if any(isinstance(reply, Closed) for reply in expected):
                 with self.lock:
                     self.fatal = f"Redis closed the connection: {expected}"
@@ -616,6 +507,9 @@ def main():
     parser.add_argument("--only", type=int, help="run only this sequence of each seed")
     parser.add_argument("--prefix", default=f"d{random.randrange(16**6):06x}:",
                         help="key prefix of this run (default: random)")
+    parser.add_argument("--pipelines", type=float, default=0.3,
+                        help="the share of steps sent as pipelines (default 0.3; other "
+                             "values make other sequences)")
     parser.add_argument("--workers", type=int, default=4, help="connections to each server")
     parser.add_argument("--protocol", type=int, choices=[2, 3], default=2)
     parser.add_argument("--geocount-password", help="AUTH with this token on geocount")
