@@ -35,7 +35,8 @@ NOT_INTEGER = Err("ERR value is not an integer or out of range")
 WRONGTYPE = Err("WRONGTYPE Operation against a key holding the wrong kind of value")
 
 COUNTER_WRITES = {b"INCR", b"INCRBY", b"DECR", b"DECRBY"}
-WRITES = COUNTER_WRITES | {b"PFADD", b"DEL", b"UNLINK", b"EXPIRE", b"PEXPIRE", b"PERSIST"}
+LIFECYCLE = {b"DEL", b"UNLINK", b"EXPIRE", b"PEXPIRE", b"PERSIST"}
+WRITES = COUNTER_WRITES | {b"PFADD"} | LIFECYCLE
 NOT_HLL = Err("WRONGTYPE Key is not a valid HyperLogLog string value.")
 # The reply of each single-key command for a key that holds nothing.
 MISSING = {b"GET": None, b"TTL": -2, b"PTTL": -2, b"PERSIST": 0, b"EXPIRE": 0, b"PEXPIRE": 0,
@@ -65,6 +66,29 @@ def key_arguments(command):
     return []
 
 
+def _effect(name, reply):
+    """What write `name`'s reply says it did to the key: refused, applied, or for the lifecycle
+    commands their integer (how many keys went, whether an expiry changed)."""
+    if isinstance(reply, (Err, Closed)):
+        return "refused"
+    return reply if name in LIFECYCLE else "applied"
+
+
+def _leaves_different(command, reply, other):
+    """Whether a write whose replies differ leaves its key holding different things. Not DEL
+    and UNLINK, nor an expiry in the past: after them neither holds the key."""
+    name = command[0].upper()
+    if name not in WRITES or name in (b"DEL", b"UNLINK"):
+        return False
+    if name in (b"EXPIRE", b"PEXPIRE"):
+        try:
+            if int(command[2]) <= 0:
+                return False
+        except ValueError:
+            return False
+    return _effect(name, reply) != _effect(name, other)
+
+
 @dataclass
 class Model:
     """What each key holds in Redis, from Redis's replies (keys never expire during a run):
@@ -78,8 +102,8 @@ class Model:
         """Follows Redis's `reply` to `command`; `other` is geocount's, `allowed` whether the
         two differ as ALLOWED lets them."""
         name = command[0].upper()
-        if allowed and name in WRITES and isinstance(reply, Err) != isinstance(other, Err):
-            self.diverged.update(key_arguments(command))
+        if allowed and _leaves_different(command, reply, other):
+            self.diverged.add(command[1])
         if isinstance(reply, (Err, Closed)):
             return
         key = command[1] if len(command) > 1 else None
@@ -178,7 +202,7 @@ def _zero_delta_reply(d):
         return False
     r, g = d.redis, d.geocount
     if d.name in (b"TTL", b"PTTL"):
-        return r == -1 and g == -2
+        return isinstance(r, int) and r != -2 and g == -2
     if d.name in (b"EXPIRE", b"PEXPIRE"):
         return r == 1 and g == 0
     if d.name == b"PFCOUNT" and len(d.keys) == 1:
