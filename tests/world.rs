@@ -2,7 +2,8 @@
 //! `GET` and `PFCOUNT` answer) through two datacenters: a write through a node is in its world
 //! read at once (in its own slot or forwarded to a peer's), the other datacenter's writes once
 //! the global aggregator has them, a deleted counter is 404, and with the global aggregator
-//! gone the read is 503, never a stale number.
+//! gone the read is 503, never a stale number; with one global replica of two gone, the other
+//! answers.
 
 use std::time::Duration;
 
@@ -124,4 +125,30 @@ async fn world_reads_add_the_other_datacenters_to_this_one_as_it_is_now() {
     assert!(refused["error"].as_str().is_some(), "{refused}");
     let (status, body) = world(&usa, &peer).await;
     assert_eq!(status, 503, "{body}");
+    let metrics = usa.metrics().await.expect("metrics");
+    for name in [
+        "geocount_shard_world_fetches_total",
+        "geocount_shard_world_refused_total",
+    ] {
+        let count =
+            (metrics.lines()).find_map(|line| line.strip_prefix(name)?.trim().parse::<u64>().ok());
+        assert!(count > Some(0), "{name} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn world_reads_go_on_through_the_next_global_replica() {
+    let topology = TestTopology::replicated(&[("USA_0", 1), ("ASIA_0", 1)], 1, 0);
+    let mut cluster = TestCluster::start(topology).await;
+    let _second = cluster.topology.start_global_replica(1).await;
+    let usa = cluster.shards[0][0].api();
+    let asia = cluster.shards[1][0].api();
+    add(&asia, "spread", 4).await;
+    world_reads(&usa, "spread", 200, Some(4)).await;
+    // Replica 0 gone: the next one answers, with ASIA's later writes too.
+    cluster.global.kill9();
+    add(&asia, "spread", 6).await;
+    world_reads(&usa, "spread", 200, Some(10)).await;
+    add(&usa, "spread", 1).await;
+    reads_now(&usa, "spread", 11).await;
 }

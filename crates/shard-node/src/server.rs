@@ -501,6 +501,7 @@ fn world_view(
             datacenter: config.datacenter.name.clone(),
             replicas: config.global_tier.clone(),
             client,
+            metrics: engine.metrics.clone(),
         };
         let refresh_ms = config.settings.world_refresh_ms;
         OtherParts::start(tier, refresh_ms, engine.clock.clone())

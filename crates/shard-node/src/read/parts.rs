@@ -6,8 +6,9 @@
 //! counters go to one fetcher task, which takes every request waiting when it starts a round
 //! and asks the global tier once for all their distinct counters (`POST /parts`, postcard), so
 //! many readers' misses cost one call. A counter goes to the global replicas holding its
-//! partition, the one that answered last first, the next when one cannot be reached. A stale
-//! or unreachable answer is an error for that read and is not cached.
+//! partition, the one that answered last first, the next when one cannot be reached or finds
+//! another datacenter stale. A stale or unreachable answer is an error for that read and is not
+//! cached.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ use hyper::Method;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ShardError;
+use crate::metrics::ShardMetrics;
 
 /// The most counters one `POST /parts` asks for; more go in several calls.
 const MAX_ASKED: usize = 4_096;
@@ -42,6 +44,8 @@ pub struct GlobalTier {
     pub replicas: Vec<(SocketAddr, Partitions)>,
     /// The client, with this node's credentials.
     pub client: HttpClient,
+    /// The node's metrics: calls made, reads refused.
+    pub metrics: Arc<ShardMetrics>,
 }
 
 /// One counter's parts and the unix ms they were fetched at.
@@ -84,6 +88,7 @@ type Cache = Mutex<HashMap<CounterId, (u64, Arc<HeldParts>)>>;
 /// The other datacenters' parts, cached, and the way to the fetcher.
 pub struct OtherParts {
     cache: Arc<Cache>,
+    metrics: Arc<ShardMetrics>,
     asks: mpsc::Sender<Ask>,
     refresh_ms: u64,
     clock: Arc<dyn Clock>,
@@ -93,6 +98,7 @@ impl OtherParts {
     /// Starts the fetcher of `tier`'s parts; parts older than `refresh_ms` are asked again.
     pub fn start(tier: GlobalTier, refresh_ms: u64, clock: Arc<dyn Clock>) -> Self {
         let cache = Arc::new(Cache::default());
+        let metrics = tier.metrics.clone();
         let (asks, waiting) = mpsc::channel(ASK_QUEUE);
         let fetcher = Fetcher {
             tier,
@@ -104,6 +110,7 @@ impl OtherParts {
         tokio::spawn(fetcher.run(waiting));
         Self {
             cache,
+            metrics,
             asks,
             refresh_ms,
             clock,
@@ -143,6 +150,8 @@ impl OtherParts {
                     .unwrap_or_else(|_| vec![Err(stopped()); at.len()]),
                 Err(_) => vec![Err(stopped()); at.len()],
             };
+            let refused = answers.iter().filter(|answer| answer.is_err()).count();
+            self.metrics.world_refused.inc_by(refused as u64);
             for (n, answer) in at.into_iter().zip(answers) {
                 found[n] = Some(answer.map_err(ShardError::from));
             }
@@ -267,18 +276,23 @@ impl Fetcher {
         };
         let first = self.preferred.load(Ordering::Relaxed);
         let mut failures = Vec::new();
+        // A replica that finds another datacenter stale: another replica may be fresher.
+        let mut stale = None;
         for turn in 0..addresses.len() {
-            let address = addresses[(first + turn) % addresses.len()];
+            let at = (first + turn) % addresses.len();
+            let address = addresses[at];
             match self.ask_one(address, body.clone(), count).await {
+                Ok(parts) if parts.iter().any(|p| matches!(p, Err(Miss::Stale(_)))) => {
+                    stale.get_or_insert(parts);
+                }
                 Ok(parts) => {
-                    self.preferred
-                        .store((first + turn) % addresses.len(), Ordering::Relaxed);
+                    self.preferred.store(at, Ordering::Relaxed);
                     return parts;
                 }
                 Err(why) => failures.push(format!("{address}: {why}")),
             }
         }
-        vec![Err(Miss::Unreachable(failures.join("; "))); count]
+        stale.unwrap_or_else(|| vec![Err(Miss::Unreachable(failures.join("; "))); count])
     }
 
     /// One `POST /parts` to `address`: each of the `count` counters' parts, or why the
@@ -289,6 +303,7 @@ impl Fetcher {
         body: Bytes,
         count: usize,
     ) -> Result<Vec<Result<HeldParts, Miss>>, String> {
+        self.tier.metrics.world_fetches.inc();
         let url = self.tier.client.url(address, "/parts");
         let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
         let answer = (self.tier.client)
@@ -323,5 +338,49 @@ impl Fetcher {
                 CounterParts::NotHeld => Err(Miss::Unreachable("partition not held".into())),
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geocount_model::SystemClock;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn readers_waiting_at_once_share_one_call_and_failures_are_not_cached() {
+        // Nothing listens there: every call fails at once.
+        let closed: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let metrics = Arc::new(ShardMetrics::default());
+        let tier = GlobalTier {
+            datacenter: "USA_0".into(),
+            replicas: vec![(closed, Partitions::all(1)), (closed, Partitions::all(1))],
+            client: HttpClient::new(Duration::from_secs(1)),
+            metrics: metrics.clone(),
+        };
+        let parts = Arc::new(OtherParts::start(tier, 60_000, Arc::new(SystemClock)));
+        let readers: Vec<_> = (0..50)
+            .map(|n| {
+                let parts = parts.clone();
+                let id = CounterId::new(format!("c{}", n % 10)).unwrap();
+                tokio::spawn(async move { parts.get(&[(id, HlcTimestamp::default())]).await })
+            })
+            .collect();
+        for reader in readers {
+            let answers = reader.await.unwrap();
+            assert!(
+                matches!(&answers[..], [Err(ShardError::Unreachable(_))]),
+                "{answers:?}"
+            );
+        }
+        // Two replicas tried per round; the 50 readers waited in few rounds.
+        let calls = metrics.world_fetches.get();
+        assert!((2..=10).contains(&calls), "{calls} calls");
+        assert_eq!(metrics.world_refused.get(), 50);
+        // A failure is not kept: the next read asks again.
+        let id = CounterId::new("c0").unwrap();
+        let again = parts.get(&[(id, HlcTimestamp::default())]).await;
+        assert!(matches!(&again[..], [Err(ShardError::Unreachable(_))]));
+        assert_eq!(metrics.world_fetches.get(), calls + 2);
     }
 }
