@@ -11,9 +11,10 @@ mod tools;
 use std::process::Command;
 use std::time::Duration;
 
+use geocount_net::Stream;
 use geocount_test_support::access::{ADMIN, READER, SECRET, WRITER, auth_toml};
-use geocount_test_support::{TestCluster, TestTopology};
-use tokio::io::AsyncWriteExt;
+use geocount_test_support::{TestCluster, TestTopology, eventually};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tools::{RedisServer, RespNode, ping, python, read_to_close, require, scripts, succeed};
 
 /// One datacenter `USA_0` of one shard node serving RESP, with `extra_toml`, started with
@@ -234,4 +235,42 @@ async fn a_malformed_frame_closes_only_its_own_connection() {
         ping(&mut node.connect().await).await;
     }
     assert_eq!(node.cli(&["INCR", "after:malformed"]), "1");
+}
+
+/// A new connection to `node` that answers PING, waiting (up to 5 s) for the node to have
+/// room for it.
+async fn answering(node: &RespNode) -> Box<dyn Stream> {
+    eventually(
+        Duration::from_secs(5),
+        "a connection answering PING",
+        || async {
+            let mut stream = node.connect().await;
+            stream.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
+            let mut reply = [0u8; 7];
+            tokio::time::timeout(Duration::from_secs(1), stream.read_exact(&mut reply))
+                .await
+                .ok()?
+                .ok()?;
+            (&reply == b"+PONG\r\n").then_some(stream)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_are_refused_while_the_open_ones_work() {
+    let (_cluster, node) = one_node("[resp]\nmax_connections = 2\n", None).await;
+    // (redis-cli's PING of `one_node` may hold a place a moment longer.)
+    let mut first = answering(&node).await;
+    let second = answering(&node).await;
+    let mut third = node.connect().await;
+    let refused = read_to_close(&mut third).await;
+    assert_eq!(
+        String::from_utf8_lossy(&refused),
+        "-ERR max number of clients reached\r\n"
+    );
+    ping(&mut first).await;
+    // Once one closes, a new connection is taken.
+    drop(second);
+    ping(&mut answering(&node).await).await;
 }
