@@ -474,3 +474,55 @@ pub(crate) async fn pfcount(state: Arc<NodeState>, keys: Vec<Bytes>) -> Reply {
         Err(reply) => reply,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(error: ShardError, unique: bool) -> String {
+        match refusal(&error, unique) {
+            Reply::Error(line) => line,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_take_redis_words_and_keep_geocount_messages() {
+        let overflow = ShardError::Model(ModelError::Overflow { value: 1, delta: 2 });
+        assert_eq!(line(overflow, false), words::OVERFLOW);
+        assert_eq!(
+            line(ShardError::wrong_type("v", CounterType::Unique), false),
+            words::WRONGTYPE
+        );
+        assert_eq!(
+            line(ShardError::wrong_type("s", CounterType::Sum), true),
+            words::NOT_HLL
+        );
+        // Another node's refusals come back as status and message.
+        let passed = |status, error: ShardError| ShardError::PassedOn {
+            status,
+            error: error.to_string(),
+        };
+        let remote = ShardError::Model(ModelError::Overflow { value: 1, delta: 2 });
+        assert_eq!(line(passed(422, remote), false), words::OVERFLOW);
+        let remote = ShardError::wrong_type("v", CounterType::Unique);
+        assert_eq!(line(passed(400, remote), false), words::WRONGTYPE);
+        let restoring = ShardError::Restoring {
+            slot: "DC_A_VAL_0".into(),
+            progress: "half".into(),
+        };
+        assert!(line(restoring, false).starts_with("LOADING restoring slot DC_A_VAL_0"));
+        let stale = ShardError::Unavailable("a datacenter is stale".into());
+        assert_eq!(
+            line(stale, false),
+            "TRYAGAIN unavailable: a datacenter is stale"
+        );
+        let full = line(ShardError::CounterLimit { limit: 5 }, false);
+        assert!(
+            full.starts_with("OOM this node holds its limit of 5 counters"),
+            "{full}"
+        );
+        let bad = line(counter_id(b"\xff").unwrap_err(), false);
+        assert_eq!(bad, "ERR invalid counter id: it is not UTF-8");
+    }
+}
