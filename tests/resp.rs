@@ -1,9 +1,9 @@
-//! End-to-end tests of the Redis protocol (docs/api.md, "Redis protocol") with real clients:
-//! `redis-cli`, `redis-benchmark` and the Python client `redis` against a shard node's RESP
-//! listener, and a differential test of random command sequences against a real Redis
-//! (`tests/resp/differential.py`). One datacenter of one shard node, on loopback; over TLS with
-//! `E2E_TLS=1`. Needs what `scripts/resp-clients.sh` installs (docs/testing.md, "Redis
-//! protocol").
+//! End-to-end tests of the Redis protocol (docs/api.md, "Redis protocol at a shard node")
+//! with real clients: `redis-cli`, `redis-benchmark` and the Python client `redis` against a
+//! shard node's RESP listener, and a differential test of random command sequences against a
+//! real Redis (`tests/resp/differential.py`). One datacenter of one shard node, on loopback;
+//! over TLS with `E2E_TLS=1`. Needs what `scripts/resp-clients.sh` installs (docs/testing.md,
+//! "Redis protocol").
 
 #[path = "resp/tools.rs"]
 mod tools;

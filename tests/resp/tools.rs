@@ -204,7 +204,8 @@ impl RespNode {
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
-    /// `HOST:PORT`, and `--tls-ca CA` with `[tls]`: how this folder's scripts reach it.
+    /// With `[tls]`, `tls_flag` and the CA file: how this folder's scripts are told to speak TLS
+    /// to it (nothing without).
     pub fn script_args(&self, tls_flag: &str) -> Vec<String> {
         let mut args = Vec::new();
         if let Some(ca) = &self.ca {
