@@ -241,9 +241,15 @@ pub(crate) async fn pfadd(state: Arc<NodeState>, key: Bytes, elements: Vec<Bytes
         Ok(writes) => writes,
         Err(error) => return refusal(&error, true),
     };
-    for write in writes {
-        if let Err(error) = forward::apply_one(&*state, write, false).await {
-            return refusal(&error, true);
+    // One batch, as `POST /batch/items` takes them: one group commit for every element.
+    let outcomes =
+        match forward::apply_batch(&state, writes.into_iter().map(Ok).collect(), false).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => return refusal(&error, true),
+        };
+    for outcome in outcomes {
+        if let EntryOutcome::Refused { status, error } = outcome {
+            return refusal(&ShardError::PassedOn { status, error }, true);
         }
     }
     match world_value(&state, &id).await {
