@@ -11,6 +11,11 @@ scripts/check-docs.sh
 python3 scripts/check-modules.py
 cargo build --workspace --bins --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# tests/resp.rs drives the shard nodes with real Redis clients and compares them with a real
+# Redis: Debian's redis-server and redis-tools and the Python client `redis` (PyPI), installed
+# when missing; E2E_PYTHON names the python that has the client.
+E2E_PYTHON=$(scripts/resp-clients.sh)
+export E2E_PYTHON
 cargo test --workspace --locked
 # The fuzz targets compile on stable and every seed replays (about 30 s the first time: libFuzzer).
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo test --manifest-path fuzz/Cargo.toml --locked
@@ -18,7 +23,7 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo test --manifest-path fuzz/C
 # tiers (a test CA per test process; docs/testing.md): about a minute more.
 E2E_TLS=1 cargo test --locked -p geocount-e2e --test shard_node --test aggregation --test replication \
   --test windows --test topk --test openapi --test wan_cluster --test auth --test restore \
-  --test fencing --test roles --test replicas --test partitions
+  --test fencing --test roles --test replicas --test partitions --test resp
 # Every tier's /openapi.json against the running tier, with and without [auth]: schemathesis
 # with its default checks, installed when missing (about three minutes; scripts/openapi-check.sh).
 scripts/openapi-check.sh

@@ -72,7 +72,25 @@ impl TestTopology {
     /// Like [`TestTopology::new`], with `extra_toml` (whole tables, e.g. `[trending]` and its
     /// keys) appended after the datacenters.
     pub fn with_extra(datacenters: &[(&str, usize)], shard_toml: &str, extra_toml: &str) -> Self {
-        Self::write(datacenters, shard_toml, extra_toml, &Aggregation::default())
+        Self::write(
+            datacenters,
+            shard_toml,
+            extra_toml,
+            &Aggregation::default(),
+            false,
+        )
+    }
+
+    /// Like [`TestTopology::with_extra`], with every shard node also serving the Redis
+    /// protocol on a fresh port (`resp`, [`TestTopology::resp_addr`]).
+    pub fn with_resp(datacenters: &[(&str, usize)], shard_toml: &str, extra_toml: &str) -> Self {
+        Self::write(
+            datacenters,
+            shard_toml,
+            extra_toml,
+            &Aggregation::default(),
+            true,
+        )
     }
 
     /// Like [`TestTopology::new`], with `global` more global aggregator replicas
@@ -90,7 +108,7 @@ impl TestTopology {
     /// Datacenters named and sized as given, aggregated as `shape` says, with `extra_toml`
     /// (whole tables) appended.
     pub fn shaped(datacenters: &[(&str, usize)], shape: &Aggregation, extra_toml: &str) -> Self {
-        Self::write(datacenters, &shape.shard_toml, extra_toml, shape)
+        Self::write(datacenters, &shape.shard_toml, extra_toml, shape, false)
     }
 
     fn write(
@@ -98,6 +116,7 @@ impl TestTopology {
         shard_toml: &str,
         extra_toml: &str,
         shape: &Aggregation,
+        with_resp: bool,
     ) -> Self {
         let global_replicas = shape.global.len().saturating_sub(1);
         let aggregator_replicas = shape.aggregators.len().saturating_sub(1);
@@ -135,6 +154,9 @@ impl TestTopology {
                 addresses(*shards)
             )
             .unwrap();
+            if with_resp {
+                writeln!(text, "resp = [{}]", addresses(*shards)).unwrap();
+            }
             if aggregator_replicas > 0 {
                 let replicas = addresses(aggregator_replicas);
                 writeln!(text, "aggregator_replicas = [{replicas}]").unwrap();
@@ -182,6 +204,16 @@ impl TestTopology {
             .datacenter(dc)
             .expect("known datacenter")
             .shards[slot]
+    }
+
+    /// The RESP address of shard `slot` of datacenter `dc`, of a topology made with
+    /// [`TestTopology::with_resp`].
+    pub fn resp_addr(&self, dc: &str, slot: usize) -> SocketAddr {
+        self.topology
+            .datacenter(dc)
+            .expect("known datacenter")
+            .resp_address(slot as u32)
+            .expect("a topology made with TestTopology::with_resp")
     }
 
     /// The default data directory of a shard node.
