@@ -51,9 +51,12 @@ EXTERNAL_NAMES = {
     "Prefer",
     # the variable geoctl does not read (operations.md says why)
     "GEOCOUNT_TOKEN",
+    # Redis's commands and configuration parameters, as clients send them (api.md, "Redis
+    # protocol at a shard node"); the command table is crates/resp/src/table.rs
+    "PFADD", "DECR", "UNLINK", "APPEND", "proto-max-bulk-len",
 }
 CONFIG_SECTIONS = {"global", "shard", "sync", "http", "aggregator", "memory", "trending", "tls",
-                   "auth", "wan"}
+                   "auth", "wan", "resp"}
 FILE_EXTENSIONS = ("rs", "toml", "sh", "md", "lock", "txt", "py", "yml", "yaml", "json")
 TOP_DIRS = ("crates", "config", "scripts", "tests", "fuzz", "docs")
 RUST_DIRS = [d for d in ("crates", "fuzz", "tests") if os.path.isdir(d)]

@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use geocount_model::wire::{Cursor, SlotCopy, SyncPage, SyncRequest};
+use geocount_model::CounterId;
+use geocount_model::wire::{Cursor, PartsAnswer, PartsRequest, SlotCopy, SyncPage, SyncRequest};
 use geocount_test_support::access::{
     ADMIN, READER, REFUSED, SECRET, SECRET_HEADER, WRITER, assert_refusal_logged, forward, topology,
 };
@@ -120,6 +121,26 @@ async fn each_pull_and_copy_is_open_only_to_the_roles_that_need_it() {
     assert_eq!(code, 200);
     let copy: SlotCopy = postcard::from_bytes(&copy).expect("a slot copy");
     assert_eq!(copy.slot, "DC_USA_0_VAL_0");
+    // The other datacenters' parts are for the shard nodes' world reads only.
+    let parts = postcard::to_allocvec(&PartsRequest {
+        datacenter: "USA_0".into(),
+        max_staleness_ms: None,
+        counters: vec![(CounterId::new("roles:views").unwrap(), Default::default())],
+    })
+    .unwrap();
+    let ask_parts = |name| {
+        let api = at_global(name);
+        let body = parts.clone();
+        async move {
+            let answer = api.send(Method::POST, "/parts", &[], body).await;
+            let answer = answer.expect("an answer");
+            (answer.status.as_u16(), answer.body.to_vec())
+        }
+    };
+    assert_refused(ask_parts(aggregator).await, aggregator, "POST /parts");
+    let (code, answer) = ask_parts(node).await;
+    assert_eq!(code, 200);
+    postcard::from_bytes::<PartsAnswer>(&answer).expect("the parts");
 
     // A datacenter aggregator is pulled by the global aggregator and its own shard nodes, not
     // by another datacenter's.

@@ -25,6 +25,7 @@ fn main() -> std::io::Result<()> {
         ("wire_slot_copy", seeds::wire_slot_copy()),
         ("json_bodies", seeds::json_bodies()),
         ("queries", seeds::queries()),
+        ("resp_commands", seeds::resp_commands()),
         ("topology", topology),
     ];
     for (target, inputs) in targets {

@@ -442,6 +442,38 @@ pub mod seeds {
         .to_vec()
     }
 
+    /// `resp_commands`: what `redis-cli`, `redis-benchmark` and redis-py send: a pipeline of
+    /// increments and reads, connection commands, and a frame past the target's limit.
+    pub fn resp_commands() -> Vec<Vec<u8>> {
+        let command = |words: &[&str]| {
+            let mut bytes = format!("*{}\r\n", words.len()).into_bytes();
+            for word in words {
+                bytes.extend(format!("${}\r\n{word}\r\n", word.len()).into_bytes());
+            }
+            bytes
+        };
+        let pipeline = [
+            command(&["INCR", "key:000000012345"]),
+            command(&["INCRBY", "tweet:1:likes", "-5"]),
+            command(&["GET", "tweet:1:likes"]),
+            command(&["MGET", "a", "b"]),
+        ]
+        .concat();
+        let connection = [
+            command(&["HELLO", "3", "AUTH", "default", "token", "SETNAME", "me"]),
+            command(&["CONFIG", "GET", "save"]),
+            command(&["CLIENT", "SETINFO", "lib-name", "redis-py"]),
+            command(&["PFADD", "page:home:visitors", "user-42", "user-7"]),
+            command(&["EXPIRE", "k", "10"]),
+            command(&["SET", "k", "v"]),
+        ]
+        .concat();
+        let oversized = command(&["GET", &"x".repeat(5_000)]);
+        // A ping, then a frame announcing more than the limit: the connection answers and closes.
+        let refused = [command(&["PING"]), oversized[..40].to_vec()].concat();
+        vec![pipeline, connection, refused]
+    }
+
     /// `queries`: read, top-K, trending and write queries, and a path segment.
     pub fn queries() -> Vec<Vec<u8>> {
         [

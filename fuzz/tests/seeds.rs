@@ -8,9 +8,10 @@ use geocount_fuzz::targets;
 
 type Target = fn(&[u8]) -> bool;
 
-const TARGETS: [(&str, Target); 7] = [
+const TARGETS: [(&str, Target); 8] = [
     ("json_bodies", targets::json_bodies::run),
     ("queries", targets::queries::run),
+    ("resp_commands", targets::resp_commands::run),
     ("topology", targets::topology::run),
     ("wire_batch", targets::wire_batch::run),
     ("wire_slot_copy", targets::wire_slot_copy::run),

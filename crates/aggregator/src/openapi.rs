@@ -44,6 +44,23 @@ pub fn global(max_window_seconds: u32) -> ApiDoc {
                 json!({"type": "object"}),
             ),
     )
+    .operation(
+        "/parts",
+        "post",
+        Operation::new(
+            "the parts of every datacenter but the asker's of many counters (a shard node \
+             answering world reads): each counter's sum or sketch union counted from the newer \
+             of its generation here and the asker's, whether it exists, and the other \
+             datacenters' worst staleness; stale when one of them is staler than the bound",
+        )
+        .between_tiers()
+        .postcard_body("PartsRequest")
+        .postcard_answer(200, "PartsAnswer")
+        .errors(&[
+            (400, "a malformed request, an unknown datacenter, or too many counters"),
+            (413, "a request too large"),
+        ]),
+    )
     .replication(true)
     .health_and_metrics(
         "health, with each datacenter's staleness, byte bound and entries refused ahead of the clock",

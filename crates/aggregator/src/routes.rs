@@ -19,6 +19,8 @@ pub enum Route {
     Aggregate,
     /// `/datacenters` (the global tier only)
     Datacenters,
+    /// `/parts` (the global tier only)
+    Parts,
     /// `/sync`
     Sync,
     /// `/slots/{slot}/copy`
@@ -46,12 +48,15 @@ pub const ROUTES: &[(&str, Route)] = &[
 ];
 
 /// The paths only the global tier answers.
-pub const GLOBAL_ONLY: &[(&str, Route)] = &[("/datacenters", Route::Datacenters)];
+pub const GLOBAL_ONLY: &[(&str, Route)] = &[
+    ("/datacenters", Route::Datacenters),
+    ("/parts", Route::Parts),
+];
 
 impl Endpoint for Route {
     fn methods(self) -> &'static [Method] {
         match self {
-            Route::Sync => POST,
+            Route::Sync | Route::Parts => POST,
             Route::Counter
             | Route::History
             | Route::TopK

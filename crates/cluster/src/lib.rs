@@ -148,11 +148,15 @@ pub async fn run(options: Options, shutdown: impl Future<Output = ()>) -> Result
             None => options.config.clone(),
         };
         let shard = matches!(member, Member::Shard { .. });
+        let resp = member.resp_address(&cluster.topology);
         let mut spec = cluster.plan(member, &config)?;
         if options.new_cluster && shard && !spec.args.iter().any(|a| a == "--restore") {
             spec.args.extend(["--restore".into(), "empty".into()]);
         }
         process::check_address(&spec.name, spec.address)?;
+        if let Some(resp) = resp {
+            process::check_address(&format!("{} (RESP)", spec.name), resp)?;
+        }
         plan.push(spec);
     }
     create_dir(&cluster.log_dir)?;
@@ -352,7 +356,38 @@ fn print_table(cluster: &Cluster, wan: Option<(&WanMode, &HashMap<String, Socket
             aggregator.address()
         );
     }
+    print_redis_cli(cluster);
     println!("Ctrl-C stops the cluster");
+}
+
+/// Prints the `redis-cli` line of every shard node serving the Redis protocol: with `[tls]`
+/// it trusts the cluster CA, with client tokens it asks for one (`AUTH`).
+fn print_redis_cli(cluster: &Cluster) {
+    let topology = &cluster.topology;
+    let mut cli = "redis-cli".to_owned();
+    if let Some(tls) = &topology.tls {
+        cli += &format!(" --tls --cacert {}", tls.ca.display());
+    }
+    let askpass = if topology.auth.tokens.is_empty() {
+        ""
+    } else {
+        " --askpass"
+    };
+    for process in &cluster.processes {
+        let Some(resp) = (process.spec.member.as_ref()).and_then(|m| m.resp_address(topology))
+        else {
+            continue;
+        };
+        let host = match resp.ip() {
+            ip if ip.is_loopback() => String::new(),
+            ip => format!(" -h {ip}"),
+        };
+        println!(
+            "redis:  {cli}{host} -p {}{askpass}   ({}; then INCR {EXAMPLE}, GET {EXAMPLE})",
+            resp.port(),
+            process.name()
+        );
+    }
 }
 
 /// Prints the emulator's links: where each proxy listens, what it forwards to, its shaping.

@@ -82,6 +82,16 @@ impl Member {
         }
     }
 
+    /// Where it serves the Redis protocol: a shard node whose datacenter lists `resp`.
+    pub fn resp_address(&self, topology: &Topology) -> Option<SocketAddr> {
+        match self {
+            Member::Shard { datacenter, slot } => {
+                topology.datacenter(datacenter).ok()?.resp_address(*slot)
+            }
+            _ => None,
+        }
+    }
+
     /// The file name of its binary, looked for in the bin directory.
     pub fn binary(&self) -> &'static str {
         match self {

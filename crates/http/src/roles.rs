@@ -39,6 +39,8 @@ pub enum Allow {
     Aggregators,
     /// The aggregator of this datacenter.
     AggregatorOf(String),
+    /// Any shard node of any datacenter.
+    Shards,
     /// Any shard node of this datacenter.
     ShardsOf(String),
     /// The shard node of this slot.
@@ -51,6 +53,7 @@ impl Allow {
         match (self, role) {
             (Allow::Global, Role::Global) | (Allow::Aggregators, Role::Aggregator { .. }) => true,
             (Allow::AggregatorOf(dc), Role::Aggregator { datacenter }) => dc == datacenter,
+            (Allow::Shards, Role::Shard { .. }) => true,
             (Allow::ShardsOf(dc), Role::Shard { slot }) => *dc == slot.datacenter,
             (Allow::Shard(wanted), Role::Shard { slot }) => wanted == slot,
             _ => false,
@@ -75,6 +78,7 @@ impl fmt::Display for Allow {
             Allow::Global => f.write_str("the global aggregator"),
             Allow::Aggregators => f.write_str("the datacenter aggregators"),
             Allow::AggregatorOf(dc) => write!(f, "the aggregator of {dc}"),
+            Allow::Shards => f.write_str("the shard nodes"),
             Allow::ShardsOf(dc) => write!(f, "the shard nodes of {dc}"),
             Allow::Shard(slot) => write!(f, "the shard node of {slot}"),
         }
@@ -150,6 +154,8 @@ mod tests {
         assert!(!Allow::AggregatorOf("A".into()).admits(&role("aggregator_B")));
         assert!(Allow::Aggregators.admits(&role("aggregator_B")));
         assert!(!Allow::Aggregators.admits(&role("global")));
+        assert!(Allow::Shards.admits(&role("DC_B_VAL_0")));
+        assert!(!Allow::Shards.admits(&role("aggregator_B")));
         assert!(Allow::Global.admits(&role("global")));
         assert_eq!(
             Allow::slot_owner(Some("DC_A_VAL_0"), Some("A")),

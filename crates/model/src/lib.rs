@@ -80,7 +80,8 @@ pub use slot::{SlotId, SlotRecord, SlotState, max_slot_version, next_slot_versio
 pub use tls::TlsSettings;
 pub use topology::{
     AggregatorSettings, DatacenterConfig, Durability, GlobalConfig, HttpSettings, RegionLink,
-    Selection, ShardDefaults, SyncSettings, Topology, TopologyError, TrendingConfig, WanSettings,
+    RespSettings, Selection, ShardDefaults, SyncSettings, Topology, TopologyError, TrendingConfig,
+    WanSettings,
 };
 pub use unique::UniqueSketch;
 pub use window::{BucketSlice, Recorded, Window, WindowChange};

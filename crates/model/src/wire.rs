@@ -17,6 +17,10 @@
 //!
 //! A batch sent with `Prefer: return=minimal` is answered by a [`BatchSummary`] instead: the
 //! count applied and the refused entries only.
+//!
+//! A shard node answering a world read asks the global aggregator for the other datacenters'
+//! parts of many counters at once: `POST /parts` takes a [`PartsRequest`] and answers
+//! [`PartsAnswer`], one [`CounterParts`] per counter, in order.
 
 use serde::{Deserialize, Serialize};
 
@@ -414,6 +418,65 @@ pub struct ReplicaCopy {
     pub descriptions: Vec<VersionedDescription>,
     /// The groups' idempotency keys still within retention, with their records.
     pub keys: Vec<(String, IdempotencyRecord)>,
+}
+
+/// `POST /parts` at the global aggregator: the parts of every datacenter but `datacenter` of
+/// each counter, for a shard node of `datacenter` that computes its own datacenter's part.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartsRequest {
+    /// The asking node's datacenter: left out of the parts, and its staleness refuses nothing.
+    pub datacenter: String,
+    /// The staleness bound (milliseconds) the other datacenters must be within; `None`: the
+    /// global aggregator's own `max_staleness_ms`.
+    pub max_staleness_ms: Option<u64>,
+    /// Each counter with the generation the asker counts its records from: the parts count
+    /// only records at least of it (or of the global aggregator's own, if newer).
+    pub counters: Vec<(crate::CounterId, crate::HlcTimestamp)>,
+}
+
+/// The answer to a [`PartsRequest`]: one entry per counter asked, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartsAnswer {
+    /// Each counter's parts, or why they cannot be given.
+    pub counters: Vec<CounterParts>,
+}
+
+/// One counter's parts of the datacenters other than the asker's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CounterParts {
+    /// What the global aggregator holds of the counter.
+    Held(HeldParts),
+    /// A datacenter other than the asker's is staler than the bound (the reason).
+    Stale(String),
+    /// This replica does not hold the counter's partition.
+    NotHeld,
+}
+
+/// The other datacenters' parts of a counter, as one global aggregator replica holds them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldParts {
+    /// The generation the records counted from: the larger of the asker's and the global
+    /// aggregator's (its description's and its newest record's).
+    pub from: crate::HlcTimestamp,
+    /// Whether the counter exists, is unknown, or is deleted or expired, by the lifecycle rule.
+    pub presence: PartsPresence,
+    /// The sum of the other datacenters' records that count.
+    pub value: i128,
+    /// For a unique counter, the union of the other datacenters' sketches that count.
+    pub sketch: Option<crate::UniqueSketch>,
+    /// The largest staleness of the other datacenters (`None`: none other).
+    pub staleness_ms: Option<u64>,
+}
+
+/// Whether a counter exists, as the global aggregator sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartsPresence {
+    /// It exists.
+    Exists,
+    /// Neither described nor held.
+    Unknown,
+    /// Deleted or expired at generation `from`.
+    Gone,
 }
 
 #[cfg(test)]

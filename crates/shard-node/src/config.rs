@@ -3,9 +3,10 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use geocount_model::role::replica_name;
 use geocount_model::{
-    AuthConfig, DatacenterConfig, HttpSettings, ShardDefaults, SlotId, SyncSettings, Topology,
-    TopologyError,
+    AuthConfig, DatacenterConfig, HttpSettings, Partitions, RespSettings, ShardDefaults, SlotId,
+    SyncSettings, Topology, TopologyError,
 };
 
 /// Everything a shard node needs to run.
@@ -23,10 +24,19 @@ pub struct NodeConfig {
     pub datacenter: DatacenterConfig,
     /// Every global aggregator replica: sources of a restore.
     pub global: Vec<SocketAddr>,
+    /// Every global aggregator replica with the partitions it holds, replica 0 first: where a
+    /// world read asks for the other datacenters' parts of a counter.
+    pub global_tier: Vec<(SocketAddr, Partitions)>,
+    /// How many datacenters the topology has (with no other, a world read is answered here).
+    pub datacenter_count: usize,
     /// How often to pull peers and descriptions.
     pub sync: SyncSettings,
     /// Limits of its HTTP listener (`[http]`).
     pub http: HttpSettings,
+    /// Where it serves the Redis protocol (`datacenters[i].resp[n]`), if anywhere.
+    pub resp: Option<SocketAddr>,
+    /// Limits of its RESP listener (`[resp]`).
+    pub resp_settings: RespSettings,
     /// Whether its heap may use transparent huge pages (`memory.huge_pages`).
     pub huge_pages: bool,
     /// Client tokens and the cluster secret (`[auth]`).
@@ -79,6 +89,7 @@ impl NodeConfig {
             .datacenter(datacenter)
             .expect("shard_address found the datacenter")
             .clone();
+        let resp = datacenter.resp_address(slot.index);
         Ok(Self {
             slot,
             listen,
@@ -90,12 +101,21 @@ impl NodeConfig {
             },
             datacenter,
             global: topology.global.addresses(),
+            global_tier: topology.global.replicas_of(topology.partitions),
+            datacenter_count: topology.datacenters.len(),
             sync: topology.sync.clone(),
             http: topology.http.clone(),
+            resp,
+            resp_settings: topology.resp.clone(),
             huge_pages: topology.memory.huge_pages,
             auth: topology.auth.clone(),
             certificates: topology.tls.is_some(),
             restore: RestoreMode::default(),
         })
     }
+}
+
+/// The name of replica `replica` of datacenter `datacenter`'s aggregator, as a source.
+pub(crate) fn aggregator_source(datacenter: &str, replica: usize) -> String {
+    replica_name(&format!("aggregator {datacenter}"), replica)
 }

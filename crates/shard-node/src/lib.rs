@@ -5,6 +5,8 @@
 //! - [`http`]: the request's path picks its route and what the caller must be allowed; the
 //!   handler decodes and checks the body, query and keys into the [`engine::write`] vocabulary
 //!   every later stage names a write with.
+//! - [`resp`]: the Redis protocol beside [`http`] on the node's `resp` address: the same
+//!   writes, lifecycle changes and access rights in Redis's commands and words.
 //! - [`route`]: the slot the write goes to (consistent hashing over the datacenter's slots); a
 //!   write for another node's slot is forwarded there, one for this node's goes to the commit
 //!   loop.
@@ -15,6 +17,9 @@
 //! - [`peer`]: the committed write reaches the datacenter's other nodes as they pull this
 //!   node's slot (served by [`http`]); this node pulls theirs in turn (its replicas, so that a
 //!   peer that loses its disk can restore from them) and the counters' descriptions.
+//! - [`read`]: a counter's world value, as Redis reads and `GET /counter/{id}/world` answer
+//!   it: this datacenter's slots as this node holds them, the others' as the global tier
+//!   reports them.
 //! - [`startup`]: before the first write, the node rebuilds from its store and log exactly what
 //!   was acknowledged, or restores a lost disk's slot from its datacenter's copies.
 //!
@@ -34,6 +39,8 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub(crate) mod peer;
+pub mod read;
+pub(crate) mod resp;
 pub(crate) mod route;
 pub(crate) mod server;
 pub mod startup;
@@ -41,5 +48,5 @@ pub mod storage;
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};
-pub use server::run;
+pub use server::{run, run_with_resp};
 pub use storage::{AppendFile, Disk, OsDisk, Storage, Workers};

@@ -11,6 +11,7 @@ use geocount_model::{OffsetClock, Topology};
 use geocount_net::tls::secure;
 use geocount_net::{ProcessSetup, tcp_connector};
 use shard_node::{NodeConfig, RestoreMode, Storage};
+use tokio::net::TcpListener;
 
 /// Runs one geocount shard node: the owner of one slot of every counter.
 #[derive(Debug, Parser)]
@@ -88,6 +89,9 @@ fn main() -> ExitCode {
             Restore::Empty => RestoreMode::Empty,
         };
         topology.check_listen(config_path, config.listen)?;
+        if let Some(resp) = config.resp {
+            topology.check_listen(config_path, resp)?;
+        }
         let tls = tier_tls(&topology, config_path, &config.slot.to_string())?;
         Ok((config, tls))
     });
@@ -98,11 +102,21 @@ fn main() -> ExitCode {
             listen: config.listen,
             huge_pages: config.huge_pages,
         },
-        |(config, tls), listener, shutdown| {
+        |(config, tls), listener, shutdown| async move {
             let (listener, connector) = secure(listener, tcp_connector(), tls.as_ref());
-            shard_node::run(
+            // The Redis protocol's listener, with the same TLS as the HTTP one.
+            let resp = match config.resp {
+                Some(address) => match TcpListener::bind(address).await {
+                    Ok(resp) => Some(secure(resp, tcp_connector(), tls.as_ref()).0),
+                    Err(error) => {
+                        return Err(format!("cannot listen on {address} (RESP): {error}"));
+                    }
+                },
+                None => None,
+            };
+            shard_node::run_with_resp(
                 config,
-                listener,
+                (listener, resp),
                 Arc::new(OffsetClock {
                     offset_ms: args.clock_offset_ms,
                 }),
@@ -110,6 +124,8 @@ fn main() -> ExitCode {
                 Storage::os(),
                 shutdown,
             )
+            .await
+            .map_err(|error| error.to_string())
         },
     )
 }

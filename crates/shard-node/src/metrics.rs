@@ -46,6 +46,10 @@ pub struct ShardMetrics {
     pub writes_forwarded: Counter,
     /// Hits older than their counter's window: counted in the total, not in any window bucket.
     pub window_too_old: Counter,
+    /// Calls to the global tier for the other datacenters' parts of counters (world reads).
+    pub world_fetches: Counter,
+    /// Counters' world reads refused: another datacenter stale, or the global tier unreachable.
+    pub world_refused: Counter,
     /// Sync pulls from peers and the aggregator that succeeded, by source.
     pub pulls_ok: Family<SourceLabel, Counter>,
     /// Sync pulls that failed, by source.
@@ -94,6 +98,8 @@ impl Default for ShardMetrics {
             shard_count_changes: Counter::default(),
             writes_forwarded: Counter::default(),
             window_too_old: Counter::default(),
+            world_fetches: Counter::default(),
+            world_refused: Counter::default(),
             pulls_ok: Family::default(),
             pulls_failed: Family::default(),
             replica_merges: Counter::default(),
@@ -187,6 +193,16 @@ impl Default for ShardMetrics {
             "window_too_old",
             "Hits older than their counter's window: in the total, in no window bucket",
             metrics.window_too_old.clone(),
+        );
+        registry.register(
+            "world_fetches",
+            "Calls to the global tier for the other datacenters' parts of counters (world reads)",
+            metrics.world_fetches.clone(),
+        );
+        registry.register(
+            "world_refused",
+            "Counters' world reads refused: another datacenter stale, or no global replica answered",
+            metrics.world_refused.clone(),
         );
         registry.register(
             "sync_pulls_ok",

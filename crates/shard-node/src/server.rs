@@ -6,7 +6,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use geocount_http::Access;
-use geocount_model::role::{GLOBAL_PROCESS, replica_name};
 use geocount_model::wire::Puller;
 use geocount_model::{Clock, Durability, Hlc, next_slot_version};
 use geocount_net::{Connector, HttpClient, Listener, serve_with_limits};
@@ -31,6 +30,8 @@ use crate::peer::keys::PeerKeys;
 use crate::peer::replica_log::{ReplicaLogs, holds_since};
 use crate::peer::replication::PeerSink;
 use crate::peer::replicator::{Replicator, resend_log};
+use crate::read::parts::{GlobalTier, OtherParts};
+use crate::read::world::{LocalSlots, WorldView};
 use crate::route::slots::{RouterSetup, WriteRouter};
 use crate::startup::restore::{CopySource, RestoreProgress, RestoreRequest};
 use crate::startup::resume::{self, Resumed};
@@ -49,6 +50,20 @@ const COMMAND_QUEUE: usize = 16_384;
 pub async fn run<L: Listener>(
     config: NodeConfig,
     listener: L,
+    clock: Arc<dyn Clock>,
+    connector: Connector,
+    storage: Storage,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StorageError> {
+    let resp = (listener, None::<L>);
+    run_with_resp(config, resp, clock, connector, storage, shutdown).await
+}
+
+/// [`run`], also serving the Redis protocol on `resp` when given (the listener bound at the
+/// node's `resp` address) until the HTTP side has drained.
+pub async fn run_with_resp<L: Listener, R: Listener>(
+    config: NodeConfig,
+    (listener, resp): (L, Option<R>),
     clock: Arc<dyn Clock>,
     connector: Connector,
     storage: Storage,
@@ -103,7 +118,7 @@ pub async fn run<L: Listener>(
         nonce,
     };
     let pulls = start_pulls(&config, &engine, me, &client, peer_keys, &storage);
-    let copy_sources = copy_sources(&config);
+    let copy_sources = crate::startup::restore::copy_sources(&config);
     let restore = Arc::new(RestoreProgress::new(restore_pending, &copy_sources));
     let state = Arc::new(node_state(
         &config,
@@ -120,6 +135,7 @@ pub async fn run<L: Listener>(
     let restorer = restore
         .is_restoring()
         .then(|| start_restore(&config, &state, copy_sources, client));
+    let resp = crate::resp::Server::start(resp, &state, &config.resp_settings);
     serve_with_limits(
         listener,
         geocount_http::routing::serve_limits(&config.http),
@@ -127,6 +143,7 @@ pub async fn run<L: Listener>(
         shutdown,
     )
     .await;
+    resp.stop().await;
 
     if let Some(restorer) = restorer {
         restorer.abort();
@@ -376,7 +393,7 @@ fn start_pulls(
     for (n, address) in config.datacenter.aggregators().iter().enumerate() {
         let aggregator = Arc::new(
             PeerSink::new(
-                &aggregator_source(&config.datacenter.name, n),
+                &crate::config::aggregator_source(&config.datacenter.name, n),
                 None,
                 engine.descriptions.clone(),
                 engine.commands.clone(),
@@ -411,11 +428,6 @@ fn start_pulls(
     }
 }
 
-/// The name of replica `replica` of datacenter `datacenter`'s aggregator, as a source.
-fn aggregator_source(datacenter: &str, replica: usize) -> String {
-    replica_name(&format!("aggregator {datacenter}"), replica)
-}
-
 /// What the handlers share: the engine's tables and queue, the pulled copies, the write
 /// router.
 fn node_state(
@@ -428,6 +440,7 @@ fn node_state(
     (incarnation, nonce): (u64, u64),
 ) -> NodeState {
     let settings = &config.settings;
+    let world = world_view(config, engine, pulls, client.clone(), restore.clone());
     let router = WriteRouter::new(RouterSetup {
         placement: config.datacenter.placement(settings.virtual_nodes),
         own_slot: config.slot.index,
@@ -463,7 +476,37 @@ fn node_state(
         replica_logs: engine.replica_logs.clone(),
         slot_shown: engine.shown.clone(),
         storage: engine.storage.clone(),
+        world: Arc::new(world),
     }
+}
+
+/// The world reads of the node: its datacenter's slots as it holds them and, with other
+/// datacenters, their parts as the global tier reports them (asked with `client`).
+fn world_view(
+    config: &NodeConfig,
+    engine: &Engine,
+    pulls: &Pulls,
+    client: HttpClient,
+    restore: Arc<RestoreProgress>,
+) -> WorldView {
+    let local = LocalSlots {
+        table: engine.table.clone(),
+        own_slot: config.slot.index as u16,
+        copies: pulls.replicas.clone(),
+        descriptions: engine.descriptions.clone(),
+        restore,
+    };
+    let others = (config.datacenter_count > 1).then(|| {
+        let tier = GlobalTier {
+            datacenter: config.datacenter.name.clone(),
+            replicas: config.global_tier.clone(),
+            client,
+            metrics: engine.metrics.clone(),
+        };
+        let refresh_ms = config.settings.world_refresh_ms;
+        OtherParts::start(tier, refresh_ms, engine.clock.clone())
+    });
+    WorldView::new(local, others, engine.clock.clone())
 }
 
 /// Starts restoring the slot from `copy_sources` (its keys from those of them that are peers)
@@ -498,43 +541,6 @@ fn start_restore(
         config.settings.idempotency_retention_secs * 1000,
         config.settings.durability == Durability::Replicated,
     ))
-}
-
-/// Every process that holds a copy of the node's slot: each replica of its datacenter
-/// aggregator and of the global aggregator, and its peers.
-fn copy_sources(config: &NodeConfig) -> Vec<CopySource> {
-    let aggregators = config.datacenter.aggregators().into_iter().enumerate();
-    let mut sources: Vec<CopySource> = aggregators
-        .map(|(n, address)| CopySource {
-            name: aggregator_source(&config.datacenter.name, n),
-            address,
-        })
-        .collect();
-    sources.extend(
-        config
-            .global
-            .iter()
-            .enumerate()
-            .map(|(n, address)| CopySource {
-                name: replica_name(GLOBAL_PROCESS, n),
-                address: *address,
-            }),
-    );
-    let names = config.slot_names();
-    sources.extend(
-        config
-            .datacenter
-            .shards
-            .iter()
-            .zip(names)
-            .enumerate()
-            .filter(|(n, _)| *n as u32 != config.slot.index)
-            .map(|(_, (address, name))| CopySource {
-                name,
-                address: *address,
-            }),
-    );
-    sources
 }
 
 async fn tick(commands: mpsc::Sender<Command>, every: Duration) {

@@ -4,6 +4,7 @@
 
 pub mod json_bodies;
 pub mod queries;
+pub mod resp_commands;
 pub mod topology;
 pub mod wire_batch;
 pub mod wire_slot_copy;

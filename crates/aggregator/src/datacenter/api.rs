@@ -53,7 +53,7 @@ pub fn need(route: Route, slot: Option<&str>, datacenter: &str) -> Need {
         Route::Sync => Need::Tier(vec![Allow::Global, Allow::ShardsOf(datacenter.to_owned())]),
         Route::SlotCopy => Need::Tier(Allow::slot_owner(slot, Some(datacenter))),
         // Not routed at this tier: the router answers 404 first.
-        Route::Datacenters => Need::Right(Right::Read),
+        Route::Datacenters | Route::Parts => Need::Right(Right::Read),
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
     }
 }

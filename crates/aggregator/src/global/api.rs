@@ -9,6 +9,7 @@
 //! | `GET /counter/{id}/history?step=S&from=T1&to=T2&max_staleness_ms=N&allow_partial=B` | one sum over datacenters per step of one of the counter's history levels, or 503 naming the stale ones |
 //! | `GET /aggregate?prefix=P[&window=S&at=T]&max_staleness_ms=N&allow_partial=B` | the sum and the number of the sum counters with ids starting with P, worldwide and per datacenter (unique counters left out) |
 //! | `GET /datacenters` | each datacenter's aggregator, freshness, counters and last error |
+//! | `POST /parts` | postcard [`PartsRequest`] → [`PartsAnswer`]: the other datacenters' parts of many counters, for a shard node's world reads |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for datacenter aggregators pulling descriptions |
 //! | `GET /healthz`, `GET /metrics` | health with each datacenter's staleness, Prometheus text |
 //!
@@ -17,6 +18,8 @@
 //!
 //! [`SyncRequest`]: geocount_model::wire::SyncRequest
 //! [`SyncPage`]: geocount_model::wire::SyncPage
+//! [`PartsRequest`]: geocount_model::wire::PartsRequest
+//! [`PartsAnswer`]: geocount_model::wire::PartsAnswer
 
 use std::sync::Arc;
 
@@ -34,7 +37,7 @@ use super::datacenters::{DatacenterStatus, datacenter_statuses};
 use super::query::{ReadQuery, StalenessKeys};
 use super::read::{self, GlobalRead};
 use super::staleness::empty_readings;
-use super::{sums, trends};
+use super::{sums, trends, world};
 use crate::error::AggregatorError;
 use crate::global::history::{GlobalHistoryRead, global_history, parse_global};
 use crate::ranking::RankingRequest;
@@ -55,6 +58,8 @@ pub fn need(route: Route, slot: Option<&str>) -> Need {
         | Route::Aggregate
         | Route::Datacenters => Need::Right(Right::Read),
         Route::Sync => Need::Tier(vec![Allow::Aggregators]),
+        // Any datacenter's shard nodes answer world reads with the other datacenters' parts.
+        Route::Parts => Need::Tier(vec![Allow::Shards]),
         Route::SlotCopy => Need::Tier(Allow::slot_owner(slot, None)),
         Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
     }
@@ -99,6 +104,7 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 aggregate(state, asked, now_ms).await
             }
             (Route::Datacenters, &Method::GET, _) => Ok(datacenters(state, now_ms)),
+            (Route::Parts, &Method::POST, _) => world::answer(state, request, now_ms).await,
             (Route::Sync, &Method::POST, _) => {
                 let answer = core.sync(request, GLOBAL_PROCESS, now_ms, |_| Vec::new());
                 Ok(answer.await?)

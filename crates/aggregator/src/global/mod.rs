@@ -16,6 +16,8 @@
 //! - [`sums`]: the world's and each datacenter's sum over an id prefix under the same
 //!   staleness rules.
 //! - [`datacenters`]: `GET /datacenters`.
+//! - [`world`]: `POST /parts`: the other datacenters' parts of counters, for a shard node's
+//!   world reads.
 //! - [`api`]: its routes and who may call them.
 //!
 //! Its metrics are named `geocount_global_<name>`; its sources are the datacenters, each named
@@ -30,6 +32,7 @@ pub mod read;
 pub mod staleness;
 pub mod sums;
 pub mod trends;
+pub mod world;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Durability, ShardDefaults, TopologyError};
+use super::{Durability, RespSettings, ShardDefaults, TopologyError};
 use crate::access::AuthConfig;
 use crate::tls::TlsSettings;
 use crate::{Partitions, Placement, SlotId};
@@ -47,6 +47,9 @@ pub struct Topology {
     /// How much state each aggregator holds (`[aggregator]`).
     #[serde(default)]
     pub aggregator: AggregatorSettings,
+    /// Limits of every shard node's RESP listener (`[resp]`).
+    #[serde(default)]
+    pub resp: RespSettings,
     /// How many partitions the counter space is split into (by placement hash); each
     /// aggregator replica may hold only some (`global.partitions`,
     /// `datacenters[i].aggregator_partitions`). Default 1: every aggregator holds every
@@ -382,6 +385,10 @@ pub struct DatacenterConfig {
     pub aggregator_partitions: Vec<Vec<u32>>,
     /// Where its shard nodes listen; the node at index `n` owns slot `DC_<name>_VAL_<n>`.
     pub shards: Vec<SocketAddr>,
+    /// Where its shard nodes also serve the Redis protocol (RESP2, RESP3 after `HELLO 3`):
+    /// one address per shard node, in the order of `shards`. Default: none, no node serves it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resp: Vec<SocketAddr>,
     /// Its region, for the emulated WAN (`[wan]`): letters, digits and `_`. Default: its name
     /// up to the last `_` (`USA_0` → `USA`), or the whole name if it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -418,6 +425,11 @@ impl DatacenterConfig {
         replica_addresses(self.aggregator, &self.aggregator_replicas)
     }
 
+    /// Where shard node `slot` serves the Redis protocol, if its datacenter lists `resp`.
+    pub fn resp_address(&self, slot: u32) -> Option<SocketAddr> {
+        self.resp.get(slot as usize).copied()
+    }
+
     /// Its placement ring: which of its slots each counter's writes go to.
     pub fn placement(&self, virtual_nodes: u32) -> Placement {
         let slots = u32::try_from(self.shards.len()).expect("a datacenter has few shard nodes");
@@ -452,7 +464,8 @@ impl Topology {
 
     /// The key `addr` is configured at: `global.listen`, `global.replicas[r]`,
     /// `datacenters[i].aggregator`, `datacenters[i].aggregator_replicas[r]` or
-    /// `datacenters[i].shards[n]` (`global.listen` if none: addresses are unique).
+    /// `datacenters[i].shards[n]` or `datacenters[i].resp[n]` (`global.listen` if none:
+    /// addresses are unique).
     fn key_of_address(&self, addr: SocketAddr) -> String {
         if let Some(r) = self.global.replicas.iter().position(|a| *a == addr) {
             return format!("global.replicas[{r}]");
@@ -466,6 +479,9 @@ impl Topology {
             }
             if let Some(n) = dc.shards.iter().position(|shard| *shard == addr) {
                 return format!("datacenters[{i}].shards[{n}]");
+            }
+            if let Some(n) = dc.resp.iter().position(|resp| *resp == addr) {
+                return format!("datacenters[{i}].resp[{n}]");
             }
         }
         "global.listen".to_owned()

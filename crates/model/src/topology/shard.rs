@@ -113,6 +113,10 @@ pub struct ShardDefaults {
     /// description it knows. A write or create that would grow it past it is refused (507);
     /// descriptions learned from other nodes are never refused (they count towards it).
     pub max_state_bytes: u64,
+    /// How old (milliseconds) a node's cached copy of the other datacenters' parts of a counter
+    /// may be before a world read (Redis `GET`, `GET /counter/{id}/world`) asks the global
+    /// aggregator again; its own datacenter's part is always computed at the read.
+    pub world_refresh_ms: u64,
 }
 
 impl Default for ShardDefaults {
@@ -142,6 +146,7 @@ impl Default for ShardDefaults {
             max_idempotency_keys: 10_000_000,
             max_counter_bytes: 64 * 1024,
             max_state_bytes: 4 << 30,
+            world_refresh_ms: 1_000,
         }
     }
 }

@@ -13,6 +13,7 @@ impl Topology {
     /// Every check, in the order their errors are reported: the first failing key is named.
     pub(super) fn validate(&self) -> Result<(), (String, String)> {
         self.validate_datacenters()?;
+        self.validate_resp()?;
         self.validate_positive()?;
         self.validate_bounds()?;
         self.validate_partitions()?;
@@ -96,6 +97,9 @@ impl Topology {
             for (n, shard) in dc.shards.iter().enumerate() {
                 claim(*shard, format!("datacenters[{i}].shards[{n}]"))?;
             }
+            for (n, resp) in dc.resp.iter().enumerate() {
+                claim(*resp, format!("datacenters[{i}].resp[{n}]"))?;
+            }
         }
         Ok(())
     }
@@ -109,6 +113,7 @@ impl Topology {
                 shard.async_flush_interval_ms,
             ),
             ("shard.replication_timeout_ms", shard.replication_timeout_ms),
+            ("shard.world_refresh_ms", shard.world_refresh_ms),
             (
                 "shard.default_number_of_shards",
                 shard.default_number_of_shards.into(),

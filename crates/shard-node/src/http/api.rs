@@ -10,6 +10,7 @@
 //! | `POST /batch` | many writes, postcard [`BatchRequest`](geocount_model::wire::BatchRequest) → [`BatchResponse`] (or [`BatchSummary`] with `Prefer: return=minimal`) |
 //! | `POST /batch/items` | many items for unique counters, postcard [`ItemBatchRequest`](geocount_model::wire::ItemBatchRequest) → [`BatchResponse`] (or [`BatchSummary`]) |
 //! | `GET /counter/{id}/route` | the counter's slots in this datacenter and their nodes |
+//! | `GET /counter/{id}/world` | the world value `{id, value, standard_error?, staleness_ms}` ([`crate::read::world`]) |
 //! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
 //! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
 //! | `GET /slots/{slot}/keys` | this node's copy of a peer slot's idempotency keys (for restores) |
@@ -42,7 +43,7 @@ use crate::http::requests::{
 };
 use crate::http::routes::{Route, need};
 use crate::http::state::NodeState;
-use crate::http::{copies, lifecycle, replicas};
+use crate::http::{copies, lifecycle, replicas, world};
 use crate::route::forward;
 use crate::route::forward::FORWARDED_HEADER;
 use crate::startup::restore::RestoreReport;
@@ -111,6 +112,7 @@ async fn dispatch(
         (Route::Batch, Method::POST, _, _) => batch(state, request, parse_batch).await,
         (Route::BatchItems, Method::POST, _, _) => batch(state, request, parse_item_batch).await,
         (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
+        (Route::World, Method::GET, Some(id), _) => world::answer(state, id).await,
         (Route::Sync, Method::POST, _, _) => copies::sync(state, request).await,
         (Route::SlotCopy | Route::KeyCopy, Method::GET, _, Some(slot)) => {
             let keys = matches!(route, Route::KeyCopy);

@@ -10,6 +10,7 @@
 //!   and its datacenter aggregator, and a restoring peer's copies.
 //! - [`replicas`]: what the node keeps for its peers in `replicated` durability: their groups,
 //!   appended to its logs of their slots, and those logs folded for a peer restoring.
+//! - [`world`]: `GET /counter/{id}/world`, a counter's world value ([`crate::read`]).
 //! - [`openapi`]: the API's OpenAPI document (`GET /openapi.json`).
 
 pub(crate) mod api;
@@ -20,3 +21,4 @@ pub(crate) mod replicas;
 pub mod requests;
 pub mod routes;
 pub(crate) mod state;
+pub(crate) mod world;

@@ -312,6 +312,43 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
         ),
     )
     .operation(
+        "/counter/{id}/world",
+        "get",
+        Operation::new(
+            "the counter's world value as this node answers it (the value of Redis GET and \
+             PFCOUNT): its own datacenter as this node holds it now (its own slot, its copies \
+             of its peers'), plus the other datacenters' parts as the global aggregator last \
+             reported them (cached for shard.world_refresh_ms)",
+        )
+        .param(id_param())
+        .json_answer(
+            200,
+            "the world value",
+            json!({"type": "object", "required": ["id", "value", "staleness_ms"], "properties": {
+                "id": {"type": "string"},
+                "value": {"type": "integer", "description": "the sum over every datacenter, or \
+                                                             a unique counter's estimate of the \
+                                                             union of every slot's items"},
+                "standard_error": {"type": "number", "description": "unique counters only"},
+                "staleness_ms": {"type": "integer", "description": "how old the other \
+                    datacenters' parts may be: the cached answer's age plus the staleness the \
+                    global aggregator reported (0 with no other datacenter)"},
+            }}),
+        )
+        .errors(&[
+            (400, "a bad id"),
+            (
+                404,
+                "a counter no datacenter knows, or one deleted or expired",
+            ),
+            (
+                503,
+                "another datacenter is staler than global.max_staleness_ms, no global \
+                 aggregator replica answered, or the node is restoring its slot",
+            ),
+        ]),
+    )
+    .operation(
         "/counter/{id}/route",
         "get",
         Operation::new("where writes for the counter go in this datacenter")

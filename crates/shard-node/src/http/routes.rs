@@ -24,6 +24,8 @@ pub enum Route {
     BatchItems,
     /// `/counter/{id}/route`
     Route,
+    /// `/counter/{id}/world`
+    World,
     /// `/sync`
     Sync,
     /// `/slots/{slot}/copy`
@@ -52,6 +54,7 @@ pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("/batch", Route::Batch),
     ("/batch/items", Route::BatchItems),
     ("/counter/{id}/route", Route::Route),
+    ("/counter/{id}/world", Route::World),
     ("/sync", Route::Sync),
     ("/slots/{slot}/copy", Route::SlotCopy),
     ("/slots/{slot}/keys", Route::KeyCopy),
@@ -78,6 +81,7 @@ impl Endpoint for Route {
             | Route::Sync
             | Route::Replicate => POST,
             Route::Route
+            | Route::World
             | Route::SlotCopy
             | Route::KeyCopy
             | Route::Replica
@@ -117,7 +121,7 @@ pub(crate) fn need(
             Need::Right(Right::Write)
         }
         Route::Create | Route::Reset => Need::Right(Right::Admin),
-        Route::Counter | Route::Route => Need::Right(Right::Read),
+        Route::Counter | Route::Route | Route::World => Need::Right(Right::Read),
         Route::Sync => Need::Tier(vec![Allow::AggregatorOf(datacenter.to_owned()), shards()]),
         // Only the slot's own node asks for its copies: to restore them.
         Route::SlotCopy | Route::KeyCopy | Route::Replicate | Route::Replica => {

@@ -5,7 +5,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use geocount_http::Access;
-use geocount_model::{Clock, CounterDescription, CounterId, ShardDefaults, SyncSettings};
+use geocount_model::{
+    Clock, CounterDescription, CounterId, ShardDefaults, SlotState, SyncSettings,
+};
 use geocount_sync::{DescriptionTable, SlotCopies};
 use tokio::sync::mpsc;
 
@@ -18,6 +20,7 @@ use crate::http::routes::Route;
 use crate::metrics::ShardMetrics;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
+use crate::read::world::WorldView;
 use crate::route::forward::LocalNode;
 use crate::route::slots::WriteRouter;
 use crate::startup::restore::RestoreProgress;
@@ -73,6 +76,8 @@ pub struct NodeState {
     pub slot_shown: Arc<std::sync::atomic::AtomicBool>,
     /// Where those logs' file calls run.
     pub storage: Storage,
+    /// Counters' world values: this datacenter's slots here, the others' from the global tier.
+    pub world: Arc<WorldView>,
 }
 
 impl NodeState {
@@ -154,5 +159,11 @@ impl LocalNode for NodeState {
 
     fn stopped(&self) -> ShardError {
         NodeState::stopped(self)
+    }
+
+    fn acknowledged(&self, id: &CounterId, slot: u32, state: SlotState) {
+        if let Ok(slot) = u16::try_from(slot) {
+            self.world.acknowledged(id, slot, state);
+        }
     }
 }

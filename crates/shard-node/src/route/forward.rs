@@ -16,7 +16,7 @@ use geocount_model::wire::{
     BatchEntry, BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry,
     POSTCARD_CONTENT_TYPE,
 };
-use geocount_model::{CounterDescription, CounterId, SlotState};
+use geocount_model::{CounterDescription, CounterId, CounterType, SlotState};
 use geocount_net::{ClientError, HttpError};
 use geocount_sync::DescriptionTable;
 use hyper::Method;
@@ -57,6 +57,9 @@ pub trait LocalNode: Send + Sync + 'static {
     ) -> impl Future<Output = Result<CounterDescription, ShardError>> + Send;
     /// The refusal of a request the stopping node can no longer take.
     fn stopped(&self) -> ShardError;
+    /// Notes that the node of slot `slot` acknowledged a sum write of counter `id` this node
+    /// forwarded, its slot's state after it `state` (world reads count it at once).
+    fn acknowledged(&self, _id: &CounterId, _slot: u32, _state: SlotState) {}
 }
 
 /// A write applied, by this node or the one it was forwarded to.
@@ -95,6 +98,9 @@ pub async fn apply_one<N: LocalNode>(
         }
         // `None`: the target was unreachable before anything was sent, so the write is taken here.
         if let Some(applied) = forward_one(node, target, &write).await? {
+            if write.change.counter_type() == CounterType::Sum {
+                node.acknowledged(&write.id, target, applied.state);
+            }
             return Ok(applied);
         }
     }

@@ -17,12 +17,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use geocount_model::role::{GLOBAL_PROCESS, replica_name};
 use geocount_model::wire::SlotCopy;
 use geocount_model::{Clock, CounterId, Partitions, SlotRecord, max_slot_version};
 use geocount_net::HttpClient;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
+use crate::config::NodeConfig;
 use crate::startup::coverage::Coverage;
 use crate::startup::settle::LastPage;
 
@@ -380,6 +382,43 @@ fn merge_page(
         }
     }
     refused
+}
+
+/// Every process that holds a copy of the node's slot: each replica of its datacenter
+/// aggregator and of the global aggregator, and its peers.
+pub(crate) fn copy_sources(config: &NodeConfig) -> Vec<CopySource> {
+    let aggregators = config.datacenter.aggregators().into_iter().enumerate();
+    let mut sources: Vec<CopySource> = aggregators
+        .map(|(n, address)| CopySource {
+            name: crate::config::aggregator_source(&config.datacenter.name, n),
+            address,
+        })
+        .collect();
+    sources.extend(
+        config
+            .global
+            .iter()
+            .enumerate()
+            .map(|(n, address)| CopySource {
+                name: replica_name(GLOBAL_PROCESS, n),
+                address: *address,
+            }),
+    );
+    let names = config.slot_names();
+    sources.extend(
+        config
+            .datacenter
+            .shards
+            .iter()
+            .zip(names)
+            .enumerate()
+            .filter(|(n, _)| *n as u32 != config.slot.index)
+            .map(|(_, (address, name))| CopySource {
+                name,
+                address: *address,
+            }),
+    );
+    sources
 }
 
 #[cfg(test)]

@@ -1,0 +1,328 @@
+//! One client connection: commands taken off its bytes as they arrive and run in the order
+//! they came, each answered in the protocol version the connection spoke when it was sent.
+//!
+//! Commands run one after another, as Redis runs them, so a read sees every write sent before
+//! it on the connection. What keeps a pipeline fast is batching: consecutive increments
+//! (`INCR`, `INCRBY`, `DECR`, `DECRBY`) go to the commit loop as one batch, where they share a
+//! group commit with every other connection's, and consecutive `GET`s are read at once. Up to
+//! `resp.max_pipeline` commands are taken ahead of their answers; past it the connection is
+//! not read until the oldest are answered.
+//!
+//! A malformed or oversized frame is answered with its protocol error, the commands before it
+//! are answered, and the connection is closed; so is one that sent `QUIT`. Nothing else ends a
+//! connection but the client.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::future::{BoxFuture, Either, FutureExt, Ready, ready};
+use geocount_model::Right;
+use geocount_resp::{Protocol, Reply, RespCommand, take_command};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::session::Session;
+use super::{Shared, about, counters};
+
+/// The replies of one queued entry: one command's, or a batch's.
+pub(crate) enum Replies {
+    /// One command's reply.
+    One(Reply),
+    /// The replies of a batch of consecutive commands, in order.
+    Many(Vec<Reply>),
+}
+
+/// A queued entry's replies: ready at once, or once its work is done.
+type Answer = Either<Ready<Replies>, BoxFuture<'static, Replies>>;
+
+/// What dispatching a command gives: its answer, or a command to batch with the same
+/// commands that follow it.
+enum Dispatched {
+    Answer(Answer),
+    Batched(Batched),
+}
+
+/// A command run in a batch with the same consecutive commands.
+enum Batched {
+    /// An increment: key and delta.
+    Increment(Bytes, i64),
+    /// A `GET`.
+    Get(Bytes),
+}
+
+/// How much is read from the socket at a time, at least.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Serves one connection until the client closes it, sends `QUIT` or a malformed frame, or an
+/// I/O error ends it.
+pub(crate) async fn run<S>(io: S, peer: SocketAddr, shared: &Shared)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let id = shared.stats.last_id.fetch_add(1, Ordering::Relaxed) + 1;
+    let mut session = Session::new(id, &shared.state.access);
+    if let Err(error) = serve(io, shared, &mut session).await {
+        tracing::debug!(%peer, %error, "RESP connection ended");
+    }
+}
+
+/// The commands of one connection taken and not answered yet, run in order.
+#[derive(Default)]
+struct Pipeline {
+    /// Each entry: the protocol its replies go in, how many commands it answers, its work.
+    queue: VecDeque<(Protocol, usize, Answer)>,
+    /// Commands in the queue (a batch counts each of its commands).
+    in_flight: usize,
+    /// Commands taken and not yet queued, all of one kind: they go as one batch.
+    batch: Vec<Batched>,
+}
+
+impl Pipeline {
+    /// Commands taken and not answered.
+    fn taken(&self) -> usize {
+        self.in_flight + self.batch.len()
+    }
+
+    fn push(&mut self, protocol: Protocol, count: usize, answer: Answer) {
+        self.in_flight += count;
+        self.queue.push_back((protocol, count, answer));
+    }
+
+    /// Adds `command` to the batch, queueing the batch first if it holds another kind.
+    fn add(&mut self, shared: &Shared, protocol: Protocol, command: Batched) {
+        let same = matches!(
+            (self.batch.first(), &command),
+            (None, _)
+                | (Some(Batched::Increment(..)), Batched::Increment(..))
+                | (Some(Batched::Get(_)), Batched::Get(_))
+        );
+        if !same {
+            self.flush(shared, protocol);
+        }
+        self.batch.push(command);
+    }
+
+    /// Queues the batch taken so far.
+    fn flush(&mut self, shared: &Shared, protocol: Protocol) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let count = batch.len();
+        let state = shared.state.clone();
+        let work = if matches!(batch[0], Batched::Increment(..)) {
+            let increments = batch
+                .into_iter()
+                .filter_map(|command| match command {
+                    Batched::Increment(key, delta) => Some((key, delta)),
+                    Batched::Get(_) => None,
+                })
+                .collect();
+            async move { Replies::Many(counters::incr(state, increments).await) }.boxed()
+        } else {
+            let keys = batch
+                .into_iter()
+                .filter_map(|command| match command {
+                    Batched::Get(key) => Some(key),
+                    Batched::Increment(..) => None,
+                })
+                .collect();
+            async move { Replies::Many(counters::get_each(state, keys).await) }.boxed()
+        };
+        self.push(protocol, count, Either::Right(work));
+    }
+
+    /// The replies of the oldest entry, once its work is done; the next entry's work starts
+    /// only then. Dropped before it is done, the entry keeps what it did so far.
+    async fn next(&mut self) -> Option<(Protocol, usize, Replies)> {
+        let (_, _, answer) = self.queue.front_mut()?;
+        let replies = answer.await;
+        let (protocol, count, _) = self.queue.pop_front()?;
+        self.in_flight -= count;
+        Some((protocol, count, replies))
+    }
+}
+
+async fn serve<S>(io: S, shared: &Shared, session: &mut Session) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let (mut reader, mut writer) = tokio::io::split(io);
+    let settings = &shared.settings;
+    let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut output = Vec::with_capacity(READ_CHUNK);
+    let mut pipeline = Pipeline::default();
+    // No more commands are taken: QUIT, a bad frame, or the client closed its side.
+    let mut closing = false;
+    loop {
+        while !closing && pipeline.taken() < settings.max_pipeline {
+            // The protocol of the replies to the commands before this one.
+            let protocol = session.protocol;
+            let args = match take_command(&mut input, settings.max_frame_bytes) {
+                Ok(Some(args)) if args.is_empty() => continue,
+                Ok(Some(args)) => args,
+                Ok(None) => break,
+                Err(error) => {
+                    pipeline.flush(shared, protocol);
+                    let reply = Replies::One(Reply::error(error.to_string()));
+                    pipeline.push(protocol, 1, Either::Left(ready(reply)));
+                    closing = true;
+                    break;
+                }
+            };
+            closing = args[0].eq_ignore_ascii_case(b"quit");
+            match dispatch(shared, session, args) {
+                Dispatched::Batched(command) => pipeline.add(shared, protocol, command),
+                Dispatched::Answer(answer) => {
+                    pipeline.flush(shared, protocol);
+                    // In the protocol it leaves the connection in: HELLO 3's own is RESP3.
+                    pipeline.push(session.protocol, 1, answer);
+                }
+            }
+        }
+        pipeline.flush(shared, session.protocol);
+        if pipeline.queue.is_empty() {
+            if closing {
+                break;
+            }
+            input.reserve(READ_CHUNK);
+            if reader.read_buf(&mut input).await? == 0 {
+                break;
+            }
+            continue;
+        }
+        let can_read = !closing && pipeline.taken() < settings.max_pipeline;
+        tokio::select! {
+            biased;
+            Some((protocol, count, replies)) = pipeline.next() => {
+                let mut answered = count;
+                encode(protocol, replies, &mut output);
+                // Every reply ready now goes out in the same write.
+                while let Some(Some((protocol, count, replies))) = pipeline.next().now_or_never() {
+                    encode(protocol, replies, &mut output);
+                    answered += count;
+                }
+                shared.stats.commands.fetch_add(answered as u64, Ordering::Relaxed);
+                writer.write_all(&output).await?;
+                output.clear();
+            }
+            read = async {
+                input.reserve(READ_CHUNK);
+                reader.read_buf(&mut input).await
+            }, if can_read => {
+                if read? == 0 {
+                    closing = true;
+                }
+            }
+        }
+    }
+    writer.flush().await?;
+    writer.shutdown().await
+}
+
+fn encode(protocol: Protocol, replies: Replies, output: &mut Vec<u8>) {
+    match replies {
+        Replies::One(reply) => reply.encode(protocol, output),
+        Replies::Many(replies) => {
+            for reply in replies {
+                reply.encode(protocol, output);
+            }
+        }
+    }
+}
+
+/// Starts command `args` (its name first) on `session`: a connection command runs here and
+/// now, a counter command's work starts when the queue first polls it.
+fn dispatch(shared: &Shared, session: &mut Session, args: Vec<Bytes>) -> Dispatched {
+    let now = |reply| Dispatched::Answer(Either::Left(ready(Replies::One(reply))));
+    let command = match geocount_resp::parse(&args) {
+        Ok(command) => command,
+        Err(error) => {
+            // An unknown command before AUTH is NOAUTH, as in Redis.
+            if let Err(refusal) = session.authenticated() {
+                return now(refusal);
+            }
+            return now(Reply::error(error.to_string()));
+        }
+    };
+    let access = &shared.state.access;
+    match command {
+        RespCommand::Auth { username, password } => {
+            return now(session.auth(access, username.as_deref(), &password));
+        }
+        RespCommand::Hello(hello) => return now(session.hello(access, hello)),
+        RespCommand::Quit => return now(Reply::OK),
+        _ => {}
+    }
+    if let Err(refusal) = session.authenticated() {
+        return now(refusal);
+    }
+    let state = &shared.state;
+    let counter = |right: Right, name: &str, work: BoxFuture<'static, Reply>| match session
+        .may(right, name)
+    {
+        Ok(()) => Dispatched::Answer(Either::Right(work.map(Replies::One).boxed())),
+        Err(refusal) => now(refusal),
+    };
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    match command {
+        RespCommand::Ping(None) => now(Reply::Simple("PONG")),
+        RespCommand::Ping(Some(message)) | RespCommand::Echo(message) => now(Reply::Bulk(message)),
+        RespCommand::Select(index) => now(Session::select(index)),
+        RespCommand::Client(client) => now(session.client(client)),
+        RespCommand::Command(query) => now(about::command(&query)),
+        RespCommand::Info(sections) => now(about::info(shared, &sections)),
+        RespCommand::ConfigGet(patterns) => now(about::config_get(shared, &patterns)),
+        RespCommand::IncrBy { key, delta } => match session.may(Right::Write, &name) {
+            Ok(()) => Dispatched::Batched(Batched::Increment(key, delta)),
+            Err(refusal) => now(refusal),
+        },
+        RespCommand::Get(key) => match session.may(Right::Read, &name) {
+            Ok(()) => Dispatched::Batched(Batched::Get(key)),
+            Err(refusal) => now(refusal),
+        },
+        RespCommand::PfAdd { key, elements } => counter(
+            Right::Write,
+            &name,
+            counters::pfadd(state.clone(), key, elements).boxed(),
+        ),
+        RespCommand::Del(keys) => counter(
+            Right::Admin,
+            &name,
+            counters::del(state.clone(), keys).boxed(),
+        ),
+        RespCommand::Expire {
+            key,
+            millis,
+            command,
+        } => counter(
+            Right::Admin,
+            &name,
+            counters::expire(state.clone(), key, millis, command).boxed(),
+        ),
+        RespCommand::Persist(key) => counter(
+            Right::Admin,
+            &name,
+            counters::persist(state.clone(), key).boxed(),
+        ),
+        RespCommand::Ttl { key, millis } => counter(
+            Right::Read,
+            &name,
+            counters::ttl(state.clone(), key, millis).boxed(),
+        ),
+        RespCommand::MGet(keys) => counter(
+            Right::Read,
+            &name,
+            counters::mget(state.clone(), keys).boxed(),
+        ),
+        RespCommand::PfCount(keys) => counter(
+            Right::Read,
+            &name,
+            counters::pfcount(state.clone(), keys).boxed(),
+        ),
+        RespCommand::Auth { .. } | RespCommand::Hello(_) | RespCommand::Quit => {
+            unreachable!("answered above")
+        }
+    }
+}
