@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use geocount_cluster::{Cluster, Member};
@@ -15,6 +15,7 @@ use geocount_model::{Durability, Topology};
 use serde::Serialize;
 
 use crate::figure::{Figure, Goal, Row, Unit, show_value};
+use crate::procs::output;
 use crate::redis::{self, CLIENTS, Persistence, Redis};
 use crate::steps::{BEST_PIPELINE, KEY_SPACES, PIPELINES, Plan, is_shard};
 use crate::topo::{self, Tiers};
@@ -270,6 +271,7 @@ async fn cluster(
         );
         for &address in &resp {
             redis::wait_pong(address).await?;
+            wait_incr(address).await?;
         }
         let split = plan.resp_requests.map(|n| n.div_ceil(resp.len() as u64));
         let mut summed = vec![Vec::new(); PIPELINES.len()];
@@ -309,6 +311,31 @@ async fn cluster(
     .await;
     running.stop(topo::GRACE).await;
     result
+}
+
+/// Waits until the shard node at `address` answers an INCR: a fresh cluster's node answers
+/// one with an error until the global aggregator has heard from every datacenter.
+async fn wait_incr(address: SocketAddr) -> anyhow::Result<()> {
+    let args = [
+        "-h",
+        &address.ip().to_string(),
+        "-p",
+        &address.port().to_string(),
+    ]
+    .map(str::to_owned)
+    .into_iter()
+    .chain(["incr".to_owned(), "resp-bench-warm-up".to_owned()])
+    .collect::<Vec<_>>();
+    let mut last = String::new();
+    for _ in 0..300 {
+        let answer = output("redis-cli", &args, Duration::from_secs(5)).await?;
+        if answer.trim().parse::<i64>().is_ok() {
+            return Ok(());
+        }
+        last = answer;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("{address} never answered INCR with a number; the last answer: {last}")
 }
 
 /// The command line of `-r keyspace -P pipeline`, as run (the address aside).
