@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The benchmark: geocount against Redis and a bare hyper server, on this machine, in
-# one go. Prints one Markdown table (each geocount figure beside its peer, as a ratio from the
-# same run) and saves it with every sample as bench/results/<unix time>.json.
+# one go; the resp step runs the same redis-benchmark command lines against Redis and against
+# shard nodes' RESP ports. Prints one Markdown table (each geocount figure beside its peer, as a
+# ratio from the same run) and saves it with every sample as bench/results/<unix time>.json.
 #
 # Usage: scripts/bench.sh [--quick] [geocount-bench flags...]
 #   --quick                      one short repeat of each figure (a few minutes); default: three
 #                                repeats of 10 s runs, the full growth curve (~15 minutes)
-#   --steps redis,ceiling,node,curve,cluster,memory,restore,scan,keys,reclaim   only these steps
+#   --steps redis,ceiling,node,resp,curve,cluster,memory,restore,scan,keys,reclaim   only these
 #   --curve 1000,1000000         the growth curve at these counter counts only
 #
 # Needs redis-server, redis-benchmark (redis-tools) and wrk: installed from Debian's packages

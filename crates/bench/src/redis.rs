@@ -1,7 +1,8 @@
 //! The peer: redis-server on a loopback port, persistence off or `appendfsync always`, driven by
 //! `redis-benchmark -t incr -c 50 -r 100000` at pipelines of 1, 16 and 128 with a fixed number
-//! of requests each.
+//! of requests each. The same command lines drive a shard node's RESP port ([`crate::resp`]).
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use crate::procs::{Server, free_address, output};
 
 /// redis-benchmark clients.
 pub const CLIENTS: u32 = 50;
-/// The INCR keys are spread over this many counters (`-r`), like geocount's.
+/// The INCR keys of the Redis step are spread over this many counters (`-r`), like geocount's.
 pub const KEYSPACE: u32 = 100_000;
 
 /// How redis keeps its data.
@@ -65,53 +66,85 @@ impl Redis {
             &dir.join("redis.log"),
         )
         .await?;
-        // Listening is not quite ready: wait for PONG.
-        for _ in 0..100 {
-            let ping = output(
-                "redis-cli",
-                &[
-                    "-p".to_owned(),
-                    address.port().to_string(),
-                    "ping".to_owned(),
-                ],
-                Duration::from_secs(5),
-            )
-            .await;
-            if ping.is_ok_and(|answer| answer.trim() == "PONG") {
-                return Ok(Self { server });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("redis-server on {address} never answered PING")
+        wait_pong(address).await?;
+        Ok(Self { server })
     }
 
-    /// INCRs per second of one `redis-benchmark` run of `requests` at pipeline `pipeline`.
-    pub async fn incr(&self, pipeline: u32, requests: u64) -> anyhow::Result<f64> {
-        let args: Vec<String> = vec![
-            "-h".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            self.server.address.port().to_string(),
-            "-t".into(),
-            "incr".into(),
-            "-c".into(),
-            CLIENTS.to_string(),
-            "-r".into(),
-            KEYSPACE.to_string(),
-            "-n".into(),
-            requests.to_string(),
-            "-P".into(),
-            pipeline.to_string(),
-            "-q".into(),
-        ];
-        let text = output("redis-benchmark", &args, Duration::from_secs(300)).await?;
-        parse_rate(&text).with_context(|| format!("cannot read redis-benchmark's output: {text:?}"))
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.server.address
+    }
+
+    /// INCRs per second of one `redis-benchmark` run of `requests` at pipeline `pipeline` over
+    /// `keyspace` keys.
+    pub async fn incr(&self, pipeline: u32, keyspace: u32, requests: u64) -> anyhow::Result<f64> {
+        incr(self.address(), pipeline, keyspace, requests).await
     }
 
     /// Stops it.
     pub async fn stop(self) {
         self.server.stop().await;
     }
+}
+
+/// Waits until the server at `address` answers `PING` with `PONG` (listening is not quite
+/// ready).
+pub async fn wait_pong(address: SocketAddr) -> anyhow::Result<()> {
+    let args = [
+        "-h",
+        &address.ip().to_string(),
+        "-p",
+        &address.port().to_string(),
+        "ping",
+    ]
+    .map(str::to_owned);
+    let mut last = String::new();
+    for _ in 0..100 {
+        match output("redis-cli", &args, Duration::from_secs(5)).await {
+            Ok(answer) if answer.trim() == "PONG" => return Ok(()),
+            Ok(answer) => last = answer,
+            Err(error) => last = format!("{error:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("{address} never answered PING with PONG; the last answer: {last}")
+}
+
+/// The arguments of `redis-benchmark -t incr -c 50 -r keyspace -n requests -P pipeline -q`
+/// against `address`.
+pub fn incr_args(address: SocketAddr, pipeline: u32, keyspace: u32, requests: u64) -> Vec<String> {
+    [
+        "-h".to_owned(),
+        address.ip().to_string(),
+        "-p".to_owned(),
+        address.port().to_string(),
+        "-t".to_owned(),
+        "incr".to_owned(),
+        "-c".to_owned(),
+        CLIENTS.to_string(),
+        "-r".to_owned(),
+        keyspace.to_string(),
+        "-n".to_owned(),
+        requests.to_string(),
+        "-P".to_owned(),
+        pipeline.to_string(),
+        "-q".to_owned(),
+    ]
+    .to_vec()
+}
+
+/// INCRs per second of one `redis-benchmark` run against `address` (Redis or a shard node's
+/// RESP port) of `requests` at pipeline `pipeline` over `keyspace` keys; fails with
+/// redis-benchmark's own words if it does (it exits at the first error reply).
+pub async fn incr(
+    address: SocketAddr,
+    pipeline: u32,
+    keyspace: u32,
+    requests: u64,
+) -> anyhow::Result<f64> {
+    let args = incr_args(address, pipeline, keyspace, requests);
+    let text = output("redis-benchmark", &args, Duration::from_secs(300)).await?;
+    parse_rate(&text).with_context(|| format!("cannot read redis-benchmark's output: {text:?}"))
 }
 
 /// The rate of `INCR: 95238.10 requests per second, p50=0.263 msec` (progress lines before it

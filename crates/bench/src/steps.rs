@@ -16,12 +16,15 @@ use serde::Serialize;
 use crate::batch::{self, Answer, BatchRun, Connection};
 use crate::figure::{Figure, Unit};
 use crate::procs::{Server, free_address, resident_bytes};
-use crate::redis::{Persistence, Redis};
+use crate::redis::{KEYSPACE, Persistence, Redis};
 use crate::topo;
 use crate::wrk::{self, Script, WrkRun};
 
 /// Counters the single writes, batches and reads spread over.
 pub const COUNTERS: usize = 100_000;
+/// The uniform key spaces, redis-benchmark's `-r`: of the batches beside the Zipf ones, and of
+/// the Redis-protocol step ([`crate::resp`]).
+pub const KEY_SPACES: [u32; 2] = [100_000, 1_000_000];
 /// Writes per batch.
 pub const BATCH_SIZE: usize = 1_000;
 /// The Zipf exponent of the batched path.
@@ -61,6 +64,9 @@ pub struct Plan {
     pub keys_secs: u64,
     /// Counters the reclaim step creates and deletes.
     pub reclaim_counters: usize,
+    /// `-n` of the Redis-protocol step's redis-benchmark runs at pipeline 1, 16 and 128, the
+    /// same on every side.
+    pub resp_requests: [u64; 3],
 }
 
 impl Plan {
@@ -78,6 +84,7 @@ impl Plan {
                 restore_counters: 1_000_000,
                 keys_secs: 35,
                 reclaim_counters: 200_000,
+                resp_requests: [10_000, 100_000, 500_000],
             }
         } else {
             Self {
@@ -91,6 +98,7 @@ impl Plan {
                 restore_counters: 10_000_000,
                 keys_secs: 35,
                 reclaim_counters: 1_000_000,
+                resp_requests: [20_000, 200_000, 1_000_000],
             }
         }
     }
@@ -126,7 +134,7 @@ pub async fn redis(plan: &Plan, dir: &Path) -> anyhow::Result<RedisFigures> {
         for (pipeline, requests) in PIPELINES.into_iter().zip(requests) {
             let mut samples = Vec::new();
             for _ in 0..plan.repeats {
-                samples.push(redis.incr(pipeline, requests).await?);
+                samples.push(redis.incr(pipeline, KEYSPACE, requests).await?);
             }
             println!("  redis {persistence:?} -P {pipeline}: {samples:.0?} INCR/s");
             per_pipeline.push(Figure::new(Unit::PerSec, samples));
@@ -283,20 +291,25 @@ struct BatchLoad<'a> {
 
 /// Runs each of `loads` `plan.repeats` times, in turns (one run of each per round), so that
 /// their samples meet the machine in the same states. With `redis`, each round starts with a
-/// `redis-benchmark -P 128` run of `plan.redis_requests[2]` INCRs, whose rates come back beside
-/// the figures.
+/// `redis-benchmark -P 128` run of `plan.redis_requests[2]` INCRs over each of its key spaces,
+/// whose rates come back beside the figures (one list per key space).
 async fn batch_repeated(
     plan: &Plan,
     loads: &[BatchLoad<'_>],
-    redis: Option<&Redis>,
-) -> anyhow::Result<(Vec<BatchFigures>, Vec<f64>)> {
+    redis: Option<(&Redis, &[u32])>,
+) -> anyhow::Result<(Vec<BatchFigures>, Vec<Vec<f64>>)> {
     let mut runs: Vec<Vec<BatchRun>> = loads.iter().map(|_| Vec::new()).collect();
-    let mut redis_samples = Vec::new();
+    let mut redis_samples = vec![Vec::new(); redis.map_or(0, |(_, spaces)| spaces.len())];
     for _ in 0..plan.repeats {
-        if let Some(redis) = redis {
-            let rate = redis.incr(BEST_PIPELINE, plan.redis_requests[2]).await?;
-            println!("  redis Off -P {BEST_PIPELINE}, just before: {rate:.0} INCR/s");
-            redis_samples.push(rate);
+        if let Some((redis, spaces)) = redis {
+            for (&keyspace, samples) in spaces.iter().zip(&mut redis_samples) {
+                let requests = plan.redis_requests[2];
+                let rate = redis.incr(BEST_PIPELINE, keyspace, requests).await?;
+                println!(
+                    "  redis Off -P {BEST_PIPELINE} -r {keyspace}, just before: {rate:.0} INCR/s"
+                );
+                samples.push(rate);
+            }
         }
         for (load, runs) in loads.iter().zip(&mut runs) {
             let run = batch::load(
@@ -323,6 +336,9 @@ async fn batch_repeated(
 /// One shard node alone, durable.
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeFigures {
+    /// The same batches uniform over each of [`KEY_SPACES`], each run right after the ones
+    /// above, with Redis `-P 128 -r <the same>` beside them.
+    pub uniform: Vec<UniformBatches>,
     /// Single writes, `PATCH /counter/{id}/write` through wrk.
     pub http_writes: WrkFigures,
     /// Batches of 1,000, Zipf over 100,000 counters, over [`BATCH_CONNECTIONS`], answered with
@@ -333,6 +349,17 @@ pub struct NodeFigures {
     /// The same batches with every outcome answered, each run right after one of
     /// [`Self::batches`]'s.
     pub batches_full_answers: BatchFigures,
+}
+
+/// Batches uniform over a key space, beside Redis over one of the same size.
+#[derive(Debug, Clone, Serialize)]
+pub struct UniformBatches {
+    /// Counters the writes spread over.
+    pub counters: u32,
+    /// Batched writes acknowledged per second.
+    pub batches: BatchFigures,
+    /// Redis `-P 128 -r <counters>`, persistence off, each sample taken in the same round.
+    pub redis_alongside: Figure,
 }
 
 pub(crate) fn is_shard(member: &Member) -> bool {
@@ -359,30 +386,46 @@ pub async fn node(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Nod
         let http_writes = wrk_repeated(plan, "shard node, PATCH", address, &script).await?;
         let picker = CounterPicker::new(KeyDistribution::Zipf, COUNTERS, ZIPF_EXPONENT)?;
         let bodies = Arc::new(batch::bodies("bench", &picker, BATCH_SIZE));
-        let load = |answer: Answer| BatchLoad {
-            label: format!(
-                "shard node, batches over {BATCH_CONNECTIONS} connections, {answer:?} answers"
-            ),
+        let load = |label: String, bodies: &Arc<Vec<batch::Body>>, answer: Answer| BatchLoad {
+            label,
             addresses: std::slice::from_ref(&address),
             connections: BATCH_CONNECTIONS,
-            bodies: Arc::clone(&bodies),
+            bodies: Arc::clone(bodies),
             answer,
             secs: plan.secs(),
         };
-        let (figures, redis_alongside) = batch_repeated(
-            plan,
-            &[load(Answer::Minimal), load(Answer::Full)],
-            Some(&redis),
-        )
-        .await?;
-        let [batches, batches_full_answers]: [BatchFigures; 2] = figures
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("two loads give two figures"))?;
+        let zipf = |answer: Answer| {
+            let label = format!(
+                "shard node, batches over {BATCH_CONNECTIONS} connections, {answer:?} answers"
+            );
+            load(label, &bodies, answer)
+        };
+        let mut loads = vec![zipf(Answer::Minimal), zipf(Answer::Full)];
+        for counters in KEY_SPACES {
+            let picker = CounterPicker::new(KeyDistribution::Uniform, counters as usize, 0.0)?;
+            let bodies = Arc::new(batch::bodies("bench", &picker, BATCH_SIZE));
+            let label = format!("shard node, batches uniform over {counters} counters");
+            loads.push(load(label, &bodies, Answer::Minimal));
+        }
+        let (figures, redis_alongside) =
+            batch_repeated(plan, &loads, Some((&redis, &KEY_SPACES))).await?;
+        let mut figures = figures.into_iter();
+        let mut next = || figures.next().context("a figure per load");
+        let (batches, batches_full_answers) = (next()?, next()?);
+        let mut uniform = Vec::new();
+        for (counters, redis) in KEY_SPACES.into_iter().zip(&redis_alongside) {
+            uniform.push(UniformBatches {
+                counters,
+                batches: next()?,
+                redis_alongside: Figure::new(Unit::PerSec, redis.clone()),
+            });
+        }
         anyhow::Ok(NodeFigures {
             http_writes,
             batches,
-            redis_alongside: Figure::new(Unit::PerSec, redis_alongside),
+            redis_alongside: Figure::new(Unit::PerSec, redis_alongside[0].clone()),
             batches_full_answers,
+            uniform,
         })
     }
     .await;
@@ -410,7 +453,7 @@ pub struct CurvePoint {
 /// it, fixed costs such as the store's cache dominate and the table shows no memory figure).
 pub const MEMORY_CURVE_FROM: usize = 1_000_000;
 
-/// Step 3b: the per-write cost as the node's counters grow, each count on a fresh node.
+/// Step 3c: the per-write cost as the node's counters grow, each count on a fresh node.
 pub async fn curve(plan: &Plan, dir: &Path, bin_dir: &Path) -> anyhow::Result<Vec<CurvePoint>> {
     let mut points = Vec::new();
     for &counters in &plan.curve {

@@ -3,6 +3,7 @@
 //! benchmark's directory, in the durability asked for.
 //! Processes are started and stopped as a [`Cluster`] of the local launcher's library.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -58,6 +59,28 @@ pub fn bench_datacenter(
         free_address()?,
         shards.join(", "),
     ))
+}
+
+/// `text` (a topology of this module) with a `resp` list beside each datacenter's `shards`, on
+/// free loopback ports: every shard node also serves the Redis protocol. Returns the text and
+/// the RESP addresses, datacenter by datacenter, in the order of their shards.
+pub fn with_resp(text: &str) -> anyhow::Result<(String, Vec<SocketAddr>)> {
+    let mut out = String::new();
+    let mut resp = Vec::new();
+    for line in text.lines() {
+        out += line;
+        out.push('\n');
+        if let Some(list) = line.strip_prefix("shards = [") {
+            let shards = list.matches(',').count() + 1;
+            let addresses = (0..shards)
+                .map(|_| free_address())
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let quoted: Vec<String> = addresses.iter().map(|a| format!("\"{a}\"")).collect();
+            out += &format!("resp = [{}]\n", quoted.join(", "));
+            resp.extend(addresses);
+        }
+    }
+    Ok((out, resp))
 }
 
 /// How many aggregator processes each tier runs and how the counter space is split.
@@ -195,6 +218,12 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(pair.datacenters[0].shards.len(), 2);
+        let (text, resp) =
+            with_resp(&same_shape(&local, Path::new("/tmp/s")).expect("ports")).expect("ports");
+        let shards: usize = local.datacenters.iter().map(|d| d.shards.len()).sum();
+        assert_eq!(resp.len(), shards);
+        assert_eq!(text.matches("\nresp = [").count(), local.datacenters.len());
+        assert!(text.contains(&format!("resp = [\"{}\"", resp[0])));
         assert_eq!(
             pair.datacenters[0].durability(&pair.shard),
             Durability::Replicated
