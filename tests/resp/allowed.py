@@ -97,6 +97,7 @@ class Model:
 
     kinds: dict = field(default_factory=dict)
     diverged: set = field(default_factory=set)
+    gone: dict = field(default_factory=dict)
 
     def apply(self, command, reply, other, allowed):
         """Follows Redis's `reply` to `command`; `other` is geocount's, `allowed` whether the
@@ -117,13 +118,14 @@ class Model:
             self.kinds.setdefault(key, "unique")
         elif name in (b"DEL", b"UNLINK"):
             for key in command[1:]:
-                self.kinds.pop(key, None)
+                if key in self.kinds:
+                    self.gone[key] = self.kinds.pop(key)
                 if not isinstance(other, (Err, Closed)):
                     self.diverged.discard(key)
         elif name in (b"EXPIRE", b"PEXPIRE") and reply == 1:
             try:
-                if int(command[2]) <= 0:
-                    self.kinds.pop(key, None)
+                if int(command[2]) <= 0 and key in self.kinds:
+                    self.gone[key] = self.kinds.pop(key)
             except ValueError:
                 pass
 
@@ -137,6 +139,7 @@ class Difference:
     geocount: object
     kinds: dict
     diverged: set
+    gone: dict = field(default_factory=dict)
 
     @property
     def name(self):
@@ -233,7 +236,38 @@ def _pfcount_of_keys(d):
             and d.geocount.text.startswith("ERR PFCOUNT of more than one key"))
 
 
+OVERFLOW = Err("ERR increment or decrement would overflow")
+
+
+def _reused_as_other_kind(d):
+    """A key deleted (or expired) in both, written again as the other kind: geocount keeps the
+    tombstone's kind."""
+    if not d.keys or d.keys[0] in d.kinds or not isinstance(d.redis, int):
+        return False
+    was = d.gone.get(d.keys[0])
+    if d.name in COUNTER_WRITES:
+        return was == "unique" and d.geocount == WRONGTYPE
+    if d.name == b"PFADD":
+        return was in ("sum", "zero") and d.geocount == NOT_HLL
+    return False
+
+
+def _bucket_overflow(d):
+    """A sum write whose one-second bucket would pass 64 bits while Redis's total does not."""
+    return d.name in COUNTER_WRITES and isinstance(d.redis, int) and d.geocount == OVERFLOW
+
+
 ALLOWED = [
+    Allowed(
+        name="a deleted counter written as the other kind",
+        docs="writing it as the other kind is `-WRONGTYPE` until then",
+        reply=_reused_as_other_kind,
+    ),
+    Allowed(
+        name="a one-second bucket past 64 bits",
+        docs="a write that would take its second's bucket past 64 bits is refused",
+        reply=_bucket_overflow,
+    ),
     Allowed(
         name="invalid counter id",
         docs="A write to another key is `-ERR invalid counter id: ...`; a read of one finds "

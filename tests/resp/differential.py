@@ -394,7 +394,7 @@ class Run:
             for p, (command, a, b) in enumerate(zip(step.commands, expected, actual)):
                 differ = not same(command, a, b)
                 if differ:
-                    names = explain(Difference(command, a, b, model.kinds, model.diverged))
+                    names = explain(Difference(command, a, b, model.kinds, model.diverged, model.gone))
                     if names is None:
                         self.found(Mismatch(seed, index, s, p, steps, command, a, b))
                         self.count(commands, pipelines, allowed)
