@@ -518,7 +518,13 @@ echo "fault 10: a second node for DC_ASIA_0_VAL_0, at another address, for ${fau
 mapfile -d '' asia_cmd < "$run/DC_ASIA_0_VAL_1.cmdline"
 for ((i = 0; i < ${#asia_cmd[@]}; i++)); do [[ ${asia_cmd[i]} == --config ]] && asia_config=${asia_cmd[i + 1]}; done
 second_addr=127.0.0.1:17990
-sed "s|${addr_of[DC_ASIA_0_VAL_0]}|$second_addr|" "$asia_config" > "$run/second.toml"
+# Its HTTP address and, on the datacenter's `resp` line after it, its Redis port are its own;
+# the rest of the topology is the cluster's.
+sed "s|${addr_of[DC_ASIA_0_VAL_0]}|$second_addr|" "$asia_config" |
+    awk -v own="$second_addr" '
+        index($0, own) { moved = 1 }
+        moved && /^resp = \[/ { sub(/"[^"]*"/, "\"127.0.0.1:17991\""); moved = 0 }
+        { print }' > "$run/second.toml"
 "$bins/shard-node" --config "$run/second.toml" --dc ASIA_0 --slot 0 --data-dir "$run/second-data" \
     --restore empty >> "$data/logs/second.log" 2>&1 &
 second_pid=$!
