@@ -203,7 +203,7 @@ pub fn answer_read(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::global::datacenters::datacenter_statuses;
     use crate::global::staleness::tests::reading;
@@ -213,7 +213,7 @@ mod tests {
     use geocount_model::wire::{SlotPage, SyncPage};
 
     /// A replica of USA_0 (slots 0 and 1) and ASIA_0 (slot 2), neither heard yet.
-    fn two_datacenter_replica() -> Replica {
+    pub(crate) fn two_datacenter_replica() -> Replica {
         let sources: Vec<PullSource> = ["USA_0", "ASIA_0"]
             .into_iter()
             .map(|name| PullSource {

@@ -142,7 +142,7 @@ fn parts_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replica::{PullSource, Replica, SourceKind};
+    use crate::replica::Replica;
     use geocount_model::fixtures::described;
     use geocount_model::{CounterId, SlotRecord, SlotState};
 
@@ -157,20 +157,7 @@ mod tests {
     }
 
     fn replica() -> Replica {
-        let sources: Vec<PullSource> = ["USA_0", "ASIA_0"]
-            .into_iter()
-            .map(|name| PullSource {
-                name: name.into(),
-                answers_as: name.into(),
-                kind: SourceKind::Aggregator,
-                address: "127.0.0.1:1".into(),
-                interval: std::time::Duration::from_millis(250),
-                first: geocount_model::wire::SyncRequest::from_start(true, true),
-                delivers: Vec::new(),
-            })
-            .collect();
-        let slots = ["DC_USA_0_VAL_0", "DC_USA_0_VAL_1", "DC_ASIA_0_VAL_0"].map(String::from);
-        Replica::new(slots.to_vec(), &sources)
+        crate::global::read::tests::two_datacenter_replica()
     }
 
     fn at(physical_ms: u64) -> HlcTimestamp {
