@@ -827,6 +827,37 @@ mod tests {
         assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
     }
 
+    /// A logged change carries its slot's whole ledger, or none when the group left it as it
+    /// was: replaying one without keeps the ledger; a new generation starts without one.
+    #[test]
+    fn replayed_changes_keep_the_ledger_of_rights_within_a_generation() {
+        let state = |version| SlotState { value: 1, version };
+        let mut ledger = RightsLedger::default();
+        ledger.give(&SlotId::new("A", 1), crate::Room { up: 3, down: 0 });
+        let mut record = SlotRecord::from(state(1));
+        let mut with = SlotRecord::from(state(2));
+        with.set_rights(ledger.clone());
+        let bytes = postcard::to_allocvec(&with).unwrap();
+        assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), with);
+        assert!(record.apply_logged(with));
+        assert_eq!(record.rights(), &ledger);
+        assert!(record.apply_logged(SlotRecord::from(state(3))));
+        assert_eq!(
+            record.rights(),
+            &ledger,
+            "a change without a ledger keeps it"
+        );
+        let renewed = record.renewed(
+            HlcTimestamp {
+                physical_ms: 9,
+                logical: 0,
+                node: 0,
+            },
+            4,
+        );
+        assert!(renewed.rights().is_empty());
+    }
+
     /// What history adds to a record (docs/architecture.md, "Memory per counter"): one box
     /// shared with the generation, a rollup per level, 16 bytes per bucket.
     #[test]

@@ -2,7 +2,8 @@
 //! after the node asked the counter's other slots, this datacenter's first (no call leaves
 //! it while they hold enough), then every other datacenter's at once. What each gives is
 //! taken in durably before the write is tried again; a write still short after an ask that
-//! brought nothing is refused at its bound (409).
+//! brought nothing is refused at its bound (409). A slot that did not answer is not asked
+//! again for [`super::SILENCE`].
 
 use std::net::SocketAddr;
 
@@ -141,9 +142,14 @@ impl RightsNetwork {
                     return asked;
                 }
             };
-            let answers = join_all(
-                (donors.iter()).map(|(slot, address)| self.ask_one(slot, *address, body.clone())),
-            )
+            let answers = join_all((donors.iter()).map(|(slot, address)| async {
+                if self.is_silent(slot) {
+                    return None;
+                }
+                let answer = self.ask_one(slot, *address, body.clone()).await;
+                self.heard(slot, answer.is_some());
+                answer
+            }))
             .await;
             for ((slot, _), answer) in donors.iter().zip(answers) {
                 let Some(answer) = answer else {

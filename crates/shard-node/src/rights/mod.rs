@@ -18,6 +18,9 @@ use geocount_net::HttpClient;
 /// datacenter's slots count as unreachable and the write may be refused at its bound.
 pub const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1_000);
 
+/// How long a slot that did not answer an ask is not asked again.
+pub const SILENCE: std::time::Duration = std::time::Duration::from_millis(2_000);
+
 /// A slot that may give rights, and its node's address.
 type Donor = (SlotId, SocketAddr);
 
@@ -44,6 +47,10 @@ pub struct RightsNetwork {
     home: Placement,
     /// One ask at a time per counter: a write waiting on it tries again with what it got.
     asking: Mutex<HashMap<CounterId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Slots that did not answer an ask, and until when they are not asked again: a cut-off
+    /// datacenter's writes past its rights are refused at once rather than each waiting out
+    /// [`ASK_TIMEOUT`].
+    silent: Mutex<HashMap<SlotId, tokio::time::Instant>>,
 }
 
 impl RightsNetwork {
@@ -60,7 +67,25 @@ impl RightsNetwork {
             client,
             home,
             asking: Mutex::new(HashMap::new()),
+            silent: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether slot `slot` is skipped: it did not answer lately.
+    fn is_silent(&self, slot: &SlotId) -> bool {
+        let silent = self.silent.lock().expect("silent lock");
+        silent
+            .get(slot)
+            .is_some_and(|until| *until > tokio::time::Instant::now())
+    }
+
+    /// Marks slot `slot` as silent for [`SILENCE`], or as answering.
+    fn heard(&self, slot: &SlotId, answered: bool) {
+        let mut silent = self.silent.lock().expect("silent lock");
+        match answered {
+            true => silent.remove(slot),
+            false => silent.insert(slot.clone(), tokio::time::Instant::now() + SILENCE),
+        };
     }
 
     /// The lock that makes asks for counter `id`'s rights one at a time on this node.

@@ -114,7 +114,127 @@ fn portion(available: Option<i128>, need: u64, want: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use geocount_model::{Bound, HlcTimestamp, RightsAnswer, Room, SlotId, SystemClock};
+    use tokio::sync::oneshot;
+
     use super::portion;
+    use crate::engine::commit::tests::Running;
+    use crate::engine::write::{Change, Command, RightsRequest, WriteRequest};
+    use crate::error::ShardError;
+
+    async fn create(node: &Running, max: i64) {
+        let mut description = geocount_model::fixtures::described("q", 1, 1, 1).description;
+        description.max = Some(max);
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Create { description, reply };
+        node.commands.send(command).await.unwrap();
+        answer.await.unwrap().unwrap();
+    }
+
+    async fn try_write(node: &Running, delta: i64) -> Result<i64, ShardError> {
+        let (reply, answer) = oneshot::channel();
+        let writes = vec![WriteRequest {
+            id: geocount_model::CounterId::new("q").unwrap(),
+            change: Change::Delta(delta),
+            idempotency_key: None,
+            timestamp_secs: geocount_model::Clock::now_unix_ms(&SystemClock) / 1000,
+            ttl_secs: None,
+        }];
+        node.commands
+            .send(Command::Write { writes, reply })
+            .await
+            .unwrap();
+        let result = answer.await.unwrap().pop().unwrap();
+        result.map(|state| state.value)
+    }
+
+    async fn rights(node: &Running, request: RightsRequest) -> RightsAnswer {
+        let (reply, answer) = oneshot::channel();
+        let id = geocount_model::CounterId::new("q").unwrap();
+        let command = Command::Rights { id, request, reply };
+        node.commands.send(command).await.unwrap();
+        answer.await.unwrap().unwrap()
+    }
+
+    /// The only datacenter's home slot holds the whole room: it spends it, gives some away,
+    /// takes some in, and never applies a write past what it holds.
+    #[tokio::test]
+    async fn a_slot_applies_writes_only_within_the_rights_it_holds() {
+        let node = Running::start();
+        create(&node, 10).await;
+        assert_eq!(try_write(&node, 6).await.unwrap(), 6);
+        let short = try_write(&node, 5).await.unwrap_err();
+        let ShardError::ShortOfRights(shortage) = short else {
+            panic!("{short:?}")
+        };
+        assert_eq!((shortage.bound, shortage.need), (Bound::Max, 1));
+        assert_eq!(node.record("q").state.value, 6, "nothing applied");
+
+        let other = SlotId::new("U", 0);
+        let generation = HlcTimestamp::default();
+        let give = RightsRequest::Give {
+            to: other.clone(),
+            generation,
+            need: Room { up: 1, down: 0 },
+            want: Room {
+                up: u64::MAX,
+                down: 0,
+            },
+        };
+        let given = rights(&node, give).await;
+        assert_eq!(
+            (given.given.up, given.up),
+            (2, Some(2)),
+            "half of the 4 left"
+        );
+        let version = node.record("q").state.version;
+        assert_eq!(node.record("q").rights().given_to(&other).up, 2);
+        assert!(matches!(
+            try_write(&node, 3).await,
+            Err(ShardError::ShortOfRights(_))
+        ));
+        assert_eq!(try_write(&node, 2).await.unwrap(), 8);
+        assert!(matches!(
+            try_write(&node, 1).await,
+            Err(ShardError::ShortOfRights(_))
+        ));
+        // A decrement makes room again.
+        assert_eq!(try_write(&node, -3).await.unwrap(), 5);
+        assert_eq!(try_write(&node, 3).await.unwrap(), 8);
+
+        let from = SlotId::new("V", 0);
+        let receive = |total| RightsRequest::Receive {
+            from: from.clone(),
+            generation,
+            total: Room { up: total, down: 0 },
+        };
+        assert_eq!(rights(&node, receive(5)).await.up, Some(5));
+        assert!(
+            node.record("q").state.version > version,
+            "a transfer is a change"
+        );
+        assert_eq!(
+            rights(&node, receive(3)).await.up,
+            Some(5),
+            "totals only rise"
+        );
+        // Another generation's transfer counts in none this slot holds.
+        let stale = RightsRequest::Receive {
+            from,
+            generation: HlcTimestamp {
+                physical_ms: 1,
+                logical: 0,
+                node: 0,
+            },
+            total: Room { up: 100, down: 0 },
+        };
+        assert_eq!(rights(&node, stale).await.up, Some(5));
+        assert_eq!(try_write(&node, 5).await.unwrap(), 13);
+        assert!(matches!(
+            try_write(&node, 1).await,
+            Err(ShardError::ShortOfRights(_))
+        ));
+    }
 
     #[test]
     fn a_donor_gives_the_need_and_keeps_half_of_the_rest() {
