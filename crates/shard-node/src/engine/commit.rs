@@ -33,20 +33,20 @@ use crate::error::{ShardError, StorageError};
 use crate::health::NodeHealth;
 use crate::metrics::ShardMetrics;
 
-mod replies;
 mod install;
 mod lifecycle;
 mod replicated;
+mod replies;
 mod restore;
 mod rights;
 mod stage;
 
+use install::{GroupChanges, SlotChange};
+use replicated::{AwaitingPeers, Waited};
 use replies::{
     answer, refuse_all, refuse_client_command, refuse_fenced, refuse_unreplicated,
     refuse_waiting_for_peers,
 };
-use install::{GroupChanges, SlotChange};
-use replicated::{AwaitingPeers, Waited};
 use stage::Staged;
 
 /// A group stops gathering at this many writes, bounding one log record's size.

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 
 use geocount_model::held_bytes::description_bytes;
 use geocount_model::{
-    Bound, Bounds, CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, Recorded,
-    RightsLedger, RollupChange, ShardDefaults, SlotRecord, SlotState, UniqueSketch,
+    Bound, Bounds, CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord,
+    Recorded, RightsLedger, RollupChange, ShardDefaults, SlotRecord, SlotState, UniqueSketch,
     VersionedDescription, Window, WindowChange,
 };
 use geocount_sync::DescriptionTable;
