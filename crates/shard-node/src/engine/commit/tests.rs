@@ -53,6 +53,10 @@ fn commit_loop(dir: &std::path::Path, retention_ms: u64) -> (CommitLoop, SharedS
         metrics,
         health: Arc::new(NodeHealth::default()),
         tombstone_retention_ms: retention_ms,
+        rights: crate::engine::commit::RightsPlace {
+            index: 0,
+            datacenters: 1,
+        },
     };
     (CommitLoop::new(log, context), table)
 }
