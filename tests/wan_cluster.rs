@@ -1,7 +1,7 @@
 //! End-to-end test of `geocount-cluster --wan`: the launcher starts the WAN emulator and a
 //! two-region topology (the global aggregator and USA_0 in USA, ASIA_0 in ASIA, 60 ms apart),
-//! every pull between ASIA_0 and the global aggregator goes through the emulator's links, and the
-//! shard nodes of the two regions get a link each way.
+//! every pull between ASIA_0 and the global aggregator goes through the emulator's links, and so
+//! does a shard node's ask for a bounded counter's rights in the other region.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -201,6 +201,36 @@ async fn cross_region_pulls_pass_through_the_emulated_wan() {
     assert!(
         least >= 2 * DELAY_MS - 1,
         "ASIA_0's copy lagged its last answer by only {least} ms"
+    );
+
+    // (b2) A shard node's ask for rights crosses its link: with max 2, ASIA_0's home slot
+    // holds 1; once spent, the next increment there waits for USA_0's through
+    // ASIA_0-to-DC_USA_0_VAL_0, a round trip at least; then both shares are spent.
+    let bounded = "wan:bounded";
+    let (status, body) = asia_shard
+        .create(serde_json::json!({"id": bounded, "max": 2}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = asia_shard.add(bounded, 1).await.expect("write ASIA_0");
+    assert_eq!(status, 200, "{body}");
+    let sent = Instant::now();
+    let (status, body) = asia_shard.add(bounded, 1).await.expect("write ASIA_0");
+    let waited = sent.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        waited >= Duration::from_millis(2 * DELAY_MS),
+        "rights from USA_0 came in {waited:?}"
+    );
+    let asked = link(&control, "ASIA_0-to-DC_USA_0_VAL_0").await;
+    assert!(
+        asked["bytes_to_target"].as_u64() > Some(0),
+        "nothing crossed ASIA_0-to-DC_USA_0_VAL_0: {asked}"
+    );
+    let (status, body) = asia_shard.add(bounded, 1).await.expect("write ASIA_0");
+    assert_eq!(
+        (status, &body["bound"]),
+        (409, &Value::from("max")),
+        "{body}"
     );
 
     // (c) Cut: ASIA_0 goes stale at the global aggregator, and a write there is held back.

@@ -51,8 +51,11 @@ pub fn shard_to(from: &str, to: &SlotId) -> String {
 
 /// How the WAN between regions `a` and `b` is shaped: their `[[wan.links]]` entry, or else the
 /// path through the global region (delays and jitters added, each capped at the emulator's
-/// bound; the smaller bandwidth cap). `None` only for a pair validation refuses.
+/// bound; the smaller bandwidth cap). `None` inside a region and for a pair validation refuses.
 pub fn region_link(wan: &WanSettings, a: &str, b: &str) -> Option<RegionLink> {
+    if a == b {
+        return None;
+    }
     if let Some(link) = wan.link(a, b) {
         return Some(link.clone());
     }

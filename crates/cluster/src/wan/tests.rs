@@ -206,6 +206,7 @@ fn a_pair_s_own_link_wins_over_the_path_through_the_global_region() {
     assert_eq!((to_europe.delay_ms, to_europe.jitter_ms), (90, 0));
     // Inside a region there is no link; through it, both bandwidth caps, the smaller one.
     assert!(region_link(&wan, "USA", "USA").is_none());
+    assert!(region_link(&wan, "ASIA", "ASIA").is_none());
     let mut capped = Topology::from_toml("three.toml", THREE_REGIONS).unwrap();
     let settings = capped.wan.as_mut().unwrap();
     settings.links[1].bandwidth_bytes_per_sec = 300;
