@@ -43,6 +43,11 @@ const STARTUP: Duration = Duration::from_secs(60);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests in flight while the counters are created and first written.
 const IN_FLIGHT: usize = 32;
+/// Rounds of the latency runs (one with `--quick`): more than other steps' repeats, as a p99
+/// under wrk flat out on two shared cores moves by a quarter from run to run.
+const ROUNDS: usize = 5;
+/// Transfer samples (20 with `--quick`).
+const TRANSFERS: usize = 50;
 /// The most the latency targets allow: bounded within 20 % of unbounded.
 const LATENCY_RATIO: f64 = 1.2;
 
@@ -196,7 +201,8 @@ async fn measure(
         ..plan.clone()
     };
     let (mut bounded, mut unbounded) = (Vec::new(), Vec::new());
-    for round in 0..plan.repeats {
+    let rounds = if plan.repeats > 1 { ROUNDS } else { 1 };
+    for round in 0..rounds {
         // Each kind goes first in every other round, so neither always meets a warmer node.
         let mut kinds = [
             ("bounded", &bounded_script, &mut bounded),
@@ -220,7 +226,7 @@ async fn measure(
     );
 
     // (b) A write that needs rights from another region.
-    let samples = if plan.repeats > 1 { 50 } else { 20 };
+    let samples = if plan.repeats > 1 { TRANSFERS } else { 20 };
     let shares = i64::try_from(topology.datacenters.len())?;
     let mut histogram = Histogram::<u64>::new(3)?;
     let (mut transfer_ms, mut donors, mut create_ms) = (Vec::new(), Vec::new(), Vec::new());
