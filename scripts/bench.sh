@@ -7,7 +7,8 @@
 # Usage: scripts/bench.sh [--quick] [geocount-bench flags...]
 #   --quick                      one short repeat of each figure (a few minutes); default: three
 #                                repeats of 10 s runs, the full growth curve (~15 minutes)
-#   --steps redis,ceiling,node,resp,curve,cluster,memory,restore,scan,keys,reclaim   only these
+#   --steps redis,ceiling,node,resp,curve,cluster,memory,restore,scan,keys,reclaim,bounds
+#                                only these (bounds runs the topology under --wan)
 #   --curve 1000,1000000         the growth curve at these counter counts only
 #
 # Needs redis-server, redis-benchmark (redis-tools) and wrk: installed from Debian's packages
@@ -29,5 +30,6 @@ if ((${#missing[@]})); then
     fi
 fi
 
-cargo build --release -p geocount-bench -p shard-node -p geocount-aggregator -p geoctl
+cargo build --release -p geocount-bench -p shard-node -p geocount-aggregator -p geoctl \
+    -p geocount-wan
 exec "${CARGO_TARGET_DIR:-target}/release/geocount-bench" "$@"

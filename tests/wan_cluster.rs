@@ -1,6 +1,7 @@
 //! End-to-end test of `geocount-cluster --wan`: the launcher starts the WAN emulator and a
 //! two-region topology (the global aggregator and USA_0 in USA, ASIA_0 in ASIA, 60 ms apart),
-//! and every pull between ASIA_0 and the global aggregator goes through the emulator's links.
+//! every pull between ASIA_0 and the global aggregator goes through the emulator's links, and so
+//! does a shard node's ask for a bounded counter's rights in the other region.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -92,7 +93,8 @@ async fn cross_region_pulls_pass_through_the_emulated_wan() {
         "{output}"
     );
 
-    // Only ASIA_0's connections cross regions: one link each way, shaped as [wan] says.
+    // Only ASIA_0's connections cross regions: one link each way between the aggregators and
+    // between the shard nodes, shaped as [wan] says.
     let control = Api::plain(control_addr);
     let (_, links) = control.get_json("/links").await;
     let names: Vec<&str> = links["links"]
@@ -101,7 +103,26 @@ async fn cross_region_pulls_pass_through_the_emulated_wan() {
         .iter()
         .map(|l| l["name"].as_str().expect("name"))
         .collect();
-    assert_eq!(names, ["global-to-ASIA_0", "ASIA_0-to-global"]);
+    assert_eq!(
+        names,
+        [
+            "global-to-ASIA_0",
+            "ASIA_0-to-global",
+            "USA_0-to-DC_ASIA_0_VAL_0",
+            "ASIA_0-to-DC_USA_0_VAL_0"
+        ]
+    );
+    let to_asia = link(&control, "USA_0-to-DC_ASIA_0_VAL_0").await;
+    let to_usa = link(&control, "ASIA_0-to-DC_USA_0_VAL_0").await;
+    assert_eq!(to_asia["target"], asia.shards[0].to_string());
+    assert_eq!(
+        to_usa["target"],
+        topology.shard_addr("USA_0", 0).to_string()
+    );
+    assert_eq!(
+        (to_asia["delay_ms"].as_u64(), to_usa["delay_ms"].as_u64()),
+        (Some(DELAY_MS), Some(DELAY_MS))
+    );
     let down = link(&control, "global-to-ASIA_0").await;
     let up = link(&control, "ASIA_0-to-global").await;
     assert_eq!(down["target"], asia.aggregator.to_string());
@@ -180,6 +201,36 @@ async fn cross_region_pulls_pass_through_the_emulated_wan() {
     assert!(
         least >= 2 * DELAY_MS - 1,
         "ASIA_0's copy lagged its last answer by only {least} ms"
+    );
+
+    // (b2) A shard node's ask for rights crosses its link: with max 2, ASIA_0's home slot
+    // holds 1; once spent, the next increment there waits for USA_0's through
+    // ASIA_0-to-DC_USA_0_VAL_0, a round trip at least; then both shares are spent.
+    let bounded = "wan:bounded";
+    let (status, body) = asia_shard
+        .create(serde_json::json!({"id": bounded, "max": 2}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = asia_shard.add(bounded, 1).await.expect("write ASIA_0");
+    assert_eq!(status, 200, "{body}");
+    let sent = Instant::now();
+    let (status, body) = asia_shard.add(bounded, 1).await.expect("write ASIA_0");
+    let waited = sent.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        waited >= Duration::from_millis(2 * DELAY_MS),
+        "rights from USA_0 came in {waited:?}"
+    );
+    let asked = link(&control, "ASIA_0-to-DC_USA_0_VAL_0").await;
+    assert!(
+        asked["bytes_to_target"].as_u64() > Some(0),
+        "nothing crossed ASIA_0-to-DC_USA_0_VAL_0: {asked}"
+    );
+    let (status, body) = asia_shard.add(bounded, 1).await.expect("write ASIA_0");
+    assert_eq!(
+        (status, &body["bound"]),
+        (409, &Value::from("max")),
+        "{body}"
     );
 
     // (c) Cut: ASIA_0 goes stale at the global aggregator, and a write there is held back.

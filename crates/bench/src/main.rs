@@ -4,12 +4,14 @@
 //! Redis and shard nodes' RESP ports, the growth curve, the whole cluster of
 //! `config/local.toml`, memory per counter, a lost slot's restore and global reads while
 //! rankings scan every counter, what idempotency keys cost, and the memory of deleted counters
-//! handed back at every tier, all on this machine in one go,
+//! handed back at every tier, and bounded counters under the emulated WAN, all on this machine in
+//! one go,
 //! prints one Markdown table (each geocount figure beside its peer, as a ratio from the same
 //! run) and saves it with every sample as JSON. The node and cluster steps also put
 //! `replicated` durability beside `sync`.
 
 mod batch;
+mod bounds;
 mod cluster;
 mod durability;
 mod figure;
@@ -94,6 +96,8 @@ enum Step {
     Keys,
     /// Counters created and deleted: resident memory back to the start at every tier.
     Reclaim,
+    /// Bounded counters under the emulated WAN: writes beside unbounded ones, rights transfers.
+    Bounds,
 }
 
 /// Everything the run measured.
@@ -120,6 +124,7 @@ struct Results {
     scan: Option<scan::ScanFigures>,
     keys: Option<keys::KeysFigures>,
     reclaim: Option<reclaim::ReclaimFigures>,
+    bounds: Option<bounds::BoundsFigures>,
     /// Steps that failed, with their errors (the others are still reported).
     failures: Vec<String>,
 }
@@ -153,6 +158,10 @@ impl Step {
             Step::Reclaim => {
                 "step 9: counters created and deleted, memory handed back at every tier".to_owned()
             }
+            Step::Bounds => format!(
+                "step 10: bounded counters, the cluster of {} under --wan",
+                topology.display()
+            ),
         }
     }
 }
@@ -183,6 +192,7 @@ async fn run_step(
         Step::Scan => results.scan = Some(scan::scan(plan, dir, bin_dir).await?),
         Step::Keys => results.keys = Some(keys::keys(plan, dir, bin_dir, shape).await?),
         Step::Reclaim => results.reclaim = Some(reclaim::reclaim(plan, dir, bin_dir).await?),
+        Step::Bounds => results.bounds = Some(bounds::bounds(plan, dir, bin_dir, shape).await?),
     }
     Ok(())
 }
@@ -239,6 +249,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         scan: None,
         keys: None,
         reclaim: None,
+        bounds: None,
         failures: Vec::new(),
     };
     let steps = Step::value_variants().iter().filter(|&&step| wants(step));

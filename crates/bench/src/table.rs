@@ -6,7 +6,7 @@ use crate::memory::MemoryRun;
 use crate::steps::{
     self, BATCH_CONNECTIONS, BATCH_SIZE, COUNTERS, MEMORY_CURVE_FROM, ZIPF_EXPONENT,
 };
-use crate::{Results, durability, keys, memory, reclaim, replicas, resp, scan};
+use crate::{Results, bounds, durability, keys, memory, reclaim, replicas, resp, scan};
 
 /// Every row of `results`, step by step.
 pub(crate) fn rows(results: &Results) -> Vec<Row> {
@@ -345,6 +345,9 @@ pub(crate) fn rows(results: &Results) -> Vec<Row> {
     }
     if let Some(figures) = &results.reclaim {
         reclaim::rows(&mut rows, figures);
+    }
+    if let Some(figures) = &results.bounds {
+        bounds::rows(&mut rows, figures);
     }
     rows
 }

@@ -68,8 +68,9 @@ pub struct Options {
     pub new_cluster: bool,
     /// Emulate the WAN between regions: start `wan-emulator` first, with one delayed link each
     /// way between every datacenter aggregator outside the global aggregator's region and the
-    /// global aggregator (delays from the topology's `[wan]` section), and give every process
-    /// its own copy of the topology, under <data dir>/wan/, dialing those links' proxies.
+    /// global aggregator, and one from every datacenter to each shard node of another region
+    /// (delays from the topology's `[wan]` section), and give every process its own copy of the
+    /// topology, under <data dir>/wan/, dialing those links' proxies.
     #[arg(long)]
     pub wan: bool,
 }

@@ -2,18 +2,24 @@
 //! each process's own copy of the topology ([`view`]), in which every address it dials in
 //! another region is the proxy of that link.
 //!
-//! The links are the tiers' only cross-region connections: every global aggregator replica
-//! pulls every replica of every datacenter aggregator (`datacenters[i].aggregator`,
-//! `aggregator_replicas`), and every datacenter aggregator replica pulls descriptions from
-//! every global one (`global.listen`, `global.replicas`). Shard nodes dial their own
-//! datacenter, so their copy is the topology as it is.
+//! The links are the only cross-region connections: every global aggregator replica pulls
+//! every replica of every datacenter aggregator (`datacenters[i].aggregator`,
+//! `aggregator_replicas`), every datacenter aggregator replica pulls descriptions from every
+//! global one (`global.listen`, `global.replicas`), and every shard node calls the shard nodes
+//! of the datacenters in other regions (`datacenters[i].shards`: rights transfers, bounded
+//! counters' descriptions) through one link per (its datacenter, their shard node).
+//!
+//! Two regions without a `[[wan.links]]` entry of their own (neither the global one) are
+//! shaped as the path through the global region: both delays and both jitters added, the
+//! smaller bandwidth cap ([`region_link`]). Validation guarantees each has a link with it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use geocount_model::{Topology, WanSettings};
+use geocount_model::topology::MAX_WAN_DELAY_MS;
+use geocount_model::{RegionLink, SlotId, Topology, WanSettings};
 use geocount_net::HttpClient;
 use geocount_wan::{LinkConfig, WanConfig};
 use serde::Deserialize;
@@ -37,15 +43,65 @@ pub fn to_global(dc: &str, replica: usize) -> String {
     replica_name(&format!("{dc}-to-global"), replica)
 }
 
+/// The name of the link the shard nodes of datacenter `from` reach shard node `to` (of a
+/// datacenter in another region) through: `ASIA_0-to-DC_USA_0_VAL_1`.
+pub fn shard_to(from: &str, to: &SlotId) -> String {
+    format!("{from}-to-{to}")
+}
+
+/// How the WAN between regions `a` and `b` is shaped: their `[[wan.links]]` entry, or else the
+/// path through the global region (delays and jitters added, each capped at the emulator's
+/// bound; the smaller bandwidth cap). `None` inside a region and for a pair validation refuses.
+pub fn region_link(wan: &WanSettings, a: &str, b: &str) -> Option<RegionLink> {
+    if a == b {
+        return None;
+    }
+    if let Some(link) = wan.link(a, b) {
+        return Some(link.clone());
+    }
+    let global = wan.global_region.as_str();
+    if a == global || b == global {
+        return None;
+    }
+    let (first, second) = (wan.link(a, global)?, wan.link(global, b)?);
+    let bandwidth = match (
+        first.bandwidth_bytes_per_sec,
+        second.bandwidth_bytes_per_sec,
+    ) {
+        (0, cap) | (cap, 0) => cap,
+        (x, y) => x.min(y),
+    };
+    Some(RegionLink {
+        between: [a.to_owned(), b.to_owned()],
+        delay_ms: (first.delay_ms + second.delay_ms).min(MAX_WAN_DELAY_MS),
+        jitter_ms: (first.jitter_ms + second.jitter_ms).min(MAX_WAN_DELAY_MS),
+        bandwidth_bytes_per_sec: bandwidth,
+    })
+}
+
+/// A link named `name` to `target`, shaped as `shaping`, its proxy on a free port of the
+/// control address's host.
+fn link(wan: &WanSettings, shaping: &RegionLink, name: String, target: SocketAddr) -> LinkConfig {
+    LinkConfig {
+        name,
+        listen: SocketAddr::new(wan.control.ip(), 0),
+        target,
+        delay_ms: shaping.delay_ms,
+        jitter_ms: shaping.jitter_ms,
+        bandwidth_bytes_per_sec: shaping.bandwidth_bytes_per_sec,
+    }
+}
+
 /// Whether `region` is not the global aggregator's.
 fn is_remote(wan: &WanSettings, region: &str) -> bool {
     region != wan.global_region
 }
 
 /// The emulator's configuration: for every datacenter outside the global aggregator's region,
-/// a link each way between its aggregator and the global one, shaped as `[wan]` says for the
-/// pair of regions. Every proxy listens on a free port of the control address's host: the
-/// launcher asks the running emulator which ([`proxy_addresses`]).
+/// a link each way between its aggregator and the global one; then for every datacenter, a link
+/// to each shard node of every datacenter in another region. Each is shaped as `[wan]` says for
+/// its pair of regions ([`region_link`]). Every proxy listens on a free port of the control
+/// address's host: the launcher asks the running emulator which ([`proxy_addresses`]).
 pub fn emulator_config(topology: &Topology, wan: &WanSettings) -> WanConfig {
     let mut links = Vec::new();
     for dc in &topology.datacenters {
@@ -56,19 +112,25 @@ pub fn emulator_config(topology: &Topology, wan: &WanSettings) -> WanConfig {
         let Some(shaping) = wan.link(&wan.global_region, dc.region()) else {
             continue;
         };
-        let link = |name: String, target: SocketAddr| LinkConfig {
-            name,
-            listen: SocketAddr::new(wan.control.ip(), 0),
-            target,
-            delay_ms: shaping.delay_ms,
-            jitter_ms: shaping.jitter_ms,
-            bandwidth_bytes_per_sec: shaping.bandwidth_bytes_per_sec,
-        };
         for (replica, aggregator) in dc.aggregators().into_iter().enumerate() {
-            links.push(link(global_to(&dc.name, replica), aggregator));
+            links.push(link(wan, shaping, global_to(&dc.name, replica), aggregator));
         }
         for (replica, global) in topology.global.addresses().into_iter().enumerate() {
-            links.push(link(to_global(&dc.name, replica), global));
+            links.push(link(wan, shaping, to_global(&dc.name, replica), global));
+        }
+    }
+    for from in &topology.datacenters {
+        for to in &topology.datacenters {
+            if from.region() == to.region() {
+                continue;
+            }
+            let Some(shaping) = region_link(wan, from.region(), to.region()) else {
+                continue;
+            };
+            for (slot, &shard) in (0u32..).zip(&to.shards) {
+                let name = shard_to(&from.name, &SlotId::new(&to.name, slot));
+                links.push(link(wan, &shaping, name, shard));
+            }
         }
     }
     WanConfig {
@@ -120,7 +182,25 @@ pub fn view(
                 }
             }
         }
-        Member::Shard { .. } | Member::WanEmulator => {}
+        Member::Shard { datacenter, .. } => {
+            // An unknown datacenter was refused when the launch was planned.
+            let Some(own) = topology
+                .datacenters
+                .iter()
+                .find(|dc| dc.name == *datacenter)
+            else {
+                return Ok(view);
+            };
+            for dc in &mut view.datacenters {
+                if dc.region() == own.region() {
+                    continue;
+                }
+                for (slot, shard) in (0u32..).zip(dc.shards.iter_mut()) {
+                    *shard = proxy(shard_to(datacenter, &SlotId::new(&dc.name, slot)))?;
+                }
+            }
+        }
+        Member::WanEmulator => {}
     }
     Ok(view)
 }
@@ -171,155 +251,4 @@ pub async fn proxy_addresses(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The first global aggregator.
-    const GLOBAL: Member = Member::GlobalAggregator { replica: 0 };
-
-    /// Three datacenters in two regions, the global aggregator with USA_0 and USA_1.
-    const TOPOLOGY: &str = r#"
-datacenters = [
-    { name = "USA_0", aggregator = "127.0.0.1:7100", shards = ["127.0.0.1:7101"] },
-    { name = "USA_1", aggregator = "127.0.0.1:7200", shards = ["127.0.0.1:7201"] },
-    { name = "tokyo", region = "ASIA", aggregator = "127.0.0.1:7300", shards = ["127.0.0.1:7301"] },
-]
-global = { listen = "127.0.0.1:7000" }
-
-[wan]
-global_region = "USA"
-control = "127.0.0.1:7900"
-links = [{ between = ["ASIA", "USA"], delay_ms = 75, jitter_ms = 5 }]
-"#;
-
-    fn topology() -> (Topology, WanSettings) {
-        let topology = Topology::from_toml("wan.toml", TOPOLOGY).unwrap();
-        let wan = topology.wan.clone().unwrap();
-        (topology, wan)
-    }
-
-    fn proxies() -> HashMap<String, SocketAddr> {
-        HashMap::from([
-            (global_to("tokyo", 0), "127.0.0.1:41000".parse().unwrap()),
-            (to_global("tokyo", 0), "127.0.0.1:41001".parse().unwrap()),
-        ])
-    }
-
-    #[test]
-    fn only_cross_region_connections_get_links() {
-        let (topology, wan) = topology();
-        let config = emulator_config(&topology, &wan);
-        assert_eq!(config.control, wan.control);
-        let links: Vec<(&str, String, String, u64, u64)> = config
-            .links
-            .iter()
-            .map(|l| {
-                let (listen, target) = (l.listen.to_string(), l.target.to_string());
-                (l.name.as_str(), listen, target, l.delay_ms, l.jitter_ms)
-            })
-            .collect();
-        let listen = "127.0.0.1:0".to_owned();
-        assert_eq!(
-            links,
-            [
-                (
-                    "global-to-tokyo",
-                    listen.clone(),
-                    "127.0.0.1:7300".into(),
-                    75,
-                    5
-                ),
-                ("tokyo-to-global", listen, "127.0.0.1:7000".into(), 75, 5),
-            ]
-        );
-        // The emulator accepts what is written.
-        let text = toml::to_string(&config).unwrap();
-        assert_eq!(WanConfig::from_toml("wan.toml", &text).unwrap(), config);
-    }
-
-    #[test]
-    fn the_emulator_accepts_the_links_of_replicas() {
-        let replicated = TOPOLOGY
-            .replace(
-                r#"shards = ["127.0.0.1:7301"] }"#,
-                r#"shards = ["127.0.0.1:7301"], aggregator_replicas = ["127.0.0.1:7310"] }"#,
-            )
-            .replace(
-                r#"global = { listen = "127.0.0.1:7000" }"#,
-                r#"global = { listen = "127.0.0.1:7000", replicas = ["127.0.0.1:7010"] }"#,
-            );
-        let topology = Topology::from_toml("wan.toml", &replicated).unwrap();
-        let config = emulator_config(&topology, topology.wan.as_ref().unwrap());
-        let names: Vec<&str> = config.links.iter().map(|l| l.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "global-to-tokyo",
-                "global-to-tokyo@1",
-                "tokyo-to-global",
-                "tokyo-to-global@1"
-            ]
-        );
-        let text = toml::to_string(&config).unwrap();
-        assert_eq!(WanConfig::from_toml("wan.toml", &text).unwrap(), config);
-    }
-
-    #[test]
-    fn each_process_dials_the_other_region_through_its_proxy() {
-        let (topology, wan) = topology();
-        let global = view(&topology, &wan, &GLOBAL, &proxies()).unwrap();
-        let aggregators: Vec<String> = global
-            .datacenters
-            .iter()
-            .map(|dc| dc.aggregator.to_string())
-            .collect();
-        assert_eq!(
-            aggregators,
-            ["127.0.0.1:7100", "127.0.0.1:7200", "127.0.0.1:41000"]
-        );
-        assert_eq!(global.global, topology.global);
-        assert_eq!(global.wan, None);
-
-        let remote = Member::DatacenterAggregator {
-            datacenter: "tokyo".into(),
-            replica: 0,
-        };
-        let remote = view(&topology, &wan, &remote, &proxies()).unwrap();
-        assert_eq!(remote.global.listen.to_string(), "127.0.0.1:41001");
-        assert_eq!(remote.datacenters, topology.datacenters);
-
-        let local = Member::DatacenterAggregator {
-            datacenter: "USA_1".into(),
-            replica: 0,
-        };
-        let local = view(&topology, &wan, &local, &proxies()).unwrap();
-        let shard = Member::Shard {
-            datacenter: "tokyo".into(),
-            slot: 1,
-        };
-        let shard = view(&topology, &wan, &shard, &proxies()).unwrap();
-        let plain = Topology {
-            wan: None,
-            ..topology.clone()
-        };
-        assert_eq!((local, shard), (plain.clone(), plain));
-    }
-
-    #[test]
-    fn views_survive_the_round_trip_through_toml() {
-        let (topology, wan) = topology();
-        let view = view(&topology, &wan, &GLOBAL, &proxies()).unwrap();
-        let text = toml::to_string(&view).unwrap();
-        assert_eq!(Topology::from_toml("global.toml", &text).unwrap(), view);
-    }
-
-    #[test]
-    fn a_missing_proxy_names_the_link() {
-        let (topology, wan) = topology();
-        let error = view(&topology, &wan, &GLOBAL, &HashMap::new()).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "WAN mode: the emulator has no link named global-to-tokyo"
-        );
-    }
-}
+mod tests;
