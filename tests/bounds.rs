@@ -1,0 +1,573 @@
+//! End-to-end tests of bounded counters (#40; docs/api.md, docs/architecture.md, "Bounded
+//! counters"): a counter created with `"min"` and/or `"max"` never lets its world total out of
+//! them, whichever datacenters write it, and refuses the writes that would with 409 naming the
+//! bound. Each test starts the real binaries on loopback; the cut-off region's test runs the
+//! launcher's emulated WAN (`geocount-cluster --wan`) to cut one region's links.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use geocount_model::wire::EntryOutcome;
+use geocount_net::{Connector, Stream, tcp_connector};
+use geocount_test_support::api::{encode_id, entry};
+use geocount_test_support::process::bin_dir;
+use geocount_test_support::{Api, Method, NodeProcess, TestCluster, TestTopology, eventually, tls};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long a total may take to reach the global aggregator.
+const CONVERGE: Duration = Duration::from_secs(15);
+/// A short wait for rights from an unreachable datacenter, so refusals come fast.
+const SHARD_TOML: &str = "rights_ask_timeout_ms = 300\nrestore_timeout_ms = 200";
+
+/// Datacenters named and sized as given, with [`SHARD_TOML`].
+fn topology(datacenters: &[(&str, usize)]) -> TestTopology {
+    TestTopology::new(datacenters, SHARD_TOML)
+}
+
+/// `POST /counter` of `id` with bounds `min` and `max`, which must answer 201 with them in the
+/// description.
+async fn create_bounded(api: &Api, id: &str, min: Option<i64>, max: Option<i64>) -> Value {
+    let created = api
+        .created(json!({ "id": id, "min": min, "max": max }))
+        .await;
+    assert_eq!(
+        (&created["min"], &created["max"]),
+        (&json!(min), &json!(max))
+    );
+    created
+}
+
+/// Checks that a write was refused for passing bound `bound` (`"min"` or `"max"`) at `limit`:
+/// 409 with `{"error": <naming the bound>, "bound", "limit"}`.
+fn assert_refused(status: u16, body: &Value, bound: &str, limit: i64) {
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        (&body["bound"], &body["limit"]),
+        (&json!(bound), &json!(limit)),
+        "{body}"
+    );
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&format!("{bound} {limit}")), "{body}");
+}
+
+/// A write of `delta` to `id` through `api`: (status, JSON).
+async fn write(api: &Api, id: &str, delta: i64) -> (u16, Value) {
+    api.add(id, delta).await.expect("an answer to the write")
+}
+
+/// Writes `delta` to `id` through `api`, which must be acknowledged.
+async fn applied(api: &Api, id: &str, delta: i64) {
+    let (status, body) = write(api, id, delta).await;
+    assert_eq!(status, 200, "{delta} to {id}: {body}");
+}
+
+/// Waits until the global aggregator's total of `id` is `value`, with every datacenter heard.
+async fn global_total(cluster_global: &Api, id: &str, value: i64) {
+    let path = format!("/counter/{}", encode_id(id));
+    cluster_global
+        .read_until(CONVERGE, &path, |status, body| {
+            status == 200 && body["value"] == value && body["complete"] != false
+        })
+        .await;
+}
+
+/// `GET /counter/{id}/rights` at `api`: this node's slot's rights.
+async fn rights(api: &Api, id: &str) -> Value {
+    let (status, body) = api
+        .get_json(&format!("/counter/{}/rights", encode_id(id)))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The up-rights the nodes `apis` hold for `id`, together.
+async fn up_rights(apis: &[Api], id: &str) -> i64 {
+    let mut up = 0;
+    for api in apis {
+        let body = rights(api, id).await;
+        up += body["up"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no up-rights: {body}"));
+    }
+    up
+}
+
+/// The shard nodes of datacenter `d` of `cluster`.
+fn shard_apis(cluster: &TestCluster, d: usize) -> Vec<Api> {
+    cluster.shards[d].iter().map(NodeProcess::api).collect()
+}
+
+const QUOTA: i64 = 1000;
+/// Concurrent writers per datacenter.
+const WRITERS: usize = 4;
+
+/// What the writers of [`three_datacenters_spend_a_quota_of_1000_exactly_once`] saw.
+#[derive(Default)]
+struct Tally {
+    acknowledged: AtomicI64,
+    refused: AtomicI64,
+    stop: AtomicBool,
+    /// Every answer that was neither 200 nor a 409 naming the bound.
+    unexpected: Mutex<Vec<String>>,
+}
+
+/// Increments `id` by 1 through `api` until the tally says stop.
+async fn keep_writing(api: Api, id: &'static str, tally: Arc<Tally>) {
+    while !tally.stop.load(Ordering::SeqCst) {
+        match api.add(id, 1).await {
+            Ok((200, _)) => {
+                tally.acknowledged.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok((409, body)) if body["bound"] == "max" && body["limit"] == QUOTA => {
+                tally.refused.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok((status, body)) => tally
+                .unexpected
+                .lock()
+                .unwrap()
+                .push(format!("{status} {body}")),
+            Err(error) => tally.unexpected.lock().unwrap().push(error.to_string()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_datacenters_spend_a_quota_of_1000_exactly_once() {
+    const ID: &str = "quota:1000";
+    let datacenters = [("USA_0", 2), ("EUROPE_0", 2), ("ASIA_0", 2)];
+    let cluster = TestCluster::start(topology(&datacenters)).await;
+    create_bounded(&cluster.shards[0][0].api(), ID, None, Some(QUOTA)).await;
+    // The room split evenly in topology order, the remainder to the first: each held by its
+    // datacenter's home slot.
+    let mut shares = Vec::new();
+    for d in 0..datacenters.len() {
+        shares.push(up_rights(&shard_apis(&cluster, d), ID).await);
+    }
+    assert_eq!(shares, [334, 333, 333]);
+
+    let tally = Arc::new(Tally::default());
+    let mut writers = Vec::new();
+    for d in 0..datacenters.len() {
+        for w in 0..WRITERS {
+            let api = cluster.shards[d][w % 2].api();
+            writers.push(tokio::spawn(keep_writing(api, ID, tally.clone())));
+        }
+    }
+    // Everyone writes until the quota is spent, and on for a while after: all refused.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tally.acknowledged.load(Ordering::SeqCst) < QUOTA && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused_at_quota = tally.refused.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tally.stop.store(true, Ordering::SeqCst);
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let unexpected = tally.unexpected.lock().unwrap().clone();
+    assert!(
+        unexpected.is_empty(),
+        "answers other than 200 or 409: {unexpected:?}"
+    );
+    let refused = tally.refused.load(Ordering::SeqCst);
+    assert_eq!(
+        tally.acknowledged.load(Ordering::SeqCst),
+        QUOTA,
+        "acknowledged (refused {refused}, {refused_at_quota} of them before the quota was spent)"
+    );
+    assert!(
+        refused > refused_at_quota,
+        "no write refused once the quota was spent"
+    );
+
+    global_total(&cluster.global.api(), ID, QUOTA).await;
+    // Spent everywhere: each datacenter refuses the next write.
+    for d in 0..datacenters.len() {
+        let (status, body) = write(&cluster.shards[d][1].api(), ID, 1).await;
+        assert_refused(status, &body, "max", QUOTA);
+    }
+    let (status, total) = cluster.global.api().global_read(ID, "").await;
+    assert_eq!((status, &total["value"]), (200, &json!(QUOTA)), "{total}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decrement_frees_room_another_datacenter_spends() {
+    const ID: &str = "quota:freed";
+    let cluster =
+        TestCluster::start(topology(&[("USA_0", 1), ("EUROPE_0", 1), ("ASIA_0", 1)])).await;
+    let [usa, europe, asia] = [0, 1, 2].map(|d| cluster.shards[d][0].api());
+    create_bounded(&usa, ID, None, Some(30)).await;
+    // USA spends its share and the others' (it asks them).
+    for _ in 0..6 {
+        applied(&usa, ID, 5).await;
+    }
+    for api in [&usa, &europe, &asia] {
+        let (status, body) = write(api, ID, 1).await;
+        assert_refused(status, &body, "max", 30);
+    }
+    // A decrement in EUROPE makes room there, which ASIA asks for and spends.
+    applied(&europe, ID, -5).await;
+    applied(&asia, ID, 5).await;
+    let (status, body) = write(&asia, ID, 1).await;
+    assert_refused(status, &body, "max", 30);
+    global_total(&cluster.global.api(), ID, 30).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_refuses_a_decrement_past_it() {
+    const ID: &str = "stock:min";
+    let cluster = TestCluster::start(topology(&[("USA_0", 1), ("ASIA_0", 1)])).await;
+    let [usa, asia] = [0, 1].map(|d| cluster.shards[d][0].api());
+    create_bounded(&usa, ID, Some(0), None).await;
+    let (status, body) = write(&usa, ID, -1).await;
+    assert_refused(status, &body, "min", 0);
+    // Increments in USA make the room below that ASIA's decrements ask for.
+    applied(&usa, ID, 5).await;
+    applied(&asia, ID, -3).await;
+    applied(&asia, ID, -2).await;
+    for api in [&usa, &asia] {
+        let (status, body) = write(api, ID, -1).await;
+        assert_refused(status, &body, "min", 0);
+    }
+    // With both bounds, each one refuses on its side.
+    create_bounded(&usa, "stock:both", Some(-4), Some(4)).await;
+    for _ in 0..4 {
+        applied(&asia, "stock:both", -1).await;
+    }
+    let (status, body) = write(&usa, "stock:both", -1).await;
+    assert_refused(status, &body, "min", -4);
+    applied(&usa, "stock:both", 8).await;
+    let (status, body) = write(&asia, "stock:both", 1).await;
+    assert_refused(status, &body, "max", 4);
+    global_total(&cluster.global.api(), ID, 0).await;
+    global_total(&cluster.global.api(), "stock:both", 4).await;
+}
+
+#[tokio::test]
+async fn a_batch_refuses_only_the_entries_past_the_bound() {
+    let cluster = TestCluster::start(topology(&[("USA_0", 1)])).await;
+    let api = cluster.shards[0][0].api();
+    create_bounded(&api, "batch:bounded", None, Some(5)).await;
+    let entries = [
+        entry("batch:bounded", 3),
+        entry("batch:free", 7),
+        entry("batch:bounded", 3),
+        entry("batch:bounded", 2),
+    ];
+    let answer = api.batch(&entries).await.expect("batch");
+    let outcomes = answer.outcomes;
+    assert!(
+        matches!(outcomes[0], EntryOutcome::Applied { value: 3, .. }),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[1], EntryOutcome::Applied { value: 7, .. }),
+        "{outcomes:?}"
+    );
+    match &outcomes[2] {
+        EntryOutcome::Refused { status, error } => {
+            assert_eq!(*status, 409, "{error}");
+            assert!(error.contains("max 5"), "{error}");
+        }
+        other => panic!("the entry past the bound: {other:?}"),
+    }
+    assert!(
+        matches!(outcomes[3], EntryOutcome::Applied { value: 5, .. }),
+        "{outcomes:?}"
+    );
+    // The short answer keeps the refused entry with its position.
+    let (summary, _) = api
+        .batch_minimal(&[entry("batch:free", 1), entry("batch:bounded", 1)])
+        .await
+        .expect("batch");
+    assert_eq!(summary.applied, 1, "{summary:?}");
+    assert_eq!(summary.refused.len(), 1, "{summary:?}");
+    assert_eq!(summary.refused[0].index, 1, "{summary:?}");
+    assert_eq!(summary.refused[0].status, 409, "{summary:?}");
+    assert_eq!(api.value("batch:bounded").await, 5);
+    assert_eq!(api.value("batch:free").await, 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_keyed_bounded_write_applies_once() {
+    const ID: &str = "quota:keyed";
+    let cluster = TestCluster::start(topology(&[("USA_0", 1), ("ASIA_0", 1)])).await;
+    let usa = cluster.shards[0][0].api();
+    create_bounded(&usa, ID, None, Some(10)).await;
+    let first = usa.write_keyed(ID, json!({"delta": 6}), "spend-6").await;
+    assert_eq!(first.0, 200, "{}", first.1);
+    assert_eq!(
+        usa.write_keyed(ID, json!({"delta": 6}), "spend-6").await,
+        first
+    );
+    // Applied once: 4 more reach the bound exactly, and a retry at the bound is still answered
+    // as the first was.
+    applied(&usa, ID, 4).await;
+    let (status, body) = write(&usa, ID, 1).await;
+    assert_refused(status, &body, "max", 10);
+    assert_eq!(
+        usa.write_keyed(ID, json!({"delta": 6}), "spend-6").await,
+        first
+    );
+    global_total(&cluster.global.api(), ID, 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_hands_the_room_back() {
+    const ID: &str = "quota:reset";
+    let cluster = TestCluster::start(topology(&[("USA_0", 1), ("ASIA_0", 1)])).await;
+    let [usa, asia] = [0, 1].map(|d| cluster.shards[d][0].api());
+    create_bounded(&usa, ID, None, Some(6)).await;
+    for _ in 0..6 {
+        applied(&usa, ID, 1).await;
+    }
+    let (status, body) = write(&asia, ID, 1).await;
+    assert_refused(status, &body, "max", 6);
+    global_total(&cluster.global.api(), ID, 6).await;
+
+    let reset = usa
+        .send(Method::POST, &format!("/counter/{ID}/reset"), &[], "")
+        .await
+        .expect("reset");
+    assert_eq!(reset.status, 200, "{}", reset.json());
+    let generation = reset.json()["generation"].clone();
+    // Once ASIA's slot is in the new generation, the whole quota can be spent again.
+    eventually(
+        CONVERGE,
+        "ASIA_0's slot in the reset's generation",
+        || async { (rights(&asia, ID).await["generation"] == generation).then_some(()) },
+    )
+    .await;
+    for _ in 0..6 {
+        applied(&usa, ID, 1).await;
+    }
+    for api in [&usa, &asia] {
+        let (status, body) = write(api, ID, 1).await;
+        assert_refused(status, &body, "max", 6);
+    }
+    global_total(&cluster.global.api(), ID, 6).await;
+}
+
+#[tokio::test]
+async fn invalid_bounds_are_refused_with_400() {
+    let cluster = TestCluster::start(topology(&[("USA_0", 1)])).await;
+    let api = cluster.shards[0][0].api();
+    for (n, body) in [
+        json!({"min": 5, "max": 3}),
+        json!({"min": 1}),
+        json!({"max": -1}),
+        json!({"min": 2, "max": 8}),
+        json!({"min": -8, "max": -2}),
+        json!({"type": "unique", "max": 10}),
+        json!({"type": "unique", "min": -10}),
+        json!({"max": "ten"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("invalid:{n}");
+        let mut request = body.clone();
+        request["id"] = json!(id);
+        let (status, answer) = api.create(request).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer["error"].is_string(), "{body}: {answer}");
+        assert_eq!(api.read(&id).await.0, 404, "{body} made {id}");
+    }
+    // Both bounds at zero: valid, and every write is refused.
+    create_bounded(&api, "bounds:zero", Some(0), Some(0)).await;
+    let (status, body) = write(&api, "bounds:zero", 1).await;
+    assert_refused(status, &body, "max", 0);
+    let (status, body) = write(&api, "bounds:zero", -1).await;
+    assert_refused(status, &body, "min", 0);
+    // An unbounded counter's description shows both as null; the same bounded create again
+    // is 200.
+    let free = api.created(json!({"id": "bounds:none"})).await;
+    assert_eq!(
+        (&free["min"], &free["max"]),
+        (&Value::Null, &Value::Null),
+        "{free}"
+    );
+    let (status, again) = api
+        .create(json!({"id": "bounds:zero", "min": 0, "max": 0}))
+        .await;
+    assert_eq!(status, 200, "{again}");
+}
+
+/// Sends one RESP command on `stream` and reads its one-line reply (an integer or an error).
+async fn resp_line(stream: &mut Box<dyn Stream>, args: &[&str]) -> String {
+    let mut frame = format!("*{}\r\n", args.len());
+    for arg in args {
+        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(frame.as_bytes()).await.expect("send");
+    let mut line = Vec::new();
+    while !line.ends_with(b"\r\n") {
+        let mut byte = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut byte))
+            .await
+            .expect("a reply within 5 s")
+            .expect("a reply");
+        line.push(byte[0]);
+    }
+    String::from_utf8_lossy(&line).trim_end().to_owned()
+}
+
+#[tokio::test]
+async fn incrby_past_the_bound_is_an_error_reply_naming_it() {
+    let topology = TestTopology::with_resp(&[("USA_0", 1)], SHARD_TOML, "");
+    let cluster = TestCluster::start(topology).await;
+    let api = cluster.shards[0][0].api();
+    create_bounded(&api, "resp:quota", None, Some(10)).await;
+    let addr = cluster.topology.resp_addr("USA_0", 0);
+    let connector: Connector = match cluster.topology.topology.tls {
+        Some(_) => tls::test_ca().connector(),
+        None => tcp_connector(),
+    };
+    let mut stream = connector
+        .connect(&addr.ip().to_string(), addr.port())
+        .await
+        .expect("connect to the RESP listener");
+    assert_eq!(
+        resp_line(&mut stream, &["INCRBY", "resp:quota", "7"]).await,
+        ":7"
+    );
+    let refused = resp_line(&mut stream, &["INCRBY", "resp:quota", "4"]).await;
+    assert!(
+        refused.starts_with("-ERR ") && refused.contains("max 10"),
+        "{refused}"
+    );
+    for total in 8..=10 {
+        let reply = resp_line(&mut stream, &["INCR", "resp:quota"]).await;
+        assert_eq!(reply, format!(":{total}"));
+    }
+    let refused = resp_line(&mut stream, &["INCR", "resp:quota"]).await;
+    assert!(
+        refused.starts_with("-ERR ") && refused.contains("max 10"),
+        "{refused}"
+    );
+    assert_eq!(api.value("resp:quota").await, 10);
+}
+
+/// The cut-off region's test: USA_0 (with the global aggregator), EUROPE_0 and ASIA_0 (two
+/// shard nodes), each region 5 ms from the others.
+fn wan_topology() -> TestTopology {
+    let control = geocount_test_support::ports::free_addr();
+    let mut wan = format!("[wan]\nglobal_region = \"USA\"\ncontrol = \"{control}\"\n");
+    for pair in [["ASIA", "USA"], ["EUROPE", "USA"], ["ASIA", "EUROPE"]] {
+        wan.push_str(&format!(
+            "\n[[wan.links]]\nbetween = {pair:?}\ndelay_ms = 5\n"
+        ));
+    }
+    topology_with(&[("USA_0", 1), ("EUROPE_0", 1), ("ASIA_0", 2)], &wan)
+}
+
+fn topology_with(datacenters: &[(&str, usize)], extra: &str) -> TestTopology {
+    TestTopology::with_extra(datacenters, SHARD_TOML, extra)
+}
+
+/// Cuts (`action` "cut") or heals every link of the emulator at `control` whose name has
+/// `dc` in it (both ways, between the aggregators and between the shard nodes); their names.
+async fn every_link_of(control: &Api, dc: &str, action: &str) -> Vec<String> {
+    let (status, links) = control.get_json("/links").await;
+    assert_eq!(status, 200, "{links}");
+    let mut names = Vec::new();
+    for link in links["links"].as_array().expect("links") {
+        let name = link["name"].as_str().expect("name");
+        if name.contains(dc) {
+            let answer = control
+                .send(Method::POST, &format!("/links/{name}/{action}"), &[], "")
+                .await
+                .expect("control API");
+            assert_eq!(answer.status, 200, "{action} {name}: {}", answer.json());
+            names.push(name.to_owned());
+        }
+    }
+    names
+}
+
+/// Writes 1 to `id` through `apis` in turn, `count` times: how many were acknowledged, and
+/// the refusals' answers.
+async fn spend_ones(apis: &[Api], id: &str, count: usize) -> (i64, Vec<(u16, Value)>) {
+    let mut acknowledged = 0;
+    let mut refused = Vec::new();
+    for n in 0..count {
+        match write(&apis[n % apis.len()], id, 1).await {
+            (200, _) => acknowledged += 1,
+            answer => refused.push(answer),
+        }
+    }
+    (acknowledged, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_region_spends_only_its_rights() {
+    const ID: &str = "quota:cut";
+    const MAX: i64 = 30;
+    let topology = wan_topology();
+    let t = &topology.topology;
+    let control = Api::plain(t.wan.as_ref().expect("[wan]").control);
+    let args: Vec<String> = [
+        "--config",
+        &topology.path.display().to_string(),
+        "--bin-dir",
+        &bin_dir().display().to_string(),
+        "--data-dir",
+        &topology.dir().join("run").display().to_string(),
+        "--wan",
+        "--new-cluster",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let mut launcher = NodeProcess::start(
+        "geocount-cluster",
+        "launcher",
+        &args,
+        t.global.listen,
+        topology.dir(),
+    )
+    .await;
+    launcher.terminate_on_drop();
+    launcher
+        .wait_for_log("Ctrl-C stops the cluster", Duration::from_secs(60))
+        .await;
+    let shard = |dc: &str, slot: usize| Api::new(topology.shard_addr(dc, slot));
+    let (usa, europe) = (shard("USA_0", 0), shard("EUROPE_0", 0));
+    let asia = [shard("ASIA_0", 0), shard("ASIA_0", 1)];
+    let global = Api::new(t.global.listen);
+    create_bounded(&usa, ID, None, Some(MAX)).await;
+    applied(&asia[0], ID, 2).await;
+
+    // What ASIA_0's slots hold before the cut is all it may spend during it.
+    let held = up_rights(&asia, ID).await;
+    assert_eq!(held, 8, "ASIA_0's share (10) less its 2 spent");
+    let cut = every_link_of(&control, "ASIA_0", "cut").await;
+    assert!(cut.len() >= 4, "ASIA_0's links: {cut:?}");
+
+    let (in_asia, refused) = spend_ones(&asia, ID, held as usize + 4).await;
+    assert_eq!(
+        in_asia, held,
+        "ASIA_0 spends what it held, asking no one: {refused:?}"
+    );
+    for (status, body) in &refused {
+        assert_refused(*status, body, "max", MAX);
+    }
+    // The others spend theirs and each other's, never ASIA_0's.
+    let (elsewhere, refused) = spend_ones(&[usa.clone(), europe.clone()], ID, 24).await;
+    assert_eq!(elsewhere, 20, "{refused:?}");
+    for (status, body) in &refused {
+        assert_refused(*status, body, "max", MAX);
+    }
+
+    every_link_of(&control, "ASIA_0", "heal").await;
+    let total = 2 + in_asia + elsewhere;
+    assert!(total <= MAX);
+    global_total(&global, ID, total).await;
+    for api in [&usa, &europe, &asia[1]] {
+        let (status, body) = write(api, ID, 1).await;
+        assert_refused(status, &body, "max", MAX);
+    }
+    let status = launcher.terminate();
+    assert!(status.success(), "the launcher exited with {status}");
+}
