@@ -5,6 +5,7 @@
 //! - [`http`]: the request's path picks its route and what the caller must be allowed; the
 //!   handler decodes and checks the body, query and keys into the [`engine::write`] vocabulary
 //!   every later stage names a write with.
+//! - [`request`]: what a write asks ([`request::WriteRequest`]), named by every stage.
 //! - [`resp`]: the Redis protocol beside [`http`] on the node's `resp` address: the same
 //!   writes, lifecycle changes and access rights in Redis's commands and words.
 //! - [`route`]: the slot the write goes to (consistent hashing over the datacenter's slots); a
@@ -14,6 +15,9 @@
 //!   committed state, appends the group to the write-ahead log and fsyncs once, then installs
 //!   it in the slot table reads are served from and answers; a checkpointer folds closed log
 //!   segments into the store.
+//! - [`rights`]: a bounded counter's write its slot lacks the rights for asks the counter's
+//!   other slots for rights (this datacenter's first) and is tried again; other nodes' asks
+//!   are answered here.
 //! - [`peer`]: the committed write reaches the datacenter's other nodes as they pull this
 //!   node's slot (served by [`http`]); this node pulls theirs in turn (its replicas, so that a
 //!   peer that loses its disk can restore from them) and the counters' descriptions.
@@ -40,7 +44,9 @@ pub mod http;
 pub mod metrics;
 pub(crate) mod peer;
 pub mod read;
+pub(crate) mod request;
 pub(crate) mod resp;
+pub mod rights;
 pub(crate) mod route;
 pub(crate) mod server;
 pub mod startup;

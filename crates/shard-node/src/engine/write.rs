@@ -3,26 +3,13 @@
 //! loop all name writes; none of them needs the commit loop to do so.
 
 use geocount_model::{
-    CounterDescription, CounterId, CounterType, IdempotencyRecord, SlotRecord, SlotState,
-    VersionedDescription,
+    CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, RightsAnswer,
+    Room, SlotId, SlotRecord, SlotState, VersionedDescription,
 };
 use tokio::sync::oneshot;
 
 use crate::error::{ShardError, StorageError};
-
-/// What a write changes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    /// Adds a signed delta to a sum counter's total.
-    Delta(i64),
-    /// Adds an item to a unique counter's sketch.
-    Item {
-        /// The item, as written (forwarded writes carry it on).
-        item: Box<str>,
-        /// Its hash ([`geocount_model::unique::hash_item`]).
-        hash: u64,
-    },
-}
+pub use crate::request::{Change, WriteRequest};
 
 impl LifecycleChange {
     /// What a retry with the same `Idempotency-Key` must ask again: which change, and for an
@@ -48,40 +35,6 @@ pub enum LifecycleRequest {
     Expire(Option<u32>),
 }
 
-impl Change {
-    /// An item change, hashed.
-    pub fn item(item: &str) -> Self {
-        Change::Item {
-            item: item.into(),
-            hash: geocount_model::unique::hash_item(item),
-        }
-    }
-
-    /// The counter type this change is for.
-    pub fn counter_type(&self) -> CounterType {
-        match self {
-            Change::Delta(_) => CounterType::Sum,
-            Change::Item { .. } => CounterType::Unique,
-        }
-    }
-}
-
-/// One write asked of the node.
-#[derive(Debug, Clone)]
-pub struct WriteRequest {
-    /// The counter.
-    pub id: CounterId,
-    /// A delta or an item.
-    pub change: Change,
-    /// Deduplicates retries of this write.
-    pub idempotency_key: Option<Box<str>>,
-    /// When the hit happened, in unix seconds (kept for rolling windows).
-    pub timestamp_secs: u64,
-    /// Sets the counter's expiry this many seconds ahead, in the same group as the write,
-    /// when it has none (increment with expiry).
-    pub ttl_secs: Option<u32>,
-}
-
 /// A change of a counter's life: what `DELETE /counter/{id}`, `POST /counter/{id}/reset` and
 /// `PATCH /counter/{id}` ask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +53,32 @@ pub enum LifecycleChange {
         expires_at_ms: u64,
         /// The forwarded write's counter type.
         counter_type: CounterType,
+    },
+}
+
+/// A change of the own slot's rights of one counter (docs/architecture.md, "Bounded
+/// counters").
+#[derive(Debug, Clone)]
+pub enum RightsRequest {
+    /// Give slot `to` up to `want` (at least `need` where held), in `generation`.
+    Give {
+        /// The asking slot.
+        to: SlotId,
+        /// The generation it counts in.
+        generation: HlcTimestamp,
+        /// What it lacks.
+        need: Room,
+        /// What it would take.
+        want: Room,
+    },
+    /// Record that slot `from` gave `total` in all, in `generation`.
+    Receive {
+        /// The giving slot.
+        from: SlotId,
+        /// The generation it gave in.
+        generation: HlcTimestamp,
+        /// What it gave in all.
+        total: Room,
     },
 }
 
@@ -135,6 +114,15 @@ pub enum Command {
         key: Option<(Box<str>, (i64, u64))>,
         /// Where the result goes.
         reply: oneshot::Sender<Result<CounterDescription, ShardError>>,
+    },
+    /// Give or take in rights of a bounded counter's slot: answered once durable.
+    Rights {
+        /// The counter.
+        id: CounterId,
+        /// What is asked.
+        request: RightsRequest,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<RightsAnswer, ShardError>>,
     },
     /// Adopt descriptions learned from other nodes (kept where newer than what is known).
     Describe(Vec<VersionedDescription>),
