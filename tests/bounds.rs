@@ -494,6 +494,23 @@ async fn every_link_of(control: &Api, dc: &str, action: &str) -> Vec<String> {
     names
 }
 
+/// Checks that a refusal names `datacenters` as not asked for their rights (none: says no
+/// datacenter went unasked).
+fn assert_unasked(body: &Value, datacenters: &[&str]) {
+    let error = body["error"].as_str().unwrap_or_default();
+    match error.split_once("(datacenters ") {
+        None => assert!(
+            datacenters.is_empty(),
+            "no datacenter named unasked: {body}"
+        ),
+        Some((_, note)) => {
+            let named = note.strip_suffix(" could not be asked for their rights)");
+            let named: Vec<&str> = named.expect(error).split(", ").collect();
+            assert_eq!(named, datacenters, "{body}");
+        }
+    }
+}
+
 /// Writes 1 to `id` through `apis` in turn, `count` times: how many were acknowledged, and
 /// the refusals' answers.
 async fn spend_ones(apis: &[Api], id: &str, count: usize) -> (i64, Vec<(u16, Value)>) {
@@ -550,7 +567,12 @@ async fn a_cut_off_region_spends_only_its_rights() {
     let held = up_rights(&asia, ID).await;
     assert_eq!(held, 8, "ASIA_0's share (10) less its 2 spent");
     let cut = every_link_of(&control, "ASIA_0", "cut").await;
-    assert!(cut.len() >= 4, "ASIA_0's links: {cut:?}");
+    // Its shard nodes' calls to other regions' and theirs to it pass links too (rights asks).
+    assert!(
+        cut.iter().any(|l| l.starts_with("ASIA_0-to-DC_"))
+            && cut.iter().any(|l| l.contains("-to-DC_ASIA_0_")),
+        "no link between ASIA_0's shard nodes and the others: {cut:?}"
+    );
 
     let (in_asia, refused) = spend_ones(&asia, ID, held as usize + 4).await;
     assert_eq!(
@@ -559,21 +581,27 @@ async fn a_cut_off_region_spends_only_its_rights() {
     );
     for (status, body) in &refused {
         assert_refused(*status, body, "max", MAX);
+        assert_unasked(body, &["USA_0", "EUROPE_0"]);
     }
     // The others spend theirs and each other's, never ASIA_0's.
     let (elsewhere, refused) = spend_ones(&[usa.clone(), europe.clone()], ID, 24).await;
     assert_eq!(elsewhere, 20, "{refused:?}");
     for (status, body) in &refused {
         assert_refused(*status, body, "max", MAX);
+        assert_unasked(body, &["ASIA_0"]);
     }
 
     every_link_of(&control, "ASIA_0", "heal").await;
     let total = 2 + in_asia + elsewhere;
     assert!(total <= MAX);
     global_total(&global, ID, total).await;
+    // Healed, every datacenter answers the asks: the room is spent, not out of reach. (A slot
+    // that did not answer is skipped for 2 s.)
+    tokio::time::sleep(Duration::from_secs(2)).await;
     for api in [&usa, &europe, &asia[1]] {
         let (status, body) = write(api, ID, 1).await;
         assert_refused(status, &body, "max", MAX);
+        assert_unasked(&body, &[]);
     }
     let status = launcher.terminate();
     assert!(status.success(), "the launcher exited with {status}");
