@@ -113,6 +113,12 @@ struct Tally {
     unexpected: Mutex<Vec<String>>,
 }
 
+/// Whether `body` is the refusal of a write past [`QUOTA`], naming it.
+fn refused_at_quota(body: &Value) -> bool {
+    let error = body["error"].as_str().unwrap_or_default();
+    body["bound"] == "max" && body["limit"] == QUOTA && error.contains("max 1000")
+}
+
 /// Increments `id` by 1 through `api` until the tally says stop.
 async fn keep_writing(api: Api, id: &'static str, tally: Arc<Tally>) {
     while !tally.stop.load(Ordering::SeqCst) {
@@ -120,7 +126,7 @@ async fn keep_writing(api: Api, id: &'static str, tally: Arc<Tally>) {
             Ok((200, _)) => {
                 tally.acknowledged.fetch_add(1, Ordering::SeqCst);
             }
-            Ok((409, body)) if body["bound"] == "max" && body["limit"] == QUOTA => {
+            Ok((409, body)) if refused_at_quota(&body) => {
                 tally.refused.fetch_add(1, Ordering::SeqCst);
             }
             Ok((status, body)) => tally
@@ -355,6 +361,49 @@ async fn a_reset_hands_the_room_back() {
         assert_refused(status, &body, "max", 6);
     }
     global_total(&cluster.global.api(), ID, 6).await;
+}
+
+/// `POST /counters/{id}/increment` of 1 with `"ttlSeconds": ttl`: (status, JSON).
+async fn increment_with_ttl(api: &Api, id: &str, ttl: u32) -> (u16, Value) {
+    let answer = api
+        .send(
+            Method::POST,
+            &format!("/counters/{}/increment", encode_id(id)),
+            &[],
+            json!({"delta": 1, "ttlSeconds": ttl}).to_string(),
+        )
+        .await
+        .expect("increment");
+    (answer.status.as_u16(), answer.json())
+}
+
+#[tokio::test]
+async fn an_expired_quota_is_made_again_with_its_bounds() {
+    const ID: &str = "quota:window";
+    const TTL: u32 = 3;
+    let cluster = TestCluster::start(topology(&[("USA_0", 1)])).await;
+    let api = cluster.shards[0][0].api();
+    let created = api
+        .created(json!({"id": ID, "max": 3, "ttlSeconds": TTL}))
+        .await;
+    assert_eq!(created["max"], 3, "{created}");
+    // A fixed-window quota: 3 a window, each write setting the expiry of the counter it makes.
+    for window in 0..2 {
+        for n in 1..=3 {
+            let (status, body) = increment_with_ttl(&api, ID, TTL).await;
+            assert_eq!(
+                (status, &body["value"]),
+                (200, &json!(n)),
+                "window {window}: {body}"
+            );
+        }
+        let (status, body) = increment_with_ttl(&api, ID, TTL).await;
+        assert_refused(status, &body, "max", 3);
+        eventually(CONVERGE, "the quota's window to end", || async {
+            (api.read(ID).await.0 == 404).then_some(())
+        })
+        .await;
+    }
 }
 
 #[tokio::test]
