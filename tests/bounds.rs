@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 use geocount_model::wire::EntryOutcome;
 use geocount_net::{Connector, Stream, tcp_connector};
 use geocount_test_support::api::{encode_id, entry};
-use geocount_test_support::process::bin_dir;
 use geocount_test_support::{Api, Method, NodeProcess, TestCluster, TestTopology, eventually, tls};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[path = "bounds/wan.rs"]
+mod wan;
 
 /// How long a total may take to reach the global aggregator.
 const CONVERGE: Duration = Duration::from_secs(15);
@@ -506,60 +508,6 @@ async fn incrby_past_the_bound_is_an_error_reply_naming_it() {
     assert_eq!(api.value("resp:quota").await, 10);
 }
 
-/// The cut-off region's test: USA_0 (with the global aggregator), EUROPE_0 and ASIA_0 (two
-/// shard nodes), each region 5 ms from the others.
-fn wan_topology() -> TestTopology {
-    let control = geocount_test_support::ports::free_addr();
-    let mut wan = format!("[wan]\nglobal_region = \"USA\"\ncontrol = \"{control}\"\n");
-    for pair in [["ASIA", "USA"], ["EUROPE", "USA"], ["ASIA", "EUROPE"]] {
-        wan.push_str(&format!(
-            "\n[[wan.links]]\nbetween = {pair:?}\ndelay_ms = 5\n"
-        ));
-    }
-    topology_with(&[("USA_0", 1), ("EUROPE_0", 1), ("ASIA_0", 2)], &wan)
-}
-
-fn topology_with(datacenters: &[(&str, usize)], extra: &str) -> TestTopology {
-    TestTopology::with_extra(datacenters, SHARD_TOML, extra)
-}
-
-/// Cuts (`action` "cut") or heals every link of the emulator at `control` whose name has
-/// `dc` in it (both ways, between the aggregators and between the shard nodes); their names.
-async fn every_link_of(control: &Api, dc: &str, action: &str) -> Vec<String> {
-    let (status, links) = control.get_json("/links").await;
-    assert_eq!(status, 200, "{links}");
-    let mut names = Vec::new();
-    for link in links["links"].as_array().expect("links") {
-        let name = link["name"].as_str().expect("name");
-        if name.contains(dc) {
-            let answer = control
-                .send(Method::POST, &format!("/links/{name}/{action}"), &[], "")
-                .await
-                .expect("control API");
-            assert_eq!(answer.status, 200, "{action} {name}: {}", answer.json());
-            names.push(name.to_owned());
-        }
-    }
-    names
-}
-
-/// Checks that a refusal names `datacenters` as not asked for their rights (none: says no
-/// datacenter went unasked).
-fn assert_unasked(body: &Value, datacenters: &[&str]) {
-    let error = body["error"].as_str().unwrap_or_default();
-    match error.split_once("(datacenters ") {
-        None => assert!(
-            datacenters.is_empty(),
-            "no datacenter named unasked: {body}"
-        ),
-        Some((_, note)) => {
-            let named = note.strip_suffix(" could not be asked for their rights)");
-            let named: Vec<&str> = named.expect(error).split(", ").collect();
-            assert_eq!(named, datacenters, "{body}");
-        }
-    }
-}
-
 /// Writes 1 to `id` through `apis` in turn, `count` times: how many were acknowledged, and
 /// the refusals' answers.
 async fn spend_ones(apis: &[Api], id: &str, count: usize) -> (i64, Vec<(u16, Value)>) {
@@ -578,33 +526,10 @@ async fn spend_ones(apis: &[Api], id: &str, count: usize) -> (i64, Vec<(u16, Val
 async fn a_cut_off_region_spends_only_its_rights() {
     const ID: &str = "quota:cut";
     const MAX: i64 = 30;
-    let topology = wan_topology();
+    let topology = wan::topology(SHARD_TOML);
     let t = &topology.topology;
     let control = Api::plain(t.wan.as_ref().expect("[wan]").control);
-    let args: Vec<String> = [
-        "--config",
-        &topology.path.display().to_string(),
-        "--bin-dir",
-        &bin_dir().display().to_string(),
-        "--data-dir",
-        &topology.dir().join("run").display().to_string(),
-        "--wan",
-        "--new-cluster",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let mut launcher = NodeProcess::start(
-        "geocount-cluster",
-        "launcher",
-        &args,
-        t.global.listen,
-        topology.dir(),
-    )
-    .await;
-    launcher.terminate_on_drop();
-    launcher
-        .wait_for_log("Ctrl-C stops the cluster", Duration::from_secs(60))
-        .await;
+    let mut launcher = wan::start(&topology).await;
     let shard = |dc: &str, slot: usize| Api::new(topology.shard_addr(dc, slot));
     let (usa, europe) = (shard("USA_0", 0), shard("EUROPE_0", 0));
     let asia = [shard("ASIA_0", 0), shard("ASIA_0", 1)];
@@ -615,7 +540,7 @@ async fn a_cut_off_region_spends_only_its_rights() {
     // What ASIA_0's slots hold before the cut is all it may spend during it.
     let held = up_rights(&asia, ID).await;
     assert_eq!(held, 8, "ASIA_0's share (10) less its 2 spent");
-    let cut = every_link_of(&control, "ASIA_0", "cut").await;
+    let cut = wan::every_link_of(&control, "ASIA_0", "cut").await;
     // Its shard nodes' calls to other regions' and theirs to it pass links too (rights asks).
     assert!(
         cut.iter().any(|l| l.starts_with("ASIA_0-to-DC_"))
@@ -630,17 +555,17 @@ async fn a_cut_off_region_spends_only_its_rights() {
     );
     for (status, body) in &refused {
         assert_refused(*status, body, "max", MAX);
-        assert_unasked(body, &["USA_0", "EUROPE_0"]);
+        wan::assert_unasked(body, &["USA_0", "EUROPE_0"]);
     }
     // The others spend theirs and each other's, never ASIA_0's.
     let (elsewhere, refused) = spend_ones(&[usa.clone(), europe.clone()], ID, 24).await;
     assert_eq!(elsewhere, 20, "{refused:?}");
     for (status, body) in &refused {
         assert_refused(*status, body, "max", MAX);
-        assert_unasked(body, &["ASIA_0"]);
+        wan::assert_unasked(body, &["ASIA_0"]);
     }
 
-    every_link_of(&control, "ASIA_0", "heal").await;
+    wan::every_link_of(&control, "ASIA_0", "heal").await;
     let total = 2 + in_asia + elsewhere;
     assert!(total <= MAX);
     global_total(&global, ID, total).await;
@@ -650,7 +575,7 @@ async fn a_cut_off_region_spends_only_its_rights() {
     for api in [&usa, &europe, &asia[1]] {
         let (status, body) = write(api, ID, 1).await;
         assert_refused(status, &body, "max", MAX);
-        assert_unasked(&body, &[]);
+        wan::assert_unasked(&body, &[]);
     }
     let status = launcher.terminate();
     assert!(status.success(), "the launcher exited with {status}");
