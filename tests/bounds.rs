@@ -1,8 +1,8 @@
 //! End-to-end tests of bounded counters (#40; docs/api.md, docs/architecture.md, "Bounded
 //! counters"): a counter created with `"min"` and/or `"max"` never lets its world total out of
 //! them, whichever datacenters write it, and refuses the writes that would with 409 naming the
-//! bound. Each test starts the real binaries on loopback; the cut-off region's test runs the
-//! launcher's emulated WAN (`geocount-cluster --wan`) to cut one region's links.
+//! bound. Each test starts the real binaries on loopback; those across regions of the
+//! launcher's emulated WAN (a cut-off region, a slow one) are in `bounds/wan.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -506,77 +506,4 @@ async fn incrby_past_the_bound_is_an_error_reply_naming_it() {
         "{refused}"
     );
     assert_eq!(api.value("resp:quota").await, 10);
-}
-
-/// Writes 1 to `id` through `apis` in turn, `count` times: how many were acknowledged, and
-/// the refusals' answers.
-async fn spend_ones(apis: &[Api], id: &str, count: usize) -> (i64, Vec<(u16, Value)>) {
-    let mut acknowledged = 0;
-    let mut refused = Vec::new();
-    for n in 0..count {
-        match write(&apis[n % apis.len()], id, 1).await {
-            (200, _) => acknowledged += 1,
-            answer => refused.push(answer),
-        }
-    }
-    (acknowledged, refused)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cut_off_region_spends_only_its_rights() {
-    const ID: &str = "quota:cut";
-    const MAX: i64 = 30;
-    let topology = wan::topology(SHARD_TOML);
-    let t = &topology.topology;
-    let control = Api::plain(t.wan.as_ref().expect("[wan]").control);
-    let mut launcher = wan::start(&topology).await;
-    let shard = |dc: &str, slot: usize| Api::new(topology.shard_addr(dc, slot));
-    let (usa, europe) = (shard("USA_0", 0), shard("EUROPE_0", 0));
-    let asia = [shard("ASIA_0", 0), shard("ASIA_0", 1)];
-    let global = Api::new(t.global.listen);
-    create_bounded(&usa, ID, None, Some(MAX)).await;
-    applied(&asia[0], ID, 2).await;
-
-    // What ASIA_0's slots hold before the cut is all it may spend during it.
-    let held = up_rights(&asia, ID).await;
-    assert_eq!(held, 8, "ASIA_0's share (10) less its 2 spent");
-    let cut = wan::every_link_of(&control, "ASIA_0", "cut").await;
-    // Its shard nodes' calls to other regions' and theirs to it pass links too (rights asks).
-    assert!(
-        cut.iter().any(|l| l.starts_with("ASIA_0-to-DC_"))
-            && cut.iter().any(|l| l.contains("-to-DC_ASIA_0_")),
-        "no link between ASIA_0's shard nodes and the others: {cut:?}"
-    );
-
-    let (in_asia, refused) = spend_ones(&asia, ID, held as usize + 4).await;
-    assert_eq!(
-        in_asia, held,
-        "ASIA_0 spends what it held, asking no one: {refused:?}"
-    );
-    for (status, body) in &refused {
-        assert_refused(*status, body, "max", MAX);
-        wan::assert_unasked(body, &["USA_0", "EUROPE_0"]);
-    }
-    // The others spend theirs and each other's, never ASIA_0's.
-    let (elsewhere, refused) = spend_ones(&[usa.clone(), europe.clone()], ID, 24).await;
-    assert_eq!(elsewhere, 20, "{refused:?}");
-    for (status, body) in &refused {
-        assert_refused(*status, body, "max", MAX);
-        wan::assert_unasked(body, &["ASIA_0"]);
-    }
-
-    wan::every_link_of(&control, "ASIA_0", "heal").await;
-    let total = 2 + in_asia + elsewhere;
-    assert!(total <= MAX);
-    global_total(&global, ID, total).await;
-    // Healed, every datacenter answers the asks: the room is spent, not out of reach. (A slot
-    // that did not answer is skipped for 2 s.)
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    for api in [&usa, &europe, &asia[1]] {
-        let (status, body) = write(api, ID, 1).await;
-        assert_refused(status, &body, "max", MAX);
-        wan::assert_unasked(&body, &[]);
-    }
-    let status = launcher.terminate();
-    assert!(status.success(), "the launcher exited with {status}");
 }
