@@ -163,6 +163,21 @@ async fn three_datacenters_spend_a_quota_of_1000_exactly_once() {
             writers.push(tokio::spawn(keep_writing(api, ID, tally.clone())));
         }
     }
+    // Meanwhile the global aggregator never reads past the quota.
+    let global = cluster.global.api();
+    let reader = tokio::spawn({
+        let tally = tally.clone();
+        async move {
+            let mut highest = 0;
+            while !tally.stop.load(Ordering::SeqCst) {
+                if let (200, total) = global.global_read(ID, "").await {
+                    highest = highest.max(total["value"].as_i64().expect("a total"));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            highest
+        }
+    });
     // Everyone writes until the quota is spent, and on for a while after: all refused. (An
     // answer of unknown outcome fails the test below: it may have spent a unit no one counts.)
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -178,6 +193,8 @@ async fn three_datacenters_spend_a_quota_of_1000_exactly_once() {
     for writer in writers {
         writer.await.expect("writer");
     }
+    let highest = reader.await.expect("reader");
+    assert!(highest <= QUOTA, "the global aggregator read {highest}");
     let unexpected = tally.unexpected.lock().unwrap().clone();
     assert!(
         unexpected.is_empty(),
@@ -202,6 +219,14 @@ async fn three_datacenters_spend_a_quota_of_1000_exactly_once() {
     }
     let (status, total) = cluster.global.api().global_read(ID, "").await;
     assert_eq!((status, &total["value"]), (200, &json!(QUOTA)), "{total}");
+    // And a shard node's world read, its datacenter now and the others from the global tier.
+    let path = format!("/counter/{}/world", encode_id(ID));
+    cluster.shards[2][0]
+        .api()
+        .read_until(CONVERGE, &path, |status, body| {
+            status == 200 && body["value"] == QUOTA
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
