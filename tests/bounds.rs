@@ -476,6 +476,32 @@ async fn invalid_bounds_are_refused_with_400() {
         .create(json!({"id": "bounds:zero", "min": 0, "max": 0}))
         .await;
     assert_eq!(status, 200, "{again}");
+    let (status, other) = api
+        .create(json!({"id": "bounds:zero", "min": 0, "max": 5}))
+        .await;
+    assert_eq!(status, 409, "other bounds for an existing counter: {other}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creation_some_node_missed_is_503_until_sent_again() {
+    const ID: &str = "quota:pushed";
+    let cluster = TestCluster::start(topology(&[("USA_0", 1), ("ASIA_0", 2)])).await;
+    let usa = cluster.shards[0][0].api();
+    let body = json!({"id": ID, "max": 10});
+    cluster.shards[1][1].pause();
+    let (status, missed) = usa.create(body.clone()).await;
+    cluster.shards[1][1].resume();
+    assert_eq!(status, 503, "{missed}");
+    let error = missed["error"].as_str().unwrap_or_default();
+    assert!(error.contains("DC_ASIA_0_VAL_1"), "{missed}");
+    assert!(!error.contains("DC_ASIA_0_VAL_0"), "{missed}");
+    let (status, finished) = usa.create(body).await;
+    assert_eq!((status, &finished["max"]), (200, &json!(10)), "{finished}");
+    let (status, held) = cluster.shards[1][1]
+        .api()
+        .get_json(&format!("/counter/{ID}/rights"))
+        .await;
+    assert_eq!((status, &held["max"]), (200, &json!(10)), "{held}");
 }
 
 /// Sends one RESP command on `stream` and reads its one-line reply (an integer or an error).
@@ -531,4 +557,12 @@ async fn incrby_past_the_bound_is_an_error_reply_naming_it() {
         "{refused}"
     );
     assert_eq!(api.value("resp:quota").await, 10);
+    create_bounded(&api, "resp:floor", Some(-2), None).await;
+    let reply = resp_line(&mut stream, &["DECRBY", "resp:floor", "2"]).await;
+    assert_eq!(reply, ":-2");
+    let refused = resp_line(&mut stream, &["DECR", "resp:floor"]).await;
+    assert!(
+        refused.starts_with("-ERR ") && refused.contains("min -2"),
+        "{refused}"
+    );
 }
