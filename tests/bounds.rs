@@ -253,6 +253,36 @@ async fn a_decrement_frees_room_another_datacenter_spends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_short_of_rights_are_applied_while_room_is_left() {
+    const ID: &str = "quota:queued";
+    const WRITES: usize = 12;
+    let cluster =
+        TestCluster::start(topology(&[("USA_0", 1), ("EUROPE_0", 1), ("ASIA_0", 1)])).await;
+    let usa = cluster.shards[0][0].api();
+    create_bounded(&usa, ID, None, Some(30)).await;
+    applied(&usa, ID, 10).await;
+    // Each needs rights from the others, which hold 20: every one fits.
+    let writes: Vec<_> = (0..WRITES)
+        .map(|_| {
+            let usa = usa.clone();
+            tokio::spawn(async move { write(&usa, ID, 1).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for writer in writes {
+        answers.push(writer.await.expect("writer"));
+    }
+    let refused: Vec<&(u16, Value)> = answers.iter().filter(|(s, _)| *s != 200).collect();
+    let held = rights(&usa, ID).await;
+    assert!(
+        refused.is_empty(),
+        "{} of {WRITES} refused: {refused:?}; USA_0's slot then: {held}",
+        refused.len()
+    );
+    global_total(&cluster.global.api(), ID, 10 + WRITES as i64).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_refuses_a_decrement_past_it() {
     const ID: &str = "stock:min";
     let cluster = TestCluster::start(topology(&[("USA_0", 1), ("ASIA_0", 1)])).await;
