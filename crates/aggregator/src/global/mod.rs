@@ -18,6 +18,8 @@
 //! - [`datacenters`]: `GET /datacenters`.
 //! - [`world`]: `POST /parts`: the other datacenters' parts of counters, for a shard node's
 //!   world reads.
+//! - [`status`]: `GET /status` and `GET /counter/{id}/rights`: each datacenter as heard here
+//!   and as its aggregator sees its slots, for the status page.
 //! - [`api`]: its routes and who may call them.
 //!
 //! Its metrics are named `geocount_global_<name>`; its sources are the datacenters, each named
@@ -30,6 +32,7 @@ pub mod layout;
 pub mod query;
 pub mod read;
 pub mod staleness;
+pub mod status;
 pub mod sums;
 pub mod trends;
 pub mod world;
