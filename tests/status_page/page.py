@@ -115,6 +115,14 @@ def main():
                  lambda: driver.find_element(By.ID, "counter-value").text == expected)
         print(f"SEEN {expected}", flush=True)
 
+    # Nothing shows a JavaScript placeholder for a missing value.
+    text = driver.find_element(By.TAG_NAME, "body").text
+    for word in ["undefined", "NaN", "[object"]:
+        if word in text:
+            fail(driver, f"the page shows {word!r}")
+    if "null" in text.split("\n"):
+        fail(driver, "the page shows a line 'null'")
+
     errors = [entry["message"] for entry in driver.get_log("browser")
               if entry["level"] == "SEVERE"
               and not (args.token and "status of 401" in entry["message"])]

@@ -274,10 +274,17 @@
     return true;
   }
 
-  function rankedList(list) {
-    if (!list.length) return el("div", { class: "muted" }, "no counter");
+  // At most SHOWN entries of a ranking, with a bar each, and how many more there are.
+  function rankedList(all) {
+    const SHOWN = 15;
+    if (!all.length) return el("div", { class: "muted" }, "no counter");
+    const list = all.slice(0, SHOWN);
     const top = Math.max(...list.map((e) => Math.abs(Number(e.value))), 1);
-    return el("table", { class: "ranked" }, el("tbody", {}, list.map((entry) =>
+    const more = all.length > SHOWN
+      ? el("tfoot", {}, el("tr", {}, el("td", { class: "muted", colspan: 3 },
+        "and " + (all.length - SHOWN) + " more")))
+      : null;
+    return el("table", { class: "ranked" }, more, el("tbody", {}, list.map((entry) =>
       el("tr", {},
         el("td", {}, entry.id),
         el("td", { class: "num" }, number(entry.value)),
@@ -304,10 +311,10 @@
       box.replaceChildren(el("div", { class: "error" }, refusal(answer)));
       return;
     }
-    box.replaceChildren(rankedList(answer.body.top),
+    box.replaceChildren(...[rankedList(answer.body.top),
       el("div", { class: "small muted" }, "staleness " + ms(answer.body.staleness_ms) +
         (answer.body.complete ? "" : ", not complete")),
-      global ? perPart(answer.body.datacenters, "top") : null);
+      global ? perPart(answer.body.datacenters, "top") : null].filter(Boolean));
   }
 
   async function refreshTrending() {
@@ -325,9 +332,10 @@
       return;
     }
     box.className = "";
-    box.replaceChildren(el("div", { class: "small muted" }, "threshold " + number(answer.body.threshold)),
+    box.replaceChildren(...[
+      el("div", { class: "small muted" }, "threshold " + number(answer.body.threshold)),
       rankedList(answer.body.trending),
-      global ? perPart(answer.body.datacenters, "trending") : null);
+      global ? perPart(answer.body.datacenters, "trending") : null].filter(Boolean));
   }
 
   async function refreshCounter() {
