@@ -32,7 +32,7 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo test --manifest-path fuzz/C
 # tiers (a test CA per test process; docs/testing.md): about a minute more.
 E2E_TLS=1 cargo test --locked -p geocount-e2e --test shard_node --test aggregation --test replication \
   --test windows --test topk --test openapi --test wan_cluster --test auth --test restore \
-  --test fencing --test roles --test replicas --test partitions --test resp
+  --test fencing --test roles --test replicas --test partitions --test resp --test status_page
 # Every tier's /openapi.json against the running tier, with and without [auth]: schemathesis
 # with its default checks, installed when missing (about three minutes; scripts/openapi-check.sh).
 scripts/openapi-check.sh

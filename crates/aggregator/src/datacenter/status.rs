@@ -220,3 +220,60 @@ pub async fn rights(
     };
     Ok(state.core.answer(&answer))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn slot(name: &str, sources: Value) -> SlotView {
+        SlotView {
+            slot: name.to_owned(),
+            address: format!("addr-{name}"),
+            pulled: SourceHealth {
+                staleness_ms: Some(1),
+                last_error: None,
+                incomplete: false,
+                refused_ahead: 0,
+            },
+            health_status: Some(200),
+            health: Some(json!({"status": "ok", "sources": sources})),
+            error: None,
+            writes_applied: None,
+            replication_lag_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_slots_replication_lag_is_the_worst_of_its_peers_copies() {
+        let slots = [
+            slot(
+                "A",
+                json!([{"source": "B", "staleness_ms": 30}, {"source": "C", "staleness_ms": 5}]),
+            ),
+            slot(
+                "B",
+                json!([{"source": "A", "staleness_ms": 40}, {"source": "aggregator X", "staleness_ms": 900}]),
+            ),
+            slot(
+                "C",
+                json!([{"source": "A", "staleness_ms": 70}, {"source": "B", "staleness_ms": null}]),
+            ),
+        ];
+        let lag = |n: usize| replication_lag(&slots[n].slot, &slots[n].address, &slots);
+        assert_eq!(lag(0), Some(70), "the worst peer's copy of A");
+        assert_eq!(lag(1), None, "C never had B's copy complete");
+        assert_eq!(lag(2), Some(5));
+        // A slot no peer pulls (a datacenter of one node) has none.
+        let alone = [slot("A", json!([]))];
+        assert_eq!(replication_lag("A", "addr-A", &alone), None);
+    }
+
+    #[test]
+    fn the_health_word_names_the_worst_problem() {
+        assert_eq!(health_word(false, false, false), "ok");
+        assert_eq!(health_word(false, false, true), "degraded");
+        assert_eq!(health_word(false, true, true), "over its byte bound");
+        assert_eq!(health_word(true, true, true), "slot served twice");
+    }
+}
