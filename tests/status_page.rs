@@ -3,7 +3,8 @@
 //! aggregator's page, without `[auth]` (over TLS with `E2E_TLS=1`), then a datacenter
 //! aggregator's with `[auth]` and `[tls]` (the token typed into the page): each loads with no
 //! console error, shows every datacenter with its slots, shows a bounded counter's value and
-//! rights, and shows a write made after it loaded. Needs what `scripts/browser-tools.sh`
+//! rights, and shows a write made after it loaded. A hung shard node shows as unreachable
+//! in its datacenter's status, which still answers at once. Needs what `scripts/browser-tools.sh`
 //! installs (`scripts/test.sh` runs it); without it the test says why and passes.
 
 use std::io::{BufRead, BufReader, Write};
@@ -194,6 +195,21 @@ async fn the_status_pages_show_every_datacenter_and_follow_writes() {
         page.tell(12);
         assert_eq!(page.expect("SEEN"), "12");
         page.finish();
+
+        // A hung shard node: the status still answers at once, with that node unreachable
+        // in its datacenter's view rather than the datacenter missing.
+        let hung = &cluster.shards[0][1];
+        hung.pause();
+        let asked = std::time::Instant::now();
+        let (status, body) = global.get_json("/status").await;
+        let took = asked.elapsed();
+        hung.resume();
+        assert_eq!(status, 200, "{body}");
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        let slots = &body["datacenters"][0]["view"]["slots"];
+        assert!(slots[1]["error"].is_string(), "{body}");
+        assert_eq!(slots[0]["health"]["status"], "ok", "{body}");
+        assert_eq!(body["datacenters"][1]["name"], "ASIA_0", "{body}");
     }
 
     // A datacenter aggregator's page with [auth] and [tls]: the token typed into the page.

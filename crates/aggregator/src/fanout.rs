@@ -12,15 +12,21 @@ use serde_json::Value;
 
 use crate::error::AggregatorError;
 
-/// How long a status route waits for any one process below.
-pub const FANOUT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How long the datacenter tier's status routes wait for a shard node.
+pub const SHARD_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// How long the global tier's status routes wait for a datacenter aggregator: longer than
+/// [`SHARD_TIMEOUT`], so that a hung shard node shows in its datacenter's answer rather than
+/// hiding the whole datacenter.
+pub const AGGREGATOR_TIMEOUT: Duration = Duration::from_millis(2000);
 
 /// The longest answer a status route takes from one process below.
 const FANOUT_MAX_BYTES: usize = 4 << 20;
 
-/// The client the status routes ask the tier below with.
-pub fn client(connector: Connector) -> HttpClient {
-    HttpClient::with_connector(FANOUT_TIMEOUT, connector).with_max_response_bytes(FANOUT_MAX_BYTES)
+/// The client the status routes ask the tier below with, each request given up after
+/// `timeout`.
+pub fn client(connector: Connector, timeout: Duration) -> HttpClient {
+    HttpClient::with_connector(timeout, connector).with_max_response_bytes(FANOUT_MAX_BYTES)
 }
 
 /// The caller's `Authorization` header, to pass on.

@@ -84,7 +84,7 @@ impl StatusPage for ApiDoc {
             (
                 "each datacenter as heard here (staleness, counters, last error, each replica of \
                  its aggregator) with its aggregator's own status (the freshest replica that \
-                 answered, each asked with a 1.5 s timeout), and the visibility lag",
+                 answered, each asked with a 2 s timeout), and the visibility lag",
                 ("datacenters", "each datacenter, in topology order"),
                 "a bounded counter's rights in each datacenter (asked of the first replica of its \
                  aggregator that answers), with the increments and decrements they allow together",
@@ -93,7 +93,7 @@ impl StatusPage for ApiDoc {
             (
                 "each slot as this aggregator pulls it (staleness, last error) and as its shard \
                  node reports itself (its /healthz: restore, conflict, storage error; writes \
-                 applied; each asked with a 1.5 s timeout), the replication lag of each slot, \
+                 applied; each asked with a 1 s timeout), the replication lag of each slot, \
                  the datacenter's durability and fencing alarms",
                 ("slots", "each slot, in slot order"),
                 "a bounded counter's rights held by each slot (asked of its shard node), with the \
@@ -156,7 +156,7 @@ impl StatusPage for ApiDoc {
                 .errors(&[
                     (400, "a bad id, or a query key (this route takes none)"),
                     (404, "a counter no part holds as a bounded counter"),
-                    (503, "no part answered (each asked with a 1.5 s timeout)"),
+                    (503, "no part answered in time"),
                 ]),
         )
     }

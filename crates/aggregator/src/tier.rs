@@ -39,6 +39,8 @@ pub struct Tier<'a> {
     pub metrics_prefix: &'static str,
     /// The paths it answers.
     pub routes: &'a [(&'static str, Route)],
+    /// How long its status routes wait for any one process below ([`crate::fanout`]).
+    pub fanout_timeout: Duration,
 }
 
 /// What the HTTP handlers of either tier share.
@@ -76,7 +78,7 @@ pub fn start(
     let access = Access::new(&settings.auth, tier.process, settings.certificates);
     let timeout = Duration::from_millis(settings.sync.timeout_ms);
     let peers = HttpClient::with_connector(timeout, connector.clone());
-    let fanout = crate::fanout::client(connector.clone());
+    let fanout = crate::fanout::client(connector.clone(), tier.fanout_timeout);
     let client = access.cluster_client(HttpClient::with_connector(timeout, connector));
     let (replica, metrics, mut pullers) = start_pulling(
         tier.groups.names.clone(),

@@ -170,6 +170,7 @@ pub async fn run<L: Listener>(
         byte_bound_key: "aggregator.datacenter_max_state_bytes",
         metrics_prefix: METRICS_PREFIX,
         routes: ROUTES,
+        fanout_timeout: crate::fanout::SHARD_TIMEOUT,
     };
     let (core, pullers) = tier::start(tier, dc.settings.clone(), clock, connector);
     let replica = dc.settings.replica;

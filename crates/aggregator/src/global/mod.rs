@@ -204,6 +204,7 @@ pub async fn run<L: Listener>(
         byte_bound_key: "aggregator.global_max_state_bytes",
         metrics_prefix: METRICS_PREFIX,
         routes: &routes,
+        fanout_timeout: crate::fanout::AGGREGATOR_TIMEOUT,
     };
     let (core, pullers) = tier::start(tier, global.settings.clone(), clock, connector);
     let replica = global.settings.replica;
