@@ -16,6 +16,15 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # when missing; E2E_PYTHON names the python that has the client.
 E2E_PYTHON=$(scripts/resp-clients.sh)
 export E2E_PYTHON
+# tests/status_page.rs drives the aggregators' status pages in headless Chromium: Debian's
+# chromium and chromium-driver and the Python package selenium (PyPI), installed when missing;
+# E2E_BROWSER_PYTHON names the python that has it. Where they cannot be installed the test
+# says so and passes.
+if E2E_BROWSER_PYTHON=$(scripts/browser-tools.sh); then
+  export E2E_BROWSER_PYTHON
+else
+  echo "test.sh: the status page's browser test will be skipped (see above)" >&2
+fi
 cargo test --workspace --locked
 # The fuzz targets compile on stable and every seed replays (about 30 s the first time: libFuzzer).
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo test --manifest-path fuzz/Cargo.toml --locked
@@ -23,7 +32,7 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo test --manifest-path fuzz/C
 # tiers (a test CA per test process; docs/testing.md): about a minute more.
 E2E_TLS=1 cargo test --locked -p geocount-e2e --test shard_node --test aggregation --test replication \
   --test windows --test topk --test openapi --test wan_cluster --test auth --test restore \
-  --test fencing --test roles --test replicas --test partitions --test resp
+  --test fencing --test roles --test replicas --test partitions --test resp --test status_page
 # Every tier's /openapi.json against the running tier, with and without [auth]: schemathesis
 # with its default checks, installed when missing (about three minutes; scripts/openapi-check.sh).
 scripts/openapi-check.sh

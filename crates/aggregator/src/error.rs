@@ -80,6 +80,20 @@ pub enum AggregatorError {
     /// Another replica answered its part of a sum with a body that is not one.
     #[error("a replica holding other partitions answered its part of the sum unreadably: {0}")]
     BadPart(serde_json::Error),
+    /// `GET /counter/{id}/rights` for a counter that no slot asked holds as a bounded counter.
+    #[error("counter {id:?} is not a bounded counter held by any slot of {held_by}")]
+    NotBounded {
+        /// The counter asked for.
+        id: String,
+        /// Whose slots: `datacenter USA_0` or `any datacenter`.
+        held_by: String,
+    },
+    /// A status route whose processes below all failed to answer.
+    #[error("no process asked answered: {0}")]
+    BelowUnreachable(String),
+    /// A status route with a query key (it takes none).
+    #[error("no query keys are taken here, got {0:?}")]
+    NoQuery(String),
     /// No replica holding a group of partitions answered its part of a ranking or a sum.
     #[error("no replica holding partitions {partitions} answered its part of the answer: {last}")]
     PartitionsUnreachable {
@@ -125,10 +139,13 @@ impl HttpError for AggregatorError {
             AggregatorError::CounterNotFound { .. }
             | AggregatorError::CounterGone { .. }
             | AggregatorError::UnknownSlot { .. }
+            | AggregatorError::NotBounded { .. }
             | AggregatorError::NoTrendingPrefix(_) => StatusCode::NOT_FOUND,
+            AggregatorError::NoQuery(_) => StatusCode::BAD_REQUEST,
             AggregatorError::Stale(_)
             | AggregatorError::StaleRanking(_)
             | AggregatorError::StaleSum(_)
+            | AggregatorError::BelowUnreachable(_)
             | AggregatorError::PartitionsUnreachable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             AggregatorError::Elsewhere { .. } => StatusCode::TEMPORARY_REDIRECT,
             AggregatorError::PartRefused { status, .. } => *status,

@@ -25,6 +25,9 @@
 //!   beside the copies, ranking and sum scans and metrics.
 //! - [`error`]: every refusal and its HTTP status ([`AggregatorError`]).
 //! - [`openapi`]: the OpenAPI document each tier serves at `GET /openapi.json`.
+//! - [`fanout`]: what the status routes ask of the tier below, many processes at once with a
+//!   short timeout.
+//! - [`page`]: the status page both tiers serve at `GET /`.
 //! - [`tier`]: what both tiers run alike: the pullers, the top-K index, and the answers that
 //!   do not depend on the tier (metrics, slot copies, `POST /sync`, ranking scans).
 //! - [`ranking`]: what a ranking asks of a replica, and how replicas ask each other for parts.
@@ -44,10 +47,12 @@ pub mod aggregate;
 pub mod answers;
 pub mod datacenter;
 pub mod error;
+pub mod fanout;
 pub mod global;
 pub mod history;
 pub mod lifecycle;
 pub mod openapi;
+pub mod page;
 pub mod parts;
 pub mod process;
 pub mod ranking;

@@ -11,6 +11,12 @@ pub enum Route {
     Counter,
     /// `/counter/{id}/history`
     History,
+    /// `/counter/{id}/rights`: a bounded counter's rights, gathered from the tier below
+    Rights,
+    /// `/`: the status page
+    Page,
+    /// `/status`: what the status page shows, gathered from this tier and the one below
+    Status,
     /// `/topk`
     TopK,
     /// `/trending`
@@ -37,6 +43,9 @@ pub enum Route {
 pub const ROUTES: &[(&str, Route)] = &[
     ("/counter/{id}", Route::Counter),
     ("/counter/{id}/history", Route::History),
+    ("/counter/{id}/rights", Route::Rights),
+    ("/", Route::Page),
+    ("/status", Route::Status),
     ("/topk", Route::TopK),
     ("/trending", Route::Trending),
     ("/aggregate", Route::Aggregate),
@@ -59,6 +68,9 @@ impl Endpoint for Route {
             Route::Sync | Route::Parts => POST,
             Route::Counter
             | Route::History
+            | Route::Rights
+            | Route::Page
+            | Route::Status
             | Route::TopK
             | Route::Trending
             | Route::Aggregate

@@ -39,6 +39,8 @@ pub struct Tier<'a> {
     pub metrics_prefix: &'static str,
     /// The paths it answers.
     pub routes: &'a [(&'static str, Route)],
+    /// How long its status routes wait for any one process below ([`crate::fanout`]).
+    pub fanout_timeout: Duration,
 }
 
 /// What the HTTP handlers of either tier share.
@@ -61,6 +63,8 @@ pub struct Core {
     pub source_names: Vec<String>,
     /// The client of the tier's other replicas, for their parts of a ranking.
     pub peers: HttpClient,
+    /// The client the status routes ask the tier below with ([`crate::fanout`]).
+    pub fanout: HttpClient,
 }
 
 /// Starts pulling `tier`'s sources (connecting through `connector`) into a replica indexed
@@ -74,6 +78,7 @@ pub fn start(
     let access = Access::new(&settings.auth, tier.process, settings.certificates);
     let timeout = Duration::from_millis(settings.sync.timeout_ms);
     let peers = HttpClient::with_connector(timeout, connector.clone());
+    let fanout = crate::fanout::client(connector.clone(), tier.fanout_timeout);
     let client = access.cluster_client(HttpClient::with_connector(timeout, connector));
     let (replica, metrics, mut pullers) = start_pulling(
         tier.groups.names.clone(),
@@ -102,6 +107,7 @@ pub fn start(
     pullers.keep_ranked(&replica, clock.clone());
     let core = Core {
         peers,
+        fanout,
         source_names: tier.sources.iter().map(|s| s.name.clone()).collect(),
         scans: Scans::new(settings.http.max_concurrent_scans),
         router: routing::router(tier.routes.iter().copied()),

@@ -11,8 +11,12 @@
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for the global aggregator |
 //! | `GET /slots/{slot}/copy` | postcard [`SlotCopy`] of one slot, for a shard node restoring it |
 //! | `GET /healthz`, `GET /metrics` | health with each slot's staleness, Prometheus text |
+//! | `GET /` | the status page (HTML), which reads the routes below and the reads above |
+//! | `GET /status` | each slot as this aggregator and its shard node see it ([`super::status`]) |
+//! | `GET /counter/{id}/rights` | a bounded counter's rights held by each slot, asked of its shard node |
 //!
-//! Every refusal is `{"error": ...}` with a 4xx.
+//! Every refusal is `{"error": ...}` with a 4xx (503 when no shard node answers a status
+//! route).
 //!
 //! [`SyncRequest`]: geocount_model::wire::SyncRequest
 //! [`SyncPage`]: geocount_model::wire::SyncPage
@@ -30,10 +34,11 @@ use hyper::{Method, Request};
 use serde::Serialize;
 
 use super::state::{DatacenterState, freshness, read_counter, slot_staleness};
-use super::trends;
+use super::{status, trends};
 use crate::aggregate::SumAnswer;
 use crate::datacenter::history::datacenter_history;
 use crate::error::AggregatorError;
+use crate::fanout;
 use crate::history::{HistoryQuery, Unanswered};
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
@@ -47,14 +52,19 @@ use crate::tier::Held;
 /// which restores it.
 pub fn need(route: Route, slot: Option<&str>, datacenter: &str) -> Need {
     match route {
-        Route::Counter | Route::History | Route::TopK | Route::Trending | Route::Aggregate => {
-            Need::Right(Right::Read)
-        }
+        Route::Counter
+        | Route::History
+        | Route::TopK
+        | Route::Trending
+        | Route::Aggregate
+        | Route::Status
+        | Route::Rights => Need::Right(Right::Read),
         Route::Sync => Need::Tier(vec![Allow::Global, Allow::ShardsOf(datacenter.to_owned())]),
         Route::SlotCopy => Need::Tier(Allow::slot_owner(slot, Some(datacenter))),
         // Not routed at this tier: the router answers 404 first.
         Route::Datacenters | Route::Parts => Need::Right(Right::Read),
-        Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
+        // The page itself tells nothing: its token field must be reachable without a token.
+        Route::Health | Route::Metrics | Route::OpenApi | Route::Page => Need::Open,
     }
 }
 
@@ -116,6 +126,19 @@ async fn dispatch(
             })
         }
         (Route::Health, &Method::GET, _, _) => Ok(health(state, now_ms)),
+        (Route::Page, &Method::GET, _, _) => {
+            Ok(crate::page::document("datacenter", &state.datacenter))
+        }
+        (Route::Status, &Method::GET, _, _) => {
+            crate::page::no_query(query)?;
+            let authorization = fanout::authorization(&request);
+            Ok(status::status(state, authorization.as_deref(), now_ms).await)
+        }
+        (Route::Rights, &Method::GET, Some(id), _) => {
+            crate::page::no_query(query)?;
+            let authorization = fanout::authorization(&request);
+            status::rights(state, id.as_str(), authorization.as_deref()).await
+        }
         (Route::OpenApi, &Method::GET, _, _) => {
             Ok(core.openapi(crate::openapi::datacenter(core.settings.max_window_seconds)))
         }
@@ -247,19 +270,11 @@ fn health(state: &DatacenterState, now_ms: u64) -> Response {
     let held = Held::of(&replica);
     let refused_ahead = replica.sources.iter().any(|s| s.refused_ahead() > 0);
     state.core.answer(&Health {
-        // The aggregator serves either way; a conflict is the shard nodes' to resolve, sums
-        // past the byte bound are marked incomplete in every answer, and slots whose entries
-        // the clock fence refused are stale until they are taken.
-        status: match (
-            conflicts.is_empty(),
-            held.over_bound.is_none(),
+        status: status::health_word(
+            !conflicts.is_empty(),
+            held.over_bound.is_some(),
             refused_ahead,
-        ) {
-            (false, _, _) => "slot served twice",
-            (true, false, _) => "over its byte bound",
-            (true, true, true) => "degraded",
-            (true, true, false) => "ok",
-        },
+        ),
         datacenter: &state.datacenter,
         held,
         slots,

@@ -7,6 +7,8 @@
 //! - [`state`]: the read rules: a slot's staleness is its shard's, the datacenter's the worst
 //!   of its slots', a counter's value the sum of its slots.
 //! - [`trends`]: the datacenter's top-K and trending counters.
+//! - [`status`]: `GET /status` and `GET /counter/{id}/rights`: each slot as this aggregator
+//!   and its shard node see it, for the status page.
 //! - [`api`]: its routes and who may call them.
 //!
 //! Its metrics are named `geocount_datacenter_<name>`; its sources are its shards, each named
@@ -15,6 +17,7 @@
 pub mod api;
 pub mod history;
 pub mod state;
+pub mod status;
 pub mod trends;
 
 use std::net::SocketAddr;
@@ -24,7 +27,7 @@ use std::time::Duration;
 
 use geocount_model::role::{GLOBAL_PROCESS, aggregator_process, replica_name};
 use geocount_model::wire::SyncRequest;
-use geocount_model::{Clock, Partitions, Topology, TopologyError};
+use geocount_model::{Clock, Durability, Partitions, Topology, TopologyError};
 use geocount_net::{Connector, Listener};
 
 use crate::replica::{PullSource, SourceKind};
@@ -45,6 +48,8 @@ pub struct DatacenterSettings {
     pub datacenter: String,
     /// Its shard nodes; the one at index `n` owns slot `DC_<datacenter>_VAL_<n>`.
     pub shards: Vec<SocketAddr>,
+    /// When its shard nodes acknowledge a write.
+    pub durability: Durability,
     /// Every global aggregator replica, which it pulls descriptions from, with the partitions
     /// each holds.
     pub global: Vec<(SocketAddr, Partitions)>,
@@ -78,6 +83,7 @@ impl DatacenterSettings {
         Ok(Self {
             datacenter: dc.name.clone(),
             shards: dc.shards.clone(),
+            durability: dc.durability(&topology.shard),
             global: topology.global.replicas_of(topology.partitions),
             settings,
         })
@@ -164,6 +170,7 @@ pub async fn run<L: Listener>(
         byte_bound_key: "aggregator.datacenter_max_state_bytes",
         metrics_prefix: METRICS_PREFIX,
         routes: ROUTES,
+        fanout_timeout: crate::fanout::SHARD_TIMEOUT,
     };
     let (core, pullers) = tier::start(tier, dc.settings.clone(), clock, connector);
     let replica = dc.settings.replica;
@@ -172,6 +179,8 @@ pub async fn run<L: Listener>(
     let state = Arc::new(DatacenterState {
         core,
         slot_names: groups.names,
+        shards: dc.shards,
+        durability: dc.durability,
         datacenter: dc.datacenter,
     });
     let handler = move |request| api::handle(state.clone(), request);

@@ -30,6 +30,10 @@ pub struct DatacenterState {
     pub datacenter: String,
     /// The datacenter's slot names, by index (source `n` is the shard owning slot `n`).
     pub slot_names: Vec<String>,
+    /// Where each slot's shard node listens, by slot index.
+    pub shards: Vec<std::net::SocketAddr>,
+    /// When its shard nodes acknowledge a write.
+    pub durability: geocount_model::Durability,
 }
 
 /// Each slot's staleness at `now_ms`, by slot index (the first `slots` sources are the shards).

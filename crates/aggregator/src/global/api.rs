@@ -12,7 +12,11 @@
 //! | `POST /parts` | postcard [`PartsRequest`] → [`PartsAnswer`]: the other datacenters' parts of many counters, for a shard node's world reads |
 //! | `POST /sync` | postcard [`SyncRequest`] → [`SyncPage`], for datacenter aggregators pulling descriptions |
 //! | `GET /healthz`, `GET /metrics` | health with each datacenter's staleness, Prometheus text |
+//! | `GET /` | the status page (HTML), which reads the routes below and the reads above |
+//! | `GET /status` | each datacenter as heard here and as its aggregator sees its slots, and the visibility lag ([`super::status`]) |
+//! | `GET /counter/{id}/rights` | a bounded counter's rights held in each datacenter, asked of its aggregator |
 //!
+//! These two are the only routes that ask the tier below (at once, with a short timeout).
 //! Every refusal is `{"error": ...}`; a stale read's 503 also carries `stale_datacenters` and
 //! `datacenters`.
 //!
@@ -37,8 +41,9 @@ use super::datacenters::{DatacenterStatus, datacenter_statuses};
 use super::query::{ReadQuery, StalenessKeys};
 use super::read::{self, GlobalRead};
 use super::staleness::empty_readings;
-use super::{sums, trends, world};
+use super::{status, sums, trends, world};
 use crate::error::AggregatorError;
+use crate::fanout;
 use crate::global::history::{GlobalHistoryRead, global_history, parse_global};
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
@@ -56,12 +61,15 @@ pub fn need(route: Route, slot: Option<&str>) -> Need {
         | Route::TopK
         | Route::Trending
         | Route::Aggregate
-        | Route::Datacenters => Need::Right(Right::Read),
+        | Route::Datacenters
+        | Route::Status
+        | Route::Rights => Need::Right(Right::Read),
         Route::Sync => Need::Tier(vec![Allow::Aggregators]),
         // Any datacenter's shard nodes answer world reads with the other datacenters' parts.
         Route::Parts => Need::Tier(vec![Allow::Shards]),
         Route::SlotCopy => Need::Tier(Allow::slot_owner(slot, None)),
-        Route::Health | Route::Metrics | Route::OpenApi => Need::Open,
+        // The page itself tells nothing: its token field must be reachable without a token.
+        Route::Health | Route::Metrics | Route::OpenApi | Route::Page => Need::Open,
     }
 }
 
@@ -110,6 +118,17 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
                 Ok(answer.await?)
             }
             (Route::Health, &Method::GET, _) => Ok(health(state, now_ms)),
+            (Route::Page, &Method::GET, _) => Ok(crate::page::document("global", "global")),
+            (Route::Status, &Method::GET, _) => {
+                crate::page::no_query(query)?;
+                let authorization = fanout::authorization(&request);
+                Ok(status::status(state, authorization.as_deref(), now_ms).await)
+            }
+            (Route::Rights, &Method::GET, Some(id)) => {
+                crate::page::no_query(query)?;
+                let authorization = fanout::authorization(&request);
+                status::rights(state, id.as_str(), authorization.as_deref()).await
+            }
             (Route::OpenApi, &Method::GET, _) => {
                 Ok(core.openapi(crate::openapi::global(core.settings.max_window_seconds)))
             }
@@ -269,11 +288,7 @@ fn health(state: &GlobalState, now_ms: u64) -> Response {
     // Entries the clock fence refused leave their datacenters stale until they are taken.
     let refused_ahead = replica.sources.iter().any(|s| s.refused_ahead() > 0);
     state.core.answer(&Health {
-        status: match (incomplete, refused_ahead) {
-            (true, _) => "incomplete",
-            (false, true) => "degraded",
-            (false, false) => "ok",
-        },
+        status: status::health_word(incomplete, refused_ahead),
         held,
         datacenters,
         replicas,

@@ -18,6 +18,8 @@
 //! - [`datacenters`]: `GET /datacenters`.
 //! - [`world`]: `POST /parts`: the other datacenters' parts of counters, for a shard node's
 //!   world reads.
+//! - [`status`]: `GET /status` and `GET /counter/{id}/rights`: each datacenter as heard here
+//!   and as its aggregator sees its slots, for the status page.
 //! - [`api`]: its routes and who may call them.
 //!
 //! Its metrics are named `geocount_global_<name>`; its sources are the datacenters, each named
@@ -30,6 +32,7 @@ pub mod layout;
 pub mod query;
 pub mod read;
 pub mod staleness;
+pub mod status;
 pub mod sums;
 pub mod trends;
 pub mod world;
@@ -201,6 +204,7 @@ pub async fn run<L: Listener>(
         byte_bound_key: "aggregator.global_max_state_bytes",
         metrics_prefix: METRICS_PREFIX,
         routes: &routes,
+        fanout_timeout: crate::fanout::AGGREGATOR_TIMEOUT,
     };
     let (core, pullers) = tier::start(tier, global.settings.clone(), clock, connector);
     let replica = global.settings.replica;
