@@ -26,7 +26,7 @@ pub struct StatusOptions {
 }
 
 /// How one line fares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Health {
     /// Serving, and everything it pulls is fresh.
@@ -153,7 +153,7 @@ pub async fn report(cluster: &ClusterClient) -> Report {
         Ok((_, answer)) => Ok((answer.status.as_u16(), answer.json())),
         Err(error) => Err(error.to_string()),
     };
-    let mut probes: Vec<Probe> = vec![Err("not asked".to_owned()); processes.len()];
+    let mut probes: Vec<Probe> = vec![Err("its probe failed".to_owned()); processes.len()];
     while let Some(done) = asked.join_next().await {
         if let Ok((index, probe)) = done {
             probes[index] = probe;
