@@ -9,6 +9,8 @@ cargo fmt --all -- --check
 scripts/check-docs.sh
 # No module over 600 lines, no import cycle between sibling modules (a second, no build needed).
 python3 scripts/check-modules.py
+# The README's tour and the list scripts/readme-examples.sh runs name the same commands.
+scripts/readme-examples.sh --check
 cargo build --workspace --bins --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # tests/resp.rs drives the shard nodes with real Redis clients and compares them with a real
@@ -25,6 +27,9 @@ if E2E_BROWSER_PYTHON=$(scripts/browser-tools.sh); then
 else
   echo "test.sh: the status page's browser test will be skipped (see above)" >&2
 fi
+# Every example of the README's tour, in order, against a fresh cluster of config/local.toml
+# (scripts/run-local.sh on the debug build just made; about a minute).
+RUN_LOCAL_PROFILE=debug scripts/readme-examples.sh
 cargo test --workspace --locked
 # The fuzz targets compile on stable and every seed replays (about 30 s the first time: libFuzzer).
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo test --manifest-path fuzz/Cargo.toml --locked

@@ -1,8 +1,10 @@
 //! End-to-end tests of top-K trends and trending thresholds: 2 datacenters × 2 shard nodes,
-//! their aggregators and the global aggregator, real binaries on loopback ports.
+//! their aggregators and the global aggregator, real binaries on loopback ports; and
+//! `geoctl top` and `geoctl status` on that cluster.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use geocount_test_support::process::binary;
 use geocount_test_support::{Api, TestTopology};
 use serde_json::{Value, json};
 
@@ -201,4 +203,79 @@ async fn top_k_and_trending_per_datacenter_and_worldwide() {
         status, 400,
         "a datacenter aggregator has no staleness keys: {body}"
     );
+
+    // `geoctl top` prints the same rankings, each datacenter's own value beside the world's.
+    let (ok, table) = geoctl(&topology, &["top", "--once", "--prefix", "#", "--k", "3"]).await;
+    assert!(ok, "geoctl top failed");
+    let rows = table_rows(&table);
+    assert!(
+        rows.contains(&"RANK ID VALUE USA_0 ASIA_0".to_owned()),
+        "{table}"
+    );
+    for row in ["1 #rust 70 20 50", "2 #zig 65 5 60", "3 #go 55 30 25"] {
+        assert!(rows.contains(&row.to_owned()), "{row}: {table}");
+    }
+    // The topology's one trending prefix, at one datacenter's aggregator.
+    let args = ["top", "--once", "--trending", "--dc", "ASIA_0"];
+    let (ok, table) = geoctl(&topology, &args).await;
+    assert!(ok, "geoctl top --trending failed");
+    assert!(table.starts_with("trending \"#\": at least 50"), "{table}");
+    assert_eq!(
+        table_rows(&table)[3..],
+        ["RANK ID VALUE", "1 #rust 50"],
+        "{table}"
+    );
+
+    // `geoctl status`: a line for each datacenter and process, all well; then one shard node
+    // killed is DOWN and fails the command.
+    let (ok, text) = geoctl(&topology, &["status", "--json"]).await;
+    let report: Value = serde_json::from_str(&text).expect("JSON");
+    assert!(ok && report["healthy"] == true, "{report:#}");
+    let lines = report["lines"].as_array().unwrap();
+    let tiers: Vec<&str> = lines.iter().map(|l| l["tier"].as_str().unwrap()).collect();
+    assert_eq!(
+        tiers,
+        [
+            "datacenter",
+            "datacenter",
+            "global",
+            "aggregator",
+            "shard",
+            "shard",
+            "aggregator",
+            "shard",
+            "shard"
+        ]
+    );
+    assert_eq!(lines[4]["answer"]["slot"], "DC_USA_0_VAL_0", "{report:#}");
+    shards[3].kill9();
+    let (ok, text) = geoctl(&topology, &["status", "--json"]).await;
+    let report: Value = serde_json::from_str(&text).expect("JSON");
+    assert!(!ok, "{report:#}");
+    assert_eq!(
+        report["unhealthy"],
+        json!(["shard DC_ASIA_0_VAL_1"]),
+        "{report:#}"
+    );
+    assert_eq!(report["lines"][8]["status"], "no answer", "{report:#}");
+}
+
+/// Runs `geoctl --config <topology> args...`: whether it exited 0, and its standard output
+/// (its standard error is passed through, for the test's log).
+async fn geoctl(topology: &TestTopology, args: &[&str]) -> (bool, String) {
+    let mut command = std::process::Command::new(binary("geoctl"));
+    command.arg("--config").arg(&topology.path).args(args);
+    let output = tokio::task::spawn_blocking(move || command.output().expect("run geoctl"))
+        .await
+        .expect("geoctl runs");
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.success(), stdout)
+}
+
+/// A table's lines with their columns one space apart.
+fn table_rows(table: &str) -> Vec<String> {
+    (table.lines())
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
 }

@@ -129,13 +129,23 @@ impl ClusterClient {
     /// a replica does not answer, answers 503 (stale) or 429 (its scans are busy; each
     /// replica bounds its own). Answers as [`ClusterClient::get_global`] does.
     pub async fn get_any_global(&self, path: &str) -> Result<(String, Answer), ClientError> {
-        let replicas = self.topology.global.replicas_of(self.topology.partitions);
+        let addresses = self.topology.global.addresses();
+        self.get_any_aggregator(&addresses, path).await
+    }
+
+    /// `GET <path>` at the first of `replicas` (one tier's aggregator replicas, replica 0
+    /// first) that answers whole, moving on as [`ClusterClient::get_any_global`] does.
+    pub async fn get_any_aggregator(
+        &self,
+        replicas: &[SocketAddr],
+        path: &str,
+    ) -> Result<(String, Answer), ClientError> {
         let next_on = [
             StatusCode::SERVICE_UNAVAILABLE,
             StatusCode::TOO_MANY_REQUESTS,
         ];
-        let addresses = replicas.into_iter().map(|(address, _)| address);
-        self.get_first(addresses, path, &next_on).await
+        self.get_first(replicas.iter().copied(), path, &next_on)
+            .await
     }
 
     /// `GET <path>` at each of `replicas` in turn until one answers with another status than
@@ -161,7 +171,7 @@ impl ClusterClient {
         match (unavailable, failure) {
             (Some(answered), _) => Ok(answered),
             (None, Some(error)) => Err(error),
-            (None, None) => unreachable!("a topology has a global aggregator"),
+            (None, None) => unreachable!("every tier has a replica 0"),
         }
     }
 

@@ -89,6 +89,16 @@ pub enum GeoctlError {
         /// How many probe reads were answered 503.
         refused: u64,
     },
+    /// `geoctl status` found lines `DOWN`.
+    #[error("unhealthy: {count} of {lines} lines are DOWN: {}", names.join(", "))]
+    Unhealthy {
+        /// How many lines are `DOWN`.
+        count: usize,
+        /// How many lines there are.
+        lines: usize,
+        /// Their tiers and names.
+        names: Vec<String>,
+    },
     /// Standard output could not be written (e.g. a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),

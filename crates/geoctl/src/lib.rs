@@ -13,7 +13,10 @@
 //!   - [`cmd::load`]: drive writes at the cluster and measure throughput, latency, lag under
 //!     load, and that the global totals are exact;
 //!   - [`cmd::storm`]: flood a node with idle connections, or the global aggregator with
-//!     scans, as the fault campaign does.
+//!     scans, as the fault campaign does;
+//!   - [`cmd::top`]: the top K or trending counters, world or one datacenter, as a table
+//!     refreshed in place;
+//!   - [`cmd::status`]: the health of every datacenter and process, one line each.
 //! - [`error`]: this crate's error enum ([`GeoctlError`]).
 //! - [`load`]: the parts of `geoctl load` (workload, pacing, sending, tallies, probes,
 //!   exactness, report, plot, progress bar).
@@ -60,6 +63,10 @@ pub enum Command {
     Load(cmd::load::LoadOptions),
     /// Flood a node with connections or scans.
     Storm(cmd::storm::StormOptions),
+    /// The top K or trending counters as a table.
+    Top(cmd::top::TopOptions),
+    /// The health of every datacenter and process.
+    Status(cmd::status::StatusOptions),
 }
 
 /// Loads the topology file `config` and runs `command`, printing to `out`; every request
@@ -81,6 +88,8 @@ pub async fn run(
         Command::Life(options) => cmd::lifecycle::run(&cluster, options, out).await,
         Command::Load(options) => cmd::load::run(&cluster, options, out).await.map(drop),
         Command::Storm(options) => cmd::storm::run(&cluster, options, out).await,
+        Command::Top(options) => cmd::top::run(&cluster, options, out).await,
+        Command::Status(options) => cmd::status::run(&cluster, options, out).await,
     }?;
     out.flush()?;
     Ok(())

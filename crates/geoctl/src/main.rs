@@ -1,4 +1,5 @@
-//! `geoctl [--config FILE] get|history|sum|create|incr|delete|reset|expire|lag|load|storm ...`: parses flags and calls the library.
+//! `geoctl [--config FILE] get|history|sum|create|incr|delete|reset|expire|lag|load|storm|top|status ...`:
+//! parses flags and calls the library.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -17,8 +18,10 @@ use geoctl::cmd::load::{
     DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY as DEFAULT_LOAD_CONCURRENCY, DEFAULT_COUNTERS,
     DEFAULT_DURATION_SECS, DEFAULT_ZIPF_EXPONENT, LoadOptions, MAX_BATCH_SIZE,
 };
+use geoctl::cmd::status::StatusOptions;
 use geoctl::cmd::storm::{StormKind, StormOptions};
 use geoctl::cmd::sum::SumOptions;
+use geoctl::cmd::top::{DEFAULT_EVERY_SECS, DEFAULT_K, TopOptions};
 use geoctl::load::route::WriteRoute;
 use geoctl::load::workload::{KeyDistribution, WritePath};
 
@@ -258,6 +261,43 @@ enum Sub {
               value_parser = clap::value_parser!(u64).range(1..=3_600))]
         duration_secs: u64,
     },
+    /// The top K counters, or the trending ones, of the world (the global aggregator) or of
+    /// one datacenter (--dc), as a table redrawn in place every few seconds until Ctrl-C.
+    Top {
+        /// Only ids starting with this [default: any; with --trending, the topology's one
+        /// trending prefix].
+        #[arg(long, value_name = "P")]
+        prefix: Option<String>,
+        /// Rank by the hits of the last S seconds rather than all-time totals.
+        #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..))]
+        window: Option<u32>,
+        /// How many to rank.
+        #[arg(long, value_name = "K", default_value_t = DEFAULT_K,
+              value_parser = clap::value_parser!(u32).range(1..=1000))]
+        k: u32,
+        /// The prefix's trending counters (at or over its `[trending]` threshold in the
+        /// trending window) rather than the top K.
+        #[arg(long, conflicts_with_all = ["window", "k"])]
+        trending: bool,
+        /// Ask this datacenter's aggregator rather than the global one.
+        #[arg(long, value_name = "NAME")]
+        dc: Option<String>,
+        /// Seconds between refreshes.
+        #[arg(long, value_name = "S", default_value_t = DEFAULT_EVERY_SECS,
+              value_parser = clap::value_parser!(u64).range(1..=3_600))]
+        every: u64,
+        /// Print the table once and exit (exits 1 if it cannot be read).
+        #[arg(long)]
+        once: bool,
+    },
+    /// The cluster's health: every datacenter as the global aggregator sees it, and every
+    /// aggregator replica and shard node of the topology (its /healthz), one line each.
+    /// Exits 1 when a line is DOWN.
+    Status {
+        /// Print JSON for scripts (each line with the answer it was read from).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -459,6 +499,25 @@ impl From<Sub> for Command {
                     }
                 },
             }),
+            Sub::Top {
+                prefix,
+                window,
+                k,
+                trending,
+                dc,
+                every,
+                once,
+            } => Command::Top(TopOptions {
+                prefix,
+                window,
+                k,
+                trending,
+                datacenter: dc,
+                every_secs: every,
+                once,
+                live: !once && std::io::stdout().is_terminal(),
+            }),
+            Sub::Status { json } => Command::Status(StatusOptions { json }),
         }
     }
 }

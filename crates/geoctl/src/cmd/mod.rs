@@ -8,5 +8,7 @@ pub mod incr;
 pub mod lag;
 pub mod lifecycle;
 pub mod load;
+pub mod status;
 pub mod storm;
 pub mod sum;
+pub mod top;
