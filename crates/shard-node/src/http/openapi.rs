@@ -383,6 +383,8 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
                    "properties": {
                 "counter": {"type": "string"},
                 "slot": {"type": "string"},
+                "generation": {"type": "object", "description": "the generation the rights are \
+                    of: the counter's latest reset or delete, zero for none"},
                 "min": {"type": "integer", "nullable": true},
                 "max": {"type": "integer", "nullable": true},
                 "value": {"type": "integer"},

@@ -10,7 +10,8 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use geocount_model::wire::POSTCARD_CONTENT_TYPE;
 use geocount_model::{
-    Bounds, CounterId, RightsAnswer, RightsMessage, Room, SlotId, VersionedDescription,
+    Bounds, CounterId, HlcTimestamp, RightsAnswer, RightsMessage, Room, SlotId,
+    VersionedDescription,
 };
 use geocount_net::{Response, bytes_response, json_response};
 use hyper::{Method, StatusCode};
@@ -146,6 +147,8 @@ pub async fn push_description<N: RightsNode>(
 struct RightsView<'a> {
     counter: &'a str,
     slot: &'a str,
+    /// The generation the rights are of (a reset or delete starts another).
+    generation: HlcTimestamp,
     min: Option<i64>,
     max: Option<i64>,
     /// This slot's share of the counter's total.
@@ -202,6 +205,7 @@ pub fn read_rights<N: RightsNode>(state: &N, id: &CounterId) -> Result<Response,
         &RightsView {
             counter: id.as_str(),
             slot: &own,
+            generation,
             min: bounds.min,
             max: bounds.max,
             value,
