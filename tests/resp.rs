@@ -1,8 +1,9 @@
 //! End-to-end tests of the Redis protocol (docs/api.md, "Redis protocol at a shard node")
 //! with real clients: `redis-cli`, `redis-benchmark` and the Python client `redis` against a
 //! shard node's RESP listener, and a differential test of random command sequences against a
-//! real Redis (`tests/resp/differential.py`). One datacenter of one shard node, on loopback;
-//! over TLS with `E2E_TLS=1`. Needs what `scripts/resp-clients.sh` installs (docs/testing.md,
+//! real Redis (`tests/resp/differential.py`). One datacenter of one shard node, on loopback
+//! (two datacenters, one of two nodes, for writes forwarded to a peer); over TLS with
+//! `E2E_TLS=1`. Needs what `scripts/resp-clients.sh` installs (docs/testing.md,
 //! "Redis protocol").
 
 #[path = "resp/tools.rs"]
@@ -13,7 +14,8 @@ use std::time::Duration;
 
 use geocount_net::Stream;
 use geocount_test_support::access::{ADMIN, READER, SECRET, WRITER, auth_toml};
-use geocount_test_support::{TestCluster, TestTopology, eventually};
+use geocount_test_support::api::{encode_id, entry};
+use geocount_test_support::{Api, Method, TestCluster, TestTopology, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tools::{RedisServer, RespNode, ping, python, read_to_close, require, scripts, succeed};
 
@@ -273,4 +275,123 @@ async fn connections_past_the_limit_are_refused_while_the_open_ones_work() {
     // Once one closes, a new connection is taken.
     drop(second);
     ping(&mut answering(&node).await).await;
+}
+
+/// Sends `commands` (each its arguments) on `stream` in one write, pipelined; their replies,
+/// each an integer or an error line without its type byte and line end.
+async fn pipelined(stream: &mut Box<dyn Stream>, commands: &[Vec<String>]) -> Vec<String> {
+    let mut frames = Vec::new();
+    for args in commands {
+        frames.extend(format!("*{}\r\n", args.len()).into_bytes());
+        for arg in args {
+            frames.extend(format!("${}\r\n{arg}\r\n", arg.len()).into_bytes());
+        }
+    }
+    stream.write_all(&frames).await.unwrap();
+    let mut replies = Vec::new();
+    let mut line = Vec::new();
+    while replies.len() < commands.len() {
+        let mut byte = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut byte))
+            .await
+            .expect("a reply within 10 s")
+            .expect("a reply");
+        line.push(byte[0]);
+        if line.ends_with(b"\r\n") {
+            let text = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
+            replies.push(text);
+            line.clear();
+        }
+    }
+    replies
+}
+
+/// `GET /counter/{id}/world` at `api`: its value (panics unless it answers 200).
+async fn world_value(api: &Api, id: &str) -> i64 {
+    let (status, body) = api.get_json(&format!("/counter/{id}/world")).await;
+    assert_eq!(status, 200, "world read of {id}: {body}");
+    body["value"].as_i64().expect("a value")
+}
+
+/// An INCRBY through a node of a counter whose slot is its peer's is forwarded there, and its
+/// reply is still the world total with this write counted (docs/api.md, "World reads at a
+/// shard node": read-your-writes for forwarded writes), one by one and pipelined; so is a world
+/// read over HTTP after a forwarded `POST /batch` or `POST /counters/{id}/increment`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn increments_forwarded_to_a_peer_reply_the_total_with_them() {
+    let topology = TestTopology::with_resp(&[("USA_0", 2), ("ASIA_0", 1)], "", "");
+    let cluster = TestCluster::start(topology).await;
+    let usa = cluster.shards[0][0].api();
+    let asia = cluster.shards[1][0].api();
+    let id = usa
+        .ids_routed_to("forwarded", "DC_USA_0_VAL_1", 1)
+        .await
+        .remove(0);
+    // Another datacenter's part, once USA_0's first node reads it.
+    let (status, body) = asia.add(&id, 5).await.expect("write at ASIA_0");
+    assert_eq!(status, 200, "{body}");
+    eventually(
+        Duration::from_secs(15),
+        "ASIA_0's part in USA_0's world read",
+        || async {
+            let (status, body) = usa.get_json(&format!("/counter/{id}/world")).await;
+            (status == 200 && body["value"].as_i64() == Some(5)).then_some(())
+        },
+    )
+    .await;
+    let node = RespNode::of(&cluster.topology, "USA_0", 0, None);
+    let mut total = 5;
+    // One by one, each its own connection.
+    for delta in [1, 1, 3, -2, 1] {
+        total += delta;
+        let reply = node.cli(&["INCRBY", &id, &delta.to_string()]);
+        assert_eq!(reply, total.to_string(), "INCRBY {id} {delta}");
+    }
+    // Pipelined on one connection: each reply the total up to its own delta.
+    let mut stream = node.connect().await;
+    for round in 0..4 {
+        let deltas = [1, 2, 3, -1, round + 1];
+        let commands: Vec<Vec<String>> = (deltas.iter())
+            .map(|d| vec!["INCRBY".to_owned(), id.clone(), d.to_string()])
+            .collect();
+        let replies = pipelined(&mut stream, &commands).await;
+        let expected: Vec<String> = (deltas.iter())
+            .map(|d| {
+                total += d;
+                total.to_string()
+            })
+            .collect();
+        assert_eq!(
+            replies, expected,
+            "pipeline {round} of INCRBY {id} {deltas:?}"
+        );
+        // And singly on the same connection.
+        total += 1;
+        let single = vec!["INCR".to_owned(), id.clone()];
+        let reply = pipelined(&mut stream, &[single]).await;
+        assert_eq!(
+            reply,
+            [total.to_string()],
+            "INCR {id} after pipeline {round}"
+        );
+    }
+    assert_eq!(node.cli(&["GET", &id]), total.to_string());
+    // Over HTTP: a forwarded batch, then a forwarded increment, each in the next world read.
+    for round in 0..3 {
+        usa.batch(&[entry(&id, 2)]).await.expect("batch");
+        total += 2;
+        assert_eq!(world_value(&usa, &id).await, total, "after batch {round}");
+        let path = format!("/counters/{}/increment", encode_id(&id));
+        let answer = usa
+            .send(Method::POST, &path, &[], r#"{"delta": 3}"#)
+            .await
+            .expect("increment");
+        assert_eq!(answer.status.as_u16(), 200, "{}", answer.json());
+        total += 3;
+        assert_eq!(
+            world_value(&usa, &id).await,
+            total,
+            "after increment {round}"
+        );
+    }
 }

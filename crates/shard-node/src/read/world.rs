@@ -111,14 +111,18 @@ impl WorldView {
     }
 
     /// Notes that peer slot `slot` acknowledged a sum write of counter `id`, its state after
-    /// it `state`: world reads here count it until the copy of the slot is as new.
+    /// it `state`: world reads here count it until the copy of the slot is as new. A batch's
+    /// writes are noted in the order they were applied.
     pub fn acknowledged(&self, id: &CounterId, slot: u16, state: SlotState) {
         let mut acknowledged = self.acknowledged.lock().expect("acknowledged lock");
         if acknowledged.len() >= MAX_ACKNOWLEDGED {
             acknowledged.clear();
         }
         let known = acknowledged.entry((id.clone(), slot)).or_insert(state);
-        if state.version > known.version {
+        // A commit group gives all its changes one version, so a batch's outcomes for one
+        // counter share it and are noted in the order applied: at an equal version the state
+        // noted last is the later one.
+        if state.version >= known.version {
             *known = state;
         }
     }

@@ -295,7 +295,15 @@ async fn collect_forwarded<N: LocalNode>(
         let slot_name = node.router().slot_name(target).to_owned();
         match result {
             Ok(answer) if answer.outcomes.len() == group.len() => {
-                for ((position, _), outcome) in group.iter().zip(answer.outcomes) {
+                for ((position, write), outcome) in group.iter().zip(answer.outcomes) {
+                    // Noted before the batch is answered: a world read right after it (the
+                    // reply of a Redis INCR, a read after `POST /batch`) counts the write
+                    // although this node's copy of the target's slot does not hold it yet.
+                    if let EntryOutcome::Applied { value, version } = outcome
+                        && write.change.counter_type() == CounterType::Sum
+                    {
+                        node.acknowledged(&write.id, target, SlotState { value, version });
+                    }
                     outcomes[*position] = Some(outcome);
                 }
             }
