@@ -91,7 +91,7 @@ EXAMPLES = [
     ("""curl -X POST localhost:7201/counters/api:quota/increment -d '{"delta": 10}'""",
      Expect(status=200, json=lambda j: j["value"] == 10)),
     ("""curl -X POST localhost:7301/counters/api:quota/increment""",
-     Expect(status=409, json=has("error"))),
+     Expect(status=409, json=lambda j: j["bound"] == "max" and j["limit"] == 10)),
     ("""curl -X PATCH 'localhost:7301/counter/%23geo/write?op=INCREMENT' -d '{"delta": 7}'""",
      Expect(status=200, json=lambda j: j["id"] == "#geo" and j["value"] == 7)),
     ("""curl 'localhost:7000/topk?k=10&prefix=%23&window=300'""",
@@ -101,8 +101,8 @@ EXAMPLES = [
      Expect(status=200, json=lambda j: j["window"]["seconds"] == 300, wait=True)),
     ("""curl 'localhost:7000/datacenters'""",
      Expect(status=200, json=lambda j: all(d["heard"] for d in j["datacenters"].values()))),
-    # The world total through a USA_0 node: at least its own datacenter's part with this write.
-    ("""redis-cli -p 7111 INCRBY tweet:1:likes 5""", Expect(out=r"^\d+\n$")),
+    # The world total through a USA_0 node, this write counted: 4 + 5.
+    ("""redis-cli -p 7111 INCRBY tweet:1:likes 5""", Expect(out=r"^9\n$")),
     ("""redis-cli -p 7211 GET tweet:1:likes""", Expect(out=r"^9\n$", wait=True)),
     ("""redis-benchmark -p 7111 -t incr,get -r 100000 -P 16 -q""",
      Expect(out=r"GET: [\d.]+ requests per second(.|\n)*INCR: [\d.]+ requests per second")),
