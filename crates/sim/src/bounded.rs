@@ -1,0 +1,215 @@
+//! The bounded counters of `Scenario::Bounded` ([`BOUNDED`]): a client creates them before the
+//! writers start ([`create`]), and watchers check their bounds while the run goes on
+//! ([`watch_slots`], [`watch_tiers`]) until the observer is done. What they find is recorded in
+//! the ledger; the run fails on any of it.
+//!
+//! Two invariants (docs/architecture.md, "Bounded counters"): the values the slots hold, summed
+//! over every slot of every datacenter, never leave the bounds (each slot applies a write only
+//! within its rights, and rights are given before they are received); and no tier ever reads a
+//! total outside them (parts of different ages are clamped).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use geocount_net::HttpClient;
+use hyper::{Method, StatusCode};
+
+use crate::cluster::{
+    DATACENTERS, SHARDS_PER_DATACENTER, aggregator_host, aggregator_partitions, base_url,
+    global_host, global_partitions, holds, shard_host,
+};
+use crate::ledger::{BOUNDED, Bounded, SharedLedger};
+use crate::seams::sim_connector;
+use crate::workload::wait_for;
+
+/// How long a watcher or the creating client waits for an answer.
+const TIMEOUT: Duration = Duration::from_millis(2_000);
+
+/// The pause between two rounds of a watcher's reads.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
+
+/// How long the creating client keeps asking: creation answers 503 while some shard node cannot
+/// be reached, and the same request again finishes it.
+const CREATE_WITHIN: Duration = Duration::from_secs(10);
+
+fn now() -> Duration {
+    turmoil::sim_elapsed().expect("inside the simulation")
+}
+
+fn shard_url(dc: &str, slot: usize) -> String {
+    base_url(turmoil::lookup(shard_host(dc, slot)))
+}
+
+/// Creates every [`BOUNDED`] counter at a shard node of the first datacenter, sending the same
+/// request again until it is answered 201 (or 200: created by an earlier request whose answer
+/// was lost or was a 503), then lets the writers start. Any other 4xx, or no creation within
+/// [`CREATE_WITHIN`], is recorded as a violation (and the writers start anyway, so the run
+/// ends).
+pub async fn create(ledger: SharedLedger) -> turmoil::Result {
+    let client = HttpClient::with_connector(TIMEOUT, sim_connector());
+    let headers = [("content-type", "application/json")];
+    let deadline = now() + CREATE_WITHIN;
+    let mut node = 0;
+    for counter in &BOUNDED {
+        let body = Bytes::from(counter.creation());
+        loop {
+            let url = format!("{}/counter", shard_url(DATACENTERS[0], node));
+            let answer = client
+                .send(Method::POST, &url, &headers, body.clone())
+                .await;
+            let failed = match answer {
+                Ok(a) if matches!(a.status, StatusCode::CREATED | StatusCode::OK) => {
+                    match described(counter, &a.json()) {
+                        true => break,
+                        false => Some(format!("created as {}", String::from_utf8_lossy(&a.body))),
+                    }
+                }
+                Ok(a) if a.status.is_client_error() => Some(format!(
+                    "creation answered {}: {}",
+                    a.status,
+                    String::from_utf8_lossy(&a.body)
+                )),
+                _ if now() > deadline => Some(format!("not created within {CREATE_WITHIN:?}")),
+                _ => None,
+            };
+            if let Some(failed) = failed {
+                let at = now().as_millis();
+                let violation = format!("{at} ms: {}: {failed}", counter.id);
+                ledger.borrow_mut().bound_violations.push(violation);
+                break;
+            }
+            node = (node + 1) % SHARDS_PER_DATACENTER;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    ledger.borrow_mut().counters_created = true;
+    Ok(())
+}
+
+/// Whether a creation's answer describes `counter` with its bounds.
+fn described(counter: &Bounded, description: &serde_json::Value) -> bool {
+    description["id"].as_str() == Some(counter.id)
+        && description["min"].as_i64() == counter.min
+        && description["max"].as_i64() == counter.max
+}
+
+/// Watches that the slots of `counter` hold values whose sum is within its bounds, until the
+/// observer is done. Each round reads every shard node's own slot twice, in two passes; when no
+/// slot changed (value and version) between its two reads, every slot held its first value at
+/// the instant between the passes, so the sum is one the world really had. A round torn by a
+/// write, or missing a node (crashed, cut off), checks nothing.
+pub async fn watch_slots(counter: &'static Bounded, ledger: SharedLedger) -> turmoil::Result {
+    let client = HttpClient::with_connector(TIMEOUT, sim_connector());
+    let slots: Vec<(String, String)> = (DATACENTERS.iter())
+        .flat_map(|dc| (0..SHARDS_PER_DATACENTER).map(move |slot| (*dc, slot)))
+        .map(|(dc, slot)| {
+            let url = format!("{}/counter/{}", shard_url(dc, slot), counter.id);
+            (format!("{dc} shard {slot}"), url)
+        })
+        .collect();
+    wait_for(&ledger, |l| l.counters_created).await;
+    while !ledger.borrow().observed {
+        let mut passes = [Vec::new(), Vec::new()];
+        'passes: for pass in &mut passes {
+            for (_, url) in &slots {
+                match own_slot(&client, url).await {
+                    Some(held) => pass.push(held),
+                    None => break 'passes,
+                }
+            }
+        }
+        let [first, second] = &passes;
+        if first.len() == slots.len() && second.len() == slots.len() {
+            let mut ledger = ledger.borrow_mut();
+            if first != second {
+                ledger.torn_snapshots += 1;
+            } else {
+                ledger.snapshots += 1;
+                let sum: i64 = first.iter().map(|(value, _)| value).sum();
+                if !counter.contains(sum) {
+                    let held: Vec<String> = (slots.iter().zip(first))
+                        .map(|((name, _), (value, _))| format!("{name} {value}"))
+                        .collect();
+                    ledger.bound_violations.push(format!(
+                        "{} ms: the slots of {} hold {sum} in all, outside {} ({})",
+                        now().as_millis(),
+                        counter.id,
+                        counter.range(),
+                        held.join(", ")
+                    ));
+                }
+            }
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
+    }
+    Ok(())
+}
+
+/// A shard node's own slot of a counter: its value and version (a slot that holds nothing of
+/// it: 0, no version); `None` for no answer or any other one.
+async fn own_slot(client: &HttpClient, url: &str) -> Option<(i64, Option<u64>)> {
+    let answer = client.get(url).await.ok()?;
+    match answer.status {
+        StatusCode::OK => {
+            let json = answer.json();
+            Some((json["value"].as_i64()?, Some(json["version"].as_u64()?)))
+        }
+        StatusCode::NOT_FOUND => Some((0, None)),
+        _ => None,
+    }
+}
+
+/// Watches that every tier reads `counter`'s total within its bounds, until the observer is
+/// done: every shard node's world read, every replica of each datacenter aggregator holding it
+/// and every global replica holding it. Only 200s are checked (a stale global read answers
+/// 503).
+pub async fn watch_tiers(counter: &'static Bounded, ledger: SharedLedger) -> turmoil::Result {
+    let client = HttpClient::with_connector(TIMEOUT, sim_connector());
+    let id = counter.id;
+    let mut tiers = Vec::new();
+    for dc in DATACENTERS {
+        for slot in 0..SHARDS_PER_DATACENTER {
+            let url = format!("{}/counter/{id}/world", shard_url(dc, slot));
+            tiers.push((format!("{dc} shard {slot} world read"), url));
+        }
+        for (replica, held) in aggregator_partitions(dc).iter().enumerate() {
+            if holds(held, id) {
+                let aggregator = base_url(turmoil::lookup(aggregator_host(dc, replica)));
+                let url = format!("{aggregator}/counter/{id}");
+                tiers.push((format!("{dc} aggregator@{replica}"), url));
+            }
+        }
+    }
+    for (replica, held) in global_partitions().iter().enumerate() {
+        if holds(held, id) {
+            let global = base_url(turmoil::lookup(global_host(replica)));
+            tiers.push((
+                format!("global@{replica}"),
+                format!("{global}/counter/{id}"),
+            ));
+        }
+    }
+    wait_for(&ledger, |l| l.counters_created).await;
+    while !ledger.borrow().observed {
+        for (tier, url) in &tiers {
+            let Ok(answer) = client.get(url).await else {
+                continue;
+            };
+            if answer.status != StatusCode::OK {
+                continue;
+            }
+            let value = &answer.json()["value"];
+            let mut ledger = ledger.borrow_mut();
+            ledger.bounded_reads += 1;
+            if !value.as_i64().is_some_and(|v| counter.contains(v)) {
+                ledger.bound_violations.push(format!(
+                    "{} ms: {tier} read {id} as {value}, outside {}",
+                    now().as_millis(),
+                    counter.range()
+                ));
+            }
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
+    }
+    Ok(())
+}
