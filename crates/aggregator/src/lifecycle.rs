@@ -124,6 +124,8 @@ mod tests {
                 deleted: false,
                 expires_at_ms,
                 history: Vec::new(),
+                min: None,
+                max: None,
             },
             version: at(1_000, 1),
         }

@@ -53,6 +53,13 @@ pub struct CounterDescription {
     /// history).
     #[serde(default)]
     pub history: Vec<HistoryLevel>,
+    /// The lowest world total its writes may reach (a sum counter's only; `None`: no floor).
+    #[serde(default)]
+    pub min: Option<i64>,
+    /// The highest world total its writes may reach (a sum counter's only; `None`: no
+    /// ceiling).
+    #[serde(default)]
+    pub max: Option<i64>,
 }
 
 impl CounterDescription {
@@ -86,6 +93,15 @@ impl CounterDescription {
         check_levels(&self.history).map_err(|message| {
             ModelError::InvalidDescription(format!("counter {}: {message}", self.id))
         })?;
+        if let Some(bounds) = crate::Bounds::of(self) {
+            if self.counter_type == CounterType::Unique {
+                return Err(ModelError::InvalidDescription(format!(
+                    "counter {}: only a sum counter takes min and max",
+                    self.id
+                )));
+            }
+            bounds.check(self.id.as_str())?;
+        }
         Ok(())
     }
 }
@@ -181,6 +197,8 @@ mod tests {
             deleted: false,
             expires_at_ms: None,
             history: Vec::new(),
+            min: None,
+            max: None,
         }
     }
 

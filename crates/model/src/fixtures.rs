@@ -49,6 +49,8 @@ pub fn described(id: &str, shards: u32, physical_ms: u64, node: u32) -> Versione
             deleted: false,
             expires_at_ms: None,
             history: Vec::new(),
+            min: None,
+            max: None,
         },
         version: HlcTimestamp {
             physical_ms,

@@ -84,7 +84,9 @@ pub fn record_bytes(record: &SlotRecord) -> usize {
     let sketch = record.uniques().map_or(0, held_sketch_bytes);
     let history = record.history();
     let buckets = history.iter().map(|r| r.buckets.buckets().len()).sum();
-    record_bytes_of(record.window().buckets().len(), sketch) + history_bytes(history.len(), buckets)
+    record_bytes_of(record.window().buckets().len(), sketch)
+        + history_bytes(history.len(), buckets)
+        + record.rights().held_bytes()
 }
 
 /// Counter id `id` as a table key.

@@ -13,6 +13,8 @@
 //!   last-writer-wins merge, and overflow-checked deltas.
 //! - [`counter`]: a counter's description (type, number of shards, window, creation time) and
 //!   its versioned form ([`VersionedDescription`]) that every node merges.
+//! - [`rights`]: a bounded counter's bounds ([`Bounds`]) and the rights its slots hold and
+//!   move between them ([`RightsLedger`]).
 //! - [`hlc`]: hybrid logical clock timestamps, the versions of descriptions.
 //! - [`idempotency`]: what a keyed write did ([`IdempotencyRecord`]), logged by its owner and
 //!   copied to its peers.
@@ -56,6 +58,7 @@ pub mod id_table;
 pub mod idempotency;
 pub mod partition;
 pub mod placement;
+pub mod rights;
 pub mod role;
 pub mod slot;
 pub mod tls;
@@ -75,6 +78,7 @@ pub use id_table::IdTable;
 pub use idempotency::IdempotencyRecord;
 pub use partition::{Partitions, partition_of};
 pub use placement::Placement;
+pub use rights::{Bound, Bounds, RightsAnswer, RightsLedger, RightsMessage, Room};
 pub use role::Role;
 pub use slot::{SlotId, SlotRecord, SlotState, max_slot_version, next_slot_version};
 pub use tls::TlsSettings;

@@ -12,10 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::checked_add;
 use crate::history::{Rollup, RollupChange};
-use crate::{HlcTimestamp, ModelError};
+use crate::{HlcTimestamp, ModelError, RightsLedger};
 
 /// The name of one slot: datacenter `datacenter`, shard `index`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SlotId {
     /// The datacenter's name, e.g. `USA_0`.
     pub datacenter: String,
@@ -143,6 +143,17 @@ struct Extra {
     generation: HlcTimestamp,
     history: Vec<Rollup>,
     held: Held,
+    /// A bounded counter's transfers of rights, in this generation (boxed: most counters
+    /// are unbounded).
+    rights: Option<Box<RightsLedger>>,
+}
+
+/// A record's parts beside its state.
+struct Parts {
+    held: Held,
+    generation: HlcTimestamp,
+    history: Vec<Rollup>,
+    rights: Option<Box<RightsLedger>>,
 }
 
 impl Held {
@@ -161,32 +172,50 @@ impl Held {
         }
     }
 
-    /// What it holds, its generation and its rollups.
-    fn into_parts(self) -> (Held, HlcTimestamp, Vec<Rollup>) {
+    /// What it holds, its generation, its rollups and its rights.
+    fn into_parts(self) -> Parts {
         match self {
             Held::Extended(extra) => {
                 let Extra {
                     generation,
                     history,
                     held,
+                    rights,
                 } = *extra;
-                (held, generation, history)
+                Parts {
+                    held,
+                    generation,
+                    history,
+                    rights,
+                }
             }
-            held => (held, HlcTimestamp::default(), Vec::new()),
+            held => Parts {
+                held,
+                generation: HlcTimestamp::default(),
+                history: Vec::new(),
+                rights: None,
+            },
         }
     }
 
-    /// `held` in `generation` with `history`: boxed only past the zero generation or with
-    /// history.
-    fn from_parts(held: Held, generation: HlcTimestamp, history: Vec<Rollup>) -> Held {
-        let (held, _, _) = held.into_parts();
-        if generation == HlcTimestamp::default() && history.is_empty() {
+    /// The parts as held: boxed only past the zero generation, with history or with rights.
+    fn from_parts(parts: Parts) -> Held {
+        let Parts {
+            held,
+            generation,
+            history,
+            rights,
+        } = parts;
+        let held = held.into_parts().held;
+        let rights = rights.filter(|rights| !rights.is_empty());
+        if generation == HlcTimestamp::default() && history.is_empty() && rights.is_none() {
             held
         } else {
             Held::Extended(Box::new(Extra {
                 generation,
                 history,
                 held,
+                rights,
             }))
         }
     }
@@ -197,6 +226,9 @@ impl Default for Held {
         Held::Window(crate::Window::default())
     }
 }
+
+/// The ledger of a record with no transfers of rights.
+static NO_RIGHTS: RightsLedger = RightsLedger::EMPTY;
 
 /// The window a unique counter's record reads as: none.
 static NO_WINDOW: crate::Window = crate::Window::EMPTY;
@@ -209,6 +241,7 @@ struct WireRecord<'a> {
     uniques: Option<&'a crate::UniqueSketch>,
     generation: HlcTimestamp,
     history: &'a [Rollup],
+    rights: Option<&'a RightsLedger>,
 }
 
 /// How a [`SlotRecord`] is read back.
@@ -219,6 +252,7 @@ struct EncodedRecord {
     uniques: Option<Box<crate::UniqueSketch>>,
     generation: HlcTimestamp,
     history: Vec<Rollup>,
+    rights: Option<Box<RightsLedger>>,
 }
 
 impl From<EncodedRecord> for SlotRecord {
@@ -231,7 +265,12 @@ impl From<EncodedRecord> for SlotRecord {
         };
         Self {
             state: encoded.state,
-            held: Held::from_parts(held, encoded.generation, history),
+            held: Held::from_parts(Parts {
+                held,
+                generation: encoded.generation,
+                history,
+                rights: encoded.rights,
+            }),
         }
     }
 }
@@ -244,6 +283,7 @@ impl Serialize for SlotRecord {
             uniques: self.uniques(),
             generation: self.generation(),
             history: self.history(),
+            rights: Some(self.rights()).filter(|rights| !rights.is_empty()),
         }
         .serialize(serializer)
     }
@@ -302,7 +342,7 @@ impl SlotRecord {
 
     /// The sketch, taken out of a unique counter's record; `None` for a sum.
     pub fn into_uniques(self) -> Option<Box<crate::UniqueSketch>> {
-        match self.held.into_parts().0 {
+        match self.held.into_parts().held {
             Held::Sketch(sketch) => Some(sketch),
             _ => None,
         }
@@ -337,8 +377,26 @@ impl SlotRecord {
 
     /// Sets the slot's rollups, keeping the rest.
     pub fn set_history(&mut self, history: Vec<Rollup>) {
-        let (held, generation, _) = std::mem::take(&mut self.held).into_parts();
-        self.held = Held::from_parts(held, generation, history);
+        let parts = std::mem::take(&mut self.held).into_parts();
+        self.held = Held::from_parts(Parts { history, ..parts });
+    }
+
+    /// A bounded counter's transfers of rights this slot made and learned of, in its
+    /// generation (empty for most counters).
+    pub fn rights(&self) -> &RightsLedger {
+        match &self.held {
+            Held::Extended(extra) => extra.rights.as_deref().unwrap_or(&NO_RIGHTS),
+            _ => &NO_RIGHTS,
+        }
+    }
+
+    /// Sets the slot's transfers of rights, keeping the rest.
+    pub fn set_rights(&mut self, rights: RightsLedger) {
+        let parts = std::mem::take(&mut self.held).into_parts();
+        self.held = Held::from_parts(Parts {
+            rights: Some(Box::new(rights)),
+            ..parts
+        });
     }
 
     /// Installs a group's hits to the history ([`crate::history::apply_changes`]): its levels
@@ -347,8 +405,11 @@ impl SlotRecord {
         match &mut self.held {
             Held::Extended(extra) => {
                 crate::history::apply_changes(&mut extra.history, changes);
-                if extra.history.is_empty() && extra.generation == HlcTimestamp::default() {
-                    self.held = std::mem::take(&mut self.held).into_parts().0;
+                if extra.history.is_empty()
+                    && extra.generation == HlcTimestamp::default()
+                    && extra.rights.is_none()
+                {
+                    self.held = std::mem::take(&mut self.held).into_parts().held;
                 }
             }
             _ if changes.is_empty() => {}
@@ -376,7 +437,12 @@ impl SlotRecord {
         };
         SlotRecord {
             state: SlotState { value: 0, version },
-            held: Held::from_parts(held, generation, Vec::new()),
+            held: Held::from_parts(Parts {
+                held,
+                generation,
+                history: Vec::new(),
+                rights: None,
+            }),
         }
     }
 
@@ -399,8 +465,11 @@ impl SlotRecord {
 
     /// Sets this record's generation, keeping what it holds.
     pub fn set_generation(&mut self, generation: HlcTimestamp) {
-        let (held, _, history) = std::mem::take(&mut self.held).into_parts();
-        self.held = Held::from_parts(held, generation, history);
+        let parts = std::mem::take(&mut self.held).into_parts();
+        self.held = Held::from_parts(Parts {
+            generation,
+            ..parts
+        });
     }
 
     /// Merges another copy of the same slot: the higher version wins. Returns whether `self`
@@ -432,13 +501,18 @@ impl SlotRecord {
             return false;
         }
         self.state = logged.state;
-        let (logged_held, generation, logged_history) = logged.held.into_parts();
-        let (mut held, mut history) = if generation == self.generation() {
-            let (held, _, history) = std::mem::take(&mut self.held).into_parts();
-            (held, history)
+        let Parts {
+            held: logged_held,
+            generation,
+            history: logged_history,
+            rights,
+        } = logged.held.into_parts();
+        let (mut held, mut history, mut kept_rights) = if generation == self.generation() {
+            let parts = std::mem::take(&mut self.held).into_parts();
+            (parts.held, parts.history, parts.rights)
         } else {
             // A record of another generation holds nothing of this one's window or history.
-            (Held::default(), Vec::new())
+            (Held::default(), Vec::new(), None)
         };
         match logged_held {
             Held::Sketch(sketch) => held = Held::Sketch(sketch),
@@ -450,7 +524,17 @@ impl SlotRecord {
             Held::Extended(_) => unreachable!("parts never hold another"),
         }
         crate::history::apply_logged(&mut history, &logged_history);
-        self.held = Held::from_parts(held, generation, history);
+        // A ledger only grows within a generation: a logged record carries its slot's whole
+        // ledger, or none when the group left it as it was.
+        if rights.as_ref().is_some_and(|rights| !rights.is_empty()) {
+            kept_rights = rights;
+        }
+        self.held = Held::from_parts(Parts {
+            held,
+            generation,
+            history,
+            rights: kept_rights,
+        });
         true
     }
 
@@ -549,11 +633,11 @@ mod tests {
     #[test]
     fn the_version_after_the_last_one_never_overflows() {
         // A `SlotCopy` of slot "" holding counter "" at value 0, version u64::MAX, generation 0,
-        // no history. Then complete: false, complete_as_of_ms: None, source_epoch: 0, next:
+        // no history, no rights. Then complete: false, complete_as_of_ms: None, source_epoch: 0, next:
         // None, owner_incarnation: 0, partitions: None.
-        const COPY: [u8; 26] = [
+        const COPY: [u8; 27] = [
             0, 1, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-            0, 0, 0,
+            0, 0, 0, 0,
         ];
         let copy: crate::wire::SlotCopy = postcard::from_bytes(&COPY).unwrap();
         let record = &copy.entries[0].1;
@@ -680,8 +764,8 @@ mod tests {
             window,
         );
         // value 1 (zigzag 2), version 1, one bucket (3, zigzag 1), no sketch, generation 0, no
-        // history.
-        let bytes = [2, 1, 1, 3, 2, 0, 0, 0, 0, 0];
+        // history, no rights.
+        let bytes = [2, 1, 1, 3, 2, 0, 0, 0, 0, 0, 0];
         assert_eq!(postcard::to_allocvec(&sum).unwrap(), bytes);
         assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), sum);
 
@@ -743,11 +827,42 @@ mod tests {
         assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
     }
 
+    /// A logged change carries its slot's whole ledger, or none when the group left it as it
+    /// was: replaying one without keeps the ledger; a new generation starts without one.
+    #[test]
+    fn replayed_changes_keep_the_ledger_of_rights_within_a_generation() {
+        let state = |version| SlotState { value: 1, version };
+        let mut ledger = RightsLedger::default();
+        ledger.give(&SlotId::new("A", 1), crate::Room { up: 3, down: 0 });
+        let mut record = SlotRecord::from(state(1));
+        let mut with = SlotRecord::from(state(2));
+        with.set_rights(ledger.clone());
+        let bytes = postcard::to_allocvec(&with).unwrap();
+        assert_eq!(postcard::from_bytes::<SlotRecord>(&bytes).unwrap(), with);
+        assert!(record.apply_logged(with));
+        assert_eq!(record.rights(), &ledger);
+        assert!(record.apply_logged(SlotRecord::from(state(3))));
+        assert_eq!(
+            record.rights(),
+            &ledger,
+            "a change without a ledger keeps it"
+        );
+        let renewed = record.renewed(
+            HlcTimestamp {
+                physical_ms: 9,
+                logical: 0,
+                node: 0,
+            },
+            4,
+        );
+        assert!(renewed.rights().is_empty());
+    }
+
     /// What history adds to a record (docs/architecture.md, "Memory per counter"): one box
     /// shared with the generation, a rollup per level, 16 bytes per bucket.
     #[test]
     fn the_history_box_and_rollups_have_their_stated_sizes() {
-        assert_eq!(std::mem::size_of::<Extra>(), 56);
+        assert_eq!(std::mem::size_of::<Extra>(), 64);
         assert_eq!(std::mem::size_of::<Rollup>(), 24);
         assert_eq!(std::mem::size_of::<(u64, i64)>(), 16);
     }

@@ -72,6 +72,10 @@ impl Node {
             metrics,
             health: Arc::new(NodeHealth::default()),
             tombstone_retention_ms: 604_800_000,
+            rights: shard_node::engine::commit::RightsPlace {
+                index: 0,
+                datacenters: 1,
+            },
         };
         let commit_loop = CommitLoop::new(recovered.log, context);
         let (commands, receiver) = mpsc::channel(1024);

@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use geocount_model::role::replica_name;
+
+use crate::engine::commit::RightsPlace;
 use geocount_model::{
     AuthConfig, DatacenterConfig, HttpSettings, Partitions, RespSettings, ShardDefaults, SlotId,
     SyncSettings, Topology, TopologyError,
@@ -29,6 +31,9 @@ pub struct NodeConfig {
     pub global_tier: Vec<(SocketAddr, Partitions)>,
     /// How many datacenters the topology has (with no other, a world read is answered here).
     pub datacenter_count: usize,
+    /// Every datacenter of the topology, in its order: its name and its shard nodes'
+    /// addresses (bounded counters' slots ask each other for rights).
+    pub datacenters: Vec<(String, Vec<SocketAddr>)>,
     /// How often to pull peers and descriptions.
     pub sync: SyncSettings,
     /// Limits of its HTTP listener (`[http]`).
@@ -61,6 +66,16 @@ pub enum RestoreMode {
 }
 
 impl NodeConfig {
+    /// This node's datacenter's place among the topology's, for bounded counters' shares.
+    pub fn rights_place(&self) -> RightsPlace {
+        RightsPlace {
+            index: (self.datacenters.iter())
+                .position(|(name, _)| *name == self.datacenter.name)
+                .unwrap_or_default(),
+            datacenters: self.datacenters.len(),
+        }
+    }
+
     /// The names of every slot of this node's datacenter, by index.
     pub fn slot_names(&self) -> Vec<String> {
         (0..self.datacenter.shards.len())
@@ -103,6 +118,9 @@ impl NodeConfig {
             global: topology.global.addresses(),
             global_tier: topology.global.replicas_of(topology.partitions),
             datacenter_count: topology.datacenters.len(),
+            datacenters: (topology.datacenters.iter())
+                .map(|dc| (dc.name.clone(), dc.shards.clone()))
+                .collect(),
             sync: topology.sync.clone(),
             http: topology.http.clone(),
             resp,

@@ -3,7 +3,9 @@
 use geocount_http::routing::RequestError;
 use std::sync::Arc;
 
-use geocount_model::{CounterType, ModelError};
+use geocount_model::{Bound, CounterType, ModelError};
+
+use crate::engine::write::WriteRequest;
 use geocount_net::{BodyError, HttpError};
 use hyper::StatusCode;
 
@@ -58,6 +60,29 @@ pub enum ShardError {
     /// A delta for a unique counter, or an item for a sum counter.
     #[error("{0}")]
     WrongType(String),
+    /// A write of a bounded counter that would take its world total past a bound: no slot
+    /// that could be asked held the rights for it.
+    #[error(
+        "counter {counter:?} is at its bound: delta {delta} would take its world total past {} {limit}{}",
+        bound.name(),
+        unreachable_note(unreachable)
+    )]
+    BoundReached {
+        /// The counter.
+        counter: String,
+        /// The bound it would pass.
+        bound: Bound,
+        /// That bound's value.
+        limit: i64,
+        /// The refused delta.
+        delta: i64,
+        /// Datacenters whose slots could not be asked for rights.
+        unreachable: Vec<String>,
+    },
+    /// A write of a bounded counter its slot holds too few rights for (what the commit loop
+    /// answers; the node asks other slots for rights and tries it again).
+    #[error("counter {:?}: this slot holds too few rights for the write", .0.write.id.as_str())]
+    ShortOfRights(Box<Shortage>),
     /// The disk is full: nothing was written. One failure refuses every write of its group,
     /// so each refusal shares it.
     #[error("storage is full: {0}")]
@@ -205,7 +230,9 @@ impl HttpError for ShardError {
             ShardError::TooManyEntries { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ShardError::Request(refusal) => refusal.status(),
             ShardError::NotFound(_) => StatusCode::NOT_FOUND,
-            ShardError::AlreadyExists(_) => StatusCode::CONFLICT,
+            ShardError::AlreadyExists(_)
+            | ShardError::BoundReached { .. }
+            | ShardError::ShortOfRights(_) => StatusCode::CONFLICT,
             ShardError::IdempotencyKeyReused { .. } | ShardError::TimestampAhead { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -229,6 +256,27 @@ impl HttpError for ShardError {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
         }
+    }
+
+    fn to_response(&self) -> geocount_net::Response {
+        let (bound, limit) = match self {
+            ShardError::BoundReached { bound, limit, .. } => (*bound, *limit),
+            // The owner of the slot refused it at its bound: said again as it said it.
+            ShardError::PassedOn { status: 409, error }
+            | ShardError::TargetRefused {
+                status: 409, error, ..
+            } => match passed_bound(error) {
+                Some(passed) => passed,
+                None => return geocount_net::error_answer(self),
+            },
+            _ => return geocount_net::error_answer(self),
+        };
+        let body = serde_json::json!({
+            "error": self.to_string(),
+            "bound": bound.name(),
+            "limit": limit,
+        });
+        geocount_net::json_response(self.status(), &body)
     }
 
     fn retry_after_secs(&self) -> Option<u32> {
@@ -282,6 +330,42 @@ impl ShardError {
             source: None,
         }
     }
+}
+
+/// A write the commit loop handed back for want of rights, with what it lacked.
+#[derive(Debug)]
+pub struct Shortage {
+    /// The write, as asked.
+    pub write: WriteRequest,
+    /// The bound it would pass with the rights held.
+    pub bound: Bound,
+    /// The rights it lacked.
+    pub need: u64,
+}
+
+/// The bound and limit a [`ShardError::BoundReached`]'s message names (`... past max 10`).
+fn passed_bound(message: &str) -> Option<(Bound, i64)> {
+    if !message.contains("is at its bound") {
+        return None;
+    }
+    [Bound::Max, Bound::Min].into_iter().find_map(|bound| {
+        let (_, rest) = message.split_once(&format!(" past {} ", bound.name()))?;
+        let end = (rest.char_indices())
+            .find(|&(at, c)| !(c.is_ascii_digit() || (at == 0 && c == '-')))
+            .map_or(rest.len(), |(at, _)| at);
+        Some((bound, rest[..end].parse().ok()?))
+    })
+}
+
+/// `; datacenters X, Y could not be asked` when some could not.
+fn unreachable_note(unreachable: &[String]) -> String {
+    if unreachable.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (datacenters {} could not be asked for their rights)",
+        unreachable.join(", ")
+    )
 }
 
 /// Failures of the log and the store.
@@ -339,6 +423,31 @@ mod tests {
     use std::error::Error;
 
     use super::*;
+
+    #[test]
+    fn a_bound_passed_on_from_another_node_is_named_again() {
+        let reached = ShardError::BoundReached {
+            counter: "q".into(),
+            bound: Bound::Min,
+            limit: -5,
+            delta: -2,
+            unreachable: vec!["ASIA_0".into()],
+        };
+        let message = reached.to_string();
+        assert_eq!(passed_bound(&message), Some((Bound::Min, -5)), "{message}");
+        assert_eq!(
+            passed_bound(
+                "counter \"q\" is at its bound: delta 1 would take its world total past max 10"
+            ),
+            Some((Bound::Max, 10))
+        );
+        assert_eq!(passed_bound("storage failed"), None);
+        let passed = ShardError::PassedOn {
+            status: 409,
+            error: message,
+        };
+        assert_eq!(passed.status(), StatusCode::CONFLICT);
+    }
 
     #[test]
     fn the_nodes_own_failures_are_internal_and_storage_failures_keep_their_source() {

@@ -14,6 +14,9 @@
 //!   committed state, appends the group to the write-ahead log and fsyncs once, then installs
 //!   it in the slot table reads are served from and answers; a checkpointer folds closed log
 //!   segments into the store.
+//! - [`rights`]: a bounded counter's write its slot lacks the rights for asks the counter's
+//!   other slots for rights (this datacenter's first) and is tried again; other nodes' asks
+//!   are answered here.
 //! - [`peer`]: the committed write reaches the datacenter's other nodes as they pull this
 //!   node's slot (served by [`http`]); this node pulls theirs in turn (its replicas, so that a
 //!   peer that loses its disk can restore from them) and the counters' descriptions.
@@ -41,6 +44,7 @@ pub mod metrics;
 pub(crate) mod peer;
 pub mod read;
 pub(crate) mod resp;
+pub mod rights;
 pub(crate) mod route;
 pub(crate) mod server;
 pub mod startup;

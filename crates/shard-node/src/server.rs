@@ -32,6 +32,7 @@ use crate::peer::replication::PeerSink;
 use crate::peer::replicator::{Replicator, resend_log};
 use crate::read::parts::{GlobalTier, OtherParts};
 use crate::read::world::{LocalSlots, WorldView};
+use crate::rights::{Datacenter, RightsNetwork};
 use crate::route::slots::{RouterSetup, WriteRouter};
 use crate::startup::restore::{CopySource, RestoreProgress, RestoreRequest};
 use crate::startup::resume::{self, Resumed};
@@ -287,6 +288,7 @@ fn start_engine(
             metrics: metrics.clone(),
             health: health.clone(),
             tombstone_retention_ms: config.sync.tombstone_retention_secs.saturating_mul(1_000),
+            rights: config.rights_place(),
         },
     );
     let commit_loop = match replicator {
@@ -441,6 +443,7 @@ fn node_state(
 ) -> NodeState {
     let settings = &config.settings;
     let world = world_view(config, engine, pulls, client.clone(), restore.clone());
+    let client_for_rights = client.clone();
     let router = WriteRouter::new(RouterSetup {
         placement: config.datacenter.placement(settings.virtual_nodes),
         own_slot: config.slot.index,
@@ -477,7 +480,20 @@ fn node_state(
         slot_shown: engine.shown.clone(),
         storage: engine.storage.clone(),
         world: Arc::new(world),
+        rights: Arc::new(rights_network(config, client_for_rights)),
     }
+}
+
+/// Every datacenter's shard nodes, which a bounded counter's slot asks for rights.
+fn rights_network(config: &NodeConfig, client: HttpClient) -> RightsNetwork {
+    let datacenters = (config.datacenters.iter())
+        .map(|(name, shards)| Datacenter {
+            name: name.clone(),
+            shards: shards.clone(),
+        })
+        .collect();
+    let home = config.datacenter.placement(config.settings.virtual_nodes);
+    RightsNetwork::new(config.slot.clone(), datacenters, home, client)
 }
 
 /// The world reads of the node: its datacenter's slots as it holds them and, with other

@@ -15,7 +15,7 @@
 
 use geocount_http::routing::{Named, WindowQuery};
 use geocount_model::unique::STANDARD_ERROR;
-use geocount_model::{SlotRecord, UniqueSketch};
+use geocount_model::{Bounds, SlotRecord, UniqueSketch};
 use geocount_sync::worst_staleness;
 use serde::Serialize;
 
@@ -35,6 +35,8 @@ pub struct Gathered {
     life: Life,
     readings: Vec<DatacenterReading>,
     union: Option<UniqueSketch>,
+    /// A bounded counter's bounds, which its running total is clamped to.
+    bounds: Option<Bounds>,
 }
 
 /// `counter`'s parts as `replica` holds them at `now_ms`: running totals or hits in `window`
@@ -48,12 +50,14 @@ pub fn gather(
 ) -> Gathered {
     let life = counter.life(now_ms);
     let copies = counter.copies.unwrap_or_default();
+    let bounds = (counter.description).and_then(|d| Bounds::of(&d.description));
     if counter.is_unique() {
         let (readings, union) = read_unique_datacenters(replica, layout, copies, &life, now_ms);
         Gathered {
             life,
             readings,
             union: Some(union),
+            bounds: None,
         }
     } else {
         let readings = read_datacenters(replica, layout, copies, &life, window, now_ms);
@@ -61,6 +65,7 @@ pub fn gather(
             life,
             readings,
             union: None,
+            bounds,
         }
     }
 }
@@ -79,6 +84,11 @@ impl Gathered {
         );
         match &mut answer {
             GlobalRead::Counter(reading) => {
+                // Datacenters' parts of different ages can add up past a bound the true total
+                // never passes (docs/architecture.md, "Bounded counters").
+                if let (Some(bounds), None) = (self.bounds, &query.window) {
+                    reading.total.value = bounds.clamp_wide(reading.total.value);
+                }
                 reading.window = query.window;
                 reading.total.expires_at_ms = self.life.expires_at_ms;
             }

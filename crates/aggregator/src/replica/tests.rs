@@ -194,6 +194,8 @@ fn a_sink_refuses_descriptions_from_far_ahead_of_its_clock() {
             deleted: false,
             expires_at_ms: None,
             history: Vec::new(),
+            min: None,
+            max: None,
         },
         version: HlcTimestamp {
             physical_ms,

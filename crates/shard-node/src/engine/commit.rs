@@ -14,8 +14,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 use geocount_model::{
-    Clock, CounterDescription, CounterId, Hlc, Placement, RollupChange, ShardDefaults, SlotRecord,
-    VersionedDescription, next_slot_version,
+    Clock, CounterDescription, CounterId, Hlc, Placement, RightsAnswer, RollupChange,
+    ShardDefaults, SlotRecord, VersionedDescription, next_slot_version,
 };
 use geocount_sync::{DescriptionTable, SlotCopies};
 use tokio::sync::{mpsc, oneshot};
@@ -37,6 +37,7 @@ mod install;
 mod lifecycle;
 mod replicated;
 mod restore;
+mod rights;
 mod stage;
 
 use install::{GroupChanges, SlotChange};
@@ -51,6 +52,10 @@ enum Reply {
     Create(
         oneshot::Sender<Result<CounterDescription, ShardError>>,
         Result<CounterDescription, ShardError>,
+    ),
+    Rights(
+        oneshot::Sender<Result<RightsAnswer, ShardError>>,
+        Result<RightsAnswer, ShardError>,
     ),
 }
 
@@ -83,6 +88,18 @@ pub struct CommitContext {
     pub health: Arc<NodeHealth>,
     /// How long a deleted counter's tombstone is kept (`sync.tombstone_retention_secs`).
     pub tombstone_retention_ms: u64,
+    /// Where this node's datacenter is among the topology's, for bounded counters' shares.
+    pub rights: RightsPlace,
+}
+
+/// This node's datacenter's place in the topology: its share of a bounded counter's room is
+/// the `index`th of `datacenters`.
+#[derive(Debug, Clone, Copy)]
+pub struct RightsPlace {
+    /// Its index in the topology's `datacenters`.
+    pub index: usize,
+    /// How many datacenters the topology has.
+    pub datacenters: usize,
 }
 
 /// What the commit loop resumes from: what startup read of the log and the store.
@@ -330,6 +347,11 @@ impl CommitLoop {
                         };
                         replies.push(Reply::Create(reply, result));
                     }
+                    Command::Rights { id, request, reply } => {
+                        let result =
+                            self.stage_rights(&table, &descriptions, &mut staged, &id, request);
+                        replies.push(Reply::Rights(reply, result));
+                    }
                     Command::Describe(newly_learned) => {
                         for description in newly_learned {
                             self.shared.hlc.observe(description.version);
@@ -374,6 +396,9 @@ impl CommitLoop {
                 }
             };
             change.set_generation(slot.generation);
+            if let Some(rights) = slot.rights {
+                change.set_rights(rights);
+            }
             logged.push((id, change));
             changes.push(SlotChange {
                 row: slot.row,
@@ -476,6 +501,9 @@ fn answer(replies: Vec<Reply>, metrics: &ShardMetrics) {
             Reply::Create(sender, result) => {
                 let _ = sender.send(result);
             }
+            Reply::Rights(sender, result) => {
+                let _ = sender.send(result);
+            }
         }
     }
 }
@@ -494,6 +522,10 @@ fn refuse_client_command(
             None
         }
         Command::Create { reply, .. } | Command::Lifecycle { reply, .. } => {
+            let _ = reply.send(Err(refusal()));
+            None
+        }
+        Command::Rights { reply, .. } => {
             let _ = reply.send(Err(refusal()));
             None
         }
@@ -549,6 +581,10 @@ fn refuse_unreplicated(replies: Vec<Reply>, reason: &str, metrics: &ShardMetrics
                 let _ = sender
                     .send(result.and_then(|_| Err(ShardError::NotReplicated(reason.to_owned()))));
             }
+            Reply::Rights(sender, result) => {
+                let _ = sender
+                    .send(result.and_then(|_| Err(ShardError::NotReplicated(reason.to_owned()))));
+            }
         }
     }
 }
@@ -567,6 +603,9 @@ fn refuse_all(replies: Vec<Reply>, error: &Arc<StorageError>, metrics: &ShardMet
                 let _ = sender.send(refused);
             }
             Reply::Create(sender, _) => {
+                let _ = sender.send(Err(ShardError::from_storage(error.clone())));
+            }
+            Reply::Rights(sender, _) => {
                 let _ = sender.send(Err(ShardError::from_storage(error.clone())));
             }
         }

@@ -134,6 +134,10 @@ impl SlotTable {
                     *record = record.renewed(logged.generation(), logged.state.version);
                 }
                 record.state = logged.state;
+                if !logged.rights().is_empty() {
+                    // A ledger only grows within a generation: the group logged all of it.
+                    record.set_rights(logged.rights().clone());
+                }
                 if let Some(sketch) = logged.into_uniques() {
                     record.set_uniques(sketch);
                 } else if let Some(held) = record.window_mut() {

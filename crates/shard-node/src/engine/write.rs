@@ -3,8 +3,8 @@
 //! loop all name writes; none of them needs the commit loop to do so.
 
 use geocount_model::{
-    CounterDescription, CounterId, CounterType, IdempotencyRecord, SlotRecord, SlotState,
-    VersionedDescription,
+    CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, RightsAnswer,
+    Room, SlotId, SlotRecord, SlotState, VersionedDescription,
 };
 use tokio::sync::oneshot;
 
@@ -103,6 +103,32 @@ pub enum LifecycleChange {
     },
 }
 
+/// A change of the own slot's rights of one counter (docs/architecture.md, "Bounded
+/// counters").
+#[derive(Debug, Clone)]
+pub enum RightsRequest {
+    /// Give slot `to` up to `want` (at least `need` where held), in `generation`.
+    Give {
+        /// The asking slot.
+        to: SlotId,
+        /// The generation it counts in.
+        generation: HlcTimestamp,
+        /// What it lacks.
+        need: Room,
+        /// What it would take.
+        want: Room,
+    },
+    /// Record that slot `from` gave `total` in all, in `generation`.
+    Receive {
+        /// The giving slot.
+        from: SlotId,
+        /// The generation it gave in.
+        generation: HlcTimestamp,
+        /// What it gave in all.
+        total: Room,
+    },
+}
+
 /// The answer to each write of a [`Command::Write`], in order.
 pub type WriteResults = Vec<Result<SlotState, ShardError>>;
 
@@ -135,6 +161,15 @@ pub enum Command {
         key: Option<(Box<str>, (i64, u64))>,
         /// Where the result goes.
         reply: oneshot::Sender<Result<CounterDescription, ShardError>>,
+    },
+    /// Give or take in rights of a bounded counter's slot: answered once durable.
+    Rights {
+        /// The counter.
+        id: CounterId,
+        /// What is asked.
+        request: RightsRequest,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<RightsAnswer, ShardError>>,
     },
     /// Adopt descriptions learned from other nodes (kept where newer than what is known).
     Describe(Vec<VersionedDescription>),

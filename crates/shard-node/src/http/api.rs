@@ -27,7 +27,9 @@ use std::sync::Arc;
 
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE};
-use geocount_model::{CounterId, CounterType, HlcTimestamp, ShardDefaults, SlotRecord, SlotState};
+use geocount_model::{
+    Bounds, CounterId, CounterType, HlcTimestamp, ShardDefaults, SlotRecord, SlotState,
+};
 use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
 use geocount_net::{Response, bytes_response, json_response, prefers_minimal_return, read_body};
 use hyper::body::Incoming;
@@ -44,6 +46,7 @@ use crate::http::requests::{
 use crate::http::routes::{Route, need};
 use crate::http::state::NodeState;
 use crate::http::{copies, lifecycle, replicas, world};
+use crate::rights;
 use crate::route::forward;
 use crate::route::forward::FORWARDED_HEADER;
 use crate::startup::restore::RestoreReport;
@@ -113,6 +116,11 @@ async fn dispatch(
         (Route::BatchItems, Method::POST, _, _) => batch(state, request, parse_item_batch).await,
         (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
         (Route::World, Method::GET, Some(id), _) => world::answer(state, id).await,
+        (Route::CounterRights, Method::GET, Some(id), _) => rights::serve::read_rights(state, &id),
+        (Route::Rights, Method::POST, _, _) => {
+            let body = read_body(request, state.settings.max_body_bytes).await?;
+            rights::serve::answer_message(state, &body).await
+        }
         (Route::Sync, Method::POST, _, _) => copies::sync(state, request).await,
         (Route::SlotCopy | Route::KeyCopy, Method::GET, _, Some(slot)) => {
             let keys = matches!(route, Route::KeyCopy);
@@ -193,10 +201,55 @@ pub(super) fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<
 async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let description = parse_create(&body, &state.settings, state.clock.now_unix_ms())?;
+    let bounded = Bounds::of(&description).is_some();
+    let asked = (description.id.clone(), description.min, description.max);
     let (reply, answer) = tokio::sync::oneshot::channel();
     state.send(Command::Create { description, reply }).await?;
-    let created = answer.await.map_err(|_| state.stopped())??;
-    Ok(json_response(StatusCode::CREATED, &created))
+    let (status, created) = match answer.await.map_err(|_| state.stopped())? {
+        Ok(created) => (StatusCode::CREATED, created),
+        // The same bounded counter asked for again: its creation is finished below.
+        Err(ShardError::AlreadyExists(_)) if bounded => match same_bounds(state, &asked) {
+            Some(existing) => (StatusCode::OK, existing),
+            None => return Err(ShardError::AlreadyExists(asked.0.to_string())),
+        },
+        Err(error) => return Err(error),
+    };
+    if bounded {
+        finish_bounded(state, &created.id).await?;
+    }
+    Ok(json_response(status, &created))
+}
+
+/// Counter `id`'s live description if it has these bounds.
+fn same_bounds(
+    state: &NodeState,
+    (id, min, max): &(CounterId, Option<i64>, Option<i64>),
+) -> Option<geocount_model::CounterDescription> {
+    let now_ms = state.clock.now_unix_ms();
+    let descriptions = state.descriptions.read().expect("descriptions lock");
+    let known = descriptions.get(id.as_str())?;
+    let same =
+        known.is_live(now_ms) && known.description.min == *min && known.description.max == *max;
+    same.then(|| known.description.clone())
+}
+
+/// A bounded counter is answered as created once every shard node holds its description:
+/// a node that did not would take writes past its bounds. 503 names those that did not.
+async fn finish_bounded(state: &NodeState, id: &CounterId) -> Result<(), ShardError> {
+    let description = (state.descriptions.read().expect("descriptions lock"))
+        .get(id.as_str())
+        .cloned()
+        .ok_or_else(|| ShardError::internal_message("a created counter has no description"))?;
+    let missing = rights::serve::push_description(state, &description).await;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let missing: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    Err(ShardError::Unavailable(format!(
+        "counter {id} is created, but shard nodes {} do not hold its bounds yet and would not \
+         keep its writes within them; send the same POST /counter again to finish",
+        missing.join(", ")
+    )))
 }
 
 /// The answer to a read or a write: this slot's share of the counter (for a unique counter,

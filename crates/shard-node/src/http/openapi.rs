@@ -37,6 +37,11 @@ const WRITE_ERRORS: &[(u16, &str)] = &[
         400,
         "malformed input: a bad id, body or query; a delta on a unique counter",
     ),
+    (
+        409,
+        "a bounded counter's write that would take its world total past min or max: \
+           {\"error\", \"bound\": \"min\"|\"max\", \"limit\"}",
+    ),
     (413, "a body too large"),
     (
         422,
@@ -192,15 +197,29 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
                             "stepSeconds": integer(1, u32::MAX.into()),
                             "keepSeconds": integer(1, u32::MAX.into()),
                         }}},
+                    "min": {"type": "integer", "nullable": true, "minimum": i64::MIN,
+                            "maximum": 0, "description": "the lowest world total its writes                             may reach (a sum counter's only)"},
+                    "max": {"type": "integer", "nullable": true, "minimum": 0,
+                            "maximum": i64::MAX, "description": "the highest world total its                             writes may reach (a sum counter's only); at least min"},
                 }}),
                 json!({"id": "openapi-example", "numberOfShards": 2, "windowSeconds": 300}),
             )
             .json_answer(201, "the description", json!({"type": "object"}))
+            .json_answer(
+                200,
+                "a bounded counter created before with the same bounds: every shard node \
+                 holds it now",
+                json!({"type": "object"}),
+            )
             .errors(&[
-                (400, "malformed input"),
+                (400, "malformed input, or bounds that do not hold 0"),
                 (409, "the id exists"),
                 (413, "a body too large"),
-                (503, "storage failed"),
+                (
+                    503,
+                    "storage failed, or a bounded counter is created but some shard node \
+                     could not be told its bounds (send it again)",
+                ),
                 (
                     507,
                     "the disk is full, or the node holds its limit of counters \
@@ -346,6 +365,49 @@ fn api(settings: &ShardDefaults) -> ApiDoc {
                 "another datacenter is staler than global.max_staleness_ms, no global \
                  aggregator replica answered, or the node is restoring its slot",
             ),
+        ]),
+    )
+    .operation(
+        "/counter/{id}/rights",
+        "get",
+        Operation::new(
+            "a bounded counter's rights held by this node's slot: the increments (up) and \
+             decrements (down) it may apply without asking another slot, its share, and the \
+             rights it gave and received",
+        )
+        .param(id_param())
+        .json_answer(
+            200,
+            "the slot's rights",
+            json!({"type": "object", "required": ["counter", "slot", "value", "share", "given", "received"],
+                   "properties": {
+                "counter": {"type": "string"},
+                "slot": {"type": "string"},
+                "min": {"type": "integer", "nullable": true},
+                "max": {"type": "integer", "nullable": true},
+                "value": {"type": "integer"},
+                "up": {"type": "integer", "nullable": true},
+                "down": {"type": "integer", "nullable": true},
+                "share": {"type": "object"},
+                "given": {"type": "array", "items": {"type": "object"}},
+                "received": {"type": "array", "items": {"type": "object"}},
+            }}),
+        )
+        .errors(&[(400, "a bad id"), (404, "no live bounded counter has the id")]),
+    )
+    .operation(
+        "/rights",
+        "post",
+        Operation::new(
+            "another shard node asks this node's slot for a bounded counter's rights (given \
+             once durable), or hands it a bounded counter's description to hold",
+        )
+        .between_tiers()
+        .postcard_body("RightsMessage")
+        .postcard_answer(200, "RightsAnswer")
+        .errors(&[
+            (400, "an undecodable message"),
+            (503, "storage failed, or the node is restoring its slot"),
         ]),
     )
     .operation(

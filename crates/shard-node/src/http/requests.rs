@@ -40,10 +40,13 @@ struct CreateBody {
     counter_type: Option<CounterType>,
     ttl_seconds: Option<u32>,
     history: Option<Vec<HistoryLevel>>,
+    min: Option<i64>,
+    max: Option<i64>,
 }
 
 /// The description a `POST /counter` body asks for (`{"id"?, "numberOfShards"?,
-/// "windowSeconds"?, "type"?, "ttlSeconds"?, "history"?}`, empty for every default), created
+/// "windowSeconds"?, "type"?, "ttlSeconds"?, "history"?, "min"?, "max"?}`, empty for every
+/// default), created
 /// at `now_ms`: a random id when none is given, the defaults of `settings`, and 400 for a
 /// malformed body, a bad id or a count, window, time to live or history out of range.
 pub fn parse_create(
@@ -83,7 +86,7 @@ pub fn parse_create(
         .transpose()?;
     let counter_type = body.counter_type.unwrap_or_default();
     let history = history_of(body.history, counter_type, settings)?;
-    Ok(CounterDescription {
+    let description = CounterDescription {
         id,
         counter_type,
         number_of_shards,
@@ -94,7 +97,12 @@ pub fn parse_create(
         deleted: false,
         expires_at_ms,
         history,
-    })
+        min: body.min,
+        max: body.max,
+    };
+    // Bounds: a sum counter's only, holding its start at zero.
+    description.check().map_err(ShardError::Model)?;
+    Ok(description)
 }
 
 /// The history levels a create asks for (`None`: the defaults of a sum, none for a unique
@@ -443,6 +451,9 @@ mod tests {
             br#"{"id": ""}"#,
             br#"{"id": "a\u0000"}"#,
             br#"{"colour": "red"}"#,
+            br#"{"min": 1}"#,
+            br#"{"max": -1}"#,
+            br#"{"min": 0, "max": 5, "type": "unique"}"#,
             b"{",
             b"\xff",
         ] {

@@ -26,6 +26,10 @@ pub enum Route {
     Route,
     /// `/counter/{id}/world`
     World,
+    /// `/counter/{id}/rights`
+    CounterRights,
+    /// `/rights`
+    Rights,
     /// `/sync`
     Sync,
     /// `/slots/{slot}/copy`
@@ -55,6 +59,8 @@ pub(crate) const ROUTES: &[(&str, Route)] = &[
     ("/batch/items", Route::BatchItems),
     ("/counter/{id}/route", Route::Route),
     ("/counter/{id}/world", Route::World),
+    ("/counter/{id}/rights", Route::CounterRights),
+    ("/rights", Route::Rights),
     ("/sync", Route::Sync),
     ("/slots/{slot}/copy", Route::SlotCopy),
     ("/slots/{slot}/keys", Route::KeyCopy),
@@ -79,9 +85,11 @@ impl Endpoint for Route {
             | Route::Batch
             | Route::BatchItems
             | Route::Sync
+            | Route::Rights
             | Route::Replicate => POST,
             Route::Route
             | Route::World
+            | Route::CounterRights
             | Route::SlotCopy
             | Route::KeyCopy
             | Route::Replica
@@ -121,7 +129,11 @@ pub(crate) fn need(
             Need::Right(Right::Write)
         }
         Route::Create | Route::Reset => Need::Right(Right::Admin),
-        Route::Counter | Route::Route | Route::World => Need::Right(Right::Read),
+        Route::Counter | Route::Route | Route::World | Route::CounterRights => {
+            Need::Right(Right::Read)
+        }
+        // A bounded counter's slots ask each other for rights, across datacenters.
+        Route::Rights => Need::Tier(vec![Allow::Shards]),
         Route::Sync => Need::Tier(vec![Allow::AggregatorOf(datacenter.to_owned()), shards()]),
         // Only the slot's own node asks for its copies: to restore them.
         Route::SlotCopy | Route::KeyCopy | Route::Replicate | Route::Replica => {

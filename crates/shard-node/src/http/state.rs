@@ -21,6 +21,7 @@ use crate::metrics::ShardMetrics;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
 use crate::read::world::WorldView;
+use crate::rights::RightsNetwork;
 use crate::route::forward::LocalNode;
 use crate::route::slots::WriteRouter;
 use crate::startup::restore::RestoreProgress;
@@ -78,6 +79,8 @@ pub struct NodeState {
     pub storage: Storage,
     /// Counters' world values: this datacenter's slots here, the others' from the global tier.
     pub world: Arc<WorldView>,
+    /// Bounded counters' rights: the other slots this node asks.
+    pub rights: Arc<RightsNetwork>,
 }
 
 impl NodeState {
@@ -89,8 +92,25 @@ impl NodeState {
             .map_err(|_| self.stopped())
     }
 
-    /// Applies `writes` to this node's slot: answered once they are durable (or refused).
+    /// Applies `writes` to this node's slot: answered once they are durable (or refused). A
+    /// bounded counter's write its slot lacks the rights for is tried again after asking for
+    /// them ([`crate::rights::ask`]).
     pub async fn submit(&self, writes: Vec<WriteRequest>) -> Result<WriteResults, ShardError> {
+        let mut results = self.submit_once(writes).await?;
+        if results
+            .iter()
+            .any(|result| matches!(result, Err(ShardError::ShortOfRights(_))))
+        {
+            crate::rights::ask::retry_short(self, &mut results).await;
+        }
+        Ok(results)
+    }
+
+    /// Hands `writes` to the commit loop once, as they are.
+    pub(crate) async fn submit_once(
+        &self,
+        writes: Vec<WriteRequest>,
+    ) -> Result<WriteResults, ShardError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.send(Command::Write { writes, reply }).await?;
         answer.await.map_err(|_| self.stopped())

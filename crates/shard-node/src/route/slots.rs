@@ -276,6 +276,8 @@ mod tests {
                 deleted: false,
                 expires_at_ms: None,
                 history: Vec::new(),
+                min: None,
+                max: None,
             },
             version: HlcTimestamp {
                 physical_ms: at,

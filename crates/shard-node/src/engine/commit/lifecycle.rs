@@ -201,7 +201,13 @@ impl CommitLoop {
         };
         let settings = &self.shared.settings;
         let counter_type = write.change.counter_type();
-        let description = default_description(settings, id, counter_type, staged.now_ms);
+        let mut description = default_description(settings, id, counter_type, staged.now_ms);
+        if gone.description.counter_type == counter_type {
+            // A bounded counter made again by a write keeps its bounds: a quota with an expiry
+            // is one again each period.
+            description.min = gone.description.min;
+            description.max = gone.description.max;
+        }
         // Versioned just past the tombstone, so that a description made on purpose in the same
         // generation (a `POST /counter`, an expiry set before a forwarded write) wins over it.
         let version = HlcTimestamp {

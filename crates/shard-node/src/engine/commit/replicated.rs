@@ -141,7 +141,8 @@ impl CommitLoop {
                 Command::Tick
                 | Command::Write { .. }
                 | Command::Create { .. }
-                | Command::Lifecycle { .. },
+                | Command::Lifecycle { .. }
+                | Command::Rights { .. },
             ) => true,
         }
     }

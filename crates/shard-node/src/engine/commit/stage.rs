@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 
 use geocount_model::held_bytes::description_bytes;
 use geocount_model::{
-    CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, Recorded,
-    RollupChange, ShardDefaults, SlotRecord, SlotState, UniqueSketch, VersionedDescription, Window,
-    WindowChange,
+    Bound, CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, Recorded,
+    RightsLedger, RollupChange, ShardDefaults, SlotRecord, SlotState, UniqueSketch,
+    VersionedDescription, Window, WindowChange,
 };
 use geocount_sync::DescriptionTable;
 use indexmap::IndexMap;
@@ -21,7 +21,7 @@ use crate::engine::idempotency::{KeyHash, StagedKeys, asks_for, record_of};
 use crate::engine::key_scope::unscoped;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::write::{Change, WriteRequest};
-use crate::error::ShardError;
+use crate::error::{ShardError, Shortage};
 
 /// One counter's changes in a group, staged beside its committed record (which is neither
 /// copied nor changed until the group is durable), and what is known of the counter, looked up
@@ -58,6 +58,9 @@ pub(super) struct StagedSlot {
     /// Whether the staged record starts from zero: its committed record is of an older
     /// generation than the one its description counts from.
     pub(super) renewed: bool,
+    /// A bounded counter's ledger of rights as of this group, copied from the committed
+    /// record at its first check; `None`: not looked at.
+    pub(super) rights: Option<RightsLedger>,
 }
 
 impl StagedSlot {
@@ -72,7 +75,18 @@ impl StagedSlot {
             *change = RollupChange::new(change.level, &Window::EMPTY);
         }
         self.sketch = unique.then(Box::default);
+        self.rights = None;
         self.changed = true;
+    }
+
+    /// The slot's ledger of rights as of this group (`committed`: its committed record,
+    /// `None` when renewed or new).
+    pub(super) fn ledger(&mut self, committed: Option<&SlotRecord>) -> &mut RightsLedger {
+        self.rights.get_or_insert_with(|| {
+            committed
+                .map(|record| record.rights().clone())
+                .unwrap_or_default()
+        })
     }
 }
 
@@ -181,6 +195,7 @@ impl Staged {
             described: described.is_some(),
             generation,
             renewed,
+            rights: None,
         };
         let (at, _) = self.slots.insert_full(counter.clone(), slot);
         &mut self.slots[at]
@@ -230,6 +245,8 @@ pub(super) fn default_description(
             CounterType::Sum => settings.default_history_levels(),
             CounterType::Unique => Vec::new(),
         },
+        min: None,
+        max: None,
     }
 }
 
@@ -306,6 +323,7 @@ impl CommitLoop {
         }
         // Only a write applied, not a retry answered, makes a deleted counter again.
         self.recreate_if_gone(descriptions, staged, &write);
+        let (bounds, share) = self.bounds_here(staged, descriptions, &write.id);
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
         let held_descriptions = descriptions.len() + staged.new_descriptions;
@@ -328,9 +346,29 @@ impl CommitLoop {
         let version = self.group_version;
         let mut creates_unique = false;
         let bytes_before = slot.bytes;
+        // A bounded counter's delta applies only within the rights its slot holds; the
+        // write goes back to the node to ask for more.
+        if let (Change::Delta(delta), Some(bounds)) = (&write.change, bounds) {
+            let (delta, value) = (*delta, slot.state.value);
+            let ledger = slot.ledger(committed);
+            if let Some(bound) = bounds.passed(share, ledger, value, delta) {
+                let (up, down) = bounds.available(share, ledger, value);
+                let held = match bound {
+                    Bound::Max => up,
+                    Bound::Min => down,
+                };
+                let need = i128::from(delta).abs() - held.unwrap_or(0).max(0);
+                return Err(ShardError::ShortOfRights(Box::new(Shortage {
+                    write,
+                    bound,
+                    need: u64::try_from(need).unwrap_or(u64::MAX),
+                })));
+            }
+        }
         match &write.change {
             Change::Delta(delta) => {
                 let next = slot.state.apply(*delta, version)?;
+
                 // The hit lands in its own second's bucket of the counter's window.
                 let empty = Window::default();
                 let base = committed.map_or(&empty, |record| record.window());

@@ -53,6 +53,10 @@ fn commit_loop(dir: &std::path::Path, retention_ms: u64) -> (CommitLoop, SharedS
         metrics,
         health: Arc::new(NodeHealth::default()),
         tombstone_retention_ms: retention_ms,
+        rights: crate::engine::commit::RightsPlace {
+            index: 0,
+            datacenters: 1,
+        },
     };
     (CommitLoop::new(log, context), table)
 }
@@ -101,8 +105,8 @@ async fn an_item_after_a_delta_in_the_same_group_is_the_wrong_type() {
 const WEEK_MS: u64 = 604_800_000;
 
 /// A running commit loop, asked one command at a time (each its own group).
-struct Running {
-    commands: mpsc::Sender<Command>,
+pub(super) struct Running {
+    pub(super) commands: mpsc::Sender<Command>,
     table: SharedSlotTable,
     descriptions: Arc<RwLock<DescriptionTable>>,
     peer_copies: Arc<RwLock<SlotCopies>>,
@@ -110,7 +114,7 @@ struct Running {
 }
 
 impl Running {
-    fn start() -> Self {
+    pub(super) fn start() -> Self {
         Self::keeping_tombstones(WEEK_MS)
     }
 
@@ -130,7 +134,7 @@ impl Running {
         }
     }
 
-    async fn write(&self, id: &str, delta: i64, ttl_secs: Option<u32>) -> SlotState {
+    pub(super) async fn write(&self, id: &str, delta: i64, ttl_secs: Option<u32>) -> SlotState {
         let (reply, answer) = oneshot::channel();
         let writes = vec![WriteRequest {
             id: CounterId::new(id).unwrap(),
@@ -198,7 +202,7 @@ impl Running {
         self.write("barrier", 1, None).await;
     }
 
-    fn record(&self, id: &str) -> SlotRecord {
+    pub(super) fn record(&self, id: &str) -> SlotRecord {
         self.table.read().unwrap().get_record(id).cloned().unwrap()
     }
 

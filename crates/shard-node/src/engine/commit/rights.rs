@@ -1,0 +1,257 @@
+//! Staging a bounded counter's rights: the share this slot starts a generation with, and the
+//! transfers it gives and takes in (docs/architecture.md, "Bounded counters"). A transfer is
+//! a change of the slot like a write: a new version, logged, and answered once durable, so
+//! that rights given are never given twice and rights taken in are never lost.
+
+use geocount_model::{Bounds, CounterId, CounterType, RightsAnswer, Room};
+use geocount_sync::DescriptionTable;
+
+use super::CommitLoop;
+use super::stage::{Staged, check_room};
+use crate::engine::slot_table::SlotTable;
+use crate::engine::write::RightsRequest;
+use crate::error::ShardError;
+
+impl CommitLoop {
+    /// Counter `id`'s bounds as this group knows them, and the share of its room this slot
+    /// starts each generation with: its datacenter's, if it is the counter's home slot there.
+    pub(super) fn bounds_here(
+        &self,
+        staged: &Staged,
+        descriptions: &DescriptionTable,
+        id: &CounterId,
+    ) -> (Option<Bounds>, Room) {
+        let described = staged
+            .description(id.as_str())
+            .or_else(|| descriptions.get(id.as_str()));
+        let Some(bounds) = described.and_then(|d| Bounds::of(&d.description)) else {
+            return (None, Room::default());
+        };
+        let shared = &self.shared;
+        let home = shared.placement.slots_for(id.as_str(), 1).first() == Some(&shared.own_slot);
+        let share = match home {
+            true => bounds.share(shared.rights.datacenters, shared.rights.index),
+            false => Room::default(),
+        };
+        (Some(bounds), share)
+    }
+
+    /// Gives rights to another slot, or takes in what another gave, and answers with what
+    /// this slot then holds.
+    pub(super) fn stage_rights(
+        &mut self,
+        table: &SlotTable,
+        descriptions: &DescriptionTable,
+        staged: &mut Staged,
+        id: &CounterId,
+        request: RightsRequest,
+    ) -> Result<RightsAnswer, ShardError> {
+        let (bounds, share) = self.bounds_here(staged, descriptions, id);
+        let limit = self.shared.settings.max_counters;
+        let held_records = table.len() + staged.new_records;
+        let slot = staged.slot(table, descriptions, &self.shared.settings, id);
+        let generation = slot.generation;
+        let Some(bounds) = bounds.filter(|_| slot.known != Some(CounterType::Unique)) else {
+            // Not a bounded counter here (yet): nothing to give or take in.
+            return Ok(RightsAnswer::new(generation, Room::default(), (None, None)));
+        };
+        let committed = (slot.row)
+            .filter(|_| !slot.renewed)
+            .map(|row| table.row(row).1);
+        let value = slot.state.value;
+        let ledger = slot.ledger(committed);
+        let (given, changed) = match request {
+            RightsRequest::Give {
+                to,
+                generation: asked_in,
+                need,
+                want,
+            } if asked_in == generation => {
+                let (up, down) = bounds.available(share, ledger, value);
+                let portion = Room {
+                    up: portion(up, need.up, want.up),
+                    down: portion(down, need.down, want.down),
+                };
+                let changed = !portion.is_empty();
+                (ledger.give(&to, portion), changed)
+            }
+            RightsRequest::Receive {
+                from,
+                generation: given_in,
+                total,
+            } if given_in == generation => (Room::default(), ledger.receive(&from, total)),
+            // A transfer of another generation counts in none this slot holds.
+            _ => (Room::default(), false),
+        };
+        let available = bounds.available(share, ledger, value);
+        if changed {
+            if slot.row.is_none() && !slot.changed {
+                check_room(limit, held_records)?;
+                staged.new_records += 1;
+            }
+            let slot = staged.slots.get_mut(id.as_str()).expect("staged above");
+            slot.state.version = self.group_version;
+            slot.changed = true;
+            self.last_version = self.group_version;
+        }
+        Ok(RightsAnswer::new(generation, given, available))
+    }
+}
+
+/// What a slot holding `available` gives an asker that lacks `need` and would take `want`:
+/// at least the need where it holds it (or all it holds), and beyond it up to half of the
+/// rest, so that a slot spending its own rights keeps some.
+fn portion(available: Option<i128>, need: u64, want: u64) -> u64 {
+    let Some(available) = available else {
+        return 0;
+    };
+    let available = u64::try_from(available.max(0)).unwrap_or(u64::MAX);
+    if need == 0 && want == 0 {
+        return 0;
+    }
+    need.max(want.min(available / 2)).min(available)
+}
+
+#[cfg(test)]
+mod tests {
+    use geocount_model::{Bound, HlcTimestamp, RightsAnswer, Room, SlotId, SystemClock};
+    use tokio::sync::oneshot;
+
+    use super::portion;
+    use crate::engine::commit::tests::Running;
+    use crate::engine::write::{Change, Command, RightsRequest, WriteRequest};
+    use crate::error::ShardError;
+
+    async fn create(node: &Running, max: i64) {
+        let mut description = geocount_model::fixtures::described("q", 1, 1, 1).description;
+        description.max = Some(max);
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Create { description, reply };
+        node.commands.send(command).await.unwrap();
+        answer.await.unwrap().unwrap();
+    }
+
+    async fn try_write(node: &Running, delta: i64) -> Result<i64, ShardError> {
+        let (reply, answer) = oneshot::channel();
+        let writes = vec![WriteRequest {
+            id: geocount_model::CounterId::new("q").unwrap(),
+            change: Change::Delta(delta),
+            idempotency_key: None,
+            timestamp_secs: geocount_model::Clock::now_unix_ms(&SystemClock) / 1000,
+            ttl_secs: None,
+        }];
+        node.commands
+            .send(Command::Write { writes, reply })
+            .await
+            .unwrap();
+        let result = answer.await.unwrap().pop().unwrap();
+        result.map(|state| state.value)
+    }
+
+    async fn rights(node: &Running, request: RightsRequest) -> RightsAnswer {
+        let (reply, answer) = oneshot::channel();
+        let id = geocount_model::CounterId::new("q").unwrap();
+        let command = Command::Rights { id, request, reply };
+        node.commands.send(command).await.unwrap();
+        answer.await.unwrap().unwrap()
+    }
+
+    /// The only datacenter's home slot holds the whole room: it spends it, gives some away,
+    /// takes some in, and never applies a write past what it holds.
+    #[tokio::test]
+    async fn a_slot_applies_writes_only_within_the_rights_it_holds() {
+        let node = Running::start();
+        create(&node, 10).await;
+        assert_eq!(try_write(&node, 6).await.unwrap(), 6);
+        let short = try_write(&node, 5).await.unwrap_err();
+        let ShardError::ShortOfRights(shortage) = short else {
+            panic!("{short:?}")
+        };
+        assert_eq!((shortage.bound, shortage.need), (Bound::Max, 1));
+        assert_eq!(node.record("q").state.value, 6, "nothing applied");
+
+        let other = SlotId::new("U", 0);
+        let generation = HlcTimestamp::default();
+        let give = RightsRequest::Give {
+            to: other.clone(),
+            generation,
+            need: Room { up: 1, down: 0 },
+            want: Room {
+                up: u64::MAX,
+                down: 0,
+            },
+        };
+        let given = rights(&node, give).await;
+        assert_eq!(
+            (given.given.up, given.up),
+            (2, Some(2)),
+            "half of the 4 left"
+        );
+        let version = node.record("q").state.version;
+        assert_eq!(node.record("q").rights().given_to(&other).up, 2);
+        assert!(matches!(
+            try_write(&node, 3).await,
+            Err(ShardError::ShortOfRights(_))
+        ));
+        assert_eq!(try_write(&node, 2).await.unwrap(), 8);
+        assert!(matches!(
+            try_write(&node, 1).await,
+            Err(ShardError::ShortOfRights(_))
+        ));
+        // A decrement makes room again.
+        assert_eq!(try_write(&node, -3).await.unwrap(), 5);
+        assert_eq!(try_write(&node, 3).await.unwrap(), 8);
+
+        let from = SlotId::new("V", 0);
+        let receive = |total| RightsRequest::Receive {
+            from: from.clone(),
+            generation,
+            total: Room { up: total, down: 0 },
+        };
+        assert_eq!(rights(&node, receive(5)).await.up, Some(5));
+        assert!(
+            node.record("q").state.version > version,
+            "a transfer is a change"
+        );
+        assert_eq!(
+            rights(&node, receive(3)).await.up,
+            Some(5),
+            "totals only rise"
+        );
+        // Another generation's transfer counts in none this slot holds.
+        let stale = RightsRequest::Receive {
+            from,
+            generation: HlcTimestamp {
+                physical_ms: 1,
+                logical: 0,
+                node: 0,
+            },
+            total: Room { up: 100, down: 0 },
+        };
+        assert_eq!(rights(&node, stale).await.up, Some(5));
+        assert_eq!(try_write(&node, 5).await.unwrap(), 13);
+        assert!(matches!(
+            try_write(&node, 1).await,
+            Err(ShardError::ShortOfRights(_))
+        ));
+    }
+
+    #[test]
+    fn a_donor_gives_the_need_and_keeps_half_of_the_rest() {
+        assert_eq!(portion(Some(100), 10, 80), 50);
+        assert_eq!(portion(Some(100), 60, 80), 60);
+        assert_eq!(
+            portion(Some(5), 10, 80),
+            5,
+            "all it holds when short itself"
+        );
+        assert_eq!(portion(Some(0), 10, 80), 0);
+        assert_eq!(
+            portion(Some(-3), 10, 80),
+            0,
+            "a negative balance gives nothing"
+        );
+        assert_eq!(portion(None, 10, 80), 0, "no bound in that direction");
+        assert_eq!(portion(Some(100), 0, 0), 0);
+    }
+}

@@ -1,0 +1,216 @@
+//! Answering for rights: `POST /rights` from other shard nodes (an ask, given from this
+//! node's slot once durable; or a bounded counter's description, held once durable), and
+//! `GET /counter/{id}/rights` (what this node's slot holds). A bounded counter's creation
+//! pushes its description to every shard node before it is answered ([`push_description`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use geocount_model::wire::POSTCARD_CONTENT_TYPE;
+use geocount_model::{
+    Bounds, CounterId, RightsAnswer, RightsMessage, Room, SlotId, VersionedDescription,
+};
+use geocount_net::{Response, bytes_response, json_response};
+use hyper::{Method, StatusCode};
+use serde::Serialize;
+
+use super::ASK_TIMEOUT;
+use crate::engine::write::{Command, RightsRequest};
+use crate::error::ShardError;
+use crate::http::state::NodeState;
+
+/// How often a pushed description is looked for in the table while it is made durable.
+const HELD_POLL: Duration = Duration::from_millis(5);
+
+/// `POST /rights`: another node's message, answered once durable.
+pub async fn answer_message(state: &NodeState, body: &[u8]) -> Result<Response, ShardError> {
+    let message: RightsMessage = postcard::from_bytes(body)
+        .map_err(|e| ShardError::bad_request(format!("undecodable rights message: {e}")))?;
+    match message {
+        RightsMessage::Ask {
+            counter,
+            generation,
+            to,
+            need,
+            want,
+        } => {
+            let request = RightsRequest::Give {
+                to,
+                generation,
+                need,
+                want,
+            };
+            let answer = change_rights(state, counter, request).await?;
+            let body = postcard::to_allocvec(&answer)
+                .map_err(|e| ShardError::internal("encoding a rights answer", e))?;
+            Ok(bytes_response(
+                StatusCode::OK,
+                POSTCARD_CONTENT_TYPE,
+                Bytes::from(body),
+            ))
+        }
+        RightsMessage::Describe(description) => {
+            hold_description(state, description).await?;
+            Ok(bytes_response(
+                StatusCode::OK,
+                POSTCARD_CONTENT_TYPE,
+                Bytes::new(),
+            ))
+        }
+    }
+}
+
+/// Gives or takes in rights through the commit loop.
+async fn change_rights(
+    state: &NodeState,
+    id: CounterId,
+    request: RightsRequest,
+) -> Result<RightsAnswer, ShardError> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    state.send(Command::Rights { id, request, reply }).await?;
+    answer.await.map_err(|_| state.stopped())?
+}
+
+/// Adopts a pushed description and waits until it (or a newer one) is held, which is once
+/// it is durable.
+async fn hold_description(
+    state: &NodeState,
+    description: VersionedDescription,
+) -> Result<(), ShardError> {
+    description.description.check()?;
+    let id = description.description.id.clone();
+    let held = |state: &NodeState| {
+        let descriptions = state.descriptions.read().expect("descriptions lock");
+        descriptions
+            .get(id.as_str())
+            .is_some_and(|known| !known.is_older_than(&description))
+    };
+    if held(state) {
+        return Ok(());
+    }
+    state
+        .send(Command::Describe(vec![description.clone()]))
+        .await?;
+    let deadline = tokio::time::Instant::now() + ASK_TIMEOUT;
+    while !held(state) {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ShardError::Unavailable(format!(
+                "the description of counter {id} could not be made durable in time"
+            )));
+        }
+        tokio::time::sleep(HELD_POLL).await;
+    }
+    Ok(())
+}
+
+/// Sends a bounded counter's description to every other shard node of every datacenter;
+/// returns the slots that did not hold it in time.
+pub async fn push_description(
+    state: &NodeState,
+    description: &VersionedDescription,
+) -> Vec<SlotId> {
+    let network = &state.rights;
+    let message = RightsMessage::Describe(description.clone());
+    let Ok(body) = postcard::to_allocvec(&message) else {
+        return Vec::new();
+    };
+    let body = Bytes::from(body);
+    let targets: Vec<(SlotId, SocketAddr)> = (network.datacenters.iter())
+        .flat_map(|dc| {
+            (dc.shards.iter().enumerate())
+                .map(move |(index, address)| (SlotId::new(&dc.name, index as u32), *address))
+        })
+        .filter(|(slot, _)| *slot != network.own)
+        .collect();
+    let sends = targets.iter().map(|(_, address)| {
+        let url = network.client.url(address, "/rights");
+        let body = body.clone();
+        async move {
+            let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
+            let sent = network.client.send(Method::POST, &url, &headers, body);
+            let timeout = ASK_TIMEOUT.saturating_mul(2);
+            matches!(tokio::time::timeout(timeout, sent).await, Ok(Ok(answer)) if answer.status == StatusCode::OK)
+        }
+    });
+    let held = join_all(sends).await;
+    (targets.into_iter().zip(held))
+        .filter(|(_, held)| !held)
+        .map(|((slot, _), _)| slot)
+        .collect()
+}
+
+/// `GET /counter/{id}/rights`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RightsView<'a> {
+    counter: &'a str,
+    slot: &'a str,
+    min: Option<i64>,
+    max: Option<i64>,
+    /// This slot's share of the counter's total.
+    value: i64,
+    /// Increments it may apply without asking (`null`: no ceiling).
+    up: Option<i64>,
+    /// Decrements it may apply without asking (`null`: no floor).
+    down: Option<i64>,
+    /// What it starts its generation with.
+    share: Room,
+    given: Vec<Transfer>,
+    received: Vec<Transfer>,
+}
+
+#[derive(Debug, Serialize)]
+struct Transfer {
+    slot: String,
+    up: u64,
+    down: u64,
+}
+
+/// What this node's slot holds of counter `id`'s rights: 404 for a counter not bounded here.
+pub fn read_rights(state: &NodeState, id: &CounterId) -> Result<Response, ShardError> {
+    let now_ms = state.clock.now_unix_ms();
+    let bounds = (state.descriptions.read().expect("descriptions lock"))
+        .get(id.as_str())
+        .filter(|d| d.is_live(now_ms))
+        .and_then(|d| Bounds::of(&d.description))
+        .ok_or_else(|| ShardError::NotFound(id.to_string()))?;
+    let generation = super::ask::generation_of(state, id);
+    let table = state.table.read().expect("slot table lock");
+    let record = table
+        .get_record(id.as_str())
+        .filter(|record| record.generation() == generation);
+    let value = record.map_or(0, |r| r.state.value);
+    let ledger = record.map(|r| r.rights().clone()).unwrap_or_default();
+    drop(table);
+    let share = state.rights.share_of(id, &bounds);
+    let available = bounds.available(share, &ledger, value);
+    let answer = RightsAnswer::new(generation, Room::default(), available);
+    let transfers = |entries: &[(SlotId, Room)]| {
+        entries
+            .iter()
+            .map(|(slot, room)| Transfer {
+                slot: slot.to_string(),
+                up: room.up,
+                down: room.down,
+            })
+            .collect()
+    };
+    let own = state.rights.own.to_string();
+    Ok(json_response(
+        StatusCode::OK,
+        &RightsView {
+            counter: id.as_str(),
+            slot: &own,
+            min: bounds.min,
+            max: bounds.max,
+            value,
+            up: answer.up,
+            down: answer.down,
+            share,
+            given: transfers(&ledger.given),
+            received: transfers(&ledger.received),
+        },
+    ))
+}
