@@ -1,6 +1,6 @@
 //! The bounded counters of `Scenario::Bounded` ([`BOUNDED`]): a client creates them before the
 //! writers start ([`create`]), and watchers check their bounds while the run goes on
-//! ([`watch_slots`], [`watch_tiers`]) until the observer is done. What they find is recorded in
+//! ([`watch_slots`], [`watch_tiers`], [`watch_rights`]) until the observer is done. What they find is recorded in
 //! the ledger; the run fails on any of it.
 //!
 //! Two invariants (docs/architecture.md, "Bounded counters"): the values the slots hold, summed
@@ -8,6 +8,7 @@
 //! within its rights, and rights are given before they are received); and no tier ever reads a
 //! total outside them (parts of different ages are clamped).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -212,4 +213,125 @@ pub async fn watch_tiers(counter: &'static Bounded, ledger: SharedLedger) -> tur
         tokio::time::sleep(WATCH_EVERY).await;
     }
     Ok(())
+}
+
+/// One slot's rights of a counter, as `GET /counter/{id}/rights` shows them.
+#[derive(Debug)]
+struct Rights {
+    slot: String,
+    up: Option<i64>,
+    down: Option<i64>,
+    share: Room,
+    given: BTreeMap<String, Room>,
+    received: BTreeMap<String, Room>,
+}
+
+/// Rights in both directions.
+type Room = (u64, u64);
+
+/// A slot's rights from the answer at `url`; `None` for no answer or any other than a 200.
+async fn rights(client: &HttpClient, url: &str) -> Option<Rights> {
+    let answer = client.get(url).await.ok()?;
+    if answer.status != StatusCode::OK {
+        return None;
+    }
+    let json = answer.json();
+    let room = |json: &serde_json::Value| Some((json["up"].as_u64()?, json["down"].as_u64()?));
+    let transfers = |json: &serde_json::Value| -> Option<BTreeMap<String, Room>> {
+        (json.as_array()?.iter())
+            .map(|t| Some((t["slot"].as_str()?.to_owned(), room(t)?)))
+            .collect()
+    };
+    Some(Rights {
+        slot: json["slot"].as_str()?.to_owned(),
+        up: json["up"].as_i64(),
+        down: json["down"].as_i64(),
+        share: room(&json["share"])?,
+        given: transfers(&json["given"])?,
+        received: transfers(&json["received"])?,
+    })
+}
+
+/// Watches the rights of `counter`'s slots until the observer is done: each round reads every
+/// slot's rights twice, in two passes, and checks that what a slot recorded receiving from
+/// another in the first is within what that one shows it gave in the second (a giver's
+/// cumulative amount only grows: it commits it before answering), that no slot holds negative
+/// rights, and that the shares add up to the room between the bounds. A round missing a node
+/// checks nothing.
+pub async fn watch_rights(counter: &'static Bounded, ledger: SharedLedger) -> turmoil::Result {
+    let client = HttpClient::with_connector(TIMEOUT, sim_connector());
+    let urls: Vec<String> = (DATACENTERS.iter())
+        .flat_map(|dc| (0..SHARDS_PER_DATACENTER).map(move |slot| (*dc, slot)))
+        .map(|(dc, slot)| format!("{}/counter/{}/rights", shard_url(dc, slot), counter.id))
+        .collect();
+    wait_for(&ledger, |l| l.counters_created).await;
+    while !ledger.borrow().observed {
+        let mut passes = [Vec::new(), Vec::new()];
+        'passes: for pass in &mut passes {
+            for url in &urls {
+                match rights(&client, url).await {
+                    Some(rights) => pass.push(rights),
+                    None => break 'passes,
+                }
+            }
+        }
+        let [receivers, givers] = &passes;
+        if givers.len() == urls.len() {
+            let broken = broken_rights(counter, receivers, givers);
+            let received = (givers.iter().flat_map(|g| g.received.values()))
+                .map(|(up, down)| up + down)
+                .sum();
+            let mut ledger = ledger.borrow_mut();
+            ledger.rights_checks += 1;
+            ledger.rights_received.insert(counter.id, received);
+            let at = now().as_millis();
+            (ledger.bound_violations).extend(broken.into_iter().map(|b| format!("{at} ms: {b}")));
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
+    }
+    Ok(())
+}
+
+/// What breaks the rules of rights in two passes over every slot of `counter`.
+fn broken_rights(counter: &Bounded, receivers: &[Rights], givers: &[Rights]) -> Vec<String> {
+    let id = counter.id;
+    let mut broken = Vec::new();
+    for receiver in receivers {
+        for (from, got) in &receiver.received {
+            let Some(giver) = givers.iter().find(|g| g.slot == *from) else {
+                broken.push(format!(
+                    "{id}: {} received from unknown {from}",
+                    receiver.slot
+                ));
+                continue;
+            };
+            let gave = giver.given.get(&receiver.slot).copied().unwrap_or_default();
+            if got.0 > gave.0 || got.1 > gave.1 {
+                broken.push(format!(
+                    "{id}: {} recorded receiving {got:?} (up, down) from {from}, which shows \
+                     giving it {gave:?} after",
+                    receiver.slot
+                ));
+            }
+        }
+    }
+    for slot in receivers.iter().chain(givers) {
+        if slot.up.is_some_and(|up| up < 0) || slot.down.is_some_and(|down| down < 0) {
+            broken.push(format!(
+                "{id}: {} holds rights up {:?}, down {:?}",
+                slot.slot, slot.up, slot.down
+            ));
+        }
+    }
+    let (up, down) = (givers.iter()).fold((0, 0), |(u, d), s| (u + s.share.0, d + s.share.1));
+    let room = |bound: Option<i64>| bound.map(|b| b.unsigned_abs());
+    if room(counter.max).is_some_and(|max| up != max)
+        || room(counter.min).is_some_and(|min| down != min)
+    {
+        broken.push(format!(
+            "{id}: the slots' shares add up to up {up}, down {down}, not the room of {}",
+            counter.range()
+        ));
+    }
+    broken
 }

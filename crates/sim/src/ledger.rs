@@ -248,6 +248,10 @@ pub struct Ledger {
     pub torn_snapshots: u64,
     /// Reads of a bounded counter's total at some tier checked against its bounds.
     pub bounded_reads: u64,
+    /// Rounds of every slot's rights checked against the rules of rights.
+    pub rights_checks: u64,
+    /// The rights every slot of each bounded counter had received in all, at the last round.
+    pub rights_received: BTreeMap<&'static str, u64>,
     /// Whether the observer is done (the watchers of bounds stop then).
     pub observed: bool,
 }

@@ -181,6 +181,9 @@ pub struct Report {
     pub snapshots: (u64, u64),
     /// Reads of a bounded counter's total at some tier checked against its bounds.
     pub bounded_reads: u64,
+    /// Rounds of every slot's rights checked, and the rights the slots had received from each
+    /// other in all at the end.
+    pub rights: (u64, u64),
     /// Acknowledged writes missing from the totals the tiers agreed on (only a `sync` disk loss
     /// may lose any).
     pub lost: Lost,
@@ -204,7 +207,8 @@ pub struct Report {
     pub convergence: Duration,
     /// The bound that must hold: see [`cluster::staleness_bound`]; when a disk is lost
     /// also `restore_timeout_ms`, which the restore waits for sources that have not handed
-    /// over a complete copy.
+    /// over a complete copy; with bounded counters also `world_refresh_ms` and a round trip,
+    /// in which every shard node's world read fetches the other datacenters' parts again.
     pub bound: Duration,
     /// Simulated time the whole run took.
     pub elapsed: Duration,
@@ -327,6 +331,11 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     if loses_disk {
         bound += Duration::from_millis(topology.shard.restore_timeout_ms);
     }
+    // A shard node's world read of a bounded counter adds the other datacenters' parts as it
+    // last fetched them from the global aggregator: at most `world_refresh_ms` ago.
+    if scenario == Scenario::Bounded {
+        bound += Duration::from_millis(topology.shard.world_refresh_ms) + MAX_LATENCY * 2;
+    }
     let disks = cluster::register_hosts(&mut sim, &topology, &mut rng, MAX_CLOCK_SKEW_MS);
 
     let ledger: SharedLedger = Rc::new(RefCell::new(Ledger::default()));
@@ -368,6 +377,10 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
             sim.client(
                 format!("watch-tiers-{i}"),
                 bounded::watch_tiers(counter, ledger.clone()),
+            );
+            sim.client(
+                format!("watch-rights-{i}"),
+                bounded::watch_rights(counter, ledger.clone()),
             );
         }
     }
@@ -444,10 +457,11 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         let more = ledger.bound_violations.len() - 1;
         return Err(violation(format!("{broken} (and {more} more)")));
     }
-    if bounds && (ledger.snapshots == 0 || ledger.bounded_reads == 0) {
+    if bounds && (ledger.snapshots == 0 || ledger.bounded_reads == 0 || ledger.rights_checks == 0) {
         return Err(violation(format!(
-            "the bounds were checked on {} readings of the slots and {} reads of totals",
-            ledger.snapshots, ledger.bounded_reads
+            "the bounds were checked on {} readings of the slots, {} reads of totals and {} \
+             rounds of rights",
+            ledger.snapshots, ledger.bounded_reads, ledger.rights_checks
         )));
     }
     let totals = ledger.expected(None);
@@ -495,6 +509,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         refused: ledger.refused.len(),
         snapshots: (ledger.snapshots, ledger.torn_snapshots),
         bounded_reads: ledger.bounded_reads,
+        rights: (ledger.rights_checks, ledger.rights_received.values().sum()),
         lost: ledger.lost(),
         requests: writes.map(|w| u64::from(w.attempts)).sum(),
         restoring_refusals: ledger.restoring_refusals,
