@@ -118,6 +118,12 @@ enum Sub {
         /// `shard.default_number_of_shards`].
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         shards: Option<u32>,
+        /// The lowest world total its writes may reach (at most 0): a bounded counter.
+        #[arg(long, value_name = "N", allow_hyphen_values = true)]
+        min: Option<i64>,
+        /// The highest world total its writes may reach (at least 0): a bounded counter.
+        #[arg(long, value_name = "N")]
+        max: Option<i64>,
     },
     /// Write to a counter once through a random shard node and print the slot that took it,
     /// that slot's value and its version.
@@ -357,7 +363,17 @@ impl From<Sub> for Command {
                 allow_partial,
                 json,
             }),
-            Sub::Create { id, shards } => Command::Create(CreateOptions { id, shards }),
+            Sub::Create {
+                id,
+                shards,
+                min,
+                max,
+            } => Command::Create(CreateOptions {
+                id,
+                shards,
+                min,
+                max,
+            }),
             Sub::Incr { id, delta, key } => Command::Incr(IncrOptions { id, delta, key }),
             Sub::Delete { id } => Command::Life(LifecycleOptions {
                 id,

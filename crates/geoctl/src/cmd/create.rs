@@ -18,6 +18,10 @@ pub struct CreateOptions {
     pub id: String,
     /// How many of each datacenter's slots take its writes; `None`: the nodes' default.
     pub shards: Option<u32>,
+    /// The lowest world total its writes may reach (a bounded counter).
+    pub min: Option<i64>,
+    /// The highest world total its writes may reach (a bounded counter).
+    pub max: Option<i64>,
 }
 
 /// The body of `POST /counter`.
@@ -27,6 +31,10 @@ struct CreateBody<'a> {
     id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     number_of_shards: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max: Option<i64>,
 }
 
 /// Creates the counter and prints its description to `out`.
@@ -38,6 +46,8 @@ pub async fn run(
     let body = serde_json::to_vec(&CreateBody {
         id: &options.id,
         number_of_shards: options.shards,
+        min: options.min,
+        max: options.max,
     })
     .map_err(|e| GeoctlError::InvalidArgument(format!("cannot encode the request: {e}")))?;
     let (node, url, answer) = cluster
@@ -62,8 +72,9 @@ pub fn render_description(node: &ShardNode, description: &CounterDescription) ->
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_else(|| format!("{:?}", description.counter_type));
+    let bound = |b: Option<i64>| b.map_or_else(|| "none".to_owned(), |b| b.to_string());
     format!(
-        "created counter {} (through {} in {}, node {})\n  type                {counter_type}\n  numberOfShards      {}\n  baseNumberOfShards  {}\n  windowSeconds       {}\n  createdAtMs         {}\n",
+        "created counter {} (through {} in {}, node {})\n  type                {counter_type}\n  numberOfShards      {}\n  baseNumberOfShards  {}\n  windowSeconds       {}\n  createdAtMs         {}\n  min                 {}\n  max                 {}\n",
         description.id,
         node.address,
         node.datacenter,
@@ -72,6 +83,8 @@ pub fn render_description(node: &ShardNode, description: &CounterDescription) ->
         description.base_number_of_shards,
         description.window_seconds,
         description.created_at_ms,
+        bound(description.min),
+        bound(description.max),
     )
 }
 
@@ -86,11 +99,13 @@ mod tests {
             serde_json::to_string(&CreateBody {
                 id: "a",
                 number_of_shards: shards,
+                min: None,
+                max: Some(10),
             })
             .unwrap()
         };
-        assert_eq!(body(None), r#"{"id":"a"}"#);
-        assert_eq!(body(Some(3)), r#"{"id":"a","numberOfShards":3}"#);
+        assert_eq!(body(None), r#"{"id":"a","max":10}"#);
+        assert_eq!(body(Some(3)), r#"{"id":"a","numberOfShards":3,"max":10}"#);
     }
 
     #[test]

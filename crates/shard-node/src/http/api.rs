@@ -116,10 +116,12 @@ async fn dispatch(
         (Route::BatchItems, Method::POST, _, _) => batch(state, request, parse_item_batch).await,
         (Route::Route, Method::GET, Some(id), _) => Ok(route_answer(state, &id)),
         (Route::World, Method::GET, Some(id), _) => world::answer(state, id).await,
-        (Route::CounterRights, Method::GET, Some(id), _) => rights::serve::read_rights(state, &id),
+        (Route::CounterRights, Method::GET, Some(id), _) => {
+            rights::serve::read_rights(state.as_ref(), &id)
+        }
         (Route::Rights, Method::POST, _, _) => {
             let body = read_body(request, state.settings.max_body_bytes).await?;
-            rights::serve::answer_message(state, &body).await
+            rights::serve::answer_message(state.as_ref(), &body).await
         }
         (Route::Sync, Method::POST, _, _) => copies::sync(state, request).await,
         (Route::SlotCopy | Route::KeyCopy, Method::GET, _, Some(slot)) => {

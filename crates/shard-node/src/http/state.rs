@@ -21,7 +21,7 @@ use crate::metrics::ShardMetrics;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
 use crate::read::world::WorldView;
-use crate::rights::RightsNetwork;
+use crate::rights::{RightsNetwork, RightsNode};
 use crate::route::forward::LocalNode;
 use crate::route::slots::WriteRouter;
 use crate::startup::restore::RestoreProgress;
@@ -138,6 +138,39 @@ impl NodeState {
     /// The refusal of a request the stopping node can no longer take.
     pub fn stopped(&self) -> ShardError {
         ShardError::Unavailable("the node is shutting down".into())
+    }
+}
+
+impl RightsNode for NodeState {
+    fn rights(&self) -> &RightsNetwork {
+        &self.rights
+    }
+
+    fn submit_once(
+        &self,
+        writes: Vec<WriteRequest>,
+    ) -> impl Future<Output = Result<WriteResults, ShardError>> + Send {
+        NodeState::submit_once(self, writes)
+    }
+
+    fn send(&self, command: Command) -> impl Future<Output = Result<(), ShardError>> + Send {
+        NodeState::send(self, command)
+    }
+
+    fn descriptions(&self) -> &RwLock<DescriptionTable> {
+        &self.descriptions
+    }
+
+    fn table(&self) -> &SharedSlotTable {
+        &self.table
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_unix_ms()
+    }
+
+    fn stopped(&self) -> ShardError {
+        NodeState::stopped(self)
     }
 }
 

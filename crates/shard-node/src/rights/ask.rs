@@ -15,10 +15,9 @@ use geocount_model::{
 };
 use hyper::{Method, StatusCode};
 
-use super::{ASK_TIMEOUT, RightsNetwork};
+use super::{ASK_TIMEOUT, RightsNetwork, RightsNode};
 use crate::engine::write::{Command, RightsRequest, WriteResults};
 use crate::error::{ShardError, Shortage};
-use crate::http::state::NodeState;
 
 /// How many times a write short of rights is tried again, each after an ask that brought
 /// some: enough for writers racing for the same rights on one node.
@@ -35,7 +34,7 @@ struct Asked {
 
 /// Tries again each write of `results` that came back short of rights, asking for rights
 /// first; each ends applied, refused at its bound, or refused otherwise.
-pub async fn retry_short(state: &NodeState, results: &mut WriteResults) {
+pub async fn retry_short<N: RightsNode>(state: &N, results: &mut WriteResults) {
     for result in results.iter_mut() {
         if !matches!(result, Err(ShardError::ShortOfRights(_))) {
             continue;
@@ -49,11 +48,11 @@ pub async fn retry_short(state: &NodeState, results: &mut WriteResults) {
     }
 }
 
-async fn apply_with_rights(
-    state: &NodeState,
+async fn apply_with_rights<N: RightsNode>(
+    state: &N,
     mut shortage: Shortage,
 ) -> Result<geocount_model::SlotState, ShardError> {
-    let network = &state.rights;
+    let network = state.rights();
     let lock = network.asking(&shortage.write.id);
     let _asking = lock.lock().await;
     let mut unreachable = Vec::new();
@@ -77,7 +76,7 @@ async fn apply_with_rights(
     }
     let id = shortage.write.id.to_string();
     let bounds = state
-        .descriptions
+        .descriptions()
         .read()
         .expect("descriptions lock")
         .get(&id)
@@ -98,7 +97,7 @@ async fn apply_with_rights(
 impl RightsNetwork {
     /// Asks the counter's other slots for what `shortage` lacks: this datacenter's, then, if
     /// they gave too little, every other datacenter's at once.
-    async fn ask(&self, state: &NodeState, shortage: &Shortage) -> Asked {
+    async fn ask<N: RightsNode>(&self, state: &N, shortage: &Shortage) -> Asked {
         let id = &shortage.write.id;
         let generation = generation_of(state, id);
         let need = match shortage.bound {
@@ -202,8 +201,8 @@ impl RightsNetwork {
 
 /// Takes in durably that `from` gave `total` in all; returns what it adds in `bound`'s
 /// direction.
-async fn take_in(
-    state: &NodeState,
+async fn take_in<N: RightsNode>(
+    state: &N,
     id: &CounterId,
     from: &SlotId,
     generation: HlcTimestamp,
@@ -211,7 +210,7 @@ async fn take_in(
     bound: Bound,
 ) -> u64 {
     let known = state
-        .table
+        .table()
         .read()
         .expect("slot table lock")
         .get_record(id.as_str())
@@ -248,13 +247,13 @@ async fn take_in(
 
 /// The generation counter `id`'s slot here counts in: its description's, or its record's
 /// when newer.
-pub(crate) fn generation_of(state: &NodeState, id: &CounterId) -> HlcTimestamp {
-    let now_ms = state.clock.now_unix_ms();
-    let described = (state.descriptions.read().expect("descriptions lock"))
+pub(crate) fn generation_of<N: RightsNode>(state: &N, id: &CounterId) -> HlcTimestamp {
+    let now_ms = state.now_ms();
+    let described = (state.descriptions().read().expect("descriptions lock"))
         .get(id.as_str())
         .map(|d| d.generation_at(now_ms))
         .unwrap_or_default();
-    let held = (state.table.read().expect("slot table lock"))
+    let held = (state.table().read().expect("slot table lock"))
         .get_record(id.as_str())
         .map(|record| record.generation())
         .unwrap_or_default();

@@ -9,10 +9,36 @@ pub mod serve;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use geocount_model::{Bounds, CounterId, Placement, Room, SlotId};
 use geocount_net::HttpClient;
+use geocount_sync::DescriptionTable;
+
+use crate::engine::slot_table::SharedSlotTable;
+use crate::engine::write::{Command, WriteRequest, WriteResults};
+use crate::error::ShardError;
+
+/// What asking and answering for rights needs of the node: the handlers' state implements it.
+pub trait RightsNode: Send + Sync {
+    /// The other slots and how to reach them.
+    fn rights(&self) -> &RightsNetwork;
+    /// Hands writes to the commit loop once, as they are.
+    fn submit_once(
+        &self,
+        writes: Vec<WriteRequest>,
+    ) -> impl Future<Output = Result<WriteResults, ShardError>> + Send;
+    /// Hands a command to the commit loop.
+    fn send(&self, command: Command) -> impl Future<Output = Result<(), ShardError>> + Send;
+    /// The known descriptions.
+    fn descriptions(&self) -> &RwLock<DescriptionTable>;
+    /// The own slot's committed records.
+    fn table(&self) -> &SharedSlotTable;
+    /// The node's clock, in unix milliseconds.
+    fn now_ms(&self) -> u64;
+    /// The refusal of a request the stopping node can no longer take.
+    fn stopped(&self) -> ShardError;
+}
 
 /// How long a node waits for one datacenter's answers to an ask for rights: past it, that
 /// datacenter's slots count as unreachable and the write may be refused at its bound.

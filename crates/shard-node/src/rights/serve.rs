@@ -16,16 +16,15 @@ use geocount_net::{Response, bytes_response, json_response};
 use hyper::{Method, StatusCode};
 use serde::Serialize;
 
-use super::ASK_TIMEOUT;
+use super::{ASK_TIMEOUT, RightsNode};
 use crate::engine::write::{Command, RightsRequest};
 use crate::error::ShardError;
-use crate::http::state::NodeState;
 
 /// How often a pushed description is looked for in the table while it is made durable.
 const HELD_POLL: Duration = Duration::from_millis(5);
 
 /// `POST /rights`: another node's message, answered once durable.
-pub async fn answer_message(state: &NodeState, body: &[u8]) -> Result<Response, ShardError> {
+pub async fn answer_message<N: RightsNode>(state: &N, body: &[u8]) -> Result<Response, ShardError> {
     let message: RightsMessage = postcard::from_bytes(body)
         .map_err(|e| ShardError::bad_request(format!("undecodable rights message: {e}")))?;
     match message {
@@ -63,8 +62,8 @@ pub async fn answer_message(state: &NodeState, body: &[u8]) -> Result<Response, 
 }
 
 /// Gives or takes in rights through the commit loop.
-async fn change_rights(
-    state: &NodeState,
+async fn change_rights<N: RightsNode>(
+    state: &N,
     id: CounterId,
     request: RightsRequest,
 ) -> Result<RightsAnswer, ShardError> {
@@ -75,14 +74,14 @@ async fn change_rights(
 
 /// Adopts a pushed description and waits until it (or a newer one) is held, which is once
 /// it is durable.
-async fn hold_description(
-    state: &NodeState,
+async fn hold_description<N: RightsNode>(
+    state: &N,
     description: VersionedDescription,
 ) -> Result<(), ShardError> {
     description.description.check()?;
     let id = description.description.id.clone();
-    let held = |state: &NodeState| {
-        let descriptions = state.descriptions.read().expect("descriptions lock");
+    let held = |state: &N| {
+        let descriptions = state.descriptions().read().expect("descriptions lock");
         descriptions
             .get(id.as_str())
             .is_some_and(|known| !known.is_older_than(&description))
@@ -107,11 +106,11 @@ async fn hold_description(
 
 /// Sends a bounded counter's description to every other shard node of every datacenter;
 /// returns the slots that did not hold it in time.
-pub async fn push_description(
-    state: &NodeState,
+pub async fn push_description<N: RightsNode>(
+    state: &N,
     description: &VersionedDescription,
 ) -> Vec<SlotId> {
-    let network = &state.rights;
+    let network = state.rights();
     let message = RightsMessage::Describe(description.clone());
     let Ok(body) = postcard::to_allocvec(&message) else {
         return Vec::new();
@@ -169,22 +168,22 @@ struct Transfer {
 }
 
 /// What this node's slot holds of counter `id`'s rights: 404 for a counter not bounded here.
-pub fn read_rights(state: &NodeState, id: &CounterId) -> Result<Response, ShardError> {
-    let now_ms = state.clock.now_unix_ms();
-    let bounds = (state.descriptions.read().expect("descriptions lock"))
+pub fn read_rights<N: RightsNode>(state: &N, id: &CounterId) -> Result<Response, ShardError> {
+    let now_ms = state.now_ms();
+    let bounds = (state.descriptions().read().expect("descriptions lock"))
         .get(id.as_str())
         .filter(|d| d.is_live(now_ms))
         .and_then(|d| Bounds::of(&d.description))
         .ok_or_else(|| ShardError::NotFound(id.to_string()))?;
     let generation = super::ask::generation_of(state, id);
-    let table = state.table.read().expect("slot table lock");
+    let table = state.table().read().expect("slot table lock");
     let record = table
         .get_record(id.as_str())
         .filter(|record| record.generation() == generation);
     let value = record.map_or(0, |r| r.state.value);
     let ledger = record.map(|r| r.rights().clone()).unwrap_or_default();
     drop(table);
-    let share = state.rights.share_of(id, &bounds);
+    let share = state.rights().share_of(id, &bounds);
     let available = bounds.available(share, &ledger, value);
     let answer = RightsAnswer::new(generation, Room::default(), available);
     let transfers = |entries: &[(SlotId, Room)]| {
@@ -197,7 +196,7 @@ pub fn read_rights(state: &NodeState, id: &CounterId) -> Result<Response, ShardE
             })
             .collect()
     };
-    let own = state.rights.own.to_string();
+    let own = state.rights().own.to_string();
     Ok(json_response(
         StatusCode::OK,
         &RightsView {

@@ -13,27 +13,18 @@ use crate::engine::write::RightsRequest;
 use crate::error::ShardError;
 
 impl CommitLoop {
-    /// Counter `id`'s bounds as this group knows them, and the share of its room this slot
-    /// starts each generation with: its datacenter's, if it is the counter's home slot there.
-    pub(super) fn bounds_here(
-        &self,
-        staged: &Staged,
-        descriptions: &DescriptionTable,
-        id: &CounterId,
-    ) -> (Option<Bounds>, Room) {
-        let described = staged
-            .description(id.as_str())
-            .or_else(|| descriptions.get(id.as_str()));
-        let Some(bounds) = described.and_then(|d| Bounds::of(&d.description)) else {
-            return (None, Room::default());
+    /// The share of a counter's room (bounded by `bounds`) this slot starts each generation
+    /// with: its datacenter's, if it is the counter's home slot there.
+    pub(super) fn share_of(&self, id: &CounterId, bounds: Option<Bounds>) -> Room {
+        let Some(bounds) = bounds else {
+            return Room::default();
         };
         let shared = &self.shared;
         let home = shared.placement.slots_for(id.as_str(), 1).first() == Some(&shared.own_slot);
-        let share = match home {
+        match home {
             true => bounds.share(shared.rights.datacenters, shared.rights.index),
             false => Room::default(),
-        };
-        (Some(bounds), share)
+        }
     }
 
     /// Gives rights to another slot, or takes in what another gave, and answers with what
@@ -46,10 +37,10 @@ impl CommitLoop {
         id: &CounterId,
         request: RightsRequest,
     ) -> Result<RightsAnswer, ShardError> {
-        let (bounds, share) = self.bounds_here(staged, descriptions, id);
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
         let slot = staged.slot(table, descriptions, &self.shared.settings, id);
+        let (bounds, share) = (slot.bounds, self.share_of(id, slot.bounds));
         let generation = slot.generation;
         let Some(bounds) = bounds.filter(|_| slot.known != Some(CounterType::Unique)) else {
             // Not a bounded counter here (yet): nothing to give or take in.

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 
 use geocount_model::held_bytes::description_bytes;
 use geocount_model::{
-    Bound, CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, Recorded,
-    RightsLedger, RollupChange, ShardDefaults, SlotRecord, SlotState, UniqueSketch,
+    Bound, Bounds, CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord,
+    Recorded, RightsLedger, RollupChange, ShardDefaults, SlotRecord, SlotState, UniqueSketch,
     VersionedDescription, Window, WindowChange,
 };
 use geocount_sync::DescriptionTable;
@@ -61,6 +61,8 @@ pub(super) struct StagedSlot {
     /// A bounded counter's ledger of rights as of this group, copied from the committed
     /// record at its first check; `None`: not looked at.
     pub(super) rights: Option<RightsLedger>,
+    /// The counter's bounds as its description (staged or known) says.
+    pub(super) bounds: Option<Bounds>,
 }
 
 impl StagedSlot {
@@ -121,6 +123,7 @@ impl Staged {
             slot.described = true;
             slot.known = Some(description.description.counter_type);
             slot.window_seconds = description.description.window_seconds;
+            slot.bounds = Bounds::of(&description.description);
         }
         self.described.insert(id, self.descriptions.len());
         self.descriptions.push(description);
@@ -196,6 +199,7 @@ impl Staged {
             generation,
             renewed,
             rights: None,
+            bounds: described.and_then(|d| Bounds::of(&d.description)),
         };
         let (at, _) = self.slots.insert_full(counter.clone(), slot);
         &mut self.slots[at]
@@ -323,12 +327,12 @@ impl CommitLoop {
         }
         // Only a write applied, not a retry answered, makes a deleted counter again.
         self.recreate_if_gone(descriptions, staged, &write);
-        let (bounds, share) = self.bounds_here(staged, descriptions, &write.id);
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
         let held_descriptions = descriptions.len() + staged.new_descriptions;
         let grown = staged.grown;
         let slot = staged.slot(table, descriptions, &self.shared.settings, &write.id);
+        let (bounds, share) = (slot.bounds, self.share_of(&write.id, slot.bounds));
         if let Some(counter_type) = slot.known
             && counter_type != write.change.counter_type()
         {
