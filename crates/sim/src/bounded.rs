@@ -1,6 +1,6 @@
 //! The bounded counters of `Scenario::Bounded` ([`BOUNDED`]): a client creates them before the
 //! writers start ([`create`]), and watchers check their bounds while the run goes on
-//! ([`watch_slots`], [`watch_tiers`], [`watch_rights`]) until the observer is done. What they find is recorded in
+//! ([`watch`]) until the observer is done. What they find is recorded in
 //! the ledger; the run fails on any of it.
 //!
 //! Two invariants (docs/architecture.md, "Bounded counters"): the values the slots hold, summed
@@ -27,7 +27,7 @@ use crate::workload::wait_for;
 const TIMEOUT: Duration = Duration::from_millis(2_000);
 
 /// The pause between two rounds of a watcher's reads.
-const WATCH_EVERY: Duration = Duration::from_millis(10);
+const WATCH_EVERY: Duration = Duration::from_millis(20);
 
 /// How long the creating client keeps asking: creation answers 503 while some shard node cannot
 /// be reached, and the same request again finishes it.
@@ -94,51 +94,73 @@ fn described(counter: &Bounded, description: &serde_json::Value) -> bool {
         && description["max"].as_i64() == counter.max
 }
 
-/// Watches that the slots of `counter` hold values whose sum is within its bounds, until the
-/// observer is done. Each round reads every shard node's own slot twice, in two passes; when no
-/// slot changed (value and version) between its two reads, every slot held its first value at
-/// the instant between the passes, so the sum is one the world really had. A round torn by a
-/// write, or missing a node (crashed, cut off), checks nothing.
-pub async fn watch_slots(counter: &'static Bounded, ledger: SharedLedger) -> turmoil::Result {
+/// Watches `counter` until the observer is done, a round every [`WATCH_EVERY`]:
+///
+/// - every shard node's own slot is read (value and version), then every slot's rights, then
+///   every own slot again. When no slot changed between its two reads (a gift or receipt of
+///   rights is a new version too), every slot held its first reading and the rights read in
+///   between at one instant, so the slots' values must sum within the bounds, no slot may hold
+///   negative rights, the shares must add up to the room, and what a slot recorded receiving
+///   from another must be within what that one gave it. A round torn by a write, or missing a
+///   node (crashed, cut off), checks none of these.
+/// - every tier's read of the total must be within the bounds: every shard node's world read,
+///   every replica of each datacenter aggregator holding it and every global replica holding it
+///   (only 200s: a stale global read answers 503).
+pub async fn watch(counter: &'static Bounded, ledger: SharedLedger) -> turmoil::Result {
     let client = HttpClient::with_connector(TIMEOUT, sim_connector());
+    let id = counter.id;
     let slots: Vec<(String, String)> = (DATACENTERS.iter())
         .flat_map(|dc| (0..SHARDS_PER_DATACENTER).map(move |slot| (*dc, slot)))
         .map(|(dc, slot)| {
-            let url = format!("{}/counter/{}", shard_url(dc, slot), counter.id);
-            (format!("{dc} shard {slot}"), url)
+            (
+                format!("{dc} shard {slot}"),
+                format!("{}/counter/{id}", shard_url(dc, slot)),
+            )
         })
         .collect();
+    let tiers = tiers(id);
     wait_for(&ledger, |l| l.counters_created).await;
     while !ledger.borrow().observed {
-        let mut passes = [Vec::new(), Vec::new()];
-        'passes: for pass in &mut passes {
-            for (_, url) in &slots {
-                match own_slot(&client, url).await {
-                    Some(held) => pass.push(held),
-                    None => break 'passes,
-                }
+        if let Some((held, rights)) = snapshot(&client, &slots).await {
+            let sum: i64 = held.iter().map(|(value, _)| value).sum();
+            let mut broken = broken_rights(counter, &rights);
+            if !counter.contains(sum) {
+                let held: Vec<String> = (slots.iter().zip(&held))
+                    .map(|((name, _), (value, _))| format!("{name} {value}"))
+                    .collect();
+                broken.push(format!(
+                    "the slots of {id} hold {sum} in all, outside {} ({})",
+                    counter.range(),
+                    held.join(", ")
+                ));
             }
-        }
-        let [first, second] = &passes;
-        if first.len() == slots.len() && second.len() == slots.len() {
+            let received = (rights.iter().flat_map(|r| r.received.values()))
+                .map(|(up, down)| up + down)
+                .sum();
             let mut ledger = ledger.borrow_mut();
-            if first != second {
-                ledger.torn_snapshots += 1;
-            } else {
-                ledger.snapshots += 1;
-                let sum: i64 = first.iter().map(|(value, _)| value).sum();
-                if !counter.contains(sum) {
-                    let held: Vec<String> = (slots.iter().zip(first))
-                        .map(|((name, _), (value, _))| format!("{name} {value}"))
-                        .collect();
-                    ledger.bound_violations.push(format!(
-                        "{} ms: the slots of {} hold {sum} in all, outside {} ({})",
-                        now().as_millis(),
-                        counter.id,
-                        counter.range(),
-                        held.join(", ")
-                    ));
-                }
+            ledger.snapshots += 1;
+            ledger.rights_received.insert(id, received);
+            let at = now().as_millis();
+            (ledger.bound_violations).extend(broken.into_iter().map(|b| format!("{at} ms: {b}")));
+        } else {
+            ledger.borrow_mut().torn_snapshots += 1;
+        }
+        for (tier, url) in &tiers {
+            let Ok(answer) = client.get(url).await else {
+                continue;
+            };
+            if answer.status != StatusCode::OK {
+                continue;
+            }
+            let value = &answer.json()["value"];
+            let mut ledger = ledger.borrow_mut();
+            ledger.bounded_reads += 1;
+            if !value.as_i64().is_some_and(|v| counter.contains(v)) {
+                ledger.bound_violations.push(format!(
+                    "{} ms: {tier} read {id} as {value}, outside {}",
+                    now().as_millis(),
+                    counter.range()
+                ));
             }
         }
         tokio::time::sleep(WATCH_EVERY).await;
@@ -146,27 +168,30 @@ pub async fn watch_slots(counter: &'static Bounded, ledger: SharedLedger) -> tur
     Ok(())
 }
 
-/// A shard node's own slot of a counter: its value and version (a slot that holds nothing of
-/// it: 0, no version); `None` for no answer or any other one.
-async fn own_slot(client: &HttpClient, url: &str) -> Option<(i64, Option<u64>)> {
-    let answer = client.get(url).await.ok()?;
-    match answer.status {
-        StatusCode::OK => {
-            let json = answer.json();
-            Some((json["value"].as_i64()?, Some(json["version"].as_u64()?)))
-        }
-        StatusCode::NOT_FOUND => Some((0, None)),
-        _ => None,
+/// Every slot's reading (value, version) and rights at one instant, read as [`watch`] says;
+/// `None` when a write tore the round or a node did not answer.
+async fn snapshot(
+    client: &HttpClient,
+    slots: &[(String, String)],
+) -> Option<(Vec<(i64, Option<u64>)>, Vec<Rights>)> {
+    let mut first = Vec::new();
+    for (_, url) in slots {
+        first.push(own_slot(client, url).await?);
     }
+    let mut rights_of = Vec::new();
+    for (_, url) in slots {
+        rights_of.push(rights(client, &format!("{url}/rights")).await?);
+    }
+    for ((_, url), held) in slots.iter().zip(&first) {
+        if own_slot(client, url).await? != *held {
+            return None;
+        }
+    }
+    Some((first, rights_of))
 }
 
-/// Watches that every tier reads `counter`'s total within its bounds, until the observer is
-/// done: every shard node's world read, every replica of each datacenter aggregator holding it
-/// and every global replica holding it. Only 200s are checked (a stale global read answers
-/// 503).
-pub async fn watch_tiers(counter: &'static Bounded, ledger: SharedLedger) -> turmoil::Result {
-    let client = HttpClient::with_connector(TIMEOUT, sim_connector());
-    let id = counter.id;
+/// What [`watch`] reads of counter `id`'s total: each tier's name and URL.
+fn tiers(id: &str) -> Vec<(String, String)> {
     let mut tiers = Vec::new();
     for dc in DATACENTERS {
         for slot in 0..SHARDS_PER_DATACENTER {
@@ -190,29 +215,21 @@ pub async fn watch_tiers(counter: &'static Bounded, ledger: SharedLedger) -> tur
             ));
         }
     }
-    wait_for(&ledger, |l| l.counters_created).await;
-    while !ledger.borrow().observed {
-        for (tier, url) in &tiers {
-            let Ok(answer) = client.get(url).await else {
-                continue;
-            };
-            if answer.status != StatusCode::OK {
-                continue;
-            }
-            let value = &answer.json()["value"];
-            let mut ledger = ledger.borrow_mut();
-            ledger.bounded_reads += 1;
-            if !value.as_i64().is_some_and(|v| counter.contains(v)) {
-                ledger.bound_violations.push(format!(
-                    "{} ms: {tier} read {id} as {value}, outside {}",
-                    now().as_millis(),
-                    counter.range()
-                ));
-            }
+    tiers
+}
+
+/// A shard node's own slot of a counter: its value and version (a slot that holds nothing of
+/// it: 0, no version); `None` for no answer or any other one.
+async fn own_slot(client: &HttpClient, url: &str) -> Option<(i64, Option<u64>)> {
+    let answer = client.get(url).await.ok()?;
+    match answer.status {
+        StatusCode::OK => {
+            let json = answer.json();
+            Some((json["value"].as_i64()?, Some(json["version"].as_u64()?)))
         }
-        tokio::time::sleep(WATCH_EVERY).await;
+        StatusCode::NOT_FOUND => Some((0, None)),
+        _ => None,
     }
-    Ok(())
 }
 
 /// One slot's rights of a counter, as `GET /counter/{id}/rights` shows them.
@@ -252,53 +269,13 @@ async fn rights(client: &HttpClient, url: &str) -> Option<Rights> {
     })
 }
 
-/// Watches the rights of `counter`'s slots until the observer is done: each round reads every
-/// slot's rights twice, in two passes, and checks that what a slot recorded receiving from
-/// another in the first is within what that one shows it gave in the second (a giver's
-/// cumulative amount only grows: it commits it before answering), that no slot holds negative
-/// rights, and that the shares add up to the room between the bounds. A round missing a node
-/// checks nothing.
-pub async fn watch_rights(counter: &'static Bounded, ledger: SharedLedger) -> turmoil::Result {
-    let client = HttpClient::with_connector(TIMEOUT, sim_connector());
-    let urls: Vec<String> = (DATACENTERS.iter())
-        .flat_map(|dc| (0..SHARDS_PER_DATACENTER).map(move |slot| (*dc, slot)))
-        .map(|(dc, slot)| format!("{}/counter/{}/rights", shard_url(dc, slot), counter.id))
-        .collect();
-    wait_for(&ledger, |l| l.counters_created).await;
-    while !ledger.borrow().observed {
-        let mut passes = [Vec::new(), Vec::new()];
-        'passes: for pass in &mut passes {
-            for url in &urls {
-                match rights(&client, url).await {
-                    Some(rights) => pass.push(rights),
-                    None => break 'passes,
-                }
-            }
-        }
-        let [receivers, givers] = &passes;
-        if givers.len() == urls.len() {
-            let broken = broken_rights(counter, receivers, givers);
-            let received = (givers.iter().flat_map(|g| g.received.values()))
-                .map(|(up, down)| up + down)
-                .sum();
-            let mut ledger = ledger.borrow_mut();
-            ledger.rights_checks += 1;
-            ledger.rights_received.insert(counter.id, received);
-            let at = now().as_millis();
-            (ledger.bound_violations).extend(broken.into_iter().map(|b| format!("{at} ms: {b}")));
-        }
-        tokio::time::sleep(WATCH_EVERY).await;
-    }
-    Ok(())
-}
-
-/// What breaks the rules of rights in two passes over every slot of `counter`.
-fn broken_rights(counter: &Bounded, receivers: &[Rights], givers: &[Rights]) -> Vec<String> {
+/// What breaks the rules of rights in every slot's rights of `counter` at one instant.
+fn broken_rights(counter: &Bounded, slots: &[Rights]) -> Vec<String> {
     let id = counter.id;
     let mut broken = Vec::new();
-    for receiver in receivers {
+    for receiver in slots {
         for (from, got) in &receiver.received {
-            let Some(giver) = givers.iter().find(|g| g.slot == *from) else {
+            let Some(giver) = slots.iter().find(|g| g.slot == *from) else {
                 broken.push(format!(
                     "{id}: {} received from unknown {from}",
                     receiver.slot
@@ -308,14 +285,14 @@ fn broken_rights(counter: &Bounded, receivers: &[Rights], givers: &[Rights]) -> 
             let gave = giver.given.get(&receiver.slot).copied().unwrap_or_default();
             if got.0 > gave.0 || got.1 > gave.1 {
                 broken.push(format!(
-                    "{id}: {} recorded receiving {got:?} (up, down) from {from}, which shows \
-                     giving it {gave:?} after",
+                    "{id}: {} recorded receiving {got:?} (up, down) from {from}, which gave it \
+                     {gave:?}",
                     receiver.slot
                 ));
             }
         }
     }
-    for slot in receivers.iter().chain(givers) {
+    for slot in slots {
         if slot.up.is_some_and(|up| up < 0) || slot.down.is_some_and(|down| down < 0) {
             broken.push(format!(
                 "{id}: {} holds rights up {:?}, down {:?}",
@@ -323,7 +300,7 @@ fn broken_rights(counter: &Bounded, receivers: &[Rights], givers: &[Rights]) -> 
             ));
         }
     }
-    let (up, down) = (givers.iter()).fold((0, 0), |(u, d), s| (u + s.share.0, d + s.share.1));
+    let (up, down) = (slots.iter()).fold((0, 0), |(u, d), s| (u + s.share.0, d + s.share.1));
     let room = |bound: Option<i64>| bound.map(|b| b.unsigned_abs());
     if room(counter.max).is_some_and(|max| up != max)
         || room(counter.min).is_some_and(|min| down != min)

@@ -242,15 +242,14 @@ pub struct Ledger {
     pub refused: Vec<Write>,
     /// Bounds seen broken while the run went on ([`crate::bounded`]), each with when.
     pub bound_violations: Vec<String>,
-    /// Consistent readings of every slot of a bounded counter whose sum was checked.
+    /// Consistent readings of every slot of a bounded counter (values and rights) checked.
     pub snapshots: u64,
     /// Readings of every slot torn by a write between their two passes (not checked).
     pub torn_snapshots: u64,
     /// Reads of a bounded counter's total at some tier checked against its bounds.
     pub bounded_reads: u64,
-    /// Rounds of every slot's rights checked against the rules of rights.
-    pub rights_checks: u64,
-    /// The rights every slot of each bounded counter had received in all, at the last round.
+    /// The rights every slot of each bounded counter had received in all, at the last
+    /// consistent reading.
     pub rights_received: BTreeMap<&'static str, u64>,
     /// Whether the observer is done (the watchers of bounds stop then).
     pub observed: bool,
