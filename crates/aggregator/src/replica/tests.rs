@@ -267,15 +267,17 @@ fn merges_keep_the_top_index_up_to_date() {
 #[test]
 fn a_bucket_at_the_end_of_time_does_not_hang_the_live_window() {
     // A `SyncPage` from slot DC_A_VAL_0: counter `#a` with buckets up to second u64::MAX, its
-    // records of generation zero and without history (the page's last fields all zero).
-    const PAGE: [u8; 107] = [
+    // records of generation zero, without history and without rights (the page's last fields
+    // all zero).
+    const PAGE: [u8; 110] = [
         1, 65, 1, 3, 10, 68, 67, 95, 65, 95, 86, 65, 76, 95, 48, 10, 68, 67, 95, 65, 65, 86, 95,
         95, 76, 49, 10, 68, 67, 95, 66, 95, 86, 65, 76, 95, 48, 3, 0, 2, 35, 97, 20, 5, 3, 184,
         162, 167, 218, 6, 4, 246, 163, 167, 218, 6, 236, 255, 163, 167, 218, 6, 255, 255, 255, 255,
         255, 255, 255, 255, 255, 1, 119, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
     ];
-    let page: SyncPage = postcard::from_bytes(&PAGE).unwrap();
+    let (page, rest) = postcard::take_from_bytes::<SyncPage>(&PAGE).unwrap();
+    assert!(rest.is_empty(), "the whole page is read");
     let names = ["DC_A_VAL_0", "DC_A_VAL_1", "DC_B_VAL_0"].map(str::to_owned);
     let mut replica = Replica::new(names.to_vec(), &[]);
     replica.index_top(vec![0, 0, 1], LiveRanking::new(300, 1_800_000_000));

@@ -54,11 +54,15 @@ async fn apply_with_rights<N: RightsNode>(
 ) -> Result<geocount_model::SlotState, ShardError> {
     let network = state.rights();
     let lock = network.asking(&shortage.write.id);
-    let _asking = lock.lock().await;
+    // A write that waited for another's ask tries again first: that ask may have brought
+    // enough for both.
+    let (_asking, waited) = match lock.try_lock() {
+        Ok(asking) => (asking, false),
+        Err(_) => (lock.lock().await, true),
+    };
     let mut unreachable = Vec::new();
     for attempt in 0..=ATTEMPTS {
-        if attempt > 0 {
-            // Another write's ask may have brought enough while this one waited.
+        if attempt > 0 || waited {
             let mut results = state.submit_once(vec![shortage.write]).await?;
             match results.pop().expect("one result per write") {
                 Err(ShardError::ShortOfRights(again)) => shortage = *again,
