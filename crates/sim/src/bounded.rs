@@ -1,12 +1,12 @@
 //! The bounded counters of `Scenario::Bounded` ([`BOUNDED`]): a client creates them before the
 //! writers start ([`create`]), and watchers check their bounds while the run goes on
-//! ([`watch`]) until the observer is done. What they find is recorded in
-//! the ledger; the run fails on any of it.
+//! ([`watch`]) until the observer is done. What they find is recorded in the ledger; the run
+//! fails on any of it.
 //!
-//! Two invariants (docs/architecture.md, "Bounded counters"): the values the slots hold, summed
+//! The invariants (docs/architecture.md, "Bounded counters"): the values the slots hold, summed
 //! over every slot of every datacenter, never leave the bounds (each slot applies a write only
-//! within its rights, and rights are given before they are received); and no tier ever reads a
-//! total outside them (parts of different ages are clamped).
+//! within its rights, and rights are given before they are received, which the slots' rights
+//! show); and no tier ever reads a total outside them (parts of different ages are clamped).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
