@@ -16,6 +16,93 @@ use crate::cluster::DATACENTERS;
 /// every aggregator replica holds some).
 pub const COUNTERS: [&str; 3] = ["likes:a", "likes:c", "views:c"];
 
+/// A bounded counter of a `Scenario::Bounded` run: its world total stays within `[min, max]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounded {
+    /// Its id.
+    pub id: &'static str,
+    /// The floor, if any.
+    pub min: Option<i64>,
+    /// The ceiling, if any.
+    pub max: Option<i64>,
+}
+
+/// The bounded counters of a `Scenario::Bounded` run, beside [`COUNTERS`]: one bounded both
+/// ways whose deltas go either way as often (it meets both bounds), one with only a ceiling
+/// written mostly upwards (it stays at it). Tight rooms, so that slots run short of rights and
+/// ask other datacenters for them; they fall in both partitions and their home slots differ.
+pub const BOUNDED: [Bounded; 2] = [
+    Bounded {
+        id: "quota:a",
+        min: Some(0),
+        max: Some(20),
+    },
+    Bounded {
+        id: "cap:c",
+        min: None,
+        max: Some(25),
+    },
+];
+
+/// The bounded counter `id`, if it is one.
+pub fn bounded(id: &str) -> Option<&'static Bounded> {
+    BOUNDED.iter().find(|b| b.id == id)
+}
+
+/// What every tier reads of counter `id` whose true total is `total`: clamped to its bounds.
+pub fn clamped(id: &str, total: i64) -> i64 {
+    bounded(id).map_or(total, |b| b.clamp(total))
+}
+
+impl Bounded {
+    /// Whether `total` is within the bounds.
+    pub fn contains(&self, total: i64) -> bool {
+        self.min.is_none_or(|min| total >= min) && self.max.is_none_or(|max| total <= max)
+    }
+
+    /// `total` brought within the bounds.
+    pub fn clamp(&self, total: i64) -> i64 {
+        let total = self.min.map_or(total, |min| total.max(min));
+        self.max.map_or(total, |max| total.min(max))
+    }
+
+    /// The bounds as `[min, max]` (an absent one as `-inf` or `inf`).
+    pub fn range(&self) -> String {
+        let show = |b: Option<i64>, none: &str| b.map_or(none.to_owned(), |b| b.to_string());
+        format!("[{}, {}]", show(self.min, "-inf"), show(self.max, "inf"))
+    }
+
+    /// The `POST /counter` body that creates it.
+    pub fn creation(&self) -> String {
+        let json = |b: Option<i64>| b.map_or("null".to_owned(), |b| b.to_string());
+        format!(
+            "{{\"id\": \"{}\", \"min\": {}, \"max\": {}}}",
+            self.id,
+            json(self.min),
+            json(self.max)
+        )
+    }
+
+    /// Why a 409 refusing a write of `delta` with `body` breaks the contract: it must name the
+    /// bound the write would pass (`max` for an increment, `min` for a decrement) and its limit.
+    pub fn bad_refusal(&self, delta: i64, body: &serde_json::Value) -> Option<String> {
+        let (name, limit) = match delta > 0 {
+            true => ("max", self.max),
+            false => ("min", self.min),
+        };
+        let named = body["bound"].as_str() == Some(name) && body["error"].is_string();
+        match (named, limit) {
+            (true, Some(limit)) if body["limit"].as_i64() == Some(limit) => None,
+            _ => Some(format!(
+                "a 409 for {:+} to {} bounded {}: {body}",
+                delta,
+                self.id,
+                self.range()
+            )),
+        }
+    }
+}
+
 /// One write a client made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
@@ -149,6 +236,23 @@ pub struct Ledger {
     pub quiet: Option<Quiet>,
     /// Why the admin client could not finish, if it could not.
     pub lifecycle_error: Option<String>,
+    /// Whether the run writes [`BOUNDED`] counters too (`Scenario::Bounded`).
+    pub bounded: bool,
+    /// Writes to a bounded counter refused with 409 (past a bound): they changed nothing.
+    pub refused: Vec<Write>,
+    /// Bounds seen broken while the run went on ([`crate::bounded`]), each with when.
+    pub bound_violations: Vec<String>,
+    /// Consistent readings of every slot of a bounded counter (values and rights) checked.
+    pub snapshots: u64,
+    /// Readings of every slot torn by a write between their two passes (not checked).
+    pub torn_snapshots: u64,
+    /// Reads of a bounded counter's total at some tier checked against its bounds.
+    pub bounded_reads: u64,
+    /// The rights every slot of each bounded counter had received in all, at the last
+    /// consistent reading.
+    pub rights_received: BTreeMap<&'static str, u64>,
+    /// Whether the observer is done (the watchers of bounds stop then).
+    pub observed: bool,
 }
 
 /// A total per counter.
@@ -163,7 +267,7 @@ pub type Allowed = BTreeMap<(usize, &'static str), BTreeSet<i64>>;
 impl Ledger {
     /// The sum of the acknowledged deltas per counter: in datacenter `dc`, or everywhere.
     pub fn expected(&self, dc: Option<usize>) -> Totals {
-        let mut totals: Totals = COUNTERS.iter().map(|&c| (c, 0)).collect();
+        let mut totals: Totals = self.counters().into_iter().map(|c| (c, 0)).collect();
         for ack in (self.acks.iter())
             .filter(|a| dc.is_none_or(|dc| a.datacenter == dc))
             .filter(|a| a.sent >= self.counted_from())
@@ -182,7 +286,7 @@ impl Ledger {
         let mut allowed = Allowed::new();
         for dc in 0..DATACENTERS.len() {
             let expected = self.expected(Some(dc));
-            for counter in COUNTERS {
+            for counter in self.counters() {
                 let gained = subset_sums(self.unknown_of(dc, counter).map(|w| w.delta));
                 let lost = subset_sums(self.losable(dc, counter).iter().map(|w| w.delta));
                 let acknowledged = expected[counter];
@@ -193,6 +297,12 @@ impl Ledger {
             }
         }
         allowed
+    }
+
+    /// The counters the run writes: [`COUNTERS`], and [`BOUNDED`] ones if it has them.
+    pub fn counters(&self) -> Vec<&'static str> {
+        let bounded = BOUNDED.iter().filter(|_| self.bounded).map(|b| b.id);
+        COUNTERS.into_iter().chain(bounded).collect()
     }
 
     /// The outcome-unknown writes of `counter` in datacenter `dc`.

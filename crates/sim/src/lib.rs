@@ -11,9 +11,11 @@
 //! tier and two partitions; [`workload`] writes through them with idempotency keys and watches
 //! every tier; [`ledger`] records what the clients saw and what the tiers may show for it;
 //! [`scenario`] draws a fault plan from a seed, runs it, and checks the invariants;
-//! [`lifecycle`] resets, deletes and expires counters among the faults of one of them. The same
+//! [`lifecycle`] resets, deletes and expires counters among the faults of one of them;
+//! [`bounded`] creates bounded counters and watches their bounds while another runs. The same
 //! seed always gives the same run.
 
+pub mod bounded;
 pub mod cluster;
 pub mod ledger;
 pub mod lifecycle;

@@ -13,10 +13,10 @@ use rand::{Rng, SeedableRng};
 use turmoil::{Builder, Sim};
 
 use crate::cluster::{self, DATACENTERS, SHARDS_PER_DATACENTER};
-use crate::ledger::{COUNTERS, Changed, Ledger, Left, Lost, MayLose, Quiet, SharedLedger};
-use crate::lifecycle;
+use crate::ledger::{BOUNDED, COUNTERS, Changed, Ledger, Left, Lost, MayLose, Quiet, SharedLedger};
 use crate::seams::DiskLoss;
 use crate::workload::{self, Writing};
+use crate::{bounded, lifecycle};
 
 mod plan;
 
@@ -94,6 +94,17 @@ pub enum Scenario {
     /// written again reads 404 everywhere, and every other's value is exactly the sum of the
     /// writes acknowledged after every slot learned of its last change: none of those lost.
     Lifecycle,
+    /// Bounded counters ([`crate::ledger::BOUNDED`]) created before the writers start, and
+    /// half the writes going to them from every datacenter, while the datacenters are cut off
+    /// from each other (their shard nodes, which ask each other for rights, and in some seeds
+    /// their aggregators from the global aggregator), both ways or one way, shard nodes crash
+    /// and restart, links between datacenters' shard nodes slow down or hold their messages, and
+    /// a shard node's answers to its client are lost: two to four of these. Writes refused 409
+    /// past a bound count as refused, not lost. While the run goes on, the values the slots hold
+    /// never sum outside the bounds and no tier reads a total outside them
+    /// ([`crate::bounded`]); at the end every tier shows exactly the acknowledged totals. Odd
+    /// seeds run in `replicated` durability, even ones in the default.
+    Bounded,
 }
 
 impl fmt::Display for Scenario {
@@ -106,6 +117,7 @@ impl fmt::Display for Scenario {
             Scenario::LostDisk => "lost_disk",
             Scenario::LostDiskSync => "lost_disk_sync",
             Scenario::Lifecycle => "lifecycle",
+            Scenario::Bounded => "bounded",
         })
     }
 }
@@ -163,6 +175,16 @@ pub struct Report {
     pub unknown: usize,
     /// Acknowledged writes sent again with their key (each answered 200, changing nothing).
     pub retried: usize,
+    /// Writes to bounded counters refused 409 past a bound.
+    pub refused: usize,
+    /// Consistent readings of every slot of a bounded counter whose sum was checked against
+    /// its bounds during the run, and readings torn by a write (not checked).
+    pub snapshots: (u64, u64),
+    /// Reads of a bounded counter's total at some tier checked against its bounds.
+    pub bounded_reads: u64,
+    /// The rights the slots of the bounded counters had received from each other in all, at
+    /// the last consistent reading.
+    pub rights_received: u64,
     /// Acknowledged writes missing from the totals the tiers agreed on (only a `sync` disk loss
     /// may lose any).
     pub lost: Lost,
@@ -186,7 +208,8 @@ pub struct Report {
     pub convergence: Duration,
     /// The bound that must hold: see [`cluster::staleness_bound`]; when a disk is lost
     /// also `restore_timeout_ms`, which the restore waits for sources that have not handed
-    /// over a complete copy.
+    /// over a complete copy; with bounded counters also `world_refresh_ms` and a round trip,
+    /// in which every shard node's world read fetches the other datacenters' parts again.
     pub bound: Duration,
     /// Simulated time the whole run took.
     pub elapsed: Duration,
@@ -298,6 +321,10 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     if matches!(scenario, Scenario::LostDisk | Scenario::Lifecycle) {
         topology.shard.durability = Durability::Replicated;
     }
+    // Bounded counters' rights in both: odd seeds replicate every gift and receipt to the peer.
+    if scenario == Scenario::Bounded && seed % 2 == 1 {
+        topology.shard.durability = Durability::Replicated;
+    }
     let events = scenario.plan(&mut rng, &topology);
     // Timed from when every slot learned of the counters' last changes.
     let after_last_changes = match lifecycle {
@@ -309,9 +336,16 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     if loses_disk {
         bound += Duration::from_millis(topology.shard.restore_timeout_ms);
     }
+    // A shard node's world read of a bounded counter adds the other datacenters' parts as it
+    // last fetched them from the global aggregator: at most `world_refresh_ms` ago.
+    if scenario == Scenario::Bounded {
+        bound += Duration::from_millis(topology.shard.world_refresh_ms) + MAX_LATENCY * 2;
+    }
     let disks = cluster::register_hosts(&mut sim, &topology, &mut rng, MAX_CLOCK_SKEW_MS);
 
     let ledger: SharedLedger = Rc::new(RefCell::new(Ledger::default()));
+    let bounds = scenario == Scenario::Bounded;
+    ledger.borrow_mut().bounded = bounds;
     let (writes, again) = match lifecycle {
         true => (LIFECYCLE_WRITES, LIFECYCLE_WRITES_AGAIN),
         false => (WRITES_PER_DATACENTER, 0),
@@ -322,6 +356,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         retention: Duration::from_secs(topology.shard.idempotency_retention_secs),
         retry_acknowledged: loses_disk && !lifecycle,
         again,
+        bounded: bounds,
     };
     for (datacenter, name) in DATACENTERS.iter().enumerate() {
         let client_seed = rng.random();
@@ -336,6 +371,15 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         let skew = Duration::from_millis(MAX_CLOCK_SKEW_MS);
         let admin = lifecycle::admin(plan, DATACENTERS.len(), skew, ledger.clone());
         sim.client("admin", admin);
+    }
+    if bounds {
+        sim.client("creator", bounded::create(ledger.clone()));
+        for (i, counter) in BOUNDED.iter().enumerate() {
+            sim.client(
+                format!("watch-{i}"),
+                bounded::watch(counter, ledger.clone()),
+            );
+        }
     }
     sim.client(
         "observer",
@@ -406,8 +450,29 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
             ledger.keys_unknown_refusals
         )));
     }
+    if let Some(broken) = ledger.bound_violations.first() {
+        let more = ledger.bound_violations.len() - 1;
+        return Err(violation(format!("{broken} (and {more} more)")));
+    }
+    if bounds && (ledger.snapshots == 0 || ledger.bounded_reads == 0) {
+        return Err(violation(format!(
+            "the bounds were checked on {} readings of the slots and {} reads of totals",
+            ledger.snapshots, ledger.bounded_reads
+        )));
+    }
+    let totals = ledger.expected(None);
+    for counter in BOUNDED.iter().filter(|_| bounds) {
+        if !counter.contains(totals[counter.id]) {
+            return Err(violation(format!(
+                "the writes acknowledged to {} sum to {}, outside {}",
+                counter.id,
+                totals[counter.id],
+                counter.range()
+            )));
+        }
+    }
     let written = (writes + again) * DATACENTERS.len();
-    let answered = ledger.acks.len() + ledger.unknown.len();
+    let answered = ledger.acks.len() + ledger.unknown.len() + ledger.refused.len();
     if answered != written {
         return Err(violation(format!(
             "{answered} of {written} writes acknowledged or given up"
@@ -437,6 +502,10 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         acknowledged: ledger.acks.len(),
         unknown: ledger.unknown.len(),
         retried: ledger.retried,
+        refused: ledger.refused.len(),
+        snapshots: (ledger.snapshots, ledger.torn_snapshots),
+        bounded_reads: ledger.bounded_reads,
+        rights_received: ledger.rights_received.values().sum(),
         lost: ledger.lost(),
         requests: writes.map(|w| u64::from(w.attempts)).sum(),
         restoring_refusals: ledger.restoring_refusals,
@@ -444,7 +513,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         changes: ledger.changes.clone(),
         left: ledger.left.clone(),
         quiet: ledger.quiet.clone(),
-        totals: ledger.expected(None),
+        totals,
         settled_at,
         convergence,
         bound,

@@ -16,7 +16,9 @@ use crate::cluster::{
     DATACENTERS, SHARDS_PER_DATACENTER, aggregator_host, aggregator_partitions, base_url,
     global_host, global_partitions, holds, shard_host,
 };
-use crate::ledger::{Allowed, COUNTERS, Ledger, SharedLedger, Shown, Write};
+use crate::ledger::{
+    Allowed, BOUNDED, COUNTERS, Ledger, SharedLedger, Shown, Write, bounded, clamped,
+};
 use crate::seams::sim_connector;
 
 /// How long a client waits for an answer before it retries (longer than a forward's timeout,
@@ -47,6 +49,9 @@ pub struct Writing {
     /// zero for none): the client first waits for the counters to be created, and after its
     /// first `writes` for every slot to learn of those changes ([`crate::ledger::Quiet`]).
     pub again: usize,
+    /// Whether half the writes go to the [`BOUNDED`] counters (`Scenario::Bounded`): the client
+    /// first waits for them to be created.
+    pub bounded: bool,
 }
 
 fn now() -> Duration {
@@ -75,15 +80,18 @@ struct Request {
 enum Outcome {
     /// Answered 200 by the request sent at `sent`.
     Acknowledged { sent: Duration },
-    /// Refused with a 4xx: the protocol is broken.
+    /// Refused with a 409 naming the bound it would pass, by the request sent at `sent`.
+    PastBound { sent: Duration },
+    /// Refused with another 4xx: the protocol is broken.
     Refused,
     /// Retried until its key's retention was nearly over.
     GaveUp { sent: Duration },
 }
 
-/// Writes `writing.writes` random deltas to [`COUNTERS`] through the shard nodes of datacenter
-/// `datacenter`, each with its own idempotency key, retrying each (against the next node of the
-/// same datacenter) until it is acknowledged or its key's retention is nearly over; then, if
+/// Writes `writing.writes` random deltas to [`COUNTERS`] (half of them to [`BOUNDED`] ones in a
+/// bounded run) through the shard nodes of datacenter `datacenter`, each with its own
+/// idempotency key, retrying each (against the next node of the same datacenter) until it is
+/// acknowledged, refused past a bound, or its key's retention is nearly over; then, if
 /// asked, sends every acknowledged write again with its key; then, if asked, writes
 /// `writing.again` more to the counters written again after their last lifecycle changes.
 pub async fn writer(
@@ -105,8 +113,9 @@ pub async fn writer(
         max_gap: writing.max_gap,
         retry_within: writing.retention.saturating_sub(RETENTION_MARGIN),
         ledger: &ledger,
+        bounded: writing.bounded,
     };
-    if writing.again > 0 {
+    if writing.again > 0 || writing.bounded {
         wait_for(&ledger, |l| l.counters_created).await;
     }
     let acknowledged = batch.write(0..writing.writes, &COUNTERS, &mut rng).await;
@@ -144,6 +153,8 @@ struct Batch<'a> {
     /// How long after its first request a write is retried.
     retry_within: Duration,
     ledger: &'a SharedLedger,
+    /// Whether half the writes go to the [`BOUNDED`] counters instead of `counters`.
+    bounded: bool,
 }
 
 impl Batch<'_> {
@@ -159,11 +170,11 @@ impl Batch<'_> {
         let mut acknowledged = Vec::new();
         for n in numbers {
             tokio::time::sleep(self.max_gap.mul_f64(rng.random::<f64>())).await;
-            let counter = counters[rng.random_range(0..counters.len())];
-            let delta: i64 = match rng.random_range(0..4) {
-                0 => -rng.random_range(1..=5),
-                _ => rng.random_range(1..=9),
+            let counter = match self.bounded && rng.random_bool(0.5) {
+                true => BOUNDED[rng.random_range(0..BOUNDED.len())].id,
+                false => counters[rng.random_range(0..counters.len())],
             };
+            let delta = delta(counter, rng);
             let (op, magnitude) = if delta < 0 {
                 ("DECREMENT", -delta)
             } else {
@@ -192,6 +203,7 @@ impl Batch<'_> {
                     acknowledged.push(request);
                 }
                 Outcome::GaveUp { sent } => self.ledger.borrow_mut().unknown.push(write(sent)),
+                Outcome::PastBound { sent } => self.ledger.borrow_mut().refused.push(write(sent)),
                 Outcome::Refused => {}
             }
         }
@@ -223,6 +235,17 @@ impl Batch<'_> {
                 Ok(answer) if answer.status == StatusCode::OK => {
                     return (Outcome::Acknowledged { sent }, attempts);
                 }
+                Ok(answer) if answer.status == StatusCode::CONFLICT => {
+                    let bad = match bounded(request.counter) {
+                        Some(bounds) => bounds.bad_refusal(request.delta, &answer.json()),
+                        None => Some(format!("a 409 for {}", request.counter)),
+                    };
+                    if let Some(bad) = bad {
+                        ledger.borrow_mut().protocol_errors.push(bad);
+                        return (Outcome::Refused, attempts);
+                    }
+                    return (Outcome::PastBound { sent }, attempts);
+                }
                 Ok(answer) if answer.status.is_client_error() => {
                     let error = format!(
                         "{}: {} {:+} answered {}: {}",
@@ -251,6 +274,21 @@ impl Batch<'_> {
                 }
             }
         }
+    }
+}
+
+/// A random delta for `counter`: increments and decrements, mostly increments, but either way as
+/// often for a counter bounded both ways (so that its total meets both bounds).
+fn delta(counter: &str, rng: &mut StdRng) -> i64 {
+    match bounded(counter) {
+        Some(b) if b.min.is_some() && b.max.is_some() => match rng.random_bool(0.5) {
+            true => rng.random_range(1..=9),
+            false => -rng.random_range(1..=9),
+        },
+        _ => match rng.random_range(0..4) {
+            0 => -rng.random_range(1..=5),
+            _ => rng.random_range(1..=9),
+        },
     }
 }
 
@@ -284,7 +322,7 @@ pub async fn observer(
         l.writers_done == writers && l.healed_at.is_some()
     })
     .await;
-    let (settled_at, allowed, existence) = {
+    let (settled_at, allowed, existence, counters) = {
         let mut ledger = ledger.borrow_mut();
         let last = (ledger.acks.iter().chain(&ledger.unknown))
             .map(|w| w.at)
@@ -292,21 +330,27 @@ pub async fn observer(
             .unwrap_or_default();
         let settled = last.max(ledger.healed_at.expect("checked above"));
         ledger.settled_at = Some(settled);
-        (settled, ledger.allowed(), ledger.existence())
+        (
+            settled,
+            ledger.allowed(),
+            ledger.existence(),
+            ledger.counters(),
+        )
     };
     let client = HttpClient::with_connector(CLIENT_TIMEOUT, sim_connector());
     while now() < settled_at + give_up_after {
-        match compare(&client, &allowed, &existence).await {
+        match compare(&client, &counters, &allowed, &existence).await {
             Ok(shown) => {
                 let mut ledger = ledger.borrow_mut();
                 ledger.converged_at = Some(now());
                 ledger.shown = shown;
-                return Ok(());
+                break;
             }
             Err(found) => ledger.borrow_mut().last_mismatch = Some(found),
         }
         tokio::time::sleep(OBSERVE_EVERY).await;
     }
+    ledger.borrow_mut().observed = true;
     Ok(())
 }
 
@@ -314,14 +358,18 @@ pub async fn observer(
 /// each counter `existence` names as existing (200) or gone (404) as it says; `Err` names the
 /// first tier whose answer does not. A counter `existence` does not name may be unheard of at
 /// a tier (404: 0). Each shard node answers its own slot, as durable as its disk made it.
+/// World totals of a bounded counter are read clamped to its bounds (a datacenter's part is
+/// no world total and may be past them), and every shard node's world read of it must show the
+/// world's total too.
 async fn compare(
     client: &HttpClient,
+    counters: &[&'static str],
     allowed: &Allowed,
     existence: &BTreeMap<&'static str, bool>,
 ) -> Result<Shown, String> {
     // The shard nodes first, so that a mismatch names the tier that differs from the rule.
     let mut shown = Shown::new();
-    for counter in COUNTERS {
+    for &counter in counters {
         let exists = existence.get(counter).copied();
         for (d, dc) in DATACENTERS.iter().enumerate() {
             let mut sum = 0;
@@ -341,7 +389,7 @@ async fn compare(
             shown.insert((d, counter), sum);
         }
     }
-    for counter in COUNTERS {
+    for &counter in counters {
         let exists = existence.get(counter).copied();
         for (d, dc) in DATACENTERS.iter().enumerate() {
             for (replica, held) in aggregator_partitions(dc).iter().enumerate() {
@@ -352,6 +400,7 @@ async fn compare(
                 let what = format!("{dc} aggregator@{replica} {counter}");
                 let url = format!("{aggregator}/counter/{counter}");
                 let answer = read(client, &url, &what, exists).await?;
+                // A datacenter's part is not the world total: never clamped.
                 expect(&what, &answer["value"], shown[&(d, counter)])?;
             }
         }
@@ -370,7 +419,19 @@ async fn compare(
                 expect(&format!("{what} part {dc}"), value, part)?;
                 sum += part;
             }
-            expect(&what, &answer["value"], sum)?;
+            expect(&what, &answer["value"], clamped(counter, sum))?;
+        }
+        if bounded(counter).is_some() {
+            let world: i64 = (0..DATACENTERS.len()).map(|d| shown[&(d, counter)]).sum();
+            for dc in DATACENTERS {
+                for slot in 0..SHARDS_PER_DATACENTER {
+                    let shard = base_url(turmoil::lookup(shard_host(dc, slot)));
+                    let what = format!("{dc} shard {slot} world {counter}");
+                    let url = format!("{shard}/counter/{counter}/world");
+                    let answer = read(client, &url, &what, exists).await?;
+                    expect(&what, &answer["value"], clamped(counter, world))?;
+                }
+            }
         }
     }
     // A counter gone everywhere has no part to show.

@@ -32,6 +32,8 @@ fn check(scenario: Scenario) {
     let (mut keys_unknown, mut keys_unknown_seeds) = (0, 0);
     let (mut unknown, mut retried, mut lost, mut losing_seeds) = (0, 0, 0, 0);
     let mut oldest_lost = std::time::Duration::ZERO;
+    let (mut refused, mut snapshots, mut torn, mut bounded_reads) = (0, 0, 0, 0);
+    let mut rights_received = 0;
     let seeds = seeds();
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(scenario, seed));
@@ -47,6 +49,11 @@ fn check(scenario: Scenario) {
                 lost += report.lost.writes;
                 losing_seeds += usize::from(report.lost.writes > 0);
                 oldest_lost = oldest_lost.max(report.lost.oldest);
+                refused += report.refused;
+                snapshots += report.snapshots.0;
+                torn += report.snapshots.1;
+                bounded_reads += report.bounded_reads;
+                rights_received += report.rights_received;
                 if seeds.len() == 1 {
                     println!("{report:#?}");
                 }
@@ -62,6 +69,11 @@ fn check(scenario: Scenario) {
         oldest_lost.as_millis(),
         slowest.as_millis()
     );
+    if snapshots + bounded_reads > 0 {
+        println!(
+            "{scenario}: {refused} writes refused past a bound; bounds and rights checked on {snapshots} readings of every slot ({torn} more torn or missing a node) and {bounded_reads} reads of totals; {rights_received} rights received from other slots in all"
+        );
+    }
     assert!(
         failures.is_empty(),
         "{}\nreplay one with GEOCOUNT_SIM_SEED=<seed> cargo test -p geocount-sim --test simulation {scenario} -- --nocapture",
@@ -91,6 +103,7 @@ scenarios! {
     lost_disk: LostDisk,
     lost_disk_sync: LostDiskSync,
     lifecycle: Lifecycle,
+    bounded: Bounded,
 }
 
 /// The same seed twice gives the same run: the same faults at the same instants, the same

@@ -176,6 +176,7 @@ impl Scenario {
                 });
                 events.sort_by_key(|event| event.at);
             }
+            Scenario::Bounded => events = bounded(rng, at),
             Scenario::Lifecycle => {
                 // A link between tiers, or between a datacenter's shard nodes, cut for a while.
                 let (a, b) = inter_tier_link(rng);
@@ -234,6 +235,114 @@ impl Scenario {
         }
         events
     }
+}
+
+/// The faults of a bounded run, from `at`: two to four, each a cut between the datacenters, a
+/// shard node's crash, a slow or held link between datacenters' shard nodes, or a shard node's
+/// answers to its client lost; they may overlap.
+fn bounded(rng: &mut StdRng, mut at: Duration) -> Vec<Event> {
+    let ms =
+        |rng: &mut StdRng, low: u64, high: u64| Duration::from_millis(rng.random_range(low..=high));
+    let shards = |dc: &str| -> Vec<String> {
+        (0..SHARDS_PER_DATACENTER)
+            .map(|slot| cluster::shard_host(dc, slot))
+            .collect()
+    };
+    let mut events = Vec::new();
+    // When each crashed shard node is back: it crashes again only after that.
+    let mut back_at: BTreeMap<String, Duration> = BTreeMap::new();
+    for _ in 0..rng.random_range(2..=4) {
+        let (near, far) = match rng.random_bool(0.5) {
+            true => (DATACENTERS[0], DATACENTERS[1]),
+            false => (DATACENTERS[1], DATACENTERS[0]),
+        };
+        match rng.random_range(0..4) {
+            // The datacenters cut off from each other: every shard node of one from every one
+            // of the other (rights cannot be asked for), and in half the seeds one's aggregator
+            // from the global aggregator too; both ways, or one way.
+            0 => {
+                let mut pairs: Vec<(String, String)> = (shards(near).into_iter())
+                    .flat_map(|a| shards(far).into_iter().map(move |b| (a.clone(), b)))
+                    .collect();
+                if rng.random_bool(0.5) {
+                    let globals = cluster::global_hosts();
+                    pairs.extend(
+                        (cluster::aggregator_hosts(near).into_iter())
+                            .flat_map(|a| globals.iter().map(move |g| (a.clone(), g.clone()))),
+                    );
+                }
+                let kind = rng.random_range(0..3);
+                let heal = at + ms(rng, 300, 1_500);
+                for (a, b) in pairs {
+                    let cut = match kind {
+                        0 => Fault::Partition(a.clone(), b.clone()),
+                        1 => Fault::PartitionOneway(a.clone(), b.clone()),
+                        _ => Fault::PartitionOneway(b.clone(), a.clone()),
+                    };
+                    events.push(Event { at, fault: cut });
+                    events.push(Event {
+                        at: heal,
+                        fault: Fault::Repair(a, b),
+                    });
+                }
+            }
+            1 => {
+                let shard = cluster::shard_host(near, rng.random_range(0..SHARDS_PER_DATACENTER));
+                let after_back = back_at.get(&shard).map(|&back| back + ms(rng, 20, 300));
+                let crash = at.max(after_back.unwrap_or_default());
+                let back = crash + ms(rng, 50, 1_500);
+                events.push(Event {
+                    at: crash,
+                    fault: Fault::Crash(shard.clone()),
+                });
+                events.push(Event {
+                    at: back,
+                    fault: Fault::Bounce(shard.clone()),
+                });
+                back_at.insert(shard, back);
+            }
+            2 => {
+                let pick = |rng: &mut StdRng, dc| {
+                    cluster::shard_host(dc, rng.random_range(0..SHARDS_PER_DATACENTER))
+                };
+                let (a, b) = (pick(rng, near), pick(rng, far));
+                let (fault, heal, lasts) = match rng.random_bool(0.5) {
+                    true => (
+                        Fault::Latency(a.clone(), b.clone(), ms(rng, 100, 800)),
+                        Fault::Latency(a, b, MAX_LATENCY),
+                        ms(rng, 200, 1_500),
+                    ),
+                    false => (
+                        Fault::Hold(a.clone(), b.clone()),
+                        Fault::Release(a, b),
+                        ms(rng, 50, 1_000),
+                    ),
+                };
+                events.push(Event { at, fault });
+                events.push(Event {
+                    at: at + lasts,
+                    fault: heal,
+                });
+            }
+            // A shard node's answers to its datacenter's client lost: writes applied (rights
+            // spent) but not acknowledged, then retried with their key.
+            _ => {
+                let slot = rng.random_range(0..SHARDS_PER_DATACENTER);
+                let (shard, client) = (cluster::shard_host(near, slot), client_host(near));
+                events.push(Event {
+                    at,
+                    fault: Fault::PartitionOneway(shard.clone(), client.clone()),
+                });
+                events.push(Event {
+                    at: at + ms(rng, 20, 400),
+                    fault: Fault::Repair(shard, client),
+                });
+            }
+        }
+        at += ms(rng, 100, 600);
+    }
+    events.sort_by_key(|event| event.at);
+    events
 }
 
 /// The faults of a lifecycle run while the clients write again after the counters' last
