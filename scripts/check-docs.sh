@@ -47,8 +47,8 @@ EXTERNAL_NAMES = {
     "HllSketch::update", "HllUnion",
     # the kernel's append flag the log does without; glibc's allocator in a profile
     "O_APPEND", "malloc_consolidate",
-    # an HTTP request header (RFC 7240), not a Rust name
-    "Prefer",
+    # HTTP request headers (RFC 7240, RFC 9110), not Rust names
+    "Prefer", "Accept",
     # the variable geoctl does not read (operations.md says why)
     "GEOCOUNT_TOKEN",
     # Redis's commands and configuration parameters, as clients send them (api.md, "Redis
@@ -58,7 +58,7 @@ EXTERNAL_NAMES = {
 CONFIG_SECTIONS = {"global", "shard", "sync", "http", "aggregator", "memory", "trending", "tls",
                    "auth", "wan", "resp"}
 FILE_EXTENSIONS = ("rs", "toml", "sh", "md", "lock", "txt", "py", "yml", "yaml", "json")
-TOP_DIRS = ("crates", "config", "scripts", "tests", "fuzz", "docs")
+TOP_DIRS = ("crates", "config", "scripts", "tests", "fuzz", "docs", "deploy")
 RUST_DIRS = [d for d in ("crates", "fuzz", "tests") if os.path.isdir(d)]
 
 

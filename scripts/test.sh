@@ -13,6 +13,12 @@ python3 scripts/check-modules.py
 scripts/readme-examples.sh --check
 cargo build --workspace --bins --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The deployment files: promtool over the Prometheus configuration, the alert rules, their unit
+# tests and the dashboard's queries; systemd-analyze over the units (Debian's prometheus and
+# systemd, installed when missing; scripts/check-deploy.sh). tests/deploy.rs then requires
+# promtool for `promtool check metrics` of every tier's /metrics.
+scripts/check-deploy.sh
+export E2E_PROMTOOL=1
 # tests/resp.rs drives the shard nodes with real Redis clients and compares them with a real
 # Redis: Debian's redis-server and redis-tools and the Python client `redis` (PyPI), installed
 # when missing; E2E_PYTHON names the python that has the client.

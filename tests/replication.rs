@@ -139,7 +139,7 @@ async fn writes_land_on_the_counters_slot_from_any_node() {
         .unwrap_or_else(|| panic!("no forwarded-writes counter in\n{metrics}"));
     assert!(forwarded > 0, "{metrics}");
     for peer in ["DC_USA_0_VAL_0", "DC_USA_0_VAL_2"] {
-        let line = format!("geocount_shard_source_staleness_ms{{source=\"{peer}\"}}");
+        let line = format!("geocount_shard_source_staleness_seconds{{source=\"{peer}\"}}");
         assert!(metrics.contains(&line), "no {line} in\n{metrics}");
     }
 }

@@ -240,6 +240,11 @@ async fn a_node_killed_in_its_restore_resumes_it() {
         health["restore"]["sources"].as_array().unwrap().len() == 3,
         "{health}"
     );
+    let metrics = node.metrics().await.unwrap();
+    assert!(
+        metrics.contains("\ngeocount_shard_restoring 1\n"),
+        "{metrics}"
+    );
     let id = held.keys().next().unwrap().clone();
     let answer = node
         .send(
@@ -282,6 +287,11 @@ async fn a_node_killed_in_its_restore_resumes_it() {
     dc.global.resume();
     dc.shards[0].wait_healthy().await;
     assert!(!dir.join("restore.pending").exists());
+    let metrics = node.metrics().await.unwrap();
+    assert!(
+        metrics.contains("\ngeocount_shard_restoring 0\n"),
+        "{metrics}"
+    );
     for (id, value) in &held {
         assert_eq!(node.value(id).await, *value, "{id} restored");
     }

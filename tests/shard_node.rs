@@ -566,7 +566,7 @@ async fn metrics_and_health_are_served() {
         "geocount_shard_writes_forwarded_total 0",
         "geocount_shard_replica_merges_total",
         "geocount_shard_shard_count_changes_total",
-        "geocount_shard_source_staleness_ms{source=",
+        "geocount_shard_source_staleness_seconds{source=",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }

@@ -197,10 +197,10 @@ impl Core {
         response
     }
 
-    /// Prometheus text of its metrics at `now_ms`.
-    pub fn scrape(&self, now_ms: u64) -> Response {
+    /// Prometheus text of its metrics at `now_ms`, in the format `headers` ask for.
+    pub fn scrape(&self, now_ms: u64, headers: &hyper::HeaderMap) -> Response {
         let replica = self.replica.read().expect("replica lock");
-        self.metrics.scrape(&replica, now_ms)
+        self.metrics.scrape(&replica, now_ms, headers)
     }
 
     /// The OpenAPI document `document` as its answer, rendered for this process's `[auth]`.

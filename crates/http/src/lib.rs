@@ -1,6 +1,8 @@
 //! The HTTP layer every geocount tier shares, whatever it replicates.
 //!
 //! Modules, leaves first:
+//! - [`exposition`]: `GET /metrics` in the Prometheus text format 0.0.4 when asked for, and the
+//!   process's resident memory.
 //! - [`roles`]: how a tier process proves its name, and which processes a route between tiers
 //!   accepts ([`Allow`]).
 //! - [`access`]: the checks of client tokens and of the processes calling between tiers
@@ -18,6 +20,7 @@
 //!   shared parts ([`ApiDoc`]) and rendered for the serving process's `[auth]`.
 
 pub mod access;
+pub mod exposition;
 pub mod openapi;
 pub mod roles;
 pub mod routing;

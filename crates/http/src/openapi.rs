@@ -178,12 +178,15 @@ impl Operation {
         self
     }
 
-    /// A text answer with `status` in `media_type`.
-    pub fn text_answer(mut self, status: u16, description: &str, media_type: &str) -> Self {
+    /// A text answer in any of `media_types`, as the request's `Accept` chooses.
+    pub fn text_answers(mut self, status: u16, description: &str, media_types: &[&str]) -> Self {
+        let content: Map<String, Value> = media_types
+            .iter()
+            .map(|media| ((*media).to_owned(), json!({"schema": {"type": "string"}})))
+            .collect();
         self.responses.insert(
             status.to_string(),
-            json!({"description": description,
-                   "content": {media_type: {"schema": {"type": "string"}}}}),
+            json!({"description": description, "content": content}),
         );
         self
     }
@@ -507,6 +510,8 @@ mod tests {
         assert!(sync["responses"]["200"]["content"]["application/x-postcard"].is_object());
         let metrics = &json["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
         assert!(metrics[METRICS_CONTENT_TYPE].is_object(), "{metrics}");
+        let text = crate::exposition::TEXT_CONTENT_TYPE;
+        assert!(metrics[text].is_object(), "{metrics}");
         assert_eq!(
             doc.paths().collect::<Vec<_>>(),
             [

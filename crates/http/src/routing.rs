@@ -12,12 +12,13 @@ use geocount_net::{
 };
 use hyper::body::Incoming;
 use hyper::header::{ALLOW, HeaderValue};
-use hyper::{Method, Request, StatusCode};
+use hyper::{HeaderMap, Method, Request, StatusCode};
 use percent_encoding::percent_decode_str;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use crate::access::{Access, AccessError, Caller, Need};
+use crate::exposition;
 
 /// What any route of a tier's API refuses before its own logic runs, in the order the checks
 /// happen: the path, the method, the counter id, then the query or body.
@@ -254,11 +255,16 @@ pub fn decode_counter_id(raw: &str) -> Result<CounterId, RequestError> {
 /// The media type of `GET /metrics`: the OpenMetrics text format.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// `GET /metrics`: `registry` in the OpenMetrics text format.
-pub fn metrics_response(registry: &Registry) -> Response {
+/// `GET /metrics`: `registry` in the OpenMetrics text format, or in the Prometheus text format
+/// 0.0.4 for a request (with `headers`) that asks for that only ([`exposition::wants_text`]).
+pub fn metrics_response(registry: &Registry, headers: &HeaderMap) -> Response {
     let mut text = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    if exposition::wants_text(headers) {
+        let text = exposition::openmetrics_to_text(&text);
+        return bytes_response(StatusCode::OK, exposition::TEXT_CONTENT_TYPE, text.into());
+    }
     bytes_response(StatusCode::OK, METRICS_CONTENT_TYPE, text.into())
 }
 

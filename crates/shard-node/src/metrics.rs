@@ -1,6 +1,9 @@
 //! The node's Prometheus metrics, in a registry of its own (no process-global state, so several
 //! nodes can share a process in tests and simulations).
 
+use std::sync::atomic::AtomicU64;
+
+use geocount_http::exposition::resident_bytes;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -65,9 +68,17 @@ pub struct ShardMetrics {
     /// Pulled descriptions refused, versioned more than `sync.max_clock_skew_ms` ahead of this
     /// node's clock.
     pub descriptions_refused: Counter,
-    /// How long ago this node last had each pulled source's complete state (-1: never); set
-    /// when scraped.
-    pub source_staleness_ms: Family<SourceLabel, Gauge>,
+    /// How long ago this node last had each pulled source's complete state, in seconds (-1:
+    /// never); set when scraped.
+    pub source_staleness_seconds: Family<SourceLabel, Gauge<f64, AtomicU64>>,
+    /// 1 while this node restores its slot and takes no writes; set when scraped.
+    pub restoring: Gauge,
+    /// 1 while the latest group commit failed for a full disk (its writes got 507).
+    pub storage_full: Gauge,
+    /// 1 once an fsync of the log failed: the node takes no writes until it is restarted.
+    pub fsync_failed: Gauge,
+    /// The process's resident memory in bytes; set when scraped.
+    pub resident_bytes: Gauge,
 }
 
 /// The `source` label of per-source metrics.
@@ -106,7 +117,11 @@ impl Default for ShardMetrics {
             slot_conflict: Gauge::default(),
             entries_refused: Counter::default(),
             descriptions_refused: Counter::default(),
-            source_staleness_ms: Family::default(),
+            source_staleness_seconds: Family::default(),
+            restoring: Gauge::default(),
+            storage_full: Gauge::default(),
+            fsync_failed: Gauge::default(),
+            resident_bytes: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -235,9 +250,29 @@ impl Default for ShardMetrics {
             metrics.descriptions_refused.clone(),
         );
         registry.register(
-            "source_staleness_ms",
+            "source_staleness_seconds",
             "How long ago each pulled source was last complete here (-1: never)",
-            metrics.source_staleness_ms.clone(),
+            metrics.source_staleness_seconds.clone(),
+        );
+        registry.register(
+            "restoring",
+            "1 while this node restores its slot and takes no writes",
+            metrics.restoring.clone(),
+        );
+        registry.register(
+            "storage_full",
+            "1 while the latest group commit failed for a full disk",
+            metrics.storage_full.clone(),
+        );
+        registry.register(
+            "fsync_failed",
+            "1 once an fsync of the log failed: no writes until restarted",
+            metrics.fsync_failed.clone(),
+        );
+        registry.register(
+            "resident_bytes",
+            "Resident memory of the process",
+            metrics.resident_bytes.clone(),
         );
         Self {
             registry,
@@ -248,18 +283,25 @@ impl Default for ShardMetrics {
 
 impl ShardMetrics {
     /// The registry holding every metric, for `GET /metrics`, with the per-source staleness
-    /// `staleness` gives (`None`: never complete) brought up to date.
+    /// `staleness` gives in milliseconds (`None`: never complete), whether the slot is
+    /// `restoring`, and the resident memory brought up to date.
     pub fn scrape<'a>(
         &self,
         staleness: impl IntoIterator<Item = (&'a str, Option<u64>)>,
+        restoring: bool,
     ) -> &Registry {
         for (source, ms) in staleness {
             let label = SourceLabel {
                 source: source.to_owned(),
             };
-            let ms = ms.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
-            self.source_staleness_ms.get_or_create(&label).set(ms);
+            let seconds = ms.map_or(-1.0, |ms| ms as f64 / 1000.0);
+            self.source_staleness_seconds
+                .get_or_create(&label)
+                .set(seconds);
         }
+        self.restoring.set(i64::from(restoring));
+        let resident = resident_bytes().map_or(0, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        self.resident_bytes.set(resident);
         &self.registry
     }
 }

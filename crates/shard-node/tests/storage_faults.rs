@@ -206,6 +206,15 @@ impl Node {
         }
     }
 
+    /// The value of the unlabelled metric `name` in `/metrics`.
+    async fn metric(&self, name: &str) -> f64 {
+        let answer = self.client.get(&format!("{}/metrics", self.base)).await;
+        let text = String::from_utf8_lossy(&answer.unwrap().body).into_owned();
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    }
+
     async fn add(&self, id: &str, delta: i64) -> (u16, Value) {
         let path = format!("/counter/{id}/write?op=INCREMENT");
         self.send(Method::PATCH, &path, &format!(r#"{{"delta": {delta}}}"#))
@@ -249,6 +258,8 @@ async fn a_full_disk_refuses_writes_with_507_and_recovers_by_itself() {
     assert_eq!(status, 507, "{body}");
     let (status, body) = node.get("/healthz").await;
     assert_eq!(status, 503, "{body}");
+    assert_eq!(node.metric("geocount_shard_storage_full").await, 1.0);
+    assert_eq!(node.metric("geocount_shard_fsync_failed").await, 0.0);
     assert_eq!(node.value("c").await, 5, "nothing refused was applied");
 
     // Space returns: the next write simply succeeds.
@@ -256,6 +267,7 @@ async fn a_full_disk_refuses_writes_with_507_and_recovers_by_itself() {
     assert_eq!(node.add("c", 2).await.0, 200);
     assert_eq!(node.value("c").await, 7);
     assert_eq!(node.get("/healthz").await.0, 200);
+    assert_eq!(node.metric("geocount_shard_storage_full").await, 0.0);
     node.stop().await;
 
     // The torn halves were cut off: the log replays to exactly what was acknowledged.
@@ -288,6 +300,8 @@ async fn a_failed_fsync_stops_writes_until_a_restart() {
     let (status, body) = node.get("/healthz").await;
     assert_eq!(status, 503, "{body}");
     assert!(body.to_string().contains("fsync"), "{body}");
+    assert_eq!(node.metric("geocount_shard_fsync_failed").await, 1.0);
+    assert_eq!(node.metric("geocount_shard_storage_full").await, 0.0);
     assert_eq!(node.value("c").await, 5, "reads keep working");
     node.stop().await;
 
@@ -297,6 +311,7 @@ async fn a_failed_fsync_stops_writes_until_a_restart() {
     assert_eq!(node.add("c", 1).await.0, 200);
     assert_eq!(node.value("c").await, 6);
     assert_eq!(node.get("/healthz").await.0, 200);
+    assert_eq!(node.metric("geocount_shard_fsync_failed").await, 0.0);
     node.stop().await;
 }
 

@@ -142,7 +142,7 @@ async fn dispatch(
         (Route::OpenApi, &Method::GET, _, _) => {
             Ok(core.openapi(crate::openapi::datacenter(core.settings.max_window_seconds)))
         }
-        (Route::Metrics, &Method::GET, _, _) => Ok(core.scrape(now_ms)),
+        (Route::Metrics, &Method::GET, _, _) => Ok(core.scrape(now_ms, request.headers())),
         _ => Err(RequestError::method_not_allowed(&request, route.methods()).into()),
     }
 }

@@ -132,7 +132,7 @@ pub async fn handle(state: Arc<GlobalState>, request: Request<Incoming>) -> Resp
             (Route::OpenApi, &Method::GET, _) => {
                 Ok(core.openapi(crate::openapi::global(core.settings.max_window_seconds)))
             }
-            (Route::Metrics, &Method::GET, _) => Ok(core.scrape(now_ms)),
+            (Route::Metrics, &Method::GET, _) => Ok(core.scrape(now_ms, request.headers())),
             (route, ..) => Err(AggregatorError::from(RequestError::method_not_allowed(
                 &request,
                 route.methods(),

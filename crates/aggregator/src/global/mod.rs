@@ -206,7 +206,8 @@ pub async fn run<L: Listener>(
         routes: &routes,
         fanout_timeout: crate::fanout::AGGREGATOR_TIMEOUT,
     };
-    let (core, pullers) = tier::start(tier, global.settings.clone(), clock, connector);
+    let (mut core, pullers) = tier::start(tier, global.settings.clone(), clock, connector);
+    core.metrics.bound_staleness(global.max_staleness_ms);
     let replica = global.settings.replica;
     tracing::info!(addr = %global.settings.listen, replica, sources = sources.len(), "serving");
     let settings = global.settings.clone();

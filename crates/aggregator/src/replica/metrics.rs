@@ -1,7 +1,10 @@
 //! The metrics every aggregator exports, in a registry of its own per process (no global
 //! state): pulls per source, what they merged, each source's staleness, and what is held.
 
+use std::sync::atomic::AtomicU64;
+
 use geocount_net::Response;
+use hyper::HeaderMap;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -9,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use geocount_http::exposition::resident_bytes;
 use geocount_http::routing::metrics_response;
 use geocount_sync::PageMerge;
 
@@ -45,6 +49,9 @@ pub struct PullCounters {
     pub entries_refused: Family<ReasonLabel, Counter>,
 }
 
+/// Why pulled entries are refused: the values of the `reason` label.
+const REFUSAL_REASONS: [&str; 3] = ["slot", "version", "bytes"];
+
 /// The `reason` label of refused entries.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
@@ -75,12 +82,12 @@ impl PullCounters {
     /// Counts the pulled entries a merge refused: for their slot, their version or the byte
     /// bound.
     pub fn refused(&self, merge: PageMerge) {
-        let reasons = [
-            ("slot", merge.refused_slot),
-            ("version", merge.refused_version),
-            ("bytes", merge.refused_bytes),
+        let counts = [
+            merge.refused_slot,
+            merge.refused_version,
+            merge.refused_bytes,
         ];
-        for (reason, count) in reasons {
+        for (reason, count) in REFUSAL_REASONS.into_iter().zip(counts) {
             if count > 0 {
                 self.entries_refused
                     .get_or_create(&ReasonLabel { reason })
@@ -113,11 +120,13 @@ fn duration_histogram() -> Histogram {
 ///   (`slot`), versioned beyond what any clock allows (`version`), or past the aggregator's
 ///   byte bound (`bytes`: its sums are then incomplete, and `/healthz` says so);
 /// - `state_bytes`, `max_state_bytes`: the bytes of copies held, and their bound;
-/// - `staleness_ms{source}`: how long ago the copy of each source was complete, -1 for one
-///   never complete since this process started;
+/// - `staleness_seconds{source}`: how long ago the copy of each source was complete, -1 for
+///   one never complete since this process started; at the global tier also
+///   `max_staleness_seconds`, `global.max_staleness_ms` ([`ReplicaMetrics::bound_staleness`]);
 /// - `counters`, `descriptions`: how many are held;
 /// - `slot_conflicts`: slots served by two processes at once (see
-///   [`geocount_sync::incarnations`]).
+///   [`geocount_sync::incarnations`]);
+/// - `resident_bytes`: the process's resident memory.
 ///
 /// The gauges are set when scraped ([`ReplicaMetrics::scrape`]).
 #[derive(Debug)]
@@ -125,8 +134,8 @@ pub struct ReplicaMetrics {
     registry: Registry,
     /// What the pullers count.
     pub pulls: PullCounters,
-    /// Each source's staleness in milliseconds (-1: never complete).
-    pub staleness_ms: Family<SourceLabel, Gauge>,
+    /// Each source's staleness in seconds (-1: never complete).
+    pub staleness_seconds: Family<SourceLabel, Gauge<f64, AtomicU64>>,
     /// Counters held.
     pub counters_held: Gauge,
     /// Bytes of copies held.
@@ -137,6 +146,8 @@ pub struct ReplicaMetrics {
     pub descriptions_held: Gauge,
     /// Slots served by two processes at once.
     pub slot_conflicts: Gauge,
+    /// The process's resident memory in bytes.
+    pub resident_bytes: Gauge,
 }
 
 impl ReplicaMetrics {
@@ -161,13 +172,25 @@ impl ReplicaMetrics {
                 descriptions_refused: Counter::default(),
                 entries_refused: Family::default(),
             },
-            staleness_ms: Family::default(),
+            staleness_seconds: Family::default(),
             counters_held: Gauge::default(),
             state_bytes: Gauge::default(),
             max_state_bytes: Gauge::default(),
             descriptions_held: Gauge::default(),
             slot_conflicts: Gauge::default(),
+            resident_bytes: Gauge::default(),
         };
+        // Every series exists from the start at 0, so a rate of failures or refusals is 0 and
+        // not absent.
+        for label in &metrics.pulls.sources {
+            drop(metrics.pulls.succeeded.get_or_create(label));
+            drop(metrics.pulls.failed.get_or_create(label));
+            drop(metrics.pulls.pull_seconds.get_or_create(label));
+        }
+        for reason in REFUSAL_REASONS {
+            let label = ReasonLabel { reason };
+            drop(metrics.pulls.entries_refused.get_or_create(&label));
+        }
         let (r, pulls) = (&mut metrics.registry, &metrics.pulls);
         r.register("pulls_succeeded", "Pulls merged", pulls.succeeded.clone());
         r.register("pulls_failed", "Pulls failed", pulls.failed.clone());
@@ -196,9 +219,9 @@ impl ReplicaMetrics {
             "Pulled entries refused (reason: slot, version or bytes)",
             refused,
         );
-        let staleness = metrics.staleness_ms.clone();
+        let staleness = metrics.staleness_seconds.clone();
         r.register(
-            "staleness_ms",
+            "staleness_seconds",
             "Staleness per source (-1: never)",
             staleness,
         );
@@ -215,16 +238,31 @@ impl ReplicaMetrics {
             "Slots served by two processes at once",
             conflicts,
         );
+        let resident = metrics.resident_bytes.clone();
+        r.register("resident_bytes", "Resident memory of the process", resident);
         metrics
     }
 
-    /// `GET /metrics`, with the gauges set from `replica` at `now_ms`.
-    pub fn scrape(&self, replica: &Replica, now_ms: u64) -> Response {
+    /// Exports `max_staleness_seconds`: the staleness past which a read counts a source as
+    /// stale (`global.max_staleness_ms`).
+    pub fn bound_staleness(&mut self, max_staleness_ms: u64) {
+        let bound = Gauge::<f64, AtomicU64>::default();
+        bound.set(max_staleness_ms as f64 / 1000.0);
+        self.registry.register(
+            "max_staleness_seconds",
+            "The staleness past which a read counts a source as stale",
+            bound,
+        );
+    }
+
+    /// `GET /metrics` for a request with `headers`, with the gauges set from `replica` at
+    /// `now_ms`.
+    pub fn scrape(&self, replica: &Replica, now_ms: u64, headers: &HeaderMap) -> Response {
         for (label, source) in self.pulls.sources.iter().zip(&replica.sources) {
             let value = source
                 .staleness_ms(now_ms)
-                .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
-            self.staleness_ms.get_or_create(label).set(value);
+                .map_or(-1.0, |ms| ms as f64 / 1000.0);
+            self.staleness_seconds.get_or_create(label).set(value);
         }
         self.counters_held.set(replica.copies().len() as i64);
         let gauge = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
@@ -235,7 +273,8 @@ impl ReplicaMetrics {
             .set(replica.descriptions.len() as i64);
         self.slot_conflicts
             .set(replica.conflicts(now_ms).len() as i64);
-        metrics_response(&self.registry)
+        self.resident_bytes.set(resident_bytes().map_or(0, gauge));
+        metrics_response(&self.registry, headers)
     }
 }
 

@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::{ApiDoc, Operation, id_param, integer, path_param, query_param, required_query_param};
+use crate::exposition::TEXT_CONTENT_TYPE;
 use crate::routing::METRICS_CONTENT_TYPE;
 use crate::top_query::MAX_K;
 use geocount_model::counter_id::MAX_COUNTER_ID_BYTES;
@@ -65,10 +66,11 @@ impl ApiDoc {
         .operation(
             "/metrics",
             "get",
-            Operation::new("Prometheus metrics").open().text_answer(
+            Operation::new("Prometheus metrics").open().text_answers(
                 200,
-                "the OpenMetrics text format",
-                METRICS_CONTENT_TYPE,
+                "the OpenMetrics text format; the Prometheus text format 0.0.4 for an `Accept` \
+                 naming text/plain and not OpenMetrics",
+                &[METRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE],
             ),
         )
         .operation(

@@ -439,6 +439,8 @@ impl CommitLoop {
             Err(error) => {
                 tracing::error!(%error, "group commit failed; its writes are refused");
                 self.shared.health.set(Some(error.to_string()));
+                let full = i64::from(error.is_disk_full());
+                self.shared.metrics.storage_full.set(full);
                 let error = Arc::new(error);
                 refuse_all(replies, &error, &self.shared.metrics);
                 self.learned_unlogged = learned;
@@ -462,6 +464,7 @@ impl CommitLoop {
         );
         tracing::error!("{reason}");
         self.shared.health.set(Some(reason.clone()));
+        self.shared.metrics.fsync_failed.set(1);
         self.fenced = Some(reason);
     }
 

@@ -144,7 +144,10 @@ async fn dispatch(
             state.metrics.peer_counters.set(held(peers));
             let descriptions = state.descriptions.read().expect("descriptions lock").len();
             state.metrics.descriptions_held.set(held(descriptions));
-            Ok(routing::metrics_response(state.metrics.scrape(staleness)))
+            let registry = state
+                .metrics
+                .scrape(staleness, state.restore.is_restoring());
+            Ok(routing::metrics_response(registry, request.headers()))
         }
         _ => Err(RequestError::method_not_allowed(&request, route.methods()).into()),
     }

@@ -52,10 +52,14 @@ impl PeerSink {
         metrics: Arc<ShardMetrics>,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let label = SourceLabel {
+            source: name.to_owned(),
+        };
+        // Both series exist from the start at 0, so a rate of failures is 0 and not absent.
+        drop(metrics.pulls_ok.get_or_create(&label));
+        drop(metrics.pulls_failed.get_or_create(&label));
         Self {
-            label: SourceLabel {
-                source: name.to_owned(),
-            },
+            label,
             status: Mutex::new(SourceStatus::new(replicas.is_some(), true)),
             replicas,
             incarnation: AtomicU64::new(0),

@@ -62,6 +62,7 @@ impl CommitLoop {
             .commit_seconds
             .observe(started.elapsed().as_secs_f64());
         metrics.log_bytes.set(self.wal.len() as i64);
+        metrics.storage_full.set(0);
         self.shared.health.set(None);
         Ok(())
     }
