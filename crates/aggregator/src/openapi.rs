@@ -138,7 +138,7 @@ impl StatusPage for ApiDoc {
                  process's /status and read routes (with the token typed into it under [auth])",
             )
             .open()
-            .text_answer(200, "the page", HTML_CONTENT_TYPE),
+            .text_answers(200, "the page", &[HTML_CONTENT_TYPE]),
         )
         .operation(
             "/status",

@@ -18,8 +18,7 @@ use geocount_net::HttpClient;
 use hyper::{Method, StatusCode};
 
 use crate::cluster::{
-    DATACENTERS, SHARDS_PER_DATACENTER, aggregator_host, aggregator_partitions, base_url,
-    global_host, global_partitions, holds, shard_host,
+    DATACENTERS, SHARDS_PER_DATACENTER, base_url, global_host, global_partitions, holds, shard_host,
 };
 use crate::ledger::{BOUNDED, Bounded, SharedLedger};
 use crate::seams::sim_connector;
