@@ -151,6 +151,8 @@ pub fn description(id: &str, counter_type: CounterType, shards: u32) -> Versione
             deleted: false,
             expires_at_ms: None,
             history: Vec::new(),
+            min: None,
+            max: None,
         },
         version: HlcTimestamp {
             physical_ms: NOW_MS - 60_000,
