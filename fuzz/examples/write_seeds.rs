@@ -23,6 +23,7 @@ fn main() -> std::io::Result<()> {
     ];
     let targets = [
         ("wire_batch", seeds::wire_batch()),
+        ("wire_rights", seeds::wire_rights()),
         ("wire_sync_request", seeds::wire_sync_request()),
         ("wire_sync_page", seeds::wire_sync_page()),
         ("wire_slot_copy", seeds::wire_slot_copy()),

@@ -267,7 +267,7 @@ pub mod seeds {
         BatchEntry, BatchRequest, BatchResponse, DescriptionPage, EntryOutcome, ItemBatchRequest,
         ItemEntry, KeyPage, Puller, SlotCopy, SlotFreshness,
     };
-    use geocount_model::{IdempotencyRecord, Partitions};
+    use geocount_model::{IdempotencyRecord, Partitions, RightsMessage, Room, SlotId};
 
     fn encode(value: &impl serde::Serialize) -> Vec<u8> {
         postcard::to_allocvec(value).expect("seeds encode")
@@ -313,6 +313,40 @@ pub mod seeds {
             ],
         };
         vec![encode(&deltas), encode(&items), encode(&answer)]
+    }
+
+    /// `wire_rights`: asks for rights (for what a write lacks, for nothing, for all there is)
+    /// and a bounded counter's description pushed to every shard node.
+    pub fn wire_rights() -> Vec<Vec<u8>> {
+        let ask = |need: Room, want: Room| RightsMessage::Ask {
+            counter: id("stock:42"),
+            generation: HlcTimestamp {
+                physical_ms: NOW_MS - 60_000,
+                logical: 0,
+                node: 2,
+            },
+            to: SlotId::new("B", 1),
+            need,
+            want,
+        };
+        let mut bounded = description("stock:42", CounterType::Sum, 2);
+        bounded.description.min = Some(-10);
+        bounded.description.max = Some(1_000);
+        [
+            ask(Room { up: 3, down: 0 }, Room { up: 100, down: 0 }),
+            ask(Room::default(), Room::default()),
+            ask(
+                Room { up: 0, down: 1 },
+                Room {
+                    up: u64::MAX,
+                    down: u64::MAX,
+                },
+            ),
+            RightsMessage::Describe(bounded),
+        ]
+        .iter()
+        .map(encode)
+        .collect()
     }
 
     /// `wire_sync_request`: pulls from the start, of one stream, and from cursors.

@@ -8,12 +8,13 @@ use geocount_fuzz::targets;
 
 type Target = fn(&[u8]) -> bool;
 
-const TARGETS: [(&str, Target); 8] = [
+const TARGETS: [(&str, Target); 9] = [
     ("json_bodies", targets::json_bodies::run),
     ("queries", targets::queries::run),
     ("resp_commands", targets::resp_commands::run),
     ("topology", targets::topology::run),
     ("wire_batch", targets::wire_batch::run),
+    ("wire_rights", targets::wire_rights::run),
     ("wire_slot_copy", targets::wire_slot_copy::run),
     ("wire_sync_page", targets::wire_sync_page::run),
     ("wire_sync_request", targets::wire_sync_request::run),

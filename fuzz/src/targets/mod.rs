@@ -7,6 +7,7 @@ pub mod queries;
 pub mod resp_commands;
 pub mod topology;
 pub mod wire_batch;
+pub mod wire_rights;
 pub mod wire_slot_copy;
 pub mod wire_sync_page;
 pub mod wire_sync_request;
