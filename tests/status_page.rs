@@ -200,12 +200,21 @@ async fn the_status_pages_show_every_datacenter_and_follow_writes() {
         // in its datacenter's view rather than the datacenter missing.
         let hung = &cluster.shards[0][1];
         hung.pause();
-        let asked = std::time::Instant::now();
-        let (status, body) = global.get_json("/status").await;
-        let took = asked.elapsed();
+        // Every answer is quick; one asked while a reply of the node was already on its way
+        // may still show it, so a few are asked.
+        let mut body = serde_json::Value::Null;
+        for _ in 0..5 {
+            let asked = std::time::Instant::now();
+            let (status, answer) = global.get_json("/status").await;
+            let took = asked.elapsed();
+            assert_eq!(status, 200, "{answer}");
+            assert!(took < Duration::from_secs(3), "took {took:?}");
+            body = answer;
+            if body["datacenters"][0]["view"]["slots"][1]["error"].is_string() {
+                break;
+            }
+        }
         hung.resume();
-        assert_eq!(status, 200, "{body}");
-        assert!(took < Duration::from_secs(3), "took {took:?}");
         let slots = &body["datacenters"][0]["view"]["slots"];
         assert!(slots[1]["error"].is_string(), "{body}");
         assert_eq!(slots[0]["health"]["status"], "ok", "{body}");
