@@ -270,6 +270,20 @@ impl Bounds {
     }
 }
 
+/// What a slot holding `available` gives an asker that lacks `need` and would take `want`:
+/// at least the need where it holds it (or all it holds), and beyond it up to half of the
+/// rest, so that a slot spending its own rights keeps some.
+pub fn portion(available: Option<i128>, need: u64, want: u64) -> u64 {
+    let Some(available) = available else {
+        return 0;
+    };
+    let available = u64::try_from(available.max(0)).unwrap_or(u64::MAX);
+    if need == 0 && want == 0 {
+        return 0;
+    }
+    need.max(want.min(available / 2)).min(available)
+}
+
 /// `POST /rights` between shard nodes (postcard): what a slot short of rights asks another.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RightsMessage {

@@ -5,6 +5,7 @@
 //! ledgers, the giver's transfer taken in by the asker, and the answer re-encoded.
 
 use crate::{NOW_MS, description, round_trip};
+use geocount_model::rights::portion;
 use geocount_model::{
     Bound, Bounds, CounterType, HlcTimestamp, RightsAnswer, RightsLedger, RightsMessage, Room,
     SlotId,
@@ -47,19 +48,6 @@ fn ledgers() -> [RightsLedger; 2] {
     traded.give(&SlotId::new("B", 0), Room { up: 4, down: 1 });
     traded.receive(&SlotId::new("A", 1), Room { up: 2, down: 7 });
     [RightsLedger::default(), traded]
-}
-
-/// What the commit loop's `portion` gives an asker lacking `need` and taking up to `want`
-/// from `available`: at least the need where held, beyond it up to half of the rest.
-fn portion(available: Option<i128>, need: u64, want: u64) -> u64 {
-    let Some(available) = available else {
-        return 0;
-    };
-    let available = u64::try_from(available.max(0)).unwrap_or(u64::MAX);
-    if need == 0 && want == 0 {
-        return 0;
-    }
-    need.max(want.min(available / 2)).min(available)
 }
 
 /// Checks that the shares of `bounds` over each number of datacenters sum to its room.

@@ -3,6 +3,7 @@
 //! a change of the slot like a write: a new version, logged, and answered once durable, so
 //! that rights given are never given twice and rights taken in are never lost.
 
+use geocount_model::rights::portion;
 use geocount_model::{Bounds, CounterId, CounterType, RightsAnswer, Room};
 use geocount_sync::DescriptionTable;
 
@@ -89,29 +90,15 @@ impl CommitLoop {
     }
 }
 
-/// What a slot holding `available` gives an asker that lacks `need` and would take `want`:
-/// at least the need where it holds it (or all it holds), and beyond it up to half of the
-/// rest, so that a slot spending its own rights keeps some.
-fn portion(available: Option<i128>, need: u64, want: u64) -> u64 {
-    let Some(available) = available else {
-        return 0;
-    };
-    let available = u64::try_from(available.max(0)).unwrap_or(u64::MAX);
-    if need == 0 && want == 0 {
-        return 0;
-    }
-    need.max(want.min(available / 2)).min(available)
-}
-
 #[cfg(test)]
 mod tests {
     use geocount_model::{Bound, HlcTimestamp, RightsAnswer, Room, SlotId, SystemClock};
     use tokio::sync::oneshot;
 
-    use super::portion;
     use crate::engine::commit::tests::Running;
     use crate::engine::write::{Change, Command, RightsRequest, WriteRequest};
     use crate::error::ShardError;
+    use geocount_model::rights::portion;
 
     async fn create(node: &Running, max: i64) {
         let mut description = geocount_model::fixtures::described("q", 1, 1, 1).description;
