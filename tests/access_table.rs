@@ -78,8 +78,8 @@ const COMMANDS: &[&[&str]] = &[
     &["PFCOUNT", "{hll}"],
 ];
 
-/// The counters one row of the table works on: made afresh for it, so what one caller
-/// changes (the admin's `DEL`) leaves the next row alone.
+/// The counters one caller's request works on: made afresh for it, so what one caller changes
+/// (a `DEL`, or a create wrongly let through) leaves the next caller's request alone.
 struct Counters {
     /// A bounded sum counter (so it has rights) holding 5, with no expiry.
     sum: String,
@@ -95,7 +95,9 @@ struct Cluster {
     admin: Api,
     connector: Connector,
     resp: SocketAddr,
-    rows: usize,
+    /// The admin token's RESP connection that reads the state back.
+    reader: Option<Resp>,
+    made: usize,
 }
 
 impl Cluster {
@@ -115,18 +117,20 @@ impl Cluster {
         };
         let resp = cluster.topology.resp_addr(DC, 0);
         let admin = cluster.shards[0][0].api().with_token(ADMIN);
-        let cluster = Self {
+        let mut cluster = Self {
             cluster,
             admin,
             connector,
             resp,
-            rows: 0,
+            reader: None,
+            made: 0,
         };
         eventually(Duration::from_secs(10), "the RESP port answers", || async {
             let mut connection = cluster.connect(Some(ADMIN)).await?;
             (connection.line(&["PING"]).await? == "+PONG").then_some(())
         })
         .await;
+        cluster.reader = cluster.connect(Some(ADMIN)).await;
         cluster
     }
 
@@ -142,10 +146,10 @@ impl Cluster {
         Some(connection)
     }
 
-    /// Fresh counters for the next row, made by the admin token.
+    /// Fresh counters for the next request, made by the admin token.
     async fn counters(&mut self) -> Counters {
-        self.rows += 1;
-        let n = self.rows;
+        self.made += 1;
+        let n = self.made;
         let counters = Counters {
             sum: format!("access:{n}"),
             hll: format!("access:{n}:hll"),
@@ -168,9 +172,9 @@ impl Cluster {
 
     /// What the shard node holds of `counters`: each one's slot (status and value) and its
     /// expiry (`TTL`: -2 none such, -1 no expiry, or that it expires).
-    async fn state(&self, counters: &Counters) -> Vec<(u16, Value, String)> {
+    async fn state(&mut self, counters: &Counters) -> Vec<(u16, Value, String)> {
         let mut state = Vec::new();
-        let mut connection = self.connect(Some(ADMIN)).await.expect("RESP connection");
+        let connection = self.reader.as_mut().expect("RESP connection");
         for id in [&counters.sum, &counters.hll, &counters.new] {
             let (code, body) = self.admin.read(id).await;
             let ttl = connection.line(&["TTL", id]).await.expect("TTL answered");
@@ -298,12 +302,12 @@ async fn http_rows(cluster: &mut Cluster, tier: &'static str, api: &Api) -> Vec<
     let mut rows = Vec::new();
     let shard = tier == TIERS[0];
     for operation in openapi::operations(&doc, "{id}", SLOT) {
-        let counters = cluster.counters().await;
-        // The aggregators know only a counter that has reached them.
-        let id = if shard { &counters.sum } else { SEEN };
-        let url = operation.url.replace("{id}", id);
         let mut outcomes = Outcomes::default();
         for (column, (caller, token)) in CALLERS.iter().enumerate() {
+            let counters = cluster.counters().await;
+            // The aggregators know only a counter that has reached them.
+            let id = if shard { &counters.sum } else { SEEN };
+            let url = operation.url.replace("{id}", id);
             let before = cluster.state(&counters).await;
             let api = token.map_or_else(|| api.clone(), |token| api.clone().with_token(token));
             let (headers, body) = request(&operation, &counters);
@@ -353,18 +357,18 @@ async fn resp_rows(cluster: &mut Cluster) -> Vec<(String, Outcomes)> {
     assert_eq!(tried, listed, "COMMANDS is not what COMMAND LIST answers");
     let mut rows = Vec::new();
     for template in COMMANDS {
-        let counters = cluster.counters().await;
-        let args: Vec<&str> = template
-            .iter()
-            .map(|arg| match *arg {
-                "{key}" => counters.sum.as_str(),
-                "{hll}" => counters.hll.as_str(),
-                "{token}" => ADMIN,
-                arg => arg,
-            })
-            .collect();
         let mut outcomes = Outcomes::default();
         for (column, (caller, token)) in CALLERS.iter().enumerate() {
+            let counters = cluster.counters().await;
+            let args: Vec<&str> = template
+                .iter()
+                .map(|arg| match *arg {
+                    "{key}" => counters.sum.as_str(),
+                    "{hll}" => counters.hll.as_str(),
+                    "{token}" => ADMIN,
+                    arg => arg,
+                })
+                .collect();
             let before = cluster.state(&counters).await;
             let mut connection = cluster.connect(*token).await.expect("RESP connection");
             let reply = connection.line(&args).await.expect("a reply");
@@ -487,10 +491,19 @@ async fn every_route_and_command_answers_each_token_as_the_access_table_says() {
         let updated = format!("{}\n{table}{}", &doc[..start], &doc[end..]);
         std::fs::write(&path, updated).expect("write docs/operations.md");
     } else {
+        let table = table.trim_end_matches('\n');
+        let only = |a: &str, b: &str| {
+            let b: BTreeSet<&str> = b.lines().collect();
+            let lines: Vec<&str> = a.lines().filter(|line| !b.contains(line)).collect();
+            lines.join("\n")
+        };
         assert!(
-            held == table.trim_end_matches('\n'),
+            held == table,
             "docs/operations.md's access table is not what the tiers answer \
-             ({UPDATE}=1 writes it); they answer:\n{table}"
+             ({UPDATE}=1 writes it); they answer:\n{table}\n\nthe document says, and they do \
+             not:\n{}\n\nthey answer, and the document does not say:\n{}",
+            only(held, table),
+            only(table, held),
         );
     }
 }
