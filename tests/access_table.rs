@@ -1,10 +1,11 @@
 //! The access table of docs/operations.md, "Access", observed: with `[auth]` (a read-only, a
 //! write-only and an admin token, a cluster secret), every operation of every tier's
 //! `/openapi.json` (each tier's unit test holds its document to its router, so no route is
-//! missed) and every command the RESP port lists (`COMMAND LIST`) is tried with no token and
-//! with each token, as a valid request. A refused one must change nothing; the admin token's
-//! must succeed wherever clients are let in. The outcomes are rendered as Markdown and must be
-//! what the document holds between its markers; `UPDATE_ACCESS_TABLE=1` writes them there.
+//! missed), each change a shard node takes once more marked as forwarded, and every command the
+//! RESP port lists (`COMMAND LIST`) is tried with no token and with each token, as a valid
+//! request. A refused one must change nothing; the admin token's must succeed wherever it is
+//! let in. The outcomes are rendered as Markdown and must be what the document holds between
+//! its markers; `UPDATE_ACCESS_TABLE=1` writes them there.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -13,10 +14,10 @@ use std::time::Duration;
 
 use geocount_model::wire::{BatchRequest, ItemBatchRequest, ItemEntry, POSTCARD_CONTENT_TYPE};
 use geocount_net::{Connector, Stream, tcp_connector};
-use geocount_test_support::access::{ADMIN, READER, SECRET, WRITER, auth_toml};
+use geocount_test_support::access::{ADMIN, FORWARDED_HEADER, READER, SECRET, WRITER, auth_toml};
 use geocount_test_support::api::entry;
 use geocount_test_support::openapi::{self, Documented};
-use geocount_test_support::{Api, TestCluster, TestTopology, eventually, tls};
+use geocount_test_support::{Api, Method, TestCluster, TestTopology, eventually, tls};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -295,57 +296,84 @@ fn request(
     }
 }
 
-/// Tries every operation of the tier behind `api` with every caller; one row each.
+/// Tries every operation of the tier behind `api` with every caller; one row each, and one
+/// more for each change a shard node takes marked as forwarded by another.
 async fn http_rows(cluster: &mut Cluster, tier: &'static str, api: &Api) -> Vec<HttpRow> {
     let (status, doc) = api.get_json("/openapi.json").await;
     assert_eq!(status, 200, "{tier}: {doc}");
     let mut rows = Vec::new();
     let shard = tier == TIERS[0];
     for operation in openapi::operations(&doc, "{id}", SLOT) {
-        let mut outcomes = Outcomes::default();
-        for (column, (caller, token)) in CALLERS.iter().enumerate() {
-            let counters = cluster.counters().await;
-            // The aggregators know only a counter that has reached them.
-            let id = if shard { &counters.sum } else { SEEN };
-            let url = operation.url.replace("{id}", id);
-            let before = cluster.state(&counters).await;
-            let api = token.map_or_else(|| api.clone(), |token| api.clone().with_token(token));
-            let (headers, body) = request(&operation, &counters);
-            let method = &operation.method;
-            let answer = api
-                .send(method.clone(), &url, &headers, body)
-                .await
-                .unwrap_or_else(|e| panic!("{tier} {method} {url}: {e}"));
-            let status = answer.status.as_u16();
-            let outcome = http_outcome(status);
-            let said = || {
-                format!(
-                    "{tier} {method} {url} as {caller}: {status} {}",
-                    String::from_utf8_lossy(&answer.body)
-                )
-            };
-            if outcome != ALLOWED {
-                assert!(answer.json()["error"].is_string(), "{}", said());
-                assert_eq!(
-                    cluster.state(&counters).await,
-                    before,
-                    "changed by {}",
-                    said()
-                );
+        let changes = operation.method != Method::GET && for_clients(&operation);
+        for forwarded in [false, true] {
+            if forwarded && !(shard && changes) {
+                continue;
             }
-            if *token == Some(ADMIN) && for_clients(&operation) {
-                assert!(
-                    answer.status.is_success(),
-                    "not a valid request: {}",
-                    said()
-                );
-            }
-            outcomes[column] = outcome;
+            let outcomes = try_callers(cluster, tier, api, &operation, forwarded).await;
+            rows.push(HttpRow {
+                path: operation.path.to_owned(),
+                method: operation.method.to_string(),
+                forwarded,
+                tier,
+                outcomes,
+            });
         }
-        let (path, method) = (operation.path.to_owned(), operation.method.to_string());
-        rows.push((path, method, tier, outcomes));
     }
     rows
+}
+
+/// Sends `operation` to `api` as every caller, marked as forwarded when `forwarded`: what
+/// each got. A refused request must change nothing; one let through as admin must succeed.
+async fn try_callers(
+    cluster: &mut Cluster,
+    tier: &str,
+    api: &Api,
+    operation: &Documented<'_>,
+    forwarded: bool,
+) -> Outcomes {
+    let mut outcomes = Outcomes::default();
+    for (column, (caller, token)) in CALLERS.iter().enumerate() {
+        let counters = cluster.counters().await;
+        // The aggregators know only a counter that has reached them.
+        let id = if tier == TIERS[0] {
+            &counters.sum
+        } else {
+            SEEN
+        };
+        let url = operation.url.replace("{id}", id);
+        let before = cluster.state(&counters).await;
+        let api = token.map_or_else(|| api.clone(), |token| api.clone().with_token(token));
+        let (mut headers, body) = request(operation, &counters);
+        if forwarded {
+            headers.push((FORWARDED_HEADER, "1"));
+        }
+        let method = &operation.method;
+        let answer = api
+            .send(method.clone(), &url, &headers, body)
+            .await
+            .unwrap_or_else(|e| panic!("{tier} {method} {url}: {e}"));
+        let status = answer.status.as_u16();
+        let outcome = http_outcome(status);
+        let said = || {
+            format!(
+                "{tier} {method} {url} {headers:?} as {caller}: {status} {}",
+                String::from_utf8_lossy(&answer.body)
+            )
+        };
+        if outcome != ALLOWED {
+            assert!(answer.json()["error"].is_string(), "{}", said());
+            let after = cluster.state(&counters).await;
+            assert_eq!(after, before, "changed by {}", said());
+        } else if *token == Some(ADMIN) {
+            assert!(
+                answer.status.is_success(),
+                "not a valid request: {}",
+                said()
+            );
+        }
+        outcomes[column] = outcome;
+    }
+    outcomes
 }
 
 /// Tries every command of [`COMMANDS`] with every caller, after checking that they are the
@@ -404,8 +432,18 @@ async fn resp_rows(cluster: &mut Cluster) -> Vec<(String, Outcomes)> {
     rows
 }
 
-/// One route at one tier, as tried: its path, its method, the tier, each caller's outcome.
-type HttpRow = (String, String, &'static str, Outcomes);
+/// One route at one tier, as tried, and each caller's outcome.
+struct HttpRow {
+    path: String,
+    method: String,
+    /// Marked `x-geocount-forwarded`, as a shard node forwards a change to another.
+    forwarded: bool,
+    tier: &'static str,
+    outcomes: Outcomes,
+}
+
+/// A line of the table: a route's path and method, and whether it was marked as forwarded.
+type RouteKey<'a> = (&'a str, &'a str, bool);
 
 /// The tiers named in the table, in this order.
 const TIERS: [&str; 3] = ["shard node", "datacenter aggregator", "global aggregator"];
@@ -423,26 +461,32 @@ fn at(tiers: &[&str]) -> String {
 /// tiers that answer so, then one per command.
 fn render(http: &[HttpRow], resp: &[(String, Outcomes)]) -> String {
     let heads = CALLERS.map(|(head, _)| head).join(" | ");
-    let mut merged: Vec<(&str, &str, Vec<&str>, &Outcomes)> = Vec::new();
-    for (path, method, tier, outcomes) in http {
-        let same = |row: &&mut (&str, &str, Vec<&str>, &Outcomes)| {
-            (row.0, row.1, row.3) == (path.as_str(), method.as_str(), outcomes)
-        };
-        match merged.iter_mut().find(same) {
-            Some(row) => row.2.push(tier),
-            None => merged.push((path, method, vec![tier], outcomes)),
+    // Rows alike but for their tier, merged.
+    let mut merged: Vec<(RouteKey<'_>, Vec<&str>, &Outcomes)> = Vec::new();
+    for row in http {
+        let key = (row.path.as_str(), row.method.as_str(), row.forwarded);
+        match merged
+            .iter_mut()
+            .find(|(k, _, o)| (*k, *o) == (key, &row.outcomes))
+        {
+            Some((_, tiers, _)) => tiers.push(row.tier),
+            None => merged.push((key, vec![row.tier], &row.outcomes)),
         }
     }
-    merged.sort_by_key(|row| (row.0, row.1));
+    merged.sort_by_key(|(key, _, _)| *key);
     let mut text = format!(
         "<!-- Written by tests/access_table.rs ({UPDATE}=1); do not edit by hand. -->\n\n\
          | route | at | {heads} |\n|---|---|---|---|---|---|\n"
     );
-    for (path, method, tiers, outcomes) in merged {
-        let outcomes = outcomes.join(" | ");
+    for ((path, method, forwarded), tiers, outcomes) in merged {
+        let mark = if forwarded {
+            format!(" marked `{FORWARDED_HEADER}`")
+        } else {
+            String::new()
+        };
+        let (at, outcomes) = (at(&tiers), outcomes.join(" | "));
         text.push_str(&format!(
-            "| `{method} {path}` | {} | {outcomes} |\n",
-            at(&tiers)
+            "| `{method} {path}`{mark} | {at} | {outcomes} |\n"
         ));
     }
     text.push_str(&format!(
