@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use geocount_test_support::access::{self, ADMIN};
+use geocount_test_support::openapi;
 use geocount_test_support::{Api, NodeProcess, TestTopology};
 use hyper::Method;
 use serde_json::{Value, json};
@@ -20,51 +21,26 @@ async fn check_document(tier: &str, api: &Api, slot: &str) -> Vec<String> {
     let (status, doc) = api.get_json("/openapi.json").await;
     assert_eq!(status, 200, "{tier}: {doc}");
     assert_eq!(doc["openapi"], "3.0.3", "{tier}");
-    let paths = doc["paths"].as_object().expect("paths");
-    assert!(!paths.is_empty(), "{tier}: no paths");
+    let operations = openapi::operations(&doc, ID, slot);
+    assert!(!operations.is_empty(), "{tier}: no paths");
     let mut failures = Vec::new();
-    for (path, item) in paths {
-        for (method, operation) in item.as_object().expect("path item") {
-            let mut url = path.replace("{id}", ID).replace("{slot}", slot);
-            let query: Vec<String> = operation["parameters"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|p| p["in"] == "query" && p["required"] == true)
-                .map(|p| {
-                    let example = p["example"]
-                        .as_str()
-                        .expect("required params have examples");
-                    let encoded: String =
-                        form_urlencoded::byte_serialize(example.as_bytes()).collect();
-                    format!("{}={encoded}", p["name"].as_str().unwrap())
-                })
-                .collect();
-            if !query.is_empty() {
-                url = format!("{url}?{}", query.join("&"));
-            }
-            let content = &operation["requestBody"]["content"];
-            let (headers, body) = match &content["application/json"]["example"] {
-                Value::Null => (vec![], Vec::new()),
-                example => (
-                    vec![("content-type", "application/json")],
-                    serde_json::to_vec(example).unwrap(),
-                ),
-            };
-            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-            let answer = api
-                .send(method.clone(), &url, &headers, body)
-                .await
-                .unwrap_or_else(|e| panic!("{tier} {method} {url}: {e}"));
-            let status = answer.status.as_u16().to_string();
-            let documented = operation["responses"].as_object().expect("responses");
-            if !documented.contains_key(&status) {
-                failures.push(format!(
-                    "{tier} {method} {url}: {status} is not documented ({:?}): {}",
-                    documented.keys().collect::<Vec<_>>(),
-                    String::from_utf8_lossy(&answer.body)
-                ));
-            }
+    for operation in operations {
+        let (method, url) = (&operation.method, &operation.url);
+        let (headers, body) = operation.json_body();
+        let answer = api
+            .send(method.clone(), url, &headers, body)
+            .await
+            .unwrap_or_else(|e| panic!("{tier} {method} {url}: {e}"));
+        let status = answer.status.as_u16().to_string();
+        let documented = operation.operation["responses"]
+            .as_object()
+            .expect("responses");
+        if !documented.contains_key(&status) {
+            failures.push(format!(
+                "{tier} {method} {url}: {status} is not documented ({:?}): {}",
+                documented.keys().collect::<Vec<_>>(),
+                String::from_utf8_lossy(&answer.body)
+            ));
         }
     }
     failures

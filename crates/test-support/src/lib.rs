@@ -10,6 +10,7 @@
 //!   ([`process::run_to_exit`]), or to its refusal of a configuration ([`process::config_error`]).
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
 //! - [`access`]: the tokens and cluster secret of the access-control tests.
+//! - [`openapi`]: the requests a tier's OpenAPI document describes, one per operation.
 //! - [`flood`]: one host's idle connections flooding a node, and the tiers still reaching it.
 //! - [`tls`]: a test CA issuing every test process a certificate, and TLS clients trusting it
 //!   (`E2E_TLS=1` runs the end-to-end tests over TLS).
@@ -19,6 +20,7 @@ pub mod access;
 pub mod api;
 pub mod cluster;
 pub mod flood;
+pub mod openapi;
 pub mod ports;
 pub mod process;
 pub mod tls;
