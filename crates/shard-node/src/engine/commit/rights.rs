@@ -40,6 +40,11 @@ impl CommitLoop {
     ) -> Result<RightsAnswer, ShardError> {
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
+        // A slot gives only of a counter it holds live: a deleted or expired one's bounds
+        // count in no generation, and its row, once wiped, would forget the gift.
+        let live = (staged.description(id.as_str()))
+            .or_else(|| descriptions.get(id.as_str()))
+            .is_some_and(|described| described.is_live(staged.now_ms));
         let slot = staged.slot(table, descriptions, &self.shared.settings, id);
         let (bounds, share) = (slot.bounds, self.share_of(id, slot.bounds));
         let generation = slot.generation;
@@ -58,7 +63,7 @@ impl CommitLoop {
                 generation: asked_in,
                 need,
                 want,
-            } if asked_in == generation => {
+            } if asked_in == generation && live => {
                 let (up, down) = bounds.available(share, ledger, value);
                 let portion = Room {
                     up: portion(up, need.up, want.up),
@@ -96,7 +101,7 @@ mod tests {
     use tokio::sync::oneshot;
 
     use crate::engine::commit::tests::Running;
-    use crate::engine::write::{Change, Command, RightsRequest, WriteRequest};
+    use crate::engine::write::{Change, Command, LifecycleChange, RightsRequest, WriteRequest};
     use crate::error::ShardError;
     use geocount_model::rights::portion;
 
@@ -212,6 +217,39 @@ mod tests {
             try_write(&node, 1).await,
             Err(ShardError::ShortOfRights(_))
         ));
+    }
+
+    /// A deleted counter's bounds count in no generation: asked in the delete's, its slot
+    /// gives nothing, and a transfer it takes in there keeps its row (and ledger) past the
+    /// delete.
+    #[tokio::test]
+    async fn a_slot_gives_no_rights_of_a_deleted_counter() {
+        let node = Running::start();
+        create(&node, 10).await;
+        let deleted = node.change("q", LifecycleChange::Delete).await.unwrap();
+        let generation = deleted.generation;
+        let give = RightsRequest::Give {
+            to: SlotId::new("U", 0),
+            generation,
+            need: Room { up: 1, down: 0 },
+            want: Room {
+                up: u64::MAX,
+                down: 0,
+            },
+        };
+        let answer = rights(&node, give).await;
+        assert_eq!(answer.given, Room::default(), "{answer:?}");
+        let receive = RightsRequest::Receive {
+            from: SlotId::new("V", 0),
+            generation,
+            total: Room { up: 3, down: 0 },
+        };
+        rights(&node, receive).await;
+        node.write("barrier", 1, None).await;
+        node.write("barrier", 1, None).await;
+        let record = node.record("q");
+        assert_eq!(record.rights().received_from(&SlotId::new("V", 0)).up, 3);
+        assert!(record.rights().given.is_empty());
     }
 
     #[test]
