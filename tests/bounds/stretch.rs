@@ -78,17 +78,22 @@ async fn gone_and_made_again(id: &str, end: &str) {
     // one asks ASIA_0 at once.
     applied(&usa, id, 1).await;
     let mut acknowledged = 1 + spend(&[&usa], id, 1, 2).await;
-    eventually(CONVERGE, "ASIA_0 to hold the counter made again", || async {
-        let (status, _) = asia
-            .get_json(&format!("/counter/{}/rights", encode_id(id)))
-            .await;
-        (status == 200).then_some(())
-    })
+    eventually(
+        CONVERGE,
+        "ASIA_0 to hold the counter made again",
+        || async {
+            let (status, _) = asia
+                .get_json(&format!("/counter/{}/rights", encode_id(id)))
+                .await;
+            (status == 200).then_some(())
+        },
+    )
     .await;
     acknowledged += spend(&[&asia, &usa], id, 2, 2).await;
     let parts = parts(&cluster.global.api(), id, acknowledged).await;
     assert_eq!(
-        acknowledged, 2,
+        acknowledged,
+        2,
         "{end}, made again: writes acknowledged past max 2; parts {parts:?}; ASIA_0's slot: {}",
         rights(&asia, id).await
     );
@@ -151,7 +156,11 @@ async fn a_write_past_the_whole_room_moves_no_rights() {
         let (status, body) = write(api, ID, 91).await;
         assert_refused(status, &body, "max", 90);
     }
-    assert_eq!(held().await, [30, 30, 30], "rights moved for refused writes");
+    assert_eq!(
+        held().await,
+        [30, 30, 30],
+        "rights moved for refused writes"
+    );
     // A write no other slot holds the rights for alone takes them from both.
     applied(&usa, ID, 70).await;
     assert_eq!(held().await.iter().sum::<i64>(), 20, "{:?}", held().await);

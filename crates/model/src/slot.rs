@@ -462,9 +462,7 @@ impl SlotRecord {
     /// would let the slot count its share again).
     pub fn wiped_by(&self, generation: HlcTimestamp) -> bool {
         self.generation() < generation
-            || (self.generation() == generation
-                && self.holds_nothing()
-                && self.rights().is_empty())
+            || (self.generation() == generation && self.holds_nothing() && self.rights().is_empty())
     }
 
     /// Sets this record's generation, keeping what it holds.
@@ -883,7 +881,10 @@ mod tests {
             physical_ms: 10,
             ..generation
         };
-        assert!(gave.wiped_by(later), "a newer generation starts every ledger again");
+        assert!(
+            gave.wiped_by(later),
+            "a newer generation starts every ledger again"
+        );
     }
 
     /// What history adds to a record (docs/architecture.md, "Memory per counter"): one box

@@ -253,13 +253,18 @@ mod tests {
     }
 
     #[test]
-    fn a_donor_gives_the_need_and_keeps_half_of_the_rest() {
+    fn a_donor_gives_the_need_and_keeps_half_of_the_rest_or_gives_nothing() {
         assert_eq!(portion(Some(100), 10, 80), 50);
         assert_eq!(portion(Some(100), 60, 80), 60);
         assert_eq!(
             portion(Some(5), 10, 80),
-            5,
-            "all it holds when short itself"
+            0,
+            "nothing when it holds less than the need"
+        );
+        assert_eq!(
+            portion(Some(10), 10, 80),
+            10,
+            "all it holds when that is the need"
         );
         assert_eq!(portion(Some(0), 10, 80), 0);
         assert_eq!(
