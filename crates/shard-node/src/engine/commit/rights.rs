@@ -222,6 +222,19 @@ mod tests {
         answer.await.unwrap().unwrap()
     }
 
+    /// Slot `to`'s ask for one increment (and half of the rest), in `generation`.
+    fn ask_for_one(to: SlotId, generation: HlcTimestamp) -> RightsRequest {
+        RightsRequest::Give {
+            to,
+            generation,
+            need: Room { up: 1, down: 0 },
+            want: Room {
+                up: u64::MAX,
+                down: 0,
+            },
+        }
+    }
+
     /// The only datacenter's home slot holds the whole room: it spends it, gives some away,
     /// takes some in, and never applies a write past what it holds.
     #[tokio::test]
@@ -238,16 +251,7 @@ mod tests {
 
         let other = SlotId::new("U", 0);
         let generation = HlcTimestamp::default();
-        let give = RightsRequest::Give {
-            to: other.clone(),
-            generation,
-            need: Room { up: 1, down: 0 },
-            want: Room {
-                up: u64::MAX,
-                down: 0,
-            },
-        };
-        let given = rights(&node, give).await;
+        let given = rights(&node, ask_for_one(other.clone(), generation)).await;
         assert_eq!(
             (given.given.up, given.up),
             (2, Some(2)),
@@ -311,16 +315,7 @@ mod tests {
         create(&node, 10).await;
         let deleted = node.change("q", LifecycleChange::Delete).await.unwrap();
         let generation = deleted.generation;
-        let give = RightsRequest::Give {
-            to: SlotId::new("U", 0),
-            generation,
-            need: Room { up: 1, down: 0 },
-            want: Room {
-                up: u64::MAX,
-                down: 0,
-            },
-        };
-        let answer = rights(&node, give).await;
+        let answer = rights(&node, ask_for_one(SlotId::new("U", 0), generation)).await;
         assert_eq!(answer.given, Room::default(), "{answer:?}");
         let receive = RightsRequest::Receive {
             from: SlotId::new("V", 0),
