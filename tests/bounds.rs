@@ -15,6 +15,8 @@ use geocount_test_support::{Api, Method, NodeProcess, TestCluster, TestTopology,
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "bounds/stretch.rs"]
+mod stretch;
 #[path = "bounds/wan.rs"]
 mod wan;
 

@@ -271,24 +271,25 @@ impl Bounds {
 }
 
 /// What a slot holding `available` gives an asker that lacks `need` and would take `want`:
-/// at least the need where it holds it (or all it holds), and beyond it up to half of the
-/// rest, so that a slot spending its own rights keeps some.
+/// the need and beyond it up to half of the rest (a slot spending its own rights keeps
+/// some), or nothing when it holds less than the need, so that a write no slot can meet
+/// alone moves no rights unless the asker found enough between them (`rights/ask.rs`).
 pub fn portion(available: Option<i128>, need: u64, want: u64) -> u64 {
     let Some(available) = available else {
         return 0;
     };
     let available = u64::try_from(available.max(0)).unwrap_or(u64::MAX);
-    if need == 0 && want == 0 {
+    if available < need || (need == 0 && want == 0) {
         return 0;
     }
-    need.max(want.min(available / 2)).min(available)
+    need.max(want.min(available / 2))
 }
 
 /// `POST /rights` between shard nodes (postcard): what a slot short of rights asks another.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RightsMessage {
-    /// Give slot `to` up to `want` of counter `counter`'s rights (at least `need` where
-    /// held), in generation `generation`.
+    /// Give slot `to` up to `want` of counter `counter`'s rights (at least `need`, or
+    /// nothing where less than `need` is held), in generation `generation`.
     Ask {
         /// The counter.
         counter: CounterId,

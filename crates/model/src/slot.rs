@@ -457,10 +457,12 @@ impl SlotRecord {
     /// Whether this record, of a counter deleted in `generation`, can go with nothing lost:
     /// it is of an older generation (the delete wiped it), or it is the zero record its slot
     /// logged on learning of the delete. A record of the delete's generation that holds writes
-    /// was made after its slot learned of it: the counter was made again, and its description
-    /// saying so may not have arrived yet.
+    /// or transfers of rights was made after its slot learned of it: the counter was made
+    /// again, and its description saying so may not have arrived yet (dropped, its ledger
+    /// would let the slot count its share again).
     pub fn wiped_by(&self, generation: HlcTimestamp) -> bool {
-        self.generation() < generation || (self.generation() == generation && self.holds_nothing())
+        self.generation() < generation
+            || (self.generation() == generation && self.holds_nothing() && self.rights().is_empty())
     }
 
     /// Sets this record's generation, keeping what it holds.
@@ -856,6 +858,33 @@ mod tests {
             4,
         );
         assert!(renewed.rights().is_empty());
+    }
+
+    /// A zero record of a delete's generation goes with the delete, unless it holds transfers
+    /// of rights: what its slot gave or took in counts once the counter is made again.
+    #[test]
+    fn a_record_with_transfers_of_rights_outlives_the_delete_of_its_generation() {
+        let generation = HlcTimestamp {
+            physical_ms: 9,
+            logical: 0,
+            node: 0,
+        };
+        let zero = SlotRecord::from(SlotState::default()).renewed(generation, 4);
+        assert!(zero.wiped_by(generation));
+        let mut gave = zero.clone();
+        let mut ledger = RightsLedger::default();
+        ledger.give(&SlotId::new("A", 1), crate::Room { up: 1, down: 0 });
+        gave.set_rights(ledger);
+        assert!(gave.holds_nothing(), "no value, hits or items");
+        assert!(!gave.wiped_by(generation), "its ledger counts");
+        let later = HlcTimestamp {
+            physical_ms: 10,
+            ..generation
+        };
+        assert!(
+            gave.wiped_by(later),
+            "a newer generation starts every ledger again"
+        );
     }
 
     /// What history adds to a record (docs/architecture.md, "Memory per counter"): one box

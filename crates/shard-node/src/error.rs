@@ -33,6 +33,18 @@ pub enum ShardError {
     /// `POST /counter` for an id that already exists.
     #[error("counter {0:?} already exists")]
     AlreadyExists(String),
+    /// Bounds for a counter some slot already holds writes of that no bounds weighed: that
+    /// slot's rights could not account for them.
+    #[error(
+        "counter {counter:?} already exists: slots {} hold writes of it made without bounds, so it cannot be made bounded",
+        .slots.join(", ")
+    )]
+    WrittenUnbounded {
+        /// The counter.
+        counter: String,
+        /// The slots holding such writes.
+        slots: Vec<String>,
+    },
     /// A write timestamped too far ahead of this node's clock.
     #[error(
         "timestamp {timestamp} is {ahead} s ahead of this node's clock; at most {allowed} s is accepted"
@@ -231,6 +243,7 @@ impl HttpError for ShardError {
             ShardError::Request(refusal) => refusal.status(),
             ShardError::NotFound(_) => StatusCode::NOT_FOUND,
             ShardError::AlreadyExists(_)
+            | ShardError::WrittenUnbounded { .. }
             | ShardError::BoundReached { .. }
             | ShardError::ShortOfRights(_) => StatusCode::CONFLICT,
             ShardError::IdempotencyKeyReused { .. } | ShardError::TimestampAhead { .. } => {

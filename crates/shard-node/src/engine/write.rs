@@ -80,6 +80,12 @@ pub enum RightsRequest {
         /// What it gave in all.
         total: Room,
     },
+    /// Hold a bounded counter's description its creation pushed, unless the slot holds
+    /// writes of the counter its bounds never weighed.
+    Hold(VersionedDescription),
+    /// Take the bounds off this description of a creation another slot refused: the
+    /// counter stays as its writes made it, with the defaults.
+    Withdraw(VersionedDescription),
 }
 
 /// The answer to each write of a [`Command::Write`], in order.

@@ -38,7 +38,7 @@ use hyper::{Method, Request, StatusCode};
 use serde::Serialize;
 
 use crate::engine::key_scope::KeyScope;
-use crate::engine::write::{Command, LifecycleRequest, WriteRequest};
+use crate::engine::write::{Command, LifecycleRequest, RightsRequest, WriteRequest};
 use crate::error::ShardError;
 use crate::http::requests::{
     parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
@@ -239,17 +239,36 @@ fn same_bounds(
 }
 
 /// A bounded counter is answered as created once every shard node holds its description:
-/// a node that did not would take writes past its bounds. 503 names those that did not.
+/// a node that did not would take writes past its bounds. 503 names those that did not; 409
+/// those that hold writes of it made without bounds, and the bounds are then taken off
+/// everywhere (the counter stays as those writes made it).
 async fn finish_bounded(state: &NodeState, id: &CounterId) -> Result<(), ShardError> {
     let description = (state.descriptions.read().expect("descriptions lock"))
         .get(id.as_str())
         .cloned()
         .ok_or_else(|| ShardError::internal_message("a created counter has no description"))?;
-    let missing = rights::serve::push_description(state, &description).await;
-    if missing.is_empty() {
+    let pushed = rights::serve::push_description(state, &description).await;
+    let names = |slots: &[geocount_model::SlotId]| slots.iter().map(ToString::to_string).collect();
+    if !pushed.refused.is_empty() {
+        let withdraw = RightsRequest::Withdraw(description);
+        rights::serve::change_rights(state, id.clone(), withdraw).await?;
+        // Every node learns it through the tiers too; pushed, the nodes that held the bounds
+        // drop them at once.
+        let withdrawn = (state.descriptions.read().expect("descriptions lock"))
+            .get(id.as_str())
+            .cloned();
+        if let Some(withdrawn) = withdrawn {
+            rights::serve::push_description(state, &withdrawn).await;
+        }
+        return Err(ShardError::WrittenUnbounded {
+            counter: id.to_string(),
+            slots: names(&pushed.refused),
+        });
+    }
+    if pushed.missing.is_empty() {
         return Ok(());
     }
-    let missing: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    let missing: Vec<String> = names(&pushed.missing);
     Err(ShardError::Unavailable(format!(
         "counter {id} is created, but shard nodes {} do not hold its bounds yet and would not \
          keep its writes within them; send the same POST /counter again to finish",

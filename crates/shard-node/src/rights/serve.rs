@@ -4,7 +4,6 @@
 //! pushes its description to every shard node before it is answered ([`push_description`]).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -20,9 +19,6 @@ use serde::Serialize;
 use super::{ASK_TIMEOUT, RightsNode};
 use crate::engine::write::{Command, RightsRequest};
 use crate::error::ShardError;
-
-/// How often a pushed description is looked for in the table while it is made durable.
-const HELD_POLL: Duration = Duration::from_millis(5);
 
 /// `POST /rights`: another node's message, answered once durable.
 pub async fn answer_message<N: RightsNode>(state: &N, body: &[u8]) -> Result<Response, ShardError> {
@@ -62,8 +58,8 @@ pub async fn answer_message<N: RightsNode>(state: &N, body: &[u8]) -> Result<Res
     }
 }
 
-/// Gives or takes in rights through the commit loop.
-async fn change_rights<N: RightsNode>(
+/// Hands a request of a bounded counter's rights to the commit loop; its answer once durable.
+pub(crate) async fn change_rights<N: RightsNode>(
     state: &N,
     id: CounterId,
     request: RightsRequest,
@@ -73,48 +69,41 @@ async fn change_rights<N: RightsNode>(
     answer.await.map_err(|_| state.stopped())?
 }
 
-/// Adopts a pushed description and waits until it (or a newer one) is held, which is once
-/// it is durable.
+/// Holds a pushed description once durable, unless this node's slot holds writes of the
+/// counter its bounds never weighed (409 naming the slot).
 async fn hold_description<N: RightsNode>(
     state: &N,
     description: VersionedDescription,
 ) -> Result<(), ShardError> {
     description.description.check()?;
     let id = description.description.id.clone();
-    let held = |state: &N| {
-        let descriptions = state.descriptions().read().expect("descriptions lock");
-        descriptions
-            .get(id.as_str())
-            .is_some_and(|known| !known.is_older_than(&description))
-    };
-    if held(state) {
-        return Ok(());
+    match change_rights(state, id, RightsRequest::Hold(description)).await {
+        Err(ShardError::WrittenUnbounded { counter, .. }) => Err(ShardError::WrittenUnbounded {
+            counter,
+            slots: vec![state.rights().own.to_string()],
+        }),
+        held => held.map(|_| ()),
     }
-    state
-        .send(Command::Describe(vec![description.clone()]))
-        .await?;
-    let deadline = tokio::time::Instant::now() + ASK_TIMEOUT;
-    while !held(state) {
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ShardError::Unavailable(format!(
-                "the description of counter {id} could not be made durable in time"
-            )));
-        }
-        tokio::time::sleep(HELD_POLL).await;
-    }
-    Ok(())
 }
 
-/// Sends a bounded counter's description to every other shard node of every datacenter;
-/// returns the slots that did not hold it in time.
+/// What pushing a description to every other shard node came to.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    /// Slots that did not answer that they hold it in time.
+    pub missing: Vec<SlotId>,
+    /// Slots that refused it: they hold writes of the counter made without its bounds.
+    pub refused: Vec<SlotId>,
+}
+
+/// Sends a bounded counter's description to every other shard node of every datacenter.
 pub async fn push_description<N: RightsNode>(
     state: &N,
     description: &VersionedDescription,
-) -> Vec<SlotId> {
+) -> Pushed {
     let network = state.rights();
     let message = RightsMessage::Describe(description.clone());
     let Ok(body) = postcard::to_allocvec(&message) else {
-        return Vec::new();
+        return Pushed::default();
     };
     let body = Bytes::from(body);
     let targets: Vec<(SlotId, SocketAddr)> = (network.datacenters.iter())
@@ -131,14 +120,22 @@ pub async fn push_description<N: RightsNode>(
             let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
             let sent = network.client.send(Method::POST, &url, &headers, body);
             let timeout = ASK_TIMEOUT.saturating_mul(2);
-            matches!(tokio::time::timeout(timeout, sent).await, Ok(Ok(answer)) if answer.status == StatusCode::OK)
+            match tokio::time::timeout(timeout, sent).await {
+                Ok(Ok(answer)) => Some(answer.status),
+                _ => None,
+            }
         }
     });
-    let held = join_all(sends).await;
-    (targets.into_iter().zip(held))
-        .filter(|(_, held)| !held)
-        .map(|((slot, _), _)| slot)
-        .collect()
+    let answers = join_all(sends).await;
+    let mut pushed = Pushed::default();
+    for ((slot, _), status) in targets.into_iter().zip(answers) {
+        match status {
+            Some(StatusCode::OK) => {}
+            Some(StatusCode::CONFLICT) => pushed.refused.push(slot),
+            _ => pushed.missing.push(slot),
+        }
+    }
+    pushed
 }
 
 /// `GET /counter/{id}/rights`.

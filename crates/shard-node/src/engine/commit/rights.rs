@@ -4,11 +4,11 @@
 //! that rights given are never given twice and rights taken in are never lost.
 
 use geocount_model::rights::portion;
-use geocount_model::{Bounds, CounterId, CounterType, RightsAnswer, Room};
+use geocount_model::{Bounds, CounterId, CounterType, RightsAnswer, Room, VersionedDescription};
 use geocount_sync::DescriptionTable;
 
 use super::CommitLoop;
-use super::stage::{Staged, check_room};
+use super::stage::{Staged, check_room, default_description};
 use crate::engine::slot_table::SlotTable;
 use crate::engine::write::RightsRequest;
 use crate::error::ShardError;
@@ -38,8 +38,22 @@ impl CommitLoop {
         id: &CounterId,
         request: RightsRequest,
     ) -> Result<RightsAnswer, ShardError> {
+        let request = match request {
+            RightsRequest::Hold(description) => {
+                return self.stage_held(table, descriptions, staged, description);
+            }
+            RightsRequest::Withdraw(created) => {
+                return Ok(self.stage_withdrawn(descriptions, staged, created));
+            }
+            transfer => transfer,
+        };
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
+        // A slot gives only of a counter it holds live: a deleted or expired one's bounds
+        // count in no generation, and its row, once wiped, would forget the gift.
+        let live = (staged.description(id.as_str()))
+            .or_else(|| descriptions.get(id.as_str()))
+            .is_some_and(|described| described.is_live(staged.now_ms));
         let slot = staged.slot(table, descriptions, &self.shared.settings, id);
         let (bounds, share) = (slot.bounds, self.share_of(id, slot.bounds));
         let generation = slot.generation;
@@ -58,7 +72,7 @@ impl CommitLoop {
                 generation: asked_in,
                 need,
                 want,
-            } if asked_in == generation => {
+            } if asked_in == generation && live => {
                 let (up, down) = bounds.available(share, ledger, value);
                 let portion = Room {
                     up: portion(up, need.up, want.up),
@@ -73,7 +87,8 @@ impl CommitLoop {
                 total,
             } if given_in == generation => (Room::default(), ledger.receive(&from, total)),
             // A transfer of another generation counts in none this slot holds.
-            _ => (Room::default(), false),
+            RightsRequest::Give { .. } | RightsRequest::Receive { .. } => (Room::default(), false),
+            RightsRequest::Hold(_) | RightsRequest::Withdraw(_) => unreachable!("staged above"),
         };
         let available = bounds.available(share, ledger, value);
         if changed {
@@ -88,6 +103,79 @@ impl CommitLoop {
         }
         Ok(RightsAnswer::new(generation, given, available))
     }
+
+    /// Holds a bounded counter's description its creation pushed, as one learned from another
+    /// node, unless this slot holds writes of the counter in its generation that the bounds
+    /// never weighed: made before the node knew it bounded there, or leaving the slot short of
+    /// rights under them (409: the rights of every slot could not account for them). Answers
+    /// what the slot then holds.
+    fn stage_held(
+        &mut self,
+        table: &SlotTable,
+        descriptions: &DescriptionTable,
+        staged: &mut Staged,
+        description: VersionedDescription,
+    ) -> Result<RightsAnswer, ShardError> {
+        self.shared.hlc.observe(description.version);
+        let id = description.description.id.clone();
+        let now_ms = staged.now_ms;
+        let generation = description.generation_at(now_ms);
+        let bounds = Bounds::of(&description.description);
+        let weighed = (staged.description(id.as_str()))
+            .or_else(|| descriptions.get(id.as_str()))
+            .is_some_and(|known| {
+                known.is_live(now_ms)
+                    && known.generation_at(now_ms) == generation
+                    && Bounds::of(&known.description).is_some()
+            });
+        let share = self.share_of(&id, bounds);
+        let slot = staged.slot(table, descriptions, &self.shared.settings, &id);
+        let mut available = (None, None);
+        if let Some(bounds) = bounds.filter(|_| slot.generation == generation) {
+            let committed = (slot.row)
+                .filter(|_| !slot.renewed)
+                .map(|row| table.row(row).1);
+            let value = slot.state.value;
+            let written = value != 0 || committed.is_some_and(|record| !record.holds_nothing());
+            available = bounds.available(share, slot.ledger(committed), value);
+            let short =
+                available.0.is_some_and(|up| up < 0) || available.1.is_some_and(|down| down < 0);
+            if short || (written && !weighed) {
+                return Err(ShardError::WrittenUnbounded {
+                    counter: id.to_string(),
+                    slots: Vec::new(),
+                });
+            }
+        }
+        self.stage_learned(table, descriptions, staged, description);
+        Ok(RightsAnswer::new(generation, Room::default(), available))
+    }
+
+    /// Takes the bounds off `created`, the description of a bounded creation another slot
+    /// refused, if it is still the one known: a newer version with the defaults, in its
+    /// generation, so the counter stays what its writes made it everywhere.
+    fn stage_withdrawn(
+        &mut self,
+        descriptions: &DescriptionTable,
+        staged: &mut Staged,
+        created: VersionedDescription,
+    ) -> RightsAnswer {
+        let made = &created.description;
+        let generation = made.generation;
+        let known =
+            (staged.description(made.id.as_str())).or_else(|| descriptions.get(made.id.as_str()));
+        if known == Some(&created) {
+            let settings = &self.shared.settings;
+            let mut description =
+                default_description(settings, &made.id, made.counter_type, made.created_at_ms);
+            description.generation = generation;
+            staged.stage_description(VersionedDescription {
+                description,
+                version: self.shared.hlc.now(),
+            });
+        }
+        RightsAnswer::new(generation, Room::default(), (None, None))
+    }
 }
 
 #[cfg(test)]
@@ -96,7 +184,7 @@ mod tests {
     use tokio::sync::oneshot;
 
     use crate::engine::commit::tests::Running;
-    use crate::engine::write::{Change, Command, RightsRequest, WriteRequest};
+    use crate::engine::write::{Change, Command, LifecycleChange, RightsRequest, WriteRequest};
     use crate::error::ShardError;
     use geocount_model::rights::portion;
 
@@ -134,6 +222,19 @@ mod tests {
         answer.await.unwrap().unwrap()
     }
 
+    /// Slot `to`'s ask for one increment (and half of the rest), in `generation`.
+    fn ask_for_one(to: SlotId, generation: HlcTimestamp) -> RightsRequest {
+        RightsRequest::Give {
+            to,
+            generation,
+            need: Room { up: 1, down: 0 },
+            want: Room {
+                up: u64::MAX,
+                down: 0,
+            },
+        }
+    }
+
     /// The only datacenter's home slot holds the whole room: it spends it, gives some away,
     /// takes some in, and never applies a write past what it holds.
     #[tokio::test]
@@ -150,16 +251,7 @@ mod tests {
 
         let other = SlotId::new("U", 0);
         let generation = HlcTimestamp::default();
-        let give = RightsRequest::Give {
-            to: other.clone(),
-            generation,
-            need: Room { up: 1, down: 0 },
-            want: Room {
-                up: u64::MAX,
-                down: 0,
-            },
-        };
-        let given = rights(&node, give).await;
+        let given = rights(&node, ask_for_one(other.clone(), generation)).await;
         assert_eq!(
             (given.given.up, given.up),
             (2, Some(2)),
@@ -214,14 +306,95 @@ mod tests {
         ));
     }
 
+    /// A deleted counter's bounds count in no generation: asked in the delete's, its slot
+    /// gives nothing, and a transfer it takes in there keeps its row (and ledger) past the
+    /// delete.
+    #[tokio::test]
+    async fn a_slot_gives_no_rights_of_a_deleted_counter() {
+        let node = Running::start();
+        create(&node, 10).await;
+        let deleted = node.change("q", LifecycleChange::Delete).await.unwrap();
+        let generation = deleted.generation;
+        let answer = rights(&node, ask_for_one(SlotId::new("U", 0), generation)).await;
+        assert_eq!(answer.given, Room::default(), "{answer:?}");
+        let receive = RightsRequest::Receive {
+            from: SlotId::new("V", 0),
+            generation,
+            total: Room { up: 3, down: 0 },
+        };
+        rights(&node, receive).await;
+        node.write("barrier", 1, None).await;
+        node.write("barrier", 1, None).await;
+        let record = node.record("q");
+        assert_eq!(record.rights().received_from(&SlotId::new("V", 0)).up, 3);
+        assert!(record.rights().given.is_empty());
+    }
+
+    /// Hands `q`'s bounded description (`max`) to the node as a creation pushes it.
+    async fn hold(node: &Running, max: i64) -> Result<RightsAnswer, ShardError> {
+        let mut pushed = geocount_model::fixtures::described("q", 1, 1, 1);
+        pushed.description.max = Some(max);
+        let (reply, answer) = oneshot::channel();
+        let id = geocount_model::CounterId::new("q").unwrap();
+        let request = RightsRequest::Hold(pushed);
+        let command = Command::Rights { id, request, reply };
+        node.commands.send(command).await.unwrap();
+        answer.await.unwrap()
+    }
+
+    /// Bounds pushed by a creation are held only where no write of the counter went unweighed
+    /// by them: a slot written before it knew them refuses them and keeps taking writes.
+    #[tokio::test]
+    async fn a_slot_written_without_bounds_refuses_them() {
+        let written = Running::start();
+        assert_eq!(try_write(&written, 5).await.unwrap(), 5);
+        let refused = hold(&written, 10).await;
+        assert!(
+            matches!(refused, Err(ShardError::WrittenUnbounded { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            try_write(&written, 20).await.unwrap(),
+            25,
+            "no bounds taken"
+        );
+
+        let fresh = Running::start();
+        assert_eq!(hold(&fresh, 10).await.unwrap().up, Some(10));
+        assert!(matches!(
+            try_write(&fresh, 11).await,
+            Err(ShardError::ShortOfRights(_))
+        ));
+        assert_eq!(try_write(&fresh, 4).await.unwrap(), 4);
+        assert_eq!(hold(&fresh, 10).await.unwrap().up, Some(6), "pushed again");
+
+        // Learned through the tiers after its writes: the slot is short of rights under them.
+        let learned = Running::start();
+        assert_eq!(try_write(&learned, 12).await.unwrap(), 12);
+        let mut description = geocount_model::fixtures::described("q", 1, 1, 1);
+        description.description.max = Some(10);
+        let describe = Command::Describe(vec![description]);
+        learned.commands.send(describe).await.unwrap();
+        let refused = hold(&learned, 10).await;
+        assert!(
+            matches!(refused, Err(ShardError::WrittenUnbounded { .. })),
+            "{refused:?}"
+        );
+    }
+
     #[test]
-    fn a_donor_gives_the_need_and_keeps_half_of_the_rest() {
+    fn a_donor_gives_the_need_and_keeps_half_of_the_rest_or_gives_nothing() {
         assert_eq!(portion(Some(100), 10, 80), 50);
         assert_eq!(portion(Some(100), 60, 80), 60);
         assert_eq!(
             portion(Some(5), 10, 80),
-            5,
-            "all it holds when short itself"
+            0,
+            "nothing when it holds less than the need"
+        );
+        assert_eq!(
+            portion(Some(10), 10, 80),
+            10,
+            "all it holds when that is the need"
         );
         assert_eq!(portion(Some(0), 10, 80), 0);
         assert_eq!(

@@ -150,7 +150,7 @@ impl Running {
         answer.await.unwrap().pop().unwrap().unwrap()
     }
 
-    async fn change(
+    pub(super) async fn change(
         &self,
         id: &str,
         change: LifecycleChange,
