@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use geocount_model::wire::EntryOutcome;
-use geocount_net::{Connector, Stream, tcp_connector};
 use geocount_test_support::api::{encode_id, entry};
-use geocount_test_support::{Api, Method, NodeProcess, TestCluster, TestTopology, eventually, tls};
+use geocount_test_support::{
+    Api, Method, NodeProcess, TestCluster, TestTopology, eventually, resp,
+};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[path = "bounds/wan.rs"]
 mod wan;
@@ -534,63 +534,36 @@ async fn a_creation_some_node_missed_is_503_until_sent_again() {
     assert_eq!((status, &held["max"]), (200, &json!(10)), "{held}");
 }
 
-/// Sends one RESP command on `stream` and reads its one-line reply (an integer or an error).
-async fn resp_line(stream: &mut Box<dyn Stream>, args: &[&str]) -> String {
-    let mut frame = format!("*{}\r\n", args.len());
-    for arg in args {
-        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(frame.as_bytes()).await.expect("send");
-    let mut line = Vec::new();
-    while !line.ends_with(b"\r\n") {
-        let mut byte = [0u8; 1];
-        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut byte))
-            .await
-            .expect("a reply within 5 s")
-            .expect("a reply");
-        line.push(byte[0]);
-    }
-    String::from_utf8_lossy(&line).trim_end().to_owned()
-}
-
 #[tokio::test]
 async fn incrby_past_the_bound_is_an_error_reply_naming_it() {
     let topology = TestTopology::with_resp(&[("USA_0", 1)], SHARD_TOML, "");
     let cluster = TestCluster::start(topology).await;
     let api = cluster.shards[0][0].api();
     create_bounded(&api, "resp:quota", None, Some(10)).await;
-    let addr = cluster.topology.resp_addr("USA_0", 0);
-    let connector: Connector = match cluster.topology.topology.tls {
-        Some(_) => tls::test_ca().connector(),
-        None => tcp_connector(),
-    };
-    let mut stream = connector
-        .connect(&addr.ip().to_string(), addr.port())
-        .await
-        .expect("connect to the RESP listener");
+    let mut stream = resp::connect(&cluster.topology, "USA_0", 0).await;
     assert_eq!(
-        resp_line(&mut stream, &["INCRBY", "resp:quota", "7"]).await,
+        resp::line(&mut stream, &["INCRBY", "resp:quota", "7"]).await,
         ":7"
     );
-    let refused = resp_line(&mut stream, &["INCRBY", "resp:quota", "4"]).await;
+    let refused = resp::line(&mut stream, &["INCRBY", "resp:quota", "4"]).await;
     assert!(
         refused.starts_with("-ERR ") && refused.contains("max 10"),
         "{refused}"
     );
     for total in 8..=10 {
-        let reply = resp_line(&mut stream, &["INCR", "resp:quota"]).await;
+        let reply = resp::line(&mut stream, &["INCR", "resp:quota"]).await;
         assert_eq!(reply, format!(":{total}"));
     }
-    let refused = resp_line(&mut stream, &["INCR", "resp:quota"]).await;
+    let refused = resp::line(&mut stream, &["INCR", "resp:quota"]).await;
     assert!(
         refused.starts_with("-ERR ") && refused.contains("max 10"),
         "{refused}"
     );
     assert_eq!(api.value("resp:quota").await, 10);
     create_bounded(&api, "resp:floor", Some(-2), None).await;
-    let reply = resp_line(&mut stream, &["DECRBY", "resp:floor", "2"]).await;
+    let reply = resp::line(&mut stream, &["DECRBY", "resp:floor", "2"]).await;
     assert_eq!(reply, ":-2");
-    let refused = resp_line(&mut stream, &["DECR", "resp:floor"]).await;
+    let refused = resp::line(&mut stream, &["DECR", "resp:floor"]).await;
     assert!(
         refused.starts_with("-ERR ") && refused.contains("min -2"),
         "{refused}"
