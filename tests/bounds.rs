@@ -463,6 +463,59 @@ async fn an_expired_quota_is_made_again_with_its_bounds() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_quota_made_again_through_a_node_not_its_slot_keeps_its_bounds() {
+    let cluster = TestCluster::start(topology(&[("USA_0", 2)])).await;
+    let [slot_node, other] = [0, 1].map(|n| cluster.shards[0][n].api());
+    // The counter's one slot is node 0's: node 1 forwards its writes.
+    let id = other
+        .ids_routed_to("quota:fwd", "DC_USA_0_VAL_0", 1)
+        .await
+        .remove(0);
+    let id = id.as_str();
+    let created = slot_node
+        .created(json!({"id": id, "max": 3, "ttlSeconds": 1}))
+        .await;
+    assert_eq!(created["max"], 3, "{created}");
+    applied(&other, id, 1).await;
+    for api in [&slot_node, &other] {
+        eventually(CONVERGE, "the quota to expire", || async {
+            (api.read(id).await.0 == 404).then_some(())
+        })
+        .await;
+    }
+    // Made again by a write carrying an expiry, through the node that forwards it.
+    let (status, body) = increment_with_ttl(&other, id, 30).await;
+    assert_eq!(status, 200, "{body}");
+    let mut acknowledged = 1;
+    for _ in 0..8 {
+        let (status, body) = write(&other, id, 1).await;
+        match status {
+            200 => acknowledged += 1,
+            _ => assert_refused(status, &body, "max", 3),
+        }
+    }
+    assert_eq!(acknowledged, 3, "the bound holds in the new generation");
+    // Both nodes keep the bounds, once each has heard the other's description.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for api in [&slot_node, &other] {
+        let held = rights(api, id).await;
+        assert_eq!(held["max"], 3, "{held}");
+        let (status, body) = write(api, id, 1).await;
+        assert_refused(status, &body, "max", 3);
+    }
+    // The datacenter's part: its slots hold 3, the bound.
+    let aggregator = cluster.aggregator(0).api();
+    let path = format!("/counter/{}", encode_id(id));
+    aggregator
+        .read_until(CONVERGE, &path, |status, body| {
+            status == 200 && body["value"] == 3
+        })
+        .await;
+    let (_, own) = slot_node.read(id).await;
+    assert_eq!(own["value"], 3, "the slot's part: {own}");
+}
+
 #[tokio::test]
 async fn invalid_bounds_are_refused_with_400() {
     let cluster = TestCluster::start(topology(&[("USA_0", 1)])).await;

@@ -88,12 +88,6 @@ fn check_node(state: &NodeState, write: bool) -> Result<(), ShardError> {
     }
 }
 
-/// The world value of counter `id` (`None`: no live counter has it).
-async fn world_value(state: &NodeState, id: &CounterId) -> Result<Option<WorldValue>, ShardError> {
-    let mut values = state.world.values(std::slice::from_ref(id)).await;
-    values.pop().unwrap_or(Ok(None))
-}
-
 /// The reply of a world value read for `GET`: the total or estimate as a bulk string.
 fn bulk_value(value: Option<WorldValue>) -> Reply {
     match value {
@@ -207,7 +201,7 @@ pub(crate) async fn pfadd(state: Arc<NodeState>, key: Bytes, elements: Vec<Bytes
         Ok(id) => id,
         Err(error) => return refusal(&error, true),
     };
-    let before = match world_value(&state, &id).await {
+    let before = match state.world_value(&id).await {
         Ok(Some(WorldValue::Sum(_))) => return Reply::error(words::NOT_HLL),
         Ok(before) => before,
         Err(error) => return refusal(&error, true),
@@ -252,7 +246,7 @@ pub(crate) async fn pfadd(state: Arc<NodeState>, key: Bytes, elements: Vec<Bytes
             return refusal(&ShardError::PassedOn { status, error }, true);
         }
     }
-    match world_value(&state, &id).await {
+    match state.world_value(&id).await {
         Ok(after) => Reply::Integer(i64::from(after != before)),
         Err(_) => Reply::Integer(1),
     }
@@ -341,7 +335,7 @@ pub(crate) async fn expire(
                 WorldValue::Sum(_) => CounterType::Sum,
                 WorldValue::Unique(_) => CounterType::Unique,
             };
-            let change = LifecycleChange::ExpireUnlessSet {
+            let change = LifecycleChange::ExpireIfMade {
                 expires_at_ms: at_ms,
                 counter_type,
             };
@@ -361,7 +355,7 @@ async fn live(state: &NodeState, key: &[u8]) -> Result<Option<(CounterId, WorldV
     let Ok(id) = counter_id(key) else {
         return Ok(None);
     };
-    match world_value(state, &id).await {
+    match state.world_value(&id).await {
         Ok(Some(value)) => Ok(Some((id, value))),
         Ok(None) => Ok(None),
         Err(error) => Err(refusal(&error, false)),
