@@ -110,6 +110,9 @@ pub enum Command {
         id: CounterId,
         /// What happens to it.
         change: LifecycleChange,
+        /// The type the world knows it by, when this node has heard of it neither by a
+        /// description nor by a record of its slot (`None`: not asked, or no one knows it).
+        elsewhere: Option<CounterType>,
         /// Its `Idempotency-Key` (scoped) and what a retry must ask again to be answered
         /// without applying ([`LifecycleChange::asked`]).
         key: Option<(Box<str>, (i64, u64))>,

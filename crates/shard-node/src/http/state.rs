@@ -117,17 +117,23 @@ impl NodeState {
     }
 
     /// Resets, deletes or changes the expiry of counter `id`: its new description, once
-    /// durable.
+    /// durable. A reset or expiry of a counter this node has not heard of is made for the
+    /// counter the world knows ([`NodeState::lives_unheard`]).
     pub async fn change_life(
         &self,
         id: CounterId,
         change: LifecycleChange,
         key: Option<(Box<str>, (i64, u64))>,
     ) -> Result<CounterDescription, ShardError> {
+        let elsewhere = match change {
+            LifecycleChange::Reset | LifecycleChange::Expire(_) => self.lives_unheard(&id).await?,
+            LifecycleChange::Delete | LifecycleChange::ExpireIfMade { .. } => None,
+        };
         let (reply, answer) = tokio::sync::oneshot::channel();
         let command = Command::Lifecycle {
             id,
             change,
+            elsewhere,
             key,
             reply,
         };

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use geocount_model::{CounterId, CounterType, ModelError};
+use geocount_model::{CounterId, ModelError};
 use geocount_net::HttpError;
 use geocount_resp::{Reply, words};
 
@@ -311,7 +311,7 @@ pub(crate) async fn expire(
             None => return Reply::error(format!("ERR invalid expire time in '{command}' command")),
         },
     };
-    let (id, value) = match live(&state, &key).await {
+    let (id, _) = match live(&state, &key).await {
         Ok(Some(live)) => live,
         Ok(None) => return Reply::Integer(0),
         Err(reply) => return reply,
@@ -324,26 +324,11 @@ pub(crate) async fn expire(
         };
     };
     match state
-        .change_life(id.clone(), LifecycleChange::Expire(Some(at_ms)), None)
+        .change_life(id, LifecycleChange::Expire(Some(at_ms)), None)
         .await
     {
         Ok(_) => Reply::Integer(1),
-        // Written only at another node of the datacenter, never described: made described
-        // with this expiry, of the type its value shows.
-        Err(ShardError::NotFound(_)) => {
-            let counter_type = match value {
-                WorldValue::Sum(_) => CounterType::Sum,
-                WorldValue::Unique(_) => CounterType::Unique,
-            };
-            let change = LifecycleChange::ExpireIfMade {
-                expires_at_ms: at_ms,
-                counter_type,
-            };
-            match state.change_life(id, change, None).await {
-                Ok(_) => Reply::Integer(1),
-                Err(error) => refusal(&error, false),
-            }
-        }
+        Err(ShardError::NotFound(_)) => Reply::Integer(0),
         Err(error) => refusal(&error, false),
     }
 }
@@ -478,6 +463,7 @@ pub(crate) async fn pfcount(state: Arc<NodeState>, keys: Vec<Bytes>) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use geocount_model::CounterType;
 
     fn line(error: ShardError, unique: bool) -> String {
         match refusal(&error, unique) {

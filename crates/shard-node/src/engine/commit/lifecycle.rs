@@ -86,13 +86,15 @@ impl CommitLoop {
 
     /// Resets, deletes or changes the expiry of counter `id`: the new description is staged,
     /// and this node's own slot renewed at once (other slots when they learn of it).
+    /// `elsewhere`: the type the world knows the counter by, when this node has heard of it
+    /// neither by a description nor by a record of its slot.
     pub(super) fn stage_lifecycle(
         &mut self,
-        table: &SlotTable,
-        descriptions: &DescriptionTable,
+        (table, descriptions): (&SlotTable, &DescriptionTable),
         staged: &mut Staged,
         id: &CounterId,
         change: LifecycleChange,
+        elsewhere: Option<CounterType>,
     ) -> Result<CounterDescription, ShardError> {
         let now_ms = staged.now_ms;
         if let LifecycleChange::ExpireIfMade {
@@ -113,13 +115,15 @@ impl CommitLoop {
             // Deleted or expired: gone, as a read says.
             Some(_) => return Err(ShardError::NotFound(id.to_string())),
             // A counter written without `POST /counter` has no description: its record here
-            // says its type. A delete of one this node has not heard of needs no type.
+            // says its type, or the world's knowledge of it. A delete of one no one knows
+            // needs no type.
             None => {
                 let record = table.get_record(id.as_str());
-                if record.is_none() && change != LifecycleChange::Delete {
+                let counter_type = known_type(None, record).or(elsewhere);
+                if counter_type.is_none() && change != LifecycleChange::Delete {
                     return Err(ShardError::NotFound(id.to_string()));
                 }
-                let counter_type = known_type(None, record).unwrap_or_default();
+                let counter_type = counter_type.unwrap_or_default();
                 staged.new_descriptions += 1;
                 VersionedDescription {
                     description: default_description(
@@ -158,7 +162,7 @@ impl CommitLoop {
         &mut self,
         (table, descriptions): (&SlotTable, &DescriptionTable),
         staged: &mut Staged,
-        id: &CounterId,
+        (id, elsewhere): (&CounterId, Option<CounterType>),
         change: LifecycleChange,
         (key, asked): (Box<str>, (i64, u64)),
     ) -> Result<CounterDescription, ShardError> {
@@ -175,7 +179,8 @@ impl CommitLoop {
             }
             return Err(key_reused(&key, &first));
         }
-        let description = self.stage_lifecycle(table, descriptions, staged, id, change)?;
+        let description =
+            self.stage_lifecycle((table, descriptions), staged, id, change, elsewhere)?;
         let record = IdempotencyRecord::of_life_change(id.clone(), asked, staged.now_ms);
         staged.idempotency.insert(hash, key, record);
         Ok(description)

@@ -170,6 +170,7 @@ impl Running {
         let command = Command::Lifecycle {
             id,
             change,
+            elsewhere: None,
             key,
             reply,
         };
