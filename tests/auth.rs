@@ -401,3 +401,56 @@ async fn idempotency_keys_are_scoped_by_the_token_that_sent_them() {
         "{answer:?}"
     );
 }
+
+/// A write of `body` to `id` through `api` (`POST /counters/{id}/increment`): its status.
+async fn increment(api: &Api, id: &str, body: Value) -> (u16, Value) {
+    let path = format!("/counters/{id}/increment");
+    let answer = api
+        .send(Method::POST, &path, &[], body.to_string())
+        .await
+        .expect("an answer");
+    (answer.status.as_u16(), answer.json())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_only_token_cannot_give_a_live_counter_an_expiry() {
+    let (_t, _aggregators, shards) = datacenter_of_two().await;
+    let writers = [0, 1].map(|n| shards[n].api().with_token(WRITER));
+    let admin = shards[0].api().with_token(ADMIN);
+    let reader = shards[1].api().with_token(READER);
+    // One counter created by admin, one made by writes alone (no description anywhere).
+    admin.created(json!({"id": "auth:kept"})).await;
+    for id in ["auth:kept", "auth:written"] {
+        let (code, body) = increment(&writers[0], id, json!({"delta": 100})).await;
+        assert_eq!(code, 200, "{body}");
+    }
+    let path = "/counter/auth:kept";
+    let (code, body) = writers[0]
+        .send(Method::PATCH, path, &[], r#"{"ttlSeconds": 1}"#)
+        .await
+        .map(|a| (a.status.as_u16(), a.json()))
+        .unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(status(&writers[0], Method::DELETE, path, &[]).await.0, 403);
+    // A write's `ttlSeconds` through either node (the slot's, and one forwarding to it) is
+    // applied, but gives neither live counter an expiry.
+    for id in ["auth:kept", "auth:written"] {
+        for writer in &writers {
+            let (code, body) = increment(writer, id, json!({"delta": 1, "ttlSeconds": 1})).await;
+            assert_eq!(code, 200, "{body}");
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    for id in ["auth:kept", "auth:written"] {
+        let (code, body) = reader.get_json(&format!("/counter/{id}/world")).await;
+        assert_eq!((code, &body["value"]), (200, &json!(102)), "{id}: {body}");
+    }
+    // A counter a write makes takes the write's expiry.
+    let (code, body) = increment(&writers[1], "auth:made", json!({"ttlSeconds": 1})).await;
+    assert_eq!(code, 200, "{body}");
+    eventually(Duration::from_secs(10), "auth:made to expire", || async {
+        let (code, _) = reader.get_json("/counter/auth:made/world").await;
+        (code == 404).then_some(())
+    })
+    .await;
+}

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use geocount_model::wire::EntryOutcome;
-use geocount_net::{Connector, Stream, tcp_connector};
 use geocount_test_support::api::{encode_id, entry};
-use geocount_test_support::{Api, Method, NodeProcess, TestCluster, TestTopology, eventually, tls};
+use geocount_test_support::{
+    Api, Method, NodeProcess, TestCluster, TestTopology, eventually, resp,
+};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[path = "bounds/stretch.rs"]
 mod stretch;
@@ -465,6 +465,59 @@ async fn an_expired_quota_is_made_again_with_its_bounds() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_quota_made_again_through_a_node_not_its_slot_keeps_its_bounds() {
+    let cluster = TestCluster::start(topology(&[("USA_0", 2)])).await;
+    let [slot_node, other] = [0, 1].map(|n| cluster.shards[0][n].api());
+    // The counter's one slot is node 0's: node 1 forwards its writes.
+    let id = other
+        .ids_routed_to("quota:fwd", "DC_USA_0_VAL_0", 1)
+        .await
+        .remove(0);
+    let id = id.as_str();
+    let created = slot_node
+        .created(json!({"id": id, "max": 3, "ttlSeconds": 1}))
+        .await;
+    assert_eq!(created["max"], 3, "{created}");
+    applied(&other, id, 1).await;
+    for api in [&slot_node, &other] {
+        eventually(CONVERGE, "the quota to expire", || async {
+            (api.read(id).await.0 == 404).then_some(())
+        })
+        .await;
+    }
+    // Made again by a write carrying an expiry, through the node that forwards it.
+    let (status, body) = increment_with_ttl(&other, id, 30).await;
+    assert_eq!(status, 200, "{body}");
+    let mut acknowledged = 1;
+    for _ in 0..8 {
+        let (status, body) = write(&other, id, 1).await;
+        match status {
+            200 => acknowledged += 1,
+            _ => assert_refused(status, &body, "max", 3),
+        }
+    }
+    assert_eq!(acknowledged, 3, "the bound holds in the new generation");
+    // Both nodes keep the bounds, once each has heard the other's description.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for api in [&slot_node, &other] {
+        let held = rights(api, id).await;
+        assert_eq!(held["max"], 3, "{held}");
+        let (status, body) = write(api, id, 1).await;
+        assert_refused(status, &body, "max", 3);
+    }
+    // The datacenter's part: its slots hold 3, the bound.
+    let aggregator = cluster.aggregator(0).api();
+    let path = format!("/counter/{}", encode_id(id));
+    aggregator
+        .read_until(CONVERGE, &path, |status, body| {
+            status == 200 && body["value"] == 3
+        })
+        .await;
+    let (_, own) = slot_node.read(id).await;
+    assert_eq!(own["value"], 3, "the slot's part: {own}");
+}
+
 #[tokio::test]
 async fn invalid_bounds_are_refused_with_400() {
     let cluster = TestCluster::start(topology(&[("USA_0", 1)])).await;
@@ -536,63 +589,36 @@ async fn a_creation_some_node_missed_is_503_until_sent_again() {
     assert_eq!((status, &held["max"]), (200, &json!(10)), "{held}");
 }
 
-/// Sends one RESP command on `stream` and reads its one-line reply (an integer or an error).
-async fn resp_line(stream: &mut Box<dyn Stream>, args: &[&str]) -> String {
-    let mut frame = format!("*{}\r\n", args.len());
-    for arg in args {
-        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(frame.as_bytes()).await.expect("send");
-    let mut line = Vec::new();
-    while !line.ends_with(b"\r\n") {
-        let mut byte = [0u8; 1];
-        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut byte))
-            .await
-            .expect("a reply within 5 s")
-            .expect("a reply");
-        line.push(byte[0]);
-    }
-    String::from_utf8_lossy(&line).trim_end().to_owned()
-}
-
 #[tokio::test]
 async fn incrby_past_the_bound_is_an_error_reply_naming_it() {
     let topology = TestTopology::with_resp(&[("USA_0", 1)], SHARD_TOML, "");
     let cluster = TestCluster::start(topology).await;
     let api = cluster.shards[0][0].api();
     create_bounded(&api, "resp:quota", None, Some(10)).await;
-    let addr = cluster.topology.resp_addr("USA_0", 0);
-    let connector: Connector = match cluster.topology.topology.tls {
-        Some(_) => tls::test_ca().connector(),
-        None => tcp_connector(),
-    };
-    let mut stream = connector
-        .connect(&addr.ip().to_string(), addr.port())
-        .await
-        .expect("connect to the RESP listener");
+    let mut stream = resp::connect(&cluster.topology, "USA_0", 0).await;
     assert_eq!(
-        resp_line(&mut stream, &["INCRBY", "resp:quota", "7"]).await,
+        resp::line(&mut stream, &["INCRBY", "resp:quota", "7"]).await,
         ":7"
     );
-    let refused = resp_line(&mut stream, &["INCRBY", "resp:quota", "4"]).await;
+    let refused = resp::line(&mut stream, &["INCRBY", "resp:quota", "4"]).await;
     assert!(
         refused.starts_with("-ERR ") && refused.contains("max 10"),
         "{refused}"
     );
     for total in 8..=10 {
-        let reply = resp_line(&mut stream, &["INCR", "resp:quota"]).await;
+        let reply = resp::line(&mut stream, &["INCR", "resp:quota"]).await;
         assert_eq!(reply, format!(":{total}"));
     }
-    let refused = resp_line(&mut stream, &["INCR", "resp:quota"]).await;
+    let refused = resp::line(&mut stream, &["INCR", "resp:quota"]).await;
     assert!(
         refused.starts_with("-ERR ") && refused.contains("max 10"),
         "{refused}"
     );
     assert_eq!(api.value("resp:quota").await, 10);
     create_bounded(&api, "resp:floor", Some(-2), None).await;
-    let reply = resp_line(&mut stream, &["DECRBY", "resp:floor", "2"]).await;
+    let reply = resp::line(&mut stream, &["DECRBY", "resp:floor", "2"]).await;
     assert_eq!(reply, ":-2");
-    let refused = resp_line(&mut stream, &["DECR", "resp:floor"]).await;
+    let refused = resp::line(&mut stream, &["DECR", "resp:floor"]).await;
     assert!(
         refused.starts_with("-ERR ") && refused.contains("min -2"),
         "{refused}"

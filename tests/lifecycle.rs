@@ -9,7 +9,9 @@
 use std::time::Duration;
 
 use geocount_test_support::process::bin_dir;
-use geocount_test_support::{Api, Method, NodeProcess, TestCluster, TestTopology, eventually};
+use geocount_test_support::{
+    Api, Method, NodeProcess, TestCluster, TestTopology, eventually, resp,
+};
 use serde_json::{Value, json};
 
 /// How long a change may take to reach every tier (descriptions go up and back down).
@@ -394,4 +396,70 @@ async fn a_deleted_counter_stays_deleted_through_a_lost_disk() {
     // A write makes it again from zero.
     add(&node, "life:lost", 1).await;
     reads(&global, "life:lost", fresh, 200, Some(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_never_saw_a_counter_changes_its_life() {
+    let datacenters = [("USA_0", 1), ("EUROPE_0", 1), ("ASIA_0", 1)];
+    let cluster = TestCluster::start(TestTopology::with_resp(&datacenters, "", "")).await;
+    let [usa, europe, asia] = [0, 1, 2].map(|d| cluster.shards[d][0].api());
+    let global = cluster.global.api();
+    let fresh = "max_staleness_ms=3000";
+    // Made by writes in USA_0 and ASIA_0 alone: EUROPE_0 holds neither a record nor a
+    // description of them.
+    let ids = [
+        "far:reset",
+        "far:ttl",
+        "far:written",
+        "far:delete",
+        "far:resp-expire",
+        "far:resp-del",
+    ];
+    for id in ids {
+        add(&usa, id, 5).await;
+        add(&asia, id, 7).await;
+        reads(&global, id, fresh, 200, Some(12)).await;
+    }
+
+    // A reset, an expiry and a delete issued at EUROPE_0.
+    let reset = expect(&europe, Method::POST, "/counter/far:reset/reset", "", 200).await;
+    assert_eq!(reset["deleted"], false, "{reset}");
+    let body = r#"{"ttlSeconds": 1}"#;
+    let expiring = expect(&europe, Method::PATCH, "/counter/far:ttl", body, 200).await;
+    assert!(expiring["expiresAtMs"].as_u64().is_some(), "{expiring}");
+    expect(&europe, Method::DELETE, "/counter/far:delete", "", 200).await;
+    // And on its Redis port.
+    let mut redis = resp::connect(&cluster.topology, "EUROPE_0", 0).await;
+    let expire = ["EXPIRE", "far:resp-expire", "1"];
+    assert_eq!(resp::line(&mut redis, &expire).await, ":1");
+    assert_eq!(resp::line(&mut redis, &["DEL", "far:resp-del"]).await, ":1");
+    let never = ["EXPIRE", "far:never", "1"];
+    assert_eq!(resp::line(&mut redis, &never).await, ":0");
+    // A write carrying an expiry at EUROPE_0 does not give the live counter one.
+    let ttl = Some(json!({"delta": 1, "ttlSeconds": 1}));
+    let (status, answer) = europe
+        .write("far:written", "INCREMENT", ttl, None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{answer}");
+
+    let body = reads(&global, "far:reset", fresh, 200, Some(0)).await;
+    for dc in ["USA_0", "ASIA_0"] {
+        assert_eq!(body["datacenters"][dc]["value"], 0, "{body}");
+    }
+    for id in ["far:ttl", "far:delete", "far:resp-expire", "far:resp-del"] {
+        reads(&global, id, fresh, 404, None).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let body = reads(&global, "far:written", fresh, 200, Some(13)).await;
+    assert!(body["expiresAtMs"].is_null(), "{body}");
+    assert_eq!(body["datacenters"]["EUROPE_0"]["value"], 1, "{body}");
+    // Writes after the reset count from zero everywhere.
+    add(&europe, "far:reset", 2).await;
+    add(&usa, "far:reset", 3).await;
+    reads(&global, "far:reset", fresh, 200, Some(5)).await;
+    // A counter nobody knows stays 404.
+    expect(&europe, Method::POST, "/counter/far:never/reset", "", 404).await;
+    let ttl = r#"{"ttlSeconds": 1}"#;
+    expect(&europe, Method::PATCH, "/counter/far:never", ttl, 404).await;
 }

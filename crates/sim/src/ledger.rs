@@ -146,7 +146,7 @@ pub enum Change {
     Expire,
     /// `PATCH /counter/{id}` with `{"ttlSeconds": null}`.
     KeepForever,
-    /// A write carrying a short `ttlSeconds` (the expiry is set when the counter has none).
+    /// A write carrying a short `ttlSeconds` (the expiry is set only on a counter it makes).
     WriteWithTtl,
 }
 

@@ -12,6 +12,7 @@
 //! - [`access`]: the tokens and cluster secret of the access-control tests.
 //! - [`openapi`]: the requests a tier's OpenAPI document describes, one per operation.
 //! - [`flood`]: one host's idle connections flooding a node, and the tiers still reaching it.
+//! - [`resp`]: a shard node's Redis port, one command and its one-line reply at a time.
 //! - [`tls`]: a test CA issuing every test process a certificate, and TLS clients trusting it
 //!   (`E2E_TLS=1` runs the end-to-end tests over TLS).
 //! - [`wait`]: [`eventually`], polling a condition until it holds or a deadline passes.
@@ -23,6 +24,7 @@ pub mod flood;
 pub mod openapi;
 pub mod ports;
 pub mod process;
+pub mod resp;
 pub mod tls;
 pub mod topology;
 pub mod wait;

@@ -331,6 +331,7 @@ impl CommitLoop {
                     Command::Lifecycle {
                         id,
                         change,
+                        elsewhere,
                         key,
                         reply,
                     } => {
@@ -338,16 +339,16 @@ impl CommitLoop {
                             Some((key, asked)) => self.stage_keyed_lifecycle(
                                 (&table, &descriptions),
                                 &mut staged,
-                                &id,
+                                (&id, elsewhere),
                                 change,
                                 (key, asked),
                             ),
                             None => self.stage_lifecycle(
-                                &table,
-                                &descriptions,
+                                (&table, &descriptions),
                                 &mut staged,
                                 &id,
                                 change,
+                                elsewhere,
                             ),
                         };
                         replies.push(Reply::Create(reply, result));

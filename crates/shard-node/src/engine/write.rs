@@ -45,10 +45,11 @@ pub enum LifecycleChange {
     Delete,
     /// Deleted at this time (unix ms), or never (`None`).
     Expire(Option<u64>),
-    /// Deleted at this time (unix ms) unless it has an expiry already; made with the defaults
-    /// and this type when it is unknown or gone. What a node does before it forwards a write
+    /// Deleted at this time (unix ms) if the write it comes with makes the counter: made with
+    /// it (the defaults and this type, or again from its tombstone) when it is unknown here or
+    /// gone; a live counter is left as it is. What a node does before it forwards a write
     /// carrying `ttlSeconds` to another slot: the expiry is durable before the write.
-    ExpireUnlessSet {
+    ExpireIfMade {
         /// When it is deleted.
         expires_at_ms: u64,
         /// The forwarded write's counter type.
@@ -115,6 +116,9 @@ pub enum Command {
         id: CounterId,
         /// What happens to it.
         change: LifecycleChange,
+        /// The type the world knows it by, when this node has heard of it neither by a
+        /// description nor by a record of its slot (`None`: not asked, or no one knows it).
+        elsewhere: Option<CounterType>,
         /// Its `Idempotency-Key` (scoped) and what a retry must ask again to be answered
         /// without applying ([`LifecycleChange::asked`]).
         key: Option<(Box<str>, (i64, u64))>,

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use geocount_http::Access;
 use geocount_model::{
-    Clock, CounterDescription, CounterId, ShardDefaults, SlotState, SyncSettings,
+    Clock, CounterDescription, CounterId, CounterType, ShardDefaults, SlotState, SyncSettings,
 };
 use geocount_sync::{DescriptionTable, SlotCopies};
 use tokio::sync::mpsc;
@@ -20,7 +20,7 @@ use crate::http::routes::Route;
 use crate::metrics::ShardMetrics;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
-use crate::read::world::WorldView;
+use crate::read::world::{WorldValue, WorldView};
 use crate::rights::{RightsNetwork, RightsNode};
 use crate::route::forward::LocalNode;
 use crate::route::slots::WriteRouter;
@@ -117,17 +117,23 @@ impl NodeState {
     }
 
     /// Resets, deletes or changes the expiry of counter `id`: its new description, once
-    /// durable.
+    /// durable. A reset or expiry of a counter this node has not heard of is made for the
+    /// counter the world knows ([`NodeState::lives_unheard`]).
     pub async fn change_life(
         &self,
         id: CounterId,
         change: LifecycleChange,
         key: Option<(Box<str>, (i64, u64))>,
     ) -> Result<CounterDescription, ShardError> {
+        let elsewhere = match change {
+            LifecycleChange::Reset | LifecycleChange::Expire(_) => self.lives_unheard(&id).await?,
+            LifecycleChange::Delete | LifecycleChange::ExpireIfMade { .. } => None,
+        };
         let (reply, answer) = tokio::sync::oneshot::channel();
         let command = Command::Lifecycle {
             id,
             change,
+            elsewhere,
             key,
             reply,
         };
@@ -138,6 +144,39 @@ impl NodeState {
     /// The refusal of a request the stopping node can no longer take.
     pub fn stopped(&self) -> ShardError {
         ShardError::Unavailable("the node is shutting down".into())
+    }
+
+    /// The world value of counter `id` as this node answers it (`None`: no live counter has
+    /// it).
+    pub(crate) async fn world_value(
+        &self,
+        id: &CounterId,
+    ) -> Result<Option<WorldValue>, ShardError> {
+        let mut values = self.world.values(std::slice::from_ref(id)).await;
+        values.pop().unwrap_or(Ok(None))
+    }
+
+    /// The type of counter `id` when this node has heard of it neither by a description nor
+    /// by a record of its slot, but the world knows it live: its peers' slots (this node's
+    /// copies) or the other datacenters' parts (the global tier). `None` when this node has
+    /// heard of it, or no one knows it live.
+    pub async fn lives_unheard(&self, id: &CounterId) -> Result<Option<CounterType>, ShardError> {
+        let heard = self
+            .descriptions
+            .read()
+            .expect("descriptions lock")
+            .get(id.as_str())
+            .is_some()
+            || self
+                .table
+                .read()
+                .expect("slot table lock")
+                .get_record(id.as_str())
+                .is_some();
+        if heard {
+            return Ok(None);
+        }
+        Ok(self.world_value(id).await?.map(WorldValue::counter_type))
     }
 }
 
@@ -208,6 +247,13 @@ impl LocalNode for NodeState {
         change: LifecycleChange,
     ) -> impl Future<Output = Result<CounterDescription, ShardError>> + Send {
         NodeState::change_life(self, id, change, None)
+    }
+
+    fn lives_unheard(
+        &self,
+        id: &CounterId,
+    ) -> impl Future<Output = Result<Option<CounterType>, ShardError>> + Send {
+        NodeState::lives_unheard(self, id)
     }
 
     fn stopped(&self) -> ShardError {

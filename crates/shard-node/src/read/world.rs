@@ -42,6 +42,16 @@ pub enum WorldValue {
     Unique(u64),
 }
 
+impl WorldValue {
+    /// The type of the counter it is the value of.
+    pub fn counter_type(self) -> CounterType {
+        match self {
+            WorldValue::Sum(_) => CounterType::Sum,
+            WorldValue::Unique(_) => CounterType::Unique,
+        }
+    }
+}
+
 /// A world value and how old its oldest part may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorldReading {

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use geocount_model::{CounterId, CounterType, ModelError};
+use geocount_model::{CounterId, ModelError};
 use geocount_net::HttpError;
 use geocount_resp::{Reply, words};
 
@@ -86,12 +86,6 @@ fn check_node(state: &NodeState, write: bool) -> Result<(), ShardError> {
         Some(conflict) if write => Err(ShardError::SlotServedTwice(conflict)),
         _ => Ok(()),
     }
-}
-
-/// The world value of counter `id` (`None`: no live counter has it).
-async fn world_value(state: &NodeState, id: &CounterId) -> Result<Option<WorldValue>, ShardError> {
-    let mut values = state.world.values(std::slice::from_ref(id)).await;
-    values.pop().unwrap_or(Ok(None))
 }
 
 /// The reply of a world value read for `GET`: the total or estimate as a bulk string.
@@ -207,7 +201,7 @@ pub(crate) async fn pfadd(state: Arc<NodeState>, key: Bytes, elements: Vec<Bytes
         Ok(id) => id,
         Err(error) => return refusal(&error, true),
     };
-    let before = match world_value(&state, &id).await {
+    let before = match state.world_value(&id).await {
         Ok(Some(WorldValue::Sum(_))) => return Reply::error(words::NOT_HLL),
         Ok(before) => before,
         Err(error) => return refusal(&error, true),
@@ -252,7 +246,7 @@ pub(crate) async fn pfadd(state: Arc<NodeState>, key: Bytes, elements: Vec<Bytes
             return refusal(&ShardError::PassedOn { status, error }, true);
         }
     }
-    match world_value(&state, &id).await {
+    match state.world_value(&id).await {
         Ok(after) => Reply::Integer(i64::from(after != before)),
         Err(_) => Reply::Integer(1),
     }
@@ -317,7 +311,7 @@ pub(crate) async fn expire(
             None => return Reply::error(format!("ERR invalid expire time in '{command}' command")),
         },
     };
-    let (id, value) = match live(&state, &key).await {
+    let (id, _) = match live(&state, &key).await {
         Ok(Some(live)) => live,
         Ok(None) => return Reply::Integer(0),
         Err(reply) => return reply,
@@ -330,26 +324,11 @@ pub(crate) async fn expire(
         };
     };
     match state
-        .change_life(id.clone(), LifecycleChange::Expire(Some(at_ms)), None)
+        .change_life(id, LifecycleChange::Expire(Some(at_ms)), None)
         .await
     {
         Ok(_) => Reply::Integer(1),
-        // Written only at another node of the datacenter, never described: made described
-        // with this expiry, of the type its value shows.
-        Err(ShardError::NotFound(_)) => {
-            let counter_type = match value {
-                WorldValue::Sum(_) => CounterType::Sum,
-                WorldValue::Unique(_) => CounterType::Unique,
-            };
-            let change = LifecycleChange::ExpireUnlessSet {
-                expires_at_ms: at_ms,
-                counter_type,
-            };
-            match state.change_life(id, change, None).await {
-                Ok(_) => Reply::Integer(1),
-                Err(error) => refusal(&error, false),
-            }
-        }
+        Err(ShardError::NotFound(_)) => Reply::Integer(0),
         Err(error) => refusal(&error, false),
     }
 }
@@ -361,7 +340,7 @@ async fn live(state: &NodeState, key: &[u8]) -> Result<Option<(CounterId, WorldV
     let Ok(id) = counter_id(key) else {
         return Ok(None);
     };
-    match world_value(state, &id).await {
+    match state.world_value(&id).await {
         Ok(Some(value)) => Ok(Some((id, value))),
         Ok(None) => Ok(None),
         Err(error) => Err(refusal(&error, false)),
@@ -484,6 +463,7 @@ pub(crate) async fn pfcount(state: Arc<NodeState>, keys: Vec<Bytes>) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use geocount_model::CounterType;
 
     fn line(error: ShardError, unique: bool) -> String {
         match refusal(&error, unique) {

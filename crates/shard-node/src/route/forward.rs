@@ -55,6 +55,12 @@ pub trait LocalNode: Send + Sync + 'static {
         id: CounterId,
         change: LifecycleChange,
     ) -> impl Future<Output = Result<CounterDescription, ShardError>> + Send;
+    /// The type of counter `id` when this node has heard nothing of it but the world knows
+    /// it live; `None` otherwise.
+    fn lives_unheard(
+        &self,
+        id: &CounterId,
+    ) -> impl Future<Output = Result<Option<CounterType>, ShardError>> + Send;
     /// The refusal of a request the stopping node can no longer take.
     fn stopped(&self) -> ShardError;
     /// Notes that the node of slot `slot` acknowledged a sum write of counter `id` this node
@@ -74,9 +80,13 @@ pub struct Applied<'a> {
 /// Applies one write here, or forwards it to the node owning the slot it is routed to.
 pub async fn apply_one<N: LocalNode>(
     node: &N,
-    write: WriteRequest,
+    mut write: WriteRequest,
     forwarded: bool,
 ) -> Result<Applied<'_>, ShardError> {
+    if write.ttl_secs.is_some() && node.lives_unheard(&write.id).await?.is_some() {
+        // A write's expiry is only for a counter it makes; this one lives elsewhere.
+        write.ttl_secs = None;
+    }
     let target = {
         let descriptions = node.descriptions().read().expect("descriptions lock");
         check_type(&descriptions, &write)?;
@@ -89,8 +99,8 @@ pub async fn apply_one<N: LocalNode>(
     if target != node.router().own_slot() {
         if let Some(ttl_secs) = write.ttl_secs {
             // The expiry is made durable here before the write goes: no counter the write
-            // makes is ever without it. The slot taking the write sets it in the same group.
-            let change = LifecycleChange::ExpireUnlessSet {
+            // makes is ever without it.
+            let change = LifecycleChange::ExpireIfMade {
                 expires_at_ms: node.now_ms() + u64::from(ttl_secs) * 1000,
                 counter_type: write.change.counter_type(),
             };

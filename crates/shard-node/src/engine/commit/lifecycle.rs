@@ -6,7 +6,7 @@
 //! and every later write of the slot carries it.
 
 use geocount_model::{
-    CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord,
+    CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, ShardDefaults,
     VersionedDescription,
 };
 use geocount_sync::DescriptionTable;
@@ -15,7 +15,7 @@ use super::CommitLoop;
 use super::stage::{Staged, default_description, key_reused, known_type};
 use crate::engine::idempotency::KeyHash;
 use crate::engine::slot_table::SlotTable;
-use crate::engine::write::{LifecycleChange, WriteRequest};
+use crate::engine::write::LifecycleChange;
 use crate::error::ShardError;
 
 impl CommitLoop {
@@ -86,22 +86,24 @@ impl CommitLoop {
 
     /// Resets, deletes or changes the expiry of counter `id`: the new description is staged,
     /// and this node's own slot renewed at once (other slots when they learn of it).
+    /// `elsewhere`: the type the world knows the counter by, when this node has heard of it
+    /// neither by a description nor by a record of its slot.
     pub(super) fn stage_lifecycle(
         &mut self,
-        table: &SlotTable,
-        descriptions: &DescriptionTable,
+        (table, descriptions): (&SlotTable, &DescriptionTable),
         staged: &mut Staged,
         id: &CounterId,
         change: LifecycleChange,
+        elsewhere: Option<CounterType>,
     ) -> Result<CounterDescription, ShardError> {
         let now_ms = staged.now_ms;
-        if let LifecycleChange::ExpireUnlessSet {
+        if let LifecycleChange::ExpireIfMade {
             expires_at_ms,
             counter_type,
         } = change
         {
             let made =
-                self.expire_unless_set(descriptions, staged, id, counter_type, expires_at_ms);
+                self.expire_if_made(table, descriptions, staged, id, counter_type, expires_at_ms);
             self.renew_if_behind(table, descriptions, staged, id);
             return Ok(made);
         }
@@ -113,13 +115,15 @@ impl CommitLoop {
             // Deleted or expired: gone, as a read says.
             Some(_) => return Err(ShardError::NotFound(id.to_string())),
             // A counter written without `POST /counter` has no description: its record here
-            // says its type. A delete of one this node has not heard of needs no type.
+            // says its type, or the world's knowledge of it. A delete of one no one knows
+            // needs no type.
             None => {
                 let record = table.get_record(id.as_str());
-                if record.is_none() && change != LifecycleChange::Delete {
+                let counter_type = known_type(None, record).or(elsewhere);
+                if counter_type.is_none() && change != LifecycleChange::Delete {
                     return Err(ShardError::NotFound(id.to_string()));
                 }
-                let counter_type = known_type(None, record).unwrap_or_default();
+                let counter_type = counter_type.unwrap_or_default();
                 staged.new_descriptions += 1;
                 VersionedDescription {
                     description: default_description(
@@ -143,7 +147,7 @@ impl CommitLoop {
                 next.version = at;
                 next
             }
-            LifecycleChange::ExpireUnlessSet { .. } => unreachable!("staged above"),
+            LifecycleChange::ExpireIfMade { .. } => unreachable!("staged above"),
         };
         let description = next.description.clone();
         staged.stage_description(next);
@@ -158,7 +162,7 @@ impl CommitLoop {
         &mut self,
         (table, descriptions): (&SlotTable, &DescriptionTable),
         staged: &mut Staged,
-        id: &CounterId,
+        (id, elsewhere): (&CounterId, Option<CounterType>),
         change: LifecycleChange,
         (key, asked): (Box<str>, (i64, u64)),
     ) -> Result<CounterDescription, ShardError> {
@@ -175,47 +179,41 @@ impl CommitLoop {
             }
             return Err(key_reused(&key, &first));
         }
-        let description = self.stage_lifecycle(table, descriptions, staged, id, change)?;
+        let description =
+            self.stage_lifecycle((table, descriptions), staged, id, change, elsewhere)?;
         let record = IdempotencyRecord::of_life_change(id.clone(), asked, staged.now_ms);
         staged.idempotency.insert(hash, key, record);
         Ok(description)
     }
 
-    /// Before a write to a counter that is deleted or expired here: stages its description
-    /// again, with the defaults and the write's type, in the generation its tombstone began,
-    /// so the write makes a new counter counting from zero.
+    /// Before a write of `counter_type` to counter `id`, deleted or expired here: stages the
+    /// counter made again ([`made_again`]) with the write's expiry `expires_at_ms`, so the write
+    /// makes a new counter counting from zero. Versioned just past the tombstone (a write with
+    /// an expiry one step further, so its expiry wins over a plain write's making), so that a
+    /// description made on purpose in the same generation (a `POST /counter`, a change of its
+    /// life) wins over it. `None` when the counter is not gone here.
     pub(super) fn recreate_if_gone(
         &mut self,
         descriptions: &DescriptionTable,
         staged: &mut Staged,
-        write: &WriteRequest,
-    ) {
-        let id = &write.id;
-        let Some(gone) = staged
+        (id, counter_type): (&CounterId, CounterType),
+        expires_at_ms: Option<u64>,
+    ) -> Option<CounterDescription> {
+        let gone = staged
             .description(id.as_str())
             .or_else(|| descriptions.get(id.as_str()))
             .filter(|known| !known.is_live(staged.now_ms))
-            .cloned()
-        else {
-            return;
-        };
+            .cloned()?;
         let settings = &self.shared.settings;
-        let counter_type = write.change.counter_type();
-        let mut description = default_description(settings, id, counter_type, staged.now_ms);
-        if gone.description.counter_type == counter_type {
-            // A bounded counter made again by a write keeps its bounds: a quota with an expiry
-            // is one again each period.
-            description.min = gone.description.min;
-            description.max = gone.description.max;
-        }
-        // Versioned just past the tombstone, so that a description made on purpose in the same
-        // generation (a `POST /counter`, an expiry set before a forwarded write) wins over it.
+        let mut description = made_again(settings, &gone, counter_type, staged.now_ms);
+        description.expires_at_ms = expires_at_ms;
+        let steps = if expires_at_ms.is_some() { 2 } else { 1 };
         let version = HlcTimestamp {
-            logical: gone.version.logical.saturating_add(1),
+            logical: gone.version.logical.saturating_add(steps),
             node: self.shared.hlc.node(),
             ..gone.version
         };
-        self.stage_again(staged, &gone, description, version);
+        Some(self.stage_again(staged, &gone, description, version))
     }
 
     /// `POST /counter` of a counter that is deleted or expired here: made again from zero.
@@ -252,58 +250,88 @@ impl CommitLoop {
         description
     }
 
-    /// Sets counter `id`'s expiry unless it has one; makes it (again) with the defaults and
-    /// `counter_type` when it is unknown or gone. Returns its description.
-    fn expire_unless_set(
+    /// What a node does before it forwards a write of `counter_type` carrying an expiry: makes
+    /// counter `id` with it when the write will make the counter (gone here, or unheard of
+    /// here), so the expiry is durable before the write. A live counter is left as it is: a
+    /// write's expiry is only for a counter it makes. Returns the counter's description.
+    fn expire_if_made(
         &mut self,
+        table: &SlotTable,
         descriptions: &DescriptionTable,
         staged: &mut Staged,
         id: &CounterId,
         counter_type: CounterType,
         expires_at_ms: u64,
     ) -> CounterDescription {
-        let now_ms = staged.now_ms;
+        let expires = Some(expires_at_ms);
+        if let Some(made) = self.recreate_if_gone(descriptions, staged, (id, counter_type), expires)
+        {
+            return made;
+        }
         let known = staged
             .description(id.as_str())
             .or_else(|| descriptions.get(id.as_str()));
-        let mut description = match known {
-            Some(live) if live.is_live(now_ms) => {
-                if live.description.expires_at_ms.is_some() {
-                    return live.description.clone();
-                }
-                live.description.clone()
-            }
-            Some(gone) => {
-                let gone = gone.clone();
-                self.shared.hlc.observe(gone.version);
-                let mut made = default_description(&self.shared.settings, id, counter_type, now_ms);
-                made.generation = gone.generation_at(now_ms);
-                made
-            }
-            None => {
-                staged.new_descriptions += 1;
-                default_description(&self.shared.settings, id, counter_type, now_ms)
-            }
+        if let Some(live) = known {
+            return live.description.clone();
+        }
+        let settings = &self.shared.settings;
+        let written = staged
+            .slots
+            .get(id.as_str())
+            .is_some_and(|slot| slot.changed);
+        if written || table.get_record(id.as_str()).is_some() {
+            // Live without a description: its defaults, as they stand.
+            return default_description(settings, id, counter_type, staged.now_ms);
+        }
+        self.stage_made(staged, id, counter_type, expires)
+    }
+
+    /// Stages the description a write makes for counter `id`, which this node has heard
+    /// nothing of: the defaults, the write's type and its expiry. With an expiry it is
+    /// versioned at time zero, below every description made on purpose, so that a live
+    /// counter this node had not heard of keeps its own description, and no expiry, wherever
+    /// the two meet; without one (an item making a unique counter) by this node's clock.
+    pub(super) fn stage_made(
+        &mut self,
+        staged: &mut Staged,
+        id: &CounterId,
+        counter_type: CounterType,
+        expires_at_ms: Option<u64>,
+    ) -> CounterDescription {
+        let settings = &self.shared.settings;
+        let mut description = default_description(settings, id, counter_type, staged.now_ms);
+        description.expires_at_ms = expires_at_ms;
+        let version = match expires_at_ms {
+            Some(_) => HlcTimestamp {
+                node: self.shared.hlc.node(),
+                ..HlcTimestamp::default()
+            },
+            None => self.shared.hlc.now(),
         };
-        description.expires_at_ms = Some(expires_at_ms);
+        staged.new_descriptions += 1;
         staged.stage_description(VersionedDescription {
             description: description.clone(),
-            version: self.shared.hlc.now(),
+            version,
         });
         description
     }
+}
 
-    /// A write carrying `ttlSeconds` sets its counter's expiry in the write's own group, when
-    /// the counter has none: the write and its expiry are logged in one record.
-    pub(super) fn stage_expiry_of_write(
-        &mut self,
-        descriptions: &DescriptionTable,
-        staged: &mut Staged,
-        write: &WriteRequest,
-        ttl_secs: u32,
-    ) {
-        let expires_at_ms = staged.now_ms + u64::from(ttl_secs) * 1000;
-        let counter_type = write.change.counter_type();
-        self.expire_unless_set(descriptions, staged, &write.id, counter_type, expires_at_ms);
+/// The counter made again by a write of `counter_type` from `gone`, its tombstone (or a
+/// description whose expiry passed): the defaults, and the bounds of the counter gone when it
+/// was of the same type (a quota with an expiry is one again each period, at whichever node a
+/// write makes it). Staged in the generation the tombstone began.
+fn made_again(
+    settings: &ShardDefaults,
+    gone: &VersionedDescription,
+    counter_type: CounterType,
+    now_ms: u64,
+) -> CounterDescription {
+    let id = &gone.description.id;
+    let mut description = default_description(settings, id, counter_type, now_ms);
+    if gone.description.counter_type == counter_type {
+        description.min = gone.description.min;
+        description.max = gone.description.max;
     }
+    description
 }

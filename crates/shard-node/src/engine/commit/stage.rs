@@ -326,7 +326,14 @@ impl CommitLoop {
             return Err(key_reused(key, &first));
         }
         // Only a write applied, not a retry answered, makes a deleted counter again.
-        self.recreate_if_gone(descriptions, staged, &write);
+        let counter_type = write.change.counter_type();
+        let expires_at_ms = write.ttl_secs.map(|ttl| now_ms + u64::from(ttl) * 1000);
+        self.recreate_if_gone(
+            descriptions,
+            staged,
+            (&write.id, counter_type),
+            expires_at_ms,
+        );
         let limit = self.shared.settings.max_counters;
         let held_records = table.len() + staged.new_records;
         let held_descriptions = descriptions.len() + staged.new_descriptions;
@@ -341,6 +348,11 @@ impl CommitLoop {
         let adds_record = slot.row.is_none() && !slot.changed;
         if adds_record {
             check_room(limit, held_records)?;
+        }
+        // A write's expiry is only for a counter it makes.
+        let makes_with_expiry = adds_record && !slot.described && expires_at_ms.is_some();
+        if makes_with_expiry {
+            check_room(limit, held_descriptions)?;
         }
         // A renewed slot counts from zero: nothing of its committed record is a base.
         let committed = slot
@@ -378,7 +390,8 @@ impl CommitLoop {
                 let base = committed.map_or(&empty, |record| record.window());
                 let (second, length) = (write.timestamp_secs, slot.window_seconds);
                 let hit = budget::Hit::new(&slot.window, second, length);
-                let after = budget::sum_bytes_after(id, base, hit, slot.described)
+                let described = slot.described || makes_with_expiry;
+                let after = budget::sum_bytes_after(id, base, hit, described)
                     + budget::history_bytes_after(&slot.history, committed, second);
                 self.budget.check(id, slot.bytes, after, grown)?;
                 // Every level's step takes the hit too: refused before any changes if one
@@ -435,7 +448,7 @@ impl CommitLoop {
         }
         slot.changed = true;
         slot.writes += 1;
-        slot.described |= creates_unique;
+        slot.described |= creates_unique || makes_with_expiry;
         let next = slot.state;
         let growth = slot.bytes - bytes_before;
         staged.grown += growth;
@@ -443,29 +456,16 @@ impl CommitLoop {
         if adds_record {
             staged.new_records += 1;
         }
-        if creates_unique {
-            // An item for a counter this node has not heard of creates it as unique.
-            self.stage_unique_description(&write.id, staged, now_ms);
-        }
-        if let Some(ttl_secs) = write.ttl_secs {
-            self.stage_expiry_of_write(descriptions, staged, &write, ttl_secs);
+        if creates_unique || makes_with_expiry {
+            // A counter this node has not heard of is described when an item makes it unique
+            // or the write brings its expiry.
+            self.stage_made(staged, &write.id, counter_type, expires_at_ms);
         }
         if let (Some(key), Some(hash)) = (write.idempotency_key, key_hash) {
             let record = record_of(&write.id, &write.change, next, now_ms);
             staged.idempotency.insert(hash, key, record);
         }
         Ok(next)
-    }
-
-    /// Stages the description of a unique counter created by an item write: the defaults,
-    /// versioned by this node's clock like `POST /counter`.
-    fn stage_unique_description(&self, id: &CounterId, staged: &mut Staged, now_ms: u64) {
-        let settings = &self.shared.settings;
-        staged.new_descriptions += 1;
-        staged.stage_description(VersionedDescription {
-            description: default_description(settings, id, CounterType::Unique, now_ms),
-            version: self.shared.hlc.now(),
-        });
     }
 
     pub(super) fn stage_create(

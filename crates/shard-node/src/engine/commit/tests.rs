@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use geocount_model::{CounterId, HlcTimestamp, SlotState, SystemClock};
+use geocount_model::{CounterId, CounterType, HlcTimestamp, SlotState, SystemClock};
 
 use super::*;
 use crate::engine::idempotency::IdempotencyCache;
@@ -170,6 +170,7 @@ impl Running {
         let command = Command::Lifecycle {
             id,
             change,
+            elsewhere: None,
             key,
             reply,
         };
@@ -301,34 +302,89 @@ async fn a_description_learned_after_its_expiry_is_its_tombstone() {
 }
 
 #[tokio::test]
-async fn a_write_with_a_time_to_live_sets_the_expiry_only_when_there_is_none() {
+async fn a_write_with_a_time_to_live_sets_the_expiry_only_of_a_counter_it_makes() {
     let node = Running::start();
     let before = SystemClock.now_unix_ms();
     node.write("c", 1, Some(60)).await;
-    let expires = node.description("c").description.expires_at_ms.unwrap();
+    let made = node.description("c");
+    let expires = made.description.expires_at_ms.unwrap();
     assert!((before + 60_000..=SystemClock.now_unix_ms() + 60_000).contains(&expires));
     node.write("c", 1, Some(5)).await;
     assert_eq!(
         node.description("c").description.expires_at_ms,
         Some(expires)
     );
-    // Cleared, then set by the next write again.
+    // Made by a write: any description made on purpose wins over it, and gives it no expiry.
+    let created = geocount_model::fixtures::described("c", 1, 1, 9);
+    assert!(made.is_older_than(&created), "{made:?}");
+    node.learn(created.clone()).await;
+    assert_eq!(node.description("c"), created);
+    // A live counter, described or written alone, takes no expiry from a write.
+    node.write("c", 1, Some(5)).await;
+    node.write("w", 1, None).await;
+    node.write("w", 1, Some(5)).await;
+    assert_eq!(node.description("c").description.expires_at_ms, None);
+    assert!(node.descriptions.read().unwrap().get("w").is_none());
+    // Set on purpose, cleared on purpose: a write does not set it again.
+    node.change("c", LifecycleChange::Expire(Some(expires)))
+        .await
+        .unwrap();
     let cleared = node
         .change("c", LifecycleChange::Expire(None))
         .await
         .unwrap();
     assert_eq!(cleared.expires_at_ms, None);
     node.write("c", 1, Some(5)).await;
-    assert!(node.description("c").description.expires_at_ms.unwrap() < expires);
-    // An expiry in the past: gone, and the next write counts from zero.
+    assert_eq!(node.description("c").description.expires_at_ms, None);
+    // An expiry in the past: gone, and the next write makes it again, with its expiry, from
+    // zero.
     let now = SystemClock.now_unix_ms();
     node.change("c", LifecycleChange::Expire(Some(now - 1)))
         .await
         .unwrap();
-    assert_eq!(node.write("c", 4, None).await.value, 4);
+    assert_eq!(node.write("c", 4, Some(5)).await.value, 4);
     let made = node.description("c");
     assert!(made.is_live(SystemClock.now_unix_ms()));
     assert_eq!(made.description.generation.physical_ms, now - 1);
+    assert!(made.description.expires_at_ms > Some(now));
+}
+
+#[tokio::test]
+async fn a_bounded_counter_made_again_from_its_tombstone_keeps_its_bounds_either_way() {
+    let now = SystemClock.now_unix_ms();
+    let mut quota = geocount_model::fixtures::described("q", 1, now - 5_000, 9);
+    quota.description.max = Some(3);
+    quota.description.expires_at_ms = Some(now - 1_000);
+    // The node that forwards a write with an expiry, and the node of the slot it goes to.
+    let (forwarding, slot) = (Running::start(), Running::start());
+    for node in [&forwarding, &slot] {
+        node.learn(quota.clone()).await;
+    }
+    let expires_at_ms = now + 30_000;
+    let change = LifecycleChange::ExpireIfMade {
+        expires_at_ms,
+        counter_type: CounterType::Sum,
+    };
+    let with_expiry = forwarding.change("q", change).await.unwrap();
+    assert_eq!(
+        (with_expiry.max, with_expiry.expires_at_ms),
+        (Some(3), Some(expires_at_ms))
+    );
+    // The forwarded write carries no expiry: the slot makes the counter again from what it
+    // knows, with the same bounds, and the two meet in either order.
+    slot.write("q", 1, None).await;
+    let plain = slot.description("q");
+    assert_eq!(plain.description.max, Some(3));
+    let with_expiry = forwarding.description("q");
+    assert!(plain.is_older_than(&with_expiry));
+    slot.learn(with_expiry.clone()).await;
+    forwarding.learn(plain).await;
+    for node in [&forwarding, &slot] {
+        assert_eq!(node.description("q"), with_expiry);
+    }
+    // A live counter is left as it is.
+    let again = forwarding.change("q", change).await.unwrap();
+    assert_eq!(again, with_expiry.description);
 }
 
 impl Running {
