@@ -239,7 +239,8 @@ fn same_bounds(
 }
 
 /// A bounded counter is answered as created once every shard node holds its description:
-/// a node that did not would take writes past its bounds. 503 names those that did not.
+/// a node that did not would take writes past its bounds. 503 names those that did not, and
+/// why.
 async fn finish_bounded(state: &NodeState, id: &CounterId) -> Result<(), ShardError> {
     let description = (state.descriptions.read().expect("descriptions lock"))
         .get(id.as_str())
@@ -249,7 +250,9 @@ async fn finish_bounded(state: &NodeState, id: &CounterId) -> Result<(), ShardEr
     if missing.is_empty() {
         return Ok(());
     }
-    let missing: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    let missing: Vec<String> = (missing.iter())
+        .map(|(slot, why)| format!("{slot} ({why})"))
+        .collect();
     Err(ShardError::Unavailable(format!(
         "counter {id} is created, but shard nodes {} do not hold its bounds yet and would not \
          keep its writes within them; send the same POST /counter again to finish",

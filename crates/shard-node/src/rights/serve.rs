@@ -74,12 +74,18 @@ async fn change_rights<N: RightsNode>(
 }
 
 /// Adopts a pushed description and waits until it (or a newer one) is held, which is once
-/// it is durable.
+/// it is durable. One from a clock too far ahead is refused before the commit loop's clock
+/// observes it, as a pulled one is.
 async fn hold_description<N: RightsNode>(
     state: &N,
     description: VersionedDescription,
 ) -> Result<(), ShardError> {
     description.description.check()?;
+    if let Err(refusal) = state.description_fence().admit(&description) {
+        state.refused_description();
+        tracing::warn!(%refusal, "refused a pushed counter description");
+        return Err(refusal.into());
+    }
     let id = description.description.id.clone();
     let held = |state: &N| {
         let descriptions = state.descriptions().read().expect("descriptions lock");
@@ -106,11 +112,11 @@ async fn hold_description<N: RightsNode>(
 }
 
 /// Sends a bounded counter's description to every other shard node of every datacenter;
-/// returns the slots that did not hold it in time.
+/// returns the slots that did not hold it in time, each with why.
 pub async fn push_description<N: RightsNode>(
     state: &N,
     description: &VersionedDescription,
-) -> Vec<SlotId> {
+) -> Vec<(SlotId, String)> {
     let network = state.rights();
     let message = RightsMessage::Describe(description.clone());
     let Ok(body) = postcard::to_allocvec(&message) else {
@@ -131,14 +137,26 @@ pub async fn push_description<N: RightsNode>(
             let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
             let sent = network.client.send(Method::POST, &url, &headers, body);
             let timeout = ASK_TIMEOUT.saturating_mul(2);
-            matches!(tokio::time::timeout(timeout, sent).await, Ok(Ok(answer)) if answer.status == StatusCode::OK)
+            match tokio::time::timeout(timeout, sent).await {
+                Ok(Ok(answer)) if answer.status == StatusCode::OK => None,
+                Ok(Ok(answer)) => Some(refusal_of(answer.status, &answer.body)),
+                Ok(Err(error)) => Some(error.to_string()),
+                Err(_) => Some(format!("no answer within {timeout:?}")),
+            }
         }
     });
-    let held = join_all(sends).await;
-    (targets.into_iter().zip(held))
-        .filter(|(_, held)| !held)
-        .map(|((slot, _), _)| slot)
+    let missing = join_all(sends).await;
+    (targets.into_iter().zip(missing))
+        .filter_map(|((slot, _), why)| Some((slot, why?)))
         .collect()
+}
+
+/// What a node's refusal of a pushed description says: its JSON `error`, else its status.
+fn refusal_of(status: StatusCode, body: &[u8]) -> String {
+    let error = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|answer| answer["error"].as_str().map(str::to_owned));
+    error.unwrap_or_else(|| format!("answered {status}"))
 }
 
 /// `GET /counter/{id}/rights`.
