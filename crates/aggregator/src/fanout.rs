@@ -8,6 +8,7 @@ use std::time::Duration;
 use geocount_net::{Connector, HttpClient};
 use hyper::Request;
 use hyper::body::Incoming;
+use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
 
 use crate::error::AggregatorError;
@@ -23,10 +24,32 @@ pub const AGGREGATOR_TIMEOUT: Duration = Duration::from_millis(2000);
 /// The longest answer a status route takes from one process below.
 const FANOUT_MAX_BYTES: usize = 4 << 20;
 
-/// The client the status routes ask the tier below with, each request given up after
-/// `timeout`.
-pub fn client(connector: Connector, timeout: Duration) -> HttpClient {
-    HttpClient::with_connector(timeout, connector).with_max_response_bytes(FANOUT_MAX_BYTES)
+/// How the status routes ask the tier below: each request given up after a timeout, and
+/// every call counted (`fanout_calls_total`).
+pub struct Fanout {
+    client: HttpClient,
+    calls: Counter,
+}
+
+impl Fanout {
+    /// Asks through `connector`, each request given up after `timeout`, counting calls in
+    /// `calls`.
+    pub fn new(connector: Connector, timeout: Duration, calls: Counter) -> Self {
+        let client = HttpClient::with_connector(timeout, connector)
+            .with_max_response_bytes(FANOUT_MAX_BYTES);
+        Self { client, calls }
+    }
+
+    /// `GET path` at every address of `addresses` at once, with `authorization`; the answers
+    /// in the order of `addresses`.
+    pub async fn get_all(
+        &self,
+        addresses: impl IntoIterator<Item = String>,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> Vec<Asked> {
+        get_all(&self.client, &self.calls, addresses, path, authorization).await
+    }
 }
 
 /// The caller's `Authorization` header, to pass on.
@@ -86,10 +109,11 @@ impl Asked {
     }
 }
 
-/// `GET path` at every address of `addresses` at once, with `authorization`; the answers in
-/// the order of `addresses`.
-pub async fn get_all(
+/// `GET path` at every address of `addresses` at once, with `authorization`, each call
+/// counted in `calls`; the answers in the order of `addresses`.
+async fn get_all(
     client: &HttpClient,
+    calls: &Counter,
     addresses: impl IntoIterator<Item = String>,
     path: &str,
     authorization: Option<&str>,
@@ -100,6 +124,7 @@ pub async fn get_all(
             let client = client.clone();
             let url = client.url(&address, path);
             let authorization = authorization.map(str::to_owned);
+            calls.inc();
             tokio::spawn(async move {
                 let headers: Vec<(&str, &str)> = authorization
                     .iter()
