@@ -126,7 +126,8 @@ pub async fn status(state: &DatacenterState, authorization: Option<&str>, now_ms
                 .collect(),
         }
     };
-    for (slot, (health, metrics)) in view.slots.iter_mut().zip(healths.iter().zip(&metrics)) {
+    for (slot, (health, metrics)) in (view.slots.iter_mut()).zip(healths.iter().zip(metrics.iter()))
+    {
         slot.health_status = health.status();
         slot.health = health.json();
         if let Asked::Failed(why) = health {
@@ -196,7 +197,7 @@ pub async fn rights(
     let held_by = || format!("datacenter {}", state.datacenter);
     fanout::any_rights(&answers, id, held_by)?;
     let slots: Vec<SlotRights> = (state.slot_names.iter().zip(addresses))
-        .zip(&answers)
+        .zip(answers.iter())
         .map(|((slot, address), answer)| SlotRights {
             slot: slot.clone(),
             address,
