@@ -67,6 +67,22 @@ async fn metric(api: &Api, name: &str) -> u64 {
         .map_or(0, |value| value.parse().unwrap())
 }
 
+/// `USA_0`'s aggregator, its node 0 with its clock ten minutes ahead, and its node 1.
+async fn start_with_one_ahead(topology: &TestTopology) -> (NodeProcess, NodeProcess, NodeProcess) {
+    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
+    let ahead = NodeProcess::start_first(
+        "shard-node",
+        "DC_USA_0_VAL_0",
+        &shard_args(topology, 0, TEN_MINUTES_MS),
+        &["--restore".to_owned(), "empty".to_owned()],
+        topology.shard_addr("USA_0", 0),
+        topology.dir(),
+    )
+    .await;
+    let peer = topology.start_shard("USA_0", 1).await;
+    (aggregator, ahead, peer)
+}
+
 #[tokio::test]
 async fn a_change_made_after_a_restart_with_the_clock_behind_wins() {
     let topology = TestTopology::new(&[("USA_0", 2)], "hot_writes_per_slot = 20");
@@ -138,17 +154,7 @@ async fn a_change_made_after_a_restart_with_the_clock_behind_wins() {
 #[tokio::test]
 async fn a_description_from_a_clock_far_ahead_is_refused_by_peers_and_the_aggregator() {
     let topology = TestTopology::new(&[("USA_0", 2)], "");
-    let aggregator = topology.start_datacenter_aggregator("USA_0").await;
-    let ahead = NodeProcess::start_first(
-        "shard-node",
-        "DC_USA_0_VAL_0",
-        &shard_args(&topology, 0, TEN_MINUTES_MS),
-        &["--restore".to_owned(), "empty".to_owned()],
-        topology.shard_addr("USA_0", 0),
-        topology.dir(),
-    )
-    .await;
-    let peer = topology.start_shard("USA_0", 1).await;
+    let (aggregator, ahead, peer) = start_with_one_ahead(&topology).await;
     ahead
         .api()
         .created(json!({"id": "from-ahead", "numberOfShards": 2}))
@@ -185,4 +191,48 @@ async fn a_description_from_a_clock_far_ahead_is_refused_by_peers_and_the_aggreg
         1,
         "defaults"
     );
+}
+
+#[tokio::test]
+async fn a_bounded_description_pushed_from_a_clock_far_ahead_leaves_the_peer_clock_alone() {
+    let topology = TestTopology::new(&[("USA_0", 2)], "");
+    let (aggregator, ahead, peer) = start_with_one_ahead(&topology).await;
+    // A bounded creation pushes its description to the peer through POST /rights.
+    let (status, answer) = ahead
+        .api()
+        .create(json!({"id": "bounded-ahead", "min": 0, "max": 10}))
+        .await;
+
+    // The peer's clock did not move: a counter it makes still reaches its aggregator.
+    peer.api()
+        .created(json!({"id": "made-at-peer", "numberOfShards": 2}))
+        .await;
+    let aggregator_api = aggregator.api();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while held_shards(&aggregator_api, "made-at-peer").await.is_none() && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (read_status, read) = aggregator_api.read("made-at-peer").await;
+    assert_eq!(
+        read_status,
+        200,
+        "the peer's counter at the aggregator: {read}\n{}",
+        aggregator.log_tail()
+    );
+    assert_eq!(held_shards(&aggregator_api, "made-at-peer").await, Some(2));
+    // Only the creator's own description is refused there, pulled from its clock.
+    assert_eq!(held_shards(&aggregator_api, "bounded-ahead").await, None);
+
+    // The creator is told which node refused its description, and why.
+    assert_eq!(status, 503, "{answer}");
+    let error = answer["error"].as_str().unwrap();
+    assert!(
+        error.contains("DC_USA_0_VAL_1") && error.contains("ahead of the receiver's clock"),
+        "the refusal names the peer and why: {error}"
+    );
+    let peer_api = peer.api();
+    let shard_metric = "geocount_shard_descriptions_refused_total";
+    assert!(metric(&peer_api, shard_metric).await >= 1);
+    assert_eq!(held_shards(&peer_api, "bounded-ahead").await, None);
 }

@@ -200,10 +200,12 @@ async fn the_status_pages_show_every_datacenter_and_follow_writes() {
         // in its datacenter's view rather than the datacenter missing.
         let hung = &cluster.shards[0][1];
         hung.pause();
-        // Every answer is quick; one asked while a reply of the node was already on its way
-        // may still show it, so a few are asked.
+        // Every answer is quick; one asked while a reply of the node was already on its way,
+        // or within the second an earlier gathering of the tier below is shared
+        // (`fanout::SHARED_FOR`), may still show it, so it is asked for a few seconds.
         let mut body = serde_json::Value::Null;
-        for _ in 0..5 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(8);
+        while std::time::Instant::now() < deadline {
             let asked = std::time::Instant::now();
             let (status, answer) = global.get_json("/status").await;
             let took = asked.elapsed();
@@ -213,6 +215,7 @@ async fn the_status_pages_show_every_datacenter_and_follow_writes() {
             if body["datacenters"][0]["view"]["slots"][1]["error"].is_string() {
                 break;
             }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         hung.resume();
         let slots = &body["datacenters"][0]["view"]["slots"];

@@ -2,12 +2,20 @@
 //! each with a short timeout, so a status answer never waits on a process that hangs. The
 //! caller's `Authorization` header is passed on: the routes asked need the read right the
 //! caller already proved here.
+//!
+//! A burst of callers costs the tier below one gathering per [`SHARED_FOR`]: callers asking
+//! the same path with the same credentials join the gathering in flight, or share its answers
+//! for [`SHARED_FOR`] after it ends; and at most [`MAX_CALLS_IN_FLIGHT`] calls of the process
+//! are in flight at once, whatever is asked.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use geocount_net::{Connector, HttpClient};
 use hyper::Request;
 use hyper::body::Incoming;
+use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
 
 use crate::error::AggregatorError;
@@ -23,10 +31,85 @@ pub const AGGREGATOR_TIMEOUT: Duration = Duration::from_millis(2000);
 /// The longest answer a status route takes from one process below.
 const FANOUT_MAX_BYTES: usize = 4 << 20;
 
-/// The client the status routes ask the tier below with, each request given up after
-/// `timeout`.
-pub fn client(connector: Connector, timeout: Duration) -> HttpClient {
-    HttpClient::with_connector(timeout, connector).with_max_response_bytes(FANOUT_MAX_BYTES)
+/// How long the answers of one gathering are shared after it ends.
+pub const SHARED_FOR: Duration = Duration::from_secs(1);
+
+/// The most calls to the processes below in flight at once, over every fan-out of the
+/// process: enough for every process of a large datacenter, few enough that many distinct
+/// asks (rights of many counters) cannot flood the tier below.
+pub const MAX_CALLS_IN_FLIGHT: usize = 32;
+
+/// The answers of one gathering, in the order of its addresses.
+pub type Gathered = Arc<Vec<Asked>>;
+
+/// One gathering: joined while in flight, then shared until [`SHARED_FOR`] has passed.
+#[derive(Default)]
+struct Flight(tokio::sync::OnceCell<(Instant, Gathered)>);
+
+impl Flight {
+    /// Whether a caller at `now` may still take this flight's answers.
+    fn is_current(&self, now: Instant) -> bool {
+        (self.0.get()).is_none_or(|(ended, _)| now.duration_since(*ended) < SHARED_FOR)
+    }
+}
+
+/// What a gathering is shared by: the path asked and the credentials passed on.
+type FlightKey = (String, Option<String>);
+
+/// How the status routes ask the tier below: gatherings shared by every caller asking the same
+/// thing, calls bounded in flight, each given up after a timeout and counted
+/// (`fanout_calls_total`). A path's addresses are the same for every caller of a tier.
+pub struct Fanout {
+    client: HttpClient,
+    calls: Counter,
+    permits: Arc<tokio::sync::Semaphore>,
+    flights: Mutex<HashMap<FlightKey, Arc<Flight>>>,
+}
+
+impl Fanout {
+    /// Asks through `connector`, each request given up after `timeout`, counting calls in
+    /// `calls`.
+    pub fn new(connector: Connector, timeout: Duration, calls: Counter) -> Self {
+        let client = HttpClient::with_connector(timeout, connector)
+            .with_max_response_bytes(FANOUT_MAX_BYTES);
+        Self {
+            client,
+            calls,
+            permits: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS_IN_FLIGHT)),
+            flights: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `GET path` at every address of `addresses`, with `authorization`; the answers in the
+    /// order of `addresses`, shared with every caller asking the same within [`SHARED_FOR`].
+    pub async fn get_all(
+        &self,
+        addresses: impl IntoIterator<Item = String>,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> Gathered {
+        let flight = self.flight((path.to_owned(), authorization.map(str::to_owned)));
+        let gather = || async {
+            let calls = (&self.calls, &self.permits);
+            let answers = get_all(&self.client, calls, addresses, path, authorization).await;
+            (Instant::now(), Arc::new(answers))
+        };
+        // A caller that goes away mid-flight leaves the gathering to the next one waiting.
+        let (_, answers) = flight.0.get_or_init(gather).await;
+        answers.clone()
+    }
+
+    /// The current flight of `key`, or a new one; flights past their time, and abandoned ones,
+    /// go.
+    fn flight(&self, key: FlightKey) -> Arc<Flight> {
+        let now = Instant::now();
+        let mut flights = self.flights.lock().expect("fan-out flights lock");
+        flights.retain(|_, flight| match flight.0.initialized() {
+            true => flight.is_current(now),
+            false => Arc::strong_count(flight) > 1,
+        });
+        flights.entry(key).or_default().clone()
+    }
 }
 
 /// The caller's `Authorization` header, to pass on.
@@ -86,10 +169,11 @@ impl Asked {
     }
 }
 
-/// `GET path` at every address of `addresses` at once, with `authorization`; the answers in
-/// the order of `addresses`.
-pub async fn get_all(
+/// `GET path` at every address of `addresses`, with `authorization`, each call counted and
+/// holding one of `permits` while in flight; the answers in the order of `addresses`.
+async fn get_all(
     client: &HttpClient,
+    (calls, permits): (&Counter, &Arc<tokio::sync::Semaphore>),
     addresses: impl IntoIterator<Item = String>,
     path: &str,
     authorization: Option<&str>,
@@ -100,7 +184,12 @@ pub async fn get_all(
             let client = client.clone();
             let url = client.url(&address, path);
             let authorization = authorization.map(str::to_owned);
+            let (calls, permits) = (calls.clone(), permits.clone());
             tokio::spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return Asked::Failed("the fan-out is closed".to_owned());
+                };
+                calls.inc();
                 let headers: Vec<(&str, &str)> = authorization
                     .iter()
                     .map(|value| ("authorization", value.as_str()))
@@ -189,6 +278,36 @@ pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn calls_in_flight_are_capped_across_callers() {
+        // A listener that never answers: every call stays in flight until it times out.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = silent.local_addr().unwrap().to_string();
+        let calls = Counter::default();
+        let fanout = Fanout::new(
+            geocount_net::tcp_connector(),
+            Duration::from_secs(30),
+            calls.clone(),
+        );
+        let addresses = vec![address; MAX_CALLS_IN_FLIGHT + 8];
+        let ask = || fanout.get_all(addresses.clone(), "/healthz", None);
+        let gathering = async {
+            tokio::join!(ask(), ask(), ask());
+        };
+        let watch = async {
+            while calls.get() < MAX_CALLS_IN_FLIGHT as u64 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        tokio::select! {
+            () = gathering => panic!("a silent process answered"),
+            () = watch => {}
+        }
+        assert_eq!(calls.get(), MAX_CALLS_IN_FLIGHT as u64);
+        assert_eq!(fanout.permits.available_permits(), 0);
+    }
 
     #[test]
     fn ids_become_one_path_segment() {

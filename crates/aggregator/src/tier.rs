@@ -63,8 +63,8 @@ pub struct Core {
     pub source_names: Vec<String>,
     /// The client of the tier's other replicas, for their parts of a ranking.
     pub peers: HttpClient,
-    /// The client the status routes ask the tier below with ([`crate::fanout`]).
-    pub fanout: HttpClient,
+    /// How the status routes ask the tier below ([`crate::fanout`]).
+    pub fanout: crate::fanout::Fanout,
 }
 
 /// Starts pulling `tier`'s sources (connecting through `connector`) into a replica indexed
@@ -78,8 +78,7 @@ pub fn start(
     let access = Access::new(&settings.auth, tier.process, settings.certificates);
     let timeout = Duration::from_millis(settings.sync.timeout_ms);
     let peers = HttpClient::with_connector(timeout, connector.clone());
-    let fanout = crate::fanout::client(connector.clone(), tier.fanout_timeout);
-    let client = access.cluster_client(HttpClient::with_connector(timeout, connector));
+    let client = access.cluster_client(HttpClient::with_connector(timeout, connector.clone()));
     let (replica, metrics, mut pullers) = start_pulling(
         tier.groups.names.clone(),
         tier.sources,
@@ -105,6 +104,8 @@ pub fn start(
         );
     }
     pullers.keep_ranked(&replica, clock.clone());
+    let calls = metrics.fanout_calls.clone();
+    let fanout = crate::fanout::Fanout::new(connector, tier.fanout_timeout, calls);
     let core = Core {
         peers,
         fanout,

@@ -57,6 +57,9 @@ pub enum ShardError {
         /// The configured skew allowed.
         allowed: u64,
     },
+    /// A counter's description pushed from a clock too far ahead of this node's.
+    #[error(transparent)]
+    DescriptionAhead(#[from] geocount_sync::AheadOfClock),
     /// An `Idempotency-Key` reused for a different write.
     #[error(
         "Idempotency-Key {key:?} was already used for a different write (counter {counter:?}, {write})"
@@ -246,9 +249,9 @@ impl HttpError for ShardError {
             | ShardError::WrittenUnbounded { .. }
             | ShardError::BoundReached { .. }
             | ShardError::ShortOfRights(_) => StatusCode::CONFLICT,
-            ShardError::IdempotencyKeyReused { .. } | ShardError::TimestampAhead { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ShardError::IdempotencyKeyReused { .. }
+            | ShardError::TimestampAhead { .. }
+            | ShardError::DescriptionAhead(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ShardError::StorageFull(_)
             | ShardError::CounterLimit { .. }
             | ShardError::CounterBytes { .. }

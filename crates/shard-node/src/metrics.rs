@@ -65,8 +65,8 @@ pub struct ShardMetrics {
     /// Pulled peer entries refused: of a slot the peer does not own, or versioned beyond what
     /// any clock allows.
     pub entries_refused: Counter,
-    /// Pulled descriptions refused, versioned more than `sync.max_clock_skew_ms` ahead of this
-    /// node's clock.
+    /// Descriptions refused, pulled or pushed (`POST /rights`), versioned more than
+    /// `sync.max_clock_skew_ms` ahead of this node's clock.
     pub descriptions_refused: Counter,
     /// How long ago this node last had each pulled source's complete state, in seconds (-1:
     /// never); set when scraped.
@@ -246,7 +246,7 @@ impl Default for ShardMetrics {
         );
         registry.register(
             "descriptions_refused",
-            "Pulled descriptions refused: versioned too far ahead of this node's clock",
+            "Descriptions refused, pulled or pushed: versioned too far ahead of this node's clock",
             metrics.descriptions_refused.clone(),
         );
         registry.register(

@@ -77,9 +77,10 @@ impl DescriptionTable {
         now_ms: u64,
         max_clock_skew_ms: u64,
     ) -> Intake {
+        let fence = ClockFence::new(now_ms, max_clock_skew_ms);
         let mut intake = Intake::default();
         for description in checked(page) {
-            if self.is_news(description) && intake.admit(description, now_ms, max_clock_skew_ms) {
+            if self.is_news(description) && intake.admit(description, &fence) {
                 intake.taken.push(description.clone());
             }
         }
@@ -214,6 +215,55 @@ fn expiry_of(description: &VersionedDescription) -> Option<u64> {
     described.expires_at_ms.filter(|_| !described.deleted)
 }
 
+/// The clock fence every description that enters a process passes, whatever carries it (a
+/// pulled page, a pushed `RightsMessage::Describe`, a peer's replicated log), before any clock
+/// observes it: one versioned more than `max_clock_skew_ms` ahead of this process's clock
+/// would win over every later change and pull the receiver's clock ahead with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockFence {
+    now_ms: u64,
+    max_clock_skew_ms: u64,
+}
+
+impl ClockFence {
+    /// The fence of a process whose clock reads `now_ms`, allowing `max_clock_skew_ms`
+    /// (`sync.max_clock_skew_ms`).
+    pub fn new(now_ms: u64, max_clock_skew_ms: u64) -> Self {
+        Self {
+            now_ms,
+            max_clock_skew_ms,
+        }
+    }
+
+    /// Whether `description` is versioned within the allowed skew of the clock.
+    pub fn admit(&self, description: &VersionedDescription) -> Result<(), AheadOfClock> {
+        let ahead_ms = description.version.physical_ms.saturating_sub(self.now_ms);
+        if ahead_ms <= self.max_clock_skew_ms {
+            return Ok(());
+        }
+        Err(AheadOfClock {
+            id: description.description.id.clone(),
+            ahead_ms,
+            max_clock_skew_ms: self.max_clock_skew_ms,
+        })
+    }
+}
+
+/// A description the [`ClockFence`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the description of counter {id:?} is versioned {ahead_ms} ms ahead of the receiver's clock, \
+     past sync.max_clock_skew_ms ({max_clock_skew_ms} ms): the sender's clock is ahead"
+)]
+pub struct AheadOfClock {
+    /// The counter described.
+    pub id: CounterId,
+    /// How far ahead of the clock its version is, in milliseconds.
+    pub ahead_ms: u64,
+    /// The skew allowed.
+    pub max_clock_skew_ms: u64,
+}
+
 /// What a table takes in from a pulled page of descriptions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Intake {
@@ -227,20 +277,16 @@ pub struct Intake {
 }
 
 impl Intake {
-    /// Whether `description` is within `max_clock_skew_ms` of `now_ms`; counts it if not.
-    fn admit(
-        &mut self,
-        description: &VersionedDescription,
-        now_ms: u64,
-        max_clock_skew_ms: u64,
-    ) -> bool {
-        let ahead_ms = description.version.physical_ms.saturating_sub(now_ms);
-        if ahead_ms <= max_clock_skew_ms {
-            return true;
+    /// Whether `description` passes `fence`; counts it if not.
+    pub fn admit(&mut self, description: &VersionedDescription, fence: &ClockFence) -> bool {
+        match fence.admit(description) {
+            Ok(()) => true,
+            Err(refusal) => {
+                self.refused += 1;
+                self.furthest_ahead_ms = self.furthest_ahead_ms.max(refusal.ahead_ms);
+                false
+            }
         }
-        self.refused += 1;
-        self.furthest_ahead_ms = self.furthest_ahead_ms.max(ahead_ms);
-        false
     }
 
     /// Logs the refused descriptions, if any, once for the page pulled from `source`.
@@ -287,6 +333,22 @@ mod tests {
     use super::*;
     use geocount_model::CounterId;
     use geocount_model::fixtures::FixedClock;
+
+    #[test]
+    fn the_clock_fence_refuses_only_past_the_allowed_skew() {
+        let fence = ClockFence::new(10_000, 1_000);
+        let at = |physical_ms| geocount_model::fixtures::described("c", 1, physical_ms, 1);
+        assert_eq!(fence.admit(&at(11_000)), Ok(()));
+        let refusal = fence.admit(&at(11_001)).unwrap_err();
+        assert_eq!(
+            (refusal.ahead_ms, refusal.max_clock_skew_ms),
+            (1_001, 1_000)
+        );
+        let mut intake = Intake::default();
+        assert!(intake.admit(&at(9_000), &fence));
+        assert!(!intake.admit(&at(15_000), &fence));
+        assert_eq!((intake.refused, intake.furthest_ahead_ms), (1, 5_000));
+    }
 
     #[test]
     fn old_tombstones_go_and_a_puller_still_gets_every_description() {

@@ -35,7 +35,7 @@ pub mod serve;
 pub mod slot_copies;
 
 pub use byte_bound::ByteBound;
-pub use descriptions::DescriptionTable;
+pub use descriptions::{AheadOfClock, ClockFence, DescriptionTable, Intake};
 pub use encoded::{
     EncodeItems, EncodedEntries, EncodedRows, SlotEntryRef, encode_sync_page, encoded_slot_page,
 };

@@ -85,10 +85,10 @@ pub fn health_word(conflicts: bool, over_bound: bool, refused_ahead: bool) -> &'
 /// `authorization`.
 pub async fn status(state: &DatacenterState, authorization: Option<&str>, now_ms: u64) -> Response {
     let addresses: Vec<String> = state.shards.iter().map(ToString::to_string).collect();
-    let client = &state.core.fanout;
+    let fanout = &state.core.fanout;
     let (healths, metrics) = tokio::join!(
-        fanout::get_all(client, addresses.clone(), "/healthz", authorization),
-        fanout::get_all(client, addresses.clone(), "/metrics", authorization),
+        fanout.get_all(addresses.clone(), "/healthz", authorization),
+        fanout.get_all(addresses.clone(), "/metrics", authorization),
     );
     let mut view = {
         let replica = state.core.replica.read().expect("replica lock");
@@ -126,7 +126,8 @@ pub async fn status(state: &DatacenterState, authorization: Option<&str>, now_ms
                 .collect(),
         }
     };
-    for (slot, (health, metrics)) in view.slots.iter_mut().zip(healths.iter().zip(&metrics)) {
+    for (slot, (health, metrics)) in (view.slots.iter_mut()).zip(healths.iter().zip(metrics.iter()))
+    {
         slot.health_status = health.status();
         slot.health = health.json();
         if let Asked::Failed(why) = health {
@@ -189,12 +190,14 @@ pub async fn rights(
     }
     let addresses: Vec<String> = state.shards.iter().map(ToString::to_string).collect();
     let path = format!("/counter/{}/rights", fanout::path_segment(id));
-    let answers = fanout::get_all(&state.core.fanout, addresses.clone(), &path, authorization);
-    let answers = answers.await;
+    let fanout = &state.core.fanout;
+    let answers = fanout
+        .get_all(addresses.clone(), &path, authorization)
+        .await;
     let held_by = || format!("datacenter {}", state.datacenter);
     fanout::any_rights(&answers, id, held_by)?;
     let slots: Vec<SlotRights> = (state.slot_names.iter().zip(addresses))
-        .zip(&answers)
+        .zip(answers.iter())
         .map(|((slot, address), answer)| SlotRights {
             slot: slot.clone(),
             address,

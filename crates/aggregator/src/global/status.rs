@@ -78,14 +78,10 @@ pub fn health_word(incomplete: bool, refused_ahead: bool) -> &'static str {
 /// `GET /status`: every datacenter at `now_ms`, each aggregator asked with `authorization`.
 pub async fn status(state: &GlobalState, authorization: Option<&str>, now_ms: u64) -> Response {
     let layout = &state.layout;
-    let client = &state.core.fanout;
-    let answers = fanout::get_all(
-        client,
-        layout.source_addresses.iter().cloned(),
-        "/status",
-        authorization,
-    )
-    .await;
+    let addresses = layout.source_addresses.iter().cloned();
+    let answers = (state.core.fanout)
+        .get_all(addresses, "/status", authorization)
+        .await;
     let (statuses, order, held, word) = {
         let replica = state.core.replica.read().expect("replica lock");
         let statuses = datacenter_statuses(&replica, &state.settings, layout, now_ms);
@@ -183,7 +179,11 @@ pub async fn rights(
     let layout = &state.layout;
     let path = format!("/counter/{}/rights", fanout::path_segment(id));
     let addresses = layout.source_addresses.iter().cloned();
-    let answers = fanout::get_all(&state.core.fanout, addresses, &path, authorization).await;
+    let answers = state
+        .core
+        .fanout
+        .get_all(addresses, &path, authorization)
+        .await;
     // Each datacenter's first replica that answered at all, else its first.
     let chosen: Vec<usize> = (0..layout.names.len())
         .map(|dc| {

@@ -126,7 +126,9 @@ fn duration_histogram() -> Histogram {
 /// - `counters`, `descriptions`: how many are held;
 /// - `slot_conflicts`: slots served by two processes at once (see
 ///   [`geocount_sync::incarnations`]);
-/// - `resident_bytes`: the process's resident memory.
+/// - `resident_bytes`: the process's resident memory;
+/// - `fanout_calls_total`: the calls the status routes (`/status`, `/counter/{id}/rights`)
+///   made to the processes below ([`crate::fanout`]).
 ///
 /// The gauges are set when scraped ([`ReplicaMetrics::scrape`]).
 #[derive(Debug)]
@@ -148,6 +150,8 @@ pub struct ReplicaMetrics {
     pub slot_conflicts: Gauge,
     /// The process's resident memory in bytes.
     pub resident_bytes: Gauge,
+    /// Calls the status routes made to the processes below ([`crate::fanout`]).
+    pub fanout_calls: Counter,
 }
 
 impl ReplicaMetrics {
@@ -179,6 +183,7 @@ impl ReplicaMetrics {
             descriptions_held: Gauge::default(),
             slot_conflicts: Gauge::default(),
             resident_bytes: Gauge::default(),
+            fanout_calls: Counter::default(),
         };
         // Every series exists from the start at 0, so a rate of failures or refusals is 0 and
         // not absent.
@@ -240,6 +245,8 @@ impl ReplicaMetrics {
         );
         let resident = metrics.resident_bytes.clone();
         r.register("resident_bytes", "Resident memory of the process", resident);
+        let calls = metrics.fanout_calls.clone();
+        r.register("fanout_calls", "Calls the status routes made below", calls);
         metrics
     }
 

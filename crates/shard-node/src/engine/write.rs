@@ -134,7 +134,9 @@ pub enum Command {
         /// Where the answer goes.
         reply: oneshot::Sender<Result<RightsAnswer, ShardError>>,
     },
-    /// Adopt descriptions learned from other nodes (kept where newer than what is known).
+    /// Adopt descriptions learned from other nodes (kept where newer than what is known),
+    /// each past the clock fence ([`geocount_sync::ClockFence`]): the commit loop's clock
+    /// observes them.
     Describe(Vec<VersionedDescription>),
     /// Take in part of the slot restored from the datacenter's copies: logged and fsynced as
     /// one record, merged by version, and every later change versioned above it.

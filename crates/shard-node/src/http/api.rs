@@ -239,9 +239,9 @@ fn same_bounds(
 }
 
 /// A bounded counter is answered as created once every shard node holds its description:
-/// a node that did not would take writes past its bounds. 503 names those that did not; 409
-/// those that hold writes of it made without bounds, and the bounds are then taken off
-/// everywhere (the counter stays as those writes made it).
+/// a node that did not would take writes past its bounds. 503 names those that did not, and
+/// why; 409 those that hold writes of it made without bounds, and the bounds are then taken
+/// off everywhere (the counter stays as those writes made it).
 async fn finish_bounded(state: &NodeState, id: &CounterId) -> Result<(), ShardError> {
     let description = (state.descriptions.read().expect("descriptions lock"))
         .get(id.as_str())
@@ -268,7 +268,9 @@ async fn finish_bounded(state: &NodeState, id: &CounterId) -> Result<(), ShardEr
     if pushed.missing.is_empty() {
         return Ok(());
     }
-    let missing: Vec<String> = names(&pushed.missing);
+    let missing: Vec<String> = (pushed.missing.iter())
+        .map(|(slot, why)| format!("{slot} ({why})"))
+        .collect();
     Err(ShardError::Unavailable(format!(
         "counter {id} is created, but shard nodes {} do not hold its bounds yet and would not \
          keep its writes within them; send the same POST /counter again to finish",

@@ -8,7 +8,7 @@ use geocount_http::Access;
 use geocount_model::{
     Clock, CounterDescription, CounterId, CounterType, ShardDefaults, SlotState, SyncSettings,
 };
-use geocount_sync::{DescriptionTable, SlotCopies};
+use geocount_sync::{ClockFence, DescriptionTable, SlotCopies};
 use tokio::sync::mpsc;
 
 use crate::engine::idempotency::SharedKeys;
@@ -206,6 +206,14 @@ impl RightsNode for NodeState {
 
     fn now_ms(&self) -> u64 {
         self.clock.now_unix_ms()
+    }
+
+    fn description_fence(&self) -> ClockFence {
+        ClockFence::new(self.clock.now_unix_ms(), self.sync.max_clock_skew_ms)
+    }
+
+    fn refused_description(&self) {
+        self.metrics.descriptions_refused.inc();
     }
 
     fn stopped(&self) -> ShardError {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use geocount_model::{Bounds, CounterId, Placement, Room, SlotId};
 use geocount_net::HttpClient;
-use geocount_sync::DescriptionTable;
+use geocount_sync::{ClockFence, DescriptionTable};
 
 use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::write::{Command, WriteRequest, WriteResults};
@@ -36,6 +36,10 @@ pub trait RightsNode: Send + Sync {
     fn table(&self) -> &SharedSlotTable;
     /// The node's clock, in unix milliseconds.
     fn now_ms(&self) -> u64;
+    /// The clock fence of the descriptions other nodes push (`sync.max_clock_skew_ms`).
+    fn description_fence(&self) -> ClockFence;
+    /// Counts a pushed description the fence refused.
+    fn refused_description(&self);
     /// The refusal of a request the stopping node can no longer take.
     fn stopped(&self) -> ShardError;
 }

@@ -70,12 +70,18 @@ pub(crate) async fn change_rights<N: RightsNode>(
 }
 
 /// Holds a pushed description once durable, unless this node's slot holds writes of the
-/// counter its bounds never weighed (409 naming the slot).
+/// counter its bounds never weighed (409 naming the slot). One from a clock too far ahead is
+/// refused before the commit loop's clock observes it, as a pulled one is.
 async fn hold_description<N: RightsNode>(
     state: &N,
     description: VersionedDescription,
 ) -> Result<(), ShardError> {
     description.description.check()?;
+    if let Err(refusal) = state.description_fence().admit(&description) {
+        state.refused_description();
+        tracing::warn!(%refusal, "refused a pushed counter description");
+        return Err(refusal.into());
+    }
     let id = description.description.id.clone();
     match change_rights(state, id, RightsRequest::Hold(description)).await {
         Err(ShardError::WrittenUnbounded { counter, .. }) => Err(ShardError::WrittenUnbounded {
@@ -89,8 +95,8 @@ async fn hold_description<N: RightsNode>(
 /// What pushing a description to every other shard node came to.
 #[derive(Debug, Default)]
 pub struct Pushed {
-    /// Slots that did not answer that they hold it in time.
-    pub missing: Vec<SlotId>,
+    /// Slots that did not answer that they hold it in time, each with why.
+    pub missing: Vec<(SlotId, String)>,
     /// Slots that refused it: they hold writes of the counter made without its bounds.
     pub refused: Vec<SlotId>,
 }
@@ -121,21 +127,32 @@ pub async fn push_description<N: RightsNode>(
             let sent = network.client.send(Method::POST, &url, &headers, body);
             let timeout = ASK_TIMEOUT.saturating_mul(2);
             match tokio::time::timeout(timeout, sent).await {
-                Ok(Ok(answer)) => Some(answer.status),
-                _ => None,
+                Ok(Ok(answer)) if answer.status == StatusCode::OK => Ok(()),
+                Ok(Ok(answer)) if answer.status == StatusCode::CONFLICT => Err(None),
+                Ok(Ok(answer)) => Err(Some(refusal_of(answer.status, &answer.body))),
+                Ok(Err(error)) => Err(Some(error.to_string())),
+                Err(_) => Err(Some(format!("no answer within {timeout:?}"))),
             }
         }
     });
     let answers = join_all(sends).await;
     let mut pushed = Pushed::default();
-    for ((slot, _), status) in targets.into_iter().zip(answers) {
-        match status {
-            Some(StatusCode::OK) => {}
-            Some(StatusCode::CONFLICT) => pushed.refused.push(slot),
-            _ => pushed.missing.push(slot),
+    for ((slot, _), answer) in targets.into_iter().zip(answers) {
+        match answer {
+            Ok(()) => {}
+            Err(None) => pushed.refused.push(slot),
+            Err(Some(why)) => pushed.missing.push((slot, why)),
         }
     }
     pushed
+}
+
+/// What a node's refusal of a pushed description says: its JSON `error`, else its status.
+fn refusal_of(status: StatusCode, body: &[u8]) -> String {
+    let error = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|answer| answer["error"].as_str().map(str::to_owned));
+    error.unwrap_or_else(|| format!("answered {status}"))
 }
 
 /// `GET /counter/{id}/rights`.

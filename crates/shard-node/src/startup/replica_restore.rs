@@ -18,6 +18,7 @@ use geocount_model::wire::ReplicaCopy;
 use geocount_model::{
     CounterId, IdempotencyRecord, SlotId, SlotRecord, VersionedDescription, max_slot_version,
 };
+use geocount_sync::ClockFence;
 use tokio::task::JoinSet;
 
 use crate::startup::key_restore::KeysRestored;
@@ -161,7 +162,8 @@ impl ReplicasRestored {
         keys.keys = merged.into_iter().collect();
     }
 
-    /// Merges one peer's log by version; records and keys no clock made are refused.
+    /// Merges one peer's log by version; records, keys and descriptions no clock made are
+    /// refused.
     fn merge(&mut self, request: &RestoreRequest, copy: ReplicaCopy) {
         let now_ms = request.clock.now_unix_ms();
         let max_version = max_slot_version(now_ms, request.max_clock_skew_ms);
@@ -186,9 +188,15 @@ impl ReplicasRestored {
                 }
             }
         }
-        self.descriptions.extend(copy.descriptions);
+        let fence = ClockFence::new(now_ms, request.max_clock_skew_ms);
+        for description in copy.descriptions {
+            match fence.admit(&description) {
+                Ok(()) => self.descriptions.push(description),
+                Err(_) => refused += 1,
+            }
+        }
         if refused > 0 {
-            tracing::warn!(slot = %request.slot, refused, "refused replicated records: invalid ids, or versions beyond the clock");
+            tracing::warn!(slot = %request.slot, refused, "refused replicated records, keys or descriptions: invalid ids, or versions beyond the clock");
         }
     }
 }
