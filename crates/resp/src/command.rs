@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use crate::error::CommandError;
+use crate::glob::MAX_PATTERN_BYTES;
 pub use crate::table::{COMMANDS, CommandSpec, find};
 
 /// One command a client sent.
@@ -32,7 +33,8 @@ pub enum RespCommand {
     Quit,
     /// `INFO [section ...]`: the sections, lower case.
     Info(Vec<String>),
-    /// `CONFIG GET parameter [parameter ...]`: the parameters, lower case.
+    /// `CONFIG GET parameter [parameter ...]`: the parameters, lower case, each at most
+    /// [`MAX_PATTERN_BYTES`] long.
     ConfigGet(Vec<String>),
     /// `INCR`, `INCRBY`, `DECR`, `DECRBY`: add `delta` (0 for `INCRBY key 0`).
     IncrBy {
@@ -326,9 +328,13 @@ fn command(args: &[Bytes]) -> Result<CommandQuery, CommandError> {
 
 fn config(args: &[Bytes]) -> Result<RespCommand, CommandError> {
     match lower(&args[1]).as_str() {
-        "get" if args.len() >= 3 => Ok(RespCommand::ConfigGet(
-            args[2..].iter().map(lower).collect(),
-        )),
+        "get" if args.len() >= 3 => {
+            let patterns = &args[2..];
+            if let Some(long) = patterns.iter().find(|p| p.len() > MAX_PATTERN_BYTES) {
+                return Err(CommandError::PatternTooLong(long.len()));
+            }
+            Ok(RespCommand::ConfigGet(patterns.iter().map(lower).collect()))
+        }
         "get" => Err(CommandError::Arity("config|get".into())),
         _ => Err(unknown_subcommand("CONFIG", &args[1])),
     }

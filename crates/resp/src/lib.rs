@@ -7,16 +7,20 @@
 //! - [`command`]: the command vocabulary ([`RespCommand`]) parsed from a frame's arguments,
 //!   with Redis's own arity and integer rules; [`command::COMMANDS`] is the table `COMMAND`
 //!   answers from.
+//! - [`glob`]: Redis's glob patterns (`CONFIG GET`), compiled once and matched in time bounded
+//!   by the name ([`Glob`]).
 //! - [`reply`]: what a command answers ([`Reply`]), encoded in RESP2 or RESP3 ([`Protocol`]).
 //! - [`error`]: refusals in Redis's words ([`CommandError`], [`FrameError`], [`words`]).
 
 pub mod command;
 pub mod error;
 pub mod frame;
+pub mod glob;
 pub mod reply;
 mod table;
 
 pub use command::{ClientCommand, CommandQuery, Hello, RespCommand, parse};
 pub use error::{CommandError, FrameError, words};
 pub use frame::take_command;
+pub use glob::Glob;
 pub use reply::{Protocol, Reply};

@@ -163,6 +163,13 @@ fn connection_commands_take_their_options() {
             "appendonly".into()
         ]))
     );
+    let longest = "*".repeat(crate::glob::MAX_PATTERN_BYTES);
+    assert!(parsed(&["config", "get", "save", &longest]).is_ok());
+    let long = format!("{longest}x");
+    assert_eq!(
+        parsed(&["config", "get", "save", &long]),
+        Err("ERR pattern too long: a CONFIG GET pattern of 257 bytes (at most 256)".into())
+    );
     assert_eq!(
         parsed(&["command", "docs"]),
         Ok(RespCommand::Command(CommandQuery::Docs))
