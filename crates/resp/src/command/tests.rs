@@ -1,10 +1,7 @@
 use super::*;
 
-fn args(words: &[&str]) -> Vec<Bytes> {
-    words
-        .iter()
-        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-        .collect()
+fn args(words: &[&str]) -> Args {
+    words.iter().collect()
 }
 
 fn parsed(words: &[&str]) -> Result<RespCommand, String> {

@@ -115,7 +115,7 @@ pub(crate) fn command(query: &CommandQuery) -> Reply {
         CommandQuery::Info(names) => Reply::Array(
             names
                 .iter()
-                .map(|name| find(name).map_or(Reply::Nil, |spec| spec.info()))
+                .map(|name| find(&name).map_or(Reply::Nil, |spec| spec.info()))
                 .collect(),
         ),
         CommandQuery::Docs => Reply::Map(Vec::new()),
@@ -132,7 +132,8 @@ mod tests {
             command(&CommandQuery::Count),
             Reply::Integer(COMMANDS.len() as i64)
         );
-        let Reply::Array(info) = command(&CommandQuery::Info(vec!["INCR".into(), "set".into()]))
+        let Reply::Array(info) =
+            command(&CommandQuery::Info(["INCR", "set"].into_iter().collect()))
         else {
             panic!("an array");
         };
