@@ -10,7 +10,8 @@
 //!   ([`process::run_to_exit`]), or to its refusal of a configuration ([`process::config_error`]).
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
 //! - [`access`]: the tokens and cluster secret of the access-control tests.
-//! - [`flood`]: one host's idle connections flooding a node, and the tiers still reaching it.
+//! - [`flood`]: one host's idle connections flooding a node, and the tiers still reaching it;
+//!   a connector whose connections come from that host ([`flood::OtherHost`]).
 //! - [`tls`]: a test CA issuing every test process a certificate, and TLS clients trusting it
 //!   (`E2E_TLS=1` runs the end-to-end tests over TLS).
 //! - [`wait`]: [`eventually`], polling a condition until it holds or a deadline passes.
