@@ -85,6 +85,7 @@ struct Entry {
 /// The commands of one connection taken and not answered yet, run in order.
 #[derive(Default)]
 struct Pipeline {
+    /// The entries, oldest first.
     queue: VecDeque<Entry>,
     /// Commands in the queue (a batch counts each of its commands).
     in_flight: usize,
