@@ -100,3 +100,44 @@ impl<A: AsRef<[u8]>> FromIterator<A> for Args {
 pub(crate) fn offset(at: usize) -> u32 {
     u32::try_from(at).expect("a frame of at most 4 GiB")
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+
+    use crate::take_command;
+
+    #[test]
+    fn arguments_are_ranges_of_their_frame() {
+        let mut wire = b"*100001\r\n$4\r\nMGET\r\n".to_vec();
+        for _ in 0..100_000 {
+            wire.extend_from_slice(b"$1\r\nk\r\n");
+        }
+        let args = take_command(&mut BytesMut::from(&wire[..]), 1 << 20)
+            .unwrap()
+            .unwrap();
+        assert_eq!(args.frame_bytes(), wire.len());
+        assert_eq!((args.len(), args.ranges.capacity()), (100_001, 100_001));
+        assert_eq!(&args[0], b"MGET");
+        let keys = args.rest(1);
+        assert_eq!((keys.len(), keys.ranges.capacity()), (100_000, 100_000));
+        // Each key a slice of the one frame, not a copy.
+        let frame = args.frame.as_ptr_range();
+        assert!(
+            keys.iter()
+                .all(|key| &key[..] == b"k" && frame.contains(&key.as_ptr()))
+        );
+        assert_eq!(keys.get(100_000), None);
+        assert!(args.rest(200_000).is_empty());
+        let built: super::Args = ["MGET", "k"].into_iter().collect();
+        assert_eq!(
+            built,
+            take_command(
+                &mut BytesMut::from(&b"*2\r\n$4\r\nMGET\r\n$1\r\nk\r\n"[..]),
+                64
+            )
+            .unwrap()
+            .unwrap()
+        );
+    }
+}

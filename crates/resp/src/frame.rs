@@ -50,16 +50,23 @@ pub fn take_command(
     };
     let bytes = buf.split_to(amount).freeze();
     match frame {
-        RangeFrame::Array(elements) => elements
-            .into_iter()
-            .map(|element| match element {
-                RangeFrame::BulkString((start, end)) => Ok((offset(start), offset(end))),
-                other => Err(FrameError::Protocol(format!(
-                    "expected a bulk string, got {other:?}"
-                ))),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(|ranges| Some(Args::new(bytes, ranges))),
+        RangeFrame::Array(elements) => {
+            // Exactly one range an argument: a queued command keeps these.
+            let mut ranges = Vec::with_capacity(elements.len());
+            for element in elements {
+                match element {
+                    RangeFrame::BulkString((start, end)) => {
+                        ranges.push((offset(start), offset(end)));
+                    }
+                    other => {
+                        return Err(FrameError::Protocol(format!(
+                            "expected a bulk string, got {other:?}"
+                        )));
+                    }
+                }
+            }
+            Ok(Some(Args::new(bytes, ranges)))
+        }
         RangeFrame::Null => Ok(Some(Args::default())),
         other => Err(FrameError::Protocol(format!(
             "expected an array, got {other:?}"
