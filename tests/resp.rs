@@ -6,6 +6,8 @@
 //! `E2E_TLS=1`. Needs what `scripts/resp-clients.sh` installs (docs/testing.md,
 //! "Redis protocol").
 
+#[path = "resp/limits.rs"]
+mod limits;
 #[path = "resp/tools.rs"]
 mod tools;
 

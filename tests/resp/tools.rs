@@ -216,9 +216,14 @@ impl RespNode {
 
     /// A connection of its own, bytes both ways.
     pub async fn connect(&self) -> Box<dyn Stream> {
+        self.connect_over(tcp_connector()).await
+    }
+
+    /// Like [`RespNode::connect`], over a connection `inner` opens.
+    pub async fn connect_over(&self, inner: Connector) -> Box<dyn Stream> {
         let connector: Connector = match self.ca {
-            Some(_) => tls::test_ca().connector(),
-            None => tcp_connector(),
+            Some(_) => tls::test_ca().connector_over(inner),
+            None => inner,
         };
         let host = self.addr.ip().to_string();
         connector

@@ -25,7 +25,7 @@ mod validate;
 pub use crate::error::TopologyError;
 pub use durability::Durability;
 pub use partitions::MAX_PARTITIONS;
-pub use resp::{MIN_RESP_FRAME_BYTES, RespSettings};
+pub use resp::{MAX_RESP_FRAME_BYTES, MIN_RESP_FRAME_BYTES, RespSettings};
 pub use schema::{
     AggregatorSettings, DatacenterConfig, GlobalConfig, HttpSettings, MAX_CONCURRENT_SCANS,
     MAX_VIRTUAL_NODES, MAX_WAN_DELAY_MS, MIN_COUNTER_BYTES, MemorySettings, RegionLink, Selection,

@@ -4,7 +4,8 @@
 //! - [`listener`]: the seam of incoming connections ([`Listener`]): tokio's TCP listener in
 //!   production, a simulated one under a simulation.
 //! - [`server`]: the accept loop with graceful shutdown and limits on connections and slow
-//!   clients ([`serve`], [`ServeLimits`]).
+//!   clients ([`serve`], [`ServeLimits`]), and the per-address cap other listeners share
+//!   ([`PeerConnections`]).
 //! - [`client`]: a pooled HTTP/1.1 client for tools, tests and calls between tiers ([`HttpClient`]).
 //! - [`connect`]: the seam of outgoing connections ([`Connect`]): tokio's TCP in production, a
 //!   simulated network under a simulation.
@@ -46,4 +47,4 @@ pub use prefer::prefers_minimal_return;
 pub use response::{
     HttpError, Response, bytes_response, error_answer, error_response, json_response,
 };
-pub use server::{Handler, Peer, ServeLimits, serve, serve_with_limits};
+pub use server::{Handler, Peer, PeerConnections, PeerSlot, ServeLimits, serve, serve_with_limits};

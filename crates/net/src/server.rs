@@ -61,21 +61,24 @@ impl Default for ServeLimits {
     }
 }
 
-/// Connections open per IP address, each bounded.
+/// Connections open per IP address, each bounded: the per-address cap of every listener that
+/// has one (HTTP's here, the shard nodes' RESP listener).
 #[derive(Debug, Clone)]
-struct PeerConnections {
+pub struct PeerConnections {
     open: Arc<Mutex<HashMap<IpAddr, usize>>>,
     limit: usize,
 }
 
 /// One open connection of a peer: dropping it closes its place.
-struct PeerSlot {
+#[derive(Debug)]
+pub struct PeerSlot {
     peers: PeerConnections,
     ip: IpAddr,
 }
 
 impl PeerConnections {
-    fn new(limit: usize) -> Self {
+    /// At most `limit` connections from each address.
+    pub fn new(limit: usize) -> Self {
         Self {
             open: Arc::default(),
             limit,
@@ -83,7 +86,7 @@ impl PeerConnections {
     }
 
     /// A place for one more connection from `ip`, if it has fewer than the limit open.
-    fn open(&self, ip: IpAddr) -> Option<PeerSlot> {
+    pub fn open(&self, ip: IpAddr) -> Option<PeerSlot> {
         let mut open = self.open.lock().expect("peer connections lock");
         let count = open.entry(ip).or_default();
         if *count >= self.limit {

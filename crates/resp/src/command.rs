@@ -3,7 +3,9 @@
 
 use bytes::Bytes;
 
+use crate::args::Args;
 use crate::error::CommandError;
+use crate::glob::MAX_PATTERN_BYTES;
 pub use crate::table::{COMMANDS, CommandSpec, find};
 
 /// One command a client sent.
@@ -32,7 +34,8 @@ pub enum RespCommand {
     Quit,
     /// `INFO [section ...]`: the sections, lower case.
     Info(Vec<String>),
-    /// `CONFIG GET parameter [parameter ...]`: the parameters, lower case.
+    /// `CONFIG GET parameter [parameter ...]`: the parameters, lower case, each at most
+    /// [`MAX_PATTERN_BYTES`] long.
     ConfigGet(Vec<String>),
     /// `INCR`, `INCRBY`, `DECR`, `DECRBY`: add `delta` (0 for `INCRBY key 0`).
     IncrBy {
@@ -46,10 +49,10 @@ pub enum RespCommand {
         /// The key.
         key: Bytes,
         /// The elements.
-        elements: Vec<Bytes>,
+        elements: Args,
     },
     /// `DEL key [key ...]` and `UNLINK key [key ...]`.
-    Del(Vec<Bytes>),
+    Del(Args),
     /// `EXPIRE key seconds` and `PEXPIRE key milliseconds`, in milliseconds from now (zero or
     /// less deletes the key, as in Redis).
     Expire {
@@ -72,9 +75,9 @@ pub enum RespCommand {
     /// `GET key`.
     Get(Bytes),
     /// `MGET key [key ...]`.
-    MGet(Vec<Bytes>),
+    MGet(Args),
     /// `PFCOUNT key [key ...]`.
-    PfCount(Vec<Bytes>),
+    PfCount(Args),
 }
 
 /// `HELLO`'s arguments.
@@ -109,7 +112,7 @@ pub enum CommandQuery {
     /// `COMMAND COUNT`.
     Count,
     /// `COMMAND INFO [name ...]`: each named command's entry, nil where unknown.
-    Info(Vec<Bytes>),
+    Info(Args),
     /// `COMMAND DOCS [name ...]`: documentation, of which geocount has none.
     Docs,
     /// `COMMAND LIST`.
@@ -117,7 +120,7 @@ pub enum CommandQuery {
 }
 
 /// Parses a command from its arguments, the name first (never empty).
-pub fn parse(args: &[Bytes]) -> Result<RespCommand, CommandError> {
+pub fn parse(args: &Args) -> Result<RespCommand, CommandError> {
     let name = &args[0];
     let Some(spec) = find(name) else {
         return Err(unknown_command(args));
@@ -125,13 +128,15 @@ pub fn parse(args: &[Bytes]) -> Result<RespCommand, CommandError> {
     if !spec.fits(args.len()) {
         return Err(CommandError::Arity(spec.name.to_owned()));
     }
-    let key = || args[1].clone();
-    let rest = || args[1..].to_vec();
+    // Within the arity checked.
+    let arg = |index| args.get(index).unwrap_or_default();
+    let key = || arg(1);
+    let rest = || args.rest(1);
     Ok(match spec.name {
         "ping" if args.len() > 2 => return Err(CommandError::Arity("ping".into())),
-        "ping" => RespCommand::Ping(args.get(1).cloned()),
+        "ping" => RespCommand::Ping(args.get(1)),
         "echo" => RespCommand::Echo(key()),
-        "hello" => RespCommand::Hello(hello(&args[1..])?),
+        "hello" => RespCommand::Hello(hello(args)?),
         "auth" => match args.len() {
             2 => RespCommand::Auth {
                 username: None,
@@ -139,7 +144,7 @@ pub fn parse(args: &[Bytes]) -> Result<RespCommand, CommandError> {
             },
             3 => RespCommand::Auth {
                 username: Some(key()),
-                password: args[2].clone(),
+                password: arg(2),
             },
             _ => return Err(CommandError::Syntax),
         },
@@ -147,7 +152,7 @@ pub fn parse(args: &[Bytes]) -> Result<RespCommand, CommandError> {
         "client" => RespCommand::Client(client(args)?),
         "command" => RespCommand::Command(command(args)?),
         "quit" => RespCommand::Quit,
-        "info" => RespCommand::Info(args[1..].iter().map(lower).collect()),
+        "info" => RespCommand::Info(args.iter().skip(1).map(|a| lower(&a)).collect()),
         "config" => config(args)?,
         "incr" => RespCommand::IncrBy {
             key: key(),
@@ -169,13 +174,13 @@ pub fn parse(args: &[Bytes]) -> Result<RespCommand, CommandError> {
         },
         "pfadd" => RespCommand::PfAdd {
             key: key(),
-            elements: args[2..].to_vec(),
+            elements: args.rest(2),
         },
         "del" | "unlink" => RespCommand::Del(rest()),
         "expire" | "pexpire" => {
             if let Some(option) = args.get(3) {
                 return Err(CommandError::UnsupportedOption(
-                    String::from_utf8_lossy(option).into_owned(),
+                    String::from_utf8_lossy(&option).into_owned(),
                 ));
             }
             let amount = integer(&args[2])?;
@@ -222,7 +227,7 @@ pub fn integer(bytes: &[u8]) -> Result<i64, CommandError> {
         .ok_or(CommandError::NotInteger)
 }
 
-fn lower(bytes: &Bytes) -> String {
+fn lower(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).to_ascii_lowercase()
 }
 
@@ -233,9 +238,9 @@ fn quoted(bytes: &[u8]) -> String {
 
 /// Redis's refusal of an unknown command: its name and its first arguments, each quoted and
 /// followed by a space, until they pass 128 bytes.
-fn unknown_command(args: &[Bytes]) -> CommandError {
+fn unknown_command(args: &Args) -> CommandError {
     let mut listed = String::new();
-    for arg in &args[1..] {
+    for arg in args.iter().skip(1) {
         if listed.len() >= 128 {
             break;
         }
@@ -250,26 +255,28 @@ fn unknown_command(args: &[Bytes]) -> CommandError {
     }
 }
 
-fn hello(args: &[Bytes]) -> Result<Hello, CommandError> {
-    let Some((version, mut options)) = args.split_first() else {
+/// `HELLO`'s arguments after its name.
+fn hello(args: &Args) -> Result<Hello, CommandError> {
+    let mut args = args.iter().skip(1);
+    let Some(version) = args.next() else {
         return Ok(Hello::default());
     };
-    let version = integer(version).map_err(|_| CommandError::ProtocolVersion)?;
+    let version = integer(&version).map_err(|_| CommandError::ProtocolVersion)?;
     let mut hello = Hello {
         version: Some(version),
         ..Hello::default()
     };
-    while let Some((option, rest)) = options.split_first() {
-        match (lower(option).as_str(), rest) {
-            ("auth", [user, password, rest @ ..]) => {
-                hello.auth = Some((user.clone(), password.clone()));
-                options = rest;
+    while let Some(option) = args.next() {
+        let taken = match lower(&option).as_str() {
+            "auth" if args.len() >= 2 => {
+                hello.auth = args.next().zip(args.next());
+                true
             }
-            ("setname", [name, rest @ ..]) => {
-                hello.setname = Some(name.clone());
-                options = rest;
-            }
-            _ => return Err(CommandError::HelloOption(quoted(option))),
+            "setname" => args.next().map(|name| hello.setname = Some(name)).is_some(),
+            _ => false,
+        };
+        if !taken {
+            return Err(CommandError::HelloOption(quoted(&option)));
         }
     }
     if !(2..=3).contains(&version) {
@@ -285,7 +292,7 @@ fn unknown_subcommand(command: &'static str, subcommand: &[u8]) -> CommandError 
     }
 }
 
-fn client(args: &[Bytes]) -> Result<ClientCommand, CommandError> {
+fn client(args: &Args) -> Result<ClientCommand, CommandError> {
     let sub = lower(&args[1]);
     let arity = |count: usize| {
         if args.len() == count {
@@ -300,7 +307,7 @@ fn client(args: &[Bytes]) -> Result<ClientCommand, CommandError> {
             if !args[2].iter().all(|b| (b'!'..=b'~').contains(b)) {
                 return Err(CommandError::ClientName);
             }
-            Ok(ClientCommand::SetName(args[2].clone()))
+            Ok(ClientCommand::SetName(args.get(2).unwrap_or_default()))
         }
         "getname" => arity(2).map(|()| ClientCommand::GetName),
         "id" => arity(2).map(|()| ClientCommand::Id),
@@ -309,26 +316,32 @@ fn client(args: &[Bytes]) -> Result<ClientCommand, CommandError> {
     }
 }
 
-fn command(args: &[Bytes]) -> Result<CommandQuery, CommandError> {
+fn command(args: &Args) -> Result<CommandQuery, CommandError> {
     let Some(sub) = args.get(1) else {
         return Ok(CommandQuery::All);
     };
-    let sub_name = lower(sub);
+    let sub_name = lower(&sub);
     match sub_name.as_str() {
         "count" if args.len() == 2 => Ok(CommandQuery::Count),
         "list" if args.len() == 2 => Ok(CommandQuery::List),
-        "info" => Ok(CommandQuery::Info(args[2..].to_vec())),
+        "info" => Ok(CommandQuery::Info(args.rest(2))),
         "docs" => Ok(CommandQuery::Docs),
         "count" | "list" => Err(CommandError::Arity(format!("command|{sub_name}"))),
-        _ => Err(unknown_subcommand("COMMAND", sub)),
+        _ => Err(unknown_subcommand("COMMAND", &sub)),
     }
 }
 
-fn config(args: &[Bytes]) -> Result<RespCommand, CommandError> {
+fn config(args: &Args) -> Result<RespCommand, CommandError> {
     match lower(&args[1]).as_str() {
-        "get" if args.len() >= 3 => Ok(RespCommand::ConfigGet(
-            args[2..].iter().map(lower).collect(),
-        )),
+        "get" if args.len() >= 3 => {
+            let patterns = args.rest(2);
+            if let Some(long) = patterns.iter().find(|p| p.len() > MAX_PATTERN_BYTES) {
+                return Err(CommandError::PatternTooLong(long.len()));
+            }
+            Ok(RespCommand::ConfigGet(
+                patterns.iter().map(|p| lower(&p)).collect(),
+            ))
+        }
         "get" => Err(CommandError::Arity("config|get".into())),
         _ => Err(unknown_subcommand("CONFIG", &args[1])),
     }

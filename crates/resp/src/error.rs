@@ -86,6 +86,12 @@ pub enum CommandError {
     /// A client name with a space, a newline or another character outside `!`..`~`.
     #[error("ERR Client names cannot contain spaces, newlines or special characters.")]
     ClientName,
+    /// A `CONFIG GET` pattern longer than [`crate::glob::MAX_PATTERN_BYTES`] (its length).
+    #[error(
+        "ERR pattern too long: a CONFIG GET pattern of {0} bytes (at most {max})",
+        max = crate::glob::MAX_PATTERN_BYTES
+    )]
+    PatternTooLong(usize),
     /// `EXPIRE` with `NX`, `XX`, `GT` or `LT`, which geocount does not take.
     #[error("ERR Unsupported option {0}")]
     UnsupportedOption(String),

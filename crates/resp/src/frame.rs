@@ -6,12 +6,14 @@
 //! other element type is refused at once, as Redis refuses it, so the decoder, which recurses
 //! into nested arrays, never meets a frame nested thousands deep; and a frame whose announced
 //! lengths pass the limit is refused before its bytes arrive. The decoder then reads the frame
-//! and each argument is a slice of the bytes read, not a copy.
+//! and each argument is kept as its range in the frame's bytes ([`Args`]), not a copy nor a
+//! handle of its own.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use redis_protocol::resp2::decode::decode_range;
 use redis_protocol::resp2::types::RangeFrame;
 
+use crate::args::{Args, offset};
 use crate::error::FrameError;
 
 /// The most arguments one command may have (Redis's own bound on a multibulk length).
@@ -23,16 +25,18 @@ const MAX_HEADER: usize = 32;
 /// Takes the first whole command off `buf`: its arguments, the command's name first. `None`
 /// when `buf` holds no whole command yet (nothing is taken then); an empty list for an empty
 /// array (`*0`), which Redis ignores too. A frame that is no flat array of bulk strings, or
-/// that is larger than `max_frame_bytes`, is an error: nothing more of the connection can be
-/// read.
+/// that is larger than `max_frame_bytes` (or 4 GiB), is an error: nothing more of the
+/// connection can be read.
 pub fn take_command(
     buf: &mut BytesMut,
     max_frame_bytes: usize,
-) -> Result<Option<Vec<Bytes>>, FrameError> {
+) -> Result<Option<Args>, FrameError> {
     if buf.is_empty() {
         return Ok(None);
     }
-    let Some(length) = shape(buf, max_frame_bytes)? else {
+    // Offsets in a frame are 32-bit.
+    let limit = max_frame_bytes.min(u32::MAX as usize);
+    let Some(length) = shape(buf, limit)? else {
         return Ok(None);
     };
     let (frame, amount) = match decode_range(&buf[..length]) {
@@ -46,17 +50,24 @@ pub fn take_command(
     };
     let bytes = buf.split_to(amount).freeze();
     match frame {
-        RangeFrame::Array(elements) => elements
-            .into_iter()
-            .map(|element| match element {
-                RangeFrame::BulkString((start, end)) => Ok(bytes.slice(start..end)),
-                other => Err(FrameError::Protocol(format!(
-                    "expected a bulk string, got {other:?}"
-                ))),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        RangeFrame::Null => Ok(Some(Vec::new())),
+        RangeFrame::Array(elements) => {
+            // Exactly one range an argument: a queued command keeps these.
+            let mut ranges = Vec::with_capacity(elements.len());
+            for element in elements {
+                match element {
+                    RangeFrame::BulkString((start, end)) => {
+                        ranges.push((offset(start), offset(end)));
+                    }
+                    other => {
+                        return Err(FrameError::Protocol(format!(
+                            "expected a bulk string, got {other:?}"
+                        )));
+                    }
+                }
+            }
+            Ok(Some(Args::new(bytes, ranges)))
+        }
+        RangeFrame::Null => Ok(Some(Args::default())),
         other => Err(FrameError::Protocol(format!(
             "expected an array, got {other:?}"
         ))),
@@ -148,24 +159,30 @@ fn header(buf: &[u8], at: usize, what: &str) -> Result<Option<(i64, usize)>, Fra
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn take(bytes: &[u8]) -> Result<Option<Vec<Bytes>>, FrameError> {
         take_command(&mut BytesMut::from(bytes), 1 << 20)
+            .map(|args| args.map(|a| a.iter().collect()))
+    }
+
+    fn words(args: Option<Args>) -> Vec<Bytes> {
+        args.expect("a whole command").iter().collect()
     }
 
     #[test]
     fn commands_come_off_whole_and_in_order() {
         let mut buf =
             BytesMut::from(&b"*2\r\n$4\r\nINCR\r\n$1\r\na\r\n*1\r\n$4\r\nPING\r\n*1\r\n$3"[..]);
-        let first = take_command(&mut buf, 1024).unwrap().unwrap();
+        let first = words(take_command(&mut buf, 1024).unwrap());
         assert_eq!(first, [Bytes::from("INCR"), Bytes::from("a")]);
-        let second = take_command(&mut buf, 1024).unwrap().unwrap();
+        let second = words(take_command(&mut buf, 1024).unwrap());
         assert_eq!(second, [Bytes::from("PING")]);
         assert_eq!(take_command(&mut buf, 1024).unwrap(), None);
         assert_eq!(&buf[..], b"*1\r\n$3", "an incomplete command stays");
         buf.extend_from_slice(b"\r\nGET\r\n");
         assert_eq!(
-            take_command(&mut buf, 1024).unwrap().unwrap(),
+            words(take_command(&mut buf, 1024).unwrap()),
             [Bytes::from("GET")]
         );
         assert!(buf.is_empty());

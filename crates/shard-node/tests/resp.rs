@@ -321,3 +321,25 @@ async fn the_limits_of_resp_hold() {
     );
     node.stop().await;
 }
+
+/// With room for one command's bytes at a time, a long pipeline of increments, reads and
+/// replies ready at once (`ECHO`) is still read as it drains and answered whole, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_past_its_bytes_is_read_as_it_drains() {
+    let node = Node::start("[resp]\nmax_pipeline_bytes = 16\n").await;
+    let mut client = node.connect().await;
+    let mut commands: Vec<&[&str]> = Vec::new();
+    for _ in 0..100 {
+        commands.extend([
+            &["INCR", "drained"][..],
+            &["ECHO", "e"],
+            &["GET", "drained"],
+        ]);
+    }
+    let replies = exchange(&mut client, &commands).await;
+    let expected: String = (1..=100)
+        .map(|n| format!(":{n}\r\n$1\r\ne\r\n${}\r\n{n}\r\n", n.to_string().len()))
+        .collect();
+    assert_eq!(replies, expected);
+    node.stop().await;
+}

@@ -11,7 +11,8 @@
 //! - [`api`]: [`Api`], a client for the nodes' HTTP API and the batched postcard path.
 //! - [`access`]: the tokens and cluster secret of the access-control tests.
 //! - [`openapi`]: the requests a tier's OpenAPI document describes, one per operation.
-//! - [`flood`]: one host's idle connections flooding a node, and the tiers still reaching it.
+//! - [`flood`]: one host's idle connections flooding a node, and the tiers still reaching it;
+//!   a connector whose connections come from that host ([`flood::OtherHost`]).
 //! - [`resp`]: a shard node's Redis port, one command and its one-line reply at a time.
 //! - [`tls`]: a test CA issuing every test process a certificate, and TLS clients trusting it
 //!   (`E2E_TLS=1` runs the end-to-end tests over TLS).

@@ -90,9 +90,14 @@ impl TestCa {
 
     /// A connector that speaks TLS and trusts this CA only.
     pub fn connector(&self) -> Connector {
+        self.connector_over(tcp_connector())
+    }
+
+    /// Like [`TestCa::connector`], over the connections `inner` opens.
+    pub fn connector_over(&self, inner: Connector) -> Connector {
         let config = client_config_trusting(vec![self.certificate.der().clone()])
             .expect("client configuration");
-        tls_connector(tcp_connector(), config)
+        tls_connector(inner, config)
     }
 }
 

@@ -50,11 +50,11 @@ fn echo(command: RespCommand) -> Reply {
         }
         RespCommand::PfAdd { key, elements } => {
             let mut replies = vec![Reply::Bulk(key)];
-            replies.extend(elements.into_iter().map(Reply::Bulk));
+            replies.extend(elements.iter().map(Reply::Bulk));
             Reply::Array(replies)
         }
         RespCommand::Del(keys) | RespCommand::MGet(keys) | RespCommand::PfCount(keys) => {
-            Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
+            Reply::Array(keys.iter().map(Reply::Bulk).collect())
         }
         RespCommand::Info(words) | RespCommand::ConfigGet(words) => Reply::Map(
             words

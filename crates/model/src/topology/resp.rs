@@ -12,29 +12,50 @@ use super::Topology;
 pub struct RespSettings {
     /// The largest command frame a client may send, in bytes (its array header, every
     /// argument and their lengths); a larger one is answered a protocol error and its
-    /// connection closed, as soon as its announced lengths pass the limit. At least 1024.
+    /// connection closed, as soon as its announced lengths pass the limit. 1024 to 1 GiB.
     pub max_frame_bytes: usize,
     /// The most commands of one connection in flight at once: past it the node reads no more
-    /// of the connection until the oldest is answered (commands are answered in order), so a
-    /// client pipelining without end waits instead of growing the node's memory.
+    /// of the connection until the oldest is answered (commands are answered in order).
     pub max_pipeline: usize,
+    /// The most bytes of one connection's commands in flight at once (their frames, and the
+    /// replies of those answered but waiting behind an earlier one): past it the node reads no
+    /// more of the connection until the oldest are answered, so a client pipelining behind a
+    /// slow command waits instead of growing the node's memory. A command larger than it is
+    /// still taken, alone.
+    pub max_pipeline_bytes: usize,
     /// The most RESP connections a node keeps open at once; one more is answered
     /// `-ERR max number of clients reached` and closed, as Redis does past `maxclients`.
     pub max_connections: usize,
+    /// The most RESP connections a node keeps open at once from one IP address, so one host
+    /// (a client pooling too many connections, or opening idle sockets) cannot take every
+    /// connection from the others; one more from it is refused as past `max_connections`.
+    pub max_connections_per_peer: usize,
+    /// A connection with no command in flight that sends nothing for this many milliseconds
+    /// is closed (Redis's `timeout`), so sockets of clients gone away do not keep their
+    /// places; 0 keeps idle connections open.
+    pub idle_timeout_ms: u64,
 }
 
 /// The least `resp.max_frame_bytes`: room for a command with the longest counter id.
 pub const MIN_RESP_FRAME_BYTES: usize = 1_024;
 
+/// The most `resp.max_frame_bytes` may be: a frame's arguments are kept as 32-bit offsets.
+pub const MAX_RESP_FRAME_BYTES: usize = 1 << 30;
+
 impl Default for RespSettings {
-    /// A megabyte per command (a `PFADD` or `MGET` of thousands of keys); 1,024 commands in
-    /// flight per connection, well past the `-P 128` pipelines of `redis-benchmark`; Redis's
-    /// own 10,000 clients.
+    /// A megabyte per command (a `PFADD` or `MGET` of thousands of keys); 1,024 commands and
+    /// 4 MiB in flight per connection, well past the `-P 128` pipelines of `redis-benchmark`;
+    /// Redis's own 10,000 clients, 1,000 of them from one address (as `[http]`); idle
+    /// connections closed after 5 minutes, which frees the places of vanished clients while a
+    /// connection in regular use is never idle that long.
     fn default() -> Self {
         Self {
             max_frame_bytes: 1 << 20,
             max_pipeline: 1_024,
+            max_pipeline_bytes: 4 << 20,
             max_connections: 10_000,
+            max_connections_per_peer: 1_000,
+            idle_timeout_ms: 300_000,
         }
     }
 }
@@ -59,16 +80,21 @@ impl Topology {
         let resp = &self.resp;
         for (key, value) in [
             ("resp.max_pipeline", resp.max_pipeline),
+            ("resp.max_pipeline_bytes", resp.max_pipeline_bytes),
             ("resp.max_connections", resp.max_connections),
+            (
+                "resp.max_connections_per_peer",
+                resp.max_connections_per_peer,
+            ),
         ] {
             if value == 0 {
                 return Err((key.into(), "must be greater than 0".into()));
             }
         }
-        if resp.max_frame_bytes < MIN_RESP_FRAME_BYTES {
+        if !(MIN_RESP_FRAME_BYTES..=MAX_RESP_FRAME_BYTES).contains(&resp.max_frame_bytes) {
             return Err((
                 "resp.max_frame_bytes".into(),
-                format!("must be at least {MIN_RESP_FRAME_BYTES}"),
+                format!("must be {MIN_RESP_FRAME_BYTES} to {MAX_RESP_FRAME_BYTES}"),
             ));
         }
         Ok(())
@@ -117,10 +143,18 @@ mod tests {
         let limits = |line: &str| with_resp("", &format!("\n[resp]\n{line}\n"));
         let topology = Topology::from_toml("t.toml", &limits("max_pipeline = 16")).unwrap();
         assert_eq!(topology.resp.max_pipeline, 16);
+        let topology = Topology::from_toml("t.toml", &limits("idle_timeout_ms = 0")).unwrap();
+        assert_eq!(topology.resp.idle_timeout_ms, 0);
         for (line, key) in [
             ("max_pipeline = 0", "resp.max_pipeline"),
             ("max_connections = 0", "resp.max_connections"),
             ("max_frame_bytes = 1023", "resp.max_frame_bytes"),
+            ("max_frame_bytes = 1073741825", "resp.max_frame_bytes"),
+            ("max_pipeline_bytes = 0", "resp.max_pipeline_bytes"),
+            (
+                "max_connections_per_peer = 0",
+                "resp.max_connections_per_peer",
+            ),
             ("max_frames = 1", "resp.max_frames"),
         ] {
             let error = Topology::from_toml("t.toml", &limits(line)).unwrap_err();

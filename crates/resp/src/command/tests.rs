@@ -1,10 +1,7 @@
 use super::*;
 
-fn args(words: &[&str]) -> Vec<Bytes> {
-    words
-        .iter()
-        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-        .collect()
+fn args(words: &[&str]) -> Args {
+    words.iter().collect()
 }
 
 fn parsed(words: &[&str]) -> Result<RespCommand, String> {
@@ -162,6 +159,13 @@ fn connection_commands_take_their_options() {
             "save".into(),
             "appendonly".into()
         ]))
+    );
+    let longest = "*".repeat(crate::glob::MAX_PATTERN_BYTES);
+    assert!(parsed(&["config", "get", "save", &longest]).is_ok());
+    let long = format!("{longest}x");
+    assert_eq!(
+        parsed(&["config", "get", "save", &long]),
+        Err("ERR pattern too long: a CONFIG GET pattern of 257 bytes (at most 256)".into())
     );
     assert_eq!(
         parsed(&["command", "docs"]),

@@ -5,21 +5,25 @@
 //! it on the connection. What keeps a pipeline fast is batching: consecutive increments
 //! (`INCR`, `INCRBY`, `DECR`, `DECRBY`) go to the commit loop as one batch, where they share a
 //! group commit with every other connection's, and consecutive `GET`s are read at once. Up to
-//! `resp.max_pipeline` commands are taken ahead of their answers; past it the connection is
-//! not read until the oldest are answered.
+//! `resp.max_pipeline` commands, and `resp.max_pipeline_bytes` of them, are taken ahead of
+//! their answers; past either the connection is not read until the oldest are answered. A
+//! queued command holds its frame's bytes (its arguments are ranges in them); a reply ready
+//! behind an earlier command is held encoded, and counts as bytes too.
 //!
 //! A malformed or oversized frame is answered with its protocol error, the commands before it
-//! are answered, and the connection is closed; so is one that sent `QUIT`. Nothing else ends a
+//! are answered, and the connection is closed; so is one that sent `QUIT`, and one with no
+//! command in flight that sends nothing for `resp.idle_timeout_ms`. Nothing else ends a
 //! connection but the client.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::{BoxFuture, Either, FutureExt, Ready, ready};
-use geocount_model::Right;
-use geocount_resp::{Protocol, Reply, RespCommand, take_command};
+use geocount_model::{RespSettings, Right};
+use geocount_resp::{Args, Protocol, Reply, RespCommand, take_command};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::session::Session;
@@ -31,6 +35,8 @@ pub(crate) enum Replies {
     One(Reply),
     /// The replies of a batch of consecutive commands, in order.
     Many(Vec<Reply>),
+    /// Replies encoded already.
+    Encoded(Vec<u8>),
 }
 
 /// A queued entry's replies: ready at once, or once its work is done.
@@ -67,30 +73,64 @@ where
     }
 }
 
+/// A queued entry: the protocol its replies go in, how many commands it answers, the bytes it
+/// holds (its frames, or its encoded replies), its work.
+struct Entry {
+    protocol: Protocol,
+    count: usize,
+    bytes: usize,
+    answer: Answer,
+}
+
 /// The commands of one connection taken and not answered yet, run in order.
 #[derive(Default)]
 struct Pipeline {
-    /// Each entry: the protocol its replies go in, how many commands it answers, its work.
-    queue: VecDeque<(Protocol, usize, Answer)>,
+    /// The entries, oldest first.
+    queue: VecDeque<Entry>,
     /// Commands in the queue (a batch counts each of its commands).
     in_flight: usize,
     /// Commands taken and not yet queued, all of one kind: they go as one batch.
     batch: Vec<Batched>,
+    /// The bytes the queue and the batch hold.
+    bytes: usize,
+    /// The bytes of the batch's frames.
+    batch_bytes: usize,
 }
 
 impl Pipeline {
-    /// Commands taken and not answered.
-    fn taken(&self) -> usize {
-        self.in_flight + self.batch.len()
+    /// Whether no more commands may be taken until the oldest are answered.
+    fn full(&self, settings: &RespSettings) -> bool {
+        self.in_flight + self.batch.len() >= settings.max_pipeline
+            || self.bytes >= settings.max_pipeline_bytes
     }
 
-    fn push(&mut self, protocol: Protocol, count: usize, answer: Answer) {
+    /// Queues `answer`, of `count` commands whose frames were `bytes` long; an answer ready
+    /// now is kept encoded, as what it holds.
+    fn push(&mut self, protocol: Protocol, count: usize, bytes: usize, answer: Answer) {
+        let (bytes, answer) = match answer {
+            Either::Left(now) => {
+                let mut encoded = Vec::new();
+                encode(protocol, now.into_inner(), &mut encoded);
+                (
+                    encoded.len(),
+                    Either::Left(ready(Replies::Encoded(encoded))),
+                )
+            }
+            work => (bytes, work),
+        };
         self.in_flight += count;
-        self.queue.push_back((protocol, count, answer));
+        self.bytes += bytes;
+        self.queue.push_back(Entry {
+            protocol,
+            count,
+            bytes,
+            answer,
+        });
     }
 
-    /// Adds `command` to the batch, queueing the batch first if it holds another kind.
-    fn add(&mut self, shared: &Shared, protocol: Protocol, command: Batched) {
+    /// Adds `command`, whose frame was `bytes` long, to the batch, queueing the batch first if
+    /// it holds another kind.
+    fn add(&mut self, shared: &Shared, protocol: Protocol, command: Batched, bytes: usize) {
         let same = matches!(
             (self.batch.first(), &command),
             (None, _)
@@ -101,6 +141,8 @@ impl Pipeline {
             self.flush(shared, protocol);
         }
         self.batch.push(command);
+        self.batch_bytes += bytes;
+        self.bytes += bytes;
     }
 
     /// Queues the batch taken so far.
@@ -109,6 +151,9 @@ impl Pipeline {
             return;
         }
         let batch = std::mem::take(&mut self.batch);
+        let bytes = std::mem::take(&mut self.batch_bytes);
+        // Counted already, as the batch's.
+        self.bytes -= bytes;
         let count = batch.len();
         let state = shared.state.clone();
         let work = if matches!(batch[0], Batched::Increment(..)) {
@@ -130,17 +175,17 @@ impl Pipeline {
                 .collect();
             async move { Replies::Many(counters::get_each(state, keys).await) }.boxed()
         };
-        self.push(protocol, count, Either::Right(work));
+        self.push(protocol, count, bytes, Either::Right(work));
     }
 
     /// The replies of the oldest entry, once its work is done; the next entry's work starts
     /// only then. Dropped before it is done, the entry keeps what it did so far.
     async fn next(&mut self) -> Option<(Protocol, usize, Replies)> {
-        let (_, _, answer) = self.queue.front_mut()?;
-        let replies = answer.await;
-        let (protocol, count, _) = self.queue.pop_front()?;
-        self.in_flight -= count;
-        Some((protocol, count, replies))
+        let replies = (&mut self.queue.front_mut()?.answer).await;
+        let entry = self.queue.pop_front()?;
+        self.in_flight -= entry.count;
+        self.bytes -= entry.bytes;
+        Some((entry.protocol, entry.count, replies))
     }
 }
 
@@ -153,10 +198,11 @@ where
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = Vec::with_capacity(READ_CHUNK);
     let mut pipeline = Pipeline::default();
+    let idle_timeout = Duration::from_millis(settings.idle_timeout_ms);
     // No more commands are taken: QUIT, a bad frame, or the client closed its side.
     let mut closing = false;
     loop {
-        while !closing && pipeline.taken() < settings.max_pipeline {
+        while !closing && !pipeline.full(settings) {
             // The protocol of the replies to the commands before this one.
             let protocol = session.protocol;
             let args = match take_command(&mut input, settings.max_frame_bytes) {
@@ -166,18 +212,19 @@ where
                 Err(error) => {
                     pipeline.flush(shared, protocol);
                     let reply = Replies::One(Reply::error(error.to_string()));
-                    pipeline.push(protocol, 1, Either::Left(ready(reply)));
+                    pipeline.push(protocol, 1, 0, Either::Left(ready(reply)));
                     closing = true;
                     break;
                 }
             };
             closing = args[0].eq_ignore_ascii_case(b"quit");
+            let bytes = args.frame_bytes();
             match dispatch(shared, session, args) {
-                Dispatched::Batched(command) => pipeline.add(shared, protocol, command),
+                Dispatched::Batched(command) => pipeline.add(shared, protocol, command, bytes),
                 Dispatched::Answer(answer) => {
                     pipeline.flush(shared, protocol);
                     // In the protocol it leaves the connection in: HELLO 3's own is RESP3.
-                    pipeline.push(session.protocol, 1, answer);
+                    pipeline.push(session.protocol, 1, bytes, answer);
                 }
             }
         }
@@ -187,19 +234,34 @@ where
                 break;
             }
             input.reserve(READ_CHUNK);
-            if reader.read_buf(&mut input).await? == 0 {
+            let read = reader.read_buf(&mut input);
+            let read = if idle_timeout.is_zero() {
+                read.await
+            } else {
+                match tokio::time::timeout(idle_timeout, read).await {
+                    Ok(read) => read,
+                    // Idle: closed without a reply, as Redis closes it.
+                    Err(_) => break,
+                }
+            };
+            if read? == 0 {
                 break;
             }
             continue;
         }
-        let can_read = !closing && pipeline.taken() < settings.max_pipeline;
+        let can_read = !closing && !pipeline.full(settings);
         tokio::select! {
             biased;
             Some((protocol, count, replies)) = pipeline.next() => {
                 let mut answered = count;
                 encode(protocol, replies, &mut output);
-                // Every reply ready now goes out in the same write.
-                while let Some(Some((protocol, count, replies))) = pipeline.next().now_or_never() {
+                // Every reply ready now goes out in the same write, up to the bytes a
+                // connection may hold.
+                while output.len() < settings.max_pipeline_bytes {
+                    let Some(Some((protocol, count, replies))) = pipeline.next().now_or_never()
+                    else {
+                        break;
+                    };
                     encode(protocol, replies, &mut output);
                     answered += count;
                 }
@@ -229,12 +291,13 @@ fn encode(protocol: Protocol, replies: Replies, output: &mut Vec<u8>) {
                 reply.encode(protocol, output);
             }
         }
+        Replies::Encoded(encoded) => output.extend_from_slice(&encoded),
     }
 }
 
 /// Starts command `args` (its name first) on `session`: a connection command runs here and
 /// now, a counter command's work starts when the queue first polls it.
-fn dispatch(shared: &Shared, session: &mut Session, args: Vec<Bytes>) -> Dispatched {
+fn dispatch(shared: &Shared, session: &mut Session, args: Args) -> Dispatched {
     let now = |reply| Dispatched::Answer(Either::Left(ready(Replies::One(reply))));
     let command = match geocount_resp::parse(&args) {
         Ok(command) => command,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use geocount_model::{CounterId, ModelError};
 use geocount_net::HttpError;
-use geocount_resp::{Reply, words};
+use geocount_resp::{Args, Reply, words};
 
 use geocount_model::wire::EntryOutcome;
 
@@ -196,7 +196,7 @@ pub(crate) async fn incr(state: Arc<NodeState>, increments: Vec<(Bytes, i64)>) -
 /// `PFADD key element...`: adds each element to unique counter `key` (made at its first
 /// write); replies 1 when the counter's world estimate changed or the counter was made, else
 /// 0. Without elements it makes the counter when there is none.
-pub(crate) async fn pfadd(state: Arc<NodeState>, key: Bytes, elements: Vec<Bytes>) -> Reply {
+pub(crate) async fn pfadd(state: Arc<NodeState>, key: Bytes, elements: Args) -> Reply {
     let id = match counter_id(&key).and_then(|id| check_node(&state, true).map(|()| id)) {
         Ok(id) => id,
         Err(error) => return refusal(&error, true),
@@ -220,7 +220,7 @@ pub(crate) async fn pfadd(state: Arc<NodeState>, key: Bytes, elements: Vec<Bytes
     let writes = elements
         .iter()
         .map(|element| {
-            let element = String::from_utf8_lossy(element);
+            let element = String::from_utf8_lossy(&element);
             geocount_model::unique::validate_item(&element)?;
             Ok(WriteRequest {
                 id: id.clone(),
@@ -268,11 +268,14 @@ async fn create_unique(state: &NodeState, id: CounterId) -> Result<(), ShardErro
 
 /// `DEL`/`UNLINK key...`: deletes each live counter (`DELETE /counter/{id}`); replies how
 /// many were live.
-pub(crate) async fn del(state: Arc<NodeState>, keys: Vec<Bytes>) -> Reply {
+pub(crate) async fn del(state: Arc<NodeState>, keys: Args) -> Reply {
     if let Err(error) = check_node(&state, false) {
         return refusal(&error, false);
     }
-    let ids: Vec<CounterId> = keys.iter().filter_map(|key| counter_id(key).ok()).collect();
+    let ids: Vec<CounterId> = keys
+        .iter()
+        .filter_map(|key| counter_id(&key).ok())
+        .collect();
     let values = state.world.values(&ids).await;
     let mut deleted = 0;
     for (id, value) in ids.into_iter().zip(values) {
@@ -394,9 +397,9 @@ pub(crate) async fn ttl(state: Arc<NodeState>, key: Bytes, millis: bool) -> Repl
 /// counter id included).
 async fn values_of(
     state: &NodeState,
-    keys: &[Bytes],
+    keys: impl Iterator<Item = impl AsRef<[u8]>>,
 ) -> Vec<Result<Option<WorldValue>, ShardError>> {
-    let ids: Vec<Option<CounterId>> = keys.iter().map(|key| counter_id(key).ok()).collect();
+    let ids: Vec<Option<CounterId>> = keys.map(|key| counter_id(key.as_ref()).ok()).collect();
     let valid: Vec<CounterId> = ids.iter().flatten().cloned().collect();
     let mut values = state.world.values(&valid).await.into_iter();
     ids.iter()
@@ -414,7 +417,7 @@ pub(crate) async fn get_each(state: Arc<NodeState>, keys: Vec<Bytes>) -> Vec<Rep
     if let Err(error) = check_node(&state, false) {
         return vec![refusal(&error, false); keys.len()];
     }
-    let values = values_of(&state, &keys).await;
+    let values = values_of(&state, keys.iter()).await;
     values
         .into_iter()
         .map(|value| match value {
@@ -426,12 +429,12 @@ pub(crate) async fn get_each(state: Arc<NodeState>, keys: Vec<Bytes>) -> Vec<Rep
 
 /// `MGET key...`: each counter's value as `GET` answers it, in an array; one refused read
 /// refuses the command, so a stale answer never passes for one.
-pub(crate) async fn mget(state: Arc<NodeState>, keys: Vec<Bytes>) -> Reply {
+pub(crate) async fn mget(state: Arc<NodeState>, keys: Args) -> Reply {
     if let Err(error) = check_node(&state, false) {
         return refusal(&error, false);
     }
     let mut replies = Vec::with_capacity(keys.len());
-    for value in values_of(&state, &keys).await {
+    for value in values_of(&state, keys.iter()).await {
         match value {
             Ok(value) => replies.push(bulk_value(value)),
             Err(error) => return refusal(&error, false),
@@ -443,7 +446,7 @@ pub(crate) async fn mget(state: Arc<NodeState>, keys: Vec<Bytes>) -> Reply {
 /// `PFCOUNT key`: the unique counter's world estimate, 0 when no live counter has the key.
 /// More than one key is refused: the estimate of a union needs the sketches, which the world
 /// value does not carry.
-pub(crate) async fn pfcount(state: Arc<NodeState>, keys: Vec<Bytes>) -> Reply {
+pub(crate) async fn pfcount(state: Arc<NodeState>, keys: Args) -> Reply {
     if keys.len() > 1 {
         return Reply::error(
             "ERR PFCOUNT of more than one key is not supported: geocount estimates each unique \

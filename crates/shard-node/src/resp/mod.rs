@@ -1,10 +1,11 @@
 //! The Redis protocol: the handler stage beside [`crate::http`], on the node's `resp` address
 //! (docs/api.md, "Redis protocol").
 //!
-//! - this module: the listener (plain, or TLS with `[tls]`), its connection limit and the
-//!   counts `INFO` reports.
-//! - [`connection`]: one client's loop: commands taken off its bytes, up to `max_pipeline` in
-//!   flight at once, answered in order in the protocol version it chose.
+//! - this module: the listener (plain, or TLS with `[tls]`), its connection limits (in all and
+//!   per client address) and the counts `INFO` reports.
+//! - [`connection`]: one client's loop: commands taken off its bytes, up to `max_pipeline` and
+//!   `max_pipeline_bytes` in flight at once, answered in order in the protocol version it
+//!   chose; closed once idle for `idle_timeout_ms`.
 //! - [`session`]: what one connection holds (protocol version, `AUTH` and its rights, name,
 //!   id) and the connection commands that change it.
 //! - [`counters`]: the counter commands: writes through the same path as HTTP single writes
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use geocount_model::RespSettings;
-use geocount_net::Listener;
+use geocount_net::{Listener, PeerConnections};
 use geocount_resp::{Protocol, Reply, words};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
@@ -53,7 +54,7 @@ pub(crate) struct Stats {
     pub connected: AtomicUsize,
     /// Connections accepted since the start.
     pub connections: AtomicU64,
-    /// Connections refused past `max_connections`.
+    /// Connections refused past `max_connections` or `max_connections_per_peer`.
     pub rejected: AtomicU64,
     /// Commands answered.
     pub commands: AtomicU64,
@@ -118,6 +119,7 @@ async fn serve<L: Listener>(
         stats: Stats::default(),
         port,
     });
+    let per_peer = PeerConnections::new(shared.settings.max_connections_per_peer);
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -135,7 +137,11 @@ async fn serve<L: Listener>(
             }
         };
         let stats = &shared.stats;
-        if stats.connected.load(Ordering::Relaxed) >= shared.settings.max_connections {
+        let place = per_peer.open(peer.ip());
+        let full = stats.connected.load(Ordering::Relaxed) >= shared.settings.max_connections;
+        let Some(place) = place.filter(|_| !full) else {
+            // Debug, not warn: a flood would flood the log too.
+            tracing::debug!(%peer, full, "too many RESP connections; refusing the new one");
             stats.rejected.fetch_add(1, Ordering::Relaxed);
             connections.spawn(async move {
                 let mut refusal = Vec::new();
@@ -144,13 +150,14 @@ async fn serve<L: Listener>(
                 let _ = io.shutdown().await;
             });
             continue;
-        }
+        };
         stats.connected.fetch_add(1, Ordering::Relaxed);
         stats.connections.fetch_add(1, Ordering::Relaxed);
         let shared = shared.clone();
         connections.spawn(async move {
             connection::run(io, peer, &shared).await;
             shared.stats.connected.fetch_sub(1, Ordering::Relaxed);
+            drop(place);
         });
     }
     connections.shutdown().await;
