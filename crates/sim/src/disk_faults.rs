@@ -89,16 +89,26 @@ pub struct DiskFaultTally {
     pub corrupt_reads: u32,
     /// Starts refused on a corrupt read (each followed by a start on an empty disk).
     pub refused_starts: u32,
+    /// Bits flipped in a read of a log segment that the node started on all the same: every
+    /// record is checksummed, so each must be refused.
+    pub unnoticed_log_reads: u32,
 }
 
 impl DiskFaultTally {
     /// Counts `fired`.
-    pub fn count(&mut self, fired: Fired) {
+    pub fn count(&mut self, fired: Fired, fault: DiskFault) {
+        let log = matches!(fault, DiskFault::CorruptRead { store: false, .. });
         match fired {
             Fired::FsyncFailed => self.fsync_failures += 1,
             Fired::PowerCut => self.power_cuts += 1,
-            Fired::CorruptRead => self.corrupt_reads += 1,
-            Fired::RefusedToStart => self.refused_starts += 1,
+            Fired::CorruptRead => {
+                self.corrupt_reads += 1;
+                self.unnoticed_log_reads += u32::from(log);
+            }
+            Fired::RefusedToStart => {
+                self.refused_starts += 1;
+                self.unnoticed_log_reads -= u32::from(log);
+            }
         }
     }
 
@@ -110,6 +120,7 @@ impl DiskFaultTally {
         self.power_cuts += other.power_cuts;
         self.corrupt_reads += other.corrupt_reads;
         self.refused_starts += other.refused_starts;
+        self.unnoticed_log_reads += other.unnoticed_log_reads;
     }
 }
 

@@ -504,6 +504,12 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
             ledger.keys_unknown_refusals
         )));
     }
+    if disk_faults.unnoticed_log_reads > 0 {
+        return Err(violation(format!(
+            "{} nodes started on a log segment read with a bit flipped",
+            disk_faults.unnoticed_log_reads
+        )));
+    }
     if let Some(broken) = ledger.bound_violations.first() {
         let more = ledger.bound_violations.len() - 1;
         return Err(violation(format!("{broken} (and {more} more)")));

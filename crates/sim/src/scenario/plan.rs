@@ -308,7 +308,7 @@ pub(super) fn reaction(
     now: Duration,
     tally: &mut DiskFaultTally,
 ) -> Vec<Event> {
-    tally.count(fired);
+    tally.count(fired, fault);
     let event = |at: Duration, fault: Fault| Event { at, fault };
     let host = host.to_owned();
     match (fired, fault) {
