@@ -18,6 +18,7 @@ use rand::rngs::StdRng;
 use shard_node::{NodeConfig, RestoreMode, StorageError};
 use turmoil::Sim;
 
+use crate::disk_faults::DiskFaults;
 use crate::seams::{DiskLoss, SimClock, SimListener, sim_connector, sim_storage};
 
 /// The port every simulated tier listens on (each host has an address of its own).
@@ -149,15 +150,23 @@ pub fn staleness_bound(sync: &SyncSettings, max_latency: Duration) -> Duration {
     ) + max_latency * 4
 }
 
+/// What the driver holds of a shard host's disk.
+#[derive(Debug, Clone, Default)]
+pub struct ShardDisk {
+    /// Its loss: gone at the host's next start.
+    pub loss: DiskLoss,
+    /// Its faults.
+    pub faults: DiskFaults,
+}
+
 /// Registers every tier of `topology` as a host of `sim`. Each host's clock is off by up to
-/// `max_skew_ms` (drawn from `rng`). Returns each shard host's [`DiskLoss`], by host name: a
-/// lost disk is gone at the host's next start.
+/// `max_skew_ms` (drawn from `rng`). Returns each shard host's disk, by host name.
 pub fn register_hosts(
     sim: &mut Sim<'_>,
     topology: &Topology,
     rng: &mut StdRng,
     max_skew_ms: u64,
-) -> BTreeMap<String, DiskLoss> {
+) -> BTreeMap<String, ShardDisk> {
     let file = Path::new("simulated.toml");
     let mut clock = || -> Arc<dyn Clock> {
         Arc::new(SimClock {
@@ -187,18 +196,28 @@ pub fn register_hosts(
             // The first start begins a new slot; every later one (after a crash, or on an
             // emptied disk) must find its slot on disk or restore it.
             let started = Arc::new(AtomicBool::new(false));
-            let disk = DiskLoss::default();
+            let disk = ShardDisk::default();
             disks.insert(shard_host(dc, slot), disk.clone());
             tier(sim, shard_host(dc, slot), move |listener| {
-                disk.wipe_if_lost(Path::new(DATA_DIR))
+                disk.loss
+                    .wipe_if_lost(Path::new(DATA_DIR))
                     .expect("the simulated disk can be wiped");
-                let (clock, connector, storage) =
-                    (clock_of.clone(), sim_connector(), sim_storage());
+                disk.faults.started();
+                let faults = disk.faults.clone();
+                let (clock, connector, storage) = (
+                    clock_of.clone(),
+                    sim_connector(),
+                    sim_storage(faults.clone()),
+                );
                 let mut config = config.clone();
                 if !started.swap(true, Ordering::Relaxed) {
                     config.restore = RestoreMode::Empty;
                 }
-                shard_node::run(config, listener, clock, connector, storage, never())
+                async move {
+                    let ended =
+                        shard_node::run(config, listener, clock, connector, storage, never());
+                    ended.await.or_else(|error| faults.ended(error))
+                }
             });
         }
     }

@@ -222,6 +222,9 @@ pub struct Ledger {
     /// Requests refused because their slot was restored without a whole copy of its keys
     /// (503 until the retention has passed since the restore), then retried.
     pub keys_unknown_refusals: u64,
+    /// Requests refused by a node fenced after a failed fsync (503 until it restarts), then
+    /// retried.
+    pub fenced_refusals: u64,
     /// Whether the admin client has created every counter (writers of a lifecycle run wait
     /// for it, so that each counter has a description everywhere).
     pub counters_created: bool,

@@ -17,6 +17,7 @@
 
 pub mod bounded;
 pub mod cluster;
+pub mod disk_faults;
 pub mod ledger;
 pub mod lifecycle;
 pub mod scenario;

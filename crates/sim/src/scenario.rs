@@ -12,9 +12,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use turmoil::{Builder, Sim};
 
-use crate::cluster::{self, DATACENTERS, SHARDS_PER_DATACENTER};
+use crate::cluster::{self, DATACENTERS, SHARDS_PER_DATACENTER, ShardDisk};
+use crate::disk_faults::{DiskFault, DiskFaultTally};
 use crate::ledger::{BOUNDED, COUNTERS, Changed, Ledger, Left, Lost, MayLose, Quiet, SharedLedger};
-use crate::seams::DiskLoss;
 use crate::workload::{self, Writing};
 use crate::{bounded, lifecycle};
 
@@ -105,6 +105,14 @@ pub enum Scenario {
     /// ([`crate::bounded`]); at the end every tier shows exactly the acknowledged totals. Odd
     /// seeds run in `replicated` durability, even ones in the default.
     Bounded,
+    /// Disk faults on the shard nodes holding the counters while clients write: two or three
+    /// of a failed fsync (the node fences itself, and is restarted), a power cut in the middle
+    /// of an fsync (the torn record is cut off at the restart) and, in `replicated` durability
+    /// (odd seeds), a bit flipped in what a restarting node reads (it refuses to start, and is
+    /// started again on an empty disk, restoring its slot) ([`crate::disk_faults`]). Even
+    /// seeds run in `sync` durability, where a failed fsync acknowledges nothing. Nothing
+    /// acknowledged is lost, nothing is counted twice.
+    DiskFaults,
 }
 
 impl fmt::Display for Scenario {
@@ -118,6 +126,7 @@ impl fmt::Display for Scenario {
             Scenario::LostDiskSync => "lost_disk_sync",
             Scenario::Lifecycle => "lifecycle",
             Scenario::Bounded => "bounded",
+            Scenario::DiskFaults => "disk_faults",
         })
     }
 }
@@ -143,6 +152,8 @@ pub enum Fault {
     Bounce(String),
     /// The host's disk is lost: its next start finds its data directory gone.
     LoseDisk(String),
+    /// A fault of the host's disk is armed: it fires at the next call it applies to.
+    Disk(String, DiskFault),
 }
 
 /// A fault at a simulated instant.
@@ -194,6 +205,10 @@ pub struct Report {
     pub restoring_refusals: u64,
     /// Of those, refused because their slot was restored without a whole copy of its keys.
     pub keys_unknown_refusals: u64,
+    /// Of those, refused by a node fenced after a failed fsync.
+    pub fenced_refusals: u64,
+    /// The disk faults armed, and what came of them.
+    pub disk_faults: DiskFaultTally,
     /// The changes of counters' lives made (`Scenario::Lifecycle`), in order.
     pub changes: Vec<Changed>,
     /// What the last change of each counter's life left of it.
@@ -266,7 +281,7 @@ pub fn loss_window(topology: &Topology) -> Duration {
         + LOSS_WINDOW_MARGIN
 }
 
-fn apply(sim: &mut Sim<'_>, disks: &BTreeMap<String, DiskLoss>, fault: &Fault) {
+fn apply(sim: &mut Sim<'_>, disks: &BTreeMap<String, ShardDisk>, fault: &Fault) {
     match fault {
         Fault::Partition(a, b) => sim.partition(a.as_str(), b.as_str()),
         Fault::PartitionOneway(a, b) => sim.partition_oneway(a.as_str(), b.as_str()),
@@ -276,7 +291,8 @@ fn apply(sim: &mut Sim<'_>, disks: &BTreeMap<String, DiskLoss>, fault: &Fault) {
         Fault::Latency(a, b, latency) => sim.set_link_latency(a.as_str(), b.as_str(), *latency),
         Fault::Crash(host) => sim.crash(host.as_str()),
         Fault::Bounce(host) => sim.bounce(host.as_str()),
-        Fault::LoseDisk(host) => disks[host].lose(),
+        Fault::LoseDisk(host) => disks[host].loss.lose(),
+        Fault::Disk(host, fault) => disks[host].faults.arm(*fault, sim.elapsed()),
     }
 }
 
@@ -311,14 +327,17 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         .build();
     let mut topology = cluster::topology(&sim);
     let lifecycle = scenario == Scenario::Lifecycle;
-    let loses_disk = matches!(scenario, Scenario::LostDisk | Scenario::LostDiskSync) || lifecycle;
+    // A corrupt read is answered as a lost disk.
+    let corrupts = scenario == Scenario::DiskFaults && seed % 2 == 1;
+    let loses_disk =
+        matches!(scenario, Scenario::LostDisk | Scenario::LostDiskSync) || lifecycle || corrupts;
     if loses_disk {
         // A slot restored without a whole copy of its keys refuses new keys for the
         // retention: short here, so the writers get through within the run.
         topology.shard.idempotency_retention_secs = LOST_KEYS_RETENTION_SECS;
     }
     // A lost disk loses nothing acknowledged, neither writes nor changes of counters' lives.
-    if matches!(scenario, Scenario::LostDisk | Scenario::Lifecycle) {
+    if matches!(scenario, Scenario::LostDisk | Scenario::Lifecycle) || corrupts {
         topology.shard.durability = Durability::Replicated;
     }
     // Bounded counters' rights in both: odd seeds replicate every gift and receipt to the peer.
@@ -354,7 +373,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         writes,
         max_gap: MAX_WRITE_GAP,
         retention: Duration::from_secs(topology.shard.idempotency_retention_secs),
-        retry_acknowledged: loses_disk && !lifecycle,
+        retry_acknowledged: (loses_disk && !lifecycle) || scenario == Scenario::DiskFaults,
         again,
         bounded: bounds,
     };
@@ -389,6 +408,9 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     let mut pending = events.iter().peekable();
     let mut later = after_last_changes.iter().peekable();
     let mut applied = Vec::with_capacity(events.len() + after_last_changes.len());
+    // The operator's answers to disk faults that fired, by instant.
+    let mut reactions: Vec<Event> = Vec::new();
+    let mut disk_faults = DiskFaultTally::default();
     let healed = |ledger: &SharedLedger, at, later_too: bool| {
         let mut ledger = ledger.borrow_mut();
         ledger.first_healed_at.get_or_insert(at);
@@ -396,15 +418,22 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
             ledger.healed_at = Some(at);
         }
     };
-    if pending.peek().is_none() {
-        healed(&ledger, Duration::ZERO, later.peek().is_none());
-    }
+    // Whether something happened since the last heal was noted.
+    let mut unhealed = true;
     loop {
         loop {
             let now = sim.elapsed();
             let since = ledger.borrow().quiet.as_ref().map(|quiet| quiet.since);
-            let Some(event) = (pending.next_if(|event| event.at <= now))
-                .or_else(|| since.and_then(|since| later.next_if(|event| since + event.at <= now)))
+            let reaction = match reactions.first() {
+                Some(first) if first.at <= now => Some(reactions.remove(0)),
+                _ => None,
+            };
+            let Some(event) = reaction
+                .or_else(|| pending.next_if(|event| event.at <= now).cloned())
+                .or_else(|| {
+                    let due = |event: &&Event| since.is_some_and(|since| since + event.at <= now);
+                    later.next_if(due).cloned()
+                })
             else {
                 break;
             };
@@ -420,19 +449,44 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
                     window: loss_window(&topology),
                 });
             }
+            if let Fault::Disk(..) = &event.fault {
+                disk_faults.armed += 1;
+            }
             applied.push(Event {
                 at: sim.elapsed(),
-                fault: event.fault.clone(),
+                fault: event.fault,
             });
-            if pending.peek().is_none() {
-                healed(&ledger, sim.elapsed(), later.peek().is_none());
-            }
+            unhealed = true;
+        }
+        let now = sim.elapsed();
+        let mut armed = false;
+        for disk in disks.values() {
+            armed |= disk.faults.outstanding(now, &mut disk_faults);
+        }
+        if unhealed && !armed && pending.peek().is_none() && reactions.is_empty() {
+            healed(&ledger, now, later.peek().is_none());
+            unhealed = false;
         }
         match sim.step() {
             Ok(true) => break,
             Ok(false) => {}
-            Err(error) => return Err(violation(format!("the simulation failed: {error}"))),
+            Err(error) => {
+                let applied: Vec<String> = applied.iter().map(Event::to_string).collect();
+                return Err(violation(format!(
+                    "the simulation failed at {} ms: {error}; faults applied: [{}]",
+                    now.as_millis(),
+                    applied.join(", ")
+                )));
+            }
         }
+        let now = sim.elapsed();
+        for (host, disk) in &disks {
+            for fired in disk.faults.take_fired() {
+                reactions.extend(plan::reaction(host, fired, now, &mut disk_faults));
+                unhealed = true;
+            }
+        }
+        reactions.sort_by_key(|event| event.at);
     }
 
     let ledger = ledger.borrow();
@@ -444,10 +498,16 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
     }
     // In `replicated`, no copy shows a write before a peer's log holds it with its key: the
     // restore vouches for every key, and refuses none.
-    if scenario == Scenario::LostDisk && ledger.keys_unknown_refusals > 0 {
+    if (scenario == Scenario::LostDisk || corrupts) && ledger.keys_unknown_refusals > 0 {
         return Err(violation(format!(
             "{} writes refused by a slot restored without its keys",
             ledger.keys_unknown_refusals
+        )));
+    }
+    if disk_faults.unnoticed_log_reads > 0 {
+        return Err(violation(format!(
+            "{} nodes started on a log segment read with a bit flipped",
+            disk_faults.unnoticed_log_reads
         )));
     }
     if let Some(broken) = ledger.bound_violations.first() {
@@ -510,6 +570,8 @@ pub fn run(scenario: Scenario, seed: u64) -> Result<Report, Violation> {
         requests: writes.map(|w| u64::from(w.attempts)).sum(),
         restoring_refusals: ledger.restoring_refusals,
         keys_unknown_refusals: ledger.keys_unknown_refusals,
+        fenced_refusals: ledger.fenced_refusals,
+        disk_faults,
         changes: ledger.changes.clone(),
         left: ledger.left.clone(),
         quiet: ledger.quiet.clone(),

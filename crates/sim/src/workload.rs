@@ -262,11 +262,11 @@ impl Batch<'_> {
                 // other refusal (503/504/500), no answer, or a cut connection leaves the outcome
                 // unknown, and the key makes the retry safe.
                 answer => {
-                    if answer.as_ref().is_ok_and(restoring) {
-                        ledger.borrow_mut().restoring_refusals += 1;
-                    }
-                    if answer.as_ref().is_ok_and(keys_unknown) {
-                        ledger.borrow_mut().keys_unknown_refusals += 1;
+                    if let Ok(answer) = &answer {
+                        let mut ledger = ledger.borrow_mut();
+                        ledger.restoring_refusals += u64::from(Refusal::Restoring.is(answer));
+                        ledger.keys_unknown_refusals += u64::from(Refusal::KeysUnknown.is(answer));
+                        ledger.fenced_refusals += u64::from(Refusal::Fenced.is(answer));
                     }
                     node = (node + 1) % shards.len();
                     let backoff = Duration::from_millis(rng.random_range(20..=150));
@@ -292,19 +292,28 @@ fn delta(counter: &str, rng: &mut StdRng) -> i64 {
     }
 }
 
-/// Whether `answer` is a node's refusal while it restores its slot: its own 503, or the 504 of
-/// the node that forwarded the write to it (which says what it was answered).
-fn restoring(answer: &Answer) -> bool {
-    answer.status.is_server_error()
-        && String::from_utf8_lossy(&answer.body).contains("restoring slot")
+/// Why a node refused a write, as its answer (503 its own, or the 504 of the node that
+/// forwarded the write to it, which says what it was answered) names it.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// The node restores its slot.
+    Restoring,
+    /// Its slot was restored without a whole copy of its keys, and the key may be a lost one.
+    KeysUnknown,
+    /// The node was fenced by a failed fsync.
+    Fenced,
 }
 
-/// Whether `answer` is a restored slot's refusal of a key it may have lost (directly, or
-/// through the node that forwarded the write).
-fn keys_unknown(answer: &Answer) -> bool {
-    answer.status.is_server_error()
-        && String::from_utf8_lossy(&answer.body)
-            .contains("without a whole copy of its idempotency keys")
+impl Refusal {
+    /// Whether `answer` is this refusal.
+    fn is(self, answer: &Answer) -> bool {
+        let says = match self {
+            Refusal::Restoring => "restoring slot",
+            Refusal::KeysUnknown => "without a whole copy of its idempotency keys",
+            Refusal::Fenced => "takes no more writes until it is restarted",
+        };
+        answer.status.is_server_error() && String::from_utf8_lossy(&answer.body).contains(says)
+    }
 }
 
 /// Waits until every writer is done and the driver has healed every fault, then reads every

@@ -5,6 +5,7 @@
 //! `GEOCOUNT_SIM_SEED=S` runs only seed `S`, e.g. to replay a failure:
 //! `GEOCOUNT_SIM_SEED=17 cargo test -p geocount-sim --test simulation crash -- --nocapture`.
 
+use geocount_sim::disk_faults::DiskFaultTally;
 use geocount_sim::{Scenario, run};
 
 /// Seeds per scenario unless `GEOCOUNT_SIM_SEEDS` says otherwise.
@@ -34,6 +35,8 @@ fn check(scenario: Scenario) {
     let mut oldest_lost = std::time::Duration::ZERO;
     let (mut refused, mut snapshots, mut torn, mut bounded_reads) = (0, 0, 0, 0);
     let mut rights_received = 0;
+    let mut fenced = 0;
+    let mut disk = DiskFaultTally::default();
     let seeds = seeds();
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(scenario, seed));
@@ -54,6 +57,8 @@ fn check(scenario: Scenario) {
                 torn += report.snapshots.1;
                 bounded_reads += report.bounded_reads;
                 rights_received += report.rights_received;
+                fenced += report.fenced_refusals;
+                disk.add(&report.disk_faults);
                 if seeds.len() == 1 {
                     println!("{report:#?}");
                 }
@@ -72,6 +77,18 @@ fn check(scenario: Scenario) {
     if snapshots + bounded_reads > 0 {
         println!(
             "{scenario}: {refused} writes refused past a bound; bounds and rights checked on {snapshots} readings of every slot ({torn} more torn or missing a node) and {bounded_reads} reads of totals; {rights_received} rights received from other slots in all"
+        );
+    }
+    if disk.armed > 0 {
+        println!(
+            "{scenario}: {} disk faults armed ({} withdrawn unfired): {} failed fsyncs ({fenced} writes refused by a fenced node), {} power cuts mid-fsync, {} corrupt reads ({} refused starts, each then started on an empty disk; {} unnoticed)",
+            disk.armed,
+            disk.withdrawn,
+            disk.fsync_failures,
+            disk.power_cuts,
+            disk.corrupt_reads,
+            disk.refused_starts,
+            disk.corrupt_reads - disk.refused_starts
         );
     }
     assert!(
@@ -104,6 +121,7 @@ scenarios! {
     lost_disk_sync: LostDiskSync,
     lifecycle: Lifecycle,
     bounded: Bounded,
+    disk_faults: DiskFaults,
 }
 
 /// The same seed twice gives the same run: the same faults at the same instants, the same

@@ -207,9 +207,15 @@ pub(crate) async fn resend_log(
             let all = wal::segments(&*disk, &dir)?;
             let mut payloads = Vec::new();
             for (i, &segment) in all.iter().enumerate() {
-                wal::scan_segment(&*disk, &dir, segment, i + 1 == all.len(), |record| {
-                    payloads.push(postcard::to_allocvec(&record));
-                })?;
+                let scan =
+                    wal::scan_segment(&*disk, &dir, segment, i + 1 == all.len(), |record| {
+                        payloads.push(postcard::to_allocvec(&record));
+                    })?;
+                // Corruption stops the start, as in replay: the records after it would reach
+                // no peer.
+                if let Some(corrupt) = scan.corruption() {
+                    return Err(corrupt);
+                }
             }
             payloads
                 .into_iter()

@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use geocount_model::Topology;
+use geocount_model::{Durability, Topology};
 use rand::Rng;
 use rand::rngs::StdRng;
 
 use super::{Event, Fault, MAX_LATENCY, Scenario, client_host};
 use crate::cluster::{self, DATACENTERS, REPLICAS, SHARDS_PER_DATACENTER};
+use crate::disk_faults::{DiskFault, DiskFaultTally, Fired};
 use crate::ledger::COUNTERS;
 
 impl Scenario {
@@ -177,6 +178,19 @@ impl Scenario {
                 events.sort_by_key(|event| event.at);
             }
             Scenario::Bounded => events = bounded(rng, at),
+            Scenario::DiskFaults => {
+                // A lost disk loses nothing acknowledged only in `replicated`.
+                let corrupt = topology.shard.durability == Durability::Replicated;
+                for _ in 0..rng.random_range(2..=3) {
+                    let dc = pick(rng, &DATACENTERS);
+                    let holding = slots_holding_counters(topology, dc);
+                    let shard =
+                        cluster::shard_host(dc, holding[rng.random_range(0..holding.len())]);
+                    events.extend(disk_fault(rng, at, shard, corrupt));
+                    at += ms(rng, 400, 1_000);
+                }
+                events.sort_by_key(|event| event.at);
+            }
             Scenario::Lifecycle => {
                 // A link between tiers, or between a datacenter's shard nodes, cut for a while.
                 let (a, b) = inter_tier_link(rng);
@@ -237,9 +251,93 @@ impl Scenario {
     }
 }
 
+/// A fault of `shard`'s disk at `at`: a failed fsync, a power cut in the middle of one, or, with
+/// `corrupt`, a bit flipped in what it reads when the plan crashes and restarts it.
+fn disk_fault(rng: &mut StdRng, at: Duration, shard: String, corrupt: bool) -> Vec<Event> {
+    let ms =
+        |rng: &mut StdRng, low: u64, high: u64| Duration::from_millis(rng.random_range(low..=high));
+    let fault = match rng.random_range(0..if corrupt { 3 } else { 2 }) {
+        0 => DiskFault::FailFsync {
+            reached: rng.random_bool(0.5),
+            restart_after: ms(rng, 100, 600),
+        },
+        1 => DiskFault::PowerCut {
+            kept_permille: rng.random_range(0..1_000),
+            down_for: ms(rng, 50, 800),
+        },
+        // The store is read a page at a time, the log a segment at a time.
+        _ => {
+            let store = rng.random_bool(0.5);
+            DiskFault::CorruptRead {
+                store,
+                nth: rng.random_range(0..if store { 12 } else { 2 }),
+                at_millionths: rng.random_range(0..1_000_000),
+                bit: rng.random_range(0..8),
+                restart_after: ms(rng, 50, 500),
+            }
+        }
+    };
+    let armed = Event {
+        at,
+        fault: Fault::Disk(shard.clone(), fault),
+    };
+    match fault {
+        DiskFault::CorruptRead { .. } => vec![
+            Event {
+                at,
+                fault: Fault::Crash(shard.clone()),
+            },
+            armed,
+            Event {
+                at: at + ms(rng, 50, 500),
+                fault: Fault::Bounce(shard),
+            },
+        ],
+        _ => vec![armed],
+    }
+}
+
+/// How long a node's host stays down when the operator restarts it.
+const RESTART_DOWN: Duration = Duration::from_millis(50);
+
+/// The operator's answer to `fired` on `host` at `now`: the events to apply, each at its
+/// instant. Counts it in `tally`.
+pub(super) fn reaction(
+    host: &str,
+    (fired, fault): (Fired, DiskFault),
+    now: Duration,
+    tally: &mut DiskFaultTally,
+) -> Vec<Event> {
+    tally.count(fired, fault);
+    let event = |at: Duration, fault: Fault| Event { at, fault };
+    let host = host.to_owned();
+    match (fired, fault) {
+        (Fired::FsyncFailed, DiskFault::FailFsync { restart_after, .. }) => {
+            let down = now + restart_after;
+            vec![
+                event(down, Fault::Crash(host.clone())),
+                event(down + RESTART_DOWN, Fault::Bounce(host)),
+            ]
+        }
+        (Fired::PowerCut, DiskFault::PowerCut { down_for, .. }) => vec![
+            event(now, Fault::Crash(host.clone())),
+            event(now + down_for, Fault::Bounce(host)),
+        ],
+        (Fired::RefusedToStart, DiskFault::CorruptRead { restart_after, .. }) => {
+            let back = now + restart_after;
+            vec![
+                event(back, Fault::LoseDisk(host.clone())),
+                event(back, Fault::Bounce(host)),
+            ]
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The faults of a bounded run, from `at`: two to four, each a cut between the datacenters, a
-/// shard node's crash, a slow or held link between datacenters' shard nodes, or a shard node's
-/// answers to its client lost; they may overlap.
+/// shard node's crash, a slow or held link between datacenters' shard nodes, a shard node's
+/// answers to its client lost, or a fault of a shard node's disk (a failed fsync, or a power cut
+/// in the middle of one); they may overlap.
 fn bounded(rng: &mut StdRng, mut at: Duration) -> Vec<Event> {
     let ms =
         |rng: &mut StdRng, low: u64, high: u64| Duration::from_millis(rng.random_range(low..=high));
@@ -256,7 +354,7 @@ fn bounded(rng: &mut StdRng, mut at: Duration) -> Vec<Event> {
             true => (DATACENTERS[0], DATACENTERS[1]),
             false => (DATACENTERS[1], DATACENTERS[0]),
         };
-        match rng.random_range(0..4) {
+        match rng.random_range(0..5) {
             // The datacenters cut off from each other: every shard node of one from every one
             // of the other (rights cannot be asked for), and in half the seeds one's aggregator
             // from the global aggregator too; both ways, or one way.
@@ -323,6 +421,10 @@ fn bounded(rng: &mut StdRng, mut at: Duration) -> Vec<Event> {
                     at: at + lasts,
                     fault: heal,
                 });
+            }
+            3 => {
+                let shard = cluster::shard_host(near, rng.random_range(0..SHARDS_PER_DATACENTER));
+                events.extend(disk_fault(rng, at, shard, false));
             }
             // A shard node's answers to its datacenter's client lost: writes applied (rights
             // spent) but not acknowledged, then retried with their key.
