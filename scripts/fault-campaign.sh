@@ -164,6 +164,13 @@ done
 
 now_ms() { date +%s%3N; }
 
+# gone PID: the process has exited: no such pid, or only its zombie leader is left (its files,
+# and so its store's lock, go with its last thread).
+gone() {
+    ! kill -0 "$1" 2>/dev/null ||
+        { [[ "$(ps -o stat= -p "$1")" == Z* ]] && (($(ls "/proc/$1/task" 2>/dev/null | wc -l) <= 1)); }
+}
+
 # stop_at_once SIGNAL NAME...: keeps each process's command line, signals them all with one
 # kill (in that order) and waits until each is gone.
 stop_at_once() {
@@ -177,7 +184,7 @@ stop_at_once() {
     done
     kill "-$signal" "${pids[@]}"
     for pid in "${pids[@]}"; do
-        while kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]]; do sleep 0.05; done
+        until gone "$pid"; do sleep 0.05; done
     done
 }
 
