@@ -60,6 +60,12 @@ RESP_PAUSE_S = 0.2
 UNKNOWN_WORDS = ("not acknowledged", "outcome unknown")
 # A RESP increment that was applied although its reply is an error.
 APPLIED_WORDS = ("the increment was applied and is durable",)
+# An error reply's kind, as the server said it (redis-py drops the word into the class).
+ERROR_WORDS = {
+    redis.ResponseError: "ERR",
+    redis.exceptions.TryAgainError: "TRYAGAIN",
+    redis.exceptions.OutOfMemoryError: "OOM",
+}
 
 
 def log(*words):
@@ -398,6 +404,12 @@ def resp_client(address, tally, stop):
             pipe.incrby(key, delta)
         try:
             replies = pipe.execute(raise_on_error=False)
+        except redis.BusyLoadingError as error:
+            # redis-py raises at a LOADING reply (the slot is restored) and reads no further:
+            # the commands after it may have been applied once the restore ended.
+            tally.add(address, "loading", commands, str(error))
+            time.sleep(0.2)
+            continue
         except (redis.ConnectionError, redis.TimeoutError, OSError) as error:
             tally.add(address, "lost", commands, str(error))
             time.sleep(0.2)
@@ -417,6 +429,7 @@ class RespTally:
         self.unknown_commands = 0
         self.errors = {}
         self.lost_pipelines = 0
+        self.loading_pipelines = 0
         # A few answers of each kind that was not an acknowledgement, for the report.
         self.answers = {}
 
@@ -432,9 +445,12 @@ class RespTally:
             if kind == "connect":
                 self.errors["connect error"] = self.errors.get("connect error", 0) + len(commands)
                 return
-            if kind == "lost":
-                self.note("lost", f"{address}: {replies}")
-                self.lost_pipelines += 1
+            if kind in ("lost", "loading"):
+                self.note(kind, f"{address}: {replies}")
+                if kind == "lost":
+                    self.lost_pipelines += 1
+                else:
+                    self.loading_pipelines += 1
                 for key, delta in commands:
                     self.unknown[key] = self.unknown.get(key, 0) + delta
                 self.unknown_commands += len(commands)
@@ -449,7 +465,7 @@ class RespTally:
                     self.unknown_commands += 1
                 else:
                     self.note("error", f"{address}: {reply}")
-                    word = str(reply).split(" ", 1)[0] if str(reply) else "error"
+                    word = ERROR_WORDS.get(type(reply), type(reply).__name__)
                     self.errors[word] = self.errors.get(word, 0) + 1
 
 
@@ -480,6 +496,7 @@ def resp_final(tally, topology, pool):
         "acknowledged": tally.acknowledged,
         "unknown": tally.unknown_commands,
         "lost_pipelines": tally.lost_pipelines,
+        "loading_pipelines": tally.loading_pipelines,
         "errors": tally.errors,
         "answers": tally.answers,
         "acknowledged_total": sum(tally.acked.values()),

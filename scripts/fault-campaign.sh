@@ -52,8 +52,8 @@
 #   within the bound (never only the clamped global total), and at the end every tier must agree
 #   with the slots, whose sum is the acknowledged deltas (plus at most those of unknown outcome);
 # - pipelined Redis-protocol writes: pipelines of 16 to 64 `INCRBY` at every shard node's `resp`
-#   port, each reply acknowledged, refused, or of unknown outcome (an error saying so, or the
-#   connection lost mid-pipeline); at the end each counter's slots and global total must be its
+#   port, each reply acknowledged, refused, or of unknown outcome (an error saying so, the
+#   connection lost mid-pipeline, or a LOADING reply, past which redis-py reads none); at the end each counter's slots and global total must be its
 #   acknowledged increments plus at most the unknown ones.
 #
 # USA_0 and ASIA_0 run `durability = "replicated"` (config/local.toml): a write is acknowledged
@@ -756,7 +756,7 @@ echo
 printf '%-44s %s\n' "writes acknowledged" "$((acked + marker_acked_total + bounded_acked + resp_acked)) ($acked load, $marker_acked_total markers, $bounded_acked bounded, $resp_acked RESP); $refused load writes refused, $unknown unknown outcome"
 printf '%-44s %s\n' "bounded writes" "$(w .bounded.writes): $bounded_acked acknowledged, $(w .bounded.at_bound) refused at the bound, $(w .bounded.unknown) of unknown outcome never acknowledged on a retry"
 jq -r '.bounded.counters[]? | "  \(.id) (\(.bound) \(.limit)): slots sum to \(.sums.slots), acknowledged \(.acknowledged) + \(.unknown) of unknown outcome; first refused at the bound after \(.first_at_bound_s // "-") s"' "$writers"
-printf '%-44s %s\n' "RESP increments" "$(w .resp.commands) in $(w .resp.pipelines) pipelines: $resp_acked acknowledged, $(w .resp.unknown) unknown outcome ($(w .resp.lost_pipelines) pipelines lost mid-way), errors $(jq -c '.resp.errors // {}' "$writers")"
+printf '%-44s %s\n' "RESP increments" "$(w .resp.commands) in $(w .resp.pipelines) pipelines: $resp_acked acknowledged, $(w .resp.unknown) of unknown outcome ($(w .resp.lost_pipelines) pipelines lost mid-way, $(w .resp.loading_pipelines) cut by LOADING), refused $(jq -c '.resp.errors // {}' "$writers")"
 printf '%-44s %s\n' "writes lost (must be 0)" "$lost (load $load_lost, markers $marker_lost, bounded $(w .bounded.lost), RESP $(w .resp.lost))"
 printf '%-44s %s\n' "writes doubled (must be 0)" "$doubled (load $load_doubled, markers $marker_doubled, bounded $(w .bounded.doubled), RESP $(w .resp.doubled))"
 printf '%-44s %s\n' "quota exceeded (must be 0)" "$exceeded (the parts read $(w .bounded.samples) times)"
