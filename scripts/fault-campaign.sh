@@ -53,8 +53,9 @@
 #   with the slots, whose sum is the acknowledged deltas (plus at most those of unknown outcome);
 # - pipelined Redis-protocol writes: pipelines of 16 to 64 `INCRBY` at every shard node's `resp`
 #   port, each reply acknowledged, refused, or of unknown outcome (an error saying so, the
-#   connection lost mid-pipeline, or a LOADING reply, past which redis-py reads none); at the end each counter's slots and global total must be its
-#   acknowledged increments plus at most the unknown ones.
+#   connection lost mid-pipeline, or a LOADING reply, past which redis-py reads none); at the
+#   end each counter's slots and global total must be its acknowledged increments plus at most
+#   the unknown ones.
 #
 # USA_0 and ASIA_0 run `durability = "replicated"` (config/local.toml): a write is acknowledged
 # once a peer shard node holds it too, so the load runs on through the disk losses (faults 6 to
