@@ -41,15 +41,34 @@
 # misses it, as doubled if the total exceeds the acknowledged markers plus those of unknown
 # outcome.
 #
+# From the start of the load to its end, through every fault and without a pause before one,
+# scripts/campaign_writers.py (with the `redis` Python client scripts/resp-clients.sh installs)
+# runs two more writers:
+# - bounded counters: three made with `max`, one with `min` (written with decrements), written
+#   by a client in every datacenter, each write keyed (a 409 at the bound is an expected
+#   refusal; one of unknown outcome is retried with its key until answered for good), their room
+#   sized so that each reaches its bound in the run. Once a second and at the end every part is
+#   read, each datacenter aggregator replica's and each shard node's slot: their sums must stay
+#   within the bound (never only the clamped global total), and at the end every tier must agree
+#   with the slots, whose sum is the acknowledged deltas (plus at most those of unknown outcome);
+# - pipelined Redis-protocol writes: pipelines of 16 to 64 `INCRBY` at every shard node's `resp`
+#   port, each reply acknowledged, refused, or of unknown outcome (an error saying so, the
+#   connection lost mid-pipeline, or a LOADING reply, past which redis-py reads none); at the
+#   end each counter's slots and global total must be its acknowledged increments plus at most
+#   the unknown ones.
+#
 # USA_0 and ASIA_0 run `durability = "replicated"` (config/local.toml): a write is acknowledged
 # once a peer shard node holds it too, so the load runs on through the disk losses (faults 6 to
 # 9) with no pause before them, and nothing acknowledged may be lost. EUROPE_0, one node in
 # `sync`, loses no disk here: it would lose the writes of the last pull interval.
 #
-# Prints one table: writes acknowledged, refused and of unknown outcome, writes lost (must be 0),
-# writes doubled (must be 0), the longest time any tier stayed wrong after a heal, and whether
-# every process still serves; then `lost = N, doubled = N`. Exits 1 if anything was lost or
-# doubled, a tier never converged, or a process stopped serving.
+# Prints one table: writes acknowledged, refused and of unknown outcome (the load's, the
+# markers', the bounded and the Redis-protocol writers'), writes lost (must be 0), writes
+# doubled (must be 0), how far a bounded counter's parts went past its bound (quota exceeded,
+# must be 0), the longest time any tier stayed wrong after a heal, and whether every process
+# still serves; then `lost = N, doubled = N, quota exceeded = N`. Exits 1 if anything was lost
+# or doubled, a quota exceeded, a tier never converged, a writer's check failed, or a process
+# stopped serving.
 #
 #   scripts/fault-campaign.sh [--duration S] [--rate N] [--no-build]
 #
@@ -57,7 +76,7 @@
 # CARGO_TARGET_DIR is unset).
 #
 # Bounded: the load runs S seconds (default 240, at least 150); the whole run takes about
-# S + 60 s plus the build. Traffic stays on 127.0.0.1.
+# S + 90 s plus the build. Traffic stays on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,6 +94,7 @@ done
 ((duration >= 150)) || { echo "--duration must be at least 150" >&2; exit 2; }
 
 bins="${CARGO_TARGET_DIR:-target}/release"
+python=$(scripts/resp-clients.sh)
 if ((build)); then
     cargo build --release -p shard-node -p geocount-aggregator -p geocount-cluster \
         -p geoctl -p geocount-wan
@@ -88,10 +108,12 @@ tmpfs="$data/$full_slot"
 launcher_pid=""
 restarted=()     # processes this script restarted (the launcher no longer owns them)
 load_pid=""
+writers_pid=""
 
 cleanup() {
     set +e
     [[ -n "$load_pid" ]] && kill "$load_pid" 2>/dev/null
+    [[ -n "$writers_pid" ]] && kill "$writers_pid" 2>/dev/null
     for pid in "${restarted[@]}"; do kill -CONT "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done
     if [[ -n "$launcher_pid" ]]; then
         kill "$launcher_pid" 2>/dev/null
@@ -164,6 +186,13 @@ done
 
 now_ms() { date +%s%3N; }
 
+# gone PID: the process has exited: no such pid, or only its zombie leader is left (its files,
+# and so its store's lock, go with its last thread).
+gone() {
+    ! kill -0 "$1" 2>/dev/null ||
+        { [[ "$(ps -o stat= -p "$1")" == Z* ]] && (($(ls "/proc/$1/task" 2>/dev/null | wc -l) <= 1)); }
+}
+
 # stop_at_once SIGNAL NAME...: keeps each process's command line, signals them all with one
 # kill (in that order) and waits until each is gone.
 stop_at_once() {
@@ -177,7 +206,7 @@ stop_at_once() {
     done
     kill "-$signal" "${pids[@]}"
     for pid in "${pids[@]}"; do
-        while kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]]; do sleep 0.05; done
+        until gone "$pid"; do sleep 0.05; done
     done
 }
 
@@ -349,6 +378,9 @@ load_waiter=$!
 while [[ ! -s "$run/load.pid" ]]; do sleep 0.01; done
 load_pid=$(cat "$run/load.pid")
 started=$(now_ms)
+"$python" scripts/campaign_writers.py --topology "$topology" --duration "$duration" \
+    --stop "$run/writers.stop" --report "$run/writers.json" > "$run/writers.log" 2>&1 &
+writers_pid=$!
 faults=()      # "name|converged ms"
 gap=$(((duration - 30) / 15))
 
@@ -649,6 +681,11 @@ record "kill -9 aggregator_USA_0 (replica 0), restart" "$(now_ms)"
 wait "$load_waiter"
 load_status=$(cat "$run/load.status" 2>/dev/null || echo "unknown")
 load_pid=""
+echo "the load is over: the writers settle their writes and check their counters"
+touch "$run/writers.stop"
+writers_status=0
+wait "$writers_pid" || writers_status=$?
+writers_pid=""
 
 # Every process still serving?
 serving=0
@@ -684,8 +721,24 @@ unknown=$(jq '.writes.unknown' "$json")
 load_lost=$(jq '[.exactness.mismatches[] | select(.observed != null and .unknown_writes == 0) | .expected - .observed | select(. > 0)] | add // 0' "$json")
 load_doubled=$(jq '[.exactness.mismatches[] | select(.observed != null and .unknown_writes == 0) | .observed - .expected | select(. > 0)] | add // 0' "$json")
 unexplained=$(jq '.exactness.mismatches | length' "$json")
-lost=$((load_lost + marker_lost))
-doubled=$((load_doubled + marker_doubled))
+
+# The bounded and Redis-protocol writers' figures, and their own checks.
+writers="$run/writers.json"
+writer_checks=()
+if [[ $writers_status != 0 || ! -s $writers ]]; then
+    writer_checks+=("the writers exited $writers_status (see $run/writers.log)")
+    echo '{"bounded": {}, "resp": {}}' > "$writers"
+fi
+w() { jq -r "$1 // 0" "$writers"; }
+[[ $(w .bounded.reached) == true ]] || writer_checks+=("a bounded counter never reached its bound")
+[[ $(w .bounded.unsettled) == 0 ]] || writer_checks+=("$(w .bounded.unsettled) bounded writes never answered for good")
+[[ $(w .bounded.converged) == true ]] || writer_checks+=("a bounded counter's tiers never agreed with its slots")
+[[ $(w .resp.converged) == true ]] || writer_checks+=("a Redis-protocol counter's global total never agreed with its slots")
+bounded_acked=$(w .bounded.acknowledged)
+resp_acked=$(w .resp.acknowledged)
+exceeded=$(w .bounded.exceeded)
+lost=$((load_lost + marker_lost + $(w .bounded.lost) + $(w .resp.lost)))
+doubled=$((load_doubled + marker_doubled + $(w .bounded.doubled) + $(w .resp.doubled)))
 worst=0
 worst_fault=""
 never=0
@@ -701,18 +754,24 @@ for entry in "${faults[@]}"; do
     printf '%-44s %s ms\n' "${entry%|*}" "${entry##*|}"
 done
 echo
-printf '%-44s %s\n' "writes acknowledged" "$((acked + marker_acked_total)) ($acked load, $marker_acked_total markers); $refused refused, $unknown unknown outcome"
-printf '%-44s %s\n' "writes lost (must be 0)" "$lost"
-printf '%-44s %s\n' "writes doubled (must be 0)" "$doubled"
+printf '%-44s %s\n' "writes acknowledged" "$((acked + marker_acked_total + bounded_acked + resp_acked)) ($acked load, $marker_acked_total markers, $bounded_acked bounded, $resp_acked RESP); $refused load writes refused, $unknown unknown outcome"
+printf '%-44s %s\n' "bounded writes" "$(w .bounded.writes): $bounded_acked acknowledged, $(w .bounded.at_bound) refused at the bound, $(w .bounded.unknown) of unknown outcome never acknowledged on a retry"
+jq -r '.bounded.counters[]? | "  \(.id) (\(.bound) \(.limit)): slots sum to \(.sums.slots), acknowledged \(.acknowledged) + \(.unknown) of unknown outcome; first refused at the bound after \(.first_at_bound_s // "-") s"' "$writers"
+printf '%-44s %s\n' "RESP increments" "$(w .resp.commands) in $(w .resp.pipelines) pipelines: $resp_acked acknowledged, $(w .resp.unknown) of unknown outcome ($(w .resp.lost_pipelines) pipelines lost mid-way, $(w .resp.loading_pipelines) cut by LOADING), refused $(jq -c '.resp.errors // {}' "$writers")"
+printf '%-44s %s\n' "writes lost (must be 0)" "$lost (load $load_lost, markers $marker_lost, bounded $(w .bounded.lost), RESP $(w .resp.lost))"
+printf '%-44s %s\n' "writes doubled (must be 0)" "$doubled (load $load_doubled, markers $marker_doubled, bounded $(w .bounded.doubled), RESP $(w .resp.doubled))"
+printf '%-44s %s\n' "quota exceeded (must be 0)" "$exceeded (the parts read $(w .bounded.samples) times)"
 printf '%-44s %s\n' "counters unexplained by the load's check" "$unexplained (geoctl load exited $load_status)"
 printf '%-44s %s\n' "longest time a tier stayed wrong after a heal" "$worst ms ($worst_fault)"
 printf '%-44s %s\n' "every process still serving" "$([[ $serving == "$total" ]] && echo yes || echo no) ($serving of $total)"
 printf '%-44s %s\n' "every fault's own checks hold" "$( ((${#checks_failed[@]} == 0)) && echo yes || echo "no: ${checks_failed[*]}")"
+printf '%-44s %s\n' "the writers' own checks hold" "$( ((${#writer_checks[@]} == 0)) && echo yes || (IFS=';'; echo "no: ${writer_checks[*]}"))"
 echo
-echo "lost = $lost, doubled = $doubled"
+echo "lost = $lost, doubled = $doubled, quota exceeded = $exceeded"
 
-if ((lost != 0 || doubled != 0 || unexplained != 0 || never || serving != total || ${#checks_failed[@]} != 0)) ||
+if ((lost != 0 || doubled != 0 || exceeded != 0 || unexplained != 0 || never || serving != total)) ||
+    ((${#checks_failed[@]} != 0 || ${#writer_checks[@]} != 0)) ||
     [[ $load_status != 0 ]]; then
-    echo "FAILED: see $run/load.out and $data/logs"
+    echo "FAILED: see $run/load.out, $run/writers.log and $data/logs"
     exit 1
 fi
