@@ -5,8 +5,10 @@
 //! `GEOCOUNT_SIM_SEED=S` runs only seed `S`, e.g. to replay a failure:
 //! `GEOCOUNT_SIM_SEED=17 cargo test -p geocount-sim --test simulation crash -- --nocapture`.
 
+use std::time::Duration;
+
 use geocount_sim::disk_faults::DiskFaultTally;
-use geocount_sim::{Scenario, run};
+use geocount_sim::{Report, Scenario, run};
 
 /// Seeds per scenario unless `GEOCOUNT_SIM_SEEDS` says otherwise.
 const DEFAULT_SEEDS: u64 = 50;
@@ -125,12 +127,33 @@ scenarios! {
 }
 
 /// The same seed twice gives the same run: the same faults at the same instants, the same
-/// number of requests, the same acknowledgements and the same convergence time.
+/// number of requests, the same acknowledgements and the same convergence time. The instant
+/// the last client host ends, after every check has read the tiers, is left out: it can differ
+/// by a few milliseconds between two runs in one process (docs/testing.md, "Reproducing").
 #[test]
 fn a_seed_replays_exactly() {
+    let mut differ = Vec::new();
     for &scenario in ALL {
         let first = run(scenario, 7).expect("seed 7 passes");
         let second = run(scenario, 7).expect("seed 7 passes");
-        assert_eq!(first, second, "{scenario}: two runs of seed 7 differ");
+        let ended = Duration::ZERO;
+        let (first, second) = (
+            Report {
+                elapsed: ended,
+                ..first
+            },
+            Report {
+                elapsed: ended,
+                ..second
+            },
+        );
+        if first != second {
+            differ.push(format!("{scenario}: {first:?}\n  against {second:?}"));
+        }
     }
+    assert!(
+        differ.is_empty(),
+        "two runs of seed 7 differ:\n{}",
+        differ.join("\n")
+    );
 }
