@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the documents name only files and Rust symbols that exist.
 #
-#   scripts/check-docs.sh                          # README.md and every docs/*.md
+#   scripts/check-docs.sh                          # README.md, every docs/*.md and docs/design/*.md
 #   scripts/check-docs.sh docs/architecture.md     # some documents only
 #
 # Every backticked token that looks like a repository path or a Rust symbol is checked against
@@ -10,7 +10,7 @@
 # with its file and line, and exits 1 if there is any. Needs only bash and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$#" -eq 0 ]; then set -- README.md docs/*.md; fi
+if [ "$#" -eq 0 ]; then set -- README.md docs/*.md docs/design/*.md; fi
 exec python3 - "$@" <<'PY'
 import os
 import re
