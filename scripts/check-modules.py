@@ -12,7 +12,8 @@ Fails (exit 1), printing each finding, on:
   edge x -> y of folder a;
 - a type whose inherent `impl` blocks are not all in its room: the file that defines it, or a file
   inside the folder named for that file's module (a type of engine/commit.rs may have impls in
-  engine/commit/*.rs; one of a mod.rs, anywhere in its folder; one of lib.rs or main.rs, there only).
+  engine/commit/*.rs; one of a mod.rs, anywhere in its folder; one of lib.rs or main.rs, there
+  only).
 
 Test code is not read: items under `#[cfg(test)]` and files named tests.rs or inside a tests/
 folder; everything else in a file is, whatever follows a test module. Comments and strings are not
@@ -148,7 +149,7 @@ def is_test_file(src, path):
 
 
 def use_paths(tree):
-    """The paths a `use` tree names: `crate::{a::b, c::{d, e}}` gives crate::a::b, crate::c::d, ..."""
+    """The paths a `use` tree names: `crate::{a::b, c::{d, e}}` gives a::b, c::d and c::e."""
     tree = re.sub(r"\s+as\s+\w+", "", tree)
     tree = re.sub(r"\s+", "", tree)
     paths = []

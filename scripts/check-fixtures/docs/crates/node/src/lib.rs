@@ -1,0 +1,4 @@
+//! The node.
+pub mod route;
+pub mod startup;
+pub mod storage;
