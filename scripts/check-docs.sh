@@ -12,7 +12,9 @@
 # if it names any. docs/testing.md ("The documents check") gives the rules. Prints each wrong
 # token with its file and line, and exits 1 if there is any. Needs only bash and python3.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+CHECK_SCRIPTS=$(cd "$(dirname "$0")" && pwd)
+export CHECK_SCRIPTS
+cd "$CHECK_SCRIPTS/.."
 if [ "${1:-}" = --root ]; then cd "$2"; shift 2; fi
 if [ "$#" -eq 0 ]; then set -- README.md docs/*.md; fi
 exec python3 - "$@" <<'PY'
@@ -21,6 +23,10 @@ import collections
 import os
 import re
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/
+sys.path.insert(0, os.environ["CHECK_SCRIPTS"])
+from rust_text import strip_code  # noqa: E402
 
 ROOT = os.getcwd()
 
@@ -76,43 +82,6 @@ def walk(top, keep):
         for name in files:
             if keep(name):
                 yield os.path.join(base, name)
-
-
-def strip_comments(text):
-    """Rust source without comments; strings and line breaks kept."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif c == '"' or text.startswith('r"', i) or text.startswith('r#"', i):
-            hashes = ""
-            if c == "r":
-                hashes = "#" if text[i + 1] == "#" else ""
-                j = i + 2 + len(hashes)
-                end = text.find('"' + hashes, j)
-                j = n if end < 0 else end + 1 + len(hashes)
-            else:
-                j = i + 1
-                while j < n and text[j] != '"':
-                    j += 2 if text[j] == "\\" else 1
-                j += 1
-            out.append(text[i:j])
-            i = j
-        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4]):
-            m = re.match(r"'(\\.|[^\\'])'", text[i:i + 4])
-            out.append(m.group(0))
-            i += len(m.group(0))
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def body_after(code, start):
@@ -196,7 +165,7 @@ class Index:
 
     def add_rust(self, path):
         with open(path, encoding="utf-8", errors="replace") as f:
-            code = strip_comments(f.read())
+            code = strip_code(f.read(), keep_strings=True)
         self.code[path] = code
         self.words.update(re.findall(r"[A-Za-z_]\w*", code))
         for literal in re.findall(r'"((?:\\.|[^"\\])*)"', code):

@@ -24,55 +24,15 @@ import re
 import sys
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/
+from rust_text import strip_code  # noqa: E402
+
 ITEM_KINDS = ("struct", "enum", "union")
 
 
 def blank(text, start, end):
     """`text` with [start, end) replaced by spaces, line breaks kept."""
     return text[:start] + re.sub(r"[^\n]", " ", text[start:end]) + text[end:]
-
-
-def strip_code(text):
-    """Rust source with comments and the contents of strings and chars blanked out."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-        elif text.startswith("/*", i):
-            depth, j = 0, i
-            while j < n:
-                if text.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif text.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                    if depth == 0:
-                        break
-                else:
-                    j += 1
-        elif re.match(r'b?r(#*)"', text[i:i + 8]) and (i == 0 or not re.match(r"\w", text[i - 1])):
-            m = re.match(r'b?r(#*)"', text[i:i + 8])
-            end = text.find('"' + m.group(1), i + len(m.group(0)))
-            j = n if end < 0 else end + 1 + len(m.group(1))
-        elif c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            j += 1
-        elif c == "'" and re.match(r"'(\\[^']{1,10}|[^\\'])'", text[i:i + 12]):
-            j = i + len(re.match(r"'(\\[^']{1,10}|[^\\'])'", text[i:i + 12]).group(0))
-        else:
-            out.append(c)
-            i += 1
-            continue
-        chunk = text[i:j]
-        if c in "\"'rb":
-            out.append(chunk[0] + re.sub(r"[^\n]", " ", chunk[1:-1]) + chunk[-1])
-        else:
-            out.append(re.sub(r"[^\n]", " ", chunk))
-        i = j
-    return "".join(out)
 
 
 def matching_brace(code, i):
