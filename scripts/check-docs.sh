@@ -196,8 +196,13 @@ class Index:
                 return True
         return False
 
-    def type_files(self, name):
+    def type_files(self, name, _cache={}):
         """Files holding an impl of `name` or the trait `name` itself."""
+        if name not in _cache:
+            _cache[name] = self.find_type_files(name)
+        return _cache[name]
+
+    def find_type_files(self, name):
         pat = re.compile(r"\bimpl\b[^{;]*?\b%s\b|\btrait\s+%s\b" % (name, name))
         return {p for p, code in self.code.items() if pat.search(code)}
 

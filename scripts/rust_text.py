@@ -3,6 +3,9 @@ scripts/check-modules.py share this, so both read the same code)."""
 
 import re
 
+RAW = re.compile(r'b?r(#*)"')
+WORD = re.compile(r"\w")
+SPECIAL = re.compile(r"[/\"'br]")
 
 def strip_code(text, keep_strings=False):
     """Rust source with comments blanked out (line breaks kept), and the contents of strings and
@@ -24,8 +27,8 @@ def strip_code(text, keep_strings=False):
                         break
                 else:
                     j += 1
-        elif re.match(r'b?r(#*)"', text[i:i + 8]) and (i == 0 or not re.match(r"\w", text[i - 1])):
-            m = re.match(r'b?r(#*)"', text[i:i + 8])
+        elif c in "br" and RAW.match(text, i) and (i == 0 or not WORD.match(text[i - 1])):
+            m = RAW.match(text, i)
             end = text.find('"' + m.group(1), i + len(m.group(0)))
             j = n if end < 0 else end + 1 + len(m.group(1))
         elif c == '"':
@@ -36,8 +39,11 @@ def strip_code(text, keep_strings=False):
         elif c == "'" and re.match(r"'(\\[^']{1,10}|[^\\'])'", text[i:i + 12]):
             j = i + len(re.match(r"'(\\[^']{1,10}|[^\\'])'", text[i:i + 12]).group(0))
         else:
-            out.append(c)
-            i += 1
+            # Up to the next character that may open a comment, a string or a char.
+            nxt = SPECIAL.search(text, i + 1)
+            j = n if nxt is None else nxt.start()
+            out.append(text[i:j])
+            i = j
             continue
         chunk = text[i:j]
         if c in "\"'rb" and keep_strings:
