@@ -9,7 +9,7 @@ Fails (exit 1), printing each finding, on:
 - an import cycle between sibling modules (the modules of one folder, or a crate's top-level
   ones), directly or round a loop. A file under module a::x naming a::y by any path (`crate::a::y`,
   `super::y`, `self::..`, a grouped `use crate::{a::y::Z, b}`, nested `crate::a::y::z::f()`) is an
-  edge x -> y of folder a;
+  edge x -> y of folder a. A name a module re-exports (`pub use y::Name`) leads to y;
 - a type whose inherent `impl` blocks are not all in its room: the file that defines it, or a file
   inside the folder named for that file's module (a type of engine/commit.rs may have impls in
   engine/commit/*.rs; one of a mod.rs, anywhere in its folder; one of lib.rs or main.rs, there
@@ -157,8 +157,9 @@ def references(sf):
     return refs
 
 
-def resolve(here, path, modules):
-    """The module a path at module `here` reaches (its longest prefix that is a module)."""
+def resolve(here, path, modules, reexports=None):
+    """The module a path at module `here` reaches: its longest prefix that is a module, then,
+    where that module re-exports the next name (`pub use x::Name`), the module it comes from."""
     i = 0
     if path[0] == "crate":
         base, i = (), 1
@@ -171,9 +172,25 @@ def resolve(here, path, modules):
     for seg in path[i:]:
         if base + (seg,) in modules:
             base = base + (seg,)
+        elif reexports and (base, seg) in reexports:
+            base = reexports[(base, seg)]
         else:
             break
     return base
+
+
+def reexported(files, modules):
+    """(module, name) -> the module a `pub use` of that module brings the name from."""
+    found = {}
+    for sf in files:
+        for m in re.finditer(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", sf.code):
+            here = sf.module_at(m.start())
+            for path in use_paths(m.group(1)):
+                if path and path[-1] != "*":
+                    there = resolve(here, path[:-1] or path, modules)
+                    if there != here:
+                        found.setdefault((here, path[-1]), there)
+    return found
 
 
 def cycles(edges):
@@ -213,11 +230,12 @@ def import_cycles(root, src, files):
         modules |= sf.inline_modules()
     for m in list(modules):
         modules.update(m[:k] for k in range(len(m)))
+    reexports = reexported(files, modules)
     edges, evidence = {}, {}
     for sf in files:
         for pos, path in references(sf):
             here = sf.module_at(pos)
-            there = resolve(here, path, modules)
+            there = resolve(here, path, modules, reexports)
             k = 0
             while k < min(len(here), len(there)) and here[k] == there[k]:
                 k += 1
