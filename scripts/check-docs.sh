@@ -329,19 +329,17 @@ class Files:
         return None
 
     def locate(self, token):
-        """The files a path names, from the first of these bases holding any: the repository
-        root; `crates/` or `fuzz/`; a crate's directory or its `src/`."""
+        """The files a path names: itself from the repository root if it is there, else every
+        reading of it below `crates/`, `fuzz/`, a crate's directory or a crate's `src/`."""
         t = os.path.normpath(token)
         if t.startswith(".."):
             return []
-        levels = [[t], [os.path.join("crates", t), os.path.join("fuzz", t)],
-                  [os.path.join(c, t) for c in self.crate_dirs] +
-                  [os.path.join(c, "src", t) for c in self.crate_dirs]]
-        for level in levels:
-            found = sorted({os.path.normpath(p) for p in level} & self.all)
-            if found:
-                return found
-        return []
+        if t in self.all:
+            return [t]
+        below = [os.path.join("crates", t), os.path.join("fuzz", t)]
+        below += [os.path.join(c, t) for c in self.crate_dirs]
+        below += [os.path.join(c, "src", t) for c in self.crate_dirs]
+        return sorted({os.path.normpath(p) for p in below} & self.all)
 
     def rust_files(self, path):
         """The Rust sources a named file or directory stands for."""
@@ -386,7 +384,7 @@ def resolve_path(files, token, context):
         if len(found) > 1:
             inside = [p for p in found if files.crate_of(p) in context[0]]
             if len(inside) != 1:
-                return [], "names %d files (%s): write the crate's part of the path, or name " \
+                return [], "names %d files or folders (%s): write the crate's part of the path, or name " \
                     "the crate beside it" % (len(found), plural(found))
             found = inside
         found_all += found
