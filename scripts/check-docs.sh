@@ -384,8 +384,8 @@ def resolve_path(files, token, context):
         if len(found) > 1:
             inside = [p for p in found if files.crate_of(p) in context[0]]
             if len(inside) != 1:
-                return [], "names %d files or folders (%s): write the crate's part of the path, or name " \
-                    "the crate beside it" % (len(found), plural(found))
+                return [], "names %d files or folders (%s): write the crate's part of the " \
+                    "path, or name the crate beside it" % (len(found), plural(found))
             found = inside
         found_all += found
     return found_all, None
