@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the documents name only files and Rust symbols that exist, where they say.
 #
-#   scripts/check-docs.sh                          # README.md and every docs/*.md
+#   scripts/check-docs.sh                          # README.md and every .md below docs/
 #   scripts/check-docs.sh docs/architecture.md     # some documents only
 #   scripts/check-docs.sh --root DIR [FILE...]     # another tree (the self-test's fixtures)
 #
@@ -16,7 +16,7 @@ CHECK_SCRIPTS=$(cd "$(dirname "$0")" && pwd)
 export CHECK_SCRIPTS
 cd "$CHECK_SCRIPTS/.."
 if [ "${1:-}" = --root ]; then cd "$2"; shift 2; fi
-if [ "$#" -eq 0 ]; then set -- README.md docs/*.md; fi
+if [ "$#" -eq 0 ]; then mapfile -t docs < <(find docs -name '*.md' | sort); set -- README.md "${docs[@]}"; fi
 exec python3 - "$@" <<'PY'
 import bisect
 import collections
