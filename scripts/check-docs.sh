@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# Checks that the documents name only files and Rust symbols that exist.
+# Checks that the documents name only files and Rust symbols that exist, where they say.
 #
-#   scripts/check-docs.sh                          # README.md, every docs/*.md and docs/design/*.md
+#   scripts/check-docs.sh                          # README.md and every .md below docs/
 #   scripts/check-docs.sh docs/architecture.md     # some documents only
+#   scripts/check-docs.sh --root DIR [FILE...]     # another tree (the self-test's fixtures)
 #
 # Every backticked token that looks like a repository path or a Rust symbol is checked against
-# this checkout: paths on the filesystem (from the repository root, `crates/`, `crates/*/` or
-# `crates/*/src/`), symbols by their definition in the Rust sources. Prints each missing token
-# with its file and line, and exits 1 if there is any. Needs only bash and python3.
+# this checkout: a path must name exactly one file (from the repository root, `crates/`, or a
+# crate's directory or `src/`), a bare file name one file (in the crate named beside it, if any),
+# a symbol must be defined, and defined in one of the Rust files its sentence or table row names,
+# if it names any. docs/testing.md ("The documents check") gives the rules. Prints each wrong
+# token with its file and line, and exits 1 if there is any. Needs only bash and python3.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-if [ "$#" -eq 0 ]; then set -- README.md docs/*.md docs/design/*.md; fi
+CHECK_SCRIPTS=$(cd "$(dirname "$0")" && pwd)
+export CHECK_SCRIPTS
+cd "$CHECK_SCRIPTS/.."
+if [ "${1:-}" = --root ]; then cd "$2"; shift 2; fi
+if [ "$#" -eq 0 ]; then mapfile -t docs < <(find docs -name '*.md' | sort); set -- README.md "${docs[@]}"; fi
 exec python3 - "$@" <<'PY'
+import bisect
+import collections
 import os
 import re
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/
+sys.path.insert(0, os.environ["CHECK_SCRIPTS"])
+from rust_text import strip_code  # noqa: E402
 
 ROOT = os.getcwd()
 
@@ -59,52 +71,17 @@ CONFIG_SECTIONS = {"global", "shard", "sync", "http", "aggregator", "memory", "t
                    "auth", "wan", "resp"}
 FILE_EXTENSIONS = ("rs", "toml", "sh", "md", "lock", "txt", "py", "yml", "yaml", "json")
 TOP_DIRS = ("crates", "config", "scripts", "tests", "fuzz", "docs", "deploy")
+# Build output, fuzzing data, and the self-test's fixture trees (scripts/check-selftest.sh).
+SKIP_DIRS = ("target", ".git", "corpus", "artifacts", "check-fixtures")
 RUST_DIRS = [d for d in ("crates", "fuzz", "tests") if os.path.isdir(d)]
 
 
 def walk(top, keep):
     for base, dirs, files in os.walk(top):
-        dirs[:] = [d for d in dirs if d not in ("target", ".git", "corpus", "artifacts")]
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
         for name in files:
             if keep(name):
                 yield os.path.join(base, name)
-
-
-def strip_comments(text):
-    """Rust source without comments; strings and line breaks kept."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif c == '"' or text.startswith('r"', i) or text.startswith('r#"', i):
-            hashes = ""
-            if c == "r":
-                hashes = "#" if text[i + 1] == "#" else ""
-                j = i + 2 + len(hashes)
-                end = text.find('"' + hashes, j)
-                j = n if end < 0 else end + 1 + len(hashes)
-            else:
-                j = i + 1
-                while j < n and text[j] != '"':
-                    j += 2 if text[j] == "\\" else 1
-                j += 1
-            out.append(text[i:j])
-            i = j
-        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4]):
-            m = re.match(r"'(\\.|[^\\'])'", text[i:i + 4])
-            out.append(m.group(0))
-            i += len(m.group(0))
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def body_after(code, start):
@@ -188,7 +165,7 @@ class Index:
 
     def add_rust(self, path):
         with open(path, encoding="utf-8", errors="replace") as f:
-            code = strip_comments(f.read())
+            code = strip_code(f.read(), keep_strings=True)
         self.code[path] = code
         self.words.update(re.findall(r"[A-Za-z_]\w*", code))
         for literal in re.findall(r'"((?:\\.|[^"\\])*)"', code):
@@ -219,8 +196,13 @@ class Index:
                 return True
         return False
 
-    def type_files(self, name):
+    def type_files(self, name, _cache={}):
         """Files holding an impl of `name` or the trait `name` itself."""
+        if name not in _cache:
+            _cache[name] = self.find_type_files(name)
+        return _cache[name]
+
+    def find_type_files(self, name):
         pat = re.compile(r"\bimpl\b[^{;]*?\b%s\b|\btrait\s+%s\b" % (name, name))
         return {p for p, code in self.code.items() if pat.search(code)}
 
@@ -301,36 +283,143 @@ def check_path_symbol(ix, token):
     return "no module %s defines it" % "::".join(segs[:-1])
 
 
-def resolve_path(token):
-    """Whether a path token names something in the repository."""
-    for prefix, alts in re.findall(r"(\{([^{}]*)\})", token)[:1]:
-        return all(resolve_path(token.replace(prefix, alt, 1)) for alt in alts.split(","))
-    bases = [".", "crates", "fuzz"]
-    for crate in sorted(os.listdir("crates")):
-        bases += [os.path.join("crates", crate), os.path.join("crates", crate, "src")]
-    for base in bases:
-        full = os.path.normpath(os.path.join(base, token))
-        if full.startswith(".."):
-            continue
-        if os.path.exists(full):
-            return True
-    return False
+def expand(token):
+    """`a/{b,c}.rs` as a/b.rs and a/c.rs."""
+    m = re.search(r"\{([^{}]*)\}", token)
+    if not m:
+        return [token]
+    return [x for alt in m.group(1).split(",")
+            for x in expand(token[:m.start()] + alt + token[m.end():])]
 
 
-def basename_exists(name, _cache={}):
-    if not _cache:
-        for path in walk(".", lambda n: True):
-            _cache[os.path.basename(path)] = path
-    return name in _cache
+class Files:
+    """Every file and directory of the checkout, and the crates they belong to."""
+
+    def __init__(self, ix):
+        self.all, self.by_name = set(), {}
+        for base, dirs, files in os.walk("."):
+            fixture = "check-fixtures" in base.split(os.sep)
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS or d == "check-fixtures"]
+            self.all.add(os.path.normpath(base))
+            for name in files:
+                path = os.path.normpath(os.path.join(base, name))
+                self.all.add(path)
+                if not fixture:  # a fixture's files are not the ones a bare name means
+                    self.by_name.setdefault(name, []).append(path)
+        crates = sorted(os.listdir("crates")) if os.path.isdir("crates") else []
+        self.crate_dirs = [os.path.join("crates", c) for c in crates
+                           if os.path.isdir(os.path.join("crates", c))]
+        self.packages = {}                # package, binary or library name -> crate directory
+        for crate in self.crate_dirs + ["fuzz"]:
+            cargo = os.path.join(crate, "Cargo.toml")
+            if not os.path.isfile(cargo):
+                continue
+            with open(cargo, encoding="utf-8") as f:
+                names = re.findall(r'^name\s*=\s*"([^"]+)"', f.read(), re.M)
+            package = names[0] if names else None
+            for name in names:
+                if name == package or "-" in name:
+                    self.packages[name] = crate
+                    self.packages[name.replace("-", "_")] = crate
+
+    def crate_of(self, path):
+        for crate in self.crate_dirs + ["fuzz"]:
+            if path == crate or path.startswith(crate + os.sep):
+                return crate
+        return None
+
+    def locate(self, token):
+        """The files a path names: itself from the repository root if it is there, else every
+        reading of it below `crates/`, `fuzz/`, a crate's directory or a crate's `src/`."""
+        t = os.path.normpath(token)
+        if t.startswith(".."):
+            return []
+        if t in self.all:
+            return [t]
+        below = [os.path.join("crates", t), os.path.join("fuzz", t)]
+        below += [os.path.join(c, t) for c in self.crate_dirs]
+        below += [os.path.join(c, "src", t) for c in self.crate_dirs]
+        return sorted({os.path.normpath(p) for p in below} & self.all)
+
+    def rust_files(self, path):
+        """The Rust sources a named file or directory stands for."""
+        if path.endswith(".rs"):
+            return {path}
+        if path in self.by_name.get(os.path.basename(path), ()):
+            return set()
+        return {p for p in self.all if p.endswith(".rs") and p.startswith(path + os.sep)}
 
 
-def check_token(ix, token):
-    """An error for a token naming something missing; None if it exists or is not checked."""
+def crate_names(files, token):
+    """The crate a token names by its package name, a Rust path or a path inside it (a bare
+    file name names none: that is what a crate beside it is for)."""
+    t = token.strip()
+    if t in files.packages:
+        return {files.packages[t]}
+    head = t.split("::")[0]
+    if "::" in t and "_" in head and head in files.packages:
+        return {files.packages[head]}
+    if "/" in t and re.fullmatch(r"[\w./{},-]+", t) and not t.startswith("/"):
+        crates = set()
+        for alt in expand(t):
+            found = files.locate(alt)
+            if len(found) == 1 and files.crate_of(found[0]):
+                crates.add(files.crate_of(found[0]))
+        return crates
+    return set()
+
+
+def plural(crates):
+    return ", ".join(sorted(crates))
+
+
+def resolve_path(files, token, context):
+    """(files named, error) of a path token. A path must name exactly one file: where it could
+    be read below several crates, the crate named beside it decides."""
+    found_all = []
+    for alt in expand(token):
+        found = files.locate(alt)
+        if not found:
+            return [], "no such file or directory"
+        if len(found) > 1:
+            inside = [p for p in found if files.crate_of(p) in context[0]]
+            if len(inside) != 1:
+                return [], "names %d files or folders (%s): write the crate's part of the " \
+                    "path, or name the crate beside it" % (len(found), plural(found))
+            found = inside
+        found_all += found
+    return found_all, None
+
+
+def resolve_bare(files, name, context):
+    """(files named, error) of a bare file name: the file of that name at the repository root;
+    else the one file of that name (a `.rs` one in the crate named beside it, if any is)."""
+    if name in files.all:
+        return [name], None
+    found = sorted(files.by_name.get(name, []))
+    if not found:
+        return [], "no file of that name in the repository"
+    crates, unit = context
+    if name.endswith(".rs") and crates:
+        inside = [p for p in found if files.crate_of(p) in crates]
+        if not inside:
+            return [], "%s is not in %s, the crate(s) its %s names: write its path" % (
+                plural(found), plural(crates), unit)
+        found = inside
+    if len(found) > 1:
+        return [], "%d files have that name (%s): write its path, or name its crate beside it" % (
+            len(found), plural(found))
+    return found, None
+
+
+def check_token(ix, files, token, context):
+    """(error, files named) for a token: an error if it names something missing, or a path
+    that is not exactly one file."""
     t = token.strip()
     if not t or re.search(r"\s", t) or "<" in t and not re.fullmatch(r"[\w:]+<[^<>]*>", t):
-        return None
+        return None, []
     if "://" in t or t.startswith(("/", "-", "$", "~")):
-        return None
+        return None, []
     # Paths.
     if "/" in t:
         ext = re.search(r"\.(\w+)$", t)
@@ -338,19 +427,82 @@ def check_token(ix, token):
         looks = (ext and ext.group(1) in FILE_EXTENSIONS) or first in TOP_DIRS or \
             first in ix.crates or t.endswith("/") or first == ".."
         if not looks or not re.fullmatch(r"[\w./{},-]+", t):
-            return None
+            return None, []
         if first in ("target", "data"):
-            return None  # build output and data directories, made by running things
+            return None, []  # build output and data directories, made by running things
         if first == ".." or t.startswith("../"):
-            return "a path outside the repository"
-        return None if resolve_path(t) else "no such file or directory"
-    # A bare file name: a source, script or document must exist somewhere; other kinds (a
-    # `.toml` alone is an example file the reader makes) are not checked.
+            return "a path outside the repository", []
+        named, error = resolve_path(files, t, context)
+        return error, named
+    # A bare file name: a source, script or document must exist and be the one meant; other
+    # kinds (a `.toml` alone is an example file the reader makes) are not checked.
     m = re.fullmatch(r"[\w-]+\.(%s)" % "|".join(FILE_EXTENSIONS), t)
     if m:
-        if m.group(1) not in ("rs", "md", "sh") or basename_exists(t):
-            return None
-        return "no file of that name in the repository"
+        if m.group(1) not in ("rs", "md", "sh"):
+            return None, []
+        named, error = resolve_bare(files, t, context)
+        return error, named
+    if t in files.packages and "-" in t:
+        return None, [files.packages[t]]
+    return check_symbol(ix, t), []
+
+
+REAL_KINDS = {"struct", "enum", "trait", "type", "fn", "const", "static", "union", "macro"}
+
+
+def def_files(ix, token):
+    """The files defining what a symbol token names (empty: not a Rust item, or not ours)."""
+    t = token.strip()
+    if t in EXTERNAL_NAMES or t.split("::")[0] in EXTERNAL_CRATES:
+        return set()
+
+    def of(name, kinds=REAL_KINDS):
+        return {p for p, k in ix.defs.get(name, ()) if k in kinds}
+
+    def variant_homes(name):
+        return {p for e, vs in ix.variants.items() if name in vs for p in of(e, {"enum"})}
+
+    m = re.fullmatch(r"([A-Z]\w*)\.([a-z_]\w*)", t)
+    if m:
+        return of(m.group(1), {"struct", "union"})
+    m = re.fullmatch(r"([a-z_]\w*)\(\)", t)
+    if m:
+        return of(m.group(1), {"fn"})
+    segs = [clean_segment(s) for s in t.split("::")]
+    if not all(re.fullmatch(r"[A-Za-z_]\w*", s) for s in segs):
+        return set()
+    if len(segs) > 1 and not is_camel(segs[0]):
+        return set()  # `module::Name` says where it is itself (check_path_symbol checks that)
+    camel = [i for i, s in enumerate(segs) if is_camel(s)]
+    if camel and camel[0] + 1 < len(segs):
+        ty, member = segs[camel[0]], segs[camel[0] + 1]
+        if member in ix.variants.get(ty, ()):
+            return of(ty, {"enum"})
+        return {p for p in ix.type_files(ty) if ix.defined(member, {p}, {"fn", "const", "type"})}
+    name = segs[camel[0]] if camel else segs[-1]
+    if is_camel(name):
+        return of(name) or variant_homes(name)
+    snake = r"[a-z][a-z0-9]*(_[a-z0-9]+)+|[A-Z][A-Z0-9]*(_[A-Z0-9]+)+"
+    if len(segs) == 1 and not re.fullmatch(snake, t):
+        return set()
+    return of(name)
+
+
+def check_beside(ix, files, token, named):
+    """An error when a symbol's sentence names Rust files and none of them defines it."""
+    sources = set()
+    for path in named:
+        sources |= files.rust_files(path)
+    if not sources:
+        return None
+    homes = def_files(ix, token)
+    if not homes or homes & sources:
+        return None
+    return "defined in %s, not in %s named beside it" % (plural(homes), plural(named))
+
+
+def check_symbol(ix, t):
+    """The checks of a name that is not a path (a Rust item, a setting, a package)."""
     # Rust paths and associated items.
     if "::" in t:
         return check_path_symbol(ix, t)
@@ -399,28 +551,101 @@ def check_token(ix, token):
     return None
 
 
+
+Token = collections.namedtuple(
+    "Token", "line text sentence paragraph section in_heading index paired")
+ABBREVIATIONS = re.compile(r"(?:\be\.g|\bi\.e|\betc|\bvs|\bcf)$")
+
+
 def tokens(path):
+    """Each backticked token of a document, with the units it is in.
+
+    A sentence ends at `.`, `!` or `?` followed by a space and a capital, a backtick or an
+    opening bracket, or at `;` and a space; a table row is one sentence and one paragraph; a
+    list item or a heading starts a paragraph, a blank line ends one; a section is its
+    heading's line."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     # Blank out fenced code blocks, keeping their lines so line numbers stay true.
     text = re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), text,
                   flags=re.M | re.S)
-    for m in re.finditer(r"`([^`]+)`", text):
-        yield text.count("\n", 0, m.start()) + 1, m.group(1)
+    masked = re.sub(r"`[^`]+`", lambda m: "`" + re.sub(r"[^\n]", "x", m.group(0)[1:-1]) + "`",
+                    text)
+    ends = [m.start() for m in re.finditer(r"[.!?][\"')*]*\s+(?=[A-Z`(\[*\"])|;\s", masked)
+            if not ABBREVIATIONS.search(masked[max(0, m.start() - 6):m.start()])]
+    lines = text.split("\n")
+    para, sect, row = [], [], []
+    p, s = 0, 0
+    for line in lines:
+        stripped = line.strip()
+        heading = re.match(r"#{1,6}\s", stripped)
+        is_row = stripped.startswith("|")
+        if not stripped or heading or is_row or re.match(r"([-*+]|\d+[.)])\s", stripped):
+            p += 1
+        if heading:
+            s += 1
+        para.append(p)
+        sect.append(s)
+        row.append(is_row)
+        if heading or is_row:
+            p += 1
+    spans = list(re.finditer(r"`([^`]+)`", text))
+    for k, m in enumerate(spans):
+        n = text.count("\n", 0, m.start())
+        sentence = (para[n], -1) if row[n] else (para[n], bisect.bisect(ends, m.start()))
+        heading = ("h", sect[n])
+        # "`name` in `file`": the name is in that file.
+        between = text[m.end():spans[k + 1].start()] if k + 1 < len(spans) else ""
+        paired = re.fullmatch(r"\s+in\s+", between)
+        yield Token(n + 1, m.group(1), sentence, para[n], heading,
+                    lines[n].lstrip().startswith("#"), k, k + 1 if paired else None)
 
 
-def main(files):
+def check_document(ix, files, path):
+    found = list(tokens(path))
+    # The crates each sentence, paragraph and section heading names.
+    named = {}
+    for t in found:
+        crates = crate_names(files, t.text)
+        for unit in (t.sentence, t.paragraph) + ((t.section,) if t.in_heading else ()):
+            named.setdefault(unit, set()).update(crates)
+    errors, beside, resolved = [], {}, {}
+    for t in found:
+        context = (set(), None)
+        for unit, word in ((t.sentence, "sentence"), (t.paragraph, "paragraph"),
+                           (t.section, "section's heading")):
+            if named.get(unit):
+                context = (named[unit], word)
+                break
+        error, paths = check_token(ix, files, t.text, context)
+        if error:
+            errors.append((t.line, t.text, error))
+        beside.setdefault(t.sentence, set()).update(paths)
+        resolved[t.index] = paths
+    bad = {(line, token) for line, token, _ in errors}
+    for t in found:
+        if (t.line, t.text) in bad:
+            continue
+        paths = beside.get(t.sentence, ())
+        if t.paired is not None and resolved.get(t.paired):
+            paths = resolved[t.paired]
+        error = check_beside(ix, files, t.text, paths)
+        if error:
+            errors.append((t.line, t.text, error))
+    return sorted(errors)
+
+
+def main(files_to_check):
     ix = Index()
+    files = Files(ix)
     missing = 0
-    for path in files:
-        for line, token in tokens(path):
-            error = check_token(ix, token)
-            if error:
-                missing += 1
-                print("%s:%d: `%s`: %s" % (path, line, token, error))
+    for path in files_to_check:
+        for line, token, error in check_document(ix, files, path):
+            missing += 1
+            print("%s:%d: `%s`: %s" % (path, line, token, error))
     sys.stdout.flush()
     if missing:
-        print("%d missing name(s)" % missing, file=sys.stderr)
+        print("%d wrong name(s)" % missing, file=sys.stderr)
         return 1
     return 0
 

@@ -5,9 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
-# The documents name only files and Rust symbols that exist (a second, no build needed).
+# The two checks below pass their right fixtures and fail their wrong ones (seconds, no build).
+scripts/check-selftest.sh
+# The documents name only files and Rust symbols that exist, where they say (seconds, no build).
 scripts/check-docs.sh
-# No module over 600 lines, no import cycle between sibling modules (a second, no build needed).
+# No import cycle between sibling modules, each type's impls in its room (seconds, no build).
 python3 scripts/check-modules.py
 # The README's tour and the list scripts/readme-examples.sh runs name the same commands.
 scripts/readme-examples.sh --check

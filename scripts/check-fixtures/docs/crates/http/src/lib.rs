@@ -1,0 +1,2 @@
+//! HTTP path routing.
+pub mod routing;

@@ -1,0 +1,4 @@
+//! The node's HTTP handlers.
+pub fn handle() -> u16 {
+    200
+}

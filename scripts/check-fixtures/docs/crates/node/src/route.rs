@@ -1,0 +1,2 @@
+//! Where a write goes.
+pub mod slots;

@@ -1,0 +1,2 @@
+//! Starting a node.
+pub mod recovery;

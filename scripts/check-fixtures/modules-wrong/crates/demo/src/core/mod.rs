@@ -1,0 +1,3 @@
+//! The tier's core, whose methods are spread over sibling files.
+pub mod aggregate;
+pub mod tier;

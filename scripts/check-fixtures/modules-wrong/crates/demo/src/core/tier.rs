@@ -1,0 +1,8 @@
+//! The core of a tier.
+pub struct Core;
+
+impl Core {
+    pub fn new() -> Core {
+        Core
+    }
+}
