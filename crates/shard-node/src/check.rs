@@ -18,9 +18,10 @@ use std::sync::{Mutex, MutexGuard};
 use geocount_model::SlotState;
 use geocount_sync::DescriptionTable;
 
+use crate::engine::records::RecordsEnd;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::store::{STORE_FILE, Store};
-use crate::engine::wal::{self, SegmentEnd, SegmentScan};
+use crate::engine::wal::{self, SegmentScan};
 use crate::error::StorageError;
 use crate::startup::recovery::RESTORE_MARKER;
 use crate::storage::{AppendFile, Disk, OsDisk, STORE_CACHE_BYTES};
@@ -285,15 +286,15 @@ impl fmt::Display for CheckReport {
             )?;
             let after = scan.file_bytes - scan.record_bytes;
             match &scan.end {
-                SegmentEnd::Clean => writeln!(f)?,
-                SegmentEnd::Reserved { .. } => {
+                RecordsEnd::Clean => writeln!(f)?,
+                RecordsEnd::Reserved { .. } => {
                     writeln!(f, ", then {after} bytes of reserved space")?;
                 }
-                SegmentEnd::Torn { offset, reason } => writeln!(
+                RecordsEnd::Torn { offset, reason } => writeln!(
                     f,
                     ", then a torn record at byte {offset} ({reason}; {after} bytes a start cuts off)"
                 )?,
-                SegmentEnd::Corrupt { offset, reason } => {
+                RecordsEnd::Corrupt { offset, reason } => {
                     writeln!(f, ", then corrupt at byte {offset}: {reason}")?;
                 }
             }

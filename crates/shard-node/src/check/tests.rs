@@ -151,7 +151,7 @@ fn a_damaged_last_record_is_corruption_and_a_cut_one_is_torn() {
     let report = check(dir.path()).unwrap();
     assert!(report.verdict.is_whole(), "{report}");
     assert!(
-        matches!(report.segments[0].end, SegmentEnd::Torn { offset, .. } if offset == last as u64),
+        matches!(report.segments[0].end, RecordsEnd::Torn { offset, .. } if offset == last as u64),
         "{report}"
     );
 }

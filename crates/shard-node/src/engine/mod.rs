@@ -3,7 +3,8 @@
 //! - [`write`](mod@write): the write vocabulary every stage names a write with.
 //! - [`commit`]: the single-writer commit loop: groups waiting writes, stages each against the
 //!   committed state, logs the group with one fsync, installs it and answers.
-//! - [`wal`]: the write-ahead log the groups are appended to.
+//! - [`wal`]: the write-ahead log the groups are appended to, in the framing of [`records`]
+//!   (shared with a peer's key file) that tells a torn tail from corruption.
 //! - [`replication`]: what the commit loop hands its durable groups to in `replicated`
 //!   durability, to be answered once a peer holds them.
 //! - [`slot_table`]: the committed state of the own slot, in memory; reads are served from it.
@@ -22,6 +23,7 @@ pub(crate) mod idempotency;
 pub(crate) mod key_blocks;
 pub(crate) mod key_index;
 pub mod key_scope;
+pub(crate) mod records;
 pub(crate) mod replication;
 pub mod slot_table;
 pub(crate) mod store;

@@ -3,13 +3,9 @@
 
 use std::mem::ManuallyDrop;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
-use redb::{
-    Database, Key, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    TableDefinition, TableHandle,
-};
+use redb::{Database, Key, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::engine::key_blocks::{KeyBlocks, decode_block};
 use crate::error::StorageError;
@@ -25,10 +21,6 @@ const DESCRIPTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("descrip
 /// one row per block rather than one per key. A block is deleted once its
 /// newest key has expired: its older keys linger until then, and startup drops them by time.
 const KEY_BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("idempotency_blocks");
-/// Idempotency records one row each, by `(created_at_ms, key)`: the layout of data directories
-/// written before [`KEY_BLOCKS`]. Still read and expired so that such a directory loses no key,
-/// never written, and deleted once empty.
-const KEYS_BY_AGE: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("idempotency_by_age");
 /// Calls `each` with the key and the bytes of every row of `table`, in key order.
 fn each_row<K: Key + 'static>(
     txn: &ReadTransaction,
@@ -154,8 +146,6 @@ pub const STORE_FILE: &str = "store.redb";
 #[derive(Debug)]
 pub struct Store {
     db: ManuallyDrop<Database>,
-    /// Whether the store holds [`KEYS_BY_AGE`].
-    has_keys_by_age: AtomicBool,
 }
 
 /// What the store held at startup.
@@ -184,14 +174,9 @@ impl Store {
         txn.open_table(SLOTS).map_err(store_error)?;
         txn.open_table(DESCRIPTIONS).map_err(store_error)?;
         txn.open_table(KEY_BLOCKS).map_err(store_error)?;
-        let has_keys_by_age = txn
-            .list_tables()
-            .map_err(store_error)?
-            .any(|table| table.name() == KEYS_BY_AGE.name());
         txn.commit().map_err(store_error)?;
         Ok(Self {
             db: ManuallyDrop::new(db),
-            has_keys_by_age: AtomicBool::new(has_keys_by_age),
         })
     }
 
@@ -216,16 +201,10 @@ impl Store {
             Ok(())
         })?;
         let keys = &mut state.idempotency;
-        if self.has_keys_by_age.load(Ordering::Acquire) {
-            each_row(&txn, KEYS_BY_AGE, |(_, key), bytes| {
-                keys.push((key.into(), postcard::from_bytes(bytes)?));
-                Ok(())
-            })?;
-        }
         each_row(&txn, KEY_BLOCKS, |_, bytes| Ok(decode_block(bytes, keys)?))?;
-        // The order one row per key gave: by age, then by key. A key written by a checkpoint
-        // whose log segments outlived it (their deletion failed) comes back in a later block;
-        // it is listed once, its latest copy.
+        // By age, then by key. A key written by a checkpoint whose log segments outlived it
+        // (their deletion failed) comes back in a later block; it is listed once, its latest
+        // copy.
         keys.sort_by(|(a, a_record), (b, b_record)| {
             (a_record.created_at_ms, a).cmp(&(b_record.created_at_ms, b))
         });
@@ -312,23 +291,7 @@ impl Store {
                     .map_err(store_error)?;
             }
         }
-        let keys_by_age_emptied = match checkpoint.idempotency_expired_before_ms {
-            Some(before) if self.has_keys_by_age.load(Ordering::Acquire) => {
-                let mut by_age = txn.open_table(KEYS_BY_AGE).map_err(store_error)?;
-                by_age
-                    .retain_in(..(before, ""), |_, _| false)
-                    .map_err(store_error)?;
-                by_age.is_empty().map_err(store_error)?
-            }
-            _ => false,
-        };
-        if keys_by_age_emptied {
-            txn.delete_table(KEYS_BY_AGE).map_err(store_error)?;
-        }
         txn.commit().map_err(store_error)?;
-        if keys_by_age_emptied {
-            self.has_keys_by_age.store(false, Ordering::Release);
-        }
         Ok(())
     }
 }
@@ -339,6 +302,7 @@ pub(crate) mod tests {
     use crate::engine::key_blocks::KEYS_PER_BLOCK;
     use crate::storage::OsDisk;
     use geocount_model::SlotState;
+    use redb::ReadableTableMetadata;
 
     /// A key's record made at `created_at_ms` (also the startup tests').
     pub(crate) fn record(created_at_ms: u64) -> IdempotencyRecord {
@@ -494,58 +458,6 @@ pub(crate) mod tests {
             .write(&expiring(KEYS_PER_BLOCK as u64), &NoRows)
             .unwrap();
         assert_eq!(keys(&store).len(), 10);
-        store.close().unwrap();
-    }
-
-    #[test]
-    fn keys_stored_one_row_each_are_read_and_expired() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(STORE_FILE);
-        {
-            let db = Database::create(&path).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut table = txn.open_table(KEYS_BY_AGE).unwrap();
-                for (key, at) in [("old", 100), ("older", 50), ("later", 250)] {
-                    let bytes = postcard::to_allocvec(&record(at)).unwrap();
-                    table.insert((at, key), bytes.as_slice()).unwrap();
-                }
-            }
-            txn.commit().unwrap();
-        }
-        let store = Store::open(&OsDisk, &path).unwrap();
-        store
-            .write(&added(&[("new", 300), ("same", 100)]), &NoRows)
-            .unwrap();
-        assert_eq!(
-            keys(&store),
-            listed(&[
-                ("older", 50),
-                ("old", 100),
-                ("same", 100),
-                ("later", 250),
-                ("new", 300)
-            ])
-        );
-        // One row each: they expire one by one.
-        store.write(&expiring(101), &NoRows).unwrap();
-        assert_eq!(
-            keys(&store),
-            listed(&[("same", 100), ("later", 250), ("new", 300)])
-        );
-        store.close().unwrap();
-        let store = Store::open(&OsDisk, &path).unwrap();
-        assert!(store.has_keys_by_age.load(Ordering::Acquire));
-        store.write(&expiring(251), &NoRows).unwrap();
-        assert_eq!(keys(&store), listed(&[("same", 100), ("new", 300)]));
-        assert!(!store.has_keys_by_age.load(Ordering::Acquire));
-        store.close().unwrap();
-        let store = Store::open(&OsDisk, &path).unwrap();
-        assert!(
-            !store.has_keys_by_age.load(Ordering::Acquire),
-            "the emptied table is gone"
-        );
-        assert_eq!(keys(&store), listed(&[("same", 100), ("new", 300)]));
         store.close().unwrap();
     }
 

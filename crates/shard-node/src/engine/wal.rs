@@ -11,12 +11,10 @@
 //! per fsync here. The reserved space reads as zeros; a segment is cut to its records when it is
 //! closed, and replay cuts the zeros off the newest one (a record's length is never zero).
 //!
-//! A crash can leave a torn record at the end of the newest segment: a prefix of one record cut
-//! short by the end of the file, or by zeros from a sector boundary on (a disk writes whole
-//! sectors). Replay cuts it off (it was never acknowledged). Any other bad record is
-//! corruption, the last one too when all of it is there: replay refuses it and leaves the file
-//! as it is, so startup stops rather than serve less than was acknowledged ([`scan_segment`]
-//! tells them apart, and reads a segment without changing it for an offline check too).
+//! Only the newest segment can end in a torn record ([`crate::engine::records`] tells a torn
+//! tail from corruption). Replay cuts a torn tail off (it was never acknowledged) and refuses
+//! corruption, leaving the file as it is, so startup stops rather than serve less than was
+//! acknowledged; [`scan_segment`] reads a segment without changing it for an offline check too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,14 +22,9 @@ use std::sync::Arc;
 use geocount_model::{CounterId, IdempotencyRecord, SlotRecord, VersionedDescription};
 use serde::{Deserialize, Serialize};
 
+use crate::engine::records::{self, HEADER_BYTES, RecordsEnd};
 use crate::error::StorageError;
 use crate::storage::{AppendFile, Disk};
-
-const HEADER_BYTES: usize = 8;
-
-/// The smallest unit a disk writes whole: a torn write loses whole sectors, never a few bytes
-/// inside one.
-const SECTOR_BYTES: usize = 512;
 
 /// How far the open segment's file is grown ahead of its records, each time they reach the end
 /// of what was reserved.
@@ -116,33 +109,6 @@ fn sync_dir(disk: &dyn Disk, dir: &Path) -> Result<(), StorageError> {
         .map_err(|e| StorageError::io(format!("syncing directory {}", dir.display()), e))
 }
 
-/// How a segment's records end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SegmentEnd {
-    /// The last record ends the file.
-    Clean,
-    /// Only zeros follow the last record: space reserved ahead of records never written.
-    Reserved {
-        /// Where the zeros start.
-        offset: u64,
-    },
-    /// A last record cut short by the end of the file or by zeros from a sector boundary on: a
-    /// crash mid-append, so it was never acknowledged. Only the newest segment can end so.
-    Torn {
-        /// Where the torn record starts.
-        offset: u64,
-        /// Why it does not read.
-        reason: String,
-    },
-    /// A bad record that is no torn tail: records were acknowledged that cannot be read.
-    Corrupt {
-        /// Where the first bad record starts.
-        offset: u64,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
-
 /// What one segment holds, read without changing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentScan {
@@ -155,20 +121,13 @@ pub struct SegmentScan {
     /// The file's size.
     pub file_bytes: u64,
     /// What follows the records.
-    pub end: SegmentEnd,
+    pub end: RecordsEnd,
 }
 
 impl SegmentScan {
     /// The segment's first bad record, as the error that stops startup, if it is corrupt.
     pub fn corruption(&self) -> Option<StorageError> {
-        match &self.end {
-            SegmentEnd::Corrupt { offset, reason } => Some(StorageError::Corrupt {
-                file: self.path.display().to_string(),
-                offset: *offset,
-                reason: reason.clone(),
-            }),
-            _ => None,
-        }
+        self.end.corruption(&self.path)
     }
 }
 
@@ -186,121 +145,14 @@ pub fn scan_segment(
     let bytes = disk
         .read(&path)
         .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
-    let mut records = 0;
-    let mut offset = 0usize;
-    let end = loop {
-        if offset == bytes.len() {
-            break SegmentEnd::Clean;
-        }
-        match decode_at(&bytes, offset) {
-            Ok((record, next)) => {
-                apply(record);
-                records += 1;
-                offset = next;
-            }
-            Err(bad) if newest => break classify_failure(&bytes, offset, bad),
-            Err(bad) => {
-                break SegmentEnd::Corrupt {
-                    offset: offset as u64,
-                    reason: bad.to_string(),
-                };
-            }
-        }
-    };
+    let scanned = records::scan(&bytes, newest, &mut apply);
     Ok(SegmentScan {
         path,
-        records,
-        record_bytes: offset as u64,
+        records: scanned.records,
+        record_bytes: scanned.record_bytes as u64,
         file_bytes: bytes.len() as u64,
-        end,
+        end: scanned.end,
     })
-}
-
-/// Tells a torn tail from corruption where the newest segment's record at `offset` does not
-/// read.
-///
-/// A torn tail is a prefix of one record followed only by the end of the file, or by zeros
-/// (reserved space) from a sector boundary on. So it is corruption when the record's checksum
-/// holds but it does not decode; when non-zero bytes run past the end its header claims; when
-/// its checksum fails with all of it in the file and no sector boundary among its trailing
-/// zeros (a record ends in zeros of its own: an empty list is a zero byte); when it reads whole
-/// with a length one bit shorter than its header claims; or when a whole record starts anywhere
-/// among the non-zero bytes after it, since records are appended one after another: a later one
-/// means this one was written whole, then damaged. That last test also catches a damaged length
-/// claiming a record that runs over the records after it, inside the file or past its end.
-fn classify_failure(bytes: &[u8], offset: usize, bad: BadRecord) -> SegmentEnd {
-    let Some(last_nonzero) = bytes[offset..].iter().rposition(|&b| b != 0) else {
-        return SegmentEnd::Reserved {
-            offset: offset as u64,
-        };
-    };
-    let nonzero_end = offset + last_nonzero + 1;
-    let claimed_end = match bytes.get(offset..offset + HEADER_BYTES) {
-        Some(header) => offset + HEADER_BYTES + payload_len(header),
-        None => bytes.len(),
-    };
-    let cut_short = match bad {
-        BadRecord::IncompleteHeader => true,
-        BadRecord::PastTheEnd => !whole_with_a_flipped_length(bytes, offset),
-        BadRecord::Checksum => {
-            sector_boundary_within(nonzero_end, claimed_end)
-                && !whole_with_a_flipped_length(bytes, offset)
-        }
-        BadRecord::Undecodable(_) => false,
-    };
-    let torn = cut_short
-        && nonzero_end <= claimed_end
-        && !(offset + 1..nonzero_end).any(|at| whole_record_at(bytes, at));
-    let (offset, reason) = (offset as u64, bad.to_string());
-    if torn {
-        SegmentEnd::Torn { offset, reason }
-    } else {
-        SegmentEnd::Corrupt { offset, reason }
-    }
-}
-
-/// Whether a multiple of [`SECTOR_BYTES`] lies in `from..to`: where a torn write's lost sectors
-/// could start.
-fn sector_boundary_within(from: usize, to: usize) -> bool {
-    from < to && from.div_ceil(SECTOR_BYTES) * SECTOR_BYTES < to
-}
-
-/// Whether the record at `offset` reads whole with its length one bit away from the one its
-/// header claims, shorter: it was written whole, then its length damaged.
-fn whole_with_a_flipped_length(bytes: &[u8], offset: usize) -> bool {
-    let Some(header) = bytes.get(offset..offset + HEADER_BYTES) else {
-        return false;
-    };
-    let claimed = payload_len(header);
-    let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-    let start = offset + HEADER_BYTES;
-    (0..32).map(|bit| claimed ^ (1 << bit)).any(|len| {
-        len != 0
-            && len < claimed
-            && bytes.get(start..start + len).is_some_and(|payload| {
-                crc32fast::hash(payload) == crc
-                    && postcard::take_from_bytes::<LogRecord>(payload)
-                        .is_ok_and(|(_, rest)| rest.is_empty())
-            })
-    })
-}
-
-/// Whether a whole record starts at `at`: a payload of one or more bytes inside the file that
-/// decodes to exactly one record, with its checksum. Decoded before the checksum is computed:
-/// at most offsets it fails within a few bytes, where the checksum would read the whole
-/// claimed length (megabytes, inside a large torn record).
-fn whole_record_at(bytes: &[u8], at: usize) -> bool {
-    let Some(header) = bytes.get(at..at + HEADER_BYTES) else {
-        return false;
-    };
-    let start = at + HEADER_BYTES;
-    let Some(payload) = bytes.get(start..start + payload_len(header)) else {
-        return false;
-    };
-    let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-    !payload.is_empty()
-        && postcard::take_from_bytes::<LogRecord>(payload).is_ok_and(|(_, rest)| rest.is_empty())
-        && crc32fast::hash(payload) == crc
 }
 
 /// Reads every segment in `dir`, oldest first, handing each record to `apply`. Cuts a torn
@@ -316,19 +168,19 @@ pub fn replay(
         let scan = scan_segment(disk, dir, segment, i + 1 == all.len(), &mut apply)?;
         let path = &scan.path;
         let cut = match &scan.end {
-            SegmentEnd::Clean => continue,
-            SegmentEnd::Reserved { offset } => {
+            RecordsEnd::Clean => continue,
+            RecordsEnd::Reserved { offset } => {
                 tracing::debug!(file = %path.display(), offset, "cutting off the log's reserved space");
                 *offset
             }
-            SegmentEnd::Torn { offset, reason } => {
+            RecordsEnd::Torn { offset, reason } => {
                 tracing::warn!(
                     file = %path.display(), offset, reason,
                     "cutting off a torn record at the end of the log (it was never acknowledged)"
                 );
                 *offset
             }
-            SegmentEnd::Corrupt { .. } => {
+            RecordsEnd::Corrupt { .. } => {
                 return Err(scan.corruption().expect("a corrupt segment"));
             }
         };
@@ -340,40 +192,6 @@ pub fn replay(
             .map_err(|e| StorageError::io(format!("truncating {}", path.display()), e))?;
     }
     Ok(all.last().copied().unwrap_or(0))
-}
-
-/// Why the bytes at an offset are not a record.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum BadRecord {
-    #[error("incomplete record header")]
-    IncompleteHeader,
-    #[error("record runs past the end of the segment")]
-    PastTheEnd,
-    #[error("checksum mismatch")]
-    Checksum,
-    #[error("undecodable record: {0}")]
-    Undecodable(String),
-}
-
-fn payload_len(header: &[u8]) -> usize {
-    u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize
-}
-
-/// The record at `offset` and where the next one starts.
-fn decode_at(bytes: &[u8], offset: usize) -> Result<(LogRecord, usize), BadRecord> {
-    let header = bytes
-        .get(offset..offset + HEADER_BYTES)
-        .ok_or(BadRecord::IncompleteHeader)?;
-    let len = payload_len(header);
-    let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-    let start = offset + HEADER_BYTES;
-    let payload = bytes.get(start..start + len).ok_or(BadRecord::PastTheEnd)?;
-    if crc32fast::hash(payload) != crc {
-        return Err(BadRecord::Checksum);
-    }
-    let record =
-        postcard::from_bytes(payload).map_err(|e| BadRecord::Undecodable(e.to_string()))?;
-    Ok((record, start + len))
 }
 
 /// `record` as the log writes it, header included: the whole content of a segment holding it
@@ -393,16 +211,7 @@ fn encode_into(buffer: &mut Vec<u8>, record: &LogRecord) -> Result<usize, Storag
     postcard::to_io(&(&record.slots, &record.descriptions), &mut *buffer)?;
     let keys_at = buffer.len();
     postcard::to_io(&record.idempotency, &mut *buffer)?;
-    let payload_len = buffer.len() - HEADER_BYTES;
-    let len = u32::try_from(payload_len).map_err(|_| {
-        StorageError::io(
-            "appending to the log",
-            std::io::Error::other("record larger than 4 GiB"),
-        )
-    })?;
-    let crc = crc32fast::hash(&buffer[HEADER_BYTES..]);
-    buffer[0..4].copy_from_slice(&len.to_le_bytes());
-    buffer[4..8].copy_from_slice(&crc.to_le_bytes());
+    records::seal(buffer).map_err(|e| StorageError::io("appending to the log", e))?;
     Ok(keys_at)
 }
 

@@ -2,13 +2,14 @@
 //! that the copy outlives this node's restart: a peer that loses its disk while this node
 //! restarts still gets its keys back.
 //!
-//! `peer-keys-<slot>-<n>.keys` in the data directory holds records `[payload length: u32
-//! LE][crc32 of payload: u32 LE][payload: postcard]`, each the keys taken in since the record
-//! before and the reach after them, appended and fsynced. Every prefix of a file is thus a copy
-//! complete up to its last record's reach, and reading stops at a torn or damaged record. A new
-//! file (`n + 1`) gets the whole copy at startup and once a file holds more than twice as many
-//! keys and records as the copy holds keys (expired keys, keys sent again, and records of a
-//! new reach alone), and the older files go once it is durable.
+//! `peer-keys-<slot>-<n>.keys` in the data directory holds records in the framing of
+//! [`crate::engine::records`], each the keys taken in since the record before and the reach
+//! after them, appended and fsynced. Every prefix of a file is thus a copy complete up to its
+//! last record's reach. A new file (`n + 1`) gets the whole copy at startup, after a failed
+//! append, and once a file holds more than twice as many keys and records as the copy holds
+//! keys (expired keys, keys sent again, and records of a new reach alone), and the older files
+//! go once it is durable. So only a file's last record can be torn: reading cuts a torn tail
+//! off and refuses corruption as the log does ([`StorageError::Corrupt`]).
 //! Reading takes every file: each is complete up to its own reach, so together they are
 //! complete up to the highest.
 
@@ -18,12 +19,9 @@ use std::sync::Arc;
 use geocount_model::IdempotencyRecord;
 use serde::{Deserialize, Serialize};
 
+use crate::engine::records::{self, HEADER_BYTES, RecordsEnd};
 use crate::error::StorageError;
-use crate::peer::keys::Unpersisted;
 use crate::storage::{AppendFile, Disk};
-
-/// A record's header: the payload's length and its crc32.
-const HEADER_BYTES: usize = 8;
 
 /// Records a file may hold beyond twice the keys held before it is written anew.
 const SLACK_RECORDS: u64 = 1024;
@@ -55,6 +53,20 @@ where
     }
 }
 
+/// What the key file lacks of a copy: the records it has not got, and the current reach.
+#[derive(Debug)]
+pub struct Unpersisted {
+    /// The records not yet in the file, oldest first, and the reach after them, as a record
+    /// of the file ([`encode`]).
+    pub record: Vec<u8>,
+    /// How many keys `record` holds.
+    pub keys: u64,
+    /// The reach written after them.
+    pub reach: u64,
+    /// The record number after the last of `keys`.
+    pub through: u64,
+}
+
 /// The key files of one peer slot.
 #[derive(Debug)]
 pub struct KeyFile {
@@ -63,7 +75,8 @@ pub struct KeyFile {
     slot: String,
     /// The newest file's number.
     number: u64,
-    /// The file appended to (`None` until the copy is first written whole).
+    /// The file appended to (`None` until the copy is first written whole, and after a failed
+    /// append: a record may be torn there, so nothing may follow it).
     file: Option<Box<dyn AppendFile>>,
     /// Keys and records written to it.
     written: u64,
@@ -80,7 +93,8 @@ pub struct ReadBack {
 
 impl KeyFile {
     /// Reads the key files of `slot` in `dir`; the copy read back is written whole to a new
-    /// file before anything is appended.
+    /// file before anything is appended. A torn last record is cut off; a bad record that is
+    /// no torn tail is corruption, refused as the log's is.
     pub fn read(
         disk: Arc<dyn Disk>,
         dir: &Path,
@@ -93,9 +107,12 @@ impl KeyFile {
             let bytes = disk
                 .read(&path)
                 .map_err(|e| StorageError::io(format!("reading {}", path.display()), e))?;
-            let (keys, reach, complete) = decode(&bytes);
-            if !complete {
-                tracing::warn!(file = %path.display(), reach, "a peer's key file ends in a torn or damaged record: read up to it");
+            let (keys, reach, end) = decode(&bytes, true);
+            if let Some(corrupt) = end.corruption(&path) {
+                return Err(corrupt);
+            }
+            if let RecordsEnd::Torn { offset, reason } = &end {
+                tracing::warn!(file = %path.display(), offset, reason, reach, "cutting off a torn record at the end of a peer's key file");
             }
             back.keys.extend(keys);
             back.reach = back.reach.max(reach);
@@ -117,7 +134,8 @@ impl KeyFile {
         self.file.is_none() || self.written > 2 * held as u64 + SLACK_RECORDS
     }
 
-    /// Appends `batch` and fsyncs it.
+    /// Appends `batch` and fsyncs it. On failure the file is appended to no more: the next
+    /// write is the whole copy, in a new file.
     pub fn append(&mut self, batch: &Unpersisted) -> Result<(), StorageError> {
         let path = path(&self.dir, &self.slot, self.number);
         let file = self.file.as_mut().ok_or_else(|| {
@@ -126,9 +144,16 @@ impl KeyFile {
                 std::io::Error::other("the copy was not written whole first"),
             )
         })?;
-        file.write_all(&batch.record)
+        if let Err(e) = file
+            .write_all(&batch.record)
             .and_then(|()| file.sync_data())
-            .map_err(|e| StorageError::io(format!("appending to {}", path.display()), e))?;
+        {
+            self.file = None;
+            return Err(StorageError::io(
+                format!("appending to {}", path.display()),
+                e,
+            ));
+        }
         // A record of a reach alone counts too: it grows the file as well.
         self.written += batch.keys + 1;
         Ok(())
@@ -202,44 +227,30 @@ pub fn encode<'a>(
 
 /// `bytes`, a payload after [`HEADER_BYTES`] of room, with its header filled in.
 fn framed(mut bytes: Vec<u8>) -> Vec<u8> {
-    let payload = &bytes[HEADER_BYTES..];
-    let (len, crc) = (payload.len() as u32, crc32fast::hash(payload));
-    bytes[..4].copy_from_slice(&len.to_le_bytes());
-    bytes[4..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+    records::seal(&mut bytes).expect("a key record under 4 GiB");
     bytes
 }
 
 /// The keys of the records `bytes` holds, for tests.
 #[cfg(test)]
 pub fn keys_in(bytes: &[u8]) -> Vec<(String, IdempotencyRecord)> {
-    let (keys, _, complete) = decode(bytes);
-    assert!(complete, "whole records");
+    let (keys, _, end) = decode(bytes, false);
+    assert_eq!(end, RecordsEnd::Clean, "whole records");
     keys
 }
 
-/// The keys of every whole record of `bytes`, the last one's reach, and whether every byte
-/// was a whole record.
-fn decode(bytes: &[u8]) -> (Vec<(String, IdempotencyRecord)>, u64, bool) {
-    let (mut keys, mut reach, mut offset) = (Vec::new(), 0, 0);
-    while offset < bytes.len() {
-        let Some(header) = bytes.get(offset..offset + HEADER_BYTES) else {
-            return (keys, reach, false);
-        };
-        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-        let start = offset + HEADER_BYTES;
-        let record = bytes
-            .get(start..start.saturating_add(len))
-            .filter(|payload| crc32fast::hash(payload) == crc)
-            .and_then(|payload| postcard::from_bytes::<KeyFileRecord>(payload).ok());
-        let Some(record) = record else {
-            return (keys, reach, false);
-        };
+/// The keys of every whole record of `bytes`, the last one's reach, and how the records end
+/// (a torn tail only if `tail_may_tear`).
+fn decode(
+    bytes: &[u8],
+    tail_may_tear: bool,
+) -> (Vec<(String, IdempotencyRecord)>, u64, RecordsEnd) {
+    let (mut keys, mut reach) = (Vec::new(), 0);
+    let scanned = records::scan(bytes, tail_may_tear, |record: KeyFileRecord| {
         keys.extend(record.keys);
         reach = record.reach;
-        offset = start + len;
-    }
-    (keys, reach, true)
+    });
+    (keys, reach, scanned.end)
 }
 
 #[cfg(test)]
@@ -285,14 +296,17 @@ mod tests {
         bytes.extend(postcard::to_allocvec(&owned).unwrap());
         assert_eq!(held.record, framed(bytes));
         let empty = batch(&[], 9);
-        assert_eq!(decode(&empty.record), (Vec::new(), 9, true));
+        assert_eq!(
+            decode(&empty.record, false),
+            (Vec::new(), 9, RecordsEnd::Clean)
+        );
     }
 
     fn names(back: &ReadBack) -> Vec<&str> {
         back.keys.iter().map(|(key, _)| key.as_str()).collect()
     }
 
-    /// Appended records come back with the last reach; a damaged tail is cut off with its
+    /// Appended records come back with the last reach; a torn tail is cut off with its
     /// reach, and a new file replaces the old ones.
     #[test]
     fn a_copy_comes_back_up_to_its_last_whole_record() {
@@ -317,8 +331,7 @@ mod tests {
         file.append(&batch(&["c"], 8)).unwrap();
         let path = path(dir.path(), "DC_A_VAL_1", 1);
         let mut bytes = std::fs::read(&path).unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 1;
+        bytes.truncate(bytes.len() - 1);
         std::fs::write(&path, bytes).unwrap();
         let (mut file, back) = KeyFile::read(disk.clone(), dir.path(), "DC_A_VAL_1").unwrap();
         assert_eq!((names(&back), back.reach), (vec!["a", "b"], 5));
@@ -338,5 +351,102 @@ mod tests {
         assert!(!file.wants_rewrite(1));
         file.append(&batch(&[], 4)).unwrap();
         assert!(file.wants_rewrite(1));
+    }
+
+    /// Writes key file 1 of `DC_A_VAL_1` in `dir` holding `a`, `b` and `c` (reaches 3, 5, 8)
+    /// as `change` leaves its bytes, given where each record starts; those starts.
+    fn three_records(dir: &Path, change: impl FnOnce(&mut Vec<u8>, [usize; 3])) -> [usize; 3] {
+        let (mut file, _) = KeyFile::read(Arc::new(OsDisk), dir, "DC_A_VAL_1").unwrap();
+        let (a, b, c) = (batch(&["a"], 3), batch(&["b"], 5), batch(&["c"], 8));
+        file.rewrite(&a).unwrap();
+        file.append(&b).unwrap();
+        file.append(&c).unwrap();
+        let starts = [0, a.record.len(), a.record.len() + b.record.len()];
+        let path = path(dir, "DC_A_VAL_1", 1);
+        let mut bytes = std::fs::read(&path).unwrap();
+        change(&mut bytes, starts);
+        std::fs::write(&path, bytes).unwrap();
+        starts
+    }
+
+    /// A damaged record that is no torn tail, in the middle or whole at the end, is
+    /// corruption: reading refuses it as the log does, and names where it starts, rather
+    /// than drop the keys after it.
+    #[test]
+    fn a_damaged_record_is_corruption() {
+        for (damaged, flip_at) in [(1, 0), (1, 1), (2, 0), (2, 1)] {
+            let dir = tempfile::tempdir().unwrap();
+            let starts = three_records(dir.path(), |bytes, starts| {
+                let end = starts.get(damaged + 1).copied().unwrap_or(bytes.len());
+                // The payload's first byte, or its last.
+                let at = if flip_at == 0 {
+                    starts[damaged] + HEADER_BYTES
+                } else {
+                    end - 1
+                };
+                bytes[at] ^= 0x01;
+            });
+            let error = KeyFile::read(Arc::new(OsDisk), dir.path(), "DC_A_VAL_1").unwrap_err();
+            let StorageError::Corrupt { offset, file, .. } = error else {
+                panic!("record {damaged}: {error}");
+            };
+            assert!(file.ends_with(".keys"), "{file}");
+            assert_eq!(offset, starts[damaged] as u64, "record {damaged}");
+        }
+    }
+
+    /// A last record cut short by the end of the file is a torn tail: the copy comes back up
+    /// to the record before it. Zeros after the last record are no record and end it too.
+    #[test]
+    fn a_torn_last_record_is_cut_off() {
+        for zeros in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            three_records(dir.path(), |bytes, starts| {
+                if zeros {
+                    bytes.resize(4096, 0);
+                } else {
+                    bytes.truncate(starts[2] + HEADER_BYTES + 1);
+                }
+            });
+            let (_, back) = KeyFile::read(Arc::new(OsDisk), dir.path(), "DC_A_VAL_1").unwrap();
+            let whole = if zeros {
+                (vec!["a", "b", "c"], 8)
+            } else {
+                (vec!["a", "b"], 5)
+            };
+            assert_eq!((names(&back), back.reach), whole, "zeros: {zeros}");
+        }
+    }
+
+    /// A file whose writes fail.
+    #[derive(Debug)]
+    struct Failing;
+
+    impl AppendFile for Failing {
+        fn size(&self) -> std::io::Result<u64> {
+            Ok(0)
+        }
+        fn write_all(&mut self, _: &[u8]) -> std::io::Result<()> {
+            Err(std::io::Error::other("disk full"))
+        }
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn set_len(&mut self, _: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// After a failed append nothing more is appended to that file: the next write is the
+    /// whole copy in a new one, so a record torn by the failure stays the file's last.
+    #[test]
+    fn a_failed_append_sends_the_next_write_to_a_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut file, _) = KeyFile::read(Arc::new(OsDisk), dir.path(), "DC_A_VAL_1").unwrap();
+        file.rewrite(&batch(&["a"], 3)).unwrap();
+        file.file = Some(Box::new(Failing));
+        assert!(!file.wants_rewrite(1));
+        assert!(file.append(&batch(&["b"], 5)).is_err());
+        assert!(file.wants_rewrite(2), "a new file next");
     }
 }

@@ -16,7 +16,7 @@ use geocount_model::wire::{Cursor, KeyPage};
 
 use crate::engine::key_index::KeyIndex;
 
-use crate::peer::key_file;
+use crate::peer::key_file::{self, Unpersisted};
 
 /// The keys of one peer slot held here, with their reach.
 ///
@@ -44,20 +44,6 @@ pub struct PeerKeys {
     persisted_through: u64,
     /// The reach the key file holds.
     persisted_reach: u64,
-}
-
-/// What the key file lacks of a copy: the records it has not got, and the current reach.
-#[derive(Debug)]
-pub struct Unpersisted {
-    /// The records not yet in the file, oldest first, and the reach after them, as a record
-    /// of the file ([`key_file::encode`]).
-    pub record: Vec<u8>,
-    /// How many keys `record` holds.
-    pub keys: u64,
-    /// The reach written after them.
-    pub reach: u64,
-    /// The record number after the last of `keys`.
-    pub through: u64,
 }
 
 impl PeerKeys {

@@ -1,6 +1,7 @@
 use std::fs;
 
 use super::*;
+use crate::engine::records::{SECTOR_BYTES, decode_at};
 use crate::storage::OsDisk;
 
 fn create(dir: &Path, segment: u64) -> Wal {
@@ -95,7 +96,7 @@ fn torn_tail_is_cut_off_and_the_log_stays_usable() {
     // Every possible tear inside the second record leaves exactly the first.
     let first_len = {
         let bytes = fs::read(&path).unwrap();
-        decode_at(&bytes, 0).unwrap().1 as u64
+        decode_at::<LogRecord>(&bytes, 0).unwrap().1 as u64
     };
     for cut in first_len + 1..full {
         let bytes = fs::read(&path).unwrap();
@@ -353,7 +354,7 @@ fn a_scan_reads_without_cutting() {
         (4, starts[4] as u64, bytes.len() as u64)
     );
     assert!(
-        matches!(scan.end, SegmentEnd::Torn { offset, .. } if offset == starts[4] as u64),
+        matches!(scan.end, RecordsEnd::Torn { offset, .. } if offset == starts[4] as u64),
         "{scan:?}"
     );
     assert_eq!(records, 4);
