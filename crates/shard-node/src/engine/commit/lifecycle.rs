@@ -12,10 +12,12 @@ use geocount_model::{
 use geocount_sync::DescriptionTable;
 
 use super::CommitLoop;
-use super::stage::{Staged, default_description, key_reused, known_type};
+use super::group::{Staged, known_type};
+use super::keys::key_reused;
+use super::stage::default_description;
 use crate::engine::idempotency::KeyHash;
 use crate::engine::slot_table::SlotTable;
-use crate::engine::write::LifecycleChange;
+use crate::engine::write::{LifecycleChange, WriteRequest};
 use crate::error::ShardError;
 
 impl CommitLoop {
@@ -315,6 +317,11 @@ impl CommitLoop {
         });
         description
     }
+}
+
+/// When a write's counter expires if the write makes it: `ttl_secs` after `now_ms`.
+pub(super) fn expiry_of(write: &WriteRequest, now_ms: u64) -> Option<u64> {
+    write.ttl_secs.map(|ttl| now_ms + u64::from(ttl) * 1000)
 }
 
 /// The counter made again by a write of `counter_type` from `gone`, its tombstone (or a
