@@ -294,6 +294,15 @@ pub(super) struct StagedGroup {
     pub(super) learned: Vec<VersionedDescription>,
 }
 
+/// Refuses (507) what would make this node hold more than `limit` counters, given that it
+/// holds `held` (in its slot, or as descriptions it knows).
+pub(super) fn check_room(limit: usize, held: usize) -> Result<(), ShardError> {
+    if held >= limit {
+        return Err(ShardError::CounterLimit { limit });
+    }
+    Ok(())
+}
+
 /// The committed buckets of the history level of step `step` in `record` (none: empty).
 pub(super) fn rollup_base(record: Option<&SlotRecord>, step: u32) -> &Window {
     record

@@ -14,7 +14,6 @@ use geocount_sync::DescriptionTable;
 use super::CommitLoop;
 use super::group::{Staged, known_type};
 use super::keys::key_reused;
-use super::stage::default_description;
 use crate::engine::idempotency::KeyHash;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::write::{LifecycleChange, WriteRequest};
@@ -316,6 +315,32 @@ impl CommitLoop {
             version,
         });
         description
+    }
+}
+
+/// A new counter's description with the topology's defaults, in the zero generation.
+pub(super) fn default_description(
+    settings: &ShardDefaults,
+    id: &CounterId,
+    counter_type: CounterType,
+    now_ms: u64,
+) -> CounterDescription {
+    CounterDescription {
+        id: id.clone(),
+        counter_type,
+        number_of_shards: settings.default_number_of_shards,
+        base_number_of_shards: settings.default_number_of_shards,
+        window_seconds: settings.default_window_seconds,
+        created_at_ms: now_ms,
+        generation: HlcTimestamp::default(),
+        deleted: false,
+        expires_at_ms: None,
+        history: match counter_type {
+            CounterType::Sum => settings.default_history_levels(),
+            CounterType::Unique => Vec::new(),
+        },
+        min: None,
+        max: None,
     }
 }
 

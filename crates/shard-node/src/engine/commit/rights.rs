@@ -10,8 +10,8 @@ use geocount_model::{
 use geocount_sync::DescriptionTable;
 
 use super::CommitLoop;
-use super::group::{Staged, StagedSlot};
-use super::stage::{check_room, default_description};
+use super::group::{Staged, StagedSlot, check_room};
+use super::lifecycle::default_description;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::write::RightsRequest;
 use crate::error::ShardError;

@@ -6,16 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use geocount_model::held_bytes::description_bytes;
-use geocount_model::{
-    CounterDescription, CounterId, CounterType, HlcTimestamp, ShardDefaults, SlotState,
-    VersionedDescription,
-};
+use geocount_model::{CounterDescription, CounterId, CounterType, SlotState, VersionedDescription};
 use geocount_sync::DescriptionTable;
 
 use super::CommitLoop;
-use super::group::{Staged, StagedGroup};
+use super::group::{Staged, StagedGroup, check_room};
 use super::keys::remember_key;
-use super::lifecycle::expiry_of;
+use super::lifecycle::{default_description, expiry_of};
 use super::replies::Reply;
 use super::rights::shortage;
 use crate::engine::hot::changed_description;
@@ -23,41 +20,6 @@ use crate::engine::idempotency::KeyHash;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::write::{Change, Command, WriteRequest};
 use crate::error::{ShardError, Shortage};
-
-/// A new counter's description with the topology's defaults, in the zero generation.
-pub(super) fn default_description(
-    settings: &ShardDefaults,
-    id: &CounterId,
-    counter_type: CounterType,
-    now_ms: u64,
-) -> CounterDescription {
-    CounterDescription {
-        id: id.clone(),
-        counter_type,
-        number_of_shards: settings.default_number_of_shards,
-        base_number_of_shards: settings.default_number_of_shards,
-        window_seconds: settings.default_window_seconds,
-        created_at_ms: now_ms,
-        generation: HlcTimestamp::default(),
-        deleted: false,
-        expires_at_ms: None,
-        history: match counter_type {
-            CounterType::Sum => settings.default_history_levels(),
-            CounterType::Unique => Vec::new(),
-        },
-        min: None,
-        max: None,
-    }
-}
-
-/// Refuses (507) what would make this node hold more than `limit` counters, given that it
-/// holds `held` (in its slot, or as descriptions it knows).
-pub(super) fn check_room(limit: usize, held: usize) -> Result<(), ShardError> {
-    if held >= limit {
-        return Err(ShardError::CounterLimit { limit });
-    }
-    Ok(())
-}
 
 impl CommitLoop {
     /// Stage: works out every command of `group` against the committed state, with the
