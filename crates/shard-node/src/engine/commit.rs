@@ -1,124 +1,54 @@
 //! The commit loop: the one worker that changes the node's state, with group commit.
 //!
-//! HTTP handlers send [`Command`]s. The loop takes every command that is waiting (a group), works
-//! out each write against the committed state (overflow checks, idempotency keys, new versions),
-//! appends one [`LogRecord`] for the whole group, fsyncs it once, and only then installs the
-//! result in the shared [`SlotTable`](crate::engine::slot_table::SlotTable) and answers. While it
-//! fsyncs, the next group gathers in the queue, so one fsync serves many writers.
+//! HTTP handlers send [`Command`]s. The loop takes every command that is waiting (a group) and
+//! commits it in named stages: [`stage`] works each write out against the committed state
+//! without changing it, [`log`] appends one [`LogRecord`] for the whole group and fsyncs it
+//! once, [`replicated`] (in `replicated` durability) waits for a peer to hold it, [`install`]
+//! puts its changes in the shared [`SlotTable`](crate::engine::slot_table::SlotTable), and
+//! [`replies`] answers. While it fsyncs, the next group gathers in the queue, so one fsync
+//! serves many writers. Between groups, [`checkpoint`] writes the log into the store and
+//! [`tombstones`] drops what deleted counters leave.
 //!
-//! One file per concept: [`stage`] works a group's writes out without changing anything,
-//! [`install`] makes the group durable and puts its changes in place, and [`restore`] takes in
-//! a lost slot's restored parts and keys.
+//! The rest of the folder: [`context`] (what the loop is built from), [`group`] (the staged
+//! group and its record), the concerns a write is staged by ([`keys`], [`sum`], [`unique`],
+//! [`rights`], [`lifecycle`]), and [`restore`] (a lost slot's restored parts and keys).
+//!
+//! [`LogRecord`]: crate::engine::wal::LogRecord
 
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
-
-use geocount_model::{
-    Clock, CounterDescription, CounterId, Hlc, Placement, RightsAnswer, RollupChange,
-    ShardDefaults, SlotRecord, VersionedDescription, next_slot_version,
-};
-use geocount_sync::{DescriptionTable, SlotCopies};
+use geocount_model::{CounterId, VersionedDescription, next_slot_version};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::budget::ByteBudget;
-use crate::engine::checkpoint::Checkpointer;
 use crate::engine::hot::HotCounters;
 use crate::engine::idempotency::SharedKeys;
 use crate::engine::replication::GroupReplication;
-use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::store::Checkpoint;
-use crate::engine::wal::{LogRecord, Wal};
-use crate::engine::write::{Command, WriteResults};
-use crate::error::{ShardError, StorageError};
-use crate::health::NodeHealth;
-use crate::metrics::ShardMetrics;
+use crate::engine::wal::Wal;
+use crate::engine::write::Command;
 
+mod checkpoint;
+mod context;
+mod group;
 mod install;
+mod keys;
 mod lifecycle;
+mod log;
 mod replicated;
 mod replies;
 mod restore;
 mod rights;
 mod stage;
+mod sum;
+mod tombstones;
+mod unique;
 
-use install::{GroupChanges, SlotChange};
+pub use context::{CommitContext, LogState, RightsPlace};
 use replicated::{AwaitingPeers, Waited};
-use replies::{
-    answer, refuse_all, refuse_client_command, refuse_fenced, refuse_unreplicated,
-    refuse_waiting_for_peers,
-};
-use stage::Staged;
+use replies::{answer, refuse_fenced, refuse_waiting_for_peers};
+use tombstones::gone;
 
 /// A group stops gathering at this many writes, bounding one log record's size.
 const MAX_GROUP_WRITES: usize = 200_000;
-
-enum Reply {
-    Write(oneshot::Sender<WriteResults>, WriteResults),
-    Create(
-        oneshot::Sender<Result<CounterDescription, ShardError>>,
-        Result<CounterDescription, ShardError>,
-    ),
-    Rights(
-        oneshot::Sender<Result<RightsAnswer, ShardError>>,
-        Result<RightsAnswer, ShardError>,
-    ),
-}
-
-/// What the commit loop shares with the rest of the node.
-pub struct CommitContext {
-    /// The committed slot states (the loop is their only writer).
-    pub table: SharedSlotTable,
-    /// The known descriptions (the loop is their only writer).
-    pub descriptions: Arc<RwLock<DescriptionTable>>,
-    /// The copies of the peers' slots held here: a tombstone goes only once no copy of its
-    /// counter is held either, or the copy would count again without it.
-    pub peer_copies: Arc<RwLock<SlotCopies>>,
-    /// Writes the closed log segments into the store.
-    pub checkpointer: Checkpointer,
-    /// Shard settings.
-    pub settings: ShardDefaults,
-    /// The time seam.
-    pub clock: Arc<dyn Clock>,
-    /// Versions of descriptions.
-    pub hlc: Arc<Hlc>,
-    /// Where counters go in this datacenter.
-    pub placement: Placement,
-    /// This node's slot index.
-    pub own_slot: u32,
-    /// Writes per second applied lately, reported to peers.
-    pub load: Arc<AtomicU64>,
-    /// Metrics.
-    pub metrics: Arc<ShardMetrics>,
-    /// Health, for `/healthz`.
-    pub health: Arc<NodeHealth>,
-    /// How long a deleted counter's tombstone is kept (`sync.tombstone_retention_secs`).
-    pub tombstone_retention_ms: u64,
-    /// Where this node's datacenter is among the topology's, for bounded counters' shares.
-    pub rights: RightsPlace,
-}
-
-/// This node's datacenter's place in the topology: its share of a bounded counter's room is
-/// the `index`th of `datacenters`.
-#[derive(Debug, Clone, Copy)]
-pub struct RightsPlace {
-    /// Its index in the topology's `datacenters`.
-    pub index: usize,
-    /// How many datacenters the topology has.
-    pub datacenters: usize,
-}
-
-/// What the commit loop resumes from: what startup read of the log and the store.
-#[derive(Debug)]
-pub struct LogState {
-    /// A fresh log segment after the replayed ones.
-    pub wal: Wal,
-    /// Idempotency keys still within retention.
-    pub idempotency: SharedKeys,
-    /// What the log holds beyond the store: the next checkpoint must write it.
-    pub pending: Checkpoint,
-    /// The highest version of the slot so far.
-    pub last_version: u64,
-}
 
 /// The state only the commit loop touches.
 pub struct CommitLoop {
@@ -212,17 +142,7 @@ impl CommitLoop {
             let Some(first) = commands.recv().await else {
                 break;
             };
-            let mut gathered = first.writes();
-            let mut group = vec![first];
-            while gathered < MAX_GROUP_WRITES {
-                match commands.try_recv() {
-                    Ok(command) => {
-                        gathered += command.writes();
-                        group.push(command);
-                    }
-                    Err(_) => break,
-                }
-            }
+            let group = gather(first, &mut commands);
             stopping = group.iter().any(|c| matches!(c, Command::Shutdown));
             let waited = match self.commit_group(group) {
                 Some(awaiting) => (self.install_when_held(awaiting, &mut commands, stopping)).await,
@@ -243,14 +163,42 @@ impl CommitLoop {
         self.stop(true).await;
     }
 
-    /// Stages, logs and installs a group, and answers its writes; in `replicated` durability
-    /// what is logged waits for a peer to hold it (returned), installed and answered then.
+    /// Commits a group: stage, log, then install and answer; in `replicated` durability what
+    /// is logged waits for a peer to hold it (returned), installed and answered then.
     fn commit_group(&mut self, mut group: Vec<Command>) -> Option<AwaitingPeers> {
         if let Some(reason) = &self.fenced {
             refuse_fenced(group, reason, &self.shared.metrics);
             return None;
         }
-        // A restored part is its own record: no write is taken while the slot is restored.
+        self.restore_apart(&mut group);
+        if let Some(reason) = self.replicator.as_ref().and_then(|r| r.refusal()) {
+            group = refuse_waiting_for_peers(group, &reason, &self.shared.metrics);
+        }
+        let now_ms = self.shared.clock.now_unix_ms();
+        self.begin_group(now_ms);
+        let staged = self.stage_group(group, now_ms);
+        let replies = staged.replies;
+        match self.log(staged.staged) {
+            Ok((record, changes))
+                if self.replicator.is_some() && (!record.is_empty() || !replies.is_empty()) =>
+            {
+                Some(self.replicate(changes, record, replies, now_ms))
+            }
+            Ok((record, changes)) => {
+                self.install(changes, record, now_ms);
+                answer(replies, &self.shared.metrics);
+                None
+            }
+            Err(error) => {
+                self.refuse_unlogged(error, replies, staged.learned);
+                None
+            }
+        }
+    }
+
+    /// Takes the group's restored parts and keys out of it, each logged as its own record: no
+    /// write is taken while the slot is restored.
+    fn restore_apart(&mut self, group: &mut Vec<Command>) {
         group.retain_mut(|command| match command {
             Command::Restore { records, reply } => {
                 let records = std::mem::take(records);
@@ -272,201 +220,18 @@ impl CommitLoop {
             }
             _ => true,
         });
-        if let Some(reason) = self.replicator.as_ref().and_then(|r| r.refusal()) {
-            group = refuse_waiting_for_peers(group, &reason, &self.shared.metrics);
-        }
-        let now_ms = self.shared.clock.now_unix_ms();
+    }
+
+    /// Opens a group at `now_ms`: its version, and the keys past their retention let go.
+    fn begin_group(&mut self, now_ms: u64) {
         // Every change of the group shares one version: versions then follow the clock however
         // many writes a millisecond brings, and a copy's version can be bounded by the clock.
         self.group_version = next_slot_version(self.last_version, now_ms);
-        {
-            let mut keys = self.idempotency.write().expect("idempotency lock");
-            if keys.expire(now_ms) > 0 {
-                self.pending.idempotency_expired_before_ms = keys.expired_before(now_ms);
-                (self.shared.metrics.idempotency_keys).set(keys.len() as i64);
-            }
+        let mut keys = self.idempotency.write().expect("idempotency lock");
+        if keys.expire(now_ms) > 0 {
+            self.pending.idempotency_expired_before_ms = keys.expired_before(now_ms);
+            (self.shared.metrics.idempotency_keys).set(keys.len() as i64);
         }
-
-        let mut staged = Staged {
-            now_ms,
-            ..Staged::default()
-        };
-        let mut replies = Vec::with_capacity(group.len());
-        let mut writes = 0u64;
-        // Kept until the group is durable, to be staged again if it is refused.
-        let mut learned = std::mem::take(&mut self.learned_unlogged);
-        {
-            let table = Arc::clone(&self.shared.table);
-            let table = table.read().expect("slot table lock");
-            let descriptions = Arc::clone(&self.shared.descriptions);
-            let descriptions = descriptions.read().expect("descriptions lock");
-            for description in &learned {
-                self.stage_learned(&table, &descriptions, &mut staged, description.clone());
-            }
-            // An expiry that passed is the delete every node makes alike: logged here, it
-            // wipes this slot's record and travels as a tombstone.
-            for tombstone in descriptions.due_expiries(now_ms) {
-                self.stage_learned(&table, &descriptions, &mut staged, tombstone);
-            }
-            for command in group {
-                match command {
-                    Command::Write {
-                        writes: requests,
-                        reply,
-                    } => {
-                        writes += requests.len() as u64;
-                        let results = requests
-                            .into_iter()
-                            .map(|w| {
-                                self.stage_write(&table, &descriptions, &mut staged, w, now_ms)
-                            })
-                            .collect();
-                        replies.push(Reply::Write(reply, results));
-                    }
-                    Command::Create { description, reply } => {
-                        let result =
-                            self.stage_create(&table, &descriptions, &mut staged, description);
-                        replies.push(Reply::Create(reply, result));
-                    }
-                    Command::Lifecycle {
-                        id,
-                        change,
-                        elsewhere,
-                        key,
-                        reply,
-                    } => {
-                        let result = match key {
-                            Some((key, asked)) => self.stage_keyed_lifecycle(
-                                (&table, &descriptions),
-                                &mut staged,
-                                (&id, elsewhere),
-                                change,
-                                (key, asked),
-                            ),
-                            None => self.stage_lifecycle(
-                                (&table, &descriptions),
-                                &mut staged,
-                                &id,
-                                change,
-                                elsewhere,
-                            ),
-                        };
-                        replies.push(Reply::Create(reply, result));
-                    }
-                    Command::Rights { id, request, reply } => {
-                        let result =
-                            self.stage_rights(&table, &descriptions, &mut staged, &id, request);
-                        replies.push(Reply::Rights(reply, result));
-                    }
-                    Command::Describe(newly_learned) => {
-                        for description in newly_learned {
-                            self.shared.hlc.observe(description.version);
-                            learned.push(description.clone());
-                            self.stage_learned(&table, &descriptions, &mut staged, description);
-                        }
-                    }
-                    Command::Tick
-                    | Command::Shutdown
-                    | Command::Restore { .. }
-                    | Command::RestoreKeys { .. } => {}
-                }
-            }
-            for (id, slot) in &staged.slots {
-                if slot.writes > 0 {
-                    self.hot.count(id, slot.writes);
-                }
-            }
-            self.propose_shard_changes(now_ms, &table, &descriptions, &mut staged);
-        }
-        if writes > 0 {
-            self.shared
-                .metrics
-                .group_commit_writes
-                .observe(writes as f64);
-        }
-
-        // The log gets each changed counter's state, sketch and changed window buckets; the
-        // table's rows are changed in place once the record is durable.
-        let mut changes = Vec::with_capacity(staged.slots.len());
-        let mut logged = Vec::with_capacity(staged.slots.len());
-        for (id, slot) in staged.slots {
-            if !slot.changed {
-                continue;
-            }
-            let mut change = match slot.sketch {
-                Some(sketch) => SlotRecord::unique(slot.state, sketch),
-                None => {
-                    let mut change = SlotRecord::sum(slot.state, slot.window.changed());
-                    change.set_history(slot.history.iter().map(RollupChange::logged).collect());
-                    change
-                }
-            };
-            change.set_generation(slot.generation);
-            if let Some(rights) = slot.rights {
-                change.set_rights(rights);
-            }
-            logged.push((id, change));
-            changes.push(SlotChange {
-                row: slot.row,
-                committed_bytes: slot.committed_bytes,
-                window: slot.window,
-                window_seconds: slot.window_seconds,
-                history: slot.history,
-            });
-        }
-        let (keys, key_hashes) = staged.idempotency.into_parts();
-        let record = LogRecord {
-            slots: logged,
-            descriptions: staged.descriptions,
-            idempotency: keys,
-        };
-        let mut changes = GroupChanges {
-            slots: changes,
-            key_hashes,
-            encoded_keys: Vec::new(),
-        };
-        let durable = self.make_durable(&record);
-        if durable.is_ok() && !record.idempotency.is_empty() {
-            changes.encoded_keys = self.wal.last_keys().to_vec();
-        }
-        match durable {
-            Ok(()) if self.replicator.is_some() && (!record.is_empty() || !replies.is_empty()) => {
-                return Some(self.replicate(changes, record, replies, now_ms));
-            }
-            Ok(()) => {
-                self.install(changes, record, now_ms);
-                answer(replies, &self.shared.metrics);
-            }
-            Err(error) => {
-                tracing::error!(%error, "group commit failed; its writes are refused");
-                self.shared.health.set(Some(error.to_string()));
-                let full = i64::from(error.is_disk_full());
-                self.shared.metrics.storage_full.set(full);
-                let error = Arc::new(error);
-                refuse_all(replies, &error, &self.shared.metrics);
-                self.learned_unlogged = learned;
-                self.fence_if_fsync_failed(&error);
-            }
-        }
-        None
-    }
-
-    /// After a failed fsync the log's state on disk is unknown (the kernel may have dropped
-    /// the pages it could not write and will not report it again), so the node stops taking
-    /// writes: every later write is 503 and `/healthz` says why, until a restart replays the
-    /// log from what the disk really holds. A full disk on append is not this: the record is
-    /// cut off and the next group may succeed.
-    fn fence_if_fsync_failed(&mut self, error: &StorageError) {
-        if self.fenced.is_some() || !self.wal.fsync_failed() {
-            return;
-        }
-        let reason = format!(
-            "the log could not be fsynced ({error}); this node takes no more writes until it is restarted"
-        );
-        tracing::error!("{reason}");
-        self.shared.health.set(Some(reason.clone()));
-        self.shared.metrics.fsync_failed.set(1);
-        self.fenced = Some(reason);
     }
 
     /// Flushes the log and, with `checkpoint`, checkpoints what it holds beyond the store.
@@ -482,17 +247,20 @@ impl CommitLoop {
     }
 }
 
-/// Whether counter `id`'s row here belongs to a deleted or expired counter, and to a generation
-/// the delete wiped: it holds nothing any read counts, and goes.
-pub(crate) fn gone(
-    descriptions: &DescriptionTable,
-    id: &str,
-    record: &SlotRecord,
-    now_ms: u64,
-) -> bool {
-    descriptions.get(id).is_some_and(|described| {
-        !described.is_live(now_ms) && record.wiped_by(described.generation_at(now_ms))
-    })
+/// Gather: `first` and every command waiting behind it, up to [`MAX_GROUP_WRITES`] writes.
+fn gather(first: Command, commands: &mut mpsc::Receiver<Command>) -> Vec<Command> {
+    let mut gathered = first.writes();
+    let mut group = vec![first];
+    while gathered < MAX_GROUP_WRITES {
+        match commands.try_recv() {
+            Ok(command) => {
+                gathered += command.writes();
+                group.push(command);
+            }
+            Err(_) => break,
+        }
+    }
+    group
 }
 
 #[cfg(test)]

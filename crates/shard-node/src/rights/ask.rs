@@ -72,7 +72,7 @@ async fn apply_with_rights<N: RightsNode>(
         if attempt == ATTEMPTS {
             break;
         }
-        let asked = network.ask(state, &shortage).await;
+        let asked = ask(network, state, &shortage).await;
         unreachable = asked.unreachable;
         if asked.got == 0 {
             break;
@@ -98,144 +98,140 @@ async fn apply_with_rights<N: RightsNode>(
     })
 }
 
-impl RightsNetwork {
-    /// Asks the counter's other slots for what `shortage` lacks: this datacenter's, then, if
-    /// they gave too little, every other datacenter's at once. A slot holding less than the
-    /// need gives nothing and says what it holds; once the slots asked hold the need between
-    /// them, each is asked again for its part. A write they cannot meet together moves no
-    /// rights.
-    async fn ask<N: RightsNode>(&self, state: &N, shortage: &Shortage) -> Asked {
-        let id = &shortage.write.id;
-        let generation = generation_of(state, id);
-        let (own_dc, remote) = self.others();
-        let mut asked = Asked::default();
-        // Slots that hold some but less than the need, and what they hold.
-        let mut offers: Vec<(SlotId, SocketAddr, u64)> = Vec::new();
-        for donors in [own_dc, remote] {
-            if donors.is_empty() {
+/// Asks the counter's other slots for what `shortage` lacks: this datacenter's, then, if
+/// they gave too little, every other datacenter's at once. A slot holding less than the
+/// need gives nothing and says what it holds; once the slots asked hold the need between
+/// them, each is asked again for its part. A write they cannot meet together moves no
+/// rights.
+async fn ask<N: RightsNode>(network: &RightsNetwork, state: &N, shortage: &Shortage) -> Asked {
+    let id = &shortage.write.id;
+    let generation = generation_of(state, id);
+    let (own_dc, remote) = network.others();
+    let mut asked = Asked::default();
+    // Slots that hold some but less than the need, and what they hold.
+    let mut offers: Vec<(SlotId, SocketAddr, u64)> = Vec::new();
+    for donors in [own_dc, remote] {
+        if donors.is_empty() {
+            continue;
+        }
+        let answers = ask_each(network, shortage, generation, &donors, shortage.need);
+        for ((slot, address), answer) in donors.iter().zip(answers.await) {
+            let Some(answer) = answer else {
+                if !asked.unreachable.contains(&slot.datacenter) {
+                    asked.unreachable.push(slot.datacenter.clone());
+                }
+                continue;
+            };
+            if answer.generation != generation {
                 continue;
             }
-            let answers = self.ask_each(shortage, generation, &donors, shortage.need);
-            for ((slot, address), answer) in donors.iter().zip(answers.await) {
-                let Some(answer) = answer else {
-                    if !asked.unreachable.contains(&slot.datacenter) {
-                        asked.unreachable.push(slot.datacenter.clone());
-                    }
-                    continue;
-                };
-                if answer.generation != generation {
-                    continue;
-                }
-                asked.got +=
-                    take_in(state, id, slot, generation, answer.given, shortage.bound).await;
-                let holds = match shortage.bound {
-                    Bound::Max => answer.up,
-                    Bound::Min => answer.down,
-                };
-                let holds = holds.map_or(0, |held| u64::try_from(held).unwrap_or(0));
-                if holds > 0 {
-                    offers.push((slot.clone(), *address, holds));
-                }
+            asked.got += take_in(state, id, slot, generation, answer.given, shortage.bound).await;
+            let holds = match shortage.bound {
+                Bound::Max => answer.up,
+                Bound::Min => answer.down,
+            };
+            let holds = holds.map_or(0, |held| u64::try_from(held).unwrap_or(0));
+            if holds > 0 {
+                offers.push((slot.clone(), *address, holds));
             }
-            if asked.got >= shortage.need {
-                break;
-            }
-            let offered: u64 =
-                (offers.iter()).fold(0, |sum, (.., holds)| sum.saturating_add(*holds));
-            if asked.got.saturating_add(offered) < shortage.need {
-                continue;
-            }
-            // Enough between them: each gives its part, in turn, until the need is met.
-            for (slot, address, holds) in std::mem::take(&mut offers) {
-                let left = shortage.need.saturating_sub(asked.got);
-                if left == 0 {
-                    break;
-                }
-                let donor = [(slot.clone(), address)];
-                let part = self.ask_each(shortage, generation, &donor, holds.min(left));
-                if let Some(Some(answer)) = part.await.pop()
-                    && answer.generation == generation
-                {
-                    asked.got +=
-                        take_in(state, id, &slot, generation, answer.given, shortage.bound).await;
-                }
-            }
+        }
+        if asked.got >= shortage.need {
             break;
         }
-        asked
+        let offered: u64 = (offers.iter()).fold(0, |sum, (.., holds)| sum.saturating_add(*holds));
+        if asked.got.saturating_add(offered) < shortage.need {
+            continue;
+        }
+        // Enough between them: each gives its part, in turn, until the need is met.
+        for (slot, address, holds) in std::mem::take(&mut offers) {
+            let left = shortage.need.saturating_sub(asked.got);
+            if left == 0 {
+                break;
+            }
+            let donor = [(slot.clone(), address)];
+            let part = ask_each(network, shortage, generation, &donor, holds.min(left));
+            if let Some(Some(answer)) = part.await.pop()
+                && answer.generation == generation
+            {
+                asked.got +=
+                    take_in(state, id, &slot, generation, answer.given, shortage.bound).await;
+            }
+        }
+        break;
     }
+    asked
+}
 
-    /// Asks each of `donors` at once for `need` of what `shortage` lacks (and half of the rest
-    /// beyond it: `want` is no cap), in `generation`.
-    async fn ask_each(
-        &self,
-        shortage: &Shortage,
-        generation: HlcTimestamp,
-        donors: &[Donor],
-        need: u64,
-    ) -> Vec<Option<RightsAnswer>> {
-        let room = |amount: u64| match shortage.bound {
-            Bound::Max => Room {
-                up: amount,
-                down: 0,
-            },
-            Bound::Min => Room {
-                up: 0,
-                down: amount,
-            },
-        };
-        let message = RightsMessage::Ask {
-            counter: shortage.write.id.clone(),
-            generation,
-            to: self.own.clone(),
-            need: room(need),
-            want: room(u64::MAX),
-        };
-        let body = match postcard::to_allocvec(&message) {
-            Ok(body) => Bytes::from(body),
-            Err(error) => {
-                tracing::error!(%error, "encoding an ask for rights");
-                return vec![None; donors.len()];
-            }
-        };
-        join_all((donors.iter()).map(|(slot, address)| async {
-            if self.is_silent(slot) {
-                return None;
-            }
-            let answer = self.ask_one(slot, *address, body.clone()).await;
-            self.heard(slot, answer.is_some());
-            answer
-        }))
-        .await
-    }
-
-    /// One slot's answer, `None` when it could not be had in time.
-    async fn ask_one(
-        &self,
-        slot: &SlotId,
-        address: SocketAddr,
-        body: Bytes,
-    ) -> Option<RightsAnswer> {
-        let url = self.client.url(address, "/rights");
-        let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
-        let sent = self.client.send(Method::POST, &url, &headers, body);
-        let answer = match tokio::time::timeout(ASK_TIMEOUT, sent).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(error)) => {
-                tracing::debug!(%slot, %error, "asking for rights");
-                return None;
-            }
-            Err(_) => {
-                tracing::debug!(%slot, "asking for rights timed out");
-                return None;
-            }
-        };
-        if answer.status != StatusCode::OK {
-            tracing::debug!(%slot, status = %answer.status, "asking for rights refused");
+/// Asks each of `donors` at once for `need` of what `shortage` lacks (and half of the rest
+/// beyond it: `want` is no cap), in `generation`.
+async fn ask_each(
+    network: &RightsNetwork,
+    shortage: &Shortage,
+    generation: HlcTimestamp,
+    donors: &[Donor],
+    need: u64,
+) -> Vec<Option<RightsAnswer>> {
+    let room = |amount: u64| match shortage.bound {
+        Bound::Max => Room {
+            up: amount,
+            down: 0,
+        },
+        Bound::Min => Room {
+            up: 0,
+            down: amount,
+        },
+    };
+    let message = RightsMessage::Ask {
+        counter: shortage.write.id.clone(),
+        generation,
+        to: network.own.clone(),
+        need: room(need),
+        want: room(u64::MAX),
+    };
+    let body = match postcard::to_allocvec(&message) {
+        Ok(body) => Bytes::from(body),
+        Err(error) => {
+            tracing::error!(%error, "encoding an ask for rights");
+            return vec![None; donors.len()];
+        }
+    };
+    join_all((donors.iter()).map(|(slot, address)| async {
+        if network.is_silent(slot) {
             return None;
         }
-        postcard::from_bytes(&answer.body).ok()
+        let answer = ask_one(network, slot, *address, body.clone()).await;
+        network.heard(slot, answer.is_some());
+        answer
+    }))
+    .await
+}
+
+/// One slot's answer, `None` when it could not be had in time.
+async fn ask_one(
+    network: &RightsNetwork,
+    slot: &SlotId,
+    address: SocketAddr,
+    body: Bytes,
+) -> Option<RightsAnswer> {
+    let url = network.client.url(address, "/rights");
+    let headers = [("content-type", POSTCARD_CONTENT_TYPE)];
+    let sent = network.client.send(Method::POST, &url, &headers, body);
+    let answer = match tokio::time::timeout(ASK_TIMEOUT, sent).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(error)) => {
+            tracing::debug!(%slot, %error, "asking for rights");
+            return None;
+        }
+        Err(_) => {
+            tracing::debug!(%slot, "asking for rights timed out");
+            return None;
+        }
+    };
+    if answer.status != StatusCode::OK {
+        tracing::debug!(%slot, status = %answer.status, "asking for rights refused");
+        return None;
     }
+    postcard::from_bytes(&answer.body).ok()
 }
 
 /// Takes in durably that `from` gave `total` in all; returns what it adds in `bound`'s

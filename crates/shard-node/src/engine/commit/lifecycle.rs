@@ -12,10 +12,11 @@ use geocount_model::{
 use geocount_sync::DescriptionTable;
 
 use super::CommitLoop;
-use super::stage::{Staged, default_description, key_reused, known_type};
+use super::group::{Staged, known_type};
+use super::keys::key_reused;
 use crate::engine::idempotency::KeyHash;
 use crate::engine::slot_table::SlotTable;
-use crate::engine::write::LifecycleChange;
+use crate::engine::write::{LifecycleChange, WriteRequest};
 use crate::error::ShardError;
 
 impl CommitLoop {
@@ -315,6 +316,37 @@ impl CommitLoop {
         });
         description
     }
+}
+
+/// A new counter's description with the topology's defaults, in the zero generation.
+pub(super) fn default_description(
+    settings: &ShardDefaults,
+    id: &CounterId,
+    counter_type: CounterType,
+    now_ms: u64,
+) -> CounterDescription {
+    CounterDescription {
+        id: id.clone(),
+        counter_type,
+        number_of_shards: settings.default_number_of_shards,
+        base_number_of_shards: settings.default_number_of_shards,
+        window_seconds: settings.default_window_seconds,
+        created_at_ms: now_ms,
+        generation: HlcTimestamp::default(),
+        deleted: false,
+        expires_at_ms: None,
+        history: match counter_type {
+            CounterType::Sum => settings.default_history_levels(),
+            CounterType::Unique => Vec::new(),
+        },
+        min: None,
+        max: None,
+    }
+}
+
+/// When a write's counter expires if the write makes it: `ttl_secs` after `now_ms`.
+pub(super) fn expiry_of(write: &WriteRequest, now_ms: u64) -> Option<u64> {
+    write.ttl_secs.map(|ttl| now_ms + u64::from(ttl) * 1000)
 }
 
 /// The counter made again by a write of `counter_type` from `gone`, its tombstone (or a

@@ -10,7 +10,9 @@
 
 use tokio::sync::mpsc;
 
-use super::{CommitLoop, GroupChanges, Reply, answer, refuse_client_command, refuse_unreplicated};
+use super::CommitLoop;
+use super::group::GroupChanges;
+use super::replies::{Reply, answer, refuse_client_command, refuse_unreplicated};
 use crate::engine::replication::Replicated;
 use crate::engine::wal::LogRecord;
 use crate::engine::write::Command;

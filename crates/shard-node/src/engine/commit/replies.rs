@@ -3,11 +3,27 @@
 
 use std::sync::Arc;
 
-use super::Reply;
-use crate::engine::write::Command;
+use geocount_model::{CounterDescription, RightsAnswer};
+use tokio::sync::oneshot;
+
+use crate::engine::write::{Command, WriteResults};
 use crate::error::{ShardError, StorageError};
 use crate::metrics::ShardMetrics;
 
+/// A command's outcome, staged with the group, and where it goes.
+pub(super) enum Reply {
+    Write(oneshot::Sender<WriteResults>, WriteResults),
+    Create(
+        oneshot::Sender<Result<CounterDescription, ShardError>>,
+        Result<CounterDescription, ShardError>,
+    ),
+    Rights(
+        oneshot::Sender<Result<RightsAnswer, ShardError>>,
+        Result<RightsAnswer, ShardError>,
+    ),
+}
+
+/// Answer: sends each reply of a durable (and, in `replicated` durability, held) group.
 pub(super) fn answer(replies: Vec<Reply>, metrics: &ShardMetrics) {
     for reply in replies {
         match reply {

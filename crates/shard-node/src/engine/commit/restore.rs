@@ -35,7 +35,7 @@ impl CommitLoop {
                 self.budget.changed(before, row_bytes(id, merged));
                 self.pending.rows.mark(row);
                 // A copy older than a delete: nothing of it counts, and the row goes.
-                if super::gone(&descriptions, id, merged, now_ms) {
+                if super::tombstones::gone(&descriptions, id, merged, now_ms) {
                     self.doomed
                         .push(CounterId::new(id).expect("a held id is valid"));
                 }

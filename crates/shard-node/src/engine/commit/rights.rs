@@ -4,11 +4,14 @@
 //! that rights given are never given twice and rights taken in are never lost.
 
 use geocount_model::rights::portion;
-use geocount_model::{Bounds, CounterId, CounterType, RightsAnswer, Room, VersionedDescription};
+use geocount_model::{
+    Bound, Bounds, CounterId, CounterType, RightsAnswer, Room, SlotRecord, VersionedDescription,
+};
 use geocount_sync::DescriptionTable;
 
 use super::CommitLoop;
-use super::stage::{Staged, check_room, default_description};
+use super::group::{Staged, StagedSlot, check_room};
+use super::lifecycle::default_description;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::write::RightsRequest;
 use crate::error::ShardError;
@@ -176,6 +179,28 @@ impl CommitLoop {
         }
         RightsAnswer::new(generation, Room::default(), (None, None))
     }
+}
+
+/// Whether a delta of `delta` takes a bounded counter's `slot` past `bounds` with the rights
+/// it holds (`share`: what it starts its generation with; `committed`: its base record): the
+/// bound passed and how much more it needs. The write then goes back to the node to ask.
+pub(super) fn shortage(
+    bounds: Bounds,
+    share: Room,
+    slot: &mut StagedSlot,
+    committed: Option<&SlotRecord>,
+    delta: i64,
+) -> Option<(Bound, u64)> {
+    let value = slot.state.value;
+    let ledger = slot.ledger(committed);
+    let bound = bounds.passed(share, ledger, value, delta)?;
+    let (up, down) = bounds.available(share, ledger, value);
+    let held = match bound {
+        Bound::Max => up,
+        Bound::Min => down,
+    };
+    let need = i128::from(delta).abs() - held.unwrap_or(0).max(0);
+    Some((bound, u64::try_from(need).unwrap_or(u64::MAX)))
 }
 
 #[cfg(test)]

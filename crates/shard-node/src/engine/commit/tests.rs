@@ -2,11 +2,23 @@ use std::time::Duration;
 
 use geocount_model::{CounterId, CounterType, HlcTimestamp, SlotState, SystemClock};
 
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+
+use geocount_model::{Clock, CounterDescription, Hlc, Placement, ShardDefaults, SlotRecord};
+use geocount_sync::{DescriptionTable, SlotCopies};
+use tokio::sync::{mpsc, oneshot};
+
 use super::*;
+use crate::engine::checkpoint::Checkpointer;
 use crate::engine::idempotency::IdempotencyCache;
+use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::slot_table::SlotTable;
 use crate::engine::store::{STORE_FILE, Store};
 use crate::engine::write::{Change, LifecycleChange, WriteRequest};
+use crate::error::ShardError;
+use crate::health::NodeHealth;
+use crate::metrics::ShardMetrics;
 use crate::storage::{OsDisk, Storage, Workers};
 
 /// A commit loop on a fresh data directory `dir` (an empty store and log on the OS disk, its
