@@ -18,9 +18,9 @@ use geocount_sync::worst_staleness;
 use serde::Serialize;
 
 use crate::answers::Total;
+use crate::core::Core;
 use crate::lifecycle::Presence;
 use crate::replica::Replica;
-use crate::tier::Core;
 
 /// What the datacenter tier's HTTP handlers share.
 pub struct DatacenterState {
