@@ -8,7 +8,8 @@
 //! - Only sum counters are summed ([`crate::replica::sums`]); `counters` counts them.
 
 use geocount_http::AggregateQuery;
-use geocount_http::routing::{Named, WindowQuery};
+use geocount_http::routing::Named;
+use geocount_model::WindowQuery;
 use geocount_sync::worst_staleness;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! part beside them.
 
 use geocount_http::TopQuery;
-use geocount_http::routing::WindowQuery;
+use geocount_model::WindowQuery;
 use geocount_ranking::Ranked;
 use serde::Serialize;
 

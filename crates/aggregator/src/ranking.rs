@@ -2,7 +2,8 @@
 //! replicas are asked for their parts of it ([`crate::core::spread`]).
 
 use geocount_http::TopQuery;
-use geocount_http::routing::{RequestError, WindowQuery};
+use geocount_http::routing::RequestError;
+use geocount_model::WindowQuery;
 use geocount_ranking::{Answer, Ranked, Scope};
 
 use crate::answers::{Listed, Ranking, TopAnswer, TrendingAnswer};

@@ -2,7 +2,8 @@
 //! `POST /sync`, the check of a read's window, and every 200 marked with the replica that
 //! gave it (each replica has its own staleness).
 
-use geocount_http::routing::{self, RequestError, WindowQuery};
+use geocount_http::routing::{self, RequestError};
+use geocount_model::WindowQuery;
 use geocount_model::wire::SlotFreshness;
 use geocount_net::{Response, json_response};
 use geocount_sync::{answer_slot_copy, parse_copy_query};
@@ -93,6 +94,7 @@ impl Core {
         if counter.is_unique() {
             return Err(routing::no_window_for_unique());
         }
-        window.check(counter.window_seconds(self.settings.default_window_seconds))
+        let window_seconds = counter.window_seconds(self.settings.default_window_seconds);
+        routing::check_window_length(window, window_seconds)
     }
 }

@@ -1,8 +1,9 @@
 //! What a ranking route (`GET /topk`, `GET /trending`) asks of the tier, and its rankings
 //! from the index or a bounded scan run off the runtime.
 
-use geocount_http::routing::{RequestError, WindowQuery};
+use geocount_http::routing::RequestError;
 use geocount_http::{parse_top_query, parse_trending_query};
+use geocount_model::WindowQuery;
 use geocount_ranking::{Answer, Ranked};
 
 use super::Core;
