@@ -15,12 +15,11 @@ pub mod targets;
 
 use geocount_aggregator::global::Layout;
 use geocount_aggregator::replica::{PullSource, Replica, SourceKind};
-use geocount_http::routing::WindowQuery;
 use geocount_model::unique::hash_item;
 use geocount_model::wire::{Cursor, SlotEntry, SlotPage, SyncPage, SyncRequest};
 use geocount_model::{
     CounterDescription, CounterId, CounterType, HlcTimestamp, SlotRecord, SlotState,
-    VersionedDescription, next_slot_version,
+    VersionedDescription, WindowQuery, next_slot_version,
 };
 use geocount_ranking::LiveRanking;
 
@@ -220,10 +219,10 @@ pub fn windows() -> [WindowQuery; 6] {
 /// hit and item to a copy. Nothing may panic, whatever the record holds.
 pub fn drive_record(record: &SlotRecord) {
     for window in windows() {
-        let _ = WindowQuery::value_of(Some(&window), record);
+        let _ = record.value_in(Some(&window));
         let _ = record.window().sum(window.seconds, window.at);
     }
-    let _ = WindowQuery::value_of(None, record);
+    let _ = record.value_in(None);
     if let Some(sketch) = record.uniques() {
         let _ = sketch.count();
         let _ = sketch.registers_set();

@@ -1,6 +1,6 @@
-//! Sums over an id prefix (`GET /aggregate`), at both tiers: the scan through the tier's
-//! bounded scans ([`crate::replica::Scans`], 429 past `http.max_concurrent_scans`), the answer,
-//! and the parts the tier's other groups of partitions hold, added in ([`crate::spread`]).
+//! The answer to a sum over an id prefix (`GET /aggregate`) at both tiers, and how the parts
+//! the tier's other groups of partitions hold add into it; the tier computes it in
+//! [`crate::core::sum`].
 //!
 //! - Parts add exactly: partitions are disjoint, so no counter is in two parts. Sums and counts
 //!   add; the staleness is the worst part's (`None` if any is `None`); the answer is complete
@@ -8,17 +8,14 @@
 //! - Only sum counters are summed ([`crate::replica::sums`]); `counters` counts them.
 
 use geocount_http::AggregateQuery;
-use geocount_http::routing::{Named, WindowQuery};
-use geocount_net::Response;
+use geocount_http::routing::Named;
+use geocount_model::WindowQuery;
 use geocount_sync::worst_staleness;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-use crate::error::AggregatorError;
 use crate::parts::DatacenterSum;
-use crate::ranking::RankingRequest;
-use crate::replica::{ScansBusy, Sum, SumScan, Sums};
-use crate::tier::Core;
+use crate::replica::Sum;
 
 /// The answer to `GET /aggregate`: the sum over the counters with the prefix, with what was
 /// asked and how fresh it is; at the global tier each datacenter's sum too.
@@ -95,40 +92,6 @@ impl SumAnswer {
                 }
             }
         }
-    }
-}
-
-impl Core {
-    /// The sums of the counters `query` asks for as they read at `now_ms`, slot `s` counting
-    /// in group `slot_groups[s]` of `groups`: a scan of every counter, refused past
-    /// `http.max_concurrent_scans`.
-    pub async fn sum(
-        &self,
-        query: &AggregateQuery,
-        now_ms: u64,
-        slot_groups: Vec<usize>,
-        groups: usize,
-    ) -> Result<Sums, ScansBusy> {
-        let scan = SumScan::new(&query.prefix, query.window, slot_groups, groups);
-        self.scans.run(&self.replica, scan, now_ms).await
-    }
-
-    /// `answer`, this replica's sum asked by `request`, as the reply: as it is when another
-    /// replica asked for this one's part or the tier has no other partitions, else with every
-    /// other group's part added.
-    pub async fn reply_sum(
-        &self,
-        mut answer: SumAnswer,
-        request: &RankingRequest,
-    ) -> Result<Response, AggregatorError> {
-        if request.part_of.is_some() || self.settings.partitions.is_all() {
-            return Ok(self.answer(&answer));
-        }
-        for body in self.parts(request).await? {
-            let part: SumPart = serde_json::from_slice(&body).map_err(AggregatorError::BadPart)?;
-            answer.merge(&part);
-        }
-        Ok(self.answer(&answer))
     }
 }
 

@@ -1,10 +1,13 @@
-//! The parts of an answer both tiers give alike: a counter's total, and a ranking with what it
-//! was asked. The global tier adds each datacenter's part beside them.
+//! The parts of an answer both tiers give alike: a counter's total, a ranking with what it was
+//! asked, and what the aggregator holds (`/healthz`). The global tier adds each datacenter's
+//! part beside them.
 
 use geocount_http::TopQuery;
-use geocount_http::routing::WindowQuery;
+use geocount_model::WindowQuery;
 use geocount_ranking::Ranked;
 use serde::Serialize;
+
+use crate::replica::Replica;
 
 /// A counter's total, as every read reports it first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,4 +82,30 @@ pub enum Listed {
         /// The counters, highest first.
         trending: Vec<Ranked>,
     },
+}
+
+/// What an aggregator holds, as its `/healthz` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Held {
+    /// Counters with any copy.
+    pub counters: usize,
+    /// The bytes of its copies, as its byte bound counts them.
+    pub state_bytes: u64,
+    /// Its byte bound.
+    pub max_state_bytes: u64,
+    /// Once entries were refused past the bound: what to report, naming the setting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_bound: Option<String>,
+}
+
+impl Held {
+    /// What `replica` holds.
+    pub fn of(replica: &Replica) -> Self {
+        Self {
+            counters: replica.copies().len(),
+            state_bytes: replica.copies().bytes().held(),
+            max_state_bytes: replica.copies().bytes().max(),
+            over_bound: replica.over_bound(),
+        }
+    }
 }

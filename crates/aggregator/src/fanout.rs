@@ -40,7 +40,7 @@ pub const SHARED_FOR: Duration = Duration::from_secs(1);
 pub const MAX_CALLS_IN_FLIGHT: usize = 32;
 
 /// The answers of one gathering, in the order of its addresses.
-pub type Gathered = Arc<Vec<Asked>>;
+pub type Gathered = Arc<Vec<Reply>>;
 
 /// One gathering: joined while in flight, then shared until [`SHARED_FOR`] has passed.
 #[derive(Default)]
@@ -120,18 +120,18 @@ pub fn authorization(request: &Request<Incoming>) -> Option<String> {
 
 /// One answer from a process below: its status and body, or why there is none.
 #[derive(Debug, Clone)]
-pub enum Asked {
+pub enum Reply {
     /// It answered: the status and the body.
     Answered(u16, bytes::Bytes),
     /// It did not answer in time, or could not be reached.
     Failed(String),
 }
 
-impl Asked {
+impl Reply {
     /// The body as JSON when it answered 2xx with JSON.
     pub fn ok_json(&self) -> Option<Value> {
         match self {
-            Asked::Answered(status, body) if (200..300).contains(status) => {
+            Reply::Answered(status, body) if (200..300).contains(status) => {
                 serde_json::from_slice(body).ok()
             }
             _ => None,
@@ -141,25 +141,25 @@ impl Asked {
     /// The body as JSON whatever the status (a 503 health answer says why).
     pub fn json(&self) -> Option<Value> {
         match self {
-            Asked::Answered(_, body) => serde_json::from_slice(body).ok(),
-            Asked::Failed(_) => None,
+            Reply::Answered(_, body) => serde_json::from_slice(body).ok(),
+            Reply::Failed(_) => None,
         }
     }
 
     /// The status it answered with.
     pub fn status(&self) -> Option<u16> {
         match self {
-            Asked::Answered(status, _) => Some(*status),
-            Asked::Failed(_) => None,
+            Reply::Answered(status, _) => Some(*status),
+            Reply::Failed(_) => None,
         }
     }
 
     /// Why it gave no usable answer: the failure, or the error of a refusal.
     pub fn error(&self) -> Option<String> {
         match self {
-            Asked::Failed(why) => Some(why.clone()),
-            Asked::Answered(status, _) if (200..300).contains(status) => None,
-            Asked::Answered(status, body) => {
+            Reply::Failed(why) => Some(why.clone()),
+            Reply::Answered(status, _) if (200..300).contains(status) => None,
+            Reply::Answered(status, body) => {
                 let why = serde_json::from_slice::<Value>(body)
                     .ok()
                     .and_then(|v| v["error"].as_str().map(str::to_owned));
@@ -177,7 +177,7 @@ async fn get_all(
     addresses: impl IntoIterator<Item = String>,
     path: &str,
     authorization: Option<&str>,
-) -> Vec<Asked> {
+) -> Vec<Reply> {
     let asks: Vec<_> = addresses
         .into_iter()
         .map(|address| {
@@ -187,7 +187,7 @@ async fn get_all(
             let (calls, permits) = (calls.clone(), permits.clone());
             tokio::spawn(async move {
                 let Ok(_permit) = permits.acquire_owned().await else {
-                    return Asked::Failed("the fan-out is closed".to_owned());
+                    return Reply::Failed("the fan-out is closed".to_owned());
                 };
                 calls.inc();
                 let headers: Vec<(&str, &str)> = authorization
@@ -198,8 +198,8 @@ async fn get_all(
                     .send(hyper::Method::GET, &url, &headers, bytes::Bytes::new())
                     .await
                 {
-                    Ok(answer) => Asked::Answered(answer.status.as_u16(), answer.body),
-                    Err(error) => Asked::Failed(error.to_string()),
+                    Ok(answer) => Reply::Answered(answer.status.as_u16(), answer.body),
+                    Err(error) => Reply::Failed(error.to_string()),
                 }
             })
         })
@@ -208,7 +208,7 @@ async fn get_all(
     for ask in asks {
         answers.push(
             ask.await
-                .unwrap_or_else(|e| Asked::Failed(format!("the request failed: {e}"))),
+                .unwrap_or_else(|e| Reply::Failed(format!("the request failed: {e}"))),
         );
     }
     answers
@@ -218,7 +218,7 @@ async fn get_all(
 /// when every one answered 404 (`held_by`'s slots do not hold counter `id` bounded), else a
 /// 503 naming why they failed.
 pub fn any_rights(
-    answers: &[Asked],
+    answers: &[Reply],
     id: &str,
     held_by: impl FnOnce() -> String,
 ) -> Result<(), AggregatorError> {
@@ -231,7 +231,7 @@ pub fn any_rights(
             held_by: held_by(),
         });
     }
-    let why: Vec<String> = answers.iter().filter_map(Asked::error).collect();
+    let why: Vec<String> = answers.iter().filter_map(Reply::error).collect();
     Err(AggregatorError::BelowUnreachable(why.join("; ")))
 }
 

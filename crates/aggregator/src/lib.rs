@@ -18,7 +18,8 @@
 //! - [`routes`]: the endpoints both tiers route ([`routes::Route`]).
 //! - [`lifecycle`]: the rule every read goes by: whether a counter exists (reset, delete,
 //!   expiry) and which of its records count ([`lifecycle::Life`]).
-//! - [`answers`]: the parts of an answer both tiers give alike: a counter's total, a ranking.
+//! - [`answers`]: the parts of an answer both tiers give alike: a counter's total, a ranking,
+//!   what the aggregator holds.
 //! - [`parts`]: each datacenter's part of a global answer and a stale read's 503 body.
 //! - [`replica`]: what an aggregator holds of the tier below ([`replica::Replica`]): its copies,
 //!   the one path a pulled page takes into them, the pullers that feed it, the top-K index
@@ -28,12 +29,13 @@
 //! - [`fanout`]: what the status routes ask of the tier below, many processes at once with a
 //!   short timeout.
 //! - [`page`]: the status page both tiers serve at `GET /`.
-//! - [`tier`]: what both tiers run alike: the pullers, the top-K index, and the answers that
-//!   do not depend on the tier (metrics, slot copies, `POST /sync`, ranking scans).
 //! - [`ranking`]: what a ranking asks of a replica, and how replicas ask each other for parts.
-//! - [`spread`]: partitions held by the tier's other replicas: reads redirected there, and
-//!   rankings and sums merged from every group's part.
-//! - [`aggregate`]: sums over an id prefix (`GET /aggregate`) at both tiers.
+//! - [`aggregate`]: the answer to a sum over an id prefix (`GET /aggregate`) and how its parts
+//!   add.
+//! - [`core`](mod@crate::core): what both tiers run alike ([`core::Core`]):
+//!   the pullers, the top-K index, the answers that do not depend on the tier (metrics, slot
+//!   copies, `POST /sync`, rankings, sums), and partitions held by the tier's other replicas
+//!   (reads redirected there, rankings and sums merged from every group's part).
 //! - [`datacenter`]: the datacenter tier ([`DatacenterSettings`], [`datacenter::run`]).
 //! - [`global`]: the global tier, with its staleness rules, `allow_partial` and
 //!   `GET /datacenters` ([`GlobalSettings`], [`global::run`]).
@@ -45,6 +47,7 @@
 
 pub mod aggregate;
 pub mod answers;
+pub mod core;
 pub mod datacenter;
 pub mod error;
 pub mod fanout;
@@ -59,8 +62,6 @@ pub mod ranking;
 pub mod replica;
 pub mod routes;
 pub mod settings;
-pub mod spread;
-pub mod tier;
 
 pub use datacenter::DatacenterSettings;
 pub use error::AggregatorError;

@@ -1,11 +1,13 @@
 //! What a ranking (`GET /topk`, `GET /trending`) asks of a replica, and how the tier's other
-//! replicas are asked for their parts of it ([`crate::spread`]).
+//! replicas are asked for their parts of it ([`crate::core::spread`]).
 
 use geocount_http::TopQuery;
-use geocount_http::routing::{RequestError, WindowQuery};
-use geocount_ranking::Ranked;
+use geocount_http::routing::RequestError;
+use geocount_model::WindowQuery;
+use geocount_ranking::{Answer, Ranked, Scope};
 
 use crate::answers::{Listed, Ranking, TopAnswer, TrendingAnswer};
+use crate::replica::Replica;
 
 /// What a ranking route asks, parsed: a top K (`GET /topk`) or the trending counters of a
 /// configured prefix (`GET /trending`).
@@ -29,6 +31,15 @@ impl Asked {
                 Some(*window),
             ),
         }
+    }
+
+    /// The rankings of what it asks at `now_ms`, one per scope of `scopes`, from `replica`'s
+    /// index; or the scan that finds them.
+    pub fn rank(&self, replica: &Replica, scopes: &[Scope], now_ms: u64) -> Answer {
+        let mut index = replica.top_index().expect("indexed at start");
+        let (prefix, k, min_value, window) = self.ranking();
+        let counters = replica.ranked_at(now_ms);
+        index.rank(scopes, prefix, k, min_value, window, &counters)
     }
 
     /// The name of its list in answers: `top` or `trending`.

@@ -11,8 +11,8 @@
 //!   takes; any other is refused 405 with `Allow`) with its decoded parameters, checking its
 //!   access (noting the process a call between tiers proved, [`routing::ProvenProcess`]) and
 //!   answering the result ([`routing::answer`]), the refusals any route can give
-//!   ([`RequestError`]), `GET /metrics`, rolling-window queries ([`WindowQuery`]) and JSON
-//!   objects whose keys keep their order ([`Named`]).
+//!   ([`RequestError`]), `GET /metrics`, a read's rolling-window query
+//!   ([`routing::parse_read_query`]) and JSON objects whose keys keep their order ([`Named`]).
 //! - [`top_query`]: the queries of `GET /topk`, `GET /trending` ([`TopQuery`]) and
 //!   `GET /aggregate` ([`AggregateQuery`]).
 //! - [`tls`]: a tier's TLS as its topology's `[tls]` says ([`tls::tier_tls`]).
@@ -30,7 +30,7 @@ pub mod top_query;
 pub use access::{Access, AccessError, Caller, Need, TierRefusal};
 pub use openapi::{ApiDoc, Operation};
 pub use roles::{Allow, PROCESS_HEADER, PROCESS_KEY_HEADER, ProcessKeys};
-pub use routing::{Named, RequestError, WindowQuery};
+pub use routing::{Named, RequestError};
 pub use top_query::{
     AggregateQuery, TopQuery, parse_aggregate_query, parse_top_query, parse_trending_query,
 };

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use geocount_model::{CounterId, ModelError, SlotRecord};
+use geocount_model::{CounterId, ModelError, WindowQuery};
 use geocount_net::{
     BodyError, HttpError, Peer, PeerProcess, Response, bytes_response, error_answer,
 };
@@ -284,73 +284,15 @@ impl<T> FromIterator<(String, T)> for Named<T> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    enum Route {
-        Counter,
-        Copy,
+/// Refuses a `window` longer than the counter's (`window_seconds`).
+pub fn check_window_length(window: &WindowQuery, window_seconds: u32) -> Result<(), RequestError> {
+    if window.seconds > window_seconds {
+        return Err(RequestError::BadRequest(format!(
+            "window={} is longer than the counter's window of {window_seconds} s",
+            window.seconds
+        )));
     }
-
-    #[test]
-    fn routes_decode_and_validate_their_parameters() {
-        let router = router([
-            ("/counter/{id}", Route::Counter),
-            ("/slots/{slot}/copy", Route::Copy),
-        ]);
-        let routed = route(&router, "/counter/a%2Fb%20%E6%97%A5").unwrap();
-        assert_eq!(routed.route, Route::Counter);
-        assert_eq!(routed.id.unwrap().as_str(), "a/b 日");
-        let routed = route(&router, "/slots/DC_A_VAL_0/copy").unwrap();
-        assert_eq!(routed.slot.as_deref(), Some("DC_A_VAL_0"));
-        let bad = route(&router, "/counter/%0A").unwrap_err();
-        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
-        let bad = route(&router, "/counter/%FF").unwrap_err();
-        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
-        let none = route(&router, "/nothing").unwrap_err();
-        assert_eq!(none.status(), StatusCode::NOT_FOUND);
-    }
-
-    #[test]
-    fn named_values_keep_their_order() {
-        let named: Named<u32> = [("b".to_owned(), 1), ("a".to_owned(), 2)]
-            .into_iter()
-            .collect();
-        assert_eq!(serde_json::to_string(&named).unwrap(), r#"{"b":1,"a":2}"#);
-    }
-}
-
-/// The rolling-window part of a read: `window=S&at=T` asks for the hits with `T - S < t <= T`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct WindowQuery {
-    /// The window length `S`, in seconds.
-    pub seconds: u32,
-    /// The end of the window `T`, in unix seconds.
-    pub at: u64,
-}
-
-impl WindowQuery {
-    /// The value a slot record contributes to a read: its running total, or its hits in the
-    /// window.
-    pub fn value_of(query: Option<&WindowQuery>, record: &SlotRecord) -> i128 {
-        match query {
-            Some(window) => record.window().sum(window.seconds, window.at),
-            None => i128::from(record.state.value),
-        }
-    }
-
-    /// Refuses a window longer than the counter's (`window_seconds`).
-    pub fn check(&self, window_seconds: u32) -> Result<(), RequestError> {
-        if self.seconds > window_seconds {
-            return Err(RequestError::BadRequest(format!(
-                "window={} is longer than the counter's window of {window_seconds} s",
-                self.seconds
-            )));
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// The refusal of a `window=` read of a unique counter: its sketch counts distinct items over
@@ -417,5 +359,43 @@ pub fn serve_limits(settings: &geocount_model::HttpSettings) -> geocount_net::Se
         max_connections_per_peer: settings.max_connections_per_peer,
         header_read_timeout: std::time::Duration::from_millis(settings.header_read_timeout_ms),
         body_read_timeout: std::time::Duration::from_millis(settings.body_read_timeout_ms),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Route {
+        Counter,
+        Copy,
+    }
+
+    #[test]
+    fn routes_decode_and_validate_their_parameters() {
+        let router = router([
+            ("/counter/{id}", Route::Counter),
+            ("/slots/{slot}/copy", Route::Copy),
+        ]);
+        let routed = route(&router, "/counter/a%2Fb%20%E6%97%A5").unwrap();
+        assert_eq!(routed.route, Route::Counter);
+        assert_eq!(routed.id.unwrap().as_str(), "a/b 日");
+        let routed = route(&router, "/slots/DC_A_VAL_0/copy").unwrap();
+        assert_eq!(routed.slot.as_deref(), Some("DC_A_VAL_0"));
+        let bad = route(&router, "/counter/%0A").unwrap_err();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        let bad = route(&router, "/counter/%FF").unwrap_err();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        let none = route(&router, "/nothing").unwrap_err();
+        assert_eq!(none.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn named_values_keep_their_order() {
+        let named: Named<u32> = [("b".to_owned(), 1), ("a".to_owned(), 2)]
+            .into_iter()
+            .collect();
+        assert_eq!(serde_json::to_string(&named).unwrap(), r#"{"b":1,"a":2}"#);
     }
 }

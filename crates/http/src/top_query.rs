@@ -2,14 +2,14 @@
 //! aggregators. Like every read's query, unknown keys, repeated keys and bad values are refused
 //! with 400.
 
+use geocount_model::WindowQuery;
+use geocount_model::top_k::MAX_K;
 use serde::Serialize;
 
-use crate::routing::{RequestError, WindowQuery, parse_read_query};
+use crate::routing::{RequestError, parse_read_query};
 
 /// The `k` of a `/topk` without one.
 pub const DEFAULT_K: usize = 10;
-/// The largest `k` a `/topk` may ask for.
-pub const MAX_K: usize = 1_000;
 
 /// A `/topk` query: `k=K&prefix=P[&window=S[&at=T]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -22,9 +22,11 @@
 //! - [`placement`]: consistent hashing of counters onto a datacenter's slots.
 //! - [`partition`]: partitions of the counter space, which aggregators may hold a share of
 //!   ([`Partitions`]).
-//! - [`window`]: per-second hit buckets of a rolling window ([`Window`]).
+//! - [`window`]: per-second hit buckets of a rolling window ([`Window`]), and the span a read
+//!   asks of one ([`WindowQuery`]).
 //! - [`history`]: rollups kept beyond the window, one per level a description asks for
 //!   ([`HistoryLevel`], [`Rollup`]).
+//! - [`top_k`]: how many counters a ranking may list ([`top_k::MAX_K`]).
 //! - [`unique`]: the HyperLogLog sketch of a unique counter's slot ([`UniqueSketch`]).
 //! - [`topology`]: the TOML topology file every binary and script reads ([`Topology`]).
 //! - [`access`]: its `[auth]` section: client tokens and their rights, the cluster secret
@@ -62,6 +64,7 @@ pub mod rights;
 pub mod role;
 pub mod slot;
 pub mod tls;
+pub mod top_k;
 pub mod topology;
 pub mod unique;
 pub mod window;
@@ -88,4 +91,4 @@ pub use topology::{
     WanSettings,
 };
 pub use unique::UniqueSketch;
-pub use window::{BucketSlice, Recorded, Window, WindowChange};
+pub use window::{BucketSlice, Recorded, Window, WindowChange, WindowQuery};

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::checked_add;
 use crate::history::{Rollup, RollupChange};
-use crate::{HlcTimestamp, ModelError, RightsLedger};
+use crate::{HlcTimestamp, ModelError, RightsLedger, WindowQuery};
 
 /// The name of one slot: datacenter `datacenter`, shard `index`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -321,6 +321,15 @@ impl SlotRecord {
         match self.held.inner() {
             Held::Window(window) => window,
             _ => &NO_WINDOW,
+        }
+    }
+
+    /// The value this record contributes to a read: its running total, or its hits in
+    /// `window`.
+    pub fn value_in(&self, window: Option<&WindowQuery>) -> i128 {
+        match window {
+            Some(window) => self.window().sum(window.seconds, window.at),
+            None => i128::from(self.state.value),
         }
     }
 
@@ -750,6 +759,29 @@ mod tests {
     #[test]
     fn a_slot_record_is_thirty_two_bytes() {
         assert_eq!(std::mem::size_of::<SlotRecord>(), 32);
+    }
+
+    #[test]
+    fn a_read_takes_the_total_or_the_hits_in_its_window() {
+        let mut window = crate::Window::default();
+        window.record(10, 2, 60).unwrap();
+        window.record(12, 5, 60).unwrap();
+        let record = SlotRecord::sum(
+            SlotState {
+                value: 40,
+                version: 1,
+            },
+            window,
+        );
+        assert_eq!(record.value_in(None), 40);
+        let window = |seconds, at| Some(WindowQuery { seconds, at });
+        assert_eq!(record.value_in(window(60, 12).as_ref()), 7);
+        assert_eq!(
+            record.value_in(window(2, 12).as_ref()),
+            5,
+            "10 is not after 12 - 2"
+        );
+        assert_eq!(record.value_in(window(60, 11).as_ref()), 2);
     }
 
     /// The record travels and is stored as the struct `{state, window, uniques, generation,

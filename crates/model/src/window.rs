@@ -320,6 +320,16 @@ impl Window {
     }
 }
 
+/// The span a read asks of a rolling window: `window=S&at=T` asks for the hits with
+/// `T - S < t <= T` ([`Window::sum`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WindowQuery {
+    /// The window length `S`, in seconds.
+    pub seconds: u32,
+    /// The end of the window `T`, in unix seconds.
+    pub at: u64,
+}
+
 /// Where the bucket of `second` is in `buckets` (by second, rising), as
 /// [`slice::binary_search_by_key`] answers. Hits nearly always land in the newest second or a
 /// new one, so the newest bucket is looked at first: a busy counter's window holds hundreds

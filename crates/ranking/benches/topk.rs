@@ -13,8 +13,8 @@
 use std::hint::black_box;
 
 use criterion::Criterion;
-use geocount_http::routing::WindowQuery;
 use geocount_model::Window;
+use geocount_model::WindowQuery;
 use geocount_model::fixtures::resident_bytes;
 use geocount_model::{SlotRecord, SlotState};
 use geocount_ranking::{LiveRanking, RankedCounters, Scope, TopIndex};

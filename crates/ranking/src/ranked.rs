@@ -4,7 +4,7 @@
 use geocount_model::{HlcTimestamp, SlotRecord, Window};
 use serde::Serialize;
 
-use geocount_http::routing::WindowQuery;
+use geocount_model::WindowQuery;
 
 /// Which totals a ranking orders: over every slot the index covers, or one group's slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

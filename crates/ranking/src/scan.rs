@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::ranked::{Counted, Ranked, RankedCounters, hits_in};
-use geocount_http::routing::WindowQuery;
+use geocount_model::WindowQuery;
 
 /// What a scan ranks counters by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,9 +7,10 @@ use std::sync::OnceLock;
 use crate::{NOW_SECS, WINDOW_SECONDS, sum_record};
 use geocount_aggregator::global::query::{ReadQuery, StalenessKeys};
 use geocount_aggregator::ranking::take_part;
-use geocount_http::routing::{self, WindowQuery};
+use geocount_http::routing;
 use geocount_http::{parse_top_query, parse_trending_query};
-use geocount_model::{SlotId, SlotRecord, TrendingConfig};
+use geocount_model::top_k::MAX_K;
+use geocount_model::{SlotId, SlotRecord, TrendingConfig, WindowQuery};
 use shard_node::engine::key_scope::{KeyScope, check_client_key};
 use shard_node::http::requests::parse_write_op;
 
@@ -50,11 +51,11 @@ fn rankings(query: Option<&str>, record: &SlotRecord) -> bool {
         };
         if let Ok(top) = parse_top_query(rest, at_secs, &mut other) {
             decoded = true;
-            assert!((1..=geocount_http::top_query::MAX_K).contains(&top.k));
+            assert!((1..=MAX_K).contains(&top.k));
             if let Some(window) = top.window
-                && window.check(WINDOW_SECONDS).is_ok()
+                && routing::check_window_length(&window, WINDOW_SECONDS).is_ok()
             {
-                let _ = WindowQuery::value_of(Some(&window), record);
+                let _ = record.value_in(Some(&window));
             }
         }
         if let Ok(prefix) = parse_trending_query(rest, &mut other) {
@@ -82,9 +83,9 @@ pub fn run(data: &[u8]) -> bool {
     let none = |_: &str, _: &str| Ok(false);
     let use_window = |window: Option<WindowQuery>| {
         if let Some(window) = window
-            && window.check(WINDOW_SECONDS).is_ok()
+            && routing::check_window_length(&window, WINDOW_SECONDS).is_ok()
         {
-            let _ = WindowQuery::value_of(Some(&window), &record);
+            let _ = record.value_in(Some(&window));
         }
     };
     let mut decoded = false;

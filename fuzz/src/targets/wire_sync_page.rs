@@ -21,9 +21,9 @@ use geocount_aggregator::replica::{
     HeldCounter, Replica, SharedReplica, merge_pulled, with_ranked,
 };
 use geocount_http::TopQuery;
-use geocount_http::routing::WindowQuery;
+use geocount_http::routing;
 use geocount_model::wire::{SlotFreshness, SyncPage, SyncRequest};
-use geocount_model::{Clock, Hlc};
+use geocount_model::{Clock, Hlc, WindowQuery};
 use geocount_net::json_response;
 use geocount_ranking::{Answer, Ranked};
 use hyper::StatusCode;
@@ -89,7 +89,8 @@ fn serve_and_advance(
 /// a unique counter, none longer than the counter's window.
 fn window_allowed(counter: &HeldCounter<'_>, window: Option<&WindowQuery>) -> bool {
     window.is_none_or(|w| {
-        !counter.is_unique() && w.check(counter.window_seconds(WINDOW_SECONDS)).is_ok()
+        !counter.is_unique()
+            && routing::check_window_length(w, counter.window_seconds(WINDOW_SECONDS)).is_ok()
     })
 }
 

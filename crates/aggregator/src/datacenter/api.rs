@@ -36,6 +36,7 @@ use serde::Serialize;
 use super::state::{DatacenterState, freshness, read_counter, slot_staleness};
 use super::{status, trends};
 use crate::aggregate::SumAnswer;
+use crate::answers::Held;
 use crate::datacenter::history::datacenter_history;
 use crate::error::AggregatorError;
 use crate::fanout;
@@ -43,7 +44,6 @@ use crate::history::{HistoryQuery, Unanswered};
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{ROUTES, Route};
-use crate::tier::Held;
 
 /// What each route needs of a request (README, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `datacenter` is this aggregator's,

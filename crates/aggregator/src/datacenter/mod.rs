@@ -32,9 +32,9 @@ use geocount_net::{Connector, Listener};
 
 use crate::replica::{PullSource, SourceKind};
 
+use crate::core::{self, Tier};
 use crate::routes::ROUTES;
 use crate::settings::{Settings, SlotGroups, slot_names};
-use crate::tier::{self, Tier};
 use state::DatacenterState;
 
 /// The prefix of the datacenter tier's metric names.
@@ -172,7 +172,7 @@ pub async fn run<L: Listener>(
         routes: ROUTES,
         fanout_timeout: crate::fanout::SHARD_TIMEOUT,
     };
-    let (core, pullers) = tier::start(tier, dc.settings.clone(), clock, connector);
+    let (core, pullers) = core::start(tier, dc.settings.clone(), clock, connector);
     let replica = dc.settings.replica;
     tracing::info!(addr = %dc.settings.listen, datacenter = %dc.datacenter, replica, "serving");
     let settings = dc.settings.clone();
@@ -184,7 +184,7 @@ pub async fn run<L: Listener>(
         datacenter: dc.datacenter,
     });
     let handler = move |request| api::handle(state.clone(), request);
-    tier::serve(pullers, &settings, listener, handler, shutdown).await;
+    core::serve(pullers, &settings, listener, handler, shutdown).await;
 }
 
 #[cfg(test)]

@@ -10,17 +10,17 @@
 //! - Copies count by the lifecycle rule ([`crate::lifecycle`]): one wiped by a reset or delete
 //!   reads as 0 / empty, and a counter deleted or expired is not found.
 
-use geocount_http::routing::{Named, WindowQuery};
-use geocount_model::UniqueSketch;
+use geocount_http::routing::Named;
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::SlotFreshness;
+use geocount_model::{UniqueSketch, WindowQuery};
 use geocount_sync::worst_staleness;
 use serde::Serialize;
 
 use crate::answers::Total;
+use crate::core::Core;
 use crate::lifecycle::Presence;
 use crate::replica::Replica;
-use crate::tier::Core;
 
 /// What the datacenter tier's HTTP handlers share.
 pub struct DatacenterState {
@@ -115,7 +115,7 @@ pub fn read_counter(
                 _ if !life.counts(record) => 0,
                 (Some(sketch), true) => i128::from(sketch.count()),
                 (None, true) => 0,
-                (_, false) => WindowQuery::value_of(window, record),
+                (_, false) => record.value_in(window),
             };
             *held = (value, record.state.version);
         }

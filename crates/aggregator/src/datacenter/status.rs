@@ -10,11 +10,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::state::{DatacenterState, slot_staleness};
+use crate::answers::Held;
 use crate::error::AggregatorError;
-use crate::fanout::{self, Asked};
+use crate::fanout::{self, Reply};
 use crate::page::TrendingSettings;
 use crate::replica::SourceHealth;
-use crate::tier::Held;
 
 /// The shard metric a slot's write rate is drawn from.
 const WRITES_APPLIED: &str = "geocount_shard_writes_applied_total";
@@ -130,10 +130,10 @@ pub async fn status(state: &DatacenterState, authorization: Option<&str>, now_ms
     {
         slot.health_status = health.status();
         slot.health = health.json();
-        if let Asked::Failed(why) = health {
+        if let Reply::Failed(why) = health {
             slot.error = Some(why.clone());
         }
-        if let Asked::Answered(200, text) = metrics {
+        if let Reply::Answered(200, text) = metrics {
             let text = String::from_utf8_lossy(text);
             slot.writes_applied = fanout::metric_sum(&text, WRITES_APPLIED);
         }

@@ -18,7 +18,7 @@ use crate::replica::Replica;
 
 /// The datacenter's ranking of what `asked` asks at `now_ms`, or the scan that finds it.
 pub fn ranking(replica: &Replica, asked: &Asked, now_ms: u64) -> Answer {
-    crate::tier::rank(replica, &[Scope::All], asked, now_ms)
+    asked.rank(replica, &[Scope::All], now_ms)
 }
 
 /// The answer to `asked` from `lists` ([`ranking`]), with the staleness of the datacenter's

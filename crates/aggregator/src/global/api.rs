@@ -42,13 +42,13 @@ use super::query::{ReadQuery, StalenessKeys};
 use super::read::{self, GlobalRead};
 use super::staleness::empty_readings;
 use super::{status, sums, trends, world};
+use crate::answers::Held;
 use crate::error::AggregatorError;
 use crate::fanout;
 use crate::global::history::{GlobalHistoryRead, global_history, parse_global};
 use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{GLOBAL_ONLY, ROUTES, Route};
-use crate::tier::Held;
 
 /// What each route needs of a request (README, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `/sync` is pulled by the datacenter

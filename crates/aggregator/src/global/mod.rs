@@ -47,10 +47,10 @@ use geocount_model::wire::SyncRequest;
 use geocount_model::{Clock, Partitions, Topology, TopologyError};
 use geocount_net::{Connector, Listener};
 
+use crate::core::{self, Core, Tier};
 use crate::replica::{PullSource, SourceKind};
 use crate::routes::{GLOBAL_ONLY, ROUTES};
 use crate::settings::{Settings, SlotGroups, slot_names};
-use crate::tier::{self, Core, Tier};
 pub use layout::Layout;
 
 /// The prefix of the global tier's metric names.
@@ -206,7 +206,7 @@ pub async fn run<L: Listener>(
         routes: &routes,
         fanout_timeout: crate::fanout::AGGREGATOR_TIMEOUT,
     };
-    let (mut core, pullers) = tier::start(tier, global.settings.clone(), clock, connector);
+    let (mut core, pullers) = core::start(tier, global.settings.clone(), clock, connector);
     core.metrics.bound_staleness(global.max_staleness_ms);
     let replica = global.settings.replica;
     tracing::info!(addr = %global.settings.listen, replica, sources = sources.len(), "serving");
@@ -226,7 +226,7 @@ pub async fn run<L: Listener>(
         settings: global,
     });
     let handler = move |request| api::handle(state.clone(), request);
-    tier::serve(pullers, &settings, listener, handler, shutdown).await;
+    core::serve(pullers, &settings, listener, handler, shutdown).await;
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The query keys of the global tier's reads: `max_staleness_ms=N&allow_partial=true|false`
 //! on every read, with `window=S&at=T` on a counter's.
 
-use geocount_http::routing::{self, RequestError, WindowQuery};
+use geocount_http::routing::{self, RequestError};
+use geocount_model::WindowQuery;
 
 use super::staleness::Freshness;
 

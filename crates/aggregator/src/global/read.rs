@@ -13,9 +13,9 @@
 //! What is held is gathered under the replica's read lock ([`gather`]); the rules are applied
 //! once it is released ([`Gathered::answer`]).
 
-use geocount_http::routing::{Named, WindowQuery};
+use geocount_http::routing::Named;
 use geocount_model::unique::STANDARD_ERROR;
-use geocount_model::{Bounds, SlotRecord, UniqueSketch};
+use geocount_model::{Bounds, SlotRecord, UniqueSketch, WindowQuery};
 use geocount_sync::worst_staleness;
 use serde::Serialize;
 
@@ -112,7 +112,7 @@ pub fn read_datacenters(
     let mut readings = empty_readings(replica, layout, now_ms);
     for (slot, record) in life.counting(copies) {
         let dc = layout.slot_datacenters[usize::from(*slot)];
-        readings[dc].value += WindowQuery::value_of(window, record);
+        readings[dc].value += record.value_in(window);
     }
     readings
 }

@@ -10,10 +10,10 @@ use serde_json::Value;
 
 use super::GlobalState;
 use super::datacenters::{DatacenterStatus, datacenter_statuses};
+use crate::answers::Held;
 use crate::error::AggregatorError;
-use crate::fanout::{self, Asked};
+use crate::fanout::{self, Reply};
 use crate::page::TrendingSettings;
-use crate::tier::Held;
 
 /// The answer to `GET /status` at the global tier.
 #[derive(Debug, Clone, Serialize)]
@@ -195,7 +195,7 @@ pub async fn rights(
                 .unwrap_or(first)
         })
         .collect();
-    let picked: Vec<Asked> = chosen.iter().map(|&s| answers[s].clone()).collect();
+    let picked: Vec<Reply> = chosen.iter().map(|&s| answers[s].clone()).collect();
     fanout::any_rights(&picked, id, || "any datacenter".to_owned())?;
     let datacenters: Vec<DatacenterRights> = (layout.names.iter().zip(&chosen))
         .zip(&picked)

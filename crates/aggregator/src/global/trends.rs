@@ -40,7 +40,7 @@ pub fn rankings(replica: &Replica, datacenters: usize, asked: &Asked, now_ms: u6
     let scopes: Vec<Scope> = std::iter::once(Scope::All)
         .chain((0..datacenters).map(Scope::Group))
         .collect();
-    crate::tier::rank(replica, &scopes, asked, now_ms)
+    asked.rank(replica, &scopes, now_ms)
 }
 
 /// The answer to `asked` from `lists` (the world's, then each datacenter's, as [`rankings`]

@@ -121,7 +121,7 @@ mod tests {
     use geocount_model::{CounterId, SlotState};
 
     use super::*;
-    use geocount_http::routing::WindowQuery;
+    use geocount_model::WindowQuery;
     use geocount_ranking::{LiveRanking, Scope};
 
     /// A replica of one slot holding `counters` counters, ranked by total.

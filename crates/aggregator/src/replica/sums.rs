@@ -2,13 +2,14 @@
 //! counter ([`SumScan`]), run a run at a time like a ranking's scan ([`super::Scans::run`]).
 //!
 //! - A counter's value is what a read of it sums: each slot's copy as
-//!   [`WindowQuery::value_of`] counts it (its running total, or its hits in the window), added.
+//!   [`SlotRecord::value_in`](geocount_model::SlotRecord::value_in) counts it (its running
+//!   total, or its hits in the window), added.
 //! - Unique counters are left out: their values are estimates of distinct items, which do not
 //!   add up across counters.
 //! - Each slot counts in its group's sum too (a datacenter, at the global tier); a counter
 //!   counts in a group when one of the group's slots holds a copy of it.
 
-use geocount_http::routing::WindowQuery;
+use geocount_model::WindowQuery;
 use geocount_ranking::RankedCounters;
 use serde::{Deserialize, Serialize};
 
@@ -98,7 +99,7 @@ impl SumScan {
         self.parts.iter_mut().for_each(|part| *part = None);
         let mut value = 0;
         for (slot, record) in records.iter().filter(|(_, r)| r.counts_in(from)) {
-            let slot_value = WindowQuery::value_of(self.window.as_ref(), record);
+            let slot_value = record.value_in(self.window.as_ref());
             value += slot_value;
             let group = self.slot_groups.get(usize::from(*slot));
             if let Some(part) = group.and_then(|&g| self.parts.get_mut(g)) {

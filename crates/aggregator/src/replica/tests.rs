@@ -413,7 +413,7 @@ async fn rankings(replica: &SharedReplica, now_ms: u64) -> Vec<Vec<(String, i128
     for window in [None, Some(300), Some(299)] {
         let ask = |r: &Replica| {
             let mut index = r.top_index().unwrap();
-            let window = window.map(|seconds| geocount_http::routing::WindowQuery {
+            let window = window.map(|seconds| geocount_model::WindowQuery {
                 seconds,
                 at: now_ms / 1000,
             });

@@ -6,8 +6,8 @@ use serde_json::json;
 use super::{ApiDoc, Operation, id_param, integer, path_param, query_param, required_query_param};
 use crate::exposition::TEXT_CONTENT_TYPE;
 use crate::routing::METRICS_CONTENT_TYPE;
-use crate::top_query::MAX_K;
 use geocount_model::counter_id::MAX_COUNTER_ID_BYTES;
+use geocount_model::top_k::MAX_K;
 
 impl ApiDoc {
     /// Adds `/sync` and, with `slot_copies`, `/slots/{slot}/copy`: the replication routes a tier

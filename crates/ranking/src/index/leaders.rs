@@ -54,9 +54,9 @@ impl RankKey {
 }
 
 /// How many leaders a ranking keeps when it is cut back or refilled: four times the largest K
-/// a request may ask for ([`geocount_http::top_query::MAX_K`]), so a top K of some prefix usually finds
+/// a request may ask for ([`geocount_model::top_k::MAX_K`]), so a top K of some prefix usually finds
 /// its K among them, and thousands of leaders must fall under the floor before a refill.
-pub const LEADERS: usize = 4 * geocount_http::top_query::MAX_K;
+pub const LEADERS: usize = 4 * geocount_model::top_k::MAX_K;
 
 /// Past how many entries of room the index hands back what a burst of merges left empty.
 pub(crate) const SHRINK_PAST: usize = 65_536;

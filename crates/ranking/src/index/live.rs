@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use foldhash::fast::RandomState;
-use geocount_http::routing::WindowQuery;
+use geocount_model::WindowQuery;
 
 use super::leaders::{ABSENT, Leaders, SHRINK_PAST, key_of};
 use super::{TopIndex, add};

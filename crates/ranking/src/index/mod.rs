@@ -61,7 +61,7 @@ use geocount_model::SlotRecord;
 pub mod leaders;
 pub mod live;
 
-use geocount_http::routing::WindowQuery;
+use geocount_model::WindowQuery;
 pub use leaders::LEADERS;
 use leaders::{ABSENT, Leaders, RankKey, SHRINK_PAST, key_of, offer, walk};
 pub use live::LiveRanking;

@@ -50,7 +50,8 @@ use crate::rights;
 use crate::route::forward;
 use crate::route::forward::FORWARDED_HEADER;
 use crate::startup::restore::RestoreReport;
-use geocount_http::routing::{self, Endpoint, RequestError, Routed, TokenName, WindowQuery};
+use geocount_http::routing::{self, Endpoint, RequestError, Routed, TokenName};
+use geocount_model::WindowQuery;
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
@@ -370,7 +371,7 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
     let window_seconds = description.map_or(state.settings.default_window_seconds, |d| {
         d.description.window_seconds
     });
-    window.check(window_seconds)?;
+    routing::check_window_length(&window, window_seconds)?;
     #[derive(Serialize)]
     struct WindowAnswer<'a> {
         id: &'a str,
@@ -385,7 +386,7 @@ fn read(state: &NodeState, id: &CounterId, query: Option<&str>) -> Result<Respon
         &WindowAnswer {
             id: id.as_str(),
             slot: &state.slot_name,
-            value: WindowQuery::value_of(Some(&window), &record),
+            value: record.value_in(Some(&window)),
             version: record.state.version,
             generation: record.generation(),
             window,

@@ -11,9 +11,9 @@ use geocount_model::{Partitions, partition_of};
 use hyper::{Method, StatusCode};
 use serde_json::Value;
 
+use super::Core;
 use crate::error::AggregatorError;
 use crate::ranking::{PART_KEY, RankingRequest};
-use crate::tier::Core;
 
 impl Core {
     /// Where a read of counter `id` goes when this replica does not hold its partition: the
