@@ -44,8 +44,8 @@ use crate::http::requests::{
     parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
 };
 use crate::http::routes::{Route, need};
-use crate::http::state::NodeState;
 use crate::http::{copies, lifecycle, replicas, world};
+use crate::node::NodeState;
 use crate::rights;
 use crate::route::forward;
 use crate::route::forward::FORWARDED_HEADER;

@@ -18,7 +18,7 @@ use crate::engine::write::{Change, LifecycleChange, LifecycleRequest};
 use crate::error::ShardError;
 use crate::http::api::{KEY_SCOPE_HEADER, idempotency_key, is_forwarded};
 use crate::http::requests::parse_ttl;
-use crate::http::state::NodeState;
+use crate::node::NodeState;
 use crate::route::forward::FORWARDED_HEADER;
 
 /// Makes `asked` of counter `id`, here or at the node its `Idempotency-Key` picks.

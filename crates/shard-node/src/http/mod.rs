@@ -5,7 +5,6 @@
 //!   forwarding, the commit loop, or the tables for reads), and answers.
 //! - [`requests`]: decodes and checks what clients send (bodies, queries, keys) into the write
 //!   vocabulary; the fuzz targets call it too.
-//! - [`state`]: what every handler shares.
 //! - [`copies`]: what the node serves the processes that copy its slot: sync pages to its peers
 //!   and its datacenter aggregator, and a restoring peer's copies.
 //! - [`replicas`]: what the node keeps for its peers in `replicated` durability: their groups,
@@ -20,5 +19,4 @@ pub(crate) mod openapi;
 pub(crate) mod replicas;
 pub mod requests;
 pub mod routes;
-pub(crate) mod state;
 pub(crate) mod world;

@@ -23,7 +23,7 @@ use geocount_model::wire::EntryOutcome;
 
 use crate::engine::write::{Change, Command, LifecycleChange, WriteRequest};
 use crate::error::ShardError;
-use crate::http::state::NodeState;
+use crate::node::NodeState;
 use crate::read::world::WorldValue;
 use crate::route::forward;
 
