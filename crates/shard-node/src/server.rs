@@ -22,7 +22,6 @@ use crate::engine::write::Command;
 use crate::error::StorageError;
 use crate::health::NodeHealth;
 use crate::http::api;
-use crate::http::routes;
 use crate::metrics::ShardMetrics;
 use crate::node::NodeState;
 use crate::peer::key_file::KeyFile;
@@ -470,7 +469,6 @@ fn node_state(
         load: engine.load.clone(),
         metrics: engine.metrics.clone(),
         health: engine.health.clone(),
-        routes: routes::router(),
         access,
         restore,
         incarnation,

@@ -30,7 +30,7 @@
 //! reads and writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
 //! `{"error": ...}` with a 4xx.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE};
@@ -59,6 +59,9 @@ use crate::route::forward;
 use crate::startup::restore::RestoreReport;
 use geocount_http::routing::{self, Endpoint, RequestError, Routed, WindowQuery};
 
+/// The endpoints, matched once per process.
+static ROUTES: LazyLock<matchit::Router<Route>> = LazyLock::new(crate::http::routes::router);
+
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
     let need = |routed: &Routed<Route>, request: &Request<Incoming>| {
@@ -72,13 +75,9 @@ pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Respon
             &state.datacenter,
         )
     };
-    routing::answer(
-        &state.routes,
-        &state.access,
-        need,
-        request,
-        |routed, request| dispatch(&state, routed, request),
-    )
+    routing::answer(&ROUTES, &state.access, need, request, |routed, request| {
+        dispatch(&state, routed, request)
+    })
     .await
 }
 

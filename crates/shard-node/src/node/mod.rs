@@ -25,7 +25,6 @@ use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::write::Command;
 use crate::error::ShardError;
 use crate::health::NodeHealth;
-use crate::http::routes::Route;
 use crate::metrics::ShardMetrics;
 use crate::peer::replica_log::ReplicaLogs;
 use crate::peer::replication::PeerSink;
@@ -65,8 +64,6 @@ pub struct NodeState {
     pub metrics: Arc<ShardMetrics>,
     /// Storage health, for `/healthz`.
     pub health: Arc<NodeHealth>,
-    /// The endpoints.
-    pub routes: matchit::Router<Route>,
     /// Who may call which route (`[auth]`).
     pub access: Access,
     /// The restore of a lost slot, while it runs: writes and reads of the slot wait for it.
