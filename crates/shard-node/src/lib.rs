@@ -3,8 +3,8 @@
 //! A write's path through this crate, one folder per stage:
 //!
 //! - [`http`]: the request's path picks its route and what the caller must be allowed; the
-//!   handler decodes and checks the body, query and keys into the [`engine::write`] vocabulary
-//!   every later stage names a write with ([`engine::write::WriteRequest`]).
+//!   handler decodes and checks the body, query and keys into the [`write`] vocabulary every
+//!   later stage names a write with ([`write::WriteRequest`]).
 //! - [`node`]: the node's composition ([`node::NodeState`]) every handler shares, and the one
 //!   way a write reaches the commit loop ([`node::submit`]), for HTTP, Redis and forwarded
 //!   writes alike.
@@ -53,6 +53,7 @@ pub(crate) mod route;
 pub(crate) mod server;
 pub mod startup;
 pub mod storage;
+pub mod write;
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};
