@@ -7,17 +7,18 @@
 //! applied (the slot its key picks), so a retry through any node of the datacenter meets the
 //! first and is answered without applying again.
 
+use bytes::Bytes;
 use geocount_model::CounterId;
 use geocount_net::{Response, bytes_response, json_response, read_body};
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
-use crate::engine::key_scope::unscoped;
+use crate::engine::key_scope::{KeyScope, unscoped};
 use crate::engine::write::{LifecycleChange, LifecycleRequest};
 use crate::error::ShardError;
 use crate::http::requests::{idempotency_key, is_forwarded, parse_ttl};
 use crate::node::NodeState;
-use crate::route::forward;
+use crate::route::forward::{self, ForwardedChange};
 
 /// Makes `asked` of counter `id`, here or at the node its `Idempotency-Key` picks.
 pub(super) async fn change(
@@ -26,10 +27,21 @@ pub(super) async fn change(
     asked: LifecycleRequest,
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
-    let key = idempotency_key(&request)?;
     let forwarded = is_forwarded(&request);
+    let client_key = if forwarded {
+        None
+    } else {
+        idempotency_key(&request)?
+    };
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let body = read_body(request, state.settings.max_body_bytes).await?;
+    let (key, body) = if forwarded {
+        let change = ForwardedChange::decode(&body)?;
+        let key = KeyScope::Forwarded.key(&change.idempotency_key)?;
+        (Some(key), Bytes::from(change.body))
+    } else {
+        (client_key, body)
+    };
     let asked = match asked {
         LifecycleRequest::Expire(_) => LifecycleRequest::Expire(parse_ttl(&body)?),
         other => other,

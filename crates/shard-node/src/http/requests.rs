@@ -22,7 +22,7 @@ use hyper::body::Incoming;
 use crate::engine::key_scope::KeyScope;
 use crate::engine::write::{Change, WriteRequest};
 use crate::error::ShardError;
-use crate::route::slots::{FORWARDED_HEADER, KEY_SCOPE_HEADER};
+use crate::route::slots::FORWARDED_HEADER;
 
 pub use geocount_model::MAX_SHARDS_PER_COUNTER;
 
@@ -430,13 +430,10 @@ pub(crate) fn is_forwarded(request: &Request<Incoming>) -> bool {
 }
 
 /// Whose the request's idempotency keys are: the token that sent it, or the node that
-/// forwarded it (its keys come scoped already, or with their scope in [`KEY_SCOPE_HEADER`]).
+/// forwarded it (its keys come scoped already).
 pub(crate) fn key_scope(request: &Request<Incoming>) -> KeyScope {
     if is_forwarded(request) {
-        return match request.headers().get(KEY_SCOPE_HEADER) {
-            Some(scope) => KeyScope::Token(String::from_utf8_lossy(scope.as_bytes()).into()),
-            None => KeyScope::Forwarded,
-        };
+        return KeyScope::Forwarded;
     }
     KeyScope::Token(
         request

@@ -7,8 +7,9 @@
 //! The writes for one node go as one postcard batch ([`WriteRouter::forward`]) marked with
 //! [`FORWARDED_HEADER`]: a forwarded write is applied where it lands, so a write never takes
 //! two hops even while nodes disagree about a counter's slot count. A keyed change of a
-//! counter's life goes as its client sent it to the node its key picks
-//! ([`forward_change`]). Whatever is sent, a failure to get an outcome is told the client one
+//! counter's life goes to the node its key picks with its scoped key and its client's body in
+//! one postcard envelope ([`ForwardedChange`], [`forward_change`]), as a batch carries its
+//! keys: the key's scope crosses a forward one way. Whatever is sent, a failure to get an outcome is told the client one
 //! way (`not_forwarded`).
 
 use std::collections::HashMap;
@@ -22,12 +23,12 @@ use geocount_model::{CounterDescription, CounterId, CounterType, SlotState};
 use geocount_net::HttpError;
 use geocount_sync::DescriptionTable;
 use hyper::Method;
+use serde::{Deserialize, Serialize};
 
-use crate::engine::key_scope::{scope_of, unscoped};
 use crate::engine::write::{Change, LifecycleChange, WriteRequest, WriteResults};
 use crate::error::ShardError;
 use crate::metrics::ShardMetrics;
-use crate::route::slots::{FORWARDED_HEADER, ForwardError, KEY_SCOPE_HEADER, WriteRouter};
+use crate::route::slots::{FORWARDED_HEADER, ForwardError, WriteRouter};
 
 /// The node a write arrived at, as forwarding needs it: its slot choice, what it knows of the
 /// counters, and the way to its commit loop. The state the HTTP handlers share is one; naming
@@ -160,7 +161,25 @@ async fn forward_one<'a, N: LocalNode>(
     }
 }
 
-/// Sends a keyed change of a counter's life on to slot `target`'s node, which its
+/// A keyed change of a counter's life as one node forwards it to another: the key scoped
+/// already (a token's name may be any text, which no header carries) and the client's body.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ForwardedChange {
+    /// The scoped `Idempotency-Key`.
+    pub idempotency_key: String,
+    /// The body the client sent.
+    pub body: Vec<u8>,
+}
+
+impl ForwardedChange {
+    /// Decodes a forwarded change's body; 400 for one that is not one.
+    pub(crate) fn decode(body: &[u8]) -> Result<Self, ShardError> {
+        postcard::from_bytes(body)
+            .map_err(|e| ShardError::bad_request(format!("invalid forwarded change: {e}")))
+    }
+}
+
+/// Sends a keyed change of a counter's life on to slot `target`'s node, which its scoped
 /// `Idempotency-Key` picks, and gives its answer as it is (status and body).
 pub async fn forward_change<N: LocalNode>(
     node: &N,
@@ -169,17 +188,24 @@ pub async fn forward_change<N: LocalNode>(
     key: &str,
     body: Bytes,
 ) -> Result<geocount_net::Answer, ShardError> {
+    let envelope = ForwardedChange {
+        idempotency_key: key.to_owned(),
+        body: body.to_vec(),
+    };
+    let envelope = postcard::to_allocvec(&envelope)
+        .map_err(|e| ShardError::internal("cannot encode a forwarded change", e))?;
     let headers = [
-        ("content-type", "application/json"),
+        ("content-type", "application/octet-stream"),
         (FORWARDED_HEADER, "1"),
-        ("idempotency-key", unscoped(key)),
-        (KEY_SCOPE_HEADER, scope_of(key)),
     ];
     let router = node.router();
-    (router.send(target, method, path, &headers, body).await).map_err(|error| {
-        let slot_name = router.slot_name(target);
-        not_forwarded(slot_name, &error.into(), true).unwrap_or_else(|| node.stopped())
-    })
+    (router
+        .send(target, method, path, &headers, Bytes::from(envelope))
+        .await)
+        .map_err(|error| {
+            let slot_name = router.slot_name(target);
+            not_forwarded(slot_name, &error.into(), true).unwrap_or_else(|| node.stopped())
+        })
 }
 
 /// Why something sent to slot `slot_name`'s node has no outcome from it, as the client is

@@ -30,10 +30,6 @@ use crate::peer::replication::PeerSink;
 /// Marks a request forwarded by another node: apply it here.
 pub const FORWARDED_HEADER: &str = "x-geocount-forwarded";
 
-/// On a change of a counter's life another node forwarded: the scope (token name) of its
-/// `Idempotency-Key`, sent apart from the key (a header cannot hold the scope separator).
-pub const KEY_SCOPE_HEADER: &str = "x-geocount-key-scope";
-
 /// Picks the slot for each write, and knows every slot's node (forwarding sends through its
 /// client).
 pub struct WriteRouter {
