@@ -454,3 +454,45 @@ async fn a_write_only_token_cannot_give_a_live_counter_an_expiry() {
     })
     .await;
 }
+
+/// A token's name may be any text (`café` and a line break, which no header holds): a keyed
+/// change of a counter's life it sends is forwarded to the node its key picks with the key's
+/// scope intact, so a retry through the other node is answered as the first.
+#[tokio::test]
+async fn a_keyed_lifecycle_change_forwarded_under_a_token_name_no_header_holds_applies_once() {
+    let auth = format!(
+        "[auth]\ncluster_secret = \"{SECRET}\"\n\n\
+         [[auth.tokens]]\nname = \"café\\n\"\ntoken = \"{ADMIN}\"\nrights = [\"admin\"]\n"
+    );
+    let t = TestTopology::with_extra(&[("USA_0", 2)], "restore_timeout_ms = 200", &auth);
+    let _aggregators = [
+        t.start_global_aggregator().await,
+        t.start_datacenter_aggregator("USA_0").await,
+    ];
+    let shards = [
+        t.start_shard("USA_0", 0).await,
+        t.start_shard("USA_0", 1).await,
+    ];
+    let apis = [
+        shards[0].api().with_token(ADMIN),
+        shards[1].api().with_token(ADMIN),
+    ];
+    let (code, body) = apis[0]
+        .write_keyed("life:cafe", json!({"delta": 5}), "w-1")
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let path = "/counter/life:cafe/reset";
+    let headers = [("Idempotency-Key", "reset-1")];
+    // Through both nodes: the key picks one slot, so one of the two forwards.
+    let mut generations = Vec::new();
+    for api in &apis {
+        let answer = api
+            .send(Method::POST, path, &headers, Vec::new())
+            .await
+            .expect("an answer");
+        let body = answer.json();
+        assert_eq!(answer.status.as_u16(), 200, "{body}");
+        generations.push(body["generation"].clone());
+    }
+    assert_eq!(generations[0], generations[1], "{generations:?}");
+}

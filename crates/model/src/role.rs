@@ -1,6 +1,6 @@
 //! The processes of a cluster by name, and the role each name stands for: `global`,
 //! `aggregator_<DC>` or `DC_<DC>_VAL_<n>`. A process proves its name to the others (its
-//! certificate's `geocount:<name>` URI, or its process key; README, "Access"), and each route
+//! certificate's `geocount:<name>` URI, or its process key; docs/operations.md, "Access"), and each route
 //! between tiers accepts only the roles that need it.
 
 use std::fmt;

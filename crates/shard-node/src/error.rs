@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use geocount_model::{Bound, CounterType, ModelError};
 
-use crate::request::WriteRequest;
+use crate::write::WriteRequest;
 use geocount_net::{BodyError, HttpError};
 use hyper::StatusCode;
 

@@ -3,9 +3,11 @@
 //! A write's path through this crate, one folder per stage:
 //!
 //! - [`http`]: the request's path picks its route and what the caller must be allowed; the
-//!   handler decodes and checks the body, query and keys into the [`engine::write`] vocabulary
-//!   every later stage names a write with.
-//! - [`request`]: what a write asks ([`request::WriteRequest`]), named by every stage.
+//!   handler decodes and checks the body, query and keys into the [`write`] vocabulary every
+//!   later stage names a write with ([`write::WriteRequest`]).
+//! - [`node`]: the node's composition ([`node::NodeState`]) every handler shares, and the one
+//!   way a write reaches the commit loop ([`node::submit`]), for HTTP, Redis and forwarded
+//!   writes alike.
 //! - [`resp`]: the Redis protocol beside [`http`] on the node's `resp` address: the same
 //!   writes, lifecycle changes and access rights in Redis's commands and words.
 //! - [`route`]: the slot the write goes to (consistent hashing over the datacenter's slots); a
@@ -42,15 +44,16 @@ pub mod error;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub(crate) mod node;
 pub(crate) mod peer;
 pub mod read;
-pub(crate) mod request;
 pub(crate) mod resp;
 pub mod rights;
 pub(crate) mod route;
 pub(crate) mod server;
 pub mod startup;
 pub mod storage;
+pub mod write;
 
 pub use config::{NodeConfig, RestoreMode};
 pub use error::{ShardError, StorageError};

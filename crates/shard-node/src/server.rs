@@ -22,9 +22,8 @@ use crate::engine::write::Command;
 use crate::error::StorageError;
 use crate::health::NodeHealth;
 use crate::http::api;
-use crate::http::routes;
-use crate::http::state::NodeState;
 use crate::metrics::ShardMetrics;
+use crate::node::NodeState;
 use crate::peer::key_file::KeyFile;
 use crate::peer::keys::PeerKeys;
 use crate::peer::replica_log::{ReplicaLogs, holds_since};
@@ -470,7 +469,6 @@ fn node_state(
         load: engine.load.clone(),
         metrics: engine.metrics.clone(),
         health: engine.health.clone(),
-        routes: routes::router(),
         access,
         restore,
         incarnation,

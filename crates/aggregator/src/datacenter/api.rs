@@ -45,7 +45,7 @@ use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{ROUTES, Route};
 
-/// What each route needs of a request (README, "Access"): a client token with a right, a
+/// What each route needs of a request (docs/operations.md, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `datacenter` is this aggregator's,
 /// `slot` the route's `{slot}`: `/sync` is pulled by the global aggregator (slot states) and
 /// this datacenter's shard nodes (descriptions), a slot's copy only by the node of that slot,

@@ -50,7 +50,7 @@ use crate::ranking::RankingRequest;
 use crate::replica::SourceHealth;
 use crate::routes::{GLOBAL_ONLY, ROUTES, Route};
 
-/// What each route needs of a request (README, "Access"): a client token with a right, a
+/// What each route needs of a request (docs/operations.md, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `/sync` is pulled by the datacenter
 /// aggregators (descriptions), a slot's copy (`slot`, the route's `{slot}`) only by the node of
 /// that slot, which restores it.

@@ -38,7 +38,7 @@ pub struct Topology {
     /// Limits of every tier's HTTP listener: connections and slow clients.
     #[serde(default)]
     pub http: HttpSettings,
-    /// Who may call the client API, and the secret between tiers (README, "Access").
+    /// Who may call the client API, and the secret between tiers (docs/operations.md, "Access").
     #[serde(default)]
     pub auth: AuthConfig,
     /// How every tier's process uses memory (`[memory]`).

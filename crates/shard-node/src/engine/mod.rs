@@ -1,6 +1,7 @@
 //! The engine: the commit loop that makes a write durable, and what it keeps.
 //!
-//! - [`write`](mod@write): the write vocabulary every stage names a write with.
+//! - [`write`](mod@write): what handlers ask of the commit loop ([`write::Command`]) in the
+//!   crate's write vocabulary ([`crate::write`]).
 //! - [`commit`]: the single-writer commit loop: groups waiting writes, stages each against the
 //!   committed state, logs the group with one fsync, installs it and answers.
 //! - [`wal`]: the write-ahead log the groups are appended to, in the framing of [`records`]

@@ -1,6 +1,5 @@
-//! The write vocabulary: what a handler asks of the commit loop ([`Command`]) and what a write
-//! is ([`WriteRequest`], [`Change`]). Parsing, routing, forwarding, idempotency and the commit
-//! loop all name writes; none of them needs the commit loop to do so.
+//! What a handler asks of the commit loop ([`Command`]) and a slot's rights changes
+//! ([`RightsRequest`]). The write vocabulary these carry lives in [`crate::write`].
 
 use geocount_model::{
     CounterDescription, CounterId, CounterType, HlcTimestamp, IdempotencyRecord, RightsAnswer,
@@ -9,53 +8,7 @@ use geocount_model::{
 use tokio::sync::oneshot;
 
 use crate::error::{ShardError, StorageError};
-pub use crate::request::{Change, WriteRequest};
-
-impl LifecycleChange {
-    /// What a retry with the same `Idempotency-Key` must ask again: which change, and for an
-    /// expiry the time to live it was asked with (`u64::MAX`: none), not the time it gave.
-    pub fn asked(request: &LifecycleRequest) -> (i64, u64) {
-        match request {
-            LifecycleRequest::Reset => (1, 0),
-            LifecycleRequest::Delete => (2, 0),
-            LifecycleRequest::Expire(ttl) => (3, ttl.map_or(u64::MAX, u64::from)),
-        }
-    }
-}
-
-/// A change of a counter's life as a client asks it, before this node's clock turns a time to
-/// live into a time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LifecycleRequest {
-    /// `POST /counter/{id}/reset`.
-    Reset,
-    /// `DELETE /counter/{id}`.
-    Delete,
-    /// `PATCH /counter/{id}` with `{"ttlSeconds": n | null}`.
-    Expire(Option<u32>),
-}
-
-/// A change of a counter's life: what `DELETE /counter/{id}`, `POST /counter/{id}/reset` and
-/// `PATCH /counter/{id}` ask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LifecycleChange {
-    /// Every slot counts from zero once it learns of it.
-    Reset,
-    /// The counter is gone; a later write makes it again from zero.
-    Delete,
-    /// Deleted at this time (unix ms), or never (`None`).
-    Expire(Option<u64>),
-    /// Deleted at this time (unix ms) if the write it comes with makes the counter: made with
-    /// it (the defaults and this type, or again from its tombstone) when it is unknown here or
-    /// gone; a live counter is left as it is. What a node does before it forwards a write
-    /// carrying `ttlSeconds` to another slot: the expiry is durable before the write.
-    ExpireIfMade {
-        /// When it is deleted.
-        expires_at_ms: u64,
-        /// The forwarded write's counter type.
-        counter_type: CounterType,
-    },
-}
+pub use crate::write::{Change, LifecycleChange, LifecycleRequest, WriteRequest};
 
 /// A change of the own slot's rights of one counter (docs/architecture.md, "Bounded
 /// counters").

@@ -1,29 +1,36 @@
-//! The shard node's HTTP API: routes and their handlers, which parse a request, hand it on
-//! ([`crate::route::forward`], [`super::copies`]) and answer.
+//! The shard node's HTTP API: the handlers, which parse a request, hand it on
+//! ([`crate::route::forward`], [`super::lifecycle`], [`super::copies`]) and answer. Every
+//! path and what it needs of a caller is in [`super::routes`]; what each method does:
 //!
 //! | route | does |
 //! |---|---|
-//! | `POST /counter` | create a counter (`{"id"?, "numberOfShards"?, "windowSeconds"?, "type"?}`) |
+//! | `POST /counter` | create a counter (`{"id"?, "numberOfShards"?, "windowSeconds"?, "type"?, "ttlSeconds"?, "history"?, "min"?, "max"?}`) |
 //! | `GET /counter/{id}` | this slot's `{id, slot, value, version, generation}` |
+//! | `DELETE /counter/{id}` | delete the counter ([`super::lifecycle`]) |
+//! | `PATCH /counter/{id}` | change its expiry, `{"ttlSeconds": n \| null}` ([`super::lifecycle`]) |
+//! | `POST /counter/{id}/reset` | reset it ([`super::lifecycle`]) |
 //! | `PATCH /counter/{id}/write?op=INCREMENT\|DECREMENT` | write `{"delta"?: n > 0, "timestamp"?}`, or `{"item", "timestamp"?}` (INCREMENT) to a unique counter |
 //! | `POST /counters/{id}/increment` | write `{"delta"?: n ≠ 0, "timestamp"?}` or `{"item", "timestamp"?}` |
 //! | `POST /batch` | many writes, postcard [`BatchRequest`](geocount_model::wire::BatchRequest) → [`BatchResponse`] (or [`BatchSummary`] with `Prefer: return=minimal`) |
 //! | `POST /batch/items` | many items for unique counters, postcard [`ItemBatchRequest`](geocount_model::wire::ItemBatchRequest) → [`BatchResponse`] (or [`BatchSummary`]) |
 //! | `GET /counter/{id}/route` | the counter's slots in this datacenter and their nodes |
 //! | `GET /counter/{id}/world` | the world value `{id, value, standard_error?, staleness_ms}` ([`crate::read::world`]) |
+//! | `GET /counter/{id}/rights` | a bounded counter's rights as this slot holds them ([`crate::rights::serve`]) |
+//! | `POST /rights` | another slot's ask for rights, or a bounded counter's description pushed ([`crate::rights::serve`]) |
 //! | `POST /sync` | replication: own-slot states and descriptions changed since a cursor |
 //! | `GET /slots/{slot}/copy` | this node's copy of a slot of its datacenter (for restores) |
 //! | `GET /slots/{slot}/keys` | this node's copy of a peer slot's idempotency keys (for restores) |
 //! | `POST /slots/{slot}/replicate` | a peer's groups, fsynced in this node's log of its slot (`replicated` durability) |
 //! | `GET /slots/{slot}/replica` | that log, folded (for restores) |
 //! | `GET /healthz`, `GET /metrics` | health, Prometheus text |
+//! | `GET /openapi.json` | the API's OpenAPI document ([`super::openapi`]) |
 //!
 //! Writes may carry an `Idempotency-Key` header. A write for a counter whose slots do not include
 //! this node's is forwarded to one that does ([`crate::route::forward`]). A unique counter's
 //! reads and writes answer its slot's estimate as `value` with `standard_error`. Every refusal is
 //! `{"error": ...}` with a 4xx.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE};
@@ -41,17 +48,20 @@ use crate::engine::key_scope::KeyScope;
 use crate::engine::write::{Command, LifecycleRequest, RightsRequest, WriteRequest};
 use crate::error::ShardError;
 use crate::http::requests::{
-    parse_batch, parse_create, parse_item_batch, parse_write, parse_write_op,
+    idempotency_key, is_forwarded, key_scope, parse_batch, parse_create, parse_item_batch,
+    parse_write, parse_write_op,
 };
 use crate::http::routes::{Route, need};
-use crate::http::state::NodeState;
 use crate::http::{copies, lifecycle, replicas, world};
+use crate::node::NodeState;
 use crate::rights;
 use crate::route::forward;
-use crate::route::forward::FORWARDED_HEADER;
 use crate::startup::restore::RestoreReport;
-use geocount_http::routing::{self, Endpoint, RequestError, Routed, TokenName};
+use geocount_http::routing::{self, Endpoint, RequestError, Routed};
 use geocount_model::WindowQuery;
+
+/// The endpoints, matched once per process.
+static ROUTES: LazyLock<matchit::Router<Route>> = LazyLock::new(crate::http::routes::router);
 
 /// Answers one request; every error becomes its JSON answer.
 pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Response {
@@ -66,13 +76,9 @@ pub async fn handle(state: Arc<NodeState>, request: Request<Incoming>) -> Respon
             &state.datacenter,
         )
     };
-    routing::answer(
-        &state.routes,
-        &state.access,
-        need,
-        request,
-        |routed, request| dispatch(&state, routed, request),
-    )
+    routing::answer(&ROUTES, &state.access, need, request, |routed, request| {
+        dispatch(&state, routed, request)
+    })
     .await
 }
 
@@ -166,42 +172,6 @@ fn served_while_restoring(route: Route, slot: Option<&str>, state: &NodeState) -
         }
         _ => false,
     }
-}
-
-/// Whether another node forwarded this write here: it is applied here, never sent on.
-pub(super) fn is_forwarded(request: &Request<Incoming>) -> bool {
-    request.headers().contains_key(FORWARDED_HEADER)
-}
-
-/// On a change of a counter's life another node forwarded: the scope (token name) of its
-/// `Idempotency-Key`, sent apart from the key.
-pub(super) const KEY_SCOPE_HEADER: &str = "x-geocount-key-scope";
-
-/// Whose the request's idempotency keys are: the token that sent it, or the node that
-/// forwarded it (its keys come scoped already, or with their scope in [`KEY_SCOPE_HEADER`]).
-fn key_scope(request: &Request<Incoming>) -> KeyScope {
-    if is_forwarded(request) {
-        return match request.headers().get(KEY_SCOPE_HEADER) {
-            Some(scope) => KeyScope::Token(String::from_utf8_lossy(scope.as_bytes()).into()),
-            None => KeyScope::Forwarded,
-        };
-    }
-    KeyScope::Token(
-        request
-            .extensions()
-            .get::<TokenName>()
-            .map_or_else(String::new, |TokenName(name)| name.clone()),
-    )
-}
-
-pub(super) fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, ShardError> {
-    let Some(value) = request.headers().get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = value
-        .to_str()
-        .map_err(|_| ShardError::bad_request("Idempotency-Key must be visible ASCII".into()))?;
-    key_scope(request).key(key).map(Some)
 }
 
 async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {

@@ -9,7 +9,7 @@ use hyper::Request;
 use hyper::body::Incoming;
 
 use crate::error::ShardError;
-use crate::http::state::NodeState;
+use crate::node::NodeState;
 
 /// `POST /sync`: what changed in the own slot, the descriptions and the keys since the
 /// puller's cursors.

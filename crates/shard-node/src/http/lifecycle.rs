@@ -11,15 +11,14 @@ use bytes::Bytes;
 use geocount_model::CounterId;
 use geocount_net::{Response, bytes_response, json_response, read_body};
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{Request, StatusCode};
 
-use crate::engine::key_scope::{scope_of, unscoped};
-use crate::engine::write::{Change, LifecycleChange, LifecycleRequest};
+use crate::engine::key_scope::{KeyScope, unscoped};
+use crate::engine::write::{LifecycleChange, LifecycleRequest};
 use crate::error::ShardError;
-use crate::http::api::{KEY_SCOPE_HEADER, idempotency_key, is_forwarded};
-use crate::http::requests::parse_ttl;
-use crate::http::state::NodeState;
-use crate::route::forward::FORWARDED_HEADER;
+use crate::http::requests::{idempotency_key, is_forwarded, parse_ttl};
+use crate::node::NodeState;
+use crate::route::forward::{self, ForwardedChange};
 
 /// Makes `asked` of counter `id`, here or at the node its `Idempotency-Key` picks.
 pub(super) async fn change(
@@ -28,22 +27,32 @@ pub(super) async fn change(
     asked: LifecycleRequest,
     request: Request<Incoming>,
 ) -> Result<Response, ShardError> {
-    let key = idempotency_key(&request)?;
     let forwarded = is_forwarded(&request);
+    let client_key = if forwarded {
+        None
+    } else {
+        idempotency_key(&request)?
+    };
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let body = read_body(request, state.settings.max_body_bytes).await?;
+    let (key, body) = if forwarded {
+        let change = ForwardedChange::decode(&body)?;
+        let key = KeyScope::Forwarded.key(&change.idempotency_key)?;
+        (Some(key), Bytes::from(change.body))
+    } else {
+        (client_key, body)
+    };
     let asked = match asked {
         LifecycleRequest::Expire(_) => LifecycleRequest::Expire(parse_ttl(&body)?),
         other => other,
     };
     if let (Some(key), false) = (&key, forwarded) {
-        let target = {
-            let descriptions = state.descriptions.read().expect("descriptions lock");
-            let any = Change::Delta(1);
-            (state.router).target(&descriptions, id.as_str(), &any, Some(unscoped(key)))
-        };
+        let target = state.router.key_target(id.as_str(), unscoped(key));
         if target != state.router.own_slot() {
-            return forward(state, target, (method, &path), key, body).await;
+            let answer = forward::forward_change(state, target, (method, &path), key, body);
+            let answer = answer.await?;
+            let json = "application/json";
+            return Ok(bytes_response(answer.status, json, answer.body));
         }
     }
     let change = match asked {
@@ -57,39 +66,4 @@ pub(super) async fn change(
     let key = key.map(|key| (key, LifecycleChange::asked(&asked)));
     let description = state.change_life(id, change, key).await?;
     Ok(json_response(StatusCode::OK, &description))
-}
-
-/// Sends the request on to slot `target`'s node, marked as forwarded, with the client's key
-/// and its scope apart (a header cannot hold the scope separator), and answers as it did.
-async fn forward(
-    state: &NodeState,
-    target: u32,
-    (method, path): (Method, &str),
-    key: &str,
-    body: Bytes,
-) -> Result<Response, ShardError> {
-    let headers = [
-        ("content-type", "application/json"),
-        (FORWARDED_HEADER, "1"),
-        ("idempotency-key", unscoped(key)),
-        (KEY_SCOPE_HEADER, scope_of(key)),
-    ];
-    let slot = state.router.slot_name(target).to_owned();
-    match state
-        .router
-        .send(target, method, path, &headers, body)
-        .await
-    {
-        Ok(answer) => Ok(bytes_response(
-            answer.status,
-            "application/json",
-            answer.body,
-        )),
-        Err(error) if error.is_connect() => Err(ShardError::Unreachable(format!(
-            "{slot}, which takes changes with this Idempotency-Key, is unreachable ({error}); retry later"
-        ))),
-        Err(error) => Err(ShardError::OutcomeUnknown(format!(
-            "forwarding to {slot} failed after sending ({error}); retry with the same Idempotency-Key"
-        ))),
-    }
 }

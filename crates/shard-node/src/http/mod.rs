@@ -3,9 +3,9 @@
 //! - [`routes`]: every path the node answers, and what each needs of a caller.
 //! - [`api`]: the handlers: each checks access, decodes its request and hands it on (to
 //!   forwarding, the commit loop, or the tables for reads), and answers.
-//! - [`requests`]: decodes and checks what clients send (bodies, queries, keys) into the write
-//!   vocabulary; the fuzz targets call it too.
-//! - [`state`]: what every handler shares.
+//! - [`lifecycle`]: deletes, resets and expiries, made here or at the node a key picks.
+//! - [`requests`]: decodes and checks what clients send (bodies, queries, keys, the forward
+//!   mark) into the write vocabulary; the fuzz targets call it too.
 //! - [`copies`]: what the node serves the processes that copy its slot: sync pages to its peers
 //!   and its datacenter aggregator, and a restoring peer's copies.
 //! - [`replicas`]: what the node keeps for its peers in `replicated` durability: their groups,
@@ -20,5 +20,4 @@ pub(crate) mod openapi;
 pub(crate) mod replicas;
 pub mod requests;
 pub mod routes;
-pub(crate) mod state;
 pub(crate) mod world;

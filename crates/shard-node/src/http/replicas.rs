@@ -14,7 +14,7 @@ use hyper::{Request, StatusCode};
 
 use crate::engine::wal::LogRecord;
 use crate::error::ShardError;
-use crate::http::state::NodeState;
+use crate::node::NodeState;
 
 /// `POST /slots/{slot}/replicate`: `{"groups": n}` once the groups are fsynced in this node's
 /// log of `slot`.

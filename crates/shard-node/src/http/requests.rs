@@ -1,6 +1,7 @@
 //! Decoding and checking what clients send the shard node: the JSON bodies of `POST /counter`
 //! and of single writes, the `op` of `PATCH /counter/{id}/write`, `Idempotency-Key`s, and the
-//! postcard bodies of `POST /batch` and `POST /batch/items`.
+//! postcard bodies of `POST /batch` and `POST /batch/items`, and whether a request was
+//! forwarded by another node.
 //!
 //! The handlers of [`super::api`] call these, and so do the fuzz targets of `fuzz/`: every byte
 //! a client sends is refused here with an error (400, 413 or 422), never a panic.
@@ -14,9 +15,14 @@ use geocount_model::{
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use geocount_http::routing::TokenName;
+use hyper::Request;
+use hyper::body::Incoming;
+
 use crate::engine::key_scope::KeyScope;
 use crate::engine::write::{Change, WriteRequest};
 use crate::error::ShardError;
+use crate::route::slots::FORWARDED_HEADER;
 
 pub use geocount_model::MAX_SHARDS_PER_COUNTER;
 
@@ -416,6 +422,36 @@ pub fn parse_item_batch(
 ) -> Result<Vec<Result<WriteRequest, ShardError>>, ShardError> {
     let batch: ItemBatchRequest = decode_batch(body)?;
     checked_writes(&batch.entries, settings, now_secs, scope)
+}
+
+/// Whether another node forwarded this write here: it is applied here, never sent on.
+pub(crate) fn is_forwarded(request: &Request<Incoming>) -> bool {
+    request.headers().contains_key(FORWARDED_HEADER)
+}
+
+/// Whose the request's idempotency keys are: the token that sent it, or the node that
+/// forwarded it (its keys come scoped already).
+pub(crate) fn key_scope(request: &Request<Incoming>) -> KeyScope {
+    if is_forwarded(request) {
+        return KeyScope::Forwarded;
+    }
+    KeyScope::Token(
+        request
+            .extensions()
+            .get::<TokenName>()
+            .map_or_else(String::new, |TokenName(name)| name.clone()),
+    )
+}
+
+/// The request's `Idempotency-Key`, scoped ([`key_scope`]); 400 for one no client may send.
+pub(crate) fn idempotency_key(request: &Request<Incoming>) -> Result<Option<Box<str>>, ShardError> {
+    let Some(value) = request.headers().get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| ShardError::bad_request("Idempotency-Key must be visible ASCII".into()))?;
+    key_scope(request).key(key).map(Some)
 }
 
 #[cfg(test)]

@@ -100,9 +100,9 @@ impl Endpoint for Route {
     }
 }
 
-/// What each route needs of a request (README, "Access"): a client token with a right, a
+/// What each route needs of a request (docs/operations.md, "Access"): a client token with a right, a
 /// tier process of the roles that call it, or nothing. `datacenter` is this node's, `slot` the
-/// route's `{slot}`. A write another node forwarded (marked with [`FORWARDED_HEADER`](crate::route::forward::FORWARDED_HEADER)) needs a
+/// route's `{slot}`. A write another node forwarded (marked with [`FORWARDED_HEADER`](crate::route::slots::FORWARDED_HEADER)) needs a
 /// shard node of this datacenter instead of a token: the first node checked the client's, and
 /// the mark alone must not let a client skip it. `/sync` is pulled by this datacenter's
 /// aggregator and its shard nodes (peers), a slot's copy only by the node of that slot, which

@@ -8,7 +8,7 @@ use hyper::StatusCode;
 use serde::Serialize;
 
 use crate::error::ShardError;
-use crate::http::state::NodeState;
+use crate::node::NodeState;
 use crate::read::world::WorldValue;
 
 /// The answer: the world value, and how stale its other datacenters' parts may be.

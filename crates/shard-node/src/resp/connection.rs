@@ -295,32 +295,37 @@ fn encode(protocol: Protocol, replies: Replies, output: &mut Vec<u8>) {
     }
 }
 
-/// Starts command `args` (its name first) on `session`: a connection command runs here and
-/// now, a counter command's work starts when the queue first polls it.
-fn dispatch(shared: &Shared, session: &mut Session, args: Args) -> Dispatched {
-    let now = |reply| Dispatched::Answer(Either::Left(ready(Replies::One(reply))));
-    let command = match geocount_resp::parse(&args) {
+/// The command `args` ask once the session may send it, or the reply when it is answered
+/// at once: a command that does not parse, `AUTH`, `HELLO`, `QUIT`, or any other before the
+/// session is authenticated.
+fn admitted(shared: &Shared, session: &mut Session, args: &Args) -> Result<RespCommand, Reply> {
+    let command = match geocount_resp::parse(args) {
         Ok(command) => command,
         Err(error) => {
             // An unknown command before AUTH is NOAUTH, as in Redis.
-            if let Err(refusal) = session.authenticated() {
-                return now(refusal);
-            }
-            return now(Reply::error(error.to_string()));
+            session.authenticated()?;
+            return Err(Reply::error(error.to_string()));
         }
     };
     let access = &shared.state.access;
     match command {
         RespCommand::Auth { username, password } => {
-            return now(session.auth(access, username.as_deref(), &password));
+            Err(session.auth(access, username.as_deref(), &password))
         }
-        RespCommand::Hello(hello) => return now(session.hello(access, hello)),
-        RespCommand::Quit => return now(Reply::OK),
-        _ => {}
+        RespCommand::Hello(hello) => Err(session.hello(access, hello)),
+        RespCommand::Quit => Err(Reply::OK),
+        command => session.authenticated().map(|()| command),
     }
-    if let Err(refusal) = session.authenticated() {
-        return now(refusal);
-    }
+}
+
+/// Starts command `args` (its name first) on `session`: a connection command runs here and
+/// now, a counter command's work starts when the queue first polls it.
+fn dispatch(shared: &Shared, session: &mut Session, args: Args) -> Dispatched {
+    let now = |reply| Dispatched::Answer(Either::Left(ready(Replies::One(reply))));
+    let command = match admitted(shared, session, &args) {
+        Ok(command) => command,
+        Err(reply) => return now(reply),
+    };
     let state = &shared.state;
     let counter = |right: Right, name: &str, work: BoxFuture<'static, Reply>| match session
         .may(right, name)

@@ -23,7 +23,7 @@ use geocount_model::wire::EntryOutcome;
 
 use crate::engine::write::{Change, Command, LifecycleChange, WriteRequest};
 use crate::error::ShardError;
-use crate::http::state::NodeState;
+use crate::node::NodeState;
 use crate::read::world::WorldValue;
 use crate::route::forward;
 
@@ -107,27 +107,9 @@ pub(crate) async fn incr(state: Arc<NodeState>, increments: Vec<(Bytes, i64)>) -
     if let Err(error) = check_node(&state, true) {
         return vec![refusal(&error, false); increments.len()];
     }
-    let now_secs = state.clock.now_unix_secs();
     let ids: Vec<Result<CounterId, ShardError>> =
         increments.iter().map(|(key, _)| counter_id(key)).collect();
-    // The writes, and for each increment its position among them (`None`: nothing written).
-    let mut writes = Vec::with_capacity(increments.len());
-    let mut positions = Vec::with_capacity(increments.len());
-    for (id, (_, delta)) in ids.iter().zip(&increments) {
-        match id {
-            Ok(id) if *delta != 0 => {
-                positions.push(Some(writes.len()));
-                writes.push(Ok(WriteRequest {
-                    id: id.clone(),
-                    change: Change::Delta(*delta),
-                    idempotency_key: None,
-                    timestamp_secs: now_secs,
-                    ttl_secs: None,
-                }));
-            }
-            _ => positions.push(None),
-        }
-    }
+    let (writes, positions) = increment_writes(&ids, &increments, state.clock.now_unix_secs());
     let outcomes = if writes.is_empty() {
         Vec::new()
     } else {
@@ -175,22 +157,58 @@ pub(crate) async fn incr(state: Arc<NodeState>, increments: Vec<(Bytes, i64)>) -
         if applied.is_some() {
             *later.entry(id.as_str()).or_default() += i128::from(*delta);
         }
-        let total = total.unwrap_or(Ok(None));
-        replies.push(match (total, applied) {
-            (Ok(Some(WorldValue::Sum(total))), _) => Reply::number(total - after),
-            (Ok(Some(WorldValue::Unique(_))), None) => Reply::error(words::WRONGTYPE),
-            (Ok(_), None) => Reply::Integer(0),
-            // Deleted again between the write and the read: the write's own slot is all there is.
-            (Ok(_), Some(slot_value)) => Reply::Integer(slot_value),
-            (Err(error), None) => refusal(&error, false),
-            (Err(error), Some(_)) => Reply::error(format!(
-                "ERR the increment was applied and is durable, but the counter's world value \
-                 cannot be answered ({error}): do not retry it"
-            )),
-        });
+        replies.push(increment_reply(total.unwrap_or(Ok(None)), applied, after));
     }
     replies.reverse();
     replies
+}
+
+/// The writes of pipelined increments, and for each increment its position among them
+/// (`None`: nothing written, for a bad key or a delta of 0).
+fn increment_writes(
+    ids: &[Result<CounterId, ShardError>],
+    increments: &[(Bytes, i64)],
+    now_secs: u64,
+) -> (Vec<Result<WriteRequest, ShardError>>, Vec<Option<usize>>) {
+    let mut writes = Vec::with_capacity(increments.len());
+    let mut positions = Vec::with_capacity(increments.len());
+    for (id, (_, delta)) in ids.iter().zip(increments) {
+        match id {
+            Ok(id) if *delta != 0 => {
+                positions.push(Some(writes.len()));
+                writes.push(Ok(WriteRequest {
+                    id: id.clone(),
+                    change: Change::Delta(*delta),
+                    idempotency_key: None,
+                    timestamp_secs: now_secs,
+                    ttl_secs: None,
+                }));
+            }
+            _ => positions.push(None),
+        }
+    }
+    (writes, positions)
+}
+
+/// One increment's reply: the counter's world `total` read after the batch less the deltas
+/// applied `after` it, its own slot's value when `applied` but no longer live.
+fn increment_reply(
+    total: Result<Option<WorldValue>, ShardError>,
+    applied: Option<i64>,
+    after: i128,
+) -> Reply {
+    match (total, applied) {
+        (Ok(Some(WorldValue::Sum(total))), _) => Reply::number(total - after),
+        (Ok(Some(WorldValue::Unique(_))), None) => Reply::error(words::WRONGTYPE),
+        (Ok(_), None) => Reply::Integer(0),
+        // Deleted again between the write and the read: the write's own slot is all there is.
+        (Ok(_), Some(slot_value)) => Reply::Integer(slot_value),
+        (Err(error), None) => refusal(&error, false),
+        (Err(error), Some(_)) => Reply::error(format!(
+            "ERR the increment was applied and is durable, but the counter's world value \
+             cannot be answered ({error}): do not retry it"
+        )),
+    }
 }
 
 /// `PFADD key element...`: adds each element to unique counter `key` (made at its first

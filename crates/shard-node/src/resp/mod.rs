@@ -31,7 +31,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::http::state::NodeState;
+use crate::node::NodeState;
 
 /// What every connection of the listener shares.
 pub(crate) struct Shared {

@@ -1,7 +1,7 @@
 //! What one RESP connection holds, and the connection commands that change it: `AUTH`,
 //! `HELLO`, `CLIENT`, `SELECT`.
 //!
-//! Access is the HTTP API's (`[auth]`, README "Access"): with client tokens configured, a
+//! Access is the HTTP API's (`[auth]`, docs/operations.md, "Access"): with client tokens configured, a
 //! connection runs nothing but `AUTH`, `HELLO` and `QUIT` until it authenticates with one, and
 //! then each command needs the right its HTTP route needs (reads `read`, increments and
 //! `PFADD` `write`, `DEL`/`EXPIRE`/`PERSIST` `admin`). The token is checked by the same

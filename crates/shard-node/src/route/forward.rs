@@ -6,7 +6,11 @@
 //!
 //! The writes for one node go as one postcard batch ([`WriteRouter::forward`]) marked with
 //! [`FORWARDED_HEADER`]: a forwarded write is applied where it lands, so a write never takes
-//! two hops even while nodes disagree about a counter's slot count.
+//! two hops even while nodes disagree about a counter's slot count. A keyed change of a
+//! counter's life goes to the node its key picks with its scoped key and its client's body in
+//! one postcard envelope ([`ForwardedChange`], [`forward_change`]), as a batch carries its
+//! keys: the key's scope crosses a forward one way. Whatever is sent, a failure to get an outcome is told the client one
+//! way (`not_forwarded`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -14,20 +18,17 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 use geocount_model::wire::{
     BatchEntry, BatchRequest, BatchResponse, EntryOutcome, ItemBatchRequest, ItemEntry,
-    POSTCARD_CONTENT_TYPE,
 };
 use geocount_model::{CounterDescription, CounterId, CounterType, SlotState};
-use geocount_net::{ClientError, HttpError};
+use geocount_net::HttpError;
 use geocount_sync::DescriptionTable;
 use hyper::Method;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::write::{Change, LifecycleChange, WriteRequest, WriteResults};
 use crate::error::ShardError;
 use crate::metrics::ShardMetrics;
-use crate::route::slots::WriteRouter;
-
-/// Marks a write forwarded by another node: apply it here.
-pub const FORWARDED_HEADER: &str = "x-geocount-forwarded";
+use crate::route::slots::{FORWARDED_HEADER, ForwardError, WriteRouter};
 
 /// The node a write arrived at, as forwarding needs it: its slot choice, what it knows of the
 /// counters, and the way to its commit loop. The state the HTTP handlers share is one; naming
@@ -132,35 +133,114 @@ async fn forward_one<'a, N: LocalNode>(
     let (path, body) = encode_forward(&[write])?;
     node.metrics().writes_forwarded.inc();
     let slot_name = node.router().slot_name(target);
-    match node.router().forward(target, path, body).await {
-        Ok(mut answer) => match answer.outcomes.pop() {
-            Some(EntryOutcome::Applied { value, version }) => Ok(Some(Applied {
-                slot: slot_name,
-                state: SlotState { value, version },
-            })),
-            Some(EntryOutcome::Refused { status, error }) => {
-                Err(ShardError::PassedOn { status, error })
-            }
-            None => Err(ShardError::OutcomeUnknown(format!(
-                "{slot_name} answered no outcome"
-            ))),
-        },
-        Err(ForwardError::Refused { status, error }) => Err(ShardError::TargetRefused {
-            slot: slot_name.to_owned(),
-            status,
-            error,
-        }),
-        Err(error) if error.is_connect() && write.idempotency_key.is_none() => {
-            tracing::warn!(%error, "forwarding target unreachable; applying the write here");
-            Ok(None)
+    let answer = match node.router().forward(target, path, body).await {
+        Ok(answer) => answer,
+        Err(error) => {
+            return match not_forwarded(slot_name, &error, write.idempotency_key.is_some()) {
+                Some(refusal) => Err(refusal),
+                None => {
+                    tracing::warn!(%error, "forwarding target unreachable; applying the write here");
+                    Ok(None)
+                }
+            };
         }
-        Err(error) if error.is_connect() => Err(ShardError::Unreachable(format!(
+    };
+    match answer.outcomes.as_slice() {
+        [EntryOutcome::Applied { value, version }] => Ok(Some(Applied {
+            slot: slot_name,
+            state: SlotState {
+                value: *value,
+                version: *version,
+            },
+        })),
+        [EntryOutcome::Refused { status, error }] => Err(ShardError::PassedOn {
+            status: *status,
+            error: error.clone(),
+        }),
+        _ => Err(miscounted(slot_name)),
+    }
+}
+
+/// A keyed change of a counter's life as one node forwards it to another: the key scoped
+/// already (a token's name may be any text, which no header carries) and the client's body.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ForwardedChange {
+    /// The scoped `Idempotency-Key`.
+    pub idempotency_key: String,
+    /// The body the client sent.
+    pub body: Vec<u8>,
+}
+
+impl ForwardedChange {
+    /// Decodes a forwarded change's body; 400 for one that is not one.
+    pub(crate) fn decode(body: &[u8]) -> Result<Self, ShardError> {
+        postcard::from_bytes(body)
+            .map_err(|e| ShardError::bad_request(format!("invalid forwarded change: {e}")))
+    }
+}
+
+/// Sends a keyed change of a counter's life on to slot `target`'s node, which its scoped
+/// `Idempotency-Key` picks, and gives its answer as it is (status and body).
+pub async fn forward_change<N: LocalNode>(
+    node: &N,
+    target: u32,
+    (method, path): (Method, &str),
+    key: &str,
+    body: Bytes,
+) -> Result<geocount_net::Answer, ShardError> {
+    let envelope = ForwardedChange {
+        idempotency_key: key.to_owned(),
+        body: body.to_vec(),
+    };
+    let envelope = postcard::to_allocvec(&envelope)
+        .map_err(|e| ShardError::internal("cannot encode a forwarded change", e))?;
+    let headers = [
+        ("content-type", "application/octet-stream"),
+        (FORWARDED_HEADER, "1"),
+    ];
+    let router = node.router();
+    (router
+        .send(target, method, path, &headers, Bytes::from(envelope))
+        .await)
+        .map_err(|error| {
+            let slot_name = router.slot_name(target);
+            not_forwarded(slot_name, &error.into(), true).unwrap_or_else(|| node.stopped())
+        })
+}
+
+/// Why something sent to slot `slot_name`'s node has no outcome from it, as the client is
+/// told. `None` when nothing reached the node and nothing `keyed` was sent, so it may be
+/// taken here instead; something keyed must wait for its slot so that retries stay
+/// deduplicated.
+fn not_forwarded(slot_name: &str, error: &ForwardError, keyed: bool) -> Option<ShardError> {
+    match error {
+        ForwardError::Refused { status, error } => Some(ShardError::TargetRefused {
+            slot: slot_name.to_owned(),
+            status: *status,
+            error: error.clone(),
+        }),
+        error if error.is_connect() && !keyed => None,
+        error if error.is_connect() => Some(ShardError::Unreachable(format!(
             "{slot_name}, which takes writes with this Idempotency-Key, is unreachable ({error}); retry later"
         ))),
-        Err(error) => Err(ShardError::OutcomeUnknown(format!(
-            "forwarding to {slot_name} failed after sending ({error}); retry with an Idempotency-Key to be safe"
-        ))),
+        error => {
+            let retry = if keyed {
+                "retry with the same Idempotency-Key"
+            } else {
+                "retry with an Idempotency-Key to be safe"
+            };
+            Some(ShardError::OutcomeUnknown(format!(
+                "forwarding to {slot_name} failed after sending ({error}); {retry}"
+            )))
+        }
     }
+}
+
+/// The refusal of an answer with another number of outcomes than writes sent.
+fn miscounted(slot_name: &str) -> ShardError {
+    ShardError::OutcomeUnknown(format!(
+        "{slot_name} answered a different number of outcomes"
+    ))
 }
 
 /// Encodes writes of one kind for forwarding: deltas as a [`BatchRequest`] for `/batch`, items
@@ -214,51 +294,103 @@ pub async fn apply_batch<N: LocalNode>(
     forwarded: bool,
 ) -> Result<Vec<EntryOutcome>, ShardError> {
     let count = checked.len();
-    // The writes for this node's slot and their positions in the batch, apart, so that the
-    // common batch (every entry local) goes to the commit loop and back without a copy.
-    let mut local = Vec::with_capacity(count);
-    let mut local_positions = Vec::with_capacity(count);
-    let mut refusals = Vec::new();
-    let mut remote: HashMap<u32, Vec<(usize, WriteRequest)>> = HashMap::new();
+    let Routed {
+        local,
+        local_positions,
+        mut refusals,
+        remote,
+    } = route_batch(node.as_ref(), checked, forwarded);
+    let all_local = local.len() == count;
+    let forwards = send_forwards(node, remote, &mut refusals);
+    let local_results = if local.is_empty() {
+        Vec::new()
+    } else {
+        node.submit(local).await?
+    };
+    if all_local {
+        return Ok(local_results.into_iter().map(outcome_of).collect());
+    }
+    let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; count];
+    for (position, outcome) in refusals {
+        outcomes[position] = Some(outcome);
+    }
+    for (position, result) in local_positions.into_iter().zip(local_results) {
+        outcomes[position] = Some(outcome_of(result));
+    }
+    collect_forwarded(node.as_ref(), forwards, &mut outcomes).await?;
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| refused(&node.stopped())))
+        .collect())
+}
+
+/// A batch's entries by where they go.
+struct Routed {
+    /// The writes for this node's slot, apart, so that the common batch (every entry local)
+    /// goes to the commit loop and back without a copy.
+    local: Vec<WriteRequest>,
+    /// Their positions in the batch.
+    local_positions: Vec<usize>,
+    /// The entries refused before they went anywhere, by position.
+    refusals: Vec<(usize, EntryOutcome)>,
+    /// The writes for other slots, with their positions, by slot.
+    remote: HashMap<u32, Vec<(usize, WriteRequest)>>,
+}
+
+/// Checks and routes each entry under one read of the descriptions, released before anything
+/// waits.
+fn route_batch<N: LocalNode>(
+    node: &N,
+    checked: Vec<Result<WriteRequest, ShardError>>,
+    forwarded: bool,
+) -> Routed {
+    let mut routed = Routed {
+        local: Vec::with_capacity(checked.len()),
+        local_positions: Vec::with_capacity(checked.len()),
+        refusals: Vec::new(),
+        remote: HashMap::new(),
+    };
     let own = node.router().own_slot();
-    {
-        // Each entry checked and routed under one read of the descriptions, released before
-        // anything waits.
-        let descriptions = node.descriptions().read().expect("descriptions lock");
-        for (position, write) in checked.into_iter().enumerate() {
-            let write = match write.and_then(|w| check_type(&descriptions, &w).map(|()| w)) {
-                Ok(write) => write,
-                Err(error) => {
-                    refusals.push((position, refused(&error)));
-                    continue;
-                }
-            };
-            let target = if forwarded {
-                own
-            } else {
-                node.router().target_of(&descriptions, &write)
-            };
-            if target == own {
-                local.push(write);
-                local_positions.push(position);
-            } else {
-                remote.entry(target).or_default().push((position, write));
+    let descriptions = node.descriptions().read().expect("descriptions lock");
+    for (position, write) in checked.into_iter().enumerate() {
+        let write = match write.and_then(|w| check_type(&descriptions, &w).map(|()| w)) {
+            Ok(write) => write,
+            Err(error) => {
+                routed.refusals.push((position, refused(&error)));
+                continue;
             }
+        };
+        let target = if forwarded {
+            own
+        } else {
+            node.router().target_of(&descriptions, &write)
+        };
+        if target == own {
+            routed.local.push(write);
+            routed.local_positions.push(position);
+        } else {
+            let group = routed.remote.entry(target).or_default();
+            group.push((position, write));
         }
     }
-    let all_local = local.len() == count;
+    routed
+}
+
+/// Sends each slot's group of writes to its node, concurrently; a group that cannot be
+/// encoded is refused (the node's own failure: nothing was sent).
+fn send_forwards<N: LocalNode>(
+    node: &Arc<N>,
+    remote: HashMap<u32, Vec<(usize, WriteRequest)>>,
+    refusals: &mut Vec<(usize, EntryOutcome)>,
+) -> tokio::task::JoinSet<ForwardedGroup> {
     let mut forwards = tokio::task::JoinSet::new();
     for (target, group) in remote {
         let writes: Vec<&WriteRequest> = group.iter().map(|(_, w)| w).collect();
         let (path, body) = match encode_forward(&writes) {
             Ok(encoded) => encoded,
-            // The node's own failure: nothing was sent.
             Err(error) => {
-                refusals.extend(
-                    group
-                        .iter()
-                        .map(|(position, _)| (*position, refused(&error))),
-                );
+                let positions = group.iter().map(|(position, _)| *position);
+                refusals.extend(positions.map(|position| (position, refused(&error))));
                 continue;
             }
         };
@@ -269,27 +401,7 @@ pub async fn apply_batch<N: LocalNode>(
             (target, group, result)
         });
     }
-    let local_results = if local.is_empty() {
-        Vec::new()
-    } else {
-        node.submit(local).await?
-    };
-    Ok(if all_local {
-        local_results.into_iter().map(outcome_of).collect()
-    } else {
-        let mut outcomes: Vec<Option<EntryOutcome>> = vec![None; count];
-        for (position, outcome) in refusals {
-            outcomes[position] = Some(outcome);
-        }
-        for (position, result) in local_positions.into_iter().zip(local_results) {
-            outcomes[position] = Some(outcome_of(result));
-        }
-        collect_forwarded(node.as_ref(), forwards, &mut outcomes).await?;
-        outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| refused(&node.stopped())))
-            .collect()
-    })
+    forwards
 }
 
 /// Fills in the outcomes of the entries forwarded to other slots' nodes as their answers
@@ -302,61 +414,41 @@ async fn collect_forwarded<N: LocalNode>(
     while let Some(joined) = forwards.join_next().await {
         let (target, group, result) =
             joined.map_err(|e| ShardError::OutcomeUnknown(e.to_string()))?;
-        let slot_name = node.router().slot_name(target).to_owned();
-        match result {
-            Ok(answer) if answer.outcomes.len() == group.len() => {
-                for ((position, write), outcome) in group.iter().zip(answer.outcomes) {
-                    // Noted before the batch is answered: a world read right after it (the
-                    // reply of a Redis INCR, a read after `POST /batch`) counts the write
-                    // although this node's copy of the target's slot does not hold it yet.
-                    if let EntryOutcome::Applied { value, version } = outcome
-                        && write.change.counter_type() == CounterType::Sum
-                    {
-                        node.acknowledged(&write.id, target, SlotState { value, version });
-                    }
-                    outcomes[*position] = Some(outcome);
-                }
-            }
+        let slot_name = node.router().slot_name(target);
+        let answer = match result {
+            Ok(answer) if answer.outcomes.len() == group.len() => answer,
             Ok(_) => {
-                let error = ShardError::OutcomeUnknown(format!(
-                    "{slot_name} answered a different number of outcomes"
-                ));
+                let error = miscounted(slot_name);
                 for (position, _) in &group {
                     outcomes[*position] = Some(refused(&error));
                 }
-            }
-            Err(ForwardError::Refused { status, error }) => {
-                let refusal = ShardError::TargetRefused {
-                    slot: slot_name.clone(),
-                    status,
-                    error,
-                };
-                for (position, _) in &group {
-                    outcomes[*position] = Some(refused(&refusal));
-                }
-            }
-            Err(error) if error.is_connect() => {
-                // Nothing reached the target: unkeyed entries may be taken here; keyed ones
-                // must wait for their slot so retries stay deduplicated.
-                let (keyed, unkeyed): (Vec<_>, Vec<_>) = group
-                    .into_iter()
-                    .partition(|(_, w)| w.idempotency_key.is_some());
-                let unreachable = ShardError::Unreachable(format!(
-                    "{slot_name} is unreachable ({error}); retry later"
-                ));
-                for (position, _) in &keyed {
-                    outcomes[*position] = Some(refused(&unreachable));
-                }
-                apply_locally(node, unkeyed, outcomes).await?;
+                continue;
             }
             Err(error) => {
-                let unknown = ShardError::OutcomeUnknown(format!(
-                    "forwarding to {slot_name} failed after sending ({error}); retry with an Idempotency-Key to be safe"
-                ));
-                for (position, _) in &group {
-                    outcomes[*position] = Some(refused(&unknown));
+                let mut taken_here = Vec::new();
+                for (position, write) in group {
+                    match not_forwarded(slot_name, &error, write.idempotency_key.is_some()) {
+                        Some(refusal) => outcomes[position] = Some(refused(&refusal)),
+                        None => taken_here.push((position, write)),
+                    }
                 }
+                if !taken_here.is_empty() {
+                    tracing::warn!(%error, "forwarding target unreachable; applying the writes here");
+                }
+                apply_locally(node, taken_here, outcomes).await?;
+                continue;
             }
+        };
+        for ((position, write), outcome) in group.iter().zip(answer.outcomes) {
+            // Noted before the batch is answered: a world read right after it (the reply of
+            // a Redis INCR, a read after `POST /batch`) counts the write although this node's
+            // copy of the target's slot does not hold it yet.
+            if let EntryOutcome::Applied { value, version } = outcome
+                && write.change.counter_type() == CounterType::Sum
+            {
+                node.acknowledged(&write.id, target, SlotState { value, version });
+            }
+            outcomes[*position] = Some(outcome);
         }
     }
     Ok(())
@@ -413,94 +505,5 @@ fn check_type(descriptions: &DescriptionTable, write: &WriteRequest) -> Result<(
             ShardError::wrong_type(write.id.as_str(), d.description.counter_type),
         ),
         _ => Ok(()),
-    }
-}
-
-impl WriteRouter {
-    /// Sends any request to slot `slot`'s node: a change of a counter's life that the node of
-    /// its `Idempotency-Key` makes.
-    pub async fn send(
-        &self,
-        slot: u32,
-        method: Method,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Bytes,
-    ) -> Result<geocount_net::Answer, ClientError> {
-        let url = self.client.url(self.address(slot), path);
-        self.client.send(method, &url, headers, body).await
-    }
-
-    /// Sends an encoded batch to `path` (`/batch` or `/batch/items`) of slot `slot`'s node,
-    /// marked as forwarded.
-    pub async fn forward(
-        &self,
-        slot: u32,
-        path: &str,
-        batch: Bytes,
-    ) -> Result<BatchResponse, ForwardError> {
-        let url = self.client.url(self.address(slot), path);
-        let headers = [
-            ("content-type", POSTCARD_CONTENT_TYPE),
-            (FORWARDED_HEADER, "1"),
-        ];
-        let answer = self
-            .client
-            .send(Method::POST, &url, &headers, batch)
-            .await?;
-        if refused_whole(answer.status) {
-            return Err(ForwardError::Refused {
-                status: answer.status.as_u16(),
-                error: String::from_utf8_lossy(&answer.body).into_owned(),
-            });
-        }
-        if !answer.status.is_success() {
-            return Err(ClientError::Transport {
-                url,
-                message: format!(
-                    "answered {}: {}",
-                    answer.status,
-                    String::from_utf8_lossy(&answer.body)
-                ),
-            }
-            .into());
-        }
-        postcard::from_bytes(&answer.body).map_err(|e| {
-            ClientError::Transport {
-                url,
-                message: format!("undecodable batch answer: {e}"),
-            }
-            .into()
-        })
-    }
-}
-
-/// Whether a shard node's answer of `status` to a forwarded batch refused it whole, applying
-/// nothing: every 4xx, and 503 (restoring, stopping, or fenced after a storage failure), are
-/// answered before any write is staged. Other failures may come after a write was applied.
-fn refused_whole(status: hyper::StatusCode) -> bool {
-    status.is_client_error() || status == hyper::StatusCode::SERVICE_UNAVAILABLE
-}
-
-/// Why a forwarded batch has no outcomes.
-#[derive(Debug, thiserror::Error)]
-pub enum ForwardError {
-    /// The target refused the whole batch and applied none of it.
-    #[error("refused with {status}: {error}")]
-    Refused {
-        /// The target's HTTP status.
-        status: u16,
-        /// Its answer's body.
-        error: String,
-    },
-    /// The request failed: not sent at all ([`ClientError::is_connect`]), or of unknown outcome.
-    #[error(transparent)]
-    Client(#[from] ClientError),
-}
-
-impl ForwardError {
-    /// Whether the batch certainly never reached the target.
-    pub fn is_connect(&self) -> bool {
-        matches!(self, ForwardError::Client(error) if error.is_connect())
     }
 }

@@ -1,4 +1,5 @@
-//! Slot choice inside a datacenter: which of a counter's slots takes a write ([`WriteRouter`]).
+//! Slot choice inside a datacenter: which of a counter's slots takes a write, and the way to
+//! each slot's node ([`WriteRouter`]).
 //!
 //! A counter uses `numberOfShards` of the datacenter's slots, chosen by consistent hashing
 //! ([`Placement`]). An item for a unique counter always goes to the slot its hash picks among
@@ -15,13 +16,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use bytes::Bytes;
+use geocount_model::wire::{BatchResponse, POSTCARD_CONTENT_TYPE};
 use geocount_model::{Placement, Selection};
-use geocount_net::HttpClient;
+use geocount_net::{ClientError, HttpClient};
 use geocount_sync::DescriptionTable;
+use hyper::Method;
 
 use crate::engine::key_scope::unscoped;
 use crate::engine::write::{Change, WriteRequest};
 use crate::peer::replication::PeerSink;
+
+/// Marks a request forwarded by another node: apply it here.
+pub const FORWARDED_HEADER: &str = "x-geocount-forwarded";
 
 /// Picks the slot for each write, and knows every slot's node (forwarding sends through its
 /// client).
@@ -35,8 +42,7 @@ pub struct WriteRouter {
     default_shards: u32,
     own_load: Arc<AtomicU64>,
     peers: Vec<(u32, Arc<PeerSink>)>,
-    /// The client forwarding sends with.
-    pub(super) client: HttpClient,
+    client: HttpClient,
 }
 
 /// What a router needs to know about the datacenter.
@@ -127,10 +133,7 @@ impl WriteRouter {
             return base_slots[(hash % base_slots.len() as u64) as usize];
         }
         if let Some(key) = key {
-            // Not the description's slot counts: a node that has not heard the description yet
-            // (or has heard an older one) would send a retry elsewhere, and it would count twice.
-            let key_slots = self.placement.slots_for(id, self.default_shards);
-            return Placement::slot_for_key(&key_slots, key);
+            return self.key_target(id, key);
         }
         let slots = self.placement.slots_for(id, shards);
         if slots.len() == 1 {
@@ -146,6 +149,18 @@ impl WriteRouter {
                 .min_by_key(|slot| (self.load_of(**slot), **slot != self.own_slot))
                 .expect("a counter has at least one slot"),
         }
+    }
+
+    /// The slot a change of counter `id` with the client's idempotency key `key` is made at:
+    /// a keyed write's (not an item's, which its hash pins) or a keyed change of its life.
+    /// Not by the description's slot counts: a node that has not heard the description yet
+    /// (or has heard an older one) would send a retry elsewhere, and it would count twice.
+    pub fn key_target(&self, id: &str, key: &str) -> u32 {
+        if self.addresses.len() == 1 {
+            return self.own_slot;
+        }
+        let key_slots = self.placement.slots_for(id, self.default_shards);
+        Placement::slot_for_key(&key_slots, key)
     }
 
     /// [`target`](Self::target) of `write`: a keyed write by its client's key alone, whoever
@@ -177,6 +192,95 @@ impl WriteRouter {
     /// The address of slot `slot`'s node.
     pub fn address(&self, slot: u32) -> SocketAddr {
         self.addresses[slot as usize]
+    }
+}
+
+impl WriteRouter {
+    /// Sends a request to slot `slot`'s node as it is: a change of a counter's life that the
+    /// node of its `Idempotency-Key` makes.
+    pub async fn send(
+        &self,
+        slot: u32,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<geocount_net::Answer, ClientError> {
+        let url = self.client.url(self.address(slot), path);
+        self.client.send(method, &url, headers, body).await
+    }
+
+    /// Sends an encoded batch to `path` (`/batch` or `/batch/items`) of slot `slot`'s node,
+    /// marked as forwarded.
+    pub async fn forward(
+        &self,
+        slot: u32,
+        path: &str,
+        batch: Bytes,
+    ) -> Result<BatchResponse, ForwardError> {
+        let url = self.client.url(self.address(slot), path);
+        let headers = [
+            ("content-type", POSTCARD_CONTENT_TYPE),
+            (FORWARDED_HEADER, "1"),
+        ];
+        let answer = self
+            .client
+            .send(Method::POST, &url, &headers, batch)
+            .await?;
+        if refused_whole(answer.status) {
+            return Err(ForwardError::Refused {
+                status: answer.status.as_u16(),
+                error: String::from_utf8_lossy(&answer.body).into_owned(),
+            });
+        }
+        if !answer.status.is_success() {
+            return Err(ClientError::Transport {
+                url,
+                message: format!(
+                    "answered {}: {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
+                ),
+            }
+            .into());
+        }
+        postcard::from_bytes(&answer.body).map_err(|e| {
+            ClientError::Transport {
+                url,
+                message: format!("undecodable batch answer: {e}"),
+            }
+            .into()
+        })
+    }
+}
+
+/// Whether a shard node's answer of `status` to a forwarded batch refused it whole, applying
+/// nothing: every 4xx, and 503 (restoring, stopping, or fenced after a storage failure), are
+/// answered before any write is staged. Other failures may come after a write was applied.
+fn refused_whole(status: hyper::StatusCode) -> bool {
+    status.is_client_error() || status == hyper::StatusCode::SERVICE_UNAVAILABLE
+}
+
+/// Why a forwarded batch has no outcomes.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// The target refused the whole batch and applied none of it.
+    #[error("refused with {status}: {error}")]
+    Refused {
+        /// The target's HTTP status.
+        status: u16,
+        /// Its answer's body.
+        error: String,
+    },
+    /// The request failed: not sent at all ([`ClientError::is_connect`]), or of unknown outcome.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl ForwardError {
+    /// Whether the batch certainly never reached the target.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, ForwardError::Client(error) if error.is_connect())
     }
 }
 
@@ -320,6 +424,16 @@ mod tests {
         assert_eq!(first.iter().collect::<HashSet<_>>().len(), 3, "{first:?}");
         let keyed = item_targets(&router, &items, Some("k"));
         assert_eq!(keyed, first, "a key does not move an item");
+    }
+
+    #[test]
+    fn a_keyed_change_of_life_goes_where_a_keyed_write_does() {
+        let router = router(Selection::RoundRobin, 0);
+        for n in 0..30 {
+            let key = format!("key-{n}");
+            let write = router.target(&NONE, "c", &DELTA, Some(&key));
+            assert_eq!(router.key_target("c", &key), write, "{key}");
+        }
     }
 
     #[test]
