@@ -13,7 +13,11 @@ scripts/check-docs.sh
 python3 scripts/check-modules.py
 # The README's tour and the list scripts/readme-examples.sh runs name the same commands.
 scripts/readme-examples.sh --check
-cargo build --workspace --bins --locked
+# The binaries and every test target in one build: `cargo test --workspace` below then compiles
+# nothing. Every cargo command here selects the whole workspace, so each dependency is built with
+# one set of features (a `-p` selection, or a build without the tests' dev-dependencies, unifies
+# them differently and rebuilds tokio and all above it).
+cargo build --workspace --bins --tests --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The deployment files: promtool over the Prometheus configuration, the alert rules, their unit
 # tests and the dashboard's queries; systemd-analyze over the units (Debian's prometheus and
@@ -39,11 +43,17 @@ fi
 # (scripts/run-local.sh on the debug build just made; about a minute).
 RUN_LOCAL_PROFILE=debug scripts/readme-examples.sh
 cargo test --workspace --locked
+# The simulation's seeds (ignored above: unoptimized they take minutes) in the `sim` profile of
+# Cargo.toml: opt-level 1 with debug assertions and overflow checks, its own build of the crates
+# the simulation runs (docs/testing.md, "How long each part takes").
+cargo test --profile sim --locked -p geocount-sim -- --include-ignored
 # The fuzz targets compile on stable and every seed replays (about 30 s the first time: libFuzzer).
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo test --manifest-path fuzz/Cargo.toml --locked
 # The end-to-end suites of the tiers again, with TLS on every listener and every call between
 # tiers (a test CA per test process; docs/testing.md): about a minute more.
-E2E_TLS=1 cargo test --locked -p geocount-e2e --test shard_node --test aggregation --test replication \
+# (`--workspace` so nothing is rebuilt; `--test resp` also runs crates/shard-node/tests/resp.rs,
+# in-process and without TLS, a few seconds.)
+E2E_TLS=1 cargo test --workspace --locked --test shard_node --test aggregation --test replication \
   --test windows --test topk --test openapi --test wan_cluster --test auth --test restore \
   --test fencing --test roles --test replicas --test partitions --test resp --test status_page
 # Every tier's /openapi.json against the running tier, with and without [auth]: schemathesis

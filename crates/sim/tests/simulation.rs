@@ -1,9 +1,12 @@
 //! The deterministic simulation suite: each scenario over many seeds, every run checking the
 //! invariants (see `geocount_sim::run`).
 //!
+//! The runs are ignored in a plain `cargo test`: unoptimized they take minutes, so
+//! `scripts/test.sh` runs them in the `sim` profile (opt-level 1, debug assertions on):
+//! `cargo test --profile sim -p geocount-sim -- --include-ignored`.
 //! `GEOCOUNT_SIM_SEEDS=N` runs seeds `0..N` of each scenario (default 50);
 //! `GEOCOUNT_SIM_SEED=S` runs only seed `S`, e.g. to replay a failure:
-//! `GEOCOUNT_SIM_SEED=17 cargo test -p geocount-sim --test simulation crash -- --nocapture`.
+//! `GEOCOUNT_SIM_SEED=17 cargo test --profile sim -p geocount-sim --test simulation crash -- --include-ignored --nocapture`.
 
 use std::time::Duration;
 
@@ -95,7 +98,7 @@ fn check(scenario: Scenario) {
     }
     assert!(
         failures.is_empty(),
-        "{}\nreplay one with GEOCOUNT_SIM_SEED=<seed> cargo test -p geocount-sim --test simulation {scenario} -- --nocapture",
+        "{}\nreplay one with GEOCOUNT_SIM_SEED=<seed> cargo test --profile sim -p geocount-sim --test simulation {scenario} -- --include-ignored --nocapture",
         failures.join("\n")
     );
 }
@@ -106,6 +109,7 @@ macro_rules! scenarios {
     ($($test:ident: $scenario:ident),* $(,)?) => {
         $(
             #[test]
+            #[ignore = "minutes unoptimized: run in the sim profile (scripts/test.sh)"]
             fn $test() {
                 check(Scenario::$scenario);
             }
@@ -131,6 +135,7 @@ scenarios! {
 /// the last client host ends, after every check has read the tiers, is left out: it can differ
 /// by a few milliseconds between two runs in one process (docs/testing.md, "Reproducing").
 #[test]
+#[ignore = "minutes unoptimized: run in the sim profile (scripts/test.sh)"]
 fn a_seed_replays_exactly() {
     let mut differ = Vec::new();
     for &scenario in ALL {

@@ -1,6 +1,8 @@
 //! A whole test cluster on one [`TestTopology`]: every shard node, the datacenter aggregators
-//! asked for and the global aggregator, started in that order (each tier finds the one below
-//! up), all stopped when it is dropped.
+//! asked for and the global aggregator, started tier by tier in that order (each tier finds the
+//! one below up), all stopped when it is dropped.
+
+use futures_util::future::join_all;
 
 use crate::{NodeProcess, TestTopology};
 
@@ -35,22 +37,20 @@ impl TestCluster {
             .iter()
             .map(|dc| dc.name.clone())
             .collect();
-        let mut shards = Vec::new();
-        for (d, dc) in names.iter().enumerate() {
-            let mut nodes = Vec::new();
-            for slot in 0..topology.topology.datacenters[d].shards.len() {
-                nodes.push(topology.start_shard(dc, slot).await);
+        // The processes of one tier do not wait for each other: each tier starts at once.
+        let (tiers, with_aggregator) = (&topology, &with_aggregator);
+        let shards = join_all(names.iter().enumerate().map(|(d, dc)| {
+            let slots = 0..tiers.topology.datacenters[d].shards.len();
+            join_all(slots.map(|slot| tiers.start_shard(dc, slot)))
+        }))
+        .await;
+        let aggregators = join_all(names.iter().enumerate().map(|(d, dc)| async move {
+            match with_aggregator(d) {
+                true => Some(tiers.start_datacenter_aggregator(dc).await),
+                false => None,
             }
-            shards.push(nodes);
-        }
-        let mut aggregators = Vec::new();
-        for (d, dc) in names.iter().enumerate() {
-            aggregators.push(if with_aggregator(d) {
-                Some(topology.start_datacenter_aggregator(dc).await)
-            } else {
-                None
-            });
-        }
+        }))
+        .await;
         let global = topology.start_global_aggregator().await;
         Self {
             shards,
