@@ -63,6 +63,15 @@ pub struct CounterDescription {
 }
 
 impl CounterDescription {
+    /// Its bounds, `None` for an unbounded counter.
+    pub fn bounds(&self) -> Option<crate::Bounds> {
+        let bounds = crate::Bounds {
+            min: self.min,
+            max: self.max,
+        };
+        (bounds.min.is_some() || bounds.max.is_some()).then_some(bounds)
+    }
+
     /// Checks what a description must satisfy wherever it comes from: `1 <=
     /// baseNumberOfShards <= numberOfShards <= MAX_SHARDS_PER_COUNTER` (growth never takes a
     /// counter under its base), a window of at least a second, and history levels as
@@ -93,7 +102,7 @@ impl CounterDescription {
         check_levels(&self.history).map_err(|message| {
             ModelError::InvalidDescription(format!("counter {}: {message}", self.id))
         })?;
-        if let Some(bounds) = crate::Bounds::of(self) {
+        if let Some(bounds) = self.bounds() {
             if self.counter_type == CounterType::Unique {
                 return Err(ModelError::InvalidDescription(format!(
                     "counter {}: only a sum counter takes min and max",

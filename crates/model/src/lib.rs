@@ -9,7 +9,8 @@
 //!   table and the slot copies are built on.
 //! - [`chunked`]: the append-only vector in fixed-size chunks an [`IdTable`] keeps its entries in
 //!   ([`chunked::ChunkedVec`]), so that growing never copies them.
-//! - [`slot`]: slot names ([`SlotId`]), a slot's `(value, version)` state ([`SlotState`]) and its
+//! - [`slot_id`]: slot names ([`SlotId`]).
+//! - [`slot`]: a slot's `(value, version)` state ([`SlotState`]) and its
 //!   last-writer-wins merge, and overflow-checked deltas.
 //! - [`counter`]: a counter's description (type, number of shards, window, creation time) and
 //!   its versioned form ([`VersionedDescription`]) that every node merges.
@@ -63,6 +64,7 @@ pub mod placement;
 pub mod rights;
 pub mod role;
 pub mod slot;
+pub mod slot_id;
 pub mod tls;
 pub mod top_k;
 pub mod topology;
@@ -81,9 +83,10 @@ pub use id_table::IdTable;
 pub use idempotency::IdempotencyRecord;
 pub use partition::{Partitions, partition_of};
 pub use placement::Placement;
-pub use rights::{Bound, Bounds, RightsAnswer, RightsLedger, RightsMessage, Room};
+pub use rights::{Bound, Bounds, RightsLedger, Room};
 pub use role::Role;
-pub use slot::{SlotId, SlotRecord, SlotState, max_slot_version, next_slot_version};
+pub use slot::{SlotRecord, SlotState, max_slot_version, next_slot_version};
+pub use slot_id::SlotId;
 pub use tls::TlsSettings;
 pub use topology::{
     AggregatorSettings, DatacenterConfig, Durability, GlobalConfig, HttpSettings, RegionLink,
@@ -92,3 +95,4 @@ pub use topology::{
 };
 pub use unique::UniqueSketch;
 pub use window::{BucketSlice, Recorded, Window, WindowChange, WindowQuery};
+pub use wire::{RightsAnswer, RightsMessage};

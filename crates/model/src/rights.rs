@@ -12,9 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    CounterDescription, CounterId, HlcTimestamp, ModelError, SlotId, VersionedDescription,
-};
+use crate::{ModelError, SlotId};
 
 /// Rights in both directions (an amount of room, or a transfer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,15 +158,6 @@ impl Bound {
 }
 
 impl Bounds {
-    /// The bounds of `description`, `None` for an unbounded counter.
-    pub fn of(description: &CounterDescription) -> Option<Bounds> {
-        let bounds = Bounds {
-            min: description.min,
-            max: description.max,
-        };
-        (bounds.min.is_some() || bounds.max.is_some()).then_some(bounds)
-    }
-
     /// Checks bounds a client asked for: `min <= 0 <= max` (a counter starts at zero).
     pub fn check(&self, id: &str) -> Result<(), ModelError> {
         let invalid = |message: String| ModelError::InvalidDescription(message);
@@ -283,58 +272,6 @@ pub fn portion(available: Option<i128>, need: u64, want: u64) -> u64 {
         return 0;
     }
     need.max(want.min(available / 2))
-}
-
-/// `POST /rights` between shard nodes (postcard): what a slot short of rights asks another.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RightsMessage {
-    /// Give slot `to` up to `want` of counter `counter`'s rights (at least `need`, or
-    /// nothing where less than `need` is held), in generation `generation`.
-    Ask {
-        /// The counter.
-        counter: CounterId,
-        /// The generation the asker counts in.
-        generation: HlcTimestamp,
-        /// The asking slot.
-        to: SlotId,
-        /// What it lacks.
-        need: Room,
-        /// What it would take.
-        want: Room,
-    },
-    /// Hold this bounded counter's description before answering (its creation waits for
-    /// every shard node to).
-    Describe(VersionedDescription),
-}
-
-/// A slot's answer to [`RightsMessage::Ask`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RightsAnswer {
-    /// The generation the answering slot counts in (a transfer counts only in its own).
-    pub generation: HlcTimestamp,
-    /// What it gave the asker in all, this time included.
-    pub given: Room,
-    /// The increments it may still apply (`None`: no ceiling).
-    pub up: Option<i64>,
-    /// The decrements it may still apply (`None`: no floor).
-    pub down: Option<i64>,
-}
-
-impl RightsAnswer {
-    /// The answer of a slot holding `available` in `generation`, having given `given`.
-    pub fn new(
-        generation: HlcTimestamp,
-        given: Room,
-        available: (Option<i128>, Option<i128>),
-    ) -> Self {
-        let narrow = |n: i128| i64::try_from(n).unwrap_or(if n < 0 { i64::MIN } else { i64::MAX });
-        Self {
-            generation,
-            given,
-            up: available.0.map(narrow),
-            down: available.1.map(narrow),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -24,7 +24,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{IdempotencyRecord, Partitions, SlotRecord, VersionedDescription};
+use crate::{
+    CounterId, HlcTimestamp, IdempotencyRecord, Partitions, Room, SlotId, SlotRecord,
+    VersionedDescription,
+};
 
 /// The content type of postcard bodies.
 pub const POSTCARD_CONTENT_TYPE: &str = "application/x-postcard";
@@ -534,5 +537,57 @@ mod tests {
         assert_eq!((all_applied.applied, all_applied.refused.len()), (1000, 0));
         // The whole answer to 1,000 applied writes is a few bytes.
         assert!(postcard::to_allocvec(&all_applied).unwrap().len() < 8);
+    }
+}
+
+/// `POST /rights` between shard nodes (postcard): what a slot short of rights asks another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RightsMessage {
+    /// Give slot `to` up to `want` of counter `counter`'s rights (at least `need`, or
+    /// nothing where less than `need` is held), in generation `generation`.
+    Ask {
+        /// The counter.
+        counter: CounterId,
+        /// The generation the asker counts in.
+        generation: HlcTimestamp,
+        /// The asking slot.
+        to: SlotId,
+        /// What it lacks.
+        need: Room,
+        /// What it would take.
+        want: Room,
+    },
+    /// Hold this bounded counter's description before answering (its creation waits for
+    /// every shard node to).
+    Describe(VersionedDescription),
+}
+
+/// A slot's answer to [`RightsMessage::Ask`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RightsAnswer {
+    /// The generation the answering slot counts in (a transfer counts only in its own).
+    pub generation: HlcTimestamp,
+    /// What it gave the asker in all, this time included.
+    pub given: Room,
+    /// The increments it may still apply (`None`: no ceiling).
+    pub up: Option<i64>,
+    /// The decrements it may still apply (`None`: no floor).
+    pub down: Option<i64>,
+}
+
+impl RightsAnswer {
+    /// The answer of a slot holding `available` in `generation`, having given `given`.
+    pub fn new(
+        generation: HlcTimestamp,
+        given: Room,
+        available: (Option<i128>, Option<i128>),
+    ) -> Self {
+        let narrow = |n: i128| i64::try_from(n).unwrap_or(if n < 0 { i64::MIN } else { i64::MAX });
+        Self {
+            generation,
+            given,
+            up: available.0.map(narrow),
+            down: available.1.map(narrow),
+        }
     }
 }

@@ -50,7 +50,7 @@ pub fn gather(
 ) -> Gathered {
     let life = counter.life(now_ms);
     let copies = counter.copies.unwrap_or_default();
-    let bounds = (counter.description).and_then(|d| Bounds::of(&d.description));
+    let bounds = (counter.description).and_then(|d| d.description.bounds());
     if counter.is_unique() {
         let (readings, union) = read_unique_datacenters(replica, layout, copies, &life, now_ms);
         Gathered {

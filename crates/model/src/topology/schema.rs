@@ -7,60 +7,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Durability, RespSettings, ShardDefaults, TopologyError};
-use crate::access::AuthConfig;
-use crate::tls::TlsSettings;
+use super::{Durability, ShardDefaults, Topology, TopologyError};
 use crate::{Partitions, Placement, SlotId};
-
-/// The whole topology.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Topology {
-    /// The global aggregator.
-    pub global: GlobalConfig,
-    /// Settings shared by every shard node.
-    #[serde(default)]
-    pub shard: ShardDefaults,
-    /// How often each tier pulls from its neighbours.
-    #[serde(default)]
-    pub sync: SyncSettings,
-    /// The datacenters; each runs one aggregator and one shard node per slot.
-    pub datacenters: Vec<DatacenterConfig>,
-    /// What `GET /trending` lists at both aggregators.
-    #[serde(default)]
-    pub trending: TrendingConfig,
-    /// The WAN `geocount-cluster --wan` emulates between regions; the tiers ignore it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wan: Option<WanSettings>,
-    /// TLS between every tier (`[tls]`); plain HTTP without it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsSettings>,
-    /// Limits of every tier's HTTP listener: connections and slow clients.
-    #[serde(default)]
-    pub http: HttpSettings,
-    /// Who may call the client API, and the secret between tiers (docs/operations.md, "Access").
-    #[serde(default)]
-    pub auth: AuthConfig,
-    /// How every tier's process uses memory (`[memory]`).
-    #[serde(default)]
-    pub memory: MemorySettings,
-    /// How much state each aggregator holds (`[aggregator]`).
-    #[serde(default)]
-    pub aggregator: AggregatorSettings,
-    /// Limits of every shard node's RESP listener (`[resp]`).
-    #[serde(default)]
-    pub resp: RespSettings,
-    /// How many partitions the counter space is split into (by placement hash); each
-    /// aggregator replica may hold only some (`global.partitions`,
-    /// `datacenters[i].aggregator_partitions`). Default 1: every aggregator holds every
-    /// counter. At most 1024.
-    #[serde(default = "one_partition")]
-    pub partitions: u32,
-}
-
-fn one_partition() -> u32 {
-    1
-}
 
 /// How much state each aggregator holds (`[aggregator]`), in bytes as
 /// [`crate::held_bytes`] estimates them: the copies it pulls from the tier below. A pulled
@@ -352,19 +300,6 @@ impl Default for SyncSettings {
             tombstone_retention_secs: 7 * 24 * 3_600,
         }
     }
-}
-
-/// How a shard node picks one of a counter's slots for a write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Selection {
-    /// Each of the counter's slots in turn.
-    #[default]
-    RoundRobin,
-    /// A random one of the counter's slots.
-    Random,
-    /// The slot whose node reported the lowest write rate.
-    LeastLoaded,
 }
 
 /// One datacenter.

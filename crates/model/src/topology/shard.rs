@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use std::path::PathBuf;
 
-use super::{Durability, Selection};
+use super::Durability;
 
 /// One level of `shard.default_history`: the TOML form of a [`crate::HistoryLevel`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,4 +149,17 @@ impl Default for ShardDefaults {
             world_refresh_ms: 1_000,
         }
     }
+}
+
+/// How a shard node picks one of a counter's slots for a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// Each of the counter's slots in turn.
+    #[default]
+    RoundRobin,
+    /// A random one of the counter's slots.
+    Random,
+    /// The slot whose node reported the lowest write rate.
+    LeastLoaded,
 }

@@ -34,9 +34,7 @@ use std::sync::{Arc, LazyLock};
 
 use geocount_model::unique::STANDARD_ERROR;
 use geocount_model::wire::{BatchResponse, BatchSummary, EntryOutcome, POSTCARD_CONTENT_TYPE};
-use geocount_model::{
-    Bounds, CounterId, CounterType, HlcTimestamp, ShardDefaults, SlotRecord, SlotState,
-};
+use geocount_model::{CounterId, CounterType, HlcTimestamp, ShardDefaults, SlotRecord, SlotState};
 use geocount_net::prefer::{PREFERENCE_APPLIED, RETURN_MINIMAL};
 use geocount_net::{Response, bytes_response, json_response, prefers_minimal_return, read_body};
 use hyper::body::Incoming;
@@ -177,7 +175,7 @@ fn served_while_restoring(route: Route, slot: Option<&str>, state: &NodeState) -
 async fn create(state: &NodeState, request: Request<Incoming>) -> Result<Response, ShardError> {
     let body = read_body(request, state.settings.max_body_bytes).await?;
     let description = parse_create(&body, &state.settings, state.clock.now_unix_ms())?;
-    let bounded = Bounds::of(&description).is_some();
+    let bounded = description.bounds().is_some();
     let asked = (description.id.clone(), description.min, description.max);
     let (reply, answer) = tokio::sync::oneshot::channel();
     state.send(Command::Create { description, reply }).await?;

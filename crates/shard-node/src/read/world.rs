@@ -23,9 +23,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use geocount_model::VersionedDescription;
 use geocount_model::wire::{HeldParts, PartsPresence};
-use geocount_model::{
-    Bounds, Clock, CounterId, CounterType, HlcTimestamp, SlotState, UniqueSketch,
-};
+use geocount_model::{Clock, CounterId, CounterType, HlcTimestamp, SlotState, UniqueSketch};
 use geocount_sync::{DescriptionTable, SlotCopies};
 
 use super::parts::OtherParts;
@@ -295,7 +293,7 @@ fn combine(local: &Local, others: Option<&HeldParts>, now_ms: u64) -> Option<Wor
     let here: i128 = counting.iter().map(|s| i128::from(s.value)).sum();
     let total = here + others.map_or(0, |o| o.value);
     // Parts of different ages can add up past a bound the true total never passes.
-    let bounds = (local.description.as_ref()).and_then(|d| Bounds::of(&d.description));
+    let bounds = (local.description.as_ref()).and_then(|d| d.description.bounds());
     Some(WorldValue::Sum(match bounds {
         Some(bounds) => bounds.clamp_wide(total),
         None => total,

@@ -10,9 +10,7 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use geocount_model::wire::POSTCARD_CONTENT_TYPE;
-use geocount_model::{
-    Bound, Bounds, CounterId, HlcTimestamp, RightsAnswer, RightsMessage, Room, SlotId,
-};
+use geocount_model::{Bound, CounterId, HlcTimestamp, RightsAnswer, RightsMessage, Room, SlotId};
 use hyper::{Method, StatusCode};
 
 use super::{ASK_TIMEOUT, Donor, RightsNetwork, RightsNode};
@@ -84,7 +82,7 @@ async fn apply_with_rights<N: RightsNode>(
         .read()
         .expect("descriptions lock")
         .get(&id)
-        .and_then(|d| Bounds::of(&d.description));
+        .and_then(|d| d.description.bounds());
     let delta = match shortage.write.change {
         crate::engine::write::Change::Delta(delta) => delta,
         crate::engine::write::Change::Item { .. } => 0,

@@ -9,8 +9,7 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use geocount_model::wire::POSTCARD_CONTENT_TYPE;
 use geocount_model::{
-    Bounds, CounterId, HlcTimestamp, RightsAnswer, RightsMessage, Room, SlotId,
-    VersionedDescription,
+    CounterId, HlcTimestamp, RightsAnswer, RightsMessage, Room, SlotId, VersionedDescription,
 };
 use geocount_net::{Response, bytes_response, json_response};
 use hyper::{Method, StatusCode};
@@ -190,7 +189,7 @@ pub fn read_rights<N: RightsNode>(state: &N, id: &CounterId) -> Result<Response,
     let bounds = (state.descriptions().read().expect("descriptions lock"))
         .get(id.as_str())
         .filter(|d| d.is_live(now_ms))
-        .and_then(|d| Bounds::of(&d.description))
+        .and_then(|d| d.description.bounds())
         .ok_or_else(|| ShardError::NotFound(id.to_string()))?;
     let generation = super::ask::generation_of(state, id);
     let table = state.table().read().expect("slot table lock");

@@ -156,7 +156,7 @@ impl Staged {
             slot.described = true;
             slot.known = Some(description.description.counter_type);
             slot.window_seconds = description.description.window_seconds;
-            slot.bounds = Bounds::of(&description.description);
+            slot.bounds = description.description.bounds();
         }
         self.described.insert(id, self.descriptions.len());
         self.descriptions.push(description);
@@ -232,7 +232,7 @@ impl Staged {
             generation,
             renewed,
             rights: None,
-            bounds: described.and_then(|d| Bounds::of(&d.description)),
+            bounds: described.and_then(|d| d.description.bounds()),
         };
         let (at, _) = self.slots.insert_full(counter.clone(), slot);
         &mut self.slots[at]

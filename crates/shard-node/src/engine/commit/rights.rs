@@ -123,13 +123,13 @@ impl CommitLoop {
         let id = description.description.id.clone();
         let now_ms = staged.now_ms;
         let generation = description.generation_at(now_ms);
-        let bounds = Bounds::of(&description.description);
+        let bounds = description.description.bounds();
         let weighed = (staged.description(id.as_str()))
             .or_else(|| descriptions.get(id.as_str()))
             .is_some_and(|known| {
                 known.is_live(now_ms)
                     && known.generation_at(now_ms) == generation
-                    && Bounds::of(&known.description).is_some()
+                    && known.description.bounds().is_some()
             });
         let share = self.share_of(&id, bounds);
         let slot = staged.slot(table, descriptions, &self.shared.settings, &id);
