@@ -20,7 +20,7 @@ fn bounds() -> Vec<Bounds> {
     let mut fixture = description("q", CounterType::Sum, 1).description;
     fixture.min = Some(-10);
     fixture.max = Some(1_000);
-    let described = Bounds::of(&fixture).expect("a bounded fixture");
+    let described = fixture.bounds().expect("a bounded fixture");
     vec![
         described,
         Bounds {
@@ -185,7 +185,7 @@ pub fn run(data: &[u8]) -> bool {
         RightsMessage::Describe(pushed) => {
             // A description that fails its check is refused before any table holds it.
             if pushed.description.check().is_ok()
-                && let Some(bounds) = Bounds::of(&pushed.description)
+                && let Some(bounds) = pushed.description.bounds()
             {
                 bounds
                     .check(pushed.description.id.as_str())
