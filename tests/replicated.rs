@@ -344,7 +344,7 @@ async fn under_auth_only_the_slot_s_own_node_replicates_it() {
         .await;
     assert_eq!(status, 200, "{body}");
 
-    let batch = postcard::to_allocvec(&geocount_model::wire::ReplicateBatch::default()).unwrap();
+    let batch = postcard::to_allocvec(&geocount_model::wire::HeldBatch::default()).unwrap();
     let path = "/slots/DC_USA_0_VAL_0/replicate";
     let answer = writer
         .send(geocount_test_support::Method::POST, path, &[], batch)

@@ -4,8 +4,8 @@
 //! answered by a [`SyncPage`]): the slot states and descriptions changed since the puller's
 //! [`Cursor`]. Descriptions also flow down the same way. A shard node restoring its slot asks for
 //! `GET /slots/{slot}/copy` ([`SlotCopy`]). In `replicated` durability a shard node sends each
-//! group it logged to its peers ([`ReplicateBatch`]) and restores from their logs
-//! ([`ReplicaCopy`]).
+//! group it logged to its peers ([`HeldBatch`]) and restores from their logs
+//! ([`HeldCopy`]).
 //!
 //! The batched write path: a client sends a [`BatchRequest`] as the body of `POST /batch` with
 //! content type [`POSTCARD_CONTENT_TYPE`], and gets a [`BatchResponse`] with one [`EntryOutcome`]
@@ -385,7 +385,7 @@ pub struct SlotCopy {
 /// durability (`POST /slots/{slot}/replicate`): the peer appends them to its log of the slot
 /// and fsyncs them before it answers 200 (`{"groups": n}`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ReplicateBatch<'a> {
+pub struct HeldBatch<'a> {
     /// The sender's incarnation.
     pub incarnation: u64,
     /// The slot version from which on every group a copy of the slot was shown was held by
@@ -405,14 +405,14 @@ pub struct ReplicateBatch<'a> {
 /// (`GET /slots/{slot}/replica`), for the slot's node restoring it: every group that node
 /// acknowledged, or made visible, in `replicated` durability is in at least one peer's.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct ReplicaCopy {
+pub struct HeldCopy {
     /// The slot.
     pub slot: String,
-    /// The latest [`ReplicateBatch::since_version`] the peer's log took (`None`: it holds no
+    /// The latest [`HeldBatch::since_version`] the peer's log took (`None`: it holds no
     /// log of the slot).
     pub owner_since: Option<u64>,
     /// The slot version after which the peer holds every group it took: 0 unless its data
-    /// directory replaced a lost one, then the [`ReplicateBatch::made_through`] of the first
+    /// directory replaced a lost one, then the [`HeldBatch::made_through`] of the first
     /// batch its log of the slot took (`u64::MAX` without one).
     pub holds_after: u64,
     /// Each counter's latest record.

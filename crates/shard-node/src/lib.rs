@@ -21,7 +21,7 @@
 //!   other slots for rights (this datacenter's first) and is tried again; other nodes' asks
 //!   are answered here.
 //! - [`peer`]: the committed write reaches the datacenter's other nodes as they pull this
-//!   node's slot (served by [`http`]); this node pulls theirs in turn (its replicas, so that a
+//!   node's slot (served by [`http`]); this node pulls theirs in turn (its peer copies, so that a
 //!   peer that loses its disk can restore from them) and the counters' descriptions.
 //! - [`read`]: a counter's world value, as Redis reads and `GET /counter/{id}/world` answer
 //!   it: this datacenter's slots as this node holds them, the others' as the global tier

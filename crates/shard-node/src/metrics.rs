@@ -57,7 +57,7 @@ pub struct ShardMetrics {
     pub pulls_ok: Family<SourceLabel, Counter>,
     /// Sync pulls that failed, by source.
     pub pulls_failed: Family<SourceLabel, Counter>,
-    /// Slot states merged into the peer replicas.
+    /// Slot states merged into the peer copies.
     pub replica_merges: Counter,
     /// 1 while the datacenter aggregator reports that another process serves this node's slot
     /// and this one, the newer, takes no writes.

@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 use crate::config::NodeConfig;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::commit::{CommitContext, CommitLoop};
+use crate::engine::held::HeldGroups;
 use crate::engine::idempotency::SharedKeys;
-use crate::engine::replication::GroupReplication;
 use crate::engine::slot_table::SharedSlotTable;
 use crate::engine::write::Command;
 use crate::error::StorageError;
@@ -24,11 +24,11 @@ use crate::health::NodeHealth;
 use crate::http::api;
 use crate::metrics::ShardMetrics;
 use crate::node::NodeState;
+use crate::peer::held_log::{HeldLogs, holds_since};
+use crate::peer::held_sender::{HeldSender, resend_log};
 use crate::peer::key_file::KeyFile;
 use crate::peer::keys::PeerKeys;
-use crate::peer::replica_log::{ReplicaLogs, holds_since};
-use crate::peer::replication::PeerSink;
-use crate::peer::replicator::{Replicator, resend_log};
+use crate::peer::pulls::PeerSink;
 use crate::read::parts::{GlobalTier, OtherParts};
 use crate::read::world::{LocalSlots, WorldView};
 use crate::rights::{Datacenter, RightsNetwork};
@@ -88,12 +88,12 @@ pub async fn run_with_resp<L: Listener, R: Listener>(
         (true, _) | (false, 0) => 0,
         (false, last) => next_slot_version(last, clock.now_unix_ms()),
     };
-    let replicator = Replicator::for_node(&config, incarnation, since_version, &client);
+    let held_sender = HeldSender::for_node(&config, incarnation, since_version, &client);
     // The own slot is shown to pullers once a peer holds what this process starts with.
-    let shown = Arc::new(AtomicBool::new(replicator.is_none()));
-    if let Some(replicator) = &replicator {
+    let shown = Arc::new(AtomicBool::new(held_sender.is_none()));
+    if let Some(held_sender) = &held_sender {
         let resent = (shown.clone(), last_version);
-        resend_log(replicator.as_ref(), &storage, &config.data_dir, resent).await?;
+        resend_log(held_sender.as_ref(), &storage, &config.data_dir, resent).await?;
     }
     let peer_keys = read_peer_keys(&config, &storage, clock.now_unix_ms()).await?;
     let (disk, dir, now_ms) = (
@@ -109,7 +109,7 @@ pub async fn run_with_resp<L: Listener, R: Listener>(
         &storage,
         clock.clone(),
         resumed,
-        (replicator, shown),
+        (held_sender, shown),
         holds_since_ms,
     );
     let me = Puller {
@@ -210,14 +210,14 @@ struct Engine {
     table: SharedSlotTable,
     descriptions: Arc<RwLock<DescriptionTable>>,
     /// The copies of the peers' slots, filled by the pulls.
-    replicas: Arc<RwLock<SlotCopies>>,
+    peer_copies: Arc<RwLock<SlotCopies>>,
     keys: SharedKeys,
     load: Arc<AtomicU64>,
     metrics: Arc<ShardMetrics>,
     health: Arc<NodeHealth>,
     clock: Arc<dyn Clock>,
     /// The logs of the groups the peers replicate here, and where their file calls run.
-    replica_logs: Arc<ReplicaLogs>,
+    held_logs: Arc<HeldLogs>,
     /// Whether the own slot may be pulled: in `replicated` durability, once a peer holds the
     /// log this process started with.
     shown: Arc<AtomicBool>,
@@ -234,7 +234,7 @@ impl Engine {
 }
 
 /// Starts the commit loop (with its checkpointer) on the recovered state, and the ticker that
-/// drives its flushes, key expiry and checkpoints; with a `replicator`, each group is shown
+/// drives its flushes, key expiry and checkpoints; with a `held_sender`, each group is shown
 /// and its writes answered once a peer holds it too, and the slot is pulled once `shown`.
 /// The peers' logs held here hold every group since `holds_since_ms`.
 fn start_engine(
@@ -242,7 +242,7 @@ fn start_engine(
     storage: &Storage,
     clock: Arc<dyn Clock>,
     resumed: Resumed,
-    (replicator, shown): (Option<Box<dyn GroupReplication>>, Arc<AtomicBool>),
+    (held_sender, shown): (Option<Box<dyn HeldGroups>>, Arc<AtomicBool>),
     holds_since_ms: u64,
 ) -> Engine {
     let settings = &config.settings;
@@ -250,7 +250,7 @@ fn start_engine(
     let health = Arc::new(NodeHealth::default());
     let table: SharedSlotTable = Arc::new(RwLock::new(resumed.table));
     let descriptions = Arc::new(RwLock::new(resumed.descriptions));
-    let replicas = Arc::new(RwLock::new(SlotCopies::new(config.slot_names())));
+    let peer_copies = Arc::new(RwLock::new(SlotCopies::new(config.slot_names())));
     metrics
         .counters_held
         .set(table.read().expect("slot table lock").len() as i64);
@@ -276,7 +276,7 @@ fn start_engine(
         CommitContext {
             table: table.clone(),
             descriptions: descriptions.clone(),
-            peer_copies: replicas.clone(),
+            peer_copies: peer_copies.clone(),
             checkpointer,
             settings: settings.clone(),
             clock: clock.clone(),
@@ -290,8 +290,8 @@ fn start_engine(
             rights: config.rights_place(),
         },
     );
-    let commit_loop = match replicator {
-        Some(replicator) => commit_loop.replicating_through(replicator),
+    let commit_loop = match held_sender {
+        Some(held_sender) => commit_loop.holding_through(held_sender),
         None => commit_loop,
     };
     let commit_worker = storage.spawn("commit", commit_loop.run(receiver));
@@ -300,7 +300,7 @@ fn start_engine(
         Durability::Sync | Durability::Replicated => 250,
     };
     let own = config.slot.to_string();
-    let replica_logs = Arc::new(ReplicaLogs::new(
+    let held_logs = Arc::new(HeldLogs::new(
         storage.disk.clone(),
         &config.data_dir,
         config
@@ -321,13 +321,13 @@ fn start_engine(
         ticker,
         table,
         descriptions,
-        replicas,
+        peer_copies,
         keys,
         load,
         metrics,
         health,
         clock,
-        replica_logs,
+        held_logs,
         shown,
         storage: storage.clone(),
     }
@@ -335,7 +335,7 @@ fn start_engine(
 
 /// The pullers of the peers' slots and descriptions and of the aggregator's descriptions.
 struct Pulls {
-    replicas: Arc<RwLock<SlotCopies>>,
+    peer_copies: Arc<RwLock<SlotCopies>>,
     /// Every source pulled, for `/healthz` and the staleness metrics.
     sources: Vec<Arc<PeerSink>>,
     /// Each peer's slot index and sink, for the write router's load reports.
@@ -356,7 +356,7 @@ fn start_pulls(
     storage: &Storage,
 ) -> Pulls {
     let slot_names = config.slot_names();
-    let replicas = engine.replicas.clone();
+    let peer_copies = engine.peer_copies.clone();
     let clock = &engine.clock;
     let mut sources = Vec::new();
     let mut peers = Vec::new();
@@ -367,7 +367,7 @@ fn start_pulls(
         let sink = Arc::new(
             PeerSink::new(
                 &slot_names[index],
-                Some((replicas.clone(), index as u16)),
+                Some((peer_copies.clone(), index as u16)),
                 engine.descriptions.clone(),
                 engine.commands.clone(),
                 engine.metrics.clone(),
@@ -416,13 +416,13 @@ fn start_pulls(
     }
     let retention = Duration::from_secs(config.sync.tombstone_retention_secs);
     pullers.push(tokio::spawn(crate::peer::reclaim::keep_reclaiming(
-        replicas.clone(),
+        peer_copies.clone(),
         engine.descriptions.clone(),
         clock.clone(),
         retention,
     )));
     Pulls {
-        replicas,
+        peer_copies,
         sources,
         peers,
         pullers,
@@ -459,7 +459,7 @@ fn node_state(
         slot_name: config.slot.to_string(),
         table: engine.table.clone(),
         descriptions: engine.descriptions.clone(),
-        replicas: pulls.replicas.clone(),
+        peer_copies: pulls.peer_copies.clone(),
         sources: pulls.sources.clone(),
         router,
         commands: engine.commands.clone(),
@@ -474,7 +474,7 @@ fn node_state(
         incarnation,
         nonce,
         keys: engine.keys.clone(),
-        replica_logs: engine.replica_logs.clone(),
+        held_logs: engine.held_logs.clone(),
         slot_shown: engine.shown.clone(),
         storage: engine.storage.clone(),
         world: Arc::new(world),
@@ -506,7 +506,7 @@ fn world_view(
     let local = LocalSlots {
         table: engine.table.clone(),
         own_slot: config.slot.index as u16,
-        copies: pulls.replicas.clone(),
+        copies: pulls.peer_copies.clone(),
         descriptions: engine.descriptions.clone(),
         restore,
     };

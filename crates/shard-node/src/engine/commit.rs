@@ -19,9 +19,9 @@ use geocount_model::{CounterId, VersionedDescription, next_slot_version};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::budget::ByteBudget;
+use crate::engine::held::HeldGroups;
 use crate::engine::hot::HotCounters;
 use crate::engine::idempotency::SharedKeys;
-use crate::engine::replication::GroupReplication;
 use crate::engine::store::Checkpoint;
 use crate::engine::wal::Wal;
 use crate::engine::write::Command;
@@ -72,7 +72,7 @@ pub struct CommitLoop {
     learned_unlogged: Vec<VersionedDescription>,
     /// In `replicated` durability: where each durable group goes before its writes are
     /// answered.
-    replicator: Option<Box<dyn GroupReplication>>,
+    held_sender: Option<Box<dyn HeldGroups>>,
     /// Deleted counters whose rows go once no checkpoint is running (a running one names the
     /// rows it writes by index).
     doomed: Vec<CounterId>,
@@ -119,7 +119,7 @@ impl CommitLoop {
             last_checkpoint_ms: now,
             fenced: None,
             learned_unlogged: Vec::new(),
-            replicator: None,
+            held_sender: None,
             doomed,
             last_purge_ms: 0,
             shared,
@@ -127,8 +127,8 @@ impl CommitLoop {
     }
 
     /// Answers each group's writes only once a peer holds it too (`replicated` durability).
-    pub(crate) fn replicating_through(mut self, replicator: Box<dyn GroupReplication>) -> Self {
-        self.replicator = Some(replicator);
+    pub(crate) fn holding_through(mut self, held_sender: Box<dyn HeldGroups>) -> Self {
+        self.held_sender = Some(held_sender);
         self
     }
 
@@ -171,7 +171,7 @@ impl CommitLoop {
             return None;
         }
         self.restore_apart(&mut group);
-        if let Some(reason) = self.replicator.as_ref().and_then(|r| r.refusal()) {
+        if let Some(reason) = self.held_sender.as_ref().and_then(|r| r.refusal()) {
             group = refuse_waiting_for_peers(group, &reason, &self.shared.metrics);
         }
         let now_ms = self.shared.clock.now_unix_ms();
@@ -180,7 +180,7 @@ impl CommitLoop {
         let replies = staged.replies;
         match self.log(staged.staged) {
             Ok((record, changes))
-                if self.replicator.is_some() && (!record.is_empty() || !replies.is_empty()) =>
+                if self.held_sender.is_some() && (!record.is_empty() || !replies.is_empty()) =>
             {
                 Some(self.replicate(changes, record, replies, now_ms))
             }

@@ -6,7 +6,7 @@
 //!   committed state, logs the group with one fsync, installs it and answers.
 //! - [`wal`]: the write-ahead log the groups are appended to, in the framing of [`records`]
 //!   (shared with a peer's key file) that tells a torn tail from corruption.
-//! - [`replication`]: what the commit loop hands its durable groups to in `replicated`
+//! - [`held`]: what the commit loop hands its durable groups to in `replicated`
 //!   durability, to be answered once a peer holds them.
 //! - [`slot_table`]: the committed state of the own slot, in memory; reads are served from it.
 //! - [`idempotency`]: the `Idempotency-Key` records a retry is answered from, found through
@@ -19,13 +19,13 @@
 pub(crate) mod budget;
 pub mod checkpoint;
 pub mod commit;
+pub(crate) mod held;
 pub(crate) mod hot;
 pub(crate) mod idempotency;
 pub(crate) mod key_blocks;
 pub(crate) mod key_index;
 pub mod key_scope;
 pub(crate) mod records;
-pub(crate) mod replication;
 pub mod slot_table;
 pub(crate) mod store;
 pub(crate) mod wal;

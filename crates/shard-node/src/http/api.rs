@@ -50,7 +50,7 @@ use crate::http::requests::{
     parse_write, parse_write_op,
 };
 use crate::http::routes::{Route, need};
-use crate::http::{copies, lifecycle, replicas, world};
+use crate::http::{copies, held, lifecycle, world};
 use crate::node::NodeState;
 use crate::rights;
 use crate::route::forward;
@@ -134,9 +134,9 @@ async fn dispatch(
             copies::copy_page(state, &slot, request.uri().query(), keys)
         }
         (Route::Replicate, Method::POST, _, Some(slot)) => {
-            replicas::replicate(state, &slot, request).await
+            held::replicate(state, &slot, request).await
         }
-        (Route::Replica, Method::GET, _, Some(slot)) => replicas::replica(state, &slot).await,
+        (Route::Replica, Method::GET, _, Some(slot)) => held::replica(state, &slot).await,
         (Route::Health, Method::GET, _, _) => Ok(health(state)),
         (Route::OpenApi, Method::GET, _, _) => Ok(json_response(
             StatusCode::OK,
@@ -145,7 +145,7 @@ async fn dispatch(
         (Route::Metrics, Method::GET, _, _) => {
             let staleness = state.sources.iter().map(|s| (s.name(), s.staleness_ms()));
             let held = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-            let peers = state.replicas.read().expect("replicas lock").len();
+            let peers = state.peer_copies.read().expect("peer copies lock").len();
             state.metrics.peer_counters.set(held(peers));
             let descriptions = state.descriptions.read().expect("descriptions lock").len();
             state.metrics.descriptions_held.set(held(descriptions));

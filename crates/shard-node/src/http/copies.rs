@@ -92,11 +92,11 @@ fn slot_copy(
             partitions: None,
         }
     } else {
-        let replicas = state.replicas.read().expect("replicas lock");
-        let index = replicas.slot_index(slot).ok_or_else(|| {
+        let peer_copies = state.peer_copies.read().expect("peer copies lock");
+        let index = peer_copies.slot_index(slot).ok_or_else(|| {
             ShardError::NotFound(format!("slot {slot} is not of this datacenter"))
         })?;
-        let (entries, next) = replicas.copy_page(index, from, limit);
+        let (entries, next) = peer_copies.copy_page(index, from, limit);
         let peer = state.sources.iter().find(|s| s.name() == slot);
         let complete_as_of_ms = peer.and_then(|p| p.complete_as_of_ms());
         SlotCopy {
@@ -104,7 +104,7 @@ fn slot_copy(
             entries,
             complete: complete_as_of_ms.is_some(),
             complete_as_of_ms,
-            source_epoch: replicas.copy_epoch(),
+            source_epoch: peer_copies.copy_epoch(),
             next,
             owner_incarnation: peer.map_or(0, |p| p.incarnation()),
             partitions: None,
@@ -120,7 +120,7 @@ fn key_copy(
     from: u64,
     limit: usize,
 ) -> Result<Response, ShardError> {
-    let source_epoch = state.replicas.read().expect("replicas lock").epoch();
+    let source_epoch = state.peer_copies.read().expect("peer copies lock").epoch();
     let copy = state
         .sources
         .iter()

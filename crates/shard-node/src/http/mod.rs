@@ -8,16 +8,16 @@
 //!   mark) into the write vocabulary; the fuzz targets call it too.
 //! - [`copies`]: what the node serves the processes that copy its slot: sync pages to its peers
 //!   and its datacenter aggregator, and a restoring peer's copies.
-//! - [`replicas`]: what the node keeps for its peers in `replicated` durability: their groups,
+//! - [`held`]: what the node keeps for its peers in `replicated` durability: their groups,
 //!   appended to its logs of their slots, and those logs folded for a peer restoring.
 //! - [`world`]: `GET /counter/{id}/world`, a counter's world value ([`crate::read`]).
 //! - [`openapi`]: the API's OpenAPI document (`GET /openapi.json`).
 
 pub(crate) mod api;
 pub(crate) mod copies;
+pub(crate) mod held;
 pub(crate) mod lifecycle;
 pub(crate) mod openapi;
-pub(crate) mod replicas;
 pub mod requests;
 pub mod routes;
 pub(crate) mod world;

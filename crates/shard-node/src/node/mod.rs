@@ -26,8 +26,8 @@ use crate::engine::write::Command;
 use crate::error::ShardError;
 use crate::health::NodeHealth;
 use crate::metrics::ShardMetrics;
-use crate::peer::replica_log::ReplicaLogs;
-use crate::peer::replication::PeerSink;
+use crate::peer::held_log::HeldLogs;
+use crate::peer::pulls::PeerSink;
 use crate::read::world::{WorldValue, WorldView};
 use crate::rights::RightsNetwork;
 use crate::route::slots::WriteRouter;
@@ -45,7 +45,7 @@ pub struct NodeState {
     /// Known counter descriptions.
     pub descriptions: Arc<RwLock<DescriptionTable>>,
     /// Copies of the peers' slots.
-    pub replicas: Arc<RwLock<SlotCopies>>,
+    pub peer_copies: Arc<RwLock<SlotCopies>>,
     /// The peers and the aggregator this node pulls, for `/healthz`.
     pub sources: Vec<Arc<PeerSink>>,
     /// Picks slots and forwards writes.
@@ -76,7 +76,7 @@ pub struct NodeState {
     /// The own slot's idempotency keys, paged to the peers.
     pub keys: SharedKeys,
     /// The logs of the groups the peers replicate here (`replicated` durability).
-    pub replica_logs: Arc<ReplicaLogs>,
+    pub held_logs: Arc<HeldLogs>,
     /// Whether the own slot may be pulled: in `replicated` durability, only once a peer holds
     /// what this process started with, so no copy shows a group no peer holds.
     pub slot_shown: Arc<std::sync::atomic::AtomicBool>,

@@ -29,12 +29,12 @@ fn gone(
 
 /// Drops the copies of the counters gone at `now_ms`; returns how many went.
 pub(crate) fn reclaim(
-    replicas: &RwLock<SlotCopies>,
+    peer_copies: &RwLock<SlotCopies>,
     descriptions: &RwLock<DescriptionTable>,
     now_ms: u64,
 ) -> usize {
     let found: Vec<CounterId> = {
-        let held = replicas.read().expect("replicas lock");
+        let held = peer_copies.read().expect("peer copies lock");
         let descriptions = descriptions.read().expect("descriptions lock");
         (held.iter())
             .filter(|(id, copies)| gone(&descriptions, id, copies, now_ms))
@@ -44,7 +44,7 @@ pub(crate) fn reclaim(
     if found.is_empty() {
         return 0;
     }
-    let mut held = replicas.write().expect("replicas lock");
+    let mut held = peer_copies.write().expect("peer copies lock");
     let descriptions = descriptions.read().expect("descriptions lock");
     let mut removed = 0;
     for id in found {
@@ -59,7 +59,7 @@ pub(crate) fn reclaim(
 
 /// Runs [`reclaim`] every [`RECLAIM_INTERVAL`] (or `retention`, if shorter) until aborted.
 pub(crate) async fn keep_reclaiming(
-    replicas: Arc<RwLock<SlotCopies>>,
+    peer_copies: Arc<RwLock<SlotCopies>>,
     descriptions: Arc<RwLock<DescriptionTable>>,
     clock: Arc<dyn Clock>,
     retention: Duration,
@@ -72,7 +72,7 @@ pub(crate) async fn keep_reclaiming(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let removed = reclaim(&replicas, &descriptions, clock.now_unix_ms());
+        let removed = reclaim(&peer_copies, &descriptions, clock.now_unix_ms());
         if removed > 0 {
             tracing::info!(
                 removed,

@@ -194,7 +194,7 @@ impl WorldView {
         };
         let own = self.local.own_slot;
         let table = self.local.table.read().expect("slot table lock");
-        let copies = self.local.copies.read().expect("replicas lock");
+        let copies = self.local.copies.read().expect("peer copies lock");
         let descriptions = self.local.descriptions.read().expect("descriptions lock");
         let mut acknowledged = self.acknowledged.lock().expect("acknowledged lock");
         ids.iter()

@@ -25,7 +25,7 @@ use hyper::Method;
 
 use crate::engine::key_scope::unscoped;
 use crate::engine::write::{Change, WriteRequest};
-use crate::peer::replication::PeerSink;
+use crate::peer::pulls::PeerSink;
 
 /// Marks a request forwarded by another node: apply it here.
 pub const FORWARDED_HEADER: &str = "x-geocount-forwarded";

@@ -1,12 +1,12 @@
 //! Restoring the own slot's idempotency keys after its disk was lost, from the peers that hold
-//! copies of them ([`crate::peer::replication::PeerSink::holding_keys`]), page by page
+//! copies of them ([`crate::peer::pulls::PeerSink::holding_keys`]), page by page
 //! (`GET /slots/{slot}/keys?from=N`).
 //!
 //! A retry of a write acknowledged before the loss must find its key, or be refused. Each
 //! peer's copy says how far it reaches: the slot version up to which it holds every key
 //! ([`crate::peer::keys`]). The restore waits for a copy that reaches the version it needs
 //! (the newest it restored; in `replicated` durability no further than the peers' logs do not
-//! reach, [`crate::startup::replica_restore`]), or until no peer has handed over a page for
+//! reach, [`crate::startup::held_restore`]), or until no peer has handed over a page for
 //! the settle. The copies together reach as far as the furthest of them; when that is short
 //! (no peer, every peer lagging, or restarted since the owner last held its keys), the keys
 //! that could be missing are those recorded within the retention before the restore, and the

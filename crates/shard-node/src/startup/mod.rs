@@ -7,13 +7,13 @@
 //!   [`key_restore`] its idempotency keys from the peers', each waiting for more pages until
 //!   [`settle`] says none came for `restore_timeout_ms`; [`coverage`] says when copies of
 //!   some partitions each make up the whole slot; in `replicated` durability
-//!   [`replica_restore`] adds the peers' logs of the slot's replicated writes; [`take_over`]
+//!   [`held_restore`] adds the peers' logs of the slot's replicated writes; [`take_over`]
 //!   logs what was restored through the commit loop before writes are let in.
 
 pub(crate) mod coverage;
+pub(crate) mod held_restore;
 pub(crate) mod key_restore;
 pub(crate) mod recovery;
-pub(crate) mod replica_restore;
 pub(crate) mod restore;
 pub mod resume;
 pub(crate) mod settle;

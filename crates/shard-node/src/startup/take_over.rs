@@ -10,9 +10,9 @@ use tokio::sync::mpsc;
 
 use crate::engine::write::Command;
 use crate::error::StorageError;
+use crate::startup::held_restore::{HeldRestored, restore_from_held};
 use crate::startup::key_restore::restore_keys;
 use crate::startup::recovery;
-use crate::startup::replica_restore::{ReplicasRestored, restore_from_replicas};
 use crate::startup::restore::{RestoreProgress, RestoreRequest, restore_slot};
 use crate::storage::Storage;
 
@@ -35,14 +35,14 @@ pub(crate) async fn restore_then_take_writes(
     let started = tokio::time::Instant::now();
     let slot = request.slot.clone();
     let mut restored = restore_slot(request.clone(), progress.clone()).await;
-    let mut replicas = ReplicasRestored::default();
+    let mut held = HeldRestored::default();
     if replicated {
         progress.phase("reading the peers' replicated logs");
-        replicas = restore_from_replicas(request.clone()).await;
-        for (id, record) in replicas.records.drain() {
+        held = restore_from_held(request.clone()).await;
+        for (id, record) in held.records.drain() {
             restored.entry(id).or_default().merge(&record);
         }
-        let descriptions = std::mem::take(&mut replicas.descriptions);
+        let descriptions = std::mem::take(&mut held.descriptions);
         if !descriptions.is_empty()
             && commands
                 .send(Command::Describe(descriptions))
@@ -80,11 +80,11 @@ pub(crate) async fn restore_then_take_writes(
     progress.phase("gathering idempotency keys");
     let now_ms = request.clock.now_unix_ms();
     let needed =
-        replicas.keys_needed_through(newest, now_ms, request.max_clock_skew_ms, key_retention_ms);
+        held.keys_needed_through(newest, now_ms, request.max_clock_skew_ms, key_retention_ms);
     // The peers' key copies are taken even when the logs hold every key the restore needs:
     // until one copy reaches a version, or every peer handed its copy over.
     let mut keys = restore_keys(request.clone(), needed.max(1)).await;
-    replicas.add_keys_to(&mut keys);
+    held.add_keys_to(&mut keys);
     let held = keys.keys.len();
     let unknown_until_ms =
         (!keys.reach_past(needed)).then(|| request.clock.now_unix_ms() + key_retention_ms);

@@ -1,5 +1,5 @@
 //! A group in `replicated` durability: made durable in the own log, handed to the
-//! replication, and installed (shown to reads, to pullers and to the next group's staging) and
+//! held log's sender, and installed (shown to reads, to pullers and to the next group's staging) and
 //! answered only once a peer holds it. So no copy of the slot shows a version no peer's log
 //! holds, with its keys: a restore after a lost disk finds the key of every write it restores
 //! (startup/take_over.rs).
@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::CommitLoop;
 use super::group::GroupChanges;
 use super::replies::{Reply, answer, refuse_client_command, refuse_unreplicated};
-use crate::engine::replication::Replicated;
+use crate::engine::held::Replicated;
 use crate::engine::wal::LogRecord;
 use crate::engine::write::Command;
 use crate::error::{ShardError, StorageError};
@@ -36,7 +36,7 @@ pub(super) enum Waited {
 }
 
 impl CommitLoop {
-    /// Hands the group just made durable to the replication, as the log holds it.
+    /// Hands the group just made durable to the held log's sender, as the log holds it.
     pub(super) fn replicate(
         &self,
         changes: GroupChanges,
@@ -46,8 +46,8 @@ impl CommitLoop {
     ) -> AwaitingPeers {
         let payload = (!record.is_empty()).then(|| self.wal.last_payload().to_vec());
         let (tell, told) = mpsc::unbounded_channel();
-        let replicator = self.replicator.as_ref().expect("replicated durability");
-        replicator.submit(
+        let held_sender = self.held_sender.as_ref().expect("replicated durability");
+        held_sender.submit(
             self.group_version,
             payload,
             Box::new(move |event| {
@@ -82,7 +82,7 @@ impl CommitLoop {
         let mut replies = Some(replies);
         let mut refusal: Option<String> = None;
         loop {
-            // In order, the replication's word first: the same run every time under simulation.
+            // In order, the held log's word first: the same run every time under simulation.
             tokio::select! {
                 biased;
                 event = told.recv() => match event {

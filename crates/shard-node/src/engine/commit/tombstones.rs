@@ -27,7 +27,7 @@ impl CommitLoop {
         self.last_purge_ms = now_ms;
         let purged = {
             let table = self.shared.table.read().expect("slot table lock");
-            let peers = self.shared.peer_copies.read().expect("replicas lock");
+            let peers = self.shared.peer_copies.read().expect("peer copies lock");
             let mut descriptions = self.shared.descriptions.write().expect("descriptions lock");
             let purged = descriptions.purge_tombstones_where(now_ms, retention_ms, |id| {
                 !table.contains(id) && peers.index_of(id).is_none()

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use geocount_model::wire::{POSTCARD_CONTENT_TYPE, ReplicaCopy, ReplicateBatch};
+use geocount_model::wire::{HeldBatch, HeldCopy, POSTCARD_CONTENT_TYPE};
 use geocount_net::{
     DEFAULT_MAX_RESPONSE_BYTES, Response, bytes_response, json_response, read_body,
 };
@@ -26,7 +26,7 @@ pub async fn replicate(
     peer_slot(state, slot)?;
     // A batch carries whole groups, each as large as the owner's log takes.
     let body = read_body(request, DEFAULT_MAX_RESPONSE_BYTES).await?;
-    let batch: ReplicateBatch = postcard::from_bytes(&body)
+    let batch: HeldBatch = postcard::from_bytes(&body)
         .map_err(|e| ShardError::bad_request(format!("undecodable replicated batch: {e}")))?;
     let groups = (batch.groups.iter())
         .map(|group| postcard::from_bytes::<LogRecord>(group))
@@ -34,7 +34,7 @@ pub async fn replicate(
         .map_err(|e| ShardError::bad_request(format!("undecodable replicated group: {e}")))?;
     let count = groups.len();
     let starts = (batch.since_version, batch.made_through);
-    let logs = Arc::clone(&state.replica_logs);
+    let logs = Arc::clone(&state.held_logs);
     let (slot, now_ms) = (slot.to_owned(), state.clock.now_unix_ms());
     let fold = state
         .storage
@@ -46,7 +46,7 @@ pub async fn replicate(
         })?;
     if let Some(fold) = fold {
         // Not awaited: the owner waits for this answer, and a fold can take seconds.
-        let logs = Arc::clone(&state.replica_logs);
+        let logs = Arc::clone(&state.held_logs);
         state.storage.detach(move || {
             if let Err(error) = logs.fold_closed(fold) {
                 tracing::error!(%error, "cannot fold a peer's replicated log (it keeps its segments)");
@@ -62,7 +62,7 @@ pub async fn replicate(
 /// `GET /slots/{slot}/replica`: this node's log of `slot`, folded.
 pub async fn replica(state: &NodeState, slot: &str) -> Result<Response, ShardError> {
     peer_slot(state, slot)?;
-    let logs = Arc::clone(&state.replica_logs);
+    let logs = Arc::clone(&state.held_logs);
     let (slot, now_ms) = (slot.to_owned(), state.clock.now_unix_ms());
     let (slot, fold) = state
         .storage
@@ -72,7 +72,7 @@ pub async fn replica(state: &NodeState, slot: &str) -> Result<Response, ShardErr
         })
         .await;
     let (fold, starts) = fold.map_err(|error| ShardError::from_storage(Arc::new(error)))?;
-    let copy = ReplicaCopy {
+    let copy = HeldCopy {
         slot,
         owner_since: starts.owner_since,
         holds_after: starts.holds_after,
@@ -94,7 +94,7 @@ pub async fn replica(state: &NodeState, slot: &str) -> Result<Response, ShardErr
 }
 
 fn peer_slot(state: &NodeState, slot: &str) -> Result<(), ShardError> {
-    if state.replica_logs.holds(slot) {
+    if state.held_logs.holds(slot) {
         Ok(())
     } else {
         Err(ShardError::NotFound(format!(

@@ -4,12 +4,12 @@
 //!
 //! The files are write-ahead log segments ([`crate::engine::wal`]): a checksum per record, a
 //! torn tail cut off at the next open, corruption refused. Records are slot states, so they
-//! fold by version in any order ([`super::replica_fold`]): a group sent twice, or out of order
+//! fold by version in any order ([`super::held_fold`]): a group sent twice, or out of order
 //! after a failed send, folds the same.
 //!
 //! When the open segment grows past what the last fold took (and past
 //! `shard.checkpoint_log_bytes`), the append closes it and starts the next one, and the
-//! closed segments are folded apart from the appends ([`ReplicaLogs::fold_closed`], one fold
+//! closed segments are folded apart from the appends ([`HeldLogs::fold_closed`], one fold
 //! per log at a time): an append never waits for a fold. The fold of segments up to `n` is
 //! written to [`FOLD_TEMP_FILE`], synced, renamed over segment `n`, and the older segments
 //! are deleted; keys past their retention are left out. Each step leaves a log that folds the
@@ -18,11 +18,11 @@
 //! the segments while no fold renames or deletes any.
 //!
 //! Each log keeps, in `<slot>/since`, the latest version from which its owner said it shows
-//! only groups a peer held ([`geocount_model::wire::ReplicateBatch::since_version`]), and in
+//! only groups a peer held ([`geocount_model::wire::HeldBatch::since_version`]), and in
 //! `<slot>/holds-after` the version after which it holds every group it took: 0, unless this
 //! node's data directory replaced a lost one (`replicas/holds-since` says when), then the
 //! owner's newest version when the log began
-//! ([`geocount_model::wire::ReplicateBatch::made_through`]: the lost log held nothing newer).
+//! ([`geocount_model::wire::HeldBatch::made_through`]: the lost log held nothing newer).
 //! A node restoring its lost slot reads each peer's fold with both (`GET /slots/{slot}/replica`):
 //! every group the owner acknowledged, or showed to a copy, is in at least one of them.
 
@@ -33,11 +33,11 @@ use std::sync::{Arc, Mutex};
 
 use crate::engine::wal::{self, LogRecord, Wal};
 use crate::error::StorageError;
-use crate::peer::replica_fold::{FoldSize, fold_segments};
+use crate::peer::held_fold::{FoldSize, fold_segments};
 use crate::storage::{Disk, create_dir_durably, write_durably};
 
 /// The folder under a data directory that holds the peers' replicated logs.
-pub const REPLICAS_DIR: &str = "replicas";
+pub const HELD_DIR: &str = "replicas";
 
 /// The file in a slot's log folder holding the owner's latest `since_version`.
 const SINCE_FILE: &str = "since";
@@ -48,7 +48,7 @@ const HOLDS_AFTER_FILE: &str = "holds-after";
 /// The file in a slot's log folder a fold is written to before it replaces a segment.
 const FOLD_TEMP_FILE: &str = "fold.tmp";
 
-/// The file in [`REPLICAS_DIR`] saying when (unix ms) this node's data directory replaced a
+/// The file in [`HELD_DIR`] saying when (unix ms) this node's data directory replaced a
 /// lost one (0: never).
 const HOLDS_SINCE_FILE: &str = "holds-since";
 
@@ -62,7 +62,7 @@ pub struct LogStarts {
 }
 
 /// The replicated logs of this node's peers' slots.
-pub struct ReplicaLogs {
+pub struct HeldLogs {
     disk: Arc<dyn Disk>,
     dir: PathBuf,
     /// The slots whose owners may replicate here: the datacenter's other slots.
@@ -97,7 +97,7 @@ struct OpenLog {
 }
 
 /// A fold of a slot's closed segments, due after an append closed the open one: run it with
-/// [`ReplicaLogs::fold_closed`]. Until it is dropped, no other fold of the slot is due.
+/// [`HeldLogs::fold_closed`]. Until it is dropped, no other fold of the slot is due.
 #[must_use = "a log grows until its fold runs"]
 pub struct FoldDue {
     slot: String,
@@ -113,7 +113,7 @@ impl Drop for FoldDue {
     }
 }
 
-impl ReplicaLogs {
+impl HeldLogs {
     /// The logs under `<data_dir>/replicas` of `peers`' slots; `holds_since_ms` says when this
     /// node's data directory replaced a lost one (0: never; [`holds_since`]).
     pub fn new(
@@ -125,7 +125,7 @@ impl ReplicaLogs {
     ) -> Self {
         Self {
             disk,
-            dir: data_dir.join(REPLICAS_DIR),
+            dir: data_dir.join(HELD_DIR),
             peers,
             slots: Mutex::new(HashMap::new()),
             fold_bytes,
@@ -151,7 +151,7 @@ impl ReplicaLogs {
         now_ms: u64,
     ) -> Result<Option<FoldDue>, StorageError> {
         let log = self.slot_log(slot);
-        let mut open = log.open.lock().expect("replica log lock");
+        let mut open = log.open.lock().expect("held log lock");
         let open = match &mut *open {
             Some(open) => open,
             empty => empty.insert(self.open_log(slot, made_through)?),
@@ -187,14 +187,14 @@ impl ReplicaLogs {
         let segments = (wal::segments(disk, &dir)?.into_iter())
             .filter(|&segment| segment <= due.through)
             .collect::<Vec<_>>();
-        let room = *due.log.folded.lock().expect("replica log fold size lock");
+        let room = *due.log.folded.lock().expect("held log fold size lock");
         let fold = fold_segments(disk, &dir, &segments, room)?;
-        *due.log.folded.lock().expect("replica log fold size lock") = fold.size();
+        *due.log.folded.lock().expect("held log fold size lock") = fold.size();
         let record = fold.into_record(self.keys_from(due.now_ms));
         let bytes = wal::encode(&record)?;
         let temp = dir.join(FOLD_TEMP_FILE);
         write_durably(disk, &dir, &temp, &bytes)?;
-        let _files = due.log.files.lock().expect("replica log files lock");
+        let _files = due.log.files.lock().expect("held log files lock");
         let segment = wal::segment_path(&dir, due.through);
         disk.rename(&temp, &segment)
             .and_then(|()| disk.sync_dir(&dir))
@@ -210,15 +210,15 @@ impl ReplicaLogs {
     pub fn fold(&self, slot: &str, now_ms: u64) -> Result<LogRecord, StorageError> {
         let log = self.slot_log(slot);
         // An append must not cut back the open segment as it is read, nor a fold delete any.
-        let _open = log.open.lock().expect("replica log lock");
-        let _files = log.files.lock().expect("replica log files lock");
+        let _open = log.open.lock().expect("held log lock");
+        let _files = log.files.lock().expect("held log files lock");
         let dir = self.slot_dir(slot);
         let segments = if exists(&*self.disk, &dir)? {
             wal::segments(&*self.disk, &dir)?
         } else {
             Vec::new()
         };
-        let room = *log.folded.lock().expect("replica log fold size lock");
+        let room = *log.folded.lock().expect("held log fold size lock");
         let fold = fold_segments(&*self.disk, &dir, &segments, room)?;
         Ok(fold.into_record(self.keys_from(now_ms)))
     }
@@ -226,7 +226,7 @@ impl ReplicaLogs {
     /// What the log of `slot` says of how much it holds. Blocks on the disk.
     pub fn starts(&self, slot: &str) -> LogStarts {
         let log = self.slot_log(slot);
-        let open = log.open.lock().expect("replica log lock");
+        let open = log.open.lock().expect("held log lock");
         match &*open {
             Some(open) => open.starts,
             None => self.read_starts(&self.slot_dir(slot)),
@@ -234,7 +234,7 @@ impl ReplicaLogs {
     }
 
     fn slot_log(&self, slot: &str) -> Arc<SlotLog> {
-        let mut slots = self.slots.lock().expect("replica logs lock");
+        let mut slots = self.slots.lock().expect("held logs lock");
         Arc::clone(slots.entry(slot.to_owned()).or_default())
     }
 
@@ -299,7 +299,7 @@ pub fn holds_since(
     replaced_lost: bool,
     now_ms: u64,
 ) -> Result<u64, StorageError> {
-    let dir = data_dir.join(REPLICAS_DIR);
+    let dir = data_dir.join(HELD_DIR);
     if let Some(since) = read_number(disk, &dir.join(HOLDS_SINCE_FILE)) {
         return Ok(since);
     }

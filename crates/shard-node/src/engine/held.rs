@@ -1,10 +1,10 @@
-//! What the commit loop asks of the replication of its groups in `replicated` durability
-//! (the peers' side of it is [`crate::peer::replicator`]): each group it made durable in its
+//! What the commit loop asks of the held log of its groups in `replicated` durability
+//! (the peers' side of it is [`crate::peer::held_sender`]): each group it made durable in its
 //! own log is handed over with the way to tell it when a peer holds it. The loop installs the
 //! group (makes it visible to reads and pullers) and answers its writes only then, so every
 //! version a copy of the slot shows is in some peer's log of it.
 
-/// What the replication tells the commit loop of one group.
+/// What the held log tells the commit loop of one group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Replicated {
     /// A peer holds the group, and each earlier group is held by some peer.
@@ -19,7 +19,7 @@ pub(crate) enum Replicated {
 pub(crate) type Release = Box<dyn FnMut(Replicated) + Send>;
 
 /// Where the commit loop hands its durable groups in `replicated` durability.
-pub(crate) trait GroupReplication: Send + Sync {
+pub(crate) trait HeldGroups: Send + Sync {
     /// Why writes are refused before they are staged, while a refused group waits for a peer.
     fn refusal(&self) -> Option<String>;
 

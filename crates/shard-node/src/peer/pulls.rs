@@ -1,4 +1,4 @@
-//! This node's side of replication: it pulls each peer's slot (its replicas, so a peer that
+//! This node's side of the pulls: it pulls each peer's slot (its peer copies, so a peer that
 //! loses its disk can restore from them) and new descriptions from its peers and its datacenter
 //! aggregator. Learned descriptions go through the commit loop, so they are durable here too.
 
@@ -22,8 +22,8 @@ use crate::storage::Storage;
 pub struct PeerSink {
     label: SourceLabel,
     status: Mutex<SourceStatus>,
-    /// The peer replicas, and the index of the one slot this source may deliver.
-    replicas: Option<(Arc<RwLock<SlotCopies>>, u16)>,
+    /// The peer copies, and the index of the one slot this source may deliver.
+    peer_copies: Option<(Arc<RwLock<SlotCopies>>, u16)>,
     /// The incarnation of the peer last heard (0: none yet).
     incarnation: AtomicU64,
     descriptions: Arc<RwLock<DescriptionTable>>,
@@ -42,11 +42,11 @@ pub struct PeerSink {
 }
 
 impl PeerSink {
-    /// A sink for source `name`; the states of its slot (by index in the replicas) go into
-    /// `replicas` when given.
+    /// A sink for source `name`; the states of its slot (by index in the peer copies) go into
+    /// `peer_copies` when given.
     pub fn new(
         name: &str,
-        replicas: Option<(Arc<RwLock<SlotCopies>>, u16)>,
+        peer_copies: Option<(Arc<RwLock<SlotCopies>>, u16)>,
         descriptions: Arc<RwLock<DescriptionTable>>,
         commands: mpsc::Sender<Command>,
         metrics: Arc<ShardMetrics>,
@@ -60,8 +60,8 @@ impl PeerSink {
         drop(metrics.pulls_failed.get_or_create(&label));
         Self {
             label,
-            status: Mutex::new(SourceStatus::new(replicas.is_some(), true)),
-            replicas,
+            status: Mutex::new(SourceStatus::new(peer_copies.is_some(), true)),
+            peer_copies,
             incarnation: AtomicU64::new(0),
             descriptions,
             commands,
@@ -190,7 +190,7 @@ impl PullSink for PeerSink {
     }
 
     fn apply(&self, mut page: SyncPage, sent_at_ms: u64) {
-        if self.replicas.is_some() && page.source != self.label.source {
+        if self.peer_copies.is_some() && page.source != self.label.source {
             // A node configured for another slot listens at this peer's address.
             let entries = page.slots.as_ref().map_or(0, |p| p.entries.len());
             self.metrics.entries_refused.inc_by(entries as u64);
@@ -202,15 +202,15 @@ impl PullSink for PeerSink {
             self.failed(error);
             return;
         }
-        if let (Some((replicas, slot)), Some(slots)) = (&self.replicas, &page.slots) {
+        if let (Some((peer_copies, slot)), Some(slots)) = (&self.peer_copies, &page.slots) {
             // A peer delivers its own slot only, at versions a clock could have made.
             let fence = PageFence {
                 slots: vec![*slot],
                 max_version: max_slot_version(self.clock.now_unix_ms(), self.max_clock_skew_ms),
             };
-            let merge = replicas
+            let merge = peer_copies
                 .write()
-                .expect("replicas lock")
+                .expect("peer copies lock")
                 .apply_page(slots, &fence);
             self.metrics.replica_merges.inc_by(merge.changed as u64);
             let refused = merge.refused_slot + merge.refused_version;

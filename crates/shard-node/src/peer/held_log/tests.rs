@@ -29,13 +29,13 @@ fn group(id: &str, value: i64, version: u64, key: Option<(&str, u64)>) -> LogRec
     }
 }
 
-fn new_logs(dir: &Path, fold_bytes: u64) -> ReplicaLogs {
+fn new_logs(dir: &Path, fold_bytes: u64) -> HeldLogs {
     let peers = vec!["DC_A_VAL_1".to_owned()];
-    ReplicaLogs::new(Arc::new(OsDisk), dir, peers, (fold_bytes, 10_000), 0)
+    HeldLogs::new(Arc::new(OsDisk), dir, peers, (fold_bytes, 10_000), 0)
 }
 
 /// Appends, and runs at once the fold it makes due.
-fn append(logs: &ReplicaLogs, slot: &str, groups: &[LogRecord], starts: (u64, u64), now: u64) {
+fn append(logs: &HeldLogs, slot: &str, groups: &[LogRecord], starts: (u64, u64), now: u64) {
     if let Some(due) = logs.append(slot, groups, starts, now).unwrap() {
         logs.fold_closed(due).unwrap();
     }
@@ -131,7 +131,7 @@ fn a_log_keeps_its_owners_latest_since_and_what_it_holds() {
     let since = holds_since(&OsDisk, replaced.path(), true, 5_000).unwrap();
     assert_eq!(since, 5_000);
     let peers = vec![slot.to_owned(), "DC_A_VAL_2".to_owned()];
-    let logs = ReplicaLogs::new(
+    let logs = HeldLogs::new(
         Arc::new(OsDisk),
         replaced.path(),
         peers,
@@ -167,7 +167,7 @@ fn a_node_says_when_its_data_directory_replaced_a_lost_one() {
         5_000
     );
     let older = tempfile::tempdir().unwrap();
-    std::fs::create_dir(older.path().join(REPLICAS_DIR)).unwrap();
+    std::fs::create_dir(older.path().join(HELD_DIR)).unwrap();
     assert_eq!(
         holds_since(&disk, older.path(), false, 7_000).unwrap(),
         7_000,
@@ -186,7 +186,7 @@ fn a_long_log_is_folded_into_one_segment() {
         let groups = [group(&format!("c{}", n % 5), n as i64, n, Some((&key, n)))];
         append(&logs, slot, &groups, (50, n), 100);
     }
-    let slot_dir = dir.path().join(REPLICAS_DIR).join(slot);
+    let slot_dir = dir.path().join(HELD_DIR).join(slot);
     let segments = wal::segments(&OsDisk, &slot_dir).unwrap();
     assert!(segments.len() <= 2, "{segments:?}");
     let fold = logs.fold(slot, 100).unwrap();
@@ -260,7 +260,7 @@ fn appends_go_on_while_a_fold_waits_on_the_disk() {
     let slots = ["DC_A_VAL_1", "DC_A_VAL_2"];
     let peers = slots.map(str::to_owned).to_vec();
     let disk = Arc::new(GatedDisk(gate.clone()));
-    let logs = Arc::new(ReplicaLogs::new(disk, dir.path(), peers, (256, 10_000), 0));
+    let logs = Arc::new(HeldLogs::new(disk, dir.path(), peers, (256, 10_000), 0));
     for slot in slots {
         append(&logs, slot, &[], (1, 0), 100);
     }
@@ -344,7 +344,7 @@ fn folds_racing_appends_and_reads_lose_nothing() {
     drop(logs);
     let logs = new_logs(dir.path(), 512);
     assert!(holds_through(&logs.fold(slot, 100).unwrap(), 400));
-    let segments = wal::segments(&OsDisk, &dir.path().join(REPLICAS_DIR).join(slot)).unwrap();
+    let segments = wal::segments(&OsDisk, &dir.path().join(HELD_DIR).join(slot)).unwrap();
     assert!(segments.len() <= 3, "{segments:?}");
 }
 
@@ -356,7 +356,7 @@ fn a_fold_cut_short_by_a_crash_reads_back_whole() {
     let slot = "DC_A_VAL_1";
     // Before the rename.
     let dir = tempfile::tempdir().unwrap();
-    let slot_dir = dir.path().join(REPLICAS_DIR).join(slot);
+    let slot_dir = dir.path().join(HELD_DIR).join(slot);
     {
         let logs = new_logs(dir.path(), 256);
         for n in 1..=20 {
@@ -377,7 +377,7 @@ fn a_fold_cut_short_by_a_crash_reads_back_whole() {
 
     // After the rename, before the older segments are deleted.
     let dir = tempfile::tempdir().unwrap();
-    let slot_dir = dir.path().join(REPLICAS_DIR).join(slot);
+    let slot_dir = dir.path().join(HELD_DIR).join(slot);
     let aside = tempfile::tempdir().unwrap();
     {
         let logs = new_logs(dir.path(), 256);

@@ -1,4 +1,4 @@
-//! A replicated log's records folded into one ([`crate::peer::replica_log`]): each counter's
+//! A replicated log's records folded into one ([`crate::peer::held_log`]): each counter's
 //! latest record, the latest description of each counter created, and each key's newest
 //! record.
 //!

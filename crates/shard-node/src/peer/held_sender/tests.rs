@@ -132,13 +132,13 @@ async fn a_group_past_its_deadline_is_refused() {
     assert!(c.pending.is_empty());
 }
 
-/// A batch goes out as postcard encodes a [`ReplicateBatch`], and reads back as sent.
+/// A batch goes out as postcard encodes a [`HeldBatch`], and reads back as sent.
 #[test]
 fn a_batch_encodes_as_its_wire_type() {
     let long = vec![7u8; 300];
     let groups: Vec<&[u8]> = vec![&[], &[1], &long, &[0, 255, 128]];
     for groups in [Vec::new(), groups] {
-        let batch = ReplicateBatch {
+        let batch = HeldBatch {
             incarnation: u64::MAX,
             since_version: 300,
             made_through: 1,
@@ -146,9 +146,6 @@ fn a_batch_encodes_as_its_wire_type() {
         };
         let bytes = encode_batch(&batch).unwrap();
         assert_eq!(bytes, postcard::to_allocvec(&batch).unwrap());
-        assert_eq!(
-            postcard::from_bytes::<ReplicateBatch>(&bytes).unwrap(),
-            batch
-        );
+        assert_eq!(postcard::from_bytes::<HeldBatch>(&bytes).unwrap(), batch);
     }
 }

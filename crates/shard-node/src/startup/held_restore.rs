@@ -1,5 +1,5 @@
 //! In `replicated` durability, the restore of a lost disk also reads every peer's log of the
-//! slot's replicated groups (`GET /slots/{slot}/replica`, [`crate::peer::replica_log`]): each
+//! slot's replicated groups (`GET /slots/{slot}/replica`, [`crate::peer::held_log`]): each
 //! group the slot acknowledged is in at least one of them, values and keys together. So the
 //! restore waits for every peer's, however long, as it waits for a complete copy.
 //!
@@ -8,13 +8,13 @@
 //! copy shows, save those of groups made before the owner's latest `since_version` (by a
 //! process that may not have replicated) and those a peer held before its data directory
 //! replaced a lost one: the peers' key copies need reach only that far
-//! ([`ReplicasRestored::keys_needed_through`]).
+//! ([`HeldRestored::keys_needed_through`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use geocount_model::wire::ReplicaCopy;
+use geocount_model::wire::HeldCopy;
 use geocount_model::{
     CounterId, IdempotencyRecord, SlotId, SlotRecord, VersionedDescription, max_slot_version,
 };
@@ -32,7 +32,7 @@ const REPORT_EVERY: Duration = Duration::from_secs(5);
 
 /// What the peers' logs held of the slot, merged.
 #[derive(Debug, Default)]
-pub struct ReplicasRestored {
+pub struct HeldRestored {
     /// Each counter's latest record.
     pub records: HashMap<CounterId, SlotRecord>,
     /// The counters the slot created.
@@ -54,13 +54,13 @@ pub struct LogsHold {
 
 /// Reads the log of the slot of `request` from every peer shard node among
 /// `request.key_sources`, each asked until it answers.
-pub async fn restore_from_replicas(request: Arc<RestoreRequest>) -> ReplicasRestored {
+pub async fn restore_from_held(request: Arc<RestoreRequest>) -> HeldRestored {
     let mut asks = JoinSet::new();
     let peers = (request.key_sources.iter()).filter(|s| s.name.parse::<SlotId>().is_ok());
     for source in peers.cloned() {
-        asks.spawn(replica_from(request.clone(), source));
+        asks.spawn(held_copy_from(request.clone(), source));
     }
-    let mut restored = ReplicasRestored::default();
+    let mut restored = HeldRestored::default();
     let (mut owner_since, mut peers_hold_after) = (None, 0);
     while let Some(done) = asks.join_next().await {
         match done {
@@ -71,7 +71,7 @@ pub async fn restore_from_replicas(request: Arc<RestoreRequest>) -> ReplicasRest
             }
             Err(error) => {
                 // Its log unread, the others prove nothing of the groups only it holds.
-                tracing::error!(%error, "a peer's replica task failed");
+                tracing::error!(%error, "a peer's held-log fetch failed");
                 peers_hold_after = u64::MAX;
             }
         }
@@ -84,19 +84,19 @@ pub async fn restore_from_replicas(request: Arc<RestoreRequest>) -> ReplicasRest
 }
 
 /// Asks `source` for its log of the slot until it answers one.
-async fn replica_from(request: Arc<RestoreRequest>, source: CopySource) -> ReplicaCopy {
+async fn held_copy_from(request: Arc<RestoreRequest>, source: CopySource) -> HeldCopy {
     let url = (request.client).url(source.address, &format!("/slots/{}/replica", request.slot));
     let mut reported = tokio::time::Instant::now();
     loop {
         let error = match request.client.get(&url).await {
             Ok(answer) if answer.status.is_success() => {
-                match postcard::from_bytes::<ReplicaCopy>(&answer.body) {
+                match postcard::from_bytes::<HeldCopy>(&answer.body) {
                     Ok(copy) if copy.slot == request.slot => {
                         tracing::info!(slot = %request.slot, source = %source.name, counters = copy.entries.len(), keys = copy.keys.len(), "read a peer's log of the slot's replicated writes");
                         return copy;
                     }
                     Ok(copy) => format!("answered slot {:?}", copy.slot),
-                    Err(e) => format!("undecodable replica: {e}"),
+                    Err(e) => format!("undecodable held copy: {e}"),
                 }
             }
             Ok(answer) => format!(
@@ -114,7 +114,7 @@ async fn replica_from(request: Arc<RestoreRequest>, source: CopySource) -> Repli
     }
 }
 
-impl ReplicasRestored {
+impl HeldRestored {
     /// The slot version the peers' key copies must reach for the keys to be those of every
     /// write up to `newest` (the newest restored version) at `now_ms`: `newest` without the
     /// logs; with them, only as far as they do not hold (before the owner's `since_version`,
@@ -164,7 +164,7 @@ impl ReplicasRestored {
 
     /// Merges one peer's log by version; records, keys and descriptions no clock made are
     /// refused.
-    fn merge(&mut self, request: &RestoreRequest, copy: ReplicaCopy) {
+    fn merge(&mut self, request: &RestoreRequest, copy: HeldCopy) {
         let now_ms = request.clock.now_unix_ms();
         let max_version = max_slot_version(now_ms, request.max_clock_skew_ms);
         let mut refused = 0;
@@ -205,13 +205,13 @@ impl ReplicasRestored {
 mod tests {
     use super::*;
 
-    fn held(owner_since: u64, peers_hold_after: u64) -> ReplicasRestored {
-        ReplicasRestored {
+    fn held(owner_since: u64, peers_hold_after: u64) -> HeldRestored {
+        HeldRestored {
             logs_hold: Some(LogsHold {
                 owner_since,
                 peers_hold_after,
             }),
-            ..ReplicasRestored::default()
+            ..HeldRestored::default()
         }
     }
 
@@ -221,10 +221,9 @@ mod tests {
     #[test]
     fn the_key_copies_must_reach_as_far_as_the_logs_do_not() {
         let (now, skew, retention) = (1_000_000, 100, 600_000);
-        let needed =
-            |r: &ReplicasRestored, newest| r.keys_needed_through(newest, now, skew, retention);
+        let needed = |r: &HeldRestored, newest| r.keys_needed_through(newest, now, skew, retention);
         let newest = max_slot_version(now, 0);
-        assert_eq!(needed(&ReplicasRestored::default(), newest), newest);
+        assert_eq!(needed(&HeldRestored::default(), newest), newest);
         assert_eq!(
             needed(&held(0, 0), newest),
             0,

@@ -12,7 +12,7 @@
 //! its writes refused (503): they are in the owner's log, so their outcome is unknown to the
 //! client, and a retry with the same key is answered from that key once a peer holds the
 //! group. The refused group is still sent until a peer takes it, and until then the node
-//! refuses new writes up front ([`GroupReplication::refusal`]), so what waits for a peer stays
+//! refuses new writes up front ([`HeldGroups::refusal`]), so what waits for a peer stays
 //! bounded. At start, the log written before is sent first ([`resend_log`]).
 
 use std::collections::VecDeque;
@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use geocount_model::Durability;
-use geocount_model::wire::{POSTCARD_CONTENT_TYPE, ReplicateBatch};
+use geocount_model::wire::{HeldBatch, POSTCARD_CONTENT_TYPE};
 use geocount_net::HttpClient;
 use hyper::Method;
 use serde::Serialize;
@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::NodeConfig;
-use crate::engine::replication::{GroupReplication, Release, Replicated};
+use crate::engine::held::{HeldGroups, Release, Replicated};
 use crate::engine::wal;
 use crate::error::StorageError;
 use crate::storage::Storage;
@@ -45,16 +45,16 @@ const MAX_BATCH_BYTES: usize = 32 << 20;
 
 /// A peer groups are sent to.
 #[derive(Debug, Clone)]
-pub(crate) struct ReplicaPeer {
+pub(crate) struct HeldPeer {
     /// Its slot's name.
     pub(crate) name: String,
     /// Where it listens.
     pub(crate) address: SocketAddr,
 }
 
-/// The commit loop's way to the replication of its groups.
+/// The commit loop's way to the held log of its groups.
 #[derive(Clone)]
-pub(crate) struct Replicator {
+pub(crate) struct HeldSender {
     logged: mpsc::UnboundedSender<Logged>,
     refusing: Arc<Mutex<Option<String>>>,
 }
@@ -91,8 +91,8 @@ struct Pending {
     held: bool,
 }
 
-impl Replicator {
-    /// In `replicated` durability, the replication of the groups of `config`'s slot (its log
+impl HeldSender {
+    /// In `replicated` durability, the held log of the groups of `config`'s slot (its log
     /// of incarnation `incarnation`; every group it shows from `since_version` on a peer
     /// holds first) to its datacenter's other shard nodes through `client`.
     pub(crate) fn for_node(
@@ -100,19 +100,19 @@ impl Replicator {
         incarnation: u64,
         since_version: u64,
         client: &HttpClient,
-    ) -> Option<Box<dyn GroupReplication>> {
+    ) -> Option<Box<dyn HeldGroups>> {
         if config.settings.durability != Durability::Replicated {
             return None;
         }
         let peers = (config.datacenter.shards.iter().zip(config.slot_names()))
             .enumerate()
             .filter(|(n, _)| *n as u32 != config.slot.index)
-            .map(|(_, (address, name))| ReplicaPeer {
+            .map(|(_, (address, name))| HeldPeer {
                 name,
                 address: *address,
             })
             .collect();
-        Some(Box::new(Replicator::start(
+        Some(Box::new(HeldSender::start(
             &config.slot.to_string(),
             (incarnation, since_version),
             peers,
@@ -127,7 +127,7 @@ impl Replicator {
     pub(crate) fn start(
         slot: &str,
         (incarnation, since_version): (u64, u64),
-        peers: Vec<ReplicaPeer>,
+        peers: Vec<HeldPeer>,
         client: HttpClient,
         timeout: Duration,
     ) -> Self {
@@ -171,10 +171,10 @@ impl Replicator {
     }
 }
 
-impl GroupReplication for Replicator {
+impl HeldGroups for HeldSender {
     /// Why writes are refused up front: a refused group still waits for a peer.
     fn refusal(&self) -> Option<String> {
-        self.refusing.lock().expect("replication gate lock").clone()
+        self.refusing.lock().expect("held gate lock").clone()
     }
 
     fn submit(&self, version: u64, payload: Option<Vec<u8>>, release: Release) {
@@ -188,7 +188,7 @@ impl GroupReplication for Replicator {
     }
 }
 
-/// Hands `replication` every record of the log in `data_dir`, written before this process
+/// Hands `held` every record of the log in `data_dir`, written before this process
 /// started: a group logged just before a crash may have reached no peer, and a retry of its
 /// writes, answered from its keys, must not be acknowledged on this disk alone. At least one
 /// record goes (an empty one when the log is), carrying this process's `since_version`;
@@ -196,7 +196,7 @@ impl GroupReplication for Replicator {
 /// holds them. `last_version` is the newest version recovered. Called before the commit loop
 /// starts, so every later group is answered after them.
 pub(crate) async fn resend_log(
-    replication: &dyn GroupReplication,
+    held: &dyn HeldGroups,
     storage: &Storage,
     data_dir: &Path,
     (shown, last_version): (Arc<AtomicBool>, u64),
@@ -235,7 +235,7 @@ pub(crate) async fn resend_log(
     };
     for payload in payloads {
         // Their writes were answered, or not, by the process that logged them.
-        replication.submit(last_version, Some(payload), Box::new(|_: Replicated| {}));
+        held.submit(last_version, Some(payload), Box::new(|_: Replicated| {}));
     }
     let release = move |told: Replicated| {
         if told == Replicated::Held {
@@ -245,7 +245,7 @@ pub(crate) async fn resend_log(
             shown.store(true, Ordering::Release);
         }
     };
-    replication.submit(last_version, Some(last), Box::new(release));
+    held.submit(last_version, Some(last), Box::new(release));
     Ok(())
 }
 
@@ -389,7 +389,7 @@ impl Coordinator {
     /// Refuses writes up front while a refused group waits for a peer (`reason`: why, when
     /// one was just refused); takes them again once none does.
     fn update_gate(&self, reason: Option<&str>) {
-        let mut refusing = self.refusing.lock().expect("replication gate lock");
+        let mut refusing = self.refusing.lock().expect("held gate lock");
         let waiting = self.pending.iter().any(|p| p.refused && !p.held);
         if !waiting {
             if refusing.take().is_some() {
@@ -482,7 +482,7 @@ impl PeerSender {
     }
 
     async fn send(&self, batch: &[Arc<Group>]) -> Result<(), String> {
-        let body = ReplicateBatch {
+        let body = HeldBatch {
             incarnation: self.incarnation,
             since_version: self.since_version,
             made_through: self.made_through.load(Ordering::Acquire),
@@ -508,7 +508,7 @@ impl PeerSender {
 
 /// `batch` as postcard encodes it, each group copied at once: a byte string encodes as a
 /// sequence of bytes does (its length, then the bytes), which goes a byte at a time.
-fn encode_batch(batch: &ReplicateBatch<'_>) -> postcard::Result<Vec<u8>> {
+fn encode_batch(batch: &HeldBatch<'_>) -> postcard::Result<Vec<u8>> {
     #[derive(Serialize)]
     struct BatchOf<'a> {
         incarnation: u64,
@@ -528,7 +528,7 @@ fn encode_batch(batch: &ReplicateBatch<'_>) -> postcard::Result<Vec<u8>> {
             serializer.serialize_bytes(self.0)
         }
     }
-    let ReplicateBatch {
+    let HeldBatch {
         incarnation,
         since_version,
         made_through,
